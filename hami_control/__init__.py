@@ -1,0 +1,1 @@
+"""hami-control: the mutating admission webhook and the kube-scheduler extender."""

@@ -1,0 +1,1 @@
+"""hami-node: the per-GPU-node daemon (kubelet device plugin, GPU health, node inventory)."""

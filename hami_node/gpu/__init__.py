@@ -1,0 +1,1 @@
+"""GPU backends (NVML and a fake inventory) behind one small interface."""

@@ -1,0 +1,20 @@
+"""Entry point of `hami-sim`: one sub-command per local-cluster component."""
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hami-sim", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from hami_sim.apiserver import cli as apiserver_cli
+
+    apiserver_cli.add_parser(sub)
+    args = parser.parse_args(argv)
+    handler = args.handler
+    result: int = handler(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
