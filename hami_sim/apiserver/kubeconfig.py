@@ -1,0 +1,40 @@
+"""A kubeconfig for the stand-in API server (plain HTTP, a dummy bearer token)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CLUSTER = "hami-sim"
+USER = "hami-sim-admin"
+CONTEXT = "hami-sim"
+DUMMY_TOKEN = "hami-sim-token"
+
+
+def kubeconfig(server_url: str, *, namespace: str = "default") -> dict[str, Any]:
+    """The kubeconfig document (a dict) pointing at `server_url`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": [{"name": CLUSTER, "cluster": {"server": server_url}}],
+        "users": [{"name": USER, "user": {"token": DUMMY_TOKEN}}],
+        "contexts": [
+            {"name": CONTEXT, "context": {"cluster": CLUSTER, "user": USER, "namespace": namespace}}
+        ],
+        "current-context": CONTEXT,
+    }
+
+
+def write_kubeconfig(path: str | os.PathLike[str], server_url: str) -> Path:
+    """Write the kubeconfig atomically (mode 0600) and return its path."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(kubeconfig(server_url), sort_keys=False))
+    tmp.chmod(0o600)
+    tmp.replace(target)
+    return target
