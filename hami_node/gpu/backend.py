@@ -1,0 +1,213 @@
+"""The one interface between the node daemon and its GPUs, with the typed values and errors it speaks.
+
+Two implementations: `hami_node.gpu.nvml.NvmlBackend` (the real driver through NVML) and
+`hami_node.gpu.fake.FakeBackend` (an inventory file with fault injection). Nothing of NVML leaks past
+this interface: callers see `GpuInfo`, `GpuEvent`, `TopologyLevel` and the errors below.
+
+Errors, from the caller's point of view:
+
+- `NvmlFailed`: the backend as a whole does not answer (init failed, every call failing, the event wait
+  broke). The node's GPUs cannot be trusted: fence them all and retry `init()` with backoff.
+- `LibraryNotFound` (a `NvmlFailed`): there is no GPU driver on this node at all.
+- `GpuFailed`: a call about one GPU failed; that GPU is not usable now, the others may be.
+- `DeviceLost` (a `GpuFailed`): NVML says the GPU is lost (fell off the bus, Xid 79).
+- `GpuNotFound` (a `GpuFailed`): no GPU with that UUID.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """One physical GPU as its backend sees it.
+
+    `memory_mib` is the total memory in MiB, `minor` the N of /dev/nvidiaN, `numa_node` the host NUMA
+    node the GPU hangs off (None when unknown), `pci_bus_id` NVML's form ("00000000:07:00.0").
+    `healthy` is False when the backend already knows the GPU is unusable while listing it (the fake's
+    `health: false` or `lost: true`; for NVML, a GPU that stopped answering and is reported with the
+    last values it answered with), so device IDs stay stable while the GPU is down.
+    """
+
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    minor: int
+    numa_node: int | None
+    pci_bus_id: str
+    mig_enabled: bool = False
+    healthy: bool = True
+
+
+class GpuEventKind(StrEnum):
+    """What an event reports. The value is the name used in the fake inventory file and in logs."""
+
+    XID = "xid"
+    """An Xid critical error; `GpuEvent.xid` holds the code (e.g. 79: fallen off the bus)."""
+    ECC_DOUBLE_BIT = "ecc-double-bit"
+    """An uncorrectable (double bit) ECC error."""
+    ECC_SINGLE_BIT = "ecc-single-bit"
+    """A corrected (single bit) ECC error; informational."""
+    DEVICE_LOST = "device-lost"
+    """The GPU stopped answering (NVML_ERROR_GPU_IS_LOST), or the fake GPU was marked `lost`."""
+    MONITORING_FAILED = "monitoring-failed"
+    """Events cannot be watched for this GPU (registration or reading the event failed): NVIDIA's
+    device plugin marks such a GPU unhealthy."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuEvent:
+    """One health event. `uuid` None means "all GPUs" (the event could not be tied to one GPU).
+
+    `xid` is set only for `GpuEventKind.XID`. `gpu_instance_id` / `compute_instance_id` name the MIG
+    instance the event is about, None for the whole GPU.
+    """
+
+    uuid: str | None
+    kind: GpuEventKind
+    xid: int | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+    def __str__(self) -> str:
+        where = self.uuid or "all GPUs"
+        what = f"Xid {self.xid}" if self.kind is GpuEventKind.XID else self.kind.value
+        if self.gpu_instance_id is not None:
+            where += f" (GI {self.gpu_instance_id}, CI {self.compute_instance_id})"
+        return f"{what} on {where}"
+
+
+class TopologyLevel(IntEnum):
+    """How closely two GPUs are connected, closest first (so `min()` of levels is the best link).
+
+    Below NVLINK these are NVML's common-ancestor levels; the integers are ours, not NVML's.
+    """
+
+    NVLINK = 0
+    """Connected by NVLink (directly or through NVSwitch)."""
+    SAME_BOARD = 10
+    """On the same board (NVML_TOPOLOGY_INTERNAL)."""
+    SINGLE_SWITCH = 20
+    """Below one PCIe switch (NVML_TOPOLOGY_SINGLE)."""
+    MULTI_SWITCH = 30
+    """Below several PCIe switches, no host bridge in between (NVML_TOPOLOGY_MULTIPLE)."""
+    HOST_BRIDGE = 40
+    """Below the same host bridge (NVML_TOPOLOGY_HOSTBRIDGE)."""
+    NUMA_NODE = 50
+    """Same NUMA node, different host bridges (NVML_TOPOLOGY_NODE)."""
+    SYSTEM = 60
+    """Across NUMA nodes, through the CPU interconnect (NVML_TOPOLOGY_SYSTEM)."""
+
+    @property
+    def label(self) -> str:
+        """The name used in the fake inventory file and in logs: "nvlink", "same-board", ..."""
+        return self.name.lower().replace("_", "-")
+
+    @classmethod
+    def from_label(cls, text: str) -> TopologyLevel:
+        """Parse a label ("nvlink", "numa-node"; "_" accepted for "-", any case). Raises ValueError."""
+        key = text.strip().upper().replace("-", "_")
+        try:
+            return cls[key]
+        except KeyError:
+            choices = ", ".join(level.label for level in cls)
+            raise ValueError(f"unknown topology level {text!r} (one of {choices})") from None
+
+
+# --- errors ---------------------------------------------------------------------------------------
+
+
+class GpuBackendError(Exception):
+    """Base of every error a GPU backend raises at run time.
+
+    `code` is the NVML return code behind it, when there is one (for logs).
+    """
+
+    def __init__(self, message: str, *, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class NvmlFailed(GpuBackendError):
+    """NVML as a whole does not answer: fence every GPU and retry `init()` with backoff."""
+
+
+class LibraryNotFound(NvmlFailed):
+    """No GPU driver on this node: libnvidia-ml.so.1 cannot be loaded."""
+
+    DEFAULT_MESSAGE = (
+        "no GPU driver on this node: libnvidia-ml.so.1 not found (is the NVIDIA driver installed and "
+        "the driver root mounted into this container? use --gpu-backend fake for a node without GPUs)"
+    )
+
+    def __init__(self, message: str = DEFAULT_MESSAGE, *, code: int | None = None) -> None:
+        super().__init__(message, code=code)
+
+
+class GpuFailed(GpuBackendError):
+    """A call about one GPU (`uuid`) failed; that GPU is not usable now, the others may be."""
+
+    def __init__(self, uuid: str, message: str, *, code: int | None = None) -> None:
+        super().__init__(message, code=code)
+        self.uuid = uuid
+
+
+class DeviceLost(GpuFailed):
+    """The GPU is lost: it fell off the bus or stopped answering (NVML_ERROR_GPU_IS_LOST)."""
+
+
+class GpuNotFound(GpuFailed):
+    """No GPU with this UUID."""
+
+
+# --- the interface --------------------------------------------------------------------------------
+
+
+class GpuBackend(Protocol):
+    """What the node daemon needs from its GPUs.
+
+    Life cycle: `init()`, then any of the queries, then `shutdown()`. After `NvmlFailed` the caller
+    may `shutdown()` and `init()` again (with backoff) until it succeeds. Concurrency: `wait_event`
+    blocks and runs in the caller's own event thread, concurrently with `list_gpus`, `probe` and
+    `topology` from other threads; `init` and `shutdown` must not overlap any other call (stop the
+    event thread first: it wakes at least every `timeout_s`).
+    """
+
+    def init(self) -> None:
+        """Connect to the GPUs and start watching for events.
+
+        Raises `LibraryNotFound` (no driver) or `NvmlFailed`; a failed init leaves nothing to release.
+        """
+        ...
+
+    def shutdown(self) -> None:
+        """Release everything `init` took. Idempotent, safe after a failed `init`; never raises."""
+        ...
+
+    def list_gpus(self) -> list[GpuInfo]:
+        """Every physical GPU, ordered by index. Raises `NvmlFailed`."""
+        ...
+
+    def wait_event(self, timeout_s: float) -> GpuEvent | None:
+        """Block until the next health event, or return None after `timeout_s` seconds without one.
+
+        Events that happened since `init()` are queued, none is lost between calls.
+        Raises `NvmlFailed` when waiting itself fails (treat as "all GPUs in doubt").
+        """
+        ...
+
+    def topology(self, uuid_a: str, uuid_b: str) -> TopologyLevel:
+        """The link between two different GPUs. Raises `GpuFailed` (and subclasses), `NvmlFailed`,
+        `ValueError` when both UUIDs are the same."""
+        ...
+
+    def probe(self, uuid: str) -> None:
+        """A cheap health check: returns when the GPU answers NVML normally, raises otherwise.
+
+        Raises `DeviceLost`, `GpuNotFound`, `GpuFailed` (this GPU is not fine) or `NvmlFailed`.
+        """
+        ...

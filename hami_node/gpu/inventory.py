@@ -1,0 +1,506 @@
+"""The fake GPU inventory: its typed form, a strict parser, a renderer and a generator.
+
+Pure apart from `load_inventory` and `write_inventory`, which read and write one file. The format and
+every injectable fault are documented in docs/fake-gpus.md. Every error names the file, the entry and
+the field: `gpus.yaml: gpus[2].memory: expected a positive integer (MiB), got "80GB"`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from hami_node.gpu.backend import GpuEventKind, GpuInfo, TopologyLevel
+
+DEFAULT_MODEL = "NVIDIA A100-SXM4-80GB"
+DEFAULT_MEMORY_MIB = 81920
+_MAX_SHOWN = 120
+
+
+class NvmlMode(StrEnum):
+    """How the fake NVML as a whole behaves (top-level `nvml:`)."""
+
+    OK = "ok"
+    FAILING = "failing"
+    """Every call raises `NvmlFailed` (the driver is wedged)."""
+    ABSENT = "absent"
+    """Every call raises `LibraryNotFound` (the driver is gone)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FakeGpu:
+    """One GPU of the inventory. `healthy=False` and `lost=True` are faults (see docs/fake-gpus.md)."""
+
+    uuid: str
+    model: str
+    memory_mib: int
+    index: int
+    minor: int
+    numa_node: int | None
+    pci_bus_id: str
+    mig_enabled: bool = False
+    healthy: bool = True
+    lost: bool = False
+
+    def info(self, *, lost: bool = False) -> GpuInfo:
+        """The `GpuInfo` a backend lists for this GPU (`lost` adds an in-process fault)."""
+        return GpuInfo(
+            index=self.index,
+            uuid=self.uuid,
+            model=self.model,
+            memory_mib=self.memory_mib,
+            minor=self.minor,
+            numa_node=self.numa_node,
+            pci_bus_id=self.pci_bus_id,
+            mig_enabled=self.mig_enabled,
+            healthy=self.healthy and not (self.lost or lost),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyGroup:
+    """Every pair of these GPUs (UUIDs) is linked at `level`."""
+
+    gpus: tuple[str, ...]
+    level: TopologyLevel
+
+
+@dataclass(frozen=True, slots=True)
+class FakeEvent:
+    """An event to emit once: `id` is remembered, so re-reading the file does not fire it again.
+
+    `gpu` is a UUID, or None for "all GPUs"; `xid` is set exactly when `kind` is XID.
+    """
+
+    id: str
+    kind: GpuEventKind
+    gpu: str | None = None
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    """A whole inventory file. `gpus` are ordered by index."""
+
+    gpus: tuple[FakeGpu, ...]
+    nvml: NvmlMode = NvmlMode.OK
+    topology: tuple[TopologyGroup, ...] = ()
+    events: tuple[FakeEvent, ...] = ()
+    _by_uuid: dict[str, FakeGpu] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_uuid", {gpu.uuid: gpu for gpu in self.gpus})
+
+    def gpu(self, uuid: str) -> FakeGpu | None:
+        return self._by_uuid.get(uuid)
+
+    def level(self, uuid_a: str, uuid_b: str) -> TopologyLevel:
+        """The link between two GPUs: the last topology group holding both, else NUMA_NODE when both
+        sit on the same known NUMA node, else SYSTEM."""
+        for group in reversed(self.topology):
+            if uuid_a in group.gpus and uuid_b in group.gpus:
+                return group.level
+        a, b = self._by_uuid[uuid_a], self._by_uuid[uuid_b]
+        if a.numa_node is not None and a.numa_node == b.numa_node:
+            return TopologyLevel.NUMA_NODE
+        return TopologyLevel.SYSTEM
+
+
+class InventoryError(ValueError):
+    """A bad inventory: `source` is the file (or "<inventory>"), `where` the entry and field
+    ("gpus[2].memory", "line 3, column 7", "whole file"), `reason` what is wrong, with the value."""
+
+    def __init__(self, source: str, where: str, reason: str) -> None:
+        self.source = source
+        self.where = where
+        self.reason = reason
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.where}: {self.reason}"
+
+    def __reduce__(self) -> tuple[type[InventoryError], tuple[str, str, str]]:
+        return (type(self), (self.source, self.where, self.reason))
+
+
+# --- parsing --------------------------------------------------------------------------------------
+
+
+def _shown(value: object) -> str:
+    """The offending value as the user wrote it: JSON-ish ("80GB" with quotes, 3, null), shortened."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    if len(text) > _MAX_SHOWN:
+        text = text[:_MAX_SHOWN] + f"... ({len(text)} chars)"
+    return text
+
+
+class _Fields:
+    """Reads one mapping strictly: typed getters, and `done()` rejects keys nobody asked for."""
+
+    def __init__(self, errors: _Errors, where: str, value: object) -> None:
+        self._errors = errors
+        self._where = where
+        if not isinstance(value, Mapping):
+            raise errors.at(where or "whole file", f"expected a mapping, got {_shown(value)}")
+        self._map: Mapping[Any, Any] = value
+        self._seen: set[str] = set()
+
+    def at(self, key: str) -> str:
+        return f"{self._where}.{key}" if self._where else key
+
+    def has(self, key: str) -> bool:
+        return key in self._map and self._map[key] is not None
+
+    def raw(self, key: str) -> object:
+        self._seen.add(key)
+        return self._map.get(key)
+
+    def fail(self, key: str, reason: str) -> InventoryError:
+        return self._errors.at(self.at(key), reason)
+
+    def string(self, key: str, *, default: str | None = None) -> str:
+        value = self.raw(key)
+        if value is None:
+            if default is None:
+                raise self.fail(key, "is required")
+            return default
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(key, f"expected a non-empty string, got {_shown(value)}")
+        return value.strip()
+
+    def integer(self, key: str, what: str, *, minimum: int, default: int | None = None) -> int:
+        value = self.raw(key)
+        if value is None:
+            if default is None:
+                raise self.fail(key, "is required")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(key, f"expected {what}, got {_shown(value)}")
+        return value
+
+    def optional_integer(self, key: str, what: str, *, minimum: int) -> int | None:
+        if not self.has(key):
+            self.raw(key)
+            return None
+        return self.integer(key, what, minimum=minimum)
+
+    def boolean(self, key: str, *, default: bool) -> bool:
+        value = self.raw(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.fail(key, f"expected true or false, got {_shown(value)}")
+        return value
+
+    def sequence(self, key: str) -> Sequence[object]:
+        value = self.raw(key)
+        if value is None:
+            return ()
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+            raise self.fail(key, f"expected a list, got {_shown(value)}")
+        return value
+
+    def done(self) -> None:
+        for key in self._map:
+            if key not in self._seen:
+                where = self.at(str(key))
+                raise self._errors.at(where, "unknown field (see docs/fake-gpus.md for the format)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Errors:
+    source: str
+
+    def at(self, where: str, reason: str) -> InventoryError:
+        return InventoryError(self.source, where, reason)
+
+
+def _uuid_ok(text: str) -> bool:
+    return text.startswith(("GPU-", "MIG-")) and len(text) > 4 and "," not in text and text.isprintable()
+
+
+def _parse_gpu(errors: _Errors, position: int, value: object) -> FakeGpu:
+    fields = _Fields(errors, f"gpus[{position}]", value)
+    uuid = fields.string("uuid")
+    if not _uuid_ok(uuid) or any(c.isspace() for c in uuid):
+        raise fields.fail("uuid", f'expected "GPU-" followed by the GPU\'s id, got {_shown(uuid)}')
+    model = fields.string("model")
+    memory = fields.integer("memory", "a positive integer (MiB)", minimum=1)
+    index = fields.integer("index", "an integer >= 0", minimum=0, default=position)
+    minor = fields.integer("minor", "an integer >= 0", minimum=0, default=index)
+    numa = fields.optional_integer("numa", "an integer >= 0 or null (unknown)", minimum=0)
+    pci = fields.string("pci_bus_id", default=default_pci_bus_id(index))
+    mig = fields.boolean("mig", default=False)
+    healthy = fields.boolean("health", default=True)
+    lost = fields.boolean("lost", default=False)
+    fields.done()
+    return FakeGpu(uuid, model, memory, index, minor, numa, pci, mig, healthy, lost)
+
+
+def _gpu_ref(fields: _Fields, value: object, by_uuid: Mapping[str, FakeGpu], where: str) -> str:
+    """A GPU named by UUID or by index -> its UUID."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        for gpu in by_uuid.values():
+            if gpu.index == value:
+                return gpu.uuid
+        raise fields.fail(where, f"no GPU with index {value}")
+    if isinstance(value, str) and value in by_uuid:
+        return value
+    if isinstance(value, str):
+        raise fields.fail(where, f"no GPU with uuid {_shown(value)} in gpus")
+    raise fields.fail(where, f"expected a GPU uuid or index, got {_shown(value)}")
+
+
+def _parse_topology(
+    errors: _Errors, position: int, value: object, by_uuid: Mapping[str, FakeGpu]
+) -> TopologyGroup:
+    fields = _Fields(errors, f"topology[{position}]", value)
+    refs = fields.sequence("gpus")
+    if len(refs) < 2:
+        raise fields.fail("gpus", f"expected a list of at least 2 GPUs (uuid or index), got {_shown(refs)}")
+    uuids: list[str] = []
+    for i, ref in enumerate(refs):
+        uuid = _gpu_ref(fields, ref, by_uuid, f"gpus[{i}]")
+        if uuid in uuids:
+            raise fields.fail(f"gpus[{i}]", f"GPU {_shown(ref)} is listed twice")
+        uuids.append(uuid)
+    level_text = fields.raw("level")
+    if not isinstance(level_text, str):
+        choices = ", ".join(level.label for level in TopologyLevel)
+        raise fields.fail("level", f"expected one of {choices}, got {_shown(level_text)}")
+    try:
+        level = TopologyLevel.from_label(level_text)
+    except ValueError as exc:
+        raise fields.fail("level", str(exc)) from None
+    fields.done()
+    return TopologyGroup(tuple(uuids), level)
+
+
+def _parse_event(errors: _Errors, position: int, value: object, by_uuid: Mapping[str, FakeGpu]) -> FakeEvent:
+    fields = _Fields(errors, f"events[{position}]", value)
+    raw_id = fields.raw("id")
+    if isinstance(raw_id, int) and not isinstance(raw_id, bool):
+        raw_id = str(raw_id)
+    if not isinstance(raw_id, str) or not raw_id.strip():
+        raise fields.fail("id", f"expected a non-empty string (fires once per id), got {_shown(raw_id)}")
+    kind_text = fields.raw("kind")
+    if kind_text is None:
+        raise fields.fail("kind", "is required")
+    try:
+        kind = GpuEventKind(str(kind_text))
+    except ValueError:
+        choices = ", ".join(k.value for k in GpuEventKind)
+        raise fields.fail("kind", f"expected one of {choices}, got {_shown(kind_text)}") from None
+    gpu = None
+    if fields.has("gpu"):
+        gpu = _gpu_ref(fields, fields.raw("gpu"), by_uuid, "gpu")
+    else:
+        fields.raw("gpu")
+    xid: int | None = None
+    if kind is GpuEventKind.XID:
+        xid = fields.integer("xid", "a positive integer (the Xid code)", minimum=1)
+    elif fields.has("xid"):
+        raise fields.fail("xid", f"only allowed with kind xid, got {_shown(fields.raw('xid'))}")
+    fields.done()
+    return FakeEvent(raw_id.strip(), kind, gpu, xid)
+
+
+def _unique(errors: _Errors, gpus: Sequence[FakeGpu], key: str) -> None:
+    """No two GPUs share `key` (an attribute named like its field in the file)."""
+    seen: dict[object, int] = {}
+    for position, gpu in enumerate(gpus):
+        value = getattr(gpu, key)
+        if value in seen:
+            raise errors.at(
+                f"gpus[{position}].{key}", f"{_shown(value)} is already used by gpus[{seen[value]}]"
+            )
+        seen[value] = position
+
+
+def parse_inventory(data: object, source: str = "<inventory>") -> Inventory:
+    """Validate a decoded inventory document (the result of yaml/json loading). Raises InventoryError."""
+    errors = _Errors(source)
+    if isinstance(data, Sequence) and not isinstance(data, str | bytes):
+        data = {"gpus": data}  # a bare list of GPUs is accepted too
+    top = _Fields(errors, "", data)
+    raw_gpus = top.sequence("gpus")
+    gpus = [_parse_gpu(errors, i, value) for i, value in enumerate(raw_gpus)]
+    for key in ("uuid", "index", "minor", "pci_bus_id"):
+        _unique(errors, gpus, key)
+    gpus.sort(key=lambda gpu: gpu.index)
+    by_uuid = {gpu.uuid: gpu for gpu in gpus}
+
+    nvml_text = top.raw("nvml")
+    if nvml_text is None:
+        nvml = NvmlMode.OK
+    else:
+        try:
+            nvml = NvmlMode(str(nvml_text))
+        except ValueError:
+            choices = ", ".join(mode.value for mode in NvmlMode)
+            raise top.fail("nvml", f"expected one of {choices}, got {_shown(nvml_text)}") from None
+    topology = tuple(_parse_topology(errors, i, v, by_uuid) for i, v in enumerate(top.sequence("topology")))
+    events = tuple(_parse_event(errors, i, v, by_uuid) for i, v in enumerate(top.sequence("events")))
+    seen_ids: dict[str, int] = {}
+    for position, event in enumerate(events):
+        if event.id in seen_ids:
+            raise errors.at(
+                f"events[{position}].id",
+                f"{_shown(event.id)} is already used by events[{seen_ids[event.id]}]",
+            )
+        seen_ids[event.id] = position
+    top.done()
+    return Inventory(tuple(gpus), nvml, topology, events)
+
+
+def _is_json(source: str) -> bool:
+    return source.lower().endswith(".json")
+
+
+def parse_inventory_text(text: str, source: str = "<inventory>") -> Inventory:
+    """Parse an inventory file's text: JSON when `source` ends in .json, else YAML (which also reads
+    JSON). Raises InventoryError naming the line for syntax errors."""
+    errors = _Errors(source)
+    if _is_json(source):
+        try:
+            data: object = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise errors.at(f"line {exc.lineno}, column {exc.colno}", f"not valid JSON: {exc.msg}") from None
+    else:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark
+            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "whole file"
+            raise errors.at(where, f"not valid YAML: {exc.problem or exc}") from None
+        except yaml.YAMLError as exc:
+            raise errors.at("whole file", f"not valid YAML: {exc}") from None
+    if data is None:
+        raise errors.at("whole file", "is empty (expected a mapping with a gpus list)")
+    return parse_inventory(data, source)
+
+
+def load_inventory(path: Path) -> Inventory:
+    """Read and parse an inventory file. Raises InventoryError (unreadable file included)."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise InventoryError(str(path), "whole file", f"cannot be read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InventoryError(str(path), "whole file", f"is not UTF-8 text: {exc.reason}") from None
+    return parse_inventory_text(text, str(path))
+
+
+# --- rendering and generating ---------------------------------------------------------------------
+
+
+def inventory_to_data(inventory: Inventory) -> dict[str, Any]:
+    """The document form of an inventory: every field explicit, GPUs referred to by UUID."""
+    data: dict[str, Any] = {"nvml": inventory.nvml.value, "gpus": []}
+    for gpu in inventory.gpus:
+        data["gpus"].append(
+            {
+                "uuid": gpu.uuid,
+                "model": gpu.model,
+                "memory": gpu.memory_mib,
+                "index": gpu.index,
+                "minor": gpu.minor,
+                "numa": gpu.numa_node,
+                "pci_bus_id": gpu.pci_bus_id,
+                "mig": gpu.mig_enabled,
+                "health": gpu.healthy,
+                "lost": gpu.lost,
+            }
+        )
+    if inventory.topology:
+        data["topology"] = [{"gpus": list(g.gpus), "level": g.level.label} for g in inventory.topology]
+    if inventory.events:
+        events = []
+        for event in inventory.events:
+            entry: dict[str, Any] = {"id": event.id, "kind": event.kind.value}
+            if event.gpu is not None:
+                entry["gpu"] = event.gpu
+            if event.xid is not None:
+                entry["xid"] = event.xid
+            events.append(entry)
+        data["events"] = events
+    return data
+
+
+def render_inventory(inventory: Inventory, fmt: Literal["yaml", "json"] = "yaml") -> str:
+    data = inventory_to_data(inventory)
+    if fmt == "json":
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000)
+
+
+def write_inventory(path: Path, inventory: Inventory) -> None:
+    """Write atomically (temp file + rename in the same directory); format by suffix (.json or YAML)."""
+    text = render_inventory(inventory, "json" if _is_json(path.name) else "yaml")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def default_pci_bus_id(index: int) -> str:
+    """A plausible, unique NVML-style bus id for the GPU at `index` (DGX-like spacing)."""
+    return f"{index // 32:08X}:{0x07 + 8 * (index % 32):02X}:00.0"
+
+
+def fake_gpu_uuid(seed: str, index: int) -> str:
+    """A deterministic, uuid-shaped GPU UUID for GPU `index` of the node named by `seed`."""
+    digest = hashlib.sha256(f"hami-py fake gpu\0{seed}\0{index}".encode()).hexdigest()
+    return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
+def generate_inventory(
+    count: int,
+    seed: str,
+    *,
+    model: str = DEFAULT_MODEL,
+    memory_mib: int = DEFAULT_MEMORY_MIB,
+    numa_nodes: int = 2,
+    nvlink: bool = True,
+) -> Inventory:
+    """`count` identical GPUs (8 x A100-SXM4-80GB by default elsewhere) with UUIDs derived from `seed`
+    (e.g. the node name), spread evenly over `numa_nodes` (0: unknown), all NVLinked when `nvlink`."""
+    if count < 0:
+        raise ValueError(f"count: expected an integer >= 0, got {count}")
+    if memory_mib < 1:
+        raise ValueError(f"memory_mib: expected a positive integer (MiB), got {memory_mib}")
+    if numa_nodes < 0:
+        raise ValueError(f"numa_nodes: expected an integer >= 0, got {numa_nodes}")
+    per_node = -(-count // numa_nodes) if numa_nodes else 0
+    gpus = tuple(
+        FakeGpu(
+            uuid=fake_gpu_uuid(seed, i),
+            model=model,
+            memory_mib=memory_mib,
+            index=i,
+            minor=i,
+            numa_node=i // per_node if numa_nodes else None,
+            pci_bus_id=default_pci_bus_id(i),
+        )
+        for i in range(count)
+    )
+    topology = (
+        (TopologyGroup(tuple(g.uuid for g in gpus), TopologyLevel.NVLINK),) if nvlink and count > 1 else ()
+    )
+    return Inventory(gpus, NvmlMode.OK, topology)

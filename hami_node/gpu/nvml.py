@@ -1,0 +1,415 @@
+"""The real GPU backend: NVML through the `pynvml` module of NVIDIA's `nvidia-ml-py` distribution.
+
+The only module of the project that imports pynvml. NVML errors become `hami_node.gpu.backend` errors:
+the library missing -> `LibraryNotFound`; NVML as a whole failing (uninitialised, driver not loaded,
+driver/library mismatch, a function missing from an old driver, the event wait failing) ->
+`NvmlFailed`; a call about one GPU failing -> `DeviceLost` (NVML_ERROR_GPU_IS_LOST), `GpuNotFound` or
+`GpuFailed`.
+
+Events, as NVIDIA's device plugin: one event set for XidCriticalError | DoubleBitEcc | SingleBitEcc,
+intersected with what each GPU supports. A GPU that supports none of them (NOT_SUPPORTED) is logged as
+too old and not watched; a GPU whose registration fails otherwise gets a MONITORING_FAILED (or
+DEVICE_LOST) event, returned by the first `wait_event`.
+
+NUMA node: /sys/bus/pci/devices/<bus id>/numa_node (what HAMi and NVIDIA's plugin read: the host node
+the PCI device hangs off), negative -> None; when sysfs has no entry, NVML's nvmlDeviceGetNumaNodeId.
+
+Thread-safety: NVML is thread-safe and pynvml guards its symbol cache with a lock, so `wait_event`
+(which blocks in C with the GIL released) may run in its own thread while other threads call
+`list_gpus`, `probe` and `topology`. `init` and `shutdown` must not overlap other calls: shutdown frees
+the event set a concurrent `wait_event` would be blocked in. Stop the event thread first; it returns
+within its `timeout_s`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+from hami_node.gpu.backend import (
+    DeviceLost,
+    GpuBackendError,
+    GpuEvent,
+    GpuEventKind,
+    GpuFailed,
+    GpuInfo,
+    GpuNotFound,
+    LibraryNotFound,
+    NvmlFailed,
+    TopologyLevel,
+)
+
+log = logging.getLogger(__name__)
+
+_MIB = 1024 * 1024
+_NO_INSTANCE = 0xFFFFFFFF
+_MAX_WAIT_MS = 0xFFFFFFFF
+
+HEALTH_EVENT_MASK = (
+    pynvml.nvmlEventTypeXidCriticalError
+    | pynvml.nvmlEventTypeDoubleBitEccError
+    | pynvml.nvmlEventTypeSingleBitEccError
+)
+"""The events registered on every GPU (as NVIDIA's device plugin), intersected with its supported types."""
+
+# Codes that say NVML as a whole is unusable, whatever GPU the call was about.
+_GLOBAL_CODES = frozenset(
+    {
+        pynvml.NVML_ERROR_UNINITIALIZED,
+        pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
+        pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
+        pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+        pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+    }
+)
+# Codes that say "this GPU or driver does not have that feature".
+_UNSUPPORTED_CODES = frozenset(
+    {
+        pynvml.NVML_ERROR_NOT_SUPPORTED,
+        pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+        pynvml.NVML_ERROR_INVALID_ARGUMENT,
+    }
+)
+
+_TOPOLOGY_LEVELS = {
+    pynvml.NVML_TOPOLOGY_INTERNAL: TopologyLevel.SAME_BOARD,
+    pynvml.NVML_TOPOLOGY_SINGLE: TopologyLevel.SINGLE_SWITCH,
+    pynvml.NVML_TOPOLOGY_MULTIPLE: TopologyLevel.MULTI_SWITCH,
+    pynvml.NVML_TOPOLOGY_HOSTBRIDGE: TopologyLevel.HOST_BRIDGE,
+    pynvml.NVML_TOPOLOGY_NODE: TopologyLevel.NUMA_NODE,
+    pynvml.NVML_TOPOLOGY_SYSTEM: TopologyLevel.SYSTEM,
+}
+
+
+def _code(err: pynvml.NVMLError) -> int:
+    return int(getattr(err, "value", pynvml.NVML_ERROR_UNKNOWN))
+
+
+def _mapped(
+    err: pynvml.NVMLError, what: str, uuid: str | None = None, *, lookup: bool = False
+) -> GpuBackendError:
+    """Our error for an NVML error raised by `what`; `uuid` names the GPU the call was about,
+    `lookup` says the call looked the GPU up by UUID (so NOT_FOUND means "no such GPU")."""
+    code = _code(err)
+    if isinstance(err, pynvml.NVMLError_LibraryNotFound) or code == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND:
+        return LibraryNotFound(code=code)
+    message = f"NVML {what} failed: {err} (NVML error {code})"
+    if uuid is None or code in _GLOBAL_CODES:
+        return NvmlFailed(message, code=code)
+    if code == pynvml.NVML_ERROR_GPU_IS_LOST:
+        return DeviceLost(uuid, message, code=code)
+    if lookup and code in (pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+        return GpuNotFound(uuid, f"no GPU {uuid}: {message}", code=code)
+    return GpuFailed(uuid, message, code=code)
+
+
+def _text(value: object) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def sysfs_pci_address(bus_id: str) -> str | None:
+    """NVML's bus id ("00000000:3B:00.0") as sysfs names the device ("0000:3b:00.0"); None if odd."""
+    domain, sep, rest = bus_id.strip().partition(":")
+    if not sep:
+        return None
+    try:
+        return f"{int(domain, 16):04x}:{rest.lower()}"
+    except ValueError:
+        return None
+
+
+class NvmlBackend:
+    """The `GpuBackend` on a node with NVIDIA GPUs. `sysfs_root` is for tests (default /sys)."""
+
+    def __init__(self, *, sysfs_root: Path = Path("/sys")) -> None:
+        self._sysfs_root = sysfs_root
+        self._lock = threading.Lock()
+        self._initialised = False
+        self._event_set: Any = None
+        self._watched = 0
+        self._pending: deque[GpuEvent] = deque()
+        self._stopped = threading.Event()
+        self._last_seen: dict[int, GpuInfo] = {}
+
+    # --- life cycle ---------------------------------------------------------------------------------
+
+    def init(self) -> None:
+        with self._lock:
+            if self._initialised:
+                return
+            try:
+                pynvml.nvmlInit()
+            except pynvml.NVMLError as err:
+                raise _mapped(err, "nvmlInit") from None
+            try:
+                self._event_set, self._watched, pending = self._register_events()
+            except GpuBackendError:
+                self._shutdown_nvml()
+                raise
+            self._pending = deque(pending)
+            self._stopped = threading.Event()
+            self._initialised = True
+        log.info("NVML initialised: %s", self._driver_text())
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if not self._initialised:
+                return
+            self._initialised = False
+            self._stopped.set()
+            event_set, self._event_set = self._event_set, None
+            if event_set is not None:
+                try:
+                    pynvml.nvmlEventSetFree(event_set)
+                except pynvml.NVMLError as err:
+                    log.warning("NVML nvmlEventSetFree failed: %s", err)
+            self._shutdown_nvml()
+
+    @staticmethod
+    def _shutdown_nvml() -> None:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError as err:
+            log.warning("NVML nvmlShutdown failed: %s", err)
+
+    @staticmethod
+    def _driver_text() -> str:
+        try:
+            return f"driver {_text(pynvml.nvmlSystemGetDriverVersion())}"
+        except pynvml.NVMLError as err:
+            return f"driver version unknown ({err})"
+
+    def _register_events(self) -> tuple[Any, int, list[GpuEvent]]:
+        """Create the event set and register every GPU on it. Returns (set, GPUs watched, events
+        for GPUs that cannot be watched). Raises NvmlFailed when NVML as a whole fails."""
+        try:
+            event_set = pynvml.nvmlEventSetCreate()
+            count = int(pynvml.nvmlDeviceGetCount())
+        except pynvml.NVMLError as err:
+            raise _mapped(err, "event set creation") from None
+        watched = 0
+        pending: list[GpuEvent] = []
+        try:
+            for index in range(count):
+                try:
+                    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                    uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+                except pynvml.NVMLError as err:
+                    if _code(err) in _GLOBAL_CODES:
+                        raise _mapped(err, f"GPU {index} lookup") from None
+                    log.error("GPU %d: cannot be looked up to watch its events: %s", index, err)
+                    continue
+                if self._register_one(event_set, handle, uuid, pending):
+                    watched += 1
+        except GpuBackendError:
+            try:
+                pynvml.nvmlEventSetFree(event_set)
+            except pynvml.NVMLError as err:
+                log.warning("NVML nvmlEventSetFree failed: %s", err)
+            raise
+        return event_set, watched, pending
+
+    @staticmethod
+    def _register_one(event_set: Any, handle: Any, uuid: str, pending: list[GpuEvent]) -> bool:
+        try:
+            supported = int(pynvml.nvmlDeviceGetSupportedEventTypes(handle))
+            mask = HEALTH_EVENT_MASK & supported
+            if mask:
+                pynvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
+        except pynvml.NVMLError as err:
+            code = _code(err)
+            if code == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                log.warning("%s is too old to support health checking (events not supported)", uuid)
+                return False
+            if code in _GLOBAL_CODES:
+                raise _mapped(err, f"event registration of {uuid}") from None
+            log.error("%s: cannot watch its events (%s); it will be reported unhealthy", uuid, err)
+            kind = (
+                GpuEventKind.DEVICE_LOST
+                if code == pynvml.NVML_ERROR_GPU_IS_LOST
+                else GpuEventKind.MONITORING_FAILED
+            )
+            pending.append(GpuEvent(uuid, kind))
+            return False
+        if not mask:
+            log.warning("%s is too old to support health checking (no Xid or ECC events)", uuid)
+            return False
+        return True
+
+    # --- queries ------------------------------------------------------------------------------------
+
+    def _require_init(self) -> None:
+        if not self._initialised:
+            raise NvmlFailed(
+                "NVML is not initialised (call init() first)", code=pynvml.NVML_ERROR_UNINITIALIZED
+            )
+
+    def list_gpus(self) -> list[GpuInfo]:
+        self._require_init()
+        try:
+            count = int(pynvml.nvmlDeviceGetCount())
+        except pynvml.NVMLError as err:
+            raise _mapped(err, "nvmlDeviceGetCount") from None
+        gpus: list[GpuInfo] = []
+        for index in range(count):
+            try:
+                info = self._read_gpu(index)
+            except pynvml.NVMLError as err:
+                if _code(err) in _GLOBAL_CODES:
+                    raise _mapped(err, f"reading GPU {index}") from None
+                last = self._last_seen.get(index)
+                if last is None:
+                    log.error("GPU %d cannot be read and was never seen; left out: %s", index, err)
+                    continue
+                log.warning("%s (GPU %d) cannot be read (%s); listed as unhealthy", last.uuid, index, err)
+                gpus.append(replace(last, healthy=False))
+                continue
+            with self._lock:
+                self._last_seen[index] = info
+            gpus.append(info)
+        return gpus
+
+    def _read_gpu(self, index: int) -> GpuInfo:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        pci_bus_id = _text(pynvml.nvmlDeviceGetPciInfo(handle).busId)
+        return GpuInfo(
+            index=index,
+            uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+            model=_text(pynvml.nvmlDeviceGetName(handle)),
+            memory_mib=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // _MIB,
+            minor=int(pynvml.nvmlDeviceGetMinorNumber(handle)),
+            numa_node=self._numa_node(handle, pci_bus_id),
+            pci_bus_id=pci_bus_id,
+            mig_enabled=self._mig_enabled(handle),
+        )
+
+    def _numa_node(self, handle: Any, pci_bus_id: str) -> int | None:
+        address = sysfs_pci_address(pci_bus_id)
+        if address is not None:
+            path = self._sysfs_root / "bus" / "pci" / "devices" / address / "numa_node"
+            try:
+                node = int(path.read_text().strip())
+            except FileNotFoundError:
+                pass
+            except (OSError, ValueError) as exc:
+                log.warning("%s: unreadable (%s); NUMA node from NVML", path, exc)
+            else:
+                return node if node >= 0 else None
+        try:
+            node = int(pynvml.nvmlDeviceGetNumaNodeId(handle))
+        except pynvml.NVMLError as err:
+            if _code(err) in _UNSUPPORTED_CODES:
+                return None
+            raise
+        return node if node >= 0 else None
+
+    @staticmethod
+    def _mig_enabled(handle: Any) -> bool:
+        try:
+            current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+        except pynvml.NVMLError as err:
+            if _code(err) in _UNSUPPORTED_CODES:
+                return False
+            raise
+        return bool(current == pynvml.NVML_DEVICE_MIG_ENABLE)
+
+    def _handle(self, uuid: str) -> Any:
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        except pynvml.NVMLError as err:
+            raise _mapped(err, "nvmlDeviceGetHandleByUUID", uuid, lookup=True) from None
+
+    def probe(self, uuid: str) -> None:
+        self._require_init()
+        handle = self._handle(uuid)
+        try:
+            pynvml.nvmlDeviceGetMemoryInfo(handle)
+        except pynvml.NVMLError as err:
+            raise _mapped(err, "nvmlDeviceGetMemoryInfo", uuid) from None
+
+    def topology(self, uuid_a: str, uuid_b: str) -> TopologyLevel:
+        if uuid_a == uuid_b:
+            raise ValueError(f"topology of {uuid_a} with itself")
+        self._require_init()
+        handle_a, handle_b = self._handle(uuid_a), self._handle(uuid_b)
+        try:
+            status = pynvml.nvmlDeviceGetP2PStatus(handle_a, handle_b, pynvml.NVML_P2P_CAPS_INDEX_NVLINK)
+        except pynvml.NVMLError as err:
+            if _code(err) not in _UNSUPPORTED_CODES:
+                raise _mapped(err, f"nvmlDeviceGetP2PStatus({uuid_a}, {uuid_b})", uuid_a) from None
+        else:
+            if status == pynvml.NVML_P2P_STATUS_OK:
+                return TopologyLevel.NVLINK
+        try:
+            level = int(pynvml.nvmlDeviceGetTopologyCommonAncestor(handle_a, handle_b))
+        except pynvml.NVMLError as err:
+            raise _mapped(err, f"nvmlDeviceGetTopologyCommonAncestor({uuid_a}, {uuid_b})", uuid_a) from None
+        if level not in _TOPOLOGY_LEVELS:
+            log.warning(
+                "unknown NVML topology level %d between %s and %s; taken as SYSTEM", level, uuid_a, uuid_b
+            )
+        return _TOPOLOGY_LEVELS.get(level, TopologyLevel.SYSTEM)
+
+    # --- events -------------------------------------------------------------------------------------
+
+    def wait_event(self, timeout_s: float) -> GpuEvent | None:
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        while True:
+            with self._lock:
+                self._require_init()
+                if self._pending:
+                    return self._pending.popleft()
+                event_set, watched, stopped = self._event_set, self._watched, self._stopped
+            remaining = deadline - time.monotonic()
+            if watched == 0:
+                # Nothing registered: NVML would only time out. Sleep, but wake on shutdown.
+                if remaining > 0:
+                    stopped.wait(remaining)
+                self._require_init()
+                return None
+            timeout_ms = min(_MAX_WAIT_MS, max(0, round(remaining * 1000)))
+            try:
+                data = pynvml.nvmlEventSetWait_v2(event_set, timeout_ms)
+            except pynvml.NVMLError_Timeout:
+                return None
+            except pynvml.NVMLError as err:
+                raise _mapped(err, "nvmlEventSetWait_v2") from None
+            event = self._decode(data)
+            if event is not None:
+                return event
+            if time.monotonic() >= deadline:
+                return None
+
+    @staticmethod
+    def _decode(data: Any) -> GpuEvent | None:
+        event_type = int(data.eventType)
+        if event_type == pynvml.nvmlEventTypeXidCriticalError:
+            kind = GpuEventKind.XID
+        elif event_type == pynvml.nvmlEventTypeDoubleBitEccError:
+            kind = GpuEventKind.ECC_DOUBLE_BIT
+        elif event_type == pynvml.nvmlEventTypeSingleBitEccError:
+            kind = GpuEventKind.ECC_SINGLE_BIT
+        else:
+            log.debug("ignoring NVML event type 0x%x", event_type)
+            return None
+        uuid: str | None
+        try:
+            uuid = _text(pynvml.nvmlDeviceGetUUID(data.device))
+        except pynvml.NVMLError as err:
+            log.warning("NVML event %s: its GPU cannot be identified (%s); applies to all GPUs", kind, err)
+            uuid = None
+        gi, ci = int(data.gpuInstanceId), int(data.computeInstanceId)
+        return GpuEvent(
+            uuid,
+            kind,
+            xid=int(data.eventData) if kind is GpuEventKind.XID else None,
+            gpu_instance_id=None if gi == _NO_INSTANCE else gi,
+            compute_instance_id=None if ci == _NO_INSTANCE else ci,
+        )

@@ -1,0 +1,43 @@
+"""Choose and build the GPU backend. Pure of the environment: `main` reads `--gpu-backend` /
+`HAMI_GPU_BACKEND` and `--fake-inventory` / `HAMI_FAKE_INVENTORY` and passes them here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from hami_node.gpu.backend import GpuBackend
+
+BACKEND_KINDS = ("nvml", "fake")
+BackendKind = Literal["nvml", "fake"]
+
+
+class BackendConfigError(ValueError):
+    """A backend choice that cannot work (unknown kind, fake without inventory, nvml with one)."""
+
+
+def open_backend(kind: str, fake_inventory: Path | None = None) -> GpuBackend:
+    """The backend named `kind`, not yet initialised (call `init()`).
+
+    Raises `BackendConfigError` for a bad combination and, for "fake", `InventoryError` when the
+    inventory file is missing or bad (the message names the file, the entry and the field).
+    """
+    if kind == "nvml":
+        if fake_inventory is not None:
+            raise BackendConfigError(
+                f"gpu backend: a fake inventory ({fake_inventory}) is only used with the fake backend, "
+                "not with nvml; drop it or choose the fake backend"
+            )
+        from hami_node.gpu.nvml import NvmlBackend
+
+        return NvmlBackend()
+    if kind == "fake":
+        if fake_inventory is None:
+            raise BackendConfigError(
+                "gpu backend: the fake backend needs an inventory file (--fake-inventory FILE or "
+                "HAMI_FAKE_INVENTORY; see docs/fake-gpus.md)"
+            )
+        from hami_node.gpu.fake import FakeBackend
+
+        return FakeBackend(fake_inventory)
+    raise BackendConfigError(f"gpu backend: expected one of {', '.join(BACKEND_KINDS)}, got {kind!r}")

@@ -1,0 +1,431 @@
+"""The fake GPU inventory: parsing, every bad-field error, rendering, generating, round trips."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hami_node.gpu import GpuEventKind, GpuInfo, TopologyLevel
+from hami_node.gpu.inventory import (
+    DEFAULT_MEMORY_MIB,
+    DEFAULT_MODEL,
+    FakeEvent,
+    FakeGpu,
+    Inventory,
+    InventoryError,
+    NvmlMode,
+    TopologyGroup,
+    default_pci_bus_id,
+    fake_gpu_uuid,
+    generate_inventory,
+    load_inventory,
+    parse_inventory,
+    parse_inventory_text,
+    render_inventory,
+    write_inventory,
+)
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "fake-gpus.md"
+
+MINIMAL = """
+gpus:
+  - uuid: GPU-0
+    model: NVIDIA A100-SXM4-80GB
+    memory: 81920
+  - uuid: GPU-1
+    model: NVIDIA A100-SXM4-80GB
+    memory: 81920
+    numa: 1
+"""
+
+
+def gpu(n: int, **extra: object) -> dict[str, object]:
+    return {"uuid": f"GPU-{n}", "model": "M", "memory": 1024, **extra}
+
+
+def doc(*gpus: dict[str, object], **top: object) -> dict[str, object]:
+    return {"gpus": list(gpus), **top}
+
+
+# --- good input ------------------------------------------------------------------------------------
+
+
+def test_minimal_file_gets_defaults() -> None:
+    inventory = parse_inventory_text(MINIMAL, "gpus.yaml")
+    assert inventory.nvml is NvmlMode.OK
+    assert inventory.gpus == (
+        FakeGpu("GPU-0", "NVIDIA A100-SXM4-80GB", 81920, 0, 0, None, "00000000:07:00.0"),
+        FakeGpu("GPU-1", "NVIDIA A100-SXM4-80GB", 81920, 1, 1, 1, "00000000:0F:00.0"),
+    )
+    assert inventory.gpus[1].info() == GpuInfo(
+        1, "GPU-1", "NVIDIA A100-SXM4-80GB", 81920, 1, 1, "00000000:0F:00.0"
+    )
+
+
+def test_json_file_and_bare_list() -> None:
+    as_json = json.dumps(yaml.safe_load(MINIMAL))
+    assert parse_inventory_text(as_json, "gpus.json") == parse_inventory_text(MINIMAL, "gpus.yaml")
+    bare = json.dumps(yaml.safe_load(MINIMAL)["gpus"])
+    assert parse_inventory_text(bare, "gpus.json") == parse_inventory_text(MINIMAL)
+
+
+def test_explicit_index_orders_gpus_and_sets_minor_default() -> None:
+    inventory = parse_inventory(doc(gpu(0, index=1), gpu(1, index=0, minor=7)))
+    assert [(g.uuid, g.index, g.minor) for g in inventory.gpus] == [("GPU-1", 0, 7), ("GPU-0", 1, 1)]
+
+
+def test_faults_topology_and_events_parse() -> None:
+    inventory = parse_inventory(
+        doc(
+            gpu(0, numa=0),
+            gpu(1, numa=0, lost=True),
+            gpu(2, numa=1, health=False, mig=True),
+            nvml="failing",
+            topology=[{"gpus": [0, "GPU-1"], "level": "nvlink"}, {"gpus": [1, 2], "level": "Single_Switch"}],
+            events=[
+                {"id": "a", "gpu": 2, "kind": "xid", "xid": 79},
+                {"id": 7, "kind": "ecc-double-bit"},
+                {"id": "c", "gpu": "GPU-0", "kind": "device-lost"},
+            ],
+        )
+    )
+    assert inventory.nvml is NvmlMode.FAILING
+    assert inventory.gpus[1].lost and not inventory.gpus[1].info().healthy
+    assert not inventory.gpus[2].healthy and inventory.gpus[2].mig_enabled
+    assert inventory.topology == (
+        TopologyGroup(("GPU-0", "GPU-1"), TopologyLevel.NVLINK),
+        TopologyGroup(("GPU-1", "GPU-2"), TopologyLevel.SINGLE_SWITCH),
+    )
+    assert inventory.events == (
+        FakeEvent("a", GpuEventKind.XID, "GPU-2", 79),
+        FakeEvent("7", GpuEventKind.ECC_DOUBLE_BIT),
+        FakeEvent("c", GpuEventKind.DEVICE_LOST, "GPU-0"),
+    )
+
+
+def test_topology_levels_last_group_wins_then_numa_then_system() -> None:
+    inventory = parse_inventory(
+        doc(
+            gpu(0, numa=0),
+            gpu(1, numa=0),
+            gpu(2, numa=1),
+            gpu(3),
+            topology=[{"gpus": [0, 1, 2], "level": "nvlink"}, {"gpus": [1, 2], "level": "host-bridge"}],
+        )
+    )
+    assert inventory.level("GPU-0", "GPU-1") is TopologyLevel.NVLINK
+    assert inventory.level("GPU-2", "GPU-1") is TopologyLevel.HOST_BRIDGE
+    assert inventory.level("GPU-0", "GPU-3") is TopologyLevel.SYSTEM
+    plain = parse_inventory(doc(gpu(0, numa=0), gpu(1, numa=0), gpu(2, numa=1), gpu(3), gpu(4)))
+    assert plain.level("GPU-0", "GPU-1") is TopologyLevel.NUMA_NODE
+    assert plain.level("GPU-0", "GPU-2") is TopologyLevel.SYSTEM
+    assert plain.level("GPU-3", "GPU-4") is TopologyLevel.SYSTEM  # unknown NUMA is not "the same"
+
+
+def test_topology_level_labels() -> None:
+    assert [level.label for level in TopologyLevel] == [
+        "nvlink",
+        "same-board",
+        "single-switch",
+        "multi-switch",
+        "host-bridge",
+        "numa-node",
+        "system",
+    ]
+    assert all(TopologyLevel.from_label(level.label) is level for level in TopologyLevel)
+    assert min(TopologyLevel) is TopologyLevel.NVLINK
+    with pytest.raises(ValueError, match="unknown topology level 'pcie'"):
+        TopologyLevel.from_label("pcie")
+
+
+def test_every_yaml_example_in_the_docs_parses() -> None:
+    blocks = re.findall(r"```yaml\n(.*?)```", DOCS.read_text(), flags=re.S)
+    assert len(blocks) >= 3
+    for block in blocks:
+        data = yaml.safe_load(block)
+        if "gpus" not in data:  # an events example: about the GPUs of the first example
+            data = {**yaml.safe_load(blocks[0]), **data}
+        parse_inventory(data, "docs/fake-gpus.md")
+
+
+# --- bad input: every field ------------------------------------------------------------------------
+
+BAD_GPU_FIELDS = [
+    (gpu(2, memory="80GB"), 'gpus[2].memory: expected a positive integer (MiB), got "80GB"'),
+    (gpu(2, memory=0), "gpus[2].memory: expected a positive integer (MiB), got 0"),
+    (gpu(2, memory=True), "gpus[2].memory: expected a positive integer (MiB), got true"),
+    (gpu(2, memory=1.5), "gpus[2].memory: expected a positive integer (MiB), got 1.5"),
+    ({"uuid": "GPU-2", "model": "M"}, "gpus[2].memory: is required"),
+    ({"model": "M", "memory": 1}, "gpus[2].uuid: is required"),
+    (gpu(2, uuid="abc"), 'gpus[2].uuid: expected "GPU-" followed by the GPU\'s id, got "abc"'),
+    (gpu(2, uuid="GPU-a b"), 'gpus[2].uuid: expected "GPU-" followed by the GPU\'s id, got "GPU-a b"'),
+    (gpu(2, uuid=5), "gpus[2].uuid: expected a non-empty string, got 5"),
+    ({"uuid": "GPU-2", "memory": 1}, "gpus[2].model: is required"),
+    (gpu(2, model="  "), 'gpus[2].model: expected a non-empty string, got "  "'),
+    (gpu(2, index=-1), "gpus[2].index: expected an integer >= 0, got -1"),
+    (gpu(2, index="2"), 'gpus[2].index: expected an integer >= 0, got "2"'),
+    (gpu(2, minor=-3), "gpus[2].minor: expected an integer >= 0, got -3"),
+    (gpu(2, numa=-1), "gpus[2].numa: expected an integer >= 0 or null (unknown), got -1"),
+    (gpu(2, numa="0"), 'gpus[2].numa: expected an integer >= 0 or null (unknown), got "0"'),
+    (gpu(2, pci_bus_id=7), "gpus[2].pci_bus_id: expected a non-empty string, got 7"),
+    (gpu(2, mig="no"), 'gpus[2].mig: expected true or false, got "no"'),
+    (gpu(2, health="yes"), 'gpus[2].health: expected true or false, got "yes"'),
+    (gpu(2, lost=1), "gpus[2].lost: expected true or false, got 1"),
+    (gpu(2, memroy=5), "gpus[2].memroy: unknown field"),
+    ("GPU-2", 'gpus[2]: expected a mapping, got "GPU-2"'),
+]
+
+
+@pytest.mark.parametrize(("entry", "message"), BAD_GPU_FIELDS)
+def test_bad_gpu_field_names_file_entry_and_field(entry: object, message: str) -> None:
+    data = {"gpus": [gpu(0), gpu(1), entry]}
+    with pytest.raises(InventoryError) as info:
+        parse_inventory_text(yaml.safe_dump(data), "gpus.yaml")
+    assert str(info.value).startswith(f"gpus.yaml: {message}")
+    assert info.value.source == "gpus.yaml"
+
+
+def test_the_example_message_exactly() -> None:
+    data = {"gpus": [gpu(0), gpu(1), gpu(2, memory="80GB")]}
+    with pytest.raises(InventoryError) as info:
+        parse_inventory_text(yaml.safe_dump(data), "gpus.yaml")
+    assert str(info.value) == 'gpus.yaml: gpus[2].memory: expected a positive integer (MiB), got "80GB"'
+    assert (info.value.where, info.value.reason) == (
+        "gpus[2].memory",
+        'expected a positive integer (MiB), got "80GB"',
+    )
+
+
+BAD_DOCUMENTS = [
+    (doc(gpu(0), gpu(0)), 'gpus[1].uuid: "GPU-0" is already used by gpus[0]'),
+    (doc(gpu(0), gpu(1, index=0)), "gpus[1].index: 0 is already used by gpus[0]"),
+    (doc(gpu(0, minor=1), gpu(1)), "gpus[1].minor: 1 is already used by gpus[0]"),
+    (
+        doc(gpu(0, pci_bus_id="0000:01:00.0"), gpu(1, pci_bus_id="0000:01:00.0")),
+        'gpus[1].pci_bus_id: "0000:01:00.0" is already used by gpus[0]',
+    ),
+    ({"gpus": "GPU-0"}, 'gpus: expected a list, got "GPU-0"'),
+    ({"gpus": [], "extra": 1}, "extra: unknown field"),
+    (doc(gpu(0), nvml="broken"), 'nvml: expected one of ok, failing, absent, got "broken"'),
+    (doc(gpu(0), nvml=False), "nvml: expected one of ok, failing, absent, got false"),
+    (
+        doc(gpu(0), topology=[{"gpus": [0], "level": "nvlink"}]),
+        "topology[0].gpus: expected a list of at least 2",
+    ),
+    (doc(gpu(0), topology=[{"gpus": [0, 5], "level": "nvlink"}]), "topology[0].gpus[1]: no GPU with index 5"),
+    (
+        doc(gpu(0), topology=[{"gpus": [0, "GPU-x"], "level": "nvlink"}]),
+        'topology[0].gpus[1]: no GPU with uuid "GPU-x" in gpus',
+    ),
+    (
+        doc(gpu(0), gpu(1), topology=[{"gpus": [0, "GPU-0"], "level": "nvlink"}]),
+        'topology[0].gpus[1]: GPU "GPU-0" is listed twice',
+    ),
+    (
+        doc(gpu(0), gpu(1), topology=[{"gpus": [0, 1], "level": "pcie"}]),
+        "topology[0].level: unknown topology level 'pcie' (one of nvlink, same-board,",
+    ),
+    (doc(gpu(0), gpu(1), topology=[{"gpus": [0, 1]}]), "topology[0].level: expected one of nvlink,"),
+    (
+        doc(gpu(0), gpu(1), topology=[{"gpus": [0, 1], "level": "nvlink", "links": 2}]),
+        "topology[0].links: unknown field",
+    ),
+    (
+        doc(gpu(0), topology=[{"gpus": [0, True], "level": "nvlink"}]),
+        "topology[0].gpus[1]: expected a GPU uuid",
+    ),
+    (doc(gpu(0), events=[{"kind": "xid", "xid": 79}]), "events[0].id: expected a non-empty string"),
+    (
+        doc(gpu(0), events=[{"id": "a", "kind": "ecc-double-bit"}, {"id": "a", "kind": "ecc-double-bit"}]),
+        'events[1].id: "a" is already used by events[0]',
+    ),
+    (
+        doc(gpu(0), events=[{"id": "a", "kind": "boom"}]),
+        "events[0].kind: expected one of xid, ecc-double-bit,",
+    ),
+    (doc(gpu(0), events=[{"id": "a"}]), "events[0].kind: is required"),
+    (doc(gpu(0), events=[{"id": "a", "kind": "xid"}]), "events[0].xid: is required"),
+    (
+        doc(gpu(0), events=[{"id": "a", "kind": "xid", "xid": "79"}]),
+        'events[0].xid: expected a positive integer (the Xid code), got "79"',
+    ),
+    (
+        doc(gpu(0), events=[{"id": "a", "kind": "ecc-single-bit", "xid": 79}]),
+        "events[0].xid: only allowed with kind xid, got 79",
+    ),
+    (
+        doc(gpu(0), events=[{"id": "a", "kind": "xid", "xid": 79, "gpu": 3}]),
+        "events[0].gpu: no GPU with index 3",
+    ),
+    (
+        doc(gpu(0), events=[{"id": "a", "kind": "xid", "xid": 79, "at": 3}]),
+        "events[0].at: unknown field",
+    ),
+    (doc(gpu(0), events={"id": "a"}), 'events: expected a list, got {"id": "a"}'),
+    (5, "whole file: expected a mapping, got 5"),
+]
+
+
+@pytest.mark.parametrize(("data", "message"), BAD_DOCUMENTS)
+def test_bad_document_names_the_field(data: object, message: str) -> None:
+    with pytest.raises(InventoryError) as info:
+        parse_inventory_text(yaml.safe_dump(data), "node.yaml")
+    assert str(info.value).startswith(f"node.yaml: {message}"), str(info.value)
+
+
+def test_yaml_syntax_error_names_the_line() -> None:
+    with pytest.raises(InventoryError) as info:
+        parse_inventory_text("gpus:\n  - uuid: GPU-0\n    model: [unclosed\n", "gpus.yaml")
+    assert re.match(r"gpus\.yaml: line \d+, column \d+: not valid YAML: ", str(info.value))
+
+
+def test_json_syntax_error_names_the_line() -> None:
+    with pytest.raises(InventoryError) as info:
+        parse_inventory_text('{"gpus": [\n  {"uuid": "GPU-0",}\n]}', "gpus.json")
+    assert str(info.value).startswith("gpus.json: line 2, column 20: not valid JSON: ")
+
+
+def test_empty_file() -> None:
+    with pytest.raises(InventoryError, match=r"^gpus.yaml: whole file: is empty"):
+        parse_inventory_text("# nothing\n", "gpus.yaml")
+
+
+def test_load_names_the_path(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(InventoryError) as info:
+        load_inventory(missing)
+    assert str(info.value).startswith(f"{missing}: whole file: cannot be read: No such file")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("gpus:\n  - {uuid: GPU-0, model: M, memory: 80GB}\n")
+    with pytest.raises(
+        InventoryError, match=re.escape(f"{bad}: gpus[0].memory: expected a positive integer")
+    ):
+        load_inventory(bad)
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(InventoryError, match="is not UTF-8 text"):
+        load_inventory(binary)
+
+
+def test_long_values_are_shortened() -> None:
+    with pytest.raises(InventoryError) as info:
+        parse_inventory(doc(gpu(0, model="x" * 5000, memory="y" * 5000)), "gpus.yaml")
+    assert len(str(info.value)) < 300 and "(5002 chars)" in str(info.value)
+
+
+# --- generating and writing ------------------------------------------------------------------------
+
+
+def test_generate_eight_a100s() -> None:
+    inventory = generate_inventory(8, seed="node-1")
+    assert len(inventory.gpus) == 8
+    assert {g.model for g in inventory.gpus} == {DEFAULT_MODEL} == {"NVIDIA A100-SXM4-80GB"}
+    assert {g.memory_mib for g in inventory.gpus} == {DEFAULT_MEMORY_MIB}
+    assert [g.numa_node for g in inventory.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [g.index for g in inventory.gpus] == [g.minor for g in inventory.gpus] == list(range(8))
+    pattern = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+    assert all(pattern.match(g.uuid) for g in inventory.gpus)
+    assert inventory.level(inventory.gpus[0].uuid, inventory.gpus[7].uuid) is TopologyLevel.NVLINK
+    assert generate_inventory(8, seed="node-1") == inventory  # deterministic
+    other = generate_inventory(8, seed="node-2")
+    assert not {g.uuid for g in other.gpus} & {g.uuid for g in inventory.gpus}
+    assert fake_gpu_uuid("node-1", 3) == inventory.gpus[3].uuid
+
+
+def test_generate_variants_and_bad_arguments() -> None:
+    single = generate_inventory(1, "n", numa_nodes=0, nvlink=True)
+    assert single.topology == () and single.gpus[0].numa_node is None
+    three = generate_inventory(3, "n", model="Tesla T4", memory_mib=15360, numa_nodes=2, nvlink=False)
+    assert [g.numa_node for g in three.gpus] == [0, 0, 1] and three.topology == ()
+    assert len({default_pci_bus_id(i) for i in range(256)}) == 256
+    for kwargs, message in [
+        ({"count": -1}, "count"),
+        ({"count": 1, "memory_mib": 0}, "memory_mib"),
+        ({"count": 1, "numa_nodes": -1}, "numa_nodes"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            generate_inventory(seed="n", **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["node.yaml", "node.json"])
+def test_write_then_load(tmp_path: Path, name: str) -> None:
+    inventory = generate_inventory(8, seed="node-1")
+    path = tmp_path / name
+    write_inventory(path, inventory)
+    assert load_inventory(path) == inventory
+    assert [p.name for p in tmp_path.iterdir()] == [name]  # no temp file left
+    if name.endswith(".json"):
+        json.loads(path.read_text())
+
+
+# --- round trips -----------------------------------------------------------------------------------
+
+_TEXT = st.text(
+    alphabet=st.characters(
+        whitelist_categories=("L", "N", "P", "S", "Zs"), blacklist_characters="\x85\ufeff"
+    ),
+    min_size=1,
+    max_size=20,
+).filter(lambda s: s == s.strip() and bool(s))
+_UUID = st.text(alphabet="0123456789abcdef-", min_size=1, max_size=36).map(lambda s: "GPU-" + s)
+
+
+@st.composite
+def inventories(draw: st.DrawFn) -> Inventory:
+    count = draw(st.integers(0, 6))
+    uuids = draw(st.lists(_UUID, min_size=count, max_size=count, unique=True))
+    indices = draw(st.lists(st.integers(0, 64), min_size=count, max_size=count, unique=True))
+    minors = draw(st.lists(st.integers(0, 255), min_size=count, max_size=count, unique=True))
+    pcis = draw(st.lists(_TEXT, min_size=count, max_size=count, unique=True))
+    gpus = sorted(
+        (
+            FakeGpu(
+                uuid=uuids[i],
+                model=draw(_TEXT),
+                memory_mib=draw(st.integers(1, 2**40)),
+                index=indices[i],
+                minor=minors[i],
+                numa_node=draw(st.none() | st.integers(0, 7)),
+                pci_bus_id=pcis[i],
+                mig_enabled=draw(st.booleans()),
+                healthy=draw(st.booleans()),
+                lost=draw(st.booleans()),
+            )
+            for i in range(count)
+        ),
+        key=lambda g: g.index,
+    )
+    topology: list[TopologyGroup] = []
+    events: list[FakeEvent] = []
+    if count >= 2:
+        for _ in range(draw(st.integers(0, 3))):
+            members = draw(st.lists(st.sampled_from(uuids), min_size=2, unique=True))
+            topology.append(TopologyGroup(tuple(members), draw(st.sampled_from(TopologyLevel))))
+    ids = draw(st.lists(_TEXT, max_size=4, unique=True))
+    for event_id in ids:
+        kind = draw(st.sampled_from(GpuEventKind))
+        target = draw(st.none() | st.sampled_from(uuids)) if uuids else None
+        xid = draw(st.integers(1, 200)) if kind is GpuEventKind.XID else None
+        events.append(FakeEvent(event_id, kind, target, xid))
+    return Inventory(tuple(gpus), draw(st.sampled_from(NvmlMode)), tuple(topology), tuple(events))
+
+
+@settings(max_examples=150, deadline=None)
+@given(inventories(), st.sampled_from(["yaml", "json"]))
+def test_generated_inventories_round_trip(inventory: Inventory, fmt: str) -> None:
+    text = render_inventory(inventory, "json" if fmt == "json" else "yaml")
+    assert parse_inventory_text(text, f"gen.{fmt}") == inventory
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 40), st.text(max_size=30))
+def test_generated_node_inventories_round_trip(count: int, seed: str) -> None:
+    inventory = generate_inventory(count, seed)
+    assert parse_inventory_text(render_inventory(inventory)) == inventory
+    assert len({g.uuid for g in inventory.gpus}) == count

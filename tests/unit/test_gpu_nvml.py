@@ -1,0 +1,636 @@
+"""Contract tests of the nvml backend against a pure-Python NVML *library*.
+
+`FakeNvmlLib` is installed as `pynvml.nvmlLib` before `nvmlInit()`, so the real pynvml wrappers run:
+ctypes structs, out-params through byref(), error codes -> NVMLError subclasses. Each attribute mimics
+the C function of the same name (python-stack.md §2, approach 1). Nothing is mocked above pynvml.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pynvml
+import pytest
+
+from hami_node.gpu import (
+    DeviceLost,
+    GpuEvent,
+    GpuEventKind,
+    GpuFailed,
+    GpuInfo,
+    GpuNotFound,
+    LibraryNotFound,
+    NvmlFailed,
+    TopologyLevel,
+)
+from hami_node.gpu.nvml import HEALTH_EVENT_MASK, NvmlBackend, sysfs_pci_address
+
+SUCCESS: int = pynvml.NVML_SUCCESS
+INVALID_ARGUMENT: int = pynvml.NVML_ERROR_INVALID_ARGUMENT
+NOT_SUPPORTED: int = pynvml.NVML_ERROR_NOT_SUPPORTED
+NOT_FOUND: int = pynvml.NVML_ERROR_NOT_FOUND
+GPU_IS_LOST: int = pynvml.NVML_ERROR_GPU_IS_LOST
+TIMEOUT: int = pynvml.NVML_ERROR_TIMEOUT
+HANDLE_BASE = 0x1000
+EVENT_SET = 0xE000
+
+
+@dataclass
+class FakeDevice:
+    uuid: str
+    name: str = "NVIDIA A100-SXM4-80GB"
+    memory_bytes: int = 81920 * 1024 * 1024
+    minor: int = 0
+    bus_id: str = "00000000:07:00.0"
+    numa: int | None = 0  # None: nvmlDeviceGetNumaNodeId answers NOT_SUPPORTED
+    mig: int = pynvml.NVML_DEVICE_MIG_DISABLE
+    supported_events: int = pynvml.nvmlEventTypeAll
+    lost: bool = False
+    fail: dict[str, int] = field(default_factory=dict)  # C function name -> NVML error code
+
+
+def _out(p: Any) -> Any:
+    """The object behind a byref() out-parameter."""
+    return p._obj
+
+
+def _set_pointer(p: Any, address: int) -> None:
+    """Write a handle (a pointer value) through a byref() out-parameter."""
+    value = ctypes.c_void_p(address)
+    ctypes.memmove(ctypes.addressof(_out(p)), ctypes.addressof(value), ctypes.sizeof(value))
+
+
+def _address(handle: Any) -> int:
+    return ctypes.cast(handle, ctypes.c_void_p).value or 0
+
+
+class _CFunction:
+    """A callable that tolerates pynvml setting `restype`/`argtypes` on it, like a ctypes function."""
+
+    def __init__(self, fn: Callable[..., int]) -> None:
+        self._fn = fn
+        self.restype: Any = None
+        self.argtypes: Any = None
+
+    def __call__(self, *args: Any) -> Any:
+        return self._fn(*args)
+
+
+class FakeNvmlLib:
+    """Mimics libnvidia-ml.so.1's C ABI for the functions the backend calls.
+
+    `missing` names functions the "old driver" lacks (-> FunctionNotFound); `broken` makes every call
+    answer that code; `topology[(i, j)]` is the common ancestor level; `nvlink` pairs are P2P over NVLink.
+    """
+
+    def __init__(self, devices: list[FakeDevice]) -> None:
+        self.devices = devices
+        self.missing: set[str] = set()
+        self.broken: int | None = None
+        self.topology: dict[tuple[int, int], int] = {}
+        self.nvlink: set[frozenset[int]] = set()
+        self.events: queue.Queue[tuple[int, int, int, int, int]] = queue.Queue()
+        self.registered: dict[int, int] = {}
+        self.calls: list[str] = []
+        self.initialised = 0
+
+    def __getattr__(self, name: str) -> _CFunction:
+        impl = getattr(type(self), "c_" + name, None)
+        if impl is None or name in self.missing:
+            raise AttributeError(name)
+        bound = impl.__get__(self)
+
+        def call(*args: Any) -> int:
+            self.calls.append(name)
+            if self.broken is not None and name not in ("nvmlShutdown", "nvmlErrorString"):
+                return self.broken
+            result: int = bound(*args)
+            return result
+
+        return _CFunction(call)
+
+    def _device(self, handle: Any, function: str) -> tuple[int, FakeDevice] | int:
+        index = (_address(handle) - HANDLE_BASE) // 16
+        if not 0 <= index < len(self.devices):
+            return INVALID_ARGUMENT
+        device = self.devices[index]
+        if device.lost:
+            return GPU_IS_LOST
+        if function in device.fail:
+            return device.fail[function]
+        return index, device
+
+    # --- the C functions (arguments as pynvml passes them) ---
+
+    def c_nvmlInitWithFlags(self, flags: int) -> int:
+        self.initialised += 1
+        return SUCCESS
+
+    def c_nvmlShutdown(self) -> int:
+        self.initialised -= 1
+        return SUCCESS
+
+    def c_nvmlSystemGetDriverVersion(self, buf: Any, size: Any) -> int:
+        buf.value = b"580.95.05"
+        return SUCCESS
+
+    def c_nvmlDeviceGetCount_v2(self, count: Any) -> int:
+        _out(count).value = len(self.devices)
+        return SUCCESS
+
+    def c_nvmlDeviceGetHandleByIndex_v2(self, index: Any, handle: Any) -> int:
+        if not 0 <= index.value < len(self.devices):
+            return INVALID_ARGUMENT
+        _set_pointer(handle, HANDLE_BASE + 16 * index.value)
+        return SUCCESS
+
+    def c_nvmlDeviceGetHandleByUUID(self, uuid: Any, handle: Any) -> int:
+        for index, device in enumerate(self.devices):
+            if device.uuid.encode() == uuid.value:
+                if device.lost:
+                    return GPU_IS_LOST
+                _set_pointer(handle, HANDLE_BASE + 16 * index)
+                return SUCCESS
+        return NOT_FOUND
+
+    def c_nvmlDeviceGetUUID(self, handle: Any, buf: Any, size: Any) -> int:
+        found = self._device(handle, "nvmlDeviceGetUUID")
+        if isinstance(found, int):
+            return found
+        buf.value = found[1].uuid.encode()
+        return SUCCESS
+
+    def c_nvmlDeviceGetName(self, handle: Any, buf: Any, size: Any) -> int:
+        found = self._device(handle, "nvmlDeviceGetName")
+        if isinstance(found, int):
+            return found
+        buf.value = found[1].name.encode()
+        return SUCCESS
+
+    def c_nvmlDeviceGetMemoryInfo(self, handle: Any, memory: Any) -> int:
+        found = self._device(handle, "nvmlDeviceGetMemoryInfo")
+        if isinstance(found, int):
+            return found
+        out = _out(memory)
+        out.total, out.used = found[1].memory_bytes, 512 * 1024 * 1024
+        out.free = out.total - out.used
+        return SUCCESS
+
+    def c_nvmlDeviceGetMinorNumber(self, handle: Any, minor: Any) -> int:
+        found = self._device(handle, "nvmlDeviceGetMinorNumber")
+        if isinstance(found, int):
+            return found
+        _out(minor).value = found[1].minor
+        return SUCCESS
+
+    def c_nvmlDeviceGetPciInfo_v3(self, handle: Any, info: Any) -> int:
+        found = self._device(handle, "nvmlDeviceGetPciInfo_v3")
+        if isinstance(found, int):
+            return found
+        _out(info).busId = found[1].bus_id.encode()
+        return SUCCESS
+
+    def c_nvmlDeviceGetNumaNodeId(self, handle: Any, node: Any) -> int:
+        found = self._device(handle, "nvmlDeviceGetNumaNodeId")
+        if isinstance(found, int):
+            return found
+        if found[1].numa is None:
+            return NOT_SUPPORTED
+        _out(node).value = found[1].numa
+        return SUCCESS
+
+    def c_nvmlDeviceGetMigMode(self, handle: Any, current: Any, pending: Any) -> int:
+        found = self._device(handle, "nvmlDeviceGetMigMode")
+        if isinstance(found, int):
+            return found
+        _out(current).value = _out(pending).value = found[1].mig
+        return SUCCESS
+
+    def c_nvmlDeviceGetP2PStatus(self, a: Any, b: Any, index: int, status: Any) -> int:
+        ia, ib = self._device(a, "nvmlDeviceGetP2PStatus"), self._device(b, "nvmlDeviceGetP2PStatus")
+        if isinstance(ia, int):
+            return ia
+        if isinstance(ib, int):
+            return ib
+        linked = index == pynvml.NVML_P2P_CAPS_INDEX_NVLINK and frozenset((ia[0], ib[0])) in self.nvlink
+        _out(status).value = pynvml.NVML_P2P_STATUS_OK if linked else pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
+        return SUCCESS
+
+    def c_nvmlDeviceGetTopologyCommonAncestor(self, a: Any, b: Any, level: Any) -> int:
+        ia, ib = self._device(a, "topology"), self._device(b, "topology")
+        if isinstance(ia, int):
+            return ia
+        if isinstance(ib, int):
+            return ib
+        key = (min(ia[0], ib[0]), max(ia[0], ib[0]))
+        _out(level).value = self.topology.get(key, pynvml.NVML_TOPOLOGY_SYSTEM)
+        return SUCCESS
+
+    def c_nvmlEventSetCreate(self, event_set: Any) -> int:
+        _set_pointer(event_set, EVENT_SET)
+        return SUCCESS
+
+    def c_nvmlEventSetFree(self, event_set: Any) -> int:
+        return SUCCESS
+
+    def c_nvmlDeviceGetSupportedEventTypes(self, handle: Any, types: Any) -> int:
+        found = self._device(handle, "nvmlDeviceGetSupportedEventTypes")
+        if isinstance(found, int):
+            return found
+        _out(types).value = found[1].supported_events
+        return SUCCESS
+
+    def c_nvmlDeviceRegisterEvents(self, handle: Any, types: Any, event_set: Any) -> int:
+        found = self._device(handle, "nvmlDeviceRegisterEvents")
+        if isinstance(found, int):
+            return found
+        assert _address(event_set) == EVENT_SET
+        self.registered[found[0]] = types.value
+        return SUCCESS
+
+    def c_nvmlEventSetWait_v2(self, event_set: Any, data: Any, timeout_ms: Any) -> int:
+        assert _address(event_set) == EVENT_SET
+        try:
+            index, kind, payload, gi, ci = self.events.get(timeout=timeout_ms.value / 1000)
+        except queue.Empty:
+            return TIMEOUT
+        out = _out(data)
+        address = ctypes.c_void_p(HANDLE_BASE + 16 * index)
+        ctypes.memmove(
+            ctypes.addressof(out) + type(out).device.offset, ctypes.addressof(address), ctypes.sizeof(address)
+        )
+        out.eventType, out.eventData, out.gpuInstanceId, out.computeInstanceId = kind, payload, gi, ci
+        return SUCCESS
+
+    def emit(
+        self, index: int, kind: int, payload: int = 0, gi: int = 0xFFFFFFFF, ci: int = 0xFFFFFFFF
+    ) -> None:
+        self.events.put((index, kind, payload, gi, ci))
+
+
+UUIDS = [f"GPU-{i:08x}-aaaa-bbbb-cccc-{i:012x}" for i in range(4)]
+
+
+def four_gpus() -> list[FakeDevice]:
+    return [
+        FakeDevice(UUIDS[0], minor=0, bus_id="00000000:07:00.0", numa=0),
+        FakeDevice(UUIDS[1], minor=1, bus_id="00000000:0F:00.0", numa=0),
+        FakeDevice(UUIDS[2], minor=2, bus_id="00000000:87:00.0", numa=1, mig=pynvml.NVML_DEVICE_MIG_ENABLE),
+        FakeDevice(
+            UUIDS[3],
+            name="Tesla V100-PCIE-32GB",
+            memory_bytes=32768 * 1024**2,
+            minor=3,
+            bus_id="00000001:90:00.0",
+        ),
+    ]
+
+
+@pytest.fixture
+def lib() -> Iterator[FakeNvmlLib]:
+    """Install a FakeNvmlLib as pynvml's library; restore pynvml's module state afterwards."""
+    saved_lib = pynvml.nvmlLib
+    saved_cache = dict(pynvml._nvmlGetFunctionPointer_cache)
+    saved_refcount = pynvml._nvmlLib_refcount
+    fake = FakeNvmlLib(four_gpus())
+    pynvml.nvmlLib = fake
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    try:
+        yield fake
+    finally:
+        pynvml.nvmlLib = saved_lib
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        pynvml._nvmlGetFunctionPointer_cache.update(saved_cache)
+        pynvml._nvmlLib_refcount = saved_refcount
+
+
+@pytest.fixture
+def sysfs(tmp_path: Path) -> Path:
+    """An empty sysfs root: no PCI entries, so NUMA comes from NVML unless a test writes one."""
+    (tmp_path / "bus" / "pci" / "devices").mkdir(parents=True)
+    return tmp_path
+
+
+@pytest.fixture
+def backend(lib: FakeNvmlLib, sysfs: Path) -> Iterator[NvmlBackend]:
+    nvml = NvmlBackend(sysfs_root=sysfs)
+    nvml.init()
+    try:
+        yield nvml
+    finally:
+        nvml.shutdown()
+
+
+def write_numa(sysfs: Path, address: str, value: str) -> None:
+    device = sysfs / "bus" / "pci" / "devices" / address
+    device.mkdir(parents=True, exist_ok=True)
+    (device / "numa_node").write_text(value + "\n")
+
+
+# --- inventory -------------------------------------------------------------------------------------
+
+
+def test_lists_every_gpu_with_its_properties(backend: NvmlBackend) -> None:
+    gpus = backend.list_gpus()
+    assert gpus[0] == GpuInfo(
+        index=0,
+        uuid=UUIDS[0],
+        model="NVIDIA A100-SXM4-80GB",
+        memory_mib=81920,
+        minor=0,
+        numa_node=0,
+        pci_bus_id="00000000:07:00.0",
+        mig_enabled=False,
+        healthy=True,
+    )
+    assert [g.uuid for g in gpus] == UUIDS
+    assert [g.index for g in gpus] == [0, 1, 2, 3]
+    assert [g.mig_enabled for g in gpus] == [False, False, True, False]
+    assert gpus[3].model == "Tesla V100-PCIE-32GB"
+    assert gpus[3].memory_mib == 32768
+    assert gpus[3].pci_bus_id == "00000001:90:00.0"
+
+
+def test_numa_prefers_sysfs_and_maps_negative_to_none(lib: FakeNvmlLib, sysfs: Path) -> None:
+    write_numa(sysfs, "0000:07:00.0", "1")  # sysfs says 1, NVML says 0: sysfs wins
+    write_numa(sysfs, "0000:0f:00.0", "-1")  # no NUMA affinity
+    lib.devices[3].numa = None  # NVML NOT_SUPPORTED and no sysfs entry
+    nvml = NvmlBackend(sysfs_root=sysfs)
+    nvml.init()
+    try:
+        assert [g.numa_node for g in nvml.list_gpus()] == [1, None, 1, None]
+    finally:
+        nvml.shutdown()
+
+
+def test_old_driver_without_numa_or_mig_functions(lib: FakeNvmlLib, sysfs: Path) -> None:
+    lib.missing |= {"nvmlDeviceGetNumaNodeId", "nvmlDeviceGetMigMode"}
+    nvml = NvmlBackend(sysfs_root=sysfs)
+    nvml.init()
+    try:
+        gpus = nvml.list_gpus()
+    finally:
+        nvml.shutdown()
+    assert [g.numa_node for g in gpus] == [None] * 4
+    assert [g.mig_enabled for g in gpus] == [False] * 4
+
+
+def test_sysfs_address_from_nvml_bus_id() -> None:
+    assert sysfs_pci_address("00000000:3B:00.0") == "0000:3b:00.0"
+    assert sysfs_pci_address("00000001:90:00.0") == "0001:90:00.0"
+    assert sysfs_pci_address("garbage") is None
+
+
+def test_a_gpu_lost_after_being_seen_stays_listed_unhealthy(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
+    before = backend.list_gpus()
+    lib.devices[1].lost = True
+    after = backend.list_gpus()
+    assert [g.uuid for g in after] == UUIDS
+    assert after[1] == replace(before[1], healthy=False)
+    assert all(g.healthy for i, g in enumerate(after) if i != 1)
+
+
+def test_a_gpu_unreadable_from_the_start_is_left_out(lib: FakeNvmlLib, sysfs: Path) -> None:
+    lib.devices[2].fail["nvmlDeviceGetName"] = pynvml.NVML_ERROR_UNKNOWN
+    nvml = NvmlBackend(sysfs_root=sysfs)
+    nvml.init()
+    try:
+        assert [g.uuid for g in nvml.list_gpus()] == [UUIDS[0], UUIDS[1], UUIDS[3]]
+    finally:
+        nvml.shutdown()
+
+
+# --- probe and topology ----------------------------------------------------------------------------
+
+
+def test_probe_answers_normally_then_raises_device_lost(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
+    backend.probe(UUIDS[0])
+    lib.devices[0].lost = True
+    with pytest.raises(DeviceLost) as info:
+        backend.probe(UUIDS[0])
+    assert info.value.uuid == UUIDS[0]
+    assert info.value.code == pynvml.NVML_ERROR_GPU_IS_LOST
+    assert "GPU is lost" in str(info.value)
+
+
+def test_probe_maps_other_errors(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
+    with pytest.raises(GpuNotFound) as not_found:
+        backend.probe("GPU-nope")
+    assert not_found.value.uuid == "GPU-nope"
+    lib.devices[2].fail["nvmlDeviceGetMemoryInfo"] = pynvml.NVML_ERROR_UNKNOWN
+    with pytest.raises(GpuFailed) as failed:
+        backend.probe(UUIDS[2])
+    assert type(failed.value) is GpuFailed
+    assert failed.value.code == pynvml.NVML_ERROR_UNKNOWN
+
+
+def test_topology_levels(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
+    lib.nvlink.add(frozenset((0, 1)))
+    lib.topology[(0, 2)] = pynvml.NVML_TOPOLOGY_NODE
+    lib.topology[(1, 2)] = pynvml.NVML_TOPOLOGY_SINGLE
+    lib.topology[(2, 3)] = pynvml.NVML_TOPOLOGY_HOSTBRIDGE
+    lib.topology[(1, 3)] = pynvml.NVML_TOPOLOGY_INTERNAL
+    assert backend.topology(UUIDS[0], UUIDS[1]) is TopologyLevel.NVLINK
+    assert backend.topology(UUIDS[2], UUIDS[0]) is TopologyLevel.NUMA_NODE
+    assert backend.topology(UUIDS[1], UUIDS[2]) is TopologyLevel.SINGLE_SWITCH
+    assert backend.topology(UUIDS[2], UUIDS[3]) is TopologyLevel.HOST_BRIDGE
+    assert backend.topology(UUIDS[1], UUIDS[3]) is TopologyLevel.SAME_BOARD
+    assert backend.topology(UUIDS[0], UUIDS[3]) is TopologyLevel.SYSTEM
+    with pytest.raises(ValueError, match="itself"):
+        backend.topology(UUIDS[0], UUIDS[0])
+
+
+def test_topology_without_p2p_function_uses_common_ancestor(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
+    lib.missing.add("nvmlDeviceGetP2PStatus")
+    lib.topology[(0, 1)] = pynvml.NVML_TOPOLOGY_MULTIPLE
+    assert backend.topology(UUIDS[0], UUIDS[1]) is TopologyLevel.MULTI_SWITCH
+
+
+# --- events ----------------------------------------------------------------------------------------
+
+
+def test_registers_health_events_intersected_with_supported(lib: FakeNvmlLib, sysfs: Path) -> None:
+    lib.devices[1].supported_events = pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypePState
+    lib.devices[3].fail["nvmlDeviceGetSupportedEventTypes"] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    nvml = NvmlBackend(sysfs_root=sysfs)
+    nvml.init()
+    try:
+        assert lib.registered == {
+            0: HEALTH_EVENT_MASK,
+            1: pynvml.nvmlEventTypeXidCriticalError,
+            2: HEALTH_EVENT_MASK,
+        }
+        # "too old" is logged, not an event: nothing is pending
+        assert nvml.wait_event(0) is None
+    finally:
+        nvml.shutdown()
+    assert HEALTH_EVENT_MASK == 0b1011
+
+
+def test_xid_79_arrives_through_event_set_wait(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
+    lib.emit(2, pynvml.nvmlEventTypeXidCriticalError, 79)
+    assert backend.wait_event(5) == GpuEvent(UUIDS[2], GpuEventKind.XID, xid=79)
+    assert "nvmlEventSetWait_v2" in lib.calls
+
+
+def test_event_from_another_thread_wakes_the_waiter(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
+    got: list[GpuEvent | None] = []
+    waiter = threading.Thread(target=lambda: got.append(backend.wait_event(10)))
+    waiter.start()
+    try:
+        lib.emit(0, pynvml.nvmlEventTypeDoubleBitEccError)
+    finally:
+        waiter.join(10)
+    assert got == [GpuEvent(UUIDS[0], GpuEventKind.ECC_DOUBLE_BIT)]
+
+
+def test_ecc_and_mig_instance_fields(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
+    lib.emit(1, pynvml.nvmlEventTypeSingleBitEccError)
+    lib.emit(2, pynvml.nvmlEventTypeXidCriticalError, 48, gi=1, ci=0)
+    assert backend.wait_event(5) == GpuEvent(UUIDS[1], GpuEventKind.ECC_SINGLE_BIT)
+    event = backend.wait_event(5)
+    assert event == GpuEvent(UUIDS[2], GpuEventKind.XID, xid=48, gpu_instance_id=1, compute_instance_id=0)
+    assert str(event) == f"Xid 48 on {UUIDS[2]} (GI 1, CI 0)"
+
+
+def test_timeout_returns_none(backend: NvmlBackend) -> None:
+    start = time.monotonic()
+    assert backend.wait_event(0.05) is None
+    assert time.monotonic() - start >= 0.04
+
+
+def test_event_whose_gpu_cannot_be_read_applies_to_all(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
+    lib.emit(3, pynvml.nvmlEventTypeXidCriticalError, 79)
+    lib.devices[3].lost = True
+    assert backend.wait_event(5) == GpuEvent(None, GpuEventKind.XID, xid=79)
+
+
+def test_registration_failure_marks_that_gpu(lib: FakeNvmlLib, sysfs: Path) -> None:
+    lib.devices[0].fail["nvmlDeviceRegisterEvents"] = pynvml.NVML_ERROR_UNKNOWN
+    lib.devices[1].fail["nvmlDeviceGetSupportedEventTypes"] = pynvml.NVML_ERROR_GPU_IS_LOST
+    nvml = NvmlBackend(sysfs_root=sysfs)
+    nvml.init()
+    try:
+        assert nvml.wait_event(0) == GpuEvent(UUIDS[0], GpuEventKind.MONITORING_FAILED)
+        assert nvml.wait_event(0) == GpuEvent(UUIDS[1], GpuEventKind.DEVICE_LOST)
+        assert nvml.wait_event(0) is None
+    finally:
+        nvml.shutdown()
+
+
+def test_wait_failure_is_nvml_failed(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
+    lib.broken = pynvml.NVML_ERROR_UNKNOWN
+    with pytest.raises(NvmlFailed) as info:
+        backend.wait_event(1)
+    assert info.value.code == pynvml.NVML_ERROR_UNKNOWN
+    assert "nvmlEventSetWait_v2" in str(info.value)
+
+
+def test_no_gpus_supporting_events_still_times_out_and_wakes_on_shutdown(
+    lib: FakeNvmlLib, sysfs: Path
+) -> None:
+    for device in lib.devices:
+        device.supported_events = pynvml.nvmlEventTypePState
+    nvml = NvmlBackend(sysfs_root=sysfs)
+    nvml.init()
+    assert nvml.wait_event(0.01) is None
+    errors: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            nvml.wait_event(30)
+        except NvmlFailed as exc:
+            errors.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    nvml.shutdown()
+    waiter.join(10)
+    assert not waiter.is_alive()
+    assert len(errors) == 1 and "not initialised" in str(errors[0])
+
+
+# --- errors ----------------------------------------------------------------------------------------
+
+
+def test_calls_before_init_raise_nvml_failed(lib: FakeNvmlLib, sysfs: Path) -> None:
+    nvml = NvmlBackend(sysfs_root=sysfs)
+    for call in (nvml.list_gpus, lambda: nvml.wait_event(0), lambda: nvml.probe(UUIDS[0])):
+        with pytest.raises(NvmlFailed, match="not initialised"):
+            call()
+    nvml.shutdown()  # safe without init
+
+
+def test_init_failure_maps_and_leaves_nothing(lib: FakeNvmlLib, sysfs: Path) -> None:
+    lib.broken = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    nvml = NvmlBackend(sysfs_root=sysfs)
+    with pytest.raises(NvmlFailed) as info:
+        nvml.init()
+    assert type(info.value) is NvmlFailed
+    assert info.value.code == pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    assert "Driver Not Loaded" in str(info.value)
+    lib.broken = None
+    nvml.init()  # a retry works
+    assert len(nvml.list_gpus()) == 4
+    nvml.shutdown()
+    assert lib.initialised == 0
+
+
+def test_event_set_failure_during_init_shuts_nvml_down(lib: FakeNvmlLib, sysfs: Path) -> None:
+    lib.missing.add("nvmlEventSetCreate")
+    nvml = NvmlBackend(sysfs_root=sysfs)
+    with pytest.raises(NvmlFailed, match="Function Not Found"):
+        nvml.init()
+    assert lib.initialised == 0
+
+
+def test_nvml_failing_entirely_while_running(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
+    lib.broken = pynvml.NVML_ERROR_UNINITIALIZED
+    with pytest.raises(NvmlFailed):
+        backend.list_gpus()
+    with pytest.raises(NvmlFailed):
+        backend.probe(UUIDS[0])  # an NVML-wide code is not blamed on the GPU
+    lib.broken = None
+    assert len(backend.list_gpus()) == 4
+
+
+def test_library_not_found_without_a_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real case on a machine without the NVIDIA driver: CDLL("libnvidia-ml.so.1") fails."""
+    if ctypes.util.find_library("nvidia-ml") is not None:
+        pytest.skip("this machine has libnvidia-ml; see test_real_nvml_when_present")
+    monkeypatch.setattr(pynvml, "nvmlLib", None)
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
+    nvml = NvmlBackend()
+    with pytest.raises(LibraryNotFound) as info:
+        nvml.init()
+    assert isinstance(info.value, NvmlFailed)
+    assert str(info.value).startswith("no GPU driver on this node: libnvidia-ml.so.1 not found")
+    assert pynvml.nvmlLib is None
+    nvml.shutdown()
+
+
+def test_real_nvml_when_present() -> None:
+    """On a GPU machine, the same backend against the real driver (skipped elsewhere)."""
+    if ctypes.util.find_library("nvidia-ml") is None:
+        pytest.skip("no NVIDIA driver on this machine")
+    nvml = NvmlBackend()
+    nvml.init()
+    try:
+        gpus = nvml.list_gpus()
+        assert gpus, "the driver is there but lists no GPU"
+        for gpu in gpus:
+            assert gpu.uuid.startswith(("GPU-", "MIG-")) and gpu.memory_mib > 0 and gpu.healthy
+            nvml.probe(gpu.uuid)
+        for other in gpus[1:]:
+            assert isinstance(nvml.topology(gpus[0].uuid, other.uuid), TopologyLevel)
+        nvml.wait_event(0.1)  # any real event, or none, is fine
+    finally:
+        nvml.shutdown()
