@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 DEFAULT_WATCH_TIMEOUT = 1800.0
 DEFAULT_REQUEST_LOG = 10_000
+_MAX_BODY = 3 * 1024 * 1024
+"""Largest request body accepted, as kube-apiserver (3 MiB); larger ones get 413."""
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _JSON_TYPES = ("application/json", "")
 _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
@@ -208,7 +210,7 @@ class ApiServer:
 
     def make_app(self) -> web.Application:
         """An aiohttp Application serving every path (for embedding; `make_server` is leaner)."""
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=_MAX_BODY)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         app.on_shutdown.append(self._on_shutdown)
         return app
@@ -216,8 +218,14 @@ class ApiServer:
     def make_server(self) -> web.Server:
         """A low-level aiohttp server calling `handle` for every request (no router, no middlewares).
         A handler is cancelled when its client disconnects, which ends abandoned watches at once."""
+
+        def make_request(*args: Any) -> web.BaseRequest:
+            # The low-level server has no client_max_size option of its own: passing one makes aiohttp
+            # drop every handler option (access_log=None included) and log a warning per connection.
+            return web.BaseRequest(*args, loop=asyncio.get_running_loop(), client_max_size=_MAX_BODY)
+
         return web.Server(
-            self.handle, handler_cancellation=True, access_log=None, client_max_size=64 * 1024 * 1024
+            self.handle, request_factory=make_request, handler_cancellation=True, access_log=None
         )
 
     async def _on_shutdown(self, _app: web.Application) -> None:
@@ -237,6 +245,10 @@ class ApiServer:
             response = await self._route(request, ctx)
         except ApiError as error:
             response = _error_response(error)
+        except web.HTTPRequestEntityTooLarge:
+            response = _error_response(
+                ApiError(413, "RequestEntityTooLarge", f"Request entity too large: limit is {_MAX_BODY}")
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:

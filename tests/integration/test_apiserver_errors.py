@@ -183,3 +183,17 @@ def test_internal_error_is_500_and_the_server_keeps_running(
             del store.list
     assert any("internal error" in r.getMessage() and r.exc_info for r in caplog.records)
     assert http(apiserver.base_url, "GET", PODS)[0] == 200
+
+
+def test_body_over_3mib_gets_413(apiserver: ApiServerHandle) -> None:
+    """kube-apiserver refuses request bodies over 3 MiB; so do we, with a Status, not a 500."""
+    big = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "big", "annotations": {"x": "a" * (3 * 1024 * 1024)}},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    }
+    status, body = http(apiserver.base_url, "POST", PODS, big)
+    assert status == 413
+    assert body["reason"] == "RequestEntityTooLarge"
+    assert "limit is 3145728" in body["message"]
