@@ -38,6 +38,14 @@ class Result:
     p50_ms: float
     p99_ms: float
     errors: int
+    server_cpu_us: float = float("nan")
+    """Server process CPU time (user + system) per request in this phase."""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start_server(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -114,7 +122,23 @@ async def run_load(
     )
 
 
-async def bench(base: str, seconds: float, concurrency: int, watchers: int, pods: int) -> list[Result]:
+async def measured(pid: int, phase: Awaitable[list[Result]]) -> list[Result]:
+    """Run a phase and charge the server's CPU time to its first result (the requests it drove)."""
+    before = cpu_seconds(pid)
+    results = await phase
+    spent = cpu_seconds(pid) - before
+    for r in results:
+        r.server_cpu_us = round(spent * 1e6 / max(1, r.requests), 1)
+    return results
+
+
+async def one(result: Awaitable[Result]) -> list[Result]:
+    return [await result]
+
+
+async def bench(  # noqa: PLR0917
+    base: str, pid: int, seconds: float, concurrency: int, watchers: int, pods: int
+) -> list[Result]:
     results: list[Result] = []
     connector = aiohttp.TCPConnector(limit=concurrency + watchers + 4)
     async with aiohttp.ClientSession(base, connector=connector) as http:
@@ -145,13 +169,13 @@ async def bench(base: str, seconds: float, concurrency: int, watchers: int, pods
                 return r.status == 201
 
         print(f"GET pod, {concurrency} connections, {seconds:.0f} s ...", file=sys.stderr)
-        results.append(await run_load("GET pod", seconds, concurrency, get_one))
+        results += await measured(pid, one(run_load("GET pod", seconds, concurrency, get_one)))
         print(f"PATCH pod (merge patch), {concurrency} connections, {seconds:.0f} s ...", file=sys.stderr)
-        results.append(await run_load("PATCH pod (merge)", seconds, concurrency, patch_one))
+        results += await measured(pid, one(run_load("PATCH pod (merge)", seconds, concurrency, patch_one)))
         print(f"POST pod (create), {concurrency} connections, {seconds:.0f} s ...", file=sys.stderr)
-        results.append(await run_load("POST pod (create)", seconds, concurrency, create_one))
+        results += await measured(pid, one(run_load("POST pod (create)", seconds, concurrency, create_one)))
         print(f"PATCH with {watchers} pod watchers open, {seconds:.0f} s ...", file=sys.stderr)
-        results.extend(await watch_load(http, seconds, concurrency, watchers, patch_one))
+        results += await measured(pid, watch_load(http, seconds, concurrency, watchers, patch_one))
     return results
 
 
@@ -224,7 +248,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="hami-bench-") as tmp:
         proc, base = start_server(Path(tmp))
         try:
-            results = asyncio.run(bench(base, args.seconds, args.concurrency, args.watchers, args.pods))
+            results = asyncio.run(
+                bench(base, proc.pid, args.seconds, args.concurrency, args.watchers, args.pods)
+            )
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -232,13 +258,13 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
     print(f"\nhami-sim apiserver on {os.cpu_count()} cores, server and load generator on the same machine\n")
-    header = ("phase", "requests", "per s", "p50 ms", "p99 ms", "errors")
-    print("| {:<36} | {:>8} | {:>8} | {:>7} | {:>7} | {:>6} |".format(*header))
-    print(f"|{'-' * 38}|{'-' * 10}:|{'-' * 10}:|{'-' * 9}:|{'-' * 9}:|{'-' * 8}:|")
+    header = ("phase", "requests", "per s", "p50 ms", "p99 ms", "errors", "server CPU µs")
+    print("| {:<36} | {:>7} | {:>7} | {:>6} | {:>6} | {:>5} | {:>12} |".format(*header))
+    print(f"|{'-' * 38}|{'-' * 9}:|{'-' * 9}:|{'-' * 8}:|{'-' * 8}:|{'-' * 7}:|{'-' * 14}:|")
     for r in results:
         print(
-            f"| {r.name:<36} | {r.requests:>8} | {r.per_second:>8.0f} | {r.p50_ms:>7.2f} | {r.p99_ms:>7.2f} "
-            f"| {r.errors:>6} |"
+            f"| {r.name:<36} | {r.requests:>7} | {r.per_second:>7.0f} | {r.p50_ms:>6.2f} | {r.p99_ms:>6.2f} "
+            f"| {r.errors:>5} | {r.server_cpu_us:>12.0f} |"
         )
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))

@@ -219,10 +219,13 @@ class ApiServer:
         """A low-level aiohttp server calling `handle` for every request (no router, no middlewares).
         A handler is cancelled when its client disconnects, which ends abandoned watches at once."""
 
-        def make_request(*args: Any) -> web.BaseRequest:
+        def make_request(
+            message: Any, payload: Any, protocol: Any, writer: Any, task: Any
+        ) -> web.BaseRequest:
             # The low-level server has no client_max_size option of its own: passing one makes aiohttp
             # drop every handler option (access_log=None included) and log a warning per connection.
-            return web.BaseRequest(*args, loop=asyncio.get_running_loop(), client_max_size=_MAX_BODY)
+            loop = asyncio.get_running_loop()
+            return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=_MAX_BODY)
 
         return web.Server(
             self.handle, request_factory=make_request, handler_cancellation=True, access_log=None
