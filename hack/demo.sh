@@ -29,4 +29,8 @@ k label node gpu-node-2 hami.io/demo=yes
 k get nodes -l hami.io/demo=yes
 k get node gpu-node-1 -o jsonpath='{.metadata.annotations.hami\.io/node-nvidia-register}'
 echo
+k create -f examples/pod-inference.yaml
+k get pods -o wide
+echo "(The pod stays Pending: the scheduler and the node daemons join in the local-cluster issue.)"
+echo
 echo "The API server logged to $state/logs/apiserver.log; it stops now."
