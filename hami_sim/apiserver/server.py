@@ -210,6 +210,7 @@ class ApiServer:
 
     def make_app(self) -> web.Application:
         """An aiohttp Application serving every path (for embedding; `make_server` is leaner)."""
+        self._closing = False
         app = web.Application(client_max_size=_MAX_BODY)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         app.on_shutdown.append(self._on_shutdown)
@@ -217,7 +218,9 @@ class ApiServer:
 
     def make_server(self) -> web.Server:
         """A low-level aiohttp server calling `handle` for every request (no router, no middlewares).
-        A handler is cancelled when its client disconnects, which ends abandoned watches at once."""
+        A handler is cancelled when its client disconnects, which ends abandoned watches at once.
+        Serving again after `close()` (a restarted runner) reopens watches."""
+        self._closing = False
 
         def make_request(
             message: Any, payload: Any, protocol: Any, writer: Any, task: Any

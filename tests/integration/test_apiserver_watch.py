@@ -266,3 +266,26 @@ def test_legacy_watch_path_and_single_object_watch(apiserver: Any, core_v1: Any)
         )
     events = [json.loads(line) for line in response.data.decode().splitlines() if line]
     assert kinds(events) == [("ADDED", "b")]
+
+
+def test_watch_works_after_the_runner_restarts() -> None:
+    """A stopped and restarted server (the 'API server down' scenario of the node daemon's tests)
+    keeps its objects and serves watches again instead of closing them at once."""
+    runner = ApiServerRunner()
+    runner.start()
+    try:
+        api = client.CoreV1Api(client.ApiClient(client.Configuration(host=runner.base_url)))
+        api.create_namespaced_pod("default", pod("before"))
+        port = runner.port
+        runner.stop()
+        runner.port = port
+        runner.start()
+        start = api.list_namespaced_pod("default").metadata.resource_version
+        response = api.list_namespaced_pod(
+            "default", watch=True, resource_version=start, timeout_seconds=1, _preload_content=False
+        )
+        api.create_namespaced_pod("default", pod("after"))
+        assert kinds(read_events(response)) == [("ADDED", "after")]
+        api.api_client.close()
+    finally:
+        runner.stop()
