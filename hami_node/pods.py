@@ -1,0 +1,429 @@
+"""The pods bound to this node that wait for devices, kept in memory from the pod watch, and the
+bind-phase patches that report how their Allocate went (`PodTracker`, the `ports.PodSource` of the
+plugin).
+
+Which pods wait (HAMi's rule, fitted to our bind protocol): phase Pending (or not set yet), not being
+deleted, `hami.io/bind-phase=allocating` (the scheduler writes it; we write `success` or `failed`),
+`hami.io/vgpu-node` naming this node, and a `hami.io/vgpu-devices-to-allocate` that decodes and still
+names at least one GPU. HAMi also takes `success` pods, because its plugin blanks the to-allocate
+entries as it consumes them; we patch once at the end and leave the annotation as the scheduler wrote
+it, so a `success` pod has nothing left to allocate and is not waiting. A pod bound here whose
+annotations do not decode (or name another node) is skipped, with the reason logged once per value;
+Allocate's error then mentions it.
+
+Writes never block Allocate: `allocated()`/`failed()` queue them, and one writer thread sends them in
+order, retrying with backoff while the API server is unreachable. Per pod it sends ONE merge patch of
+`hami.io/bind-phase`, then releases HAMi's node lock (`hami.io/mutex.lock` = `<time>,<ns>,<pod>`) if,
+and only if, it names that pod: a GET of the Node and a patch guarded by the Node's resourceVersion,
+so a lock taken meanwhile by another pod is never removed.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hami_api import annotations as ann
+from hami_api.errors import WireFormatError
+from hami_api.types import BindPhase
+from hami_node.allocation import (
+    AllocationError,
+    NoPendingPod,
+    PendingPod,
+    PodMatch,
+    match_pending_pod,
+    steering_gpus,
+)
+from hami_node.kube import DEFAULT_RETRY, KubeApiError, RetryPolicy
+
+log = logging.getLogger(__name__)
+
+JSONDict = dict[str, Any]
+
+
+class PodPatcher(Protocol):
+    """The API calls the tracker's writer makes (`kube.KubeClient` is one). Errors: `KubeApiError`."""
+
+    def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> Mapping[str, Any]: ...
+
+    def get_node(self, name: str) -> Mapping[str, Any]: ...
+
+    def patch_node_annotations(
+        self, name: str, annotations: Mapping[str, str | None], resource_version: str | None = None
+    ) -> Mapping[str, Any]: ...
+
+
+# --- which pods wait (pure) ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A pod bound to this node and marked `allocating` whose annotations cannot be used."""
+
+    reason: str
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def pod_key(obj: Mapping[str, Any]) -> str:
+    meta = _meta(obj)
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+def waiting_pod(obj: Mapping[str, Any], node: str) -> PendingPod | Rejected | None:
+    """The pod as a `PendingPod` if it waits for devices on `node`; `Rejected` (with the reason) if it
+    is marked allocating here but its annotations are unusable; None if it does not wait."""
+    meta = _meta(obj)
+    name, uid = meta.get("name"), meta.get("uid")
+    if not isinstance(name, str) or not name or meta.get("deletionTimestamp"):
+        return None
+    status = obj.get("status")
+    phase = status.get("phase") if isinstance(status, Mapping) else None
+    if phase not in (None, "", "Pending"):
+        return None
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, Mapping) or annotations.get(ann.BIND_PHASE) != BindPhase.ALLOCATING:
+        return None
+    vgpu_node = annotations.get(ann.VGPU_NODE)
+    if vgpu_node != node:
+        if vgpu_node is None:
+            return Rejected(f"it has no {ann.VGPU_NODE} annotation")
+        return Rejected(f"{ann.VGPU_NODE}={vgpu_node!r} names another node than {node!r}")
+    text = annotations.get(ann.DEVICES_TO_ALLOCATE)
+    if not isinstance(text, str):
+        return Rejected(f"it has no {ann.DEVICES_TO_ALLOCATE} annotation")
+    try:
+        allocation = ann.decode_pod_allocation(text)
+    except WireFormatError as err:
+        return Rejected(str(err))
+    if allocation.next_pending() is None:
+        return None
+    namespace = meta.get("namespace") or "default"
+    return PendingPod(str(namespace), name, uid if isinstance(uid, str) else "", allocation)
+
+
+# --- the tracker -----------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Entry:
+    pod: PendingPod
+    obj: JSONDict
+
+
+@dataclass(slots=True)
+class _Write:
+    namespace: str
+    name: str
+    uid: str
+    phase: BindPhase
+    pod_patched: bool = False
+
+
+class PodTracker:
+    """`ports.PodSource` fed by `kube.PodWatch` (it is a `kube.PodEventHandler`). Thread-safe.
+
+    `start()` starts the writer thread; `stop()` ends it (queued writes not yet sent are logged and
+    dropped; `flush()` first to wait for them)."""
+
+    def __init__(self, node_name: str, patcher: PodPatcher, *, retry: RetryPolicy = DEFAULT_RETRY) -> None:
+        self.node_name = node_name
+        self._patcher = patcher
+        self._retry = retry
+        self._cond = threading.Condition()
+        self._pending: dict[str, _Entry] = {}
+        self._done: dict[str, str] = {}
+        """uid -> key of pods whose outcome we reported while the watch may still show them allocating."""
+        self._rejected: dict[str, tuple[str, str]] = {}
+        """uid -> (key, reason) of pods marked allocating here with unusable annotations."""
+        self._writes: collections.deque[_Write] = collections.deque()
+        self._writing = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.patches_sent = 0
+        """bind-phase patches that succeeded."""
+        self.locks_released = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._cond:
+            if self._thread is not None:
+                return
+            self._stopping = False
+            self._thread = threading.Thread(target=self._write_loop, name="hami-pod-writer", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                log.warning("the pod writer thread did not stop within %.1fs", timeout)
+        with self._cond:
+            if self._writes:
+                log.warning(
+                    "stopping with %d bind-phase write(s) not sent: %s",
+                    len(self._writes),
+                    ", ".join(f"{w.namespace}/{w.name}={w.phase}" for w in self._writes),
+                )
+                self._writes.clear()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every queued write has been sent (or dropped); False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._writes or self._writing:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+        return True
+
+    # -- the watch side (kube.PodEventHandler) --------------------------------------------------------
+
+    def pods_listed(self, pods: Sequence[JSONDict]) -> None:
+        with self._cond:
+            old = self._pending
+            self._pending = {}
+            present: set[str] = set()
+            for obj in pods:
+                uid = _meta(obj).get("uid")
+                if isinstance(uid, str):
+                    present.add(uid)
+                self._observe(obj, old.get(pod_key(obj)))
+            for uid in [u for u in self._done if u not in present]:
+                del self._done[uid]
+            for uid in [u for u in self._rejected if u not in present]:
+                del self._rejected[uid]
+            self._cond.notify_all()
+
+    def pod_event(self, kind: str, pod: JSONDict) -> None:
+        with self._cond:
+            if kind == "DELETED":
+                key, uid = pod_key(pod), _meta(pod).get("uid")
+                entry = self._pending.get(key)
+                if entry is not None and (not uid or entry.pod.uid == uid):
+                    del self._pending[key]
+                if isinstance(uid, str):
+                    self._done.pop(uid, None)
+                    self._rejected.pop(uid, None)
+            else:
+                self._observe(pod, self._pending.pop(pod_key(pod), None))
+            self._cond.notify_all()
+
+    def _observe(self, obj: JSONDict, before: _Entry | None) -> None:
+        """Put `obj` in the table if it waits (keeping what was allocated of it); lock held."""
+        key = pod_key(obj)
+        uid = str(_meta(obj).get("uid") or "")
+        verdict = waiting_pod(obj, self.node_name)
+        if uid in self._done:
+            if isinstance(verdict, PendingPod):
+                return  # our bind-phase patch has not shown up yet
+            del self._done[uid]
+        if isinstance(verdict, Rejected):
+            if self._rejected.get(uid) != (key, verdict.reason):
+                log.warning(
+                    "pod %s is bound to node %s for GPUs but is skipped: %s",
+                    key,
+                    self.node_name,
+                    verdict.reason,
+                )
+            self._rejected[uid] = (key, verdict.reason)
+            return
+        self._rejected.pop(uid, None)
+        if verdict is None:
+            return
+        pod = verdict
+        if before is not None and before.pod.uid == pod.uid and before.pod.allocation == pod.allocation:
+            pod = before.pod
+        self._pending[key] = _Entry(pod, obj)
+
+    # -- the plugin side (ports.PodSource) -------------------------------------------------------------
+
+    def waiting(self) -> tuple[PendingPod, ...]:
+        """The pods waiting for devices now, by key."""
+        with self._cond:
+            return tuple(self._pending[k].pod for k in sorted(self._pending))
+
+    def _candidates(self) -> Iterable[PendingPod]:
+        return [e.pod for e in self._pending.values()]
+
+    def match(self, device_count: int, timeout_s: float) -> PodMatch:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                found = match_pending_pod(self._candidates(), device_count)
+                if isinstance(found, PodMatch):
+                    return found
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stopping:
+                    raise self._no_match_error(found)
+                self._cond.wait(remaining)
+
+    def _no_match_error(self, found: NoPendingPod) -> AllocationError:
+        error = found.error(self.node_name)
+        if not self._rejected:
+            return error
+        skipped = "; ".join(f"{key}: {reason}" for key, reason in sorted(self._rejected.values()))
+        return type(error)(f"{error.message}; pods skipped for unusable annotations: {skipped}", error.pod)
+
+    def steering_gpus(self, device_count: int) -> tuple[str, ...]:
+        with self._cond:
+            return steering_gpus(self._candidates(), device_count)
+
+    def pod_object(self, pod: PendingPod) -> dict[str, object]:
+        with self._cond:
+            entry = self._pending.get(pod.key)
+            if entry is None or entry.pod.uid != pod.uid:
+                raise KeyError(f"pod {pod.key} (uid {pod.uid}) is not waiting for devices any more")
+            return entry.obj
+
+    def allocated(self, match: PodMatch) -> None:
+        with self._cond:
+            entry = self._pending.get(match.pod.key)
+            current = entry.pod if entry is not None and entry.pod.uid == match.pod.uid else match.pod
+            updated = current.with_allocated(match.entry)
+            if updated.next_entry() is not None:
+                if entry is not None and entry.pod.uid == match.pod.uid:
+                    entry.pod = updated
+                self._cond.notify_all()
+                return
+            self._finish(updated, BindPhase.SUCCESS)
+        log.info("pod %s: every GPU container allocated on %s", match.pod.key, self.node_name)
+
+    def failed(self, pod: PendingPod | None, reason: str) -> None:
+        if pod is None:
+            log.warning("Allocate failed on node %s (no pod to mark): %s", self.node_name, reason)
+            return
+        log.warning("Allocate failed for pod %s on node %s: %s", pod.key, self.node_name, reason)
+        with self._cond:
+            self._finish(pod, BindPhase.FAILED)
+
+    def _finish(self, pod: PendingPod, phase: BindPhase) -> None:
+        """Take `pod` out of the table and queue its outcome; lock held."""
+        entry = self._pending.get(pod.key)
+        if entry is not None and entry.pod.uid == pod.uid:
+            del self._pending[pod.key]
+        if pod.uid:
+            self._done[pod.uid] = pod.key
+        self._writes.append(_Write(pod.namespace, pod.name, pod.uid, phase))
+        self._cond.notify_all()
+
+    # -- the writer -----------------------------------------------------------------------------------
+
+    def _write_loop(self) -> None:
+        backoff = self._retry.backoff()
+        while True:
+            with self._cond:
+                while not self._writes and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                write = self._writes[0]
+                self._writing = True
+            try:
+                done = self._send(write, backoff.report_level())
+            except Exception:
+                log.exception("pod %s/%s: bind-phase write failed unexpectedly", write.namespace, write.name)
+                done = False
+            with self._cond:
+                self._writing = False
+                if done:
+                    self._writes.popleft()
+                    if (failures := backoff.reset()) > 1:
+                        log.info(
+                            "bind-phase writes: the API server answers again after %d failures", failures
+                        )
+                self._cond.notify_all()
+                if done:
+                    continue
+                delay = backoff.next()
+                deadline = time.monotonic() + delay
+                while not self._stopping and (remaining := deadline - time.monotonic()) > 0:
+                    self._cond.wait(remaining)
+
+    def _send(self, write: _Write, level: int) -> bool:
+        """One try at `write`; True when it is finished (sent, or pointless to retry)."""
+        key = f"{write.namespace}/{write.name}"
+        if not write.pod_patched:
+            try:
+                self._patcher.patch_pod_annotations(
+                    write.namespace, write.name, {ann.BIND_PHASE: write.phase.value}
+                )
+            except KubeApiError as err:
+                if err.retriable:
+                    log.log(
+                        level,
+                        "pod %s: writing %s=%s failed, will retry: %s",
+                        key,
+                        ann.BIND_PHASE,
+                        write.phase,
+                        err,
+                    )
+                    return False
+                log.error("pod %s: cannot write %s=%s: %s", key, ann.BIND_PHASE, write.phase, err)
+            else:
+                self.patches_sent += 1
+                log.info("pod %s: %s=%s", key, ann.BIND_PHASE, write.phase)
+            write.pod_patched = True
+        return self._release_node_lock(write, level)
+
+    def _release_node_lock(self, write: _Write, level: int) -> bool:
+        """Remove HAMi's node lock if it names the pod; True when finished."""
+        try:
+            node = self._patcher.get_node(self.node_name)
+            meta = _meta(node)
+            annotations = meta.get("annotations")
+            text = annotations.get(ann.NODE_LOCK) if isinstance(annotations, Mapping) else None
+            if not isinstance(text, str):
+                return True
+            try:
+                lock = ann.decode_node_lock(text)
+            except WireFormatError as err:
+                log.debug("node %s: leaving a lock that does not decode: %s", self.node_name, err)
+                return True
+            if (lock.namespace, lock.pod) != (write.namespace, write.name):
+                return True
+            version = meta.get("resourceVersion")
+            self._patcher.patch_node_annotations(
+                self.node_name, {ann.NODE_LOCK: None}, version if isinstance(version, str) else None
+            )
+        except KubeApiError as err:
+            if err.retriable:
+                log.log(level, "node %s: releasing the lock of pod %s/%s failed, will retry: %s",
+                        self.node_name, write.namespace, write.name, err)  # fmt: skip
+                return False
+            log.error(
+                "node %s: cannot release the lock of pod %s/%s: %s",
+                self.node_name,
+                write.namespace,
+                write.name,
+                err,
+            )
+            return True
+        self.locks_released += 1
+        log.info(
+            "node %s: released %s held by pod %s/%s",
+            self.node_name,
+            ann.NODE_LOCK,
+            write.namespace,
+            write.name,
+        )
+        return True
+
+
+__all__ = ["PodPatcher", "PodTracker", "Rejected", "pod_key", "waiting_pod"]

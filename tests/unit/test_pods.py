@@ -1,0 +1,429 @@
+"""PodTracker: the table of pods waiting for devices (fed by in-memory watch events), match with the
+lag wait, and the bind-phase / node-lock writes (through a fake patcher)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from hami_api import annotations as ann
+from hami_node.allocation import (
+    AmbiguousPodError,
+    CountMismatchError,
+    NoPendingPodError,
+    PendingPod,
+)
+from hami_node.kube import KubeApiError, RetryPolicy
+from hami_node.pods import PodTracker, Rejected, waiting_pod
+
+NODE = "n1"
+GPU_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
+GPU_B = "GPU-bbbbbbbb-0000-0000-0000-000000000002"
+FAST = RetryPolicy(initial=0.01, maximum=0.05)
+
+
+def alloc(*containers: tuple[str, ...]) -> str:
+    """`hami.io/vgpu-devices-to-allocate` for containers listing GPU UUIDs (1000 MiB, 30 % each)."""
+    return "".join("".join(f"{u},NVIDIA,1000,30:" for u in c) + ";" for c in containers)
+
+
+def pod_obj(
+    name: str,
+    allocation: str | None = None,
+    *,
+    uid: str | None = None,
+    namespace: str = "default",
+    phase: str | None = "Pending",
+    bind_phase: str | None = "allocating",
+    vgpu_node: str | None = NODE,
+    deleting: bool = False,
+    containers: int = 1,
+) -> dict[str, Any]:
+    annotations: dict[str, str] = {}
+    if allocation is not None:
+        annotations[ann.DEVICES_TO_ALLOCATE] = allocation
+        annotations[ann.DEVICES_ALLOCATED] = allocation
+    if bind_phase is not None:
+        annotations[ann.BIND_PHASE] = bind_phase
+    if vgpu_node is not None:
+        annotations[ann.VGPU_NODE] = vgpu_node
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "uid": uid or f"uid-{namespace}-{name}",
+        "resourceVersion": "1",
+        "annotations": annotations,
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"nodeName": NODE, "containers": [{"name": f"c{i}"} for i in range(containers)]},
+        "status": {},
+    }
+    if phase is not None:
+        obj["status"]["phase"] = phase
+    return obj
+
+
+class FakePatcher:
+    """An in-memory API for the writer: records calls, can fail on demand, guards the Node patch by
+    resourceVersion like the API server."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls: list[tuple[str, ...]] = []
+        self.pod_patches: list[tuple[str, str, dict[str, str | None]]] = []
+        self.node_patches: list[dict[str, str | None]] = []
+        self.node_annotations: dict[str, str] = {}
+        self.node_version = 1
+        self.failures: list[KubeApiError] = []
+        """Raised, in order, by the next calls."""
+        self.bump_before_node_patch = False
+
+    def _maybe_fail(self, call: tuple[str, ...]) -> None:
+        self.calls.append(call)
+        if self.failures:
+            raise self.failures.pop(0)
+
+    def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> Mapping[str, Any]:
+        with self.lock:
+            self._maybe_fail(("patch-pod", namespace, name))
+            self.pod_patches.append((namespace, name, dict(annotations)))
+            return {}
+
+    def get_node(self, name: str) -> Mapping[str, Any]:
+        with self.lock:
+            self._maybe_fail(("get-node", name))
+            return {
+                "metadata": {
+                    "name": name,
+                    "resourceVersion": str(self.node_version),
+                    "annotations": dict(self.node_annotations),
+                }
+            }
+
+    def patch_node_annotations(
+        self, name: str, annotations: Mapping[str, str | None], resource_version: str | None = None
+    ) -> Mapping[str, Any]:
+        with self.lock:
+            self._maybe_fail(("patch-node", name))
+            if self.bump_before_node_patch:
+                self.bump_before_node_patch = False
+                self.node_version += 1
+            if resource_version is not None and resource_version != str(self.node_version):
+                raise KubeApiError(409, "Conflict", "the object has been modified")
+            for key, value in annotations.items():
+                if value is None:
+                    self.node_annotations.pop(key, None)
+                else:
+                    self.node_annotations[key] = value
+            self.node_version += 1
+            self.node_patches.append(dict(annotations))
+            return {}
+
+
+@pytest.fixture
+def patcher() -> FakePatcher:
+    return FakePatcher()
+
+
+@pytest.fixture
+def tracker(patcher: FakePatcher) -> Iterator[PodTracker]:
+    t = PodTracker(NODE, patcher, retry=FAST)
+    t.start()
+    yield t
+    t.stop()
+
+
+def names(tracker: PodTracker) -> list[str]:
+    return [p.name for p in tracker.waiting()]
+
+
+# --- which pods wait -------------------------------------------------------------------------------------
+
+
+def test_waiting_pod_rule() -> None:
+    one = alloc((GPU_A,))
+    found = waiting_pod(pod_obj("p", one), NODE)
+    assert isinstance(found, PendingPod)
+    assert (found.key, found.uid, found.next_entry()) == ("default/p", "uid-default-p", 0)
+    assert waiting_pod(pod_obj("p", one, phase=None), NODE) is not None  # phase not set yet
+    not_waiting = [
+        pod_obj("p", one, phase="Running"),
+        pod_obj("p", one, phase="Succeeded"),
+        pod_obj("p", one, bind_phase="success"),
+        pod_obj("p", one, bind_phase="failed"),
+        pod_obj("p", one, bind_phase=None),
+        pod_obj("p", one, deleting=True),
+        pod_obj("p", ";;"),  # every entry consumed
+        pod_obj("p", ""),
+    ]
+    for obj in not_waiting:
+        assert waiting_pod(obj, NODE) is None, obj
+    rejected = {
+        "other node": waiting_pod(pod_obj("p", one, vgpu_node="n2"), NODE),
+        "no node": waiting_pod(pod_obj("p", one, vgpu_node=None), NODE),
+        "no allocation": waiting_pod(pod_obj("p", None), NODE),
+        "bad allocation": waiting_pod(pod_obj("p", "GPU-a,NVIDIA,lots,0:;"), NODE),
+    }
+    assert all(isinstance(r, Rejected) for r in rejected.values()), rejected
+    assert "n2" in str(rejected["other node"])
+    assert ann.DEVICES_TO_ALLOCATE in str(rejected["no allocation"])
+    assert "lots" in str(rejected["bad allocation"])
+
+
+def test_table_from_list_and_events(tracker: PodTracker) -> None:
+    one = alloc((GPU_A,))
+    tracker.pods_listed(
+        [
+            pod_obj("waits", one),
+            pod_obj("running", one, phase="Running"),
+            pod_obj("done", one, bind_phase="success"),
+            pod_obj("plain", None, bind_phase=None, vgpu_node=None),
+        ]
+    )
+    assert names(tracker) == ["waits"]
+    tracker.pod_event("ADDED", pod_obj("second", alloc((GPU_A, GPU_B))))
+    assert names(tracker) == ["second", "waits"]
+    tracker.pod_event("MODIFIED", pod_obj("waits", one, phase="Failed"))
+    assert names(tracker) == ["second"]
+    tracker.pod_event("DELETED", pod_obj("second", alloc((GPU_A, GPU_B))))
+    assert names(tracker) == []
+    # A relist replaces everything.
+    tracker.pod_event("ADDED", pod_obj("gone", one))
+    tracker.pods_listed([pod_obj("new", one)])
+    assert names(tracker) == ["new"]
+
+
+def test_pod_object_and_steering(tracker: PodTracker) -> None:
+    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A, GPU_B)), containers=1))
+    match = tracker.match(2, 1.0)
+    obj = tracker.pod_object(match.pod)
+    assert obj["metadata"]["name"] == "p"
+    assert tracker.steering_gpus(2) == (GPU_A, GPU_B)
+    assert tracker.steering_gpus(1) == ()
+    tracker.pod_event("DELETED", pod_obj("p", alloc((GPU_A, GPU_B))))
+    with pytest.raises(KeyError, match="default/p"):
+        tracker.pod_object(match.pod)
+
+
+# --- match -----------------------------------------------------------------------------------------------
+
+
+def test_match_walks_containers_init_first(tracker: PodTracker, patcher: FakePatcher) -> None:
+    # init container: 1 GPU, a container without GPUs, then a container with 2 GPUs.
+    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,), (), (GPU_A, GPU_B)), containers=3))
+    first = tracker.match(1, 1.0)
+    assert (first.pod.key, first.entry, first.completes_pod) == ("default/p", 0, False)
+    tracker.allocated(first)
+    with pytest.raises(CountMismatchError, match="default/p"):
+        tracker.match(1, 0.05)
+    second = tracker.match(2, 1.0)
+    assert (second.entry, second.completes_pod) == (2, True)
+    assert tracker.flush(5.0)
+    assert patcher.pod_patches == []  # nothing until the last device container
+    tracker.allocated(second)
+    assert tracker.flush(5.0)
+    assert patcher.pod_patches == [("default", "p", {ann.BIND_PHASE: "success"})]
+    assert names(tracker) == []
+
+
+def test_match_waits_for_a_lagging_watch(tracker: PodTracker) -> None:
+    results: list[Any] = []
+    started = threading.Event()
+
+    def call() -> None:
+        started.set()
+        try:
+            results.append(tracker.match(1, 10.0))
+        except Exception as err:
+            results.append(err)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    assert started.wait(5)
+    tracker.pod_event("ADDED", pod_obj("late", alloc((GPU_A,))))
+    thread.join(10)
+    assert not thread.is_alive()
+    assert len(results) == 1 and results[0].pod.key == "default/late"
+
+
+def test_match_gives_up_at_the_deadline(tracker: PodTracker) -> None:
+    started = time.monotonic()
+    with pytest.raises(NoPendingPodError, match=f"no pod bound to node {NODE}"):
+        tracker.match(1, 0.2)
+    assert 0.2 <= time.monotonic() - started < 5
+    tracker.pod_event("ADDED", pod_obj("two", alloc((GPU_A, GPU_B))))
+    with pytest.raises(CountMismatchError) as err:
+        tracker.match(1, 0.05)
+    assert err.value.pod == "default/two"
+    assert "next container: 2 GPU(s)" in err.value.message
+
+
+def test_ambiguous_fails_at_once(tracker: PodTracker) -> None:
+    tracker.pod_event("ADDED", pod_obj("a", alloc((GPU_A,))))
+    tracker.pod_event("ADDED", pod_obj("b", alloc((GPU_B,))))
+    started = time.monotonic()
+    with pytest.raises(AmbiguousPodError) as err:
+        tracker.match(1, 30.0)
+    assert time.monotonic() - started < 5
+    assert err.value.pods == ("default/a", "default/b")
+    assert tracker.steering_gpus(1) == ()
+
+
+# --- writes ----------------------------------------------------------------------------------------------
+
+
+def test_completion_patches_success_once(tracker: PodTracker, patcher: FakePatcher) -> None:
+    obj = pod_obj("p", alloc((GPU_A,)))
+    tracker.pod_event("ADDED", obj)
+    tracker.allocated(tracker.match(1, 1.0))
+    assert names(tracker) == []
+    # The watch still shows the pod allocating (our patch has not come back yet): not waiting again.
+    tracker.pod_event("MODIFIED", obj)
+    tracker.pods_listed([obj])
+    assert names(tracker) == []
+    assert tracker.flush(5.0)
+    assert patcher.pod_patches == [("default", "p", {ann.BIND_PHASE: "success"})]
+    assert tracker.patches_sent == 1
+    assert [c[0] for c in patcher.calls] == ["patch-pod", "get-node"]  # no lock: no node write
+    # Our patch shows up; then the pod is forgotten.
+    tracker.pod_event("MODIFIED", pod_obj("p", alloc((GPU_A,)), bind_phase="success"))
+    assert names(tracker) == []
+
+
+def test_same_name_new_pod_waits_again(tracker: PodTracker) -> None:
+    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,)), uid="u1"))
+    tracker.allocated(tracker.match(1, 1.0))
+    tracker.pod_event("DELETED", pod_obj("p", alloc((GPU_A,)), uid="u1"))
+    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,)), uid="u2"))
+    assert [p.uid for p in tracker.waiting()] == ["u2"]
+
+
+def test_failure_patches_failed(tracker: PodTracker, patcher: FakePatcher) -> None:
+    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
+    match = tracker.match(1, 1.0)
+    tracker.failed(match.pod, "GPU unhealthy")
+    tracker.failed(None, "no pod at all")  # only logged
+    assert tracker.flush(5.0)
+    assert patcher.pod_patches == [("default", "p", {ann.BIND_PHASE: "failed"})]
+    assert names(tracker) == []
+
+
+def test_writes_retry_until_the_api_answers(tracker: PodTracker, patcher: FakePatcher) -> None:
+    patcher.failures = [KubeApiError(0, "ConnectionRefused", "down")] * 3 + [
+        KubeApiError(503, "ServiceUnavailable", "busy")
+    ]
+    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
+    tracker.allocated(tracker.match(1, 1.0))
+    assert tracker.flush(10.0)
+    assert patcher.pod_patches == [("default", "p", {ann.BIND_PHASE: "success"})]
+    assert [c[0] for c in patcher.calls] == ["patch-pod"] * 5 + ["get-node"]
+
+
+def test_a_write_for_a_deleted_pod_is_dropped(tracker: PodTracker, patcher: FakePatcher) -> None:
+    patcher.failures = [KubeApiError(404, "NotFound", 'pods "p" not found')]
+    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
+    tracker.allocated(tracker.match(1, 1.0))
+    tracker.pod_event("ADDED", pod_obj("q", alloc((GPU_B,))))
+    tracker.allocated(tracker.match(1, 1.0))
+    assert tracker.flush(5.0)
+    assert [c[:3] for c in patcher.calls if c[0] == "patch-pod"] == [
+        ("patch-pod", "default", "p"),
+        ("patch-pod", "default", "q"),
+    ]
+    assert patcher.pod_patches == [("default", "q", {ann.BIND_PHASE: "success"})]
+
+
+def test_node_lock_released_only_when_it_names_the_pod(tracker: PodTracker, patcher: FakePatcher) -> None:
+    patcher.node_annotations[ann.NODE_LOCK] = "2026-01-01T00:00:00Z,default,other"
+    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
+    tracker.allocated(tracker.match(1, 1.0))
+    assert tracker.flush(5.0)
+    assert patcher.node_patches == []
+    assert patcher.node_annotations[ann.NODE_LOCK] == "2026-01-01T00:00:00Z,default,other"
+
+    for legacy in ("2026-01-01T00:00:00Z", "garbage"):
+        patcher.node_annotations[ann.NODE_LOCK] = legacy
+        tracker.pod_event("ADDED", pod_obj("legacy", alloc((GPU_A,)), uid=f"u-{legacy}"))
+        tracker.allocated(tracker.match(1, 1.0))
+        assert tracker.flush(5.0)
+        assert patcher.node_patches == []
+
+    patcher.node_annotations[ann.NODE_LOCK] = "2026-01-01T00:00:00Z,team,mine"
+    patcher.node_annotations["keep"] = "me"
+    patcher.bump_before_node_patch = True  # someone writes the Node between our GET and PATCH
+    tracker.pod_event("ADDED", pod_obj("mine", alloc((GPU_A,)), namespace="team"))
+    tracker.failed(tracker.match(1, 1.0).pod, "count mismatch")
+    assert tracker.flush(5.0)
+    assert patcher.pod_patches[-1] == ("team", "mine", {ann.BIND_PHASE: "failed"})
+    assert patcher.node_patches == [{ann.NODE_LOCK: None}]  # after a 409, re-read and released
+    assert patcher.node_annotations == {"keep": "me"}
+    assert tracker.locks_released == 1
+
+
+def test_bad_annotation_is_skipped_with_a_logged_reason(
+    tracker: PodTracker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="hami_node.pods")
+    bad = pod_obj("bad", "GPU-a,NVIDIA,1000:;")
+    tracker.pod_event("ADDED", bad)
+    tracker.pod_event("MODIFIED", bad)
+    assert names(tracker) == []
+    logged = [r.getMessage() for r in caplog.records if "default/bad" in r.getMessage()]
+    assert len(logged) == 1  # once per value, not per event
+    assert "has 3 fields, expected 4" in logged[0]
+    with pytest.raises(NoPendingPodError, match=r"default/bad: .*has 3 fields"):
+        tracker.match(1, 0.05)
+    # Fixed by the scheduler: now it waits, and the error no longer mentions it.
+    tracker.pod_event("MODIFIED", pod_obj("bad", alloc((GPU_A,))))
+    assert names(tracker) == ["bad"]
+    tracker.pod_event("DELETED", pod_obj("bad", alloc((GPU_A,))))
+    with pytest.raises(NoPendingPodError) as err:
+        tracker.match(1, 0.05)
+    assert "skipped" not in err.value.message
+
+
+def test_relist_keeps_partial_progress(tracker: PodTracker) -> None:
+    obj = pod_obj("p", alloc((GPU_A,), (GPU_A, GPU_B)), containers=2)
+    tracker.pod_event("ADDED", obj)
+    tracker.allocated(tracker.match(1, 1.0))
+    tracker.pods_listed([obj])
+    assert tracker.match(2, 1.0).entry == 1
+    tracker.pod_event("MODIFIED", obj)
+    assert tracker.match(2, 1.0).entry == 1
+
+
+def test_stop_ends_a_waiting_match_and_drops_unsent_writes(patcher: FakePatcher) -> None:
+    tracker = PodTracker(NODE, patcher, retry=RetryPolicy(initial=30, maximum=30))
+    tracker.start()
+    patcher.failures = [KubeApiError(0, "ConnectionRefused", "down")]
+    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
+    tracker.allocated(tracker.match(1, 1.0))
+    assert not tracker.flush(0.2)  # the first try failed, the retry waits 30 s
+    errors: list[Exception] = []
+
+    def call() -> None:
+        try:
+            tracker.match(3, 30.0)
+        except Exception as err:
+            errors.append(err)
+
+    waiter = threading.Thread(target=call)
+    waiter.start()
+    started = time.monotonic()
+    tracker.stop()
+    waiter.join(5)
+    assert not waiter.is_alive() and isinstance(errors[0], NoPendingPodError)
+    assert time.monotonic() - started < 5
+    assert tracker.flush(0.1)
