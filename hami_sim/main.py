@@ -8,8 +8,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hami-sim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     from hami_sim.apiserver import cli as apiserver_cli
+    from hami_sim.kubelet import cli as kubelet_cli
 
     apiserver_cli.add_parser(sub)
+    kubelet_cli.add_parser(sub)
     args = parser.parse_args(argv)
     handler = args.handler
     result: int = handler(args)

@@ -1,0 +1,64 @@
+"""One kubelet stand-in: the device manager, the Node status writer and the pod admitter of one node,
+all on the caller's asyncio loop. Many can share a loop (and, optionally, one API client)."""
+
+from __future__ import annotations
+
+import logging
+
+from kubernetes.aio import client as aclient
+
+from hami_sim.kubelet.config import KubeletConfig
+from hami_sim.kubelet.devicemanager import DeviceManager
+from hami_sim.kubelet.kube import KubeApi, client_from_kubeconfig
+from hami_sim.kubelet.node import NodeStatusReporter
+from hami_sim.kubelet.pods import PodAdmitter
+
+log = logging.getLogger(__name__)
+
+
+class Kubelet:
+    """`await start()`, then `restart()` at will, `stop()` at the end.
+
+    With neither `config.kubeconfig` nor `api_client` it runs the device manager alone (no Node,
+    no pods). A given `api_client` is shared, not closed; one made from the kubeconfig is owned."""
+
+    def __init__(self, config: KubeletConfig, api_client: aclient.ApiClient | None = None) -> None:
+        self.config = config
+        self.device_manager = DeviceManager(config)
+        self._api_client = api_client
+        self._owns_client = False
+        self.node_status: NodeStatusReporter | None = None
+        self.pods: PodAdmitter | None = None
+
+    async def start(self) -> None:
+        await self.device_manager.start()
+        try:
+            if self._api_client is None and self.config.kubeconfig is not None:
+                self._api_client = await client_from_kubeconfig(self.config.kubeconfig)
+                self._owns_client = True
+            if self._api_client is not None:
+                api = KubeApi(self._api_client)
+                self.node_status = NodeStatusReporter(self.config, self.device_manager, api)
+                await self.node_status.start()
+                self.pods = PodAdmitter(self.config, self.device_manager, api)
+                await self.pods.start()
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("node %s: kubelet stand-in started", self.config.node_name)
+
+    async def restart(self) -> None:
+        """A kubelet restart as device plugins see it (see DeviceManager.restart); pods keep running."""
+        log.info("node %s: restarting the kubelet stand-in", self.config.node_name)
+        await self.device_manager.restart()
+
+    async def stop(self) -> None:
+        if self.pods is not None:
+            await self.pods.stop()
+        if self.node_status is not None:
+            await self.node_status.stop()
+        await self.device_manager.stop()
+        if self._owns_client and self._api_client is not None:
+            await self._api_client.close()  # type: ignore[no-untyped-call]
+            self._api_client = None
+            self._owns_client = False

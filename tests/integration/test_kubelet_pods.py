@@ -1,0 +1,391 @@
+"""Kubelet stand-in with the API server: Node capacity, pod admission (Allocate per container, init
+reuse, GetPreferredAllocation, PreStartContainer), failures with kubelet's reason and message, the
+checkpoint, and a restart that keeps running pods' devices."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from hami_node.plugin.api import api_pb2
+from hami_sim.kubelet import CheckpointError, KubeletConfig, KubeletRunner, Snapshot, read_checkpoint
+from hami_sim.kubelet.checkpoint import encode_checkpoint
+from tests.apiserver_util import bind
+from tests.conftest import ApiServerHandle
+from tests.integration.kubelet_plugin import FakePlugin, devices
+
+RES = "example.com/dev"
+NODE = "node-1"
+NS = "default"
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="hk-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def kubelet(apiserver: ApiServerHandle, short_dir: Path) -> Iterator[KubeletRunner]:
+    config = KubeletConfig(NODE, short_dir / "dp", kubeconfig=apiserver.kubeconfig, create_node=True)
+    with KubeletRunner(config) as runner:
+        yield runner
+
+
+@pytest.fixture
+def make_plugin(short_dir: Path, kubelet: KubeletRunner) -> Iterator[Callable[..., FakePlugin]]:
+    plugins: list[FakePlugin] = []
+
+    def make(*ids: str, **options: Any) -> FakePlugin:
+        plugin = FakePlugin(kubelet.config.directory, initial=devices(*ids), **options)
+        plugin.serve()
+        plugins.append(plugin)
+        plugin.register(RES)
+        count = len(ids)
+        kubelet.wait_for_devices(lambda s: (r := s.resource(RES)) is not None and r.capacity == count)
+        return plugin
+
+    yield make
+    for plugin in plugins:
+        plugin.stop()
+
+
+def container(
+    name: str, count: int | None = None, *, restart_policy: str | None = None, **limits: str
+) -> Any:
+    all_limits = dict(limits)
+    if count is not None:
+        all_limits[RES] = str(count)
+    body: dict[str, Any] = {"name": name, "image": "busybox:1.36"}
+    if all_limits:
+        body["resources"] = {"limits": all_limits}
+    if restart_policy:
+        body["restartPolicy"] = restart_policy
+    return body
+
+
+def run_pod(core_v1: Any, name: str, containers: list[Any], init: list[Any] | None = None) -> str:
+    """Create the pod, bind it to the node; returns its UID."""
+    spec: dict[str, Any] = {"containers": containers}
+    if init:
+        spec["initContainers"] = init
+    created = core_v1.create_namespaced_pod(
+        NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    )
+    bind(core_v1, NS, name, NODE)
+    return str(created.metadata.uid)
+
+
+def allocated(snapshot: Snapshot) -> frozenset[str]:
+    return snapshot.allocated.get(RES, frozenset())
+
+
+def test_node_is_created_and_reports_capacity_and_allocatable(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    node = core_v1.read_node(NODE)
+    assert [(c.type, c.status) for c in node.status.conditions] == [("Ready", "True")]
+    assert node.status.capacity["cpu"] == "8"
+    plugin = make_plugin("a", "b", "c", "d")
+    plugin.set_devices(devices("a", "b", "c", "d", unhealthy=["d"]))
+    kubelet.wait_for_devices(lambda s: (r := s.resource(RES)) is not None and r.allocatable == 3)
+    _wait_node(core_v1, lambda status: status.allocatable.get(RES) == "3")
+    status = core_v1.read_node(NODE).status
+    assert (status.capacity[RES], status.allocatable[RES]) == ("4", "3")
+    plugin.stop()
+    _wait_node(core_v1, lambda status: status.allocatable.get(RES) == "0")
+    assert core_v1.read_node(NODE).status.capacity[RES] == "4"
+
+
+def _wait_node(core_v1: Any, predicate: Callable[[Any], bool], timeout: int = 10) -> None:
+    from kubernetes import watch
+
+    if predicate(core_v1.read_node(NODE).status):
+        return
+    watcher: Any = watch.Watch()  # type: ignore[no-untyped-call]
+    stream = watcher.stream(
+        core_v1.list_node, field_selector=f"metadata.name={NODE}", timeout_seconds=timeout
+    )
+    for event in stream:
+        if predicate(event["object"].status):
+            stream.close()
+            return
+    raise AssertionError("the node status never matched")
+
+
+def test_single_container_pod_gets_devices_and_runs(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    plugin = make_plugin("a", "b", "c")
+    uid = run_pod(core_v1, "p", [container("main", 2)])
+    result = kubelet.wait_for_pod(NS, "p")
+    assert result.admitted and result.uid == uid
+    assert plugin.calls.allocate == [[["a", "b"]]]
+    pod = core_v1.read_namespaced_pod("p", NS)
+    assert pod.status.phase == "Running"
+    assert [(s.name, s.ready, s.state.running is not None) for s in pod.status.container_statuses] == [
+        ("main", True, True)
+    ]
+    assert {c.type: c.status for c in pod.status.conditions}["Ready"] == "True"
+    entries = read_checkpoint(kubelet.config.checkpoint_path).for_container(uid, "main")
+    assert [(e.resource_name, dict(e.device_ids)) for e in entries] == [(RES, {-1: ("a", "b")})]
+    assert dict(entries[0].response.envs) == {"FAKE_DEVICES": "a,b", "FAKE_COUNT": "2"}
+    assert allocated(kubelet.snapshot()) == {"a", "b"}
+
+
+def test_pod_without_device_requests_just_runs(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    plugin = make_plugin("a")
+    run_pod(core_v1, "plain", [container("main", cpu="100m")])
+    assert kubelet.wait_for_pod(NS, "plain").admitted
+    assert plugin.calls.allocate == []
+    assert core_v1.read_namespaced_pod("plain", NS).status.phase == "Running"
+
+
+def test_init_container_devices_are_reused_by_app_containers(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    plugin = make_plugin("a", "b", "c", "d")
+    uid = run_pod(
+        core_v1,
+        "multi",
+        [container("c1", 1), container("c2", 2), container("nogpu")],
+        init=[container("init", 2)],
+    )
+    assert kubelet.wait_for_pod(NS, "multi").admitted
+    # One Allocate RPC per container, one ContainerAllocateRequest each, init first.
+    assert plugin.calls.allocate == [[["a", "b"]], [["a"]], [["b", "c"]]]
+    checkpoint = read_checkpoint(kubelet.config.checkpoint_path)
+    held = {e.container_name: e.all_device_ids for e in checkpoint.entries if e.pod_uid == uid}
+    assert held == {"init": ("a", "b"), "c1": ("a",), "c2": ("b", "c")}
+    assert checkpoint.container_envs(uid, "c2")["FAKE_DEVICES"] == "b,c"
+    assert allocated(kubelet.snapshot()) == {"a", "b", "c"}
+    pod = core_v1.read_namespaced_pod("multi", NS)
+    assert [s.state.terminated.reason for s in pod.status.init_container_statuses] == ["Completed"]
+    assert sorted(s.name for s in pod.status.container_statuses) == ["c1", "c2", "nogpu"]
+
+
+def test_restartable_init_container_keeps_its_devices(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    plugin = make_plugin("a", "b", "c")
+    run_pod(core_v1, "sidecar", [container("main", 1)], init=[container("side", 1, restart_policy="Always")])
+    assert kubelet.wait_for_pod(NS, "sidecar").admitted
+    assert plugin.calls.allocate == [[["a"]], [["b"]]]
+
+
+def test_preferred_allocation_is_asked_and_intersected(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    plugin = make_plugin("a", "b", "c", "d", preferred=True)
+    run_pod(core_v1, "pref", [container("main", 2)])
+    assert kubelet.wait_for_pod(NS, "pref").admitted
+    assert plugin.calls.preferred == [(["a", "b", "c", "d"], [], 2)]
+    assert plugin.calls.allocate == [[["d", "c"]]]
+    # An answer naming unknown or busy devices is intersected with the free ones; kubelet fills the rest.
+    plugin.prefer = lambda avail, must, size: ["ghost", "c", "b"]
+    run_pod(core_v1, "pref2", [container("main", 2)])
+    assert kubelet.wait_for_pod(NS, "pref2").admitted
+    assert plugin.calls.preferred[1] == (["a", "b"], [], 2)
+    assert plugin.calls.allocate[1] == [["b", "a"]]
+
+
+def test_preferred_allocation_with_init_reuse_passes_must_include(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    plugin = make_plugin("a", "b", "c", "d", preferred=True)
+    run_pod(core_v1, "reuse", [container("main", 2)], init=[container("init", 1)])
+    assert kubelet.wait_for_pod(NS, "reuse").admitted
+    # init: free choice (d); main: d reused, then the plugin is asked with d as must-include.
+    assert plugin.calls.preferred == [(["a", "b", "c", "d"], [], 1), (["d", "a", "b", "c"], ["d"], 2)]
+    assert plugin.calls.allocate == [[["d"]], [["d", "c"]]]
+
+
+def test_allocate_error_fails_the_pod_with_kubelets_message_and_an_event(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    plugin = make_plugin("a", "b")
+    plugin.allocate_error = "no pending pod asks for 1 device"
+    run_pod(core_v1, "bad", [container("main", 1)])
+    result = kubelet.wait_for_pod(NS, "bad")
+    expected = (
+        "Allocate failed due to rpc error: code = Unknown desc = no pending pod asks for 1 device, "
+        "which is unexpected"
+    )
+    assert not result.admitted and result.reason == "UnexpectedAdmissionError"
+    pod = core_v1.read_namespaced_pod("bad", NS)
+    assert (pod.status.phase, pod.status.reason, pod.status.message) == (
+        "Failed",
+        "UnexpectedAdmissionError",
+        "Pod was rejected: " + expected,
+    )
+    events = core_v1.list_namespaced_event(NS, field_selector="involvedObject.name=bad").items
+    assert [(e.type, e.reason, e.message, e.source.component) for e in events] == [
+        ("Warning", "UnexpectedAdmissionError", expected, "kubelet")
+    ]
+    assert allocated(kubelet.snapshot()) == frozenset()
+
+
+def test_empty_allocate_response_is_an_error(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    plugin = make_plugin("a")
+    plugin.empty_allocate = True
+    run_pod(core_v1, "empty", [container("main", 1)])
+    result = kubelet.wait_for_pod(NS, "empty")
+    assert not result.admitted
+    assert "no containers return in allocation response" in result.message
+
+
+def test_not_enough_devices(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    make_plugin("a", "b", "c")
+    run_pod(core_v1, "first", [container("main", 2)])
+    assert kubelet.wait_for_pod(NS, "first").admitted
+    run_pod(core_v1, "second", [container("main", 2)])
+    result = kubelet.wait_for_pod(NS, "second")
+    assert result.message == (
+        "Pod was rejected: Allocate failed due to requested number of devices unavailable for "
+        "example.com/dev. Requested: 2, Available: 1, which is unexpected"
+    )
+    assert core_v1.read_namespaced_pod("second", NS).status.phase == "Failed"
+
+
+def test_no_healthy_devices(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    plugin = make_plugin("a", "b")
+    plugin.set_devices(devices("a", "b", unhealthy=["a", "b"]))
+    kubelet.wait_for_devices(lambda s: (r := s.resource(RES)) is not None and r.allocatable == 0)
+    run_pod(core_v1, "sick", [container("main", 1)])
+    assert kubelet.wait_for_pod(NS, "sick").message == (
+        "Pod was rejected: Allocate failed due to no healthy devices present; cannot allocate unhealthy "
+        "devices example.com/dev, which is unexpected"
+    )
+
+
+def test_extended_resource_nobody_provides_is_rejected_like_kubelet(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    make_plugin("a")
+    extended: dict[str, Any] = {"other.example.com/thing": "1"}
+    run_pod(core_v1, "other", [container("main", **extended)])
+    result = kubelet.wait_for_pod(NS, "other")
+    assert (result.admitted, result.reason) == (False, "OutOfother.example.com/thing")
+    assert result.message == (
+        "Pod was rejected: Node didn't have enough resource: other.example.com/thing, requested: 1, "
+        "used: 0, capacity: 0"
+    )
+
+
+def test_deleted_pod_frees_its_devices(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    make_plugin("a", "b")
+    run_pod(core_v1, "holder", [container("main", 2)])
+    assert kubelet.wait_for_pod(NS, "holder").admitted
+    core_v1.delete_namespaced_pod("holder", NS)
+    kubelet.wait_for_devices(lambda s: allocated(s) == frozenset())
+    run_pod(core_v1, "next", [container("main", 2)])
+    assert kubelet.wait_for_pod(NS, "next").admitted
+
+
+def test_pre_start_container_is_called_with_the_containers_devices(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    plugin = make_plugin("a", "b", "c", pre_start=True)
+    run_pod(core_v1, "ps", [container("c1", 1), container("c2", 2)])
+    assert kubelet.wait_for_pod(NS, "ps").admitted
+    assert plugin.calls.pre_start == [["a"], ["b", "c"]]
+    plugin.pre_start_error = "not ready"
+    core_v1.delete_namespaced_pod("ps", NS)
+    kubelet.wait_for_devices(lambda s: allocated(s) == frozenset())
+    run_pod(core_v1, "ps2", [container("main", 1)])
+    result = kubelet.wait_for_pod(NS, "ps2")
+    assert (result.admitted, result.reason) == (False, "CreateContainerConfigError")
+    pod = core_v1.read_namespaced_pod("ps2", NS)
+    assert pod.status.phase == "Pending"
+    waiting = pod.status.container_statuses[0].state.waiting
+    assert (waiting.reason, waiting.message) == (
+        "CreateContainerConfigError",
+        "device plugin PreStartContainer rpc failed with err: rpc error: code = Unknown desc = not ready",
+    )
+
+
+def test_checkpoint_holds_the_allocate_responses(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    plugin = make_plugin("a", "b")
+    plugin.set_devices([*devices("a", "b", numa={"a": 0, "b": 1}), api_pb2.Device(ID="c", health="Healthy")])
+    kubelet.wait_for_devices(lambda s: (r := s.resource(RES)) is not None and r.capacity == 3)
+    uid = run_pod(core_v1, "cp", [container("main", 3)])
+    assert kubelet.wait_for_pod(NS, "cp").admitted
+    path = kubelet.config.checkpoint_path
+    checkpoint = read_checkpoint(path)
+    assert checkpoint.registered_devices == {RES: ("a", "b", "c")}
+    (entry,) = checkpoint.entries
+    assert (entry.pod_uid, entry.container_name, entry.resource_name) == (uid, "main", RES)
+    assert dict(entry.device_ids) == {0: ("a",), 1: ("b",), -1: ("c",)}
+    response = entry.response
+    assert dict(response.envs) == {"FAKE_DEVICES": "a,b,c", "FAKE_COUNT": "3"}
+    assert [(m.container_path, m.host_path, m.read_only) for m in response.mounts] == [
+        ("/fake", "/opt/fake", True)
+    ]
+    assert [d.container_path for d in response.devices] == ["/dev/fake0"]
+    assert dict(response.annotations) == {"fake.example.com/ids": "a,b,c"}
+    raw = path.read_bytes()
+    assert raw.startswith(b'{"Data":{"PodDeviceEntries":[{"PodUID":"')
+    assert encode_checkpoint(checkpoint.entries, checkpoint.registered_devices) == raw
+    path.write_bytes(raw.replace(b'"main"', b'"evil"'))
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        read_checkpoint(path)
+    assert read_checkpoint(path, verify=False).entries[0].container_name == "evil"
+
+
+def test_restart_keeps_running_pods_devices(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    plugin = make_plugin("a", "b", "c")
+    uid = run_pod(core_v1, "keeper", [container("main", 2)])
+    assert kubelet.wait_for_pod(NS, "keeper").admitted
+    kubelet.restart()
+    snapshot = kubelet.snapshot()
+    assert allocated(snapshot) == {"a", "b"}
+    assert snapshot.resources[RES].capacity == 0
+    _wait_node(core_v1, lambda status: status.capacity.get(RES) == "0")
+    # Before the plugin is back, a new pod is refused as kubelet refuses it after a reboot.
+    run_pod(core_v1, "early", [container("main", 1)])
+    assert "no healthy devices present" in kubelet.wait_for_pod(NS, "early").message
+    plugin.stop()
+    plugin.serve()
+    plugin.register(RES)
+    kubelet.wait_for_devices(lambda s: (r := s.resource(RES)) is not None and r.allocatable == 3)
+    run_pod(core_v1, "late", [container("main", 1)])
+    assert kubelet.wait_for_pod(NS, "late").admitted
+    assert plugin.calls.allocate[-1] == [["c"]]
+    assert read_checkpoint(kubelet.config.checkpoint_path).for_container(uid, "main")[0].all_device_ids == (
+        "a",
+        "b",
+    )
+    assert core_v1.read_namespaced_pod("keeper", NS).status.phase == "Running"
+
+
+def test_pods_bound_before_the_kubelet_starts_are_admitted(
+    apiserver: ApiServerHandle, short_dir: Path, core_v1: Any
+) -> None:
+    core_v1.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=NODE)))
+    run_pod(core_v1, "early-bird", [container("main")])
+    config = KubeletConfig(NODE, short_dir / "dp", kubeconfig=apiserver.kubeconfig)
+    with KubeletRunner(config) as runner:
+        assert runner.wait_for_pod(NS, "early-bird").admitted
