@@ -246,7 +246,9 @@ class PodAdmitter:
 
     async def _check_other_extended_resources(self, uid: str, spec: Mapping[str, Any]) -> None:
         """Kubelet's general predicate for extended resources no device plugin provides: the Node's
-        allocatable must hold the pod's need next to the admitted pods'."""
+        allocatable must hold the pod's need next to the admitted pods'. Like kubelet
+        (`removeMissingExtendedResources`), a resource the Node does not list at all is ignored: that
+        is how HAMi's nvidia.com/gpumem and gpucores, which no plugin advertises, get admitted."""
         need = {
             k: v
             for k, v in _pod_requests(spec).items()
@@ -260,6 +262,8 @@ class PodAdmitter:
             node = {}
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         for resource, requested in sorted(need.items()):
+            if resource not in allocatable:
+                continue
             try:
                 capacity = quantity_value(allocatable.get(resource, 0))
             except QuantityError:

@@ -275,10 +275,22 @@ def test_no_healthy_devices(
     )
 
 
-def test_extended_resource_nobody_provides_is_rejected_like_kubelet(
+def test_extended_resource_the_node_does_not_list_is_ignored_like_kubelet(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    """Kubelet drops extended resources missing from the Node's allocatable before its resource fit
+    (`removeMissingExtendedResources`): HAMi's gpumem/gpucores pods depend on it."""
+    make_plugin("a")
+    extended: dict[str, Any] = {"other.example.com/thing": "1"}
+    run_pod(core_v1, "other", [container("main", **extended)])
+    assert kubelet.wait_for_pod(NS, "other").admitted
+
+
+def test_extended_resource_the_node_lists_too_little_of_is_rejected_like_kubelet(
     kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
 ) -> None:
     make_plugin("a")
+    core_v1.patch_node_status(NODE, {"status": {"allocatable": {"other.example.com/thing": "0"}}})
     extended: dict[str, Any] = {"other.example.com/thing": "1"}
     run_pod(core_v1, "other", [container("main", **extended)])
     result = kubelet.wait_for_pod(NS, "other")
