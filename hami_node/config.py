@@ -72,6 +72,15 @@ class GPUBackend(StrEnum):
     FAKE = "fake"
 
 
+class LogLevel(StrEnum):
+    """The daemon's own log level (not the containers' LIBCUDA_LOG_LEVEL)."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
 DEFAULT_IGNORED_XIDS: frozenset[int] = frozenset({13, 31, 43, 45, 68, 109})
 """Xids NVIDIA's plugin ignores by default: application errors after which the GPU is still healthy
 (graphics exception, page fault, GPU stopped processing, preemptive cleanup, video processor exception,
@@ -180,6 +189,7 @@ class NodeConfig:
     allocate_wait_seconds: float = 5.0
     """How long Allocate waits for the pod watch to show the pod kubelet is admitting."""
     health_checks: HealthChecks = HealthChecks()
+    log_level: LogLevel = LogLevel.INFO
 
     @property
     def socket_path(self) -> Path:
@@ -561,6 +571,8 @@ _SETTINGS: tuple[_Setting, ...] = (
     _Setting("allocate_wait_seconds", "--allocate-wait-seconds", "HAMI_ALLOCATE_WAIT_SECONDS",
              "allocateWaitSeconds", None, _number(0, inclusive=True),
              "how long Allocate waits for the pod watch to show the pod being admitted", "SECONDS"),
+    _Setting("log_level", "--log-level", "HAMI_LOG_LEVEL", "logLevel", None, _enum(LogLevel),
+             "the daemon's log level: debug, info, warning or error", "LEVEL"),
     _Setting("disable_healthchecks", "--disable-healthchecks", "DP_DISABLE_HEALTHCHECKS",
              "disableHealthchecks", None, _xids,
              "all/xids, or Xids to ignore on top of 13,31,43,45,68,109", "XIDS", shown_default="none"),

@@ -1,11 +1,141 @@
-"""Entry point of `hami-node`."""
+"""Entry point of `hami-node`: load the config, then wire the GPU backend, the device state, the health
+loop, the Kubernetes side (pod watch, bind-phase writer, inventory reporter) and the kubelet plugin
+together, and run until SIGTERM/SIGINT (SIGHUP restarts the plugin and re-registers).
 
+Start-up errors (bad flags or config file, bad fake inventory, no kubeconfig) print one line naming
+what to fix and exit 2; they never print a traceback."""
+
+from __future__ import annotations
+
+import logging
+import os
 import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hami_node.config import ConfigError, HelpRequested, NodeConfig, load_config
+from hami_node.devices import DeviceState, InventoryPublisher
+from hami_node.gpu import BackendConfigError, open_backend
+from hami_node.gpu.inventory import InventoryError
+from hami_node.health import HealthMonitor
+from hami_node.kube import KubeClient, KubeConfigError, PodWatch
+from hami_node.plugin.manager import PluginManager, install_signal_handlers
+from hami_node.pods import PodTracker
+from hami_node.reporter import NodeReporter
+
+log = logging.getLogger("hami_node")
+
+EXIT_CONFIG = 2
 
 
-def main(argv: list[str] | None = None) -> int:
-    print("hami-node: not yet implemented (see issue 'Node daemon')", file=sys.stderr)
-    return 2
+@dataclass
+class NodeDaemon:
+    """Every long-lived part of the daemon: started in dependency order, stopped in reverse."""
+
+    config: NodeConfig
+    plugin: PluginManager
+    stops: list[tuple[str, Callable[[], object]]] = field(default_factory=list)
+
+    def stop(self) -> None:
+        for name, stop in reversed(self.stops):
+            try:
+                stop()
+            except Exception:
+                log.exception("stopping the %s failed", name)
+        self.stops.clear()
+
+
+def _read_file(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def start_daemon(config: NodeConfig) -> NodeDaemon:
+    """Build and start every part; raises `StartupError` for what the user must fix."""
+    try:
+        backend = open_backend(config.gpu_backend.value, config.fake_inventory)
+    except (BackendConfigError, InventoryError) as exc:
+        raise StartupError(str(exc)) from None
+    try:
+        kube = KubeClient.from_config(config.kubeconfig)
+    except KubeConfigError as exc:
+        raise StartupError(str(exc)) from None
+
+    state = DeviceState(config)
+    tracker = PodTracker(config.node_name, kube)
+    watch = PodWatch(kube, config.node_name, tracker)
+    reporter = NodeReporter(kube, config.node_name, check_interval_s=config.register_interval_seconds)
+    publisher = InventoryPublisher(state, reporter)
+    health = HealthMonitor(backend, state, config)
+    plugin = PluginManager(config, state, tracker)
+    daemon = NodeDaemon(config, plugin)
+
+    def stop_tracker() -> None:
+        tracker.flush(2.0)  # let the last bind-phase patches out
+        tracker.stop()
+
+    steps: list[tuple[str, Callable[[], object], Callable[[], object]]] = [
+        ("kubernetes client", lambda: None, kube.close),
+        ("pod tracker", tracker.start, stop_tracker),
+        ("pod watch", watch.start, watch.stop),
+        ("inventory reporter", reporter.start, reporter.stop),
+        # The health monitor lists the GPUs (or fences them) before the plugin first serves kubelet.
+        ("health monitor", health.start, health.stop),
+        ("inventory publisher", publisher.start, publisher.stop),
+        ("kubelet plugin", plugin.start, plugin.stop),
+    ]
+    try:
+        for name, start, stop in steps:
+            start()
+            daemon.stops.append((name, stop))
+    except BaseException:
+        daemon.stop()
+        raise
+    return daemon
+
+
+class StartupError(Exception):
+    """Something the user must fix before the daemon can run (the message says what)."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        config = load_config(args, os.environ, _read_file)
+    except HelpRequested as help_text:
+        print(help_text)
+        return 0
+    except ConfigError as exc:
+        print(f"hami-node: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+
+    logging.basicConfig(
+        level=config.log_level.value.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        daemon = start_daemon(config)
+    except StartupError as exc:
+        print(f"hami-node: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    shutdown = threading.Event()
+    restore = install_signal_handlers(daemon.plugin, shutdown)
+    log.info(
+        "hami-node running on node %s: %s backend, resource %s on %s",
+        config.node_name,
+        config.gpu_backend.value,
+        config.resource_name,
+        config.socket_path,
+    )
+    try:
+        shutdown.wait()
+    finally:
+        log.info("hami-node stopping")
+        restore()
+        daemon.stop()
+    return 0
 
 
 if __name__ == "__main__":

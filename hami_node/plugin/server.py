@@ -1,0 +1,328 @@
+"""The kubelet Device Plugin v1beta1 service for HAMi's virtual devices, on a sync `grpc.server`.
+
+- GetDevicePluginOptions: `plugin_options()` (no PreStartContainer; GetPreferredAllocation offered).
+- ListAndWatch: the full device list first (`DeviceState.virtual_devices`: split count x GPUs, IDs
+  `<GPU-UUID>-<i>`, NUMA when enabled), then the full list again on every change of it. The stream
+  ends when the client goes away or the server stops (`PluginServer.stop` ends it before the gRPC
+  server shuts down, so kubelet sees the old stream end before we register again).
+- GetPreferredAllocation: steers kubelet to IDs on the GPUs the scheduler chose for the pending pod
+  (`PodSource.steering_gpus`), else spreads (`allocation.preferred_allocation`).
+- Allocate: per container request, the pending pod from `PodSource.match` (waiting up to
+  `allocate_wait_seconds` for the pod watch), HAMi's response from `allocation.container_allocate_
+  response` with a fresh uuid4 cache id, the container's cache directory created on the host, then
+  `PodSource.allocated`. Any failure: `PodSource.failed(pod, reason)` and the RPC fails with
+  UNKNOWN and a message naming what went wrong and the pod (kubelet shows it in the pod's status).
+  IDs containing "MIG" get a plain NVIDIA answer (`NVIDIA_VISIBLE_DEVICES` = the IDs), as HAMi does;
+  this daemon never advertises such IDs, so only a stale kubelet checkpoint could send one.
+- PreStartContainer: empty (not required).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+
+from hami_api.resources import pod_container_names
+from hami_node.allocation import (
+    VISIBLE_DEVICES_ENV,
+    AllocationError,
+    PendingPod,
+    PreferredAllocationError,
+    container_allocate_response,
+    container_cache_dir,
+    preferred_allocation,
+    to_proto,
+    virtual_devices_to_proto,
+)
+from hami_node.config import NodeConfig, OperatingMode
+from hami_node.devices import DeviceState
+from hami_node.plugin.api import api_pb2, api_pb2_grpc
+from hami_node.ports import PodSource
+
+log = logging.getLogger(__name__)
+
+
+def plugin_options() -> api_pb2.DevicePluginOptions:
+    """What GetDevicePluginOptions answers and RegisterRequest.options carries (the same values)."""
+    return api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+
+
+class PluginServerError(Exception):
+    """The plugin's gRPC server cannot serve (e.g. its socket cannot be bound)."""
+
+
+class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
+    """The DevicePlugin service. `new_id` makes the containers' cache ids (a uuid4 string each)."""
+
+    def __init__(
+        self,
+        state: DeviceState,
+        pods: PodSource,
+        config: NodeConfig,
+        *,
+        new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    ) -> None:
+        self._state = state
+        self._pods = pods
+        self._config = config
+        self._new_id = new_id
+        self._stopping = threading.Event()
+        self._streams = 0
+        self._streams_cond = threading.Condition()
+
+    def shutdown(self) -> None:
+        """End every ListAndWatch stream now (they return normally) and refuse new ones."""
+        self._stopping.set()
+        self._state.wake()
+
+    @property
+    def open_streams(self) -> int:
+        with self._streams_cond:
+            return self._streams
+
+    def wait_streams(self, count: int, timeout_s: float) -> bool:
+        """Wait until exactly `count` ListAndWatch streams are open (for tests). False on timeout."""
+        with self._streams_cond:
+            return self._streams_cond.wait_for(lambda: self._streams == count, timeout_s)
+
+    def _count_stream(self, delta: int) -> None:
+        with self._streams_cond:
+            self._streams += delta
+            self._streams_cond.notify_all()
+
+    # --- RPCs -------------------------------------------------------------------------------------
+
+    def GetDevicePluginOptions(
+        self, request: api_pb2.Empty, context: grpc.ServicerContext
+    ) -> api_pb2.DevicePluginOptions:
+        return plugin_options()
+
+    def ListAndWatch(
+        self, request: api_pb2.Empty, context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.ListAndWatchResponse]:
+        gone = threading.Event()
+
+        def client_gone() -> None:
+            gone.set()
+            self._state.wake()
+
+        if not context.add_callback(client_gone):
+            return
+
+        def cancelled() -> bool:
+            return gone.is_set() or self._stopping.is_set()
+
+        self._count_stream(1)
+        try:
+            sent = None
+            while sent is None or not cancelled():  # the full list first, whatever happens
+                version, gpus = self._state.snapshot()
+                devices = self._state.virtual_devices(gpus)
+                if devices != sent:
+                    healthy = sum(1 for d in devices if d.healthy)
+                    log.debug("ListAndWatch: %d devices (%d healthy)", len(devices), healthy)
+                    yield api_pb2.ListAndWatchResponse(devices=virtual_devices_to_proto(devices))
+                    sent = devices
+                self._state.wait_for_change(version, None, cancelled)
+        finally:
+            self._count_stream(-1)
+
+    def GetPreferredAllocation(
+        self, request: api_pb2.PreferredAllocationRequest, context: grpc.ServicerContext
+    ) -> api_pb2.PreferredAllocationResponse:
+        listed = [d.id for d in self._state.virtual_devices()]
+        responses = []
+        for container in request.container_requests:
+            size = container.allocation_size
+            try:
+                desired = self._pods.steering_gpus(size)
+            except Exception:  # steering is a preference: without it, spread
+                log.exception("GetPreferredAllocation: finding the pending pod's GPUs failed")
+                desired = ()
+            try:
+                chosen = preferred_allocation(
+                    list(container.available_deviceIDs),
+                    list(container.must_include_deviceIDs),
+                    size,
+                    desired,
+                    listed,
+                )
+            except PreferredAllocationError as err:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"GetPreferredAllocation: {err}")
+            responses.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=chosen))
+        return api_pb2.PreferredAllocationResponse(container_responses=responses)
+
+    def Allocate(
+        self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext
+    ) -> api_pb2.AllocateResponse:
+        responses = []
+        for container in request.container_requests:
+            ids = list(container.devices_ids)
+            if not ids:
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, "Allocate: a container request with no devices"
+                )
+            if any("MIG" in device_id for device_id in ids):
+                log.warning("Allocate: MIG device IDs %s: plain NVIDIA response (as HAMi)", ids)
+                responses.append(api_pb2.ContainerAllocateResponse(envs={VISIBLE_DEVICES_ENV: ",".join(ids)}))
+                continue
+            result = self._allocate_container(ids)
+            if isinstance(result, str):
+                context.abort(grpc.StatusCode.UNKNOWN, result)
+            responses.append(result)
+        return api_pb2.AllocateResponse(container_responses=responses)
+
+    def PreStartContainer(
+        self, request: api_pb2.PreStartContainerRequest, context: grpc.ServicerContext
+    ) -> api_pb2.PreStartContainerResponse:
+        return api_pb2.PreStartContainerResponse()
+
+    # --- Allocate, one container -------------------------------------------------------------------
+
+    def _allocate_container(self, ids: Sequence[str]) -> api_pb2.ContainerAllocateResponse | str:
+        """The container's response, or the message to fail Allocate with (the pod is reported)."""
+        pod: PendingPod | None = None
+        try:
+            match = self._pods.match(len(ids), self._config.allocate_wait_seconds)
+            pod = match.pod
+            pod_object = self._pods.pod_object(pod)
+            license_file = posixpath.join(self._config.hook_path, "vgpu", "license")
+            response = container_allocate_response(
+                pod_object,
+                pod.allocation,
+                match.entry,
+                ids,
+                gpus=self._state.gpus(),
+                config=self._config,
+                cache_id=self._new_id(),
+                license_present=os.path.exists(license_file),
+            )
+            if self._config.operating_mode is not OperatingMode.MIG:
+                self._make_cache_dir(pod_object, match.entry)
+            self._pods.allocated(match)
+        except AllocationError as err:
+            message = err.message
+        except OSError as err:
+            where = pod.key if pod is not None else "?"
+            message = f"pod {where}: cannot create the container's cache directory: {err}"
+        except Exception as err:
+            log.exception("Allocate %s: unexpected error", ids)
+            where = f"pod {pod.key}" if pod is not None else "no pod matched yet"
+            message = f"{where}: internal error in hami-node Allocate: {err!r}"
+        else:
+            log.info(
+                "Allocate: pod %s entry %d: %s",
+                match.pod.key,
+                match.entry,
+                ", ".join(f"{s.uuid} {s.usedmem}MiB {s.usedcores}%" for s in match.container),
+            )
+            return to_proto(response)
+        log.warning("Allocate %s failed: %s", list(ids), message)
+        try:
+            self._pods.failed(pod, message)
+        except Exception:
+            log.exception("reporting the failed allocation of %s", pod.key if pod else "a pod")
+        return message
+
+    def _make_cache_dir(self, pod_object: dict[str, object], entry: int) -> None:
+        """HAMi's per-container directory mounted at `<hook>/vgpu`, mode 0777."""
+        meta = pod_object.get("metadata")
+        uid = meta.get("uid") if isinstance(meta, dict) else None
+        name = pod_container_names(pod_object)[entry]
+        path = container_cache_dir(self._config, uid if isinstance(uid, str) else "", name)
+        os.makedirs(path, exist_ok=True)
+        os.chmod(path, 0o777)
+
+
+class PluginServer:
+    """The DevicePlugin service on `unix://<kubelet_dir>/<socket_name>`. One use: `start()`, then
+    `stop()` (which ends ListAndWatch streams first and removes the socket); make a new one to serve
+    again."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        state: DeviceState,
+        pods: PodSource,
+        *,
+        max_workers: int = 8,
+        new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    ) -> None:
+        self._config = config
+        self._socket_path = config.socket_path
+        self.servicer = DevicePluginServicer(state, pods, config, new_id=new_id)
+        self._max_workers = max_workers
+        self._server: grpc.Server | None = None
+        self._identity: tuple[int, int] | None = None
+
+    @property
+    def socket_path(self) -> Path:
+        return self._socket_path
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None
+
+    def start(self) -> None:
+        """Bind the socket (a stale file there is replaced) and serve. Raises `PluginServerError`."""
+        if self._server is not None:
+            raise RuntimeError("plugin server already started")
+        if len(str(self._socket_path)) > 107:
+            raise PluginServerError(
+                f"socket path {self._socket_path} is {len(str(self._socket_path))} bytes; Unix sockets "
+                "allow at most 107"
+            )
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="hami-dp")
+        )
+        api_pb2_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
+        try:
+            port = server.add_insecure_port(f"unix://{self._socket_path}")
+        except RuntimeError as err:
+            server.stop(None)
+            raise PluginServerError(f"cannot serve on {self._socket_path}: {err}") from None
+        if port != 1:
+            server.stop(None)
+            raise PluginServerError(f"cannot serve on {self._socket_path}: bind failed")
+        server.start()
+        self._server = server
+        try:
+            st = os.stat(self._socket_path)
+            self._identity = (st.st_dev, st.st_ino)
+        except OSError:
+            self._identity = None
+        log.info("device plugin serving on %s", self._socket_path)
+
+    def stop(self, grace_s: float = 0.5) -> None:
+        """End the ListAndWatch streams, stop the server (in-flight RPCs get `grace_s`), remove the
+        socket. Idempotent."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self.servicer.shutdown()
+        server.stop(grace_s).wait(grace_s + 5.0)
+        self._remove_socket()
+        log.info("device plugin on %s stopped", self._socket_path)
+
+    def _remove_socket(self) -> None:
+        """Remove our socket if it is still there (never a socket someone else bound since)."""
+        try:
+            st = os.stat(self._socket_path)
+        except OSError:
+            return
+        if self._identity is not None and (st.st_dev, st.st_ino) == self._identity:
+            try:
+                os.unlink(self._socket_path)
+            except OSError as err:
+                log.warning("cannot remove %s: %s", self._socket_path, err)
+
+
+__all__ = ["DevicePluginServicer", "PluginServer", "PluginServerError", "plugin_options"]
