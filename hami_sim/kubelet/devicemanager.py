@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 
 from hami_node.plugin.api import api_pb2, api_pb2_grpc, constants
+from hami_node.plugin.registration import CHANNEL_OPTIONS
 from hami_sim.kubelet import resources as msg
 from hami_sim.kubelet.allocation import PodDevices
 from hami_sim.kubelet.checkpoint import NO_TOPOLOGY, CheckpointError, read_checkpoint, write_checkpoint
@@ -256,7 +257,9 @@ class DeviceManager:
             raise RegistrationError(msg.invalid_resource_name(resource))
         generation = self._serving_generation
         socket = self.directory / request.endpoint
-        channel = grpc.aio.insecure_channel(f"unix://{socket}")
+        # Its own subchannel: a dial that failed earlier (a plugin that restarted) must not leave this
+        # one in gRPC's shared reconnect backoff, which grows past a second.
+        channel = grpc.aio.insecure_channel(f"unix://{socket}", options=CHANNEL_OPTIONS)
         try:
             try:
                 await asyncio.wait_for(channel.channel_ready(), self.config.dial_timeout)
