@@ -1,0 +1,252 @@
+"""Namespace quotas for GPU memory and GPU cores, HAMi's way (`pkg/device/quota.go`), pure.
+
+- Limits come from a ResourceQuota's `spec.hard`, and only from the keys `limits.<memory resource>` and
+  `limits.<cores resource>` (`limits.nvidia.com/gpumem`, `limits.nvidia.com/gpucores`). Like HAMi,
+  `requests.*` keys, plain `nvidia.com/gpumem` keys and the quota's scopes are ignored: kube-apiserver's own
+  quota admission already enforces those, per container and without knowing GPU counts.
+- The memory limit is in gpumem units, so it is multiplied by the memory factor, like requests are
+  (HAMi compares `used + asked > limit x memoryFactor`); `QuotaLimits.memory` is therefore in MiB.
+- Several ResourceQuotas in one namespace: each one must hold, so the smallest limit wins.
+- A pod's usage is per-GPU value x GPU count, summed over its regular containers; init containers run one
+  at a time before them, so the pod's peak is max(sum over regular containers, largest init container),
+  computed for memory and for cores separately.
+- A container that asks for memory only as a percentage (or for no memory, with `defaultMemory` 0) takes
+  an amount that depends on the GPU chosen later; at admission HAMi counts it as 0 MiB, and so does this
+  module. The scheduler extender counts the real MiB once a GPU is chosen (`allocation_quota_usage`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hami_api.errors import QuantityError
+from hami_api.quantity import quantity_value
+from hami_api.resources import ContainerRequest, ResourceNames, container_request, pod_containers
+from hami_api.types import PodAllocation
+from hami_control.config import ControlConfig
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaLimits:
+    """A namespace's GPU limits: memory in MiB, cores in percent of a GPU; None = no limit."""
+
+    memory: int | None = None
+    cores: int | None = None
+
+    def tightest(self, other: QuotaLimits) -> QuotaLimits:
+        """Both limits at once: the smaller of each, where either is set."""
+        return QuotaLimits(_smaller(self.memory, other.memory), _smaller(self.cores, other.cores))
+
+    @property
+    def unlimited(self) -> bool:
+        return self.memory is None and self.cores is None
+
+
+def _smaller(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaUsage:
+    """GPU memory (MiB) and cores (percent of a GPU) that pods hold or ask for."""
+
+    memory: int = 0
+    cores: int = 0
+
+    def __add__(self, other: QuotaUsage) -> QuotaUsage:
+        return QuotaUsage(self.memory + other.memory, self.cores + other.cores)
+
+    def __sub__(self, other: QuotaUsage) -> QuotaUsage:
+        return QuotaUsage(self.memory - other.memory, self.cores - other.cores)
+
+
+class QuotaView(Protocol):
+    """What the webhook needs to know about a namespace, answered from watch caches.
+
+    `limits`: the tightest `QuotaLimits` over the namespace's ResourceQuotas (`limits_from_resource_quotas`).
+    `used`: the GPU memory and cores held by the namespace's non-terminal GPU pods, pending ones included
+    (so a burst of creations cannot overshoot), not counting the pod being admitted.
+    """
+
+    def limits(self, namespace: str) -> QuotaLimits: ...
+
+    def used(self, namespace: str) -> QuotaUsage: ...
+
+
+class QuotaLimitError(ValueError):
+    """A ResourceQuota hard limit that cannot be read (the API server validates them, so only hand-made
+    objects get here). `quota` is namespace/name, `key` the spec.hard key, `value` the text."""
+
+    def __init__(self, quota: str, key: str, value: str, reason: str) -> None:
+        self.quota = quota
+        self.key = key
+        self.value = value
+        self.reason = reason
+        super().__init__(f"ResourceQuota {quota}: spec.hard[{key!r}] {value!r} {reason}")
+
+
+# --- limits -------------------------------------------------------------------------------------------------
+
+
+def quota_keys(names: ResourceNames) -> tuple[str, str]:
+    """The spec.hard keys HAMi reads: (memory key, cores key)."""
+    return f"limits.{names.memory}", f"limits.{names.cores}"
+
+
+def limits_from_resource_quota(resource_quota: Mapping[str, Any], config: ControlConfig) -> QuotaLimits:
+    """The GPU limits one ResourceQuota object sets (memory already x memory factor).
+
+    Raises `QuotaLimitError` for a value that is not a non-negative quantity."""
+    metadata = resource_quota.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    who = f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+    spec = resource_quota.get("spec")
+    hard = spec.get("hard") if isinstance(spec, Mapping) else None
+    if not isinstance(hard, Mapping):
+        return QuotaLimits()
+    memory_key, cores_key = quota_keys(config.resource_names)
+
+    def read(key: str) -> int | None:
+        if key not in hard:
+            return None
+        raw = hard[key]
+        try:
+            value = quantity_value(raw)
+        except QuantityError as err:
+            raise QuotaLimitError(who, key, str(raw), err.reason) from None
+        if value < 0:
+            raise QuotaLimitError(who, key, str(raw), "must not be negative")
+        return value
+
+    memory = read(memory_key)
+    return QuotaLimits(
+        memory=None if memory is None else memory * config.memory_factor,
+        cores=read(cores_key),
+    )
+
+
+def limits_from_resource_quotas(
+    resource_quotas: Iterable[Mapping[str, Any]], config: ControlConfig
+) -> QuotaLimits:
+    """The namespace's limits over all its ResourceQuotas: every one must hold, so the smallest wins."""
+    limits = QuotaLimits()
+    for resource_quota in resource_quotas:
+        limits = limits.tightest(limits_from_resource_quota(resource_quota, config))
+    return limits
+
+
+# --- usage --------------------------------------------------------------------------------------------------
+
+
+def _peak(regular: QuotaUsage, inits: Iterable[QuotaUsage]) -> QuotaUsage:
+    """max(sum of regular containers, largest init container), for memory and cores separately."""
+    memory, cores = regular.memory, regular.cores
+    for init in inits:
+        memory, cores = max(memory, init.memory), max(cores, init.cores)
+    return QuotaUsage(memory, cores)
+
+
+def pod_quota_usage(pod: Mapping[str, Any], config: ControlConfig) -> QuotaUsage:
+    """What a pod asks of its namespace's quota, from its resources (before GPUs are chosen).
+
+    Raises `hami_api.errors.RequestError` for a resource value that cannot be read."""
+    names, defaults = config.resource_names, config.request_defaults
+    return requests_quota_usage(
+        (container_request(container, names, defaults, init), init) for container, init in pod_containers(pod)
+    )
+
+
+def requests_quota_usage(requests: Iterable[tuple[ContainerRequest | None, bool]]) -> QuotaUsage:
+    """`pod_quota_usage` from already normalised requests: (request or None, is init container) per
+    container. Per container: per-GPU memory and cores x GPU count."""
+    regular = QuotaUsage()
+    inits: list[QuotaUsage] = []
+    for request, init in requests:
+        if request is None:
+            continue
+        usage = QuotaUsage(request.memreq * request.nums, request.coresreq * request.nums)
+        if init:
+            inits.append(usage)
+        else:
+            regular += usage
+    return _peak(regular, inits)
+
+
+def allocation_quota_usage(allocation: PodAllocation, init_containers: int) -> QuotaUsage:
+    """What a pod holds once its GPUs are chosen, from its allocation annotation (init containers' entries
+    first, `init_containers` of them): the real MiB, percentages included."""
+    regular = QuotaUsage()
+    inits: list[QuotaUsage] = []
+    for index, container in enumerate(allocation):
+        usage = QuotaUsage(
+            sum(s.usedmem for s in container.devices), sum(s.usedcores for s in container.devices)
+        )
+        if index < init_containers:
+            inits.append(usage)
+        else:
+            regular += usage
+    return _peak(regular, inits)
+
+
+# --- the check ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaDenial:
+    """Why a pod does not fit its namespace's quota; `message` is shown to the user as is."""
+
+    message: str
+
+
+def check_quota(namespace: str, usage_of_pod: QuotaUsage, view: QuotaView) -> QuotaDenial | None:
+    """None when the pod fits, else a denial naming the namespace, the used amount, the limit and the ask.
+
+    Only the dimensions the pod asks for are checked: a pod asking no GPU memory passes a memory quota that
+    is already exceeded (HAMi would refuse it; it cannot make things worse). Used + ask may reach the limit
+    exactly."""
+    if usage_of_pod.memory <= 0 and usage_of_pod.cores <= 0:
+        return None
+    limits = view.limits(namespace)
+    if limits.unlimited:
+        return None
+    used = view.used(namespace)
+    problems: list[str] = []
+    if (
+        limits.memory is not None
+        and usage_of_pod.memory > 0
+        and used.memory + usage_of_pod.memory > limits.memory
+    ):
+        problems.append(
+            f"GPU memory quota exceeded (used {used.memory} / limit {limits.memory} MiB, "
+            f"this pod asks {usage_of_pod.memory})"
+        )
+    if limits.cores is not None and usage_of_pod.cores > 0 and used.cores + usage_of_pod.cores > limits.cores:
+        problems.append(
+            f"GPU cores quota exceeded (used {used.cores} / limit {limits.cores} %, "
+            f"this pod asks {usage_of_pod.cores})"
+        )
+    if not problems:
+        return None
+    return QuotaDenial(f"namespace {namespace}: " + "; ".join(problems))
+
+
+__all__ = [
+    "QuotaDenial",
+    "QuotaLimitError",
+    "QuotaLimits",
+    "QuotaUsage",
+    "QuotaView",
+    "allocation_quota_usage",
+    "check_quota",
+    "limits_from_resource_quota",
+    "limits_from_resource_quotas",
+    "pod_quota_usage",
+    "quota_keys",
+    "requests_quota_usage",
+]
