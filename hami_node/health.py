@@ -285,7 +285,7 @@ class HealthMonitor:
             if quiet_over and self._state.mark_healthy(gpu.uuid):
                 self._probed.pop(gpu.uuid, None)
                 log.warning(
-                    "GPU %s healthy again: quiet and answering for %.0f s (was: %s)",
+                    "GPU %s healthy again: quiet and answering for %.1f s (was: %s)",
                     gpu.uuid,
                     now - gpu.fault_at,
                     gpu.fault,

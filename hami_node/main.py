@@ -110,11 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hami-node: {exc}", file=sys.stderr)
         return EXIT_CONFIG
 
+    # The level applies to our loggers only: at debug, watchdog would log every file event in the
+    # watched directories, and a log file kept there would feed itself.
     logging.basicConfig(
-        level=config.log_level.value.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+    log.setLevel(config.log_level.value.upper())
     try:
         daemon = start_daemon(config)
     except StartupError as exc:
