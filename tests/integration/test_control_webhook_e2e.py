@@ -1,0 +1,388 @@
+"""End to end: `hami-control` as a real process serving TLS, registered with the local API server as a
+MutatingWebhookConfiguration (caBundle from a generated CA); pods created through the official client
+come out mutated, quota denials reach the client as 403, and a burst cannot overshoot a quota."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client import ApiException
+
+from tests.conftest import ApiServerHandle
+from tests.integration.control_server_util import CA, KeepAliveClient, wait_for, write_pair
+
+_ENV_KEEP = ("PATH", "HOME", "LANG", "TMPDIR", "VIRTUAL_ENV")
+_SERVING = re.compile(r"on https://127\.0\.0\.1:(\d+)")
+
+
+def control_env() -> dict[str, str]:
+    """Only what Python needs: nothing hami-control reads as a setting (KUBECONFIG, HAMI_*, ...)."""
+    env = {k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith(("LC_", "PYTHON"))}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass
+class ControlProcess:
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    log_file: IO[bytes]
+    ca: CA
+    port: int = 0
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def url(self, path: str) -> str:
+        return f"https://127.0.0.1:{self.port}{path}"
+
+    def stop(self, timeout: float = 15.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log_file.close()
+        return self.proc.returncode
+
+
+def start_control(tmp_path: Path, kubeconfig: Path, *args: str) -> ControlProcess:
+    ca = CA.new("hami-control-e2e-ca")
+    cert, key = write_pair(tmp_path / "certs", ca.serving("hami-control"))
+    log_path = tmp_path / "hami-control.log"
+    log_file = log_path.open("wb")
+    command = [
+        sys.executable,
+        "-m",
+        "hami_control.main",
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--tls-cert-file",
+        str(cert),
+        "--tls-key-file",
+        str(key),
+        "--kubeconfig",
+        str(kubeconfig),
+        *args,
+    ]
+    proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=control_env())
+    control = ControlProcess(proc, log_path, log_file, ca)
+    try:
+
+        def serving() -> int:
+            if proc.poll() is not None:
+                raise AssertionError(f"hami-control exited with {proc.returncode}:\n{control.log()}")
+            found = _SERVING.search(control.log())
+            return int(found.group(1)) if found else 0
+
+        control.port = wait_for(serving, 30, "hami-control to listen")
+        with KeepAliveClient(control.port, ca.client_context()) as c:
+            wait_for(lambda: c.request("GET", "/readyz")[0] == 200, 30, "/readyz to answer 200")
+    except BaseException:
+        control.stop()
+        print(control.log())
+        raise
+    return control
+
+
+@pytest.fixture
+def control(tmp_path: Path, apiserver: ApiServerHandle) -> Iterator[ControlProcess]:
+    control = start_control(tmp_path, apiserver.kubeconfig)
+    try:
+        yield control
+    finally:
+        code = control.stop()
+        print(control.log())
+        assert code == 0, "hami-control did not stop cleanly on SIGTERM"
+
+
+def register(api_client: client.ApiClient, control: ControlProcess) -> None:
+    client.AdmissionregistrationV1Api(api_client).create_mutating_webhook_configuration(
+        client.V1MutatingWebhookConfiguration(
+            metadata=client.V1ObjectMeta(name="hami-webhook"),
+            webhooks=[
+                client.V1MutatingWebhook(
+                    name="vgpu.hami.io",
+                    admission_review_versions=["v1beta1"],
+                    side_effects="None",
+                    failure_policy="Fail",
+                    timeout_seconds=10,
+                    client_config=client.AdmissionregistrationV1WebhookClientConfig(
+                        url=control.url("/webhook"), ca_bundle=base64.b64encode(control.ca.cert).decode()
+                    ),
+                    rules=[
+                        client.V1RuleWithOperations(
+                            operations=["CREATE"], api_groups=[""], api_versions=["v1"], resources=["pods"]
+                        )
+                    ],
+                )
+            ],
+        )
+    )
+
+
+def pod(
+    name: str,
+    limits: dict[str, str] | None = None,
+    *,
+    annotations: dict[str, str] | None = None,
+    generate_name: str | None = None,
+) -> Any:
+    return client.V1Pod(
+        api_version="v1",
+        kind="Pod",
+        metadata=client.V1ObjectMeta(name=name or None, generate_name=generate_name, annotations=annotations),
+        spec=client.V1PodSpec(
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image="cuda:12",
+                    resources=client.V1ResourceRequirements(limits=limits),
+                )
+            ]
+        ),
+    )
+
+
+def raw_pod(core_v1: Any, namespace: str, name: str) -> dict[str, Any]:
+    response = core_v1.read_namespaced_pod(name, namespace, _preload_content=False)
+    body: dict[str, Any] = json.loads(response.data)
+    return body
+
+
+def create_namespace(core_v1: Any, name: str) -> None:
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+
+
+def gpu_memory_quota(core_v1: Any, namespace: str, limit: str) -> None:
+    core_v1.create_namespaced_resource_quota(
+        namespace,
+        client.V1ResourceQuota(
+            metadata=client.V1ObjectMeta(name="gpu"),
+            spec=client.V1ResourceQuotaSpec(hard={"limits.nvidia.com/gpumem": limit}),
+        ),
+    )
+
+
+def wait_quota_seen(core_v1: Any, namespace: str) -> None:
+    """hami-control watches ResourceQuotas: wait until a pod over the limit is refused (a probe pod that
+    is admitted is deleted again)."""
+
+    def refused() -> bool:
+        try:
+            core_v1.create_namespaced_pod(
+                namespace, pod("probe", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "999999999"})
+            )
+        except ApiException as err:
+            return err.status == 403
+        core_v1.delete_namespaced_pod("probe", namespace)
+        return False
+
+    wait_for(refused, 10, f"the quota of {namespace} to be enforced")
+
+
+def test_gpu_pods_come_out_mutated(
+    control: ControlProcess, api_client: client.ApiClient, core_v1: Any
+) -> None:
+    register(api_client, control)
+    core_v1.create_namespaced_pod("default", pod("whole", {"nvidia.com/gpu": "1"}))
+    whole = raw_pod(core_v1, "default", "whole")
+    assert whole["spec"]["schedulerName"] == "hami-scheduler"
+    assert whole["spec"]["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/gpu": "1",
+        "nvidia.com/gpucores": "100",
+    }
+    assert "env" not in whole["spec"]["containers"][0]
+
+    core_v1.create_namespaced_pod(
+        "default",
+        pod(
+            "shared",
+            {"nvidia.com/gpumem": "4000", "nvidia.com/priority": "1"},
+            annotations={"hami.io/core-policy": "force"},
+        ),
+    )
+    shared = raw_pod(core_v1, "default", "shared")
+    container = shared["spec"]["containers"][0]
+    assert shared["spec"]["schedulerName"] == "hami-scheduler"
+    assert container["resources"]["limits"] == {
+        "nvidia.com/gpumem": "4000",
+        "nvidia.com/priority": "1",
+        "nvidia.com/gpu": "1",
+    }
+    assert sorted((e["name"], e["value"]) for e in container["env"]) == [
+        ("CUDA_TASK_PRIORITY", "1"),
+        ("GPU_CORE_UTILIZATION_POLICY", "force"),
+    ]
+
+    # A pod without GPU resources passes untouched.
+    core_v1.create_namespaced_pod("default", pod("plain", {"cpu": "1"}))
+    plain = raw_pod(core_v1, "default", "plain")
+    assert plain["spec"]["schedulerName"] == "default-scheduler"
+    assert plain["spec"]["containers"][0]["resources"] == {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}
+    assert "env" not in plain["spec"]["containers"][0]
+    # One decision line per admission, in the process log.
+    log = control.log()
+    assert "pod=default/whole" in log and "allowed=true" in log
+    assert log.count("webhook=decision") >= 3
+
+
+def test_quota_denial_reaches_the_client_as_403(
+    control: ControlProcess, api_client: client.ApiClient, core_v1: Any
+) -> None:
+    create_namespace(core_v1, "ai-team")
+    gpu_memory_quota(core_v1, "ai-team", "40000")
+    register(api_client, control)
+    wait_quota_seen(core_v1, "ai-team")
+    core_v1.create_namespaced_pod(
+        "ai-team", pod("big", {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "19000"})
+    )
+    with pytest.raises(ApiException) as err:
+        core_v1.create_namespaced_pod(
+            "ai-team", pod("one-more", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"})
+        )
+    assert err.value.status == 403
+    message = json.loads(err.value.body)["message"]
+    assert (
+        "namespace ai-team: GPU memory quota exceeded (used 38000 / limit 40000 MiB, this pod asks 4000)"
+        in message
+    )
+    assert [p.metadata.name for p in core_v1.list_namespaced_pod("ai-team").items] == ["big"]
+    # Other namespaces are not limited.
+    core_v1.create_namespaced_pod(
+        "default", pod("free", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "99999"})
+    )
+
+
+def test_a_burst_cannot_overshoot_the_quota(
+    control: ControlProcess, apiserver: ApiServerHandle, api_client: client.ApiClient, core_v1: Any
+) -> None:
+    create_namespace(core_v1, "burst")
+    gpu_memory_quota(core_v1, "burst", "40000")
+    register(api_client, control)
+    wait_quota_seen(core_v1, "burst")
+    configuration = client.Configuration(host=apiserver.base_url)
+    configuration.connection_pool_maxsize = 32
+
+    def create(i: int) -> int:
+        # generateName: the final name is chosen after admission, the hardest case for the assumed usage.
+        body = pod("", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"}, generate_name="job-")
+        try:
+            burst_api.create_namespaced_pod("burst", body)
+        except ApiException as err:
+            return err.status
+        return 201
+
+    with client.ApiClient(configuration) as burst_client:
+        burst_api = client.CoreV1Api(burst_client)
+        with concurrent.futures.ThreadPoolExecutor(24) as pool:
+            codes = list(pool.map(create, range(24)))
+    assert sorted(codes) == [201] * 10 + [403] * 14
+    pods = core_v1.list_namespaced_pod("burst").items
+    assert len(pods) == 10
+    # Once the watch has shown the admitted pods, their assumed usage is not counted twice: freeing one
+    # pod's worth of quota admits exactly one more.
+    core_v1.delete_namespaced_pod(pods[0].metadata.name, "burst")
+
+    def admitted() -> bool:
+        try:
+            core_v1.create_namespaced_pod(
+                "burst", pod("after", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"})
+            )
+        except ApiException as err:
+            assert err.status == 403
+            return False
+        return True
+
+    wait_for(admitted, 10, "a pod to fit after one was deleted")
+    with pytest.raises(ApiException) as err:
+        core_v1.create_namespaced_pod(
+            "burst", pod("over", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"})
+        )
+    assert err.value.status == 403
+
+
+def test_start_up_errors_are_one_line_and_exit_2(tmp_path: Path, apiserver: ApiServerHandle) -> None:
+    missing = subprocess.run(
+        [
+            sys.executable, "-m", "hami_control.main", "--tls-cert-file", str(tmp_path / "none.crt"),
+            "--tls-key-file", str(tmp_path / "none.key"), "--kubeconfig", str(apiserver.kubeconfig),
+        ],
+        capture_output=True, text=True, timeout=60, env=control_env(), check=False,
+    )  # fmt: skip
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines()[-1].startswith("hami-control: cannot read ")
+    assert "Traceback" not in missing.stderr
+    no_tls = subprocess.run(
+        [sys.executable, "-m", "hami_control.main", "serve", "--kubeconfig", str(apiserver.kubeconfig)],
+        capture_output=True, text=True, timeout=60, env=control_env(), check=False,
+    )  # fmt: skip
+    assert no_tls.returncode == 2
+    assert "--tls-cert-file" in no_tls.stderr and "Traceback" not in no_tls.stderr
+
+
+def admission_review(namespace: str, name: str, gpumem: str, *, dry_run: bool = False) -> bytes:
+    pod_json = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": f"{name}-", "namespace": namespace},
+        "spec": {
+            "schedulerName": "default-scheduler",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "cuda:12",
+                    "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": gpumem}},
+                }
+            ],
+        },
+    }
+    request = {
+        "uid": f"{name}-{gpumem}",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": namespace,
+        "operation": "CREATE",
+        "object": pod_json,
+        "dryRun": dry_run,
+    }
+    return json.dumps(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    ).encode()
+
+
+def test_admitted_pods_count_before_the_watch_sees_them(control: ControlProcess, core_v1: Any) -> None:
+    """Reviews straight to the webhook (no pod is ever stored, so the watch never shows one): the
+    usage assumed at admission alone keeps a concurrent burst inside the quota; dry runs assume nothing."""
+    create_namespace(core_v1, "assumed")
+    gpu_memory_quota(core_v1, "assumed", "40000")
+
+    def allowed(body: bytes) -> bool:
+        with KeepAliveClient(control.port, control.ca.client_context()) as c:
+            status, answer = c.request("POST", "/webhook", body, {"Content-Type": "application/json"})
+        assert status == 200
+        return bool(json.loads(answer)["response"]["allowed"])
+
+    wait_for(lambda: not allowed(admission_review("assumed", "probe", "40001")), 10, "the quota to be seen")
+    assert all(allowed(admission_review("assumed", f"dry-{i}", "4000", dry_run=True)) for i in range(12))
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(
+            pool.map(allowed, [admission_review("assumed", f"job-{i}", "4000") for i in range(24)])
+        )
+    assert results.count(True) == 10
