@@ -129,6 +129,7 @@ class DeviceState:
         self._fenced: str | None = None
         self._listed = False
         self._version = 0
+        self._devices_cache: tuple[int, tuple[VirtualDevice, ...]] | None = None
 
     @property
     def config(self) -> NodeConfig:
@@ -267,10 +268,18 @@ class DeviceState:
     def virtual_devices(self, gpus: Iterable[GpuStatus] | None = None) -> tuple[VirtualDevice, ...]:
         """What kubelet is told: `device_split_count` devices per GPU with its health (NUMA when
         enabled), of `gpus` or of the current GPUs."""
-        listed = self.gpus() if gpus is None else gpus
-        return list_virtual_devices(
-            listed, self._config.device_split_count, self._config.enable_numa_topology
-        )
+        if gpus is not None:
+            return list_virtual_devices(
+                gpus, self._config.device_split_count, self._config.enable_numa_topology
+            )
+        with self._cond:  # cached per version: GetPreferredAllocation asks on every call
+            cached = self._devices_cache
+            if cached is None or cached[0] != self._version:
+                devices = list_virtual_devices(
+                    self.gpus(), self._config.device_split_count, self._config.enable_numa_topology
+                )
+                cached = self._devices_cache = (self._version, devices)
+            return cached[1]
 
     def inventory(self, gpus: Iterable[GpuStatus] | None = None) -> tuple[GPUInfo, ...]:
         """What the scheduler is told (`hami.io/node-nvidia-register`), of `gpus` or the current GPUs."""

@@ -121,12 +121,19 @@ class _Entry:
     obj: JSONDict
 
 
+WRITE_DELAY_S = 0.003
+"""How long a bind-phase write waits after it is queued, so the Allocate reply that queued it leaves
+first (see `PodTracker._write_loop`). Kept short: the control plane's per-node pending window waits for
+this write before it binds the next pod with the same GPU count there."""
+
+
 @dataclass(slots=True)
 class _Write:
     namespace: str
     name: str
     uid: str
     phase: BindPhase
+    queued_at: float = 0.0
     pod_patched: bool = False
 
 
@@ -136,8 +143,16 @@ class PodTracker:
     `start()` starts the writer thread; `stop()` ends it (queued writes not yet sent are logged and
     dropped; `flush()` first to wait for them)."""
 
-    def __init__(self, node_name: str, patcher: PodPatcher, *, retry: RetryPolicy = DEFAULT_RETRY) -> None:
+    def __init__(
+        self,
+        node_name: str,
+        patcher: PodPatcher,
+        *,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        write_delay_s: float = WRITE_DELAY_S,
+    ) -> None:
         self.node_name = node_name
+        self._write_delay_s = write_delay_s
         self._patcher = patcher
         self._retry = retry
         self._cond = threading.Condition()
@@ -320,7 +335,7 @@ class PodTracker:
             del self._pending[pod.key]
         if pod.uid:
             self._done[pod.uid] = pod.key
-        self._writes.append(_Write(pod.namespace, pod.name, pod.uid, phase))
+        self._writes.append(_Write(pod.namespace, pod.name, pod.uid, phase, time.monotonic()))
         self._cond.notify_all()
 
     # -- the writer -----------------------------------------------------------------------------------
@@ -331,6 +346,13 @@ class PodTracker:
             with self._cond:
                 while not self._writes and not self._stopping:
                     self._cond.wait()
+                # Not urgent: let the Allocate that queued the write answer kubelet first (the
+                # write's HTTP call would otherwise compete with the reply for the GIL and CPU).
+                while (
+                    not self._stopping
+                    and (wait := self._writes[0].queued_at + self._write_delay_s - time.monotonic()) > 0
+                ):
+                    self._cond.wait(wait)
                 if self._stopping:
                     return
                 write = self._writes[0]
