@@ -1,0 +1,79 @@
+"""Node and GPU scores, HAMi's formulas (reference §4 "Scoring"), pure.
+
+Node score (Prioritize): HAMi computes `10 x (sum Used/sum Count + sum Usedcores/sum Totalcore +
+sum Usedmem/sum Totalmem)` over the node's GPUs, 0..30, and binpack prefers the highest, spread the
+lowest. Here it is divided by 3 to land in kube-scheduler's extender range 0..10, and for spread it is
+turned around (`10 - x`), so that for both policies a higher score is a better node.
+
+GPU score (the binpack/spread order of a node's GPUs): `10 x (wSlot (1+Used)/Count + wCore
+(reqCores+Usedcores)/Totalcore + wMem (reqMem+Usedmem)/Totalmem)` with the weights of
+`hami.io/device-scoring-weights`.
+
+Deviation from HAMi, on purpose: HAMi counts the request's own terms only when the request's type
+string equals the device's type string. For NVIDIA the request says "NVIDIA" and the device the model
+name ("NVIDIA-Tesla V100-PCIE-32GB"), so they never match and HAMi scores current usage only; two GPUs
+with the same usage but different sizes then tie although the request fills one much more. Here the
+request always counts: in the GPU score as above, and in the node score as the pod's chosen slices
+(the node as it would be with the pod placed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from hami_api.resources import ContainerRequest
+from hami_api.types import GPUSlice, NodePolicy, ScoringWeights
+from hami_control.usage import GPUUsage, NodeGPUs, with_slices
+
+MAX_SCORE = 10
+"""kube-scheduler's MaxExtenderPriority."""
+
+DEFAULT_WEIGHTS = ScoringWeights()
+
+
+def _ratio(used: int, total: int) -> float:
+    """used/total clamped to 0..1; a dimension the GPUs do not have (total 0) counts as 0."""
+    if total <= 0:
+        return 0.0
+    return min(max(used / total, 0.0), 1.0)
+
+
+def node_usage(node: NodeGPUs) -> float:
+    """HAMi's node usage over the node's healthy GPUs, scaled to 0..10 (0 idle, 10 full)."""
+    gpus = [g for g in node.gpus if g.healthy]
+    slots = _ratio(sum(g.used for g in gpus), sum(g.info.count for g in gpus))
+    cores = _ratio(sum(g.usedcores for g in gpus), sum(g.info.devcore for g in gpus))
+    mem = _ratio(sum(g.usedmem for g in gpus), sum(g.info.devmem for g in gpus))
+    return MAX_SCORE * (slots + cores + mem) / 3
+
+
+def node_score(node: NodeGPUs, pod_slices: Iterable[GPUSlice], policy: NodePolicy) -> float:
+    """0..10, higher is better for `policy`: the node's usage with the pod's slices placed (binpack),
+    or 10 minus it (spread). Pass the pod's peak slices (`usage.peak_slices`) of its fit on this node."""
+    usage = node_usage(with_slices(node, pod_slices))
+    score = usage if policy is NodePolicy.BINPACK else MAX_SCORE - usage
+    return min(max(score, 0.0), float(MAX_SCORE))
+
+
+def node_priority(node: NodeGPUs, pod_slices: Iterable[GPUSlice], policy: NodePolicy) -> int:
+    """`node_score` rounded to the whole number kube-scheduler's HostPriority carries."""
+    return round(node_score(node, pod_slices, policy))
+
+
+def gpu_score(
+    gpu: GPUUsage, request: ContainerRequest | None = None, weights: ScoringWeights = DEFAULT_WEIGHTS
+) -> float:
+    """HAMi's per-GPU score with the request's own terms counted (see the module note): how full the
+    GPU would be with one more slice of `request`. 0 .. 10 x (sum of weights) on a GPU that can take it."""
+    slot = 1 if request is not None else 0
+    cores = request.coresreq if request is not None else 0
+    mem = request.memory_on(gpu.info.devmem) if request is not None else 0
+    info = gpu.info
+    return 10 * (
+        weights.slot * _ratio(slot + gpu.used, info.count)
+        + weights.core * _ratio(cores + gpu.usedcores, info.devcore)
+        + weights.memory * _ratio(mem + gpu.usedmem, info.devmem)
+    )
+
+
+__all__ = ["MAX_SCORE", "gpu_score", "node_priority", "node_score", "node_usage"]
