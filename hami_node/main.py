@@ -15,7 +15,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hami_node.config import ConfigError, HelpRequested, NodeConfig, load_config
+from hami_node.config import (
+    ConfigError,
+    HelpRequested,
+    MigStrategy,
+    NodeConfig,
+    OperatingMode,
+    load_config,
+)
 from hami_node.devices import DeviceState, InventoryPublisher
 from hami_node.gpu import BackendConfigError, open_backend
 from hami_node.gpu.inventory import InventoryError
@@ -53,6 +60,12 @@ def _read_file(path: Path) -> str:
 
 def start_daemon(config: NodeConfig) -> NodeDaemon:
     """Build and start every part; raises `StartupError` for what the user must fix."""
+    if config.operating_mode is OperatingMode.MIG or config.mig_strategy is not MigStrategy.NONE:
+        raise StartupError(
+            f"operating mode {config.operating_mode.value!r} / MIG strategy {config.mig_strategy.value!r}: "
+            "MIG is not supported by hami-node yet; use operating mode hami-core (or mps) and MIG strategy "
+            "none"
+        )
     try:
         backend = open_backend(config.gpu_backend.value, config.fake_inventory)
     except (BackendConfigError, InventoryError) as exc:
