@@ -21,9 +21,7 @@ or file and line), the key and the value, e.g.
 from __future__ import annotations
 
 import argparse
-import difflib
 import ipaddress
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +35,14 @@ from hami_api.annotations import decode_gpu_policy
 from hami_api.errors import QuantityError, WireFormatError
 from hami_api.quantity import parse_quantity
 from hami_api.resources import RequestDefaults, ResourceNames
+from hami_api.settings import DNS_SUBDOMAIN as _DNS_SUBDOMAIN
+from hami_api.settings import RESOURCE_NAME as _RESOURCE_NAME
+from hami_api.settings import ConfigError, HelpRequested, LogLevel, parse_int
+from hami_api.settings import Invalid as _Invalid
+from hami_api.settings import parse_bool as _bool
+from hami_api.settings import parse_enum as _enum
+from hami_api.settings import shown as _shown
+from hami_api.settings import suggest as _suggest
 from hami_api.types import CorePolicy, GPUPolicy, NodePolicy
 
 # --- values ----------------------------------------------------------------------------------------------
@@ -52,13 +58,6 @@ class PrivilegedPolicy(StrEnum):
 
     DENY = "deny"
     SKIP = "skip"
-
-
-class LogLevel(StrEnum):
-    DEBUG = "debug"
-    INFO = "info"
-    WARNING = "warning"
-    ERROR = "error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,119 +131,14 @@ class ControlConfig:
 # --- errors ----------------------------------------------------------------------------------------------
 
 
-class ConfigError(ValueError):
-    """A setting that cannot be used. `source` is "command line", "environment", the file's path, or
-    "configuration" for settings that do not fit together; `key` the flag, variable or file key; `line`
-    the file line (1-based) when known; `value` the offending value as shown; `reason` what is wrong."""
-
-    def __init__(
-        self, source: str, key: str, reason: str, line: int | None = None, value: str | None = None
-    ) -> None:
-        self.source = source
-        self.key = key
-        self.reason = reason
-        self.line = line
-        self.value = value
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        if self.source == "configuration":
-            return f"configuration: {self.reason}"
-        if self.source in ("command line", "environment"):
-            where = f"{self.source} {self.key}" if self.key else self.source
-            return f"{where}: {self.reason}"
-        where = f"{self.source} line {self.line}" if self.line is not None else self.source
-        return f"{where}: {self.key}: {self.reason}" if self.key else f"{where}: {self.reason}"
-
-    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, str, str, int | None, str | None]]:
-        return (type(self), (self.source, self.key, self.reason, self.line, self.value))
-
-
-class HelpRequested(Exception):
-    """`--help` was given: `text` is the help to print (the parser never prints or exits by itself)."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        super().__init__(text)
-
-
-# --- value parsers ---------------------------------------------------------------------------------------
-
-
-class _Invalid(Exception):
-    """A value a parser rejects: `expected` describes what would be accepted."""
-
-    def __init__(self, expected: str) -> None:
-        self.expected = expected
-        super().__init__(expected)
-
-
 _Parser = Callable[[object], Any]
 
-_INT = re.compile(r"[+-]?[0-9]+")
-_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
 _HOSTNAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*")
-_RESOURCE_NAME = re.compile(rf"({_DNS_LABEL}(\.{_DNS_LABEL})*)/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _INT32_MAX = 2**31 - 1
 
 
-def _shown(value: object) -> str:
-    """A value as the user wrote it: strings double-quoted, YAML scalars as YAML spells them."""
-    if isinstance(value, str):
-        text = json.dumps(value, ensure_ascii=False)
-    elif isinstance(value, bool):
-        text = "true" if value else "false"
-    elif value is None:
-        text = "null"
-    elif isinstance(value, int | float):
-        text = repr(value)
-    else:
-        text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
 def _int(low: int, high: int = _INT32_MAX) -> _Parser:
-    expected = f"an integer from {low} to {high}"
-
-    def parse(value: object) -> int:
-        if isinstance(value, bool):
-            raise _Invalid(expected)
-        if isinstance(value, int):
-            number = value
-        elif isinstance(value, str) and _INT.fullmatch(value.strip()):
-            number = int(value.strip())
-        else:
-            raise _Invalid(expected)
-        if not low <= number <= high:
-            raise _Invalid(expected)
-        return number
-
-    return parse
-
-
-def _bool(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        if value.strip() in _GO_TRUE:
-            return True
-        if value.strip() in _GO_FALSE:
-            return False
-    raise _Invalid("true or false")
-
-
-def _enum(kind: type[StrEnum]) -> _Parser:
-    expected = "one of " + ", ".join(m.value for m in kind)
-
-    def parse(value: object) -> StrEnum:
-        if isinstance(value, str) and value.strip() in kind._value2member_map_:
-            return kind(value.strip())
-        raise _Invalid(expected)
-
-    return parse
+    return parse_int(low, high)
 
 
 def _text(expected: str, pattern: re.Pattern[str] | None = None, max_len: int = 253) -> _Parser:
@@ -490,14 +384,6 @@ def _key_lines(source: str, node: yaml.Node) -> dict[str, int]:
             )
         lines[key_node.value] = line
     return lines
-
-
-def _suggest(key: str, known: Sequence[str]) -> str:
-    by_lower = {k.lower(): k for k in known}
-    if key.lower() in by_lower:
-        return f' (did you mean "{by_lower[key.lower()]}"?)'
-    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
-    return f' (did you mean "{close[0]}"?)' if close else ""
 
 
 @dataclass(frozen=True, slots=True)

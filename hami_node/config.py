@@ -22,8 +22,6 @@ and line), the key and the value, e.g.
 from __future__ import annotations
 
 import argparse
-import difflib
-import json
 import math
 import posixpath
 import re
@@ -34,6 +32,16 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import yaml
+
+from hami_api.settings import DNS_SUBDOMAIN as _DNS_SUBDOMAIN
+from hami_api.settings import RESOURCE_NAME as _RESOURCE_NAME
+from hami_api.settings import ConfigError, HelpRequested, LogLevel
+from hami_api.settings import Invalid as _Invalid
+from hami_api.settings import parse_bool as _bool
+from hami_api.settings import parse_enum as _enum
+from hami_api.settings import parse_int as _int
+from hami_api.settings import shown as _shown
+from hami_api.settings import suggest as _suggest
 
 # --- values --------------------------------------------------------------------------------------------
 
@@ -70,15 +78,6 @@ class DeviceListStrategy(StrEnum):
 class GPUBackend(StrEnum):
     NVML = "nvml"
     FAKE = "fake"
-
-
-class LogLevel(StrEnum):
-    """The daemon's own log level (not the containers' LIBCUDA_LOG_LEVEL)."""
-
-    DEBUG = "debug"
-    INFO = "info"
-    WARNING = "warning"
-    ERROR = "error"
 
 
 DEFAULT_IGNORED_XIDS: frozenset[int] = frozenset({13, 31, 43, 45, 68, 109})
@@ -207,97 +206,8 @@ class NodeConfig:
 # --- errors ----------------------------------------------------------------------------------------------
 
 
-class ConfigError(ValueError):
-    """A setting that cannot be used. `source` is "command line", "environment", the file's path, or
-    "configuration" for settings that do not fit together;
-    `key` the flag, variable or key path (`nodeconfig[1].devicesplitcount`); `line` the file line (1-based)
-    when known; `value` the offending value as shown; `reason` what is wrong."""
-
-    def __init__(
-        self, source: str, key: str, reason: str, line: int | None = None, value: str | None = None
-    ) -> None:
-        self.source = source
-        self.key = key
-        self.reason = reason
-        self.line = line
-        self.value = value
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        if self.source == "configuration":
-            return f"configuration: {self.reason}"
-        if self.source in ("command line", "environment"):
-            where = f"{self.source} {self.key}" if self.key else self.source
-            return f"{where}: {self.reason}"
-        where = f"{self.source} line {self.line}" if self.line is not None else self.source
-        return f"{where}: {self.key}: {self.reason}" if self.key else f"{where}: {self.reason}"
-
-    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, str, str, int | None, str | None]]:
-        return (type(self), (self.source, self.key, self.reason, self.line, self.value))
-
-
-class HelpRequested(Exception):
-    """`--help` was given: `text` is the help to print (the parser never prints or exits by itself)."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        super().__init__(text)
-
-
-# --- value parsers ---------------------------------------------------------------------------------------
-
-
-class _Invalid(Exception):
-    """A value a parser rejects: `expected` describes what would be accepted."""
-
-    def __init__(self, expected: str) -> None:
-        self.expected = expected
-        super().__init__(expected)
-
-
 _Parser = Callable[[object], Any]
 _T = TypeVar("_T", bound=StrEnum)
-
-_INT = re.compile(r"[+-]?[0-9]+")
-_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
-_RESOURCE_NAME = re.compile(rf"({_DNS_LABEL}(\.{_DNS_LABEL})*)/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-
-
-def _shown(value: object) -> str:
-    """A value as the user wrote it: strings double-quoted, YAML scalars as YAML spells them."""
-    if isinstance(value, str):
-        text = json.dumps(value, ensure_ascii=False)
-    elif isinstance(value, bool):
-        text = "true" if value else "false"
-    elif value is None:
-        text = "null"
-    elif isinstance(value, int | float):
-        text = repr(value)
-    else:
-        text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
-def _int(low: int, high: int | None = None) -> Callable[[object], int]:
-    expected = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
-
-    def parse(value: object) -> int:
-        if isinstance(value, bool):
-            raise _Invalid(expected)
-        if isinstance(value, int):
-            number = value
-        elif isinstance(value, str) and _INT.fullmatch(value.strip()):
-            number = int(value.strip())
-        else:
-            raise _Invalid(expected)
-        if number < low or (high is not None and number > high):
-            raise _Invalid(expected)
-        return number
-
-    return parse
 
 
 def _number(low: float, inclusive: bool) -> Callable[[object], float]:
@@ -318,31 +228,6 @@ def _number(low: float, inclusive: bool) -> Callable[[object], float]:
         if not math.isfinite(number) or number < low or (number == low and not inclusive):
             raise _Invalid(expected)
         return number
-
-    return parse
-
-
-def _bool(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        if value.strip() in _GO_TRUE:
-            return True
-        if value.strip() in _GO_FALSE:
-            return False
-    raise _Invalid("true or false")
-
-
-def _enum(kind: type[_T]) -> _Parser:
-    expected = "one of " + ", ".join(m.value for m in kind)
-
-    def parse(value: object) -> _T:
-        if isinstance(value, str):
-            try:
-                return kind(value.strip())
-            except ValueError:
-                pass
-        raise _Invalid(expected)
 
     return parse
 
@@ -710,14 +595,6 @@ def _load_document(text: str, source: str) -> _Document:
         line = mark.line + 1 if mark is not None else None
         raise ConfigError(source, "", f"is not valid YAML or JSON: {problem}", line) from None
     return _Document(source, value, lines)
-
-
-def _suggest(key: str, known: Sequence[str]) -> str:
-    by_lower = {k.lower(): k for k in known}
-    if key.lower() in by_lower:
-        return f' (did you mean "{by_lower[key.lower()]}"?)'
-    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
-    return f' (did you mean "{close[0]}"?)' if close else ""
 
 
 @dataclass(frozen=True, slots=True)
