@@ -1,0 +1,408 @@
+"""kube-scheduler extender v1 `/filter` and `/prioritize`: request JSON in, response JSON out. Pure.
+
+The wire types are `k8s.io/kube-scheduler/extender/v1`, which have no json tags, so the keys are the Go
+field names (reference §4):
+
+- `ExtenderArgs{Pod, Nodes, NodeNames}`: `Nodes` is a full NodeList (`{"items": [Node, ...]}`) and
+  `NodeNames` a list of names (`nodeCacheCapable: true`); kube-scheduler sends one of them.
+- `ExtenderFilterResult{Nodes, NodeNames, FailedNodes, FailedAndUnresolvableNodes, Error}`; the answer
+  uses the form of the question (a NodeList of the fitting Node objects, or their names), the other is
+  null.
+- `HostPriorityList`: `[{"Host": name, "Score": 0..10}]`.
+
+Filter (`filter_pod`):
+- A pod that names no HAMi resource, or asks for no GPU count (`nvidia.com/gpu` absent or 0 in every
+  container), passes through: every candidate is returned, none fails.
+- Otherwise every candidate the pod fits on is returned (HAMi returns only its best one, #2264; here
+  kube-scheduler's own plugins and Prioritize choose among them).
+- A node that does not fit gets a reason in `FailedNodes`, HAMi's text (its `GenReason`): per reason,
+  `<GPUs that failed for it>/<GPUs of the node> <Reason>`, joined by ", ", most frequent first, ties in
+  name order, e.g. `"5/8 CardTypeMismatch, 3/8 CardInsufficientMemory"`. The counts are those of the
+  first container (init containers first) that does not fit; the vocabulary is `fit.Reason`.
+- A node the view does not know gets `node unregistered: <why>` (the view's reason, or "not in the
+  scheduler's cache").
+- Nodes that no eviction can make fit go to `FailedAndUnresolvableNodes` instead of `FailedNodes`, so
+  kube-scheduler's preemption skips them: too few GPUs in total or too few of the asked
+  type/mode/UUID (`FitFailure.unresolvable`), and unregistered nodes. A node is in at most one map.
+- Bad input (a body that is not an object, no `Pod`, neither `Nodes` nor `NodeNames`, a pod resource or
+  annotation that does not parse) comes back in `Error`, a message naming the field and the value; the
+  functions here never raise on input.
+
+Prioritize (`prioritize_pod`): one entry per candidate (first occurrence of each name), score 0..10 by the
+node policy (`hami.io/node-scheduler-policy` on the pod, else the config's), from
+`score.node_priority` over the node with the pod's chosen slices placed at their peak. A node the pod
+does not fit on (or that is unregistered) scores 0. A pod without a GPU request, or one whose request
+cannot be read, scores 0 everywhere: the same for all nodes, so kube-scheduler's other scores decide
+(kube-scheduler ignores an extender's failed prioritize anyway). Unreadable candidates give `[]`.
+
+Cost: the pod (requests, annotations, policies, quota limits) is read once per request (`read_pod_ask`);
+each candidate then costs one `fit_pod`, O(GPUs of the node x log) for the greedy policies.
+
+The GPU policy (`hami.io/gpu-scheduler-policy`), scoring weights (`hami.io/device-scoring-weights`) and
+device selector annotations (`nvidia.com/use-gputype`, ...) of the pod are honoured as in `fit`.
+
+Quota: `filter_pod(..., quota=view)` checks the namespace's GPU quota per GPU like HAMi's Fit
+(`config.enforce_quota` switches it off). `QuotaView.used(namespace)` must not count the pod being
+filtered (it is counted once it is bound).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hami_api.annotations import (
+    DEVICE_SCORING_WEIGHTS,
+    GPU_SCHEDULER_POLICY,
+    NODE_SCHEDULER_POLICY,
+    decode_device_selector,
+    decode_gpu_policy,
+    decode_node_policy,
+    decode_scoring_weights,
+)
+from hami_api.errors import QuantityError, RequestError, WireFormatError
+from hami_api.resources import ContainerRequest, container_request, pod_containers, pod_has_hami_resource
+from hami_api.types import DeviceSelector, GPUPolicy, NodePolicy, ScoringWeights
+from hami_control.config import ControlConfig
+from hami_control.fit import Fit, FitFailure, FitResult, QuotaCheck, Reason, fit_pod
+from hami_control.quota import QuotaUsage, QuotaView
+from hami_control.score import node_priority
+from hami_control.usage import NodeGPUs, peak_slices
+
+log = logging.getLogger(__name__)
+
+UNREGISTERED = "node unregistered"
+"""Prefix of the FailedNodes reason of a node the view does not know (HAMi's wording)."""
+NOT_CACHED = "not in the scheduler's cache"
+"""The `<why>` of an unknown node when the view gives no reason."""
+NEUTRAL_SCORE = 0
+"""Prioritize score of every node for a pod without a GPU request (or an unreadable one)."""
+
+
+class NodeView(Protocol):
+    """What the extender reads about nodes (implemented by the cluster cache)."""
+
+    def node_gpus(self, name: str) -> NodeGPUs | None:
+        """The node's GPUs and their current usage, or None when the node is not registered."""
+        ...
+
+    def unregistered_reason(self, name: str) -> str | None:
+        """Why `name` is not registered (annotation does not decode, no handshake, ...), if known."""
+        ...
+
+
+class ExtenderArgsError(ValueError):
+    """ExtenderArgs that cannot be used; the message names the field and the value."""
+
+
+# --- reading the arguments --------------------------------------------------------------------------------
+
+
+_MAX_SHOWN = 80
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return type(value).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """The nodes kube-scheduler asks about, in its order. `node_list` is the NodeList when the request
+    carried full Node objects (`items[i]` is the object of `names[i]`), None for the names-only form."""
+
+    names: tuple[str, ...]
+    node_list: Mapping[str, Any] | None = None
+    items: tuple[Any, ...] = ()
+
+
+def _args(args: object) -> Mapping[str, Any]:
+    if not isinstance(args, Mapping):
+        raise ExtenderArgsError(f"ExtenderArgs: expected a JSON object, got {_kind(args)}")
+    return args
+
+
+def read_candidates(args: object) -> Candidates:
+    """The candidate nodes of ExtenderArgs (`NodeNames` when given, else `Nodes.items[].metadata.name`).
+
+    Raises `ExtenderArgsError`."""
+    body = _args(args)
+    names = body.get("NodeNames")
+    if names is not None:
+        if not isinstance(names, list):
+            raise ExtenderArgsError(
+                f"ExtenderArgs.NodeNames: expected a list of node names, got {_kind(names)}"
+            )
+        for i, name in enumerate(names):
+            if not isinstance(name, str) or not name:
+                raise ExtenderArgsError(
+                    f"ExtenderArgs.NodeNames[{i}]: expected a node name, got {_shown(name)}"
+                )
+        return Candidates(tuple(names))
+    node_list = body.get("Nodes")
+    if node_list is None:
+        raise ExtenderArgsError("ExtenderArgs: neither Nodes nor NodeNames is given")
+    if not isinstance(node_list, Mapping):
+        raise ExtenderArgsError(f"ExtenderArgs.Nodes: expected a NodeList object, got {_kind(node_list)}")
+    items = node_list.get("items")
+    items = [] if items is None else items
+    if not isinstance(items, list):
+        raise ExtenderArgsError(f"ExtenderArgs.Nodes.items: expected a list of Nodes, got {_kind(items)}")
+    out: list[str] = []
+    for i, item in enumerate(items):
+        where = f"ExtenderArgs.Nodes.items[{i}]"
+        if not isinstance(item, Mapping):
+            raise ExtenderArgsError(f"{where}: expected a Node object, got {_kind(item)}")
+        metadata = item.get("metadata")
+        if not isinstance(metadata, Mapping):
+            raise ExtenderArgsError(f"{where}.metadata: expected an object, got {_kind(metadata)}")
+        name = metadata.get("name")
+        if not isinstance(name, str) or not name:
+            raise ExtenderArgsError(f"{where}.metadata.name: expected a node name, got {_shown(name)}")
+        out.append(name)
+    return Candidates(tuple(out), node_list, tuple(items))
+
+
+@dataclass(frozen=True, slots=True)
+class PodAsk:
+    """Everything about the pod that fitting and scoring need, read once per request."""
+
+    namespace: str
+    name: str
+    requests: tuple[tuple[ContainerRequest | None, bool], ...]
+    """(request or None, is init container) per container, init containers first."""
+    selector: DeviceSelector
+    gpu_policy: tuple[GPUPolicy, ...]
+    node_policy: NodePolicy
+    weights: ScoringWeights
+    quota: QuotaCheck | None = None
+
+    @property
+    def init_containers(self) -> int:
+        return sum(1 for _, init in self.requests if init)
+
+    def fit(self, node: NodeGPUs) -> FitResult:
+        return fit_pod(
+            node,
+            self.requests,
+            selector=self.selector,
+            policy=self.gpu_policy,
+            quota=self.quota,
+            weights=self.weights,
+        )
+
+    def priority(self, node: NodeGPUs, fit: Fit) -> int:
+        """0..10 by the node policy, the node with the pod's chosen slices at their peak."""
+        return node_priority(node, peak_slices(fit.allocation, self.init_containers), self.node_policy)
+
+
+def _metadata(pod: Mapping[str, Any]) -> tuple[str, str, Mapping[str, str]]:
+    metadata = pod.get("metadata")
+    metadata = {} if metadata is None else metadata
+    if not isinstance(metadata, Mapping):
+        raise ExtenderArgsError(f"Pod.metadata: expected an object, got {_kind(metadata)}")
+    values: dict[str, str] = {}
+    for key in ("namespace", "name"):
+        value = metadata.get(key)
+        value = "" if value is None else value
+        if not isinstance(value, str):
+            raise ExtenderArgsError(f"Pod.metadata.{key}: expected a string, got {_shown(value)}")
+        values[key] = value
+    annotations = metadata.get("annotations")
+    annotations = {} if annotations is None else annotations
+    if not isinstance(annotations, Mapping):
+        raise ExtenderArgsError(f"Pod.metadata.annotations: expected an object, got {_kind(annotations)}")
+    for key, value in annotations.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ExtenderArgsError(
+                f"Pod.metadata.annotations[{_shown(key)}]: expected a string, got {_shown(value)}"
+            )
+    return values["namespace"] or "default", values["name"], annotations
+
+
+def _quota_check(namespace: str, view: QuotaView) -> QuotaCheck | None:
+    """A check of the pod's usage against the namespace's limits, as `quota.check_quota` decides it:
+    only the dimensions the pod asks for count, and used + asked may reach the limit exactly."""
+    limits = view.limits(namespace)
+    if limits.unlimited:
+        return None
+    used = view.used(namespace)
+    memory_limit, cores_limit = limits.memory, limits.cores
+
+    def check(usage: QuotaUsage) -> bool:
+        if memory_limit is not None and usage.memory > 0 and used.memory + usage.memory > memory_limit:
+            return False
+        return cores_limit is None or usage.cores <= 0 or used.cores + usage.cores <= cores_limit
+
+    return check
+
+
+def read_pod_ask(pod: object, config: ControlConfig, quota: QuotaView | None = None) -> PodAsk | None:
+    """The pod's GPU ask, or None when it asks for no GPU (no HAMi resource, or no GPU count anywhere).
+    Pod annotations override the config's node and GPU policies. Raises `ExtenderArgsError` naming the
+    pod and the bad field."""
+    if pod is None:
+        raise ExtenderArgsError("ExtenderArgs.Pod: missing")
+    if not isinstance(pod, Mapping):
+        raise ExtenderArgsError(f"ExtenderArgs.Pod: expected a Pod object, got {_kind(pod)}")
+    namespace, name, annotations = _metadata(pod)
+    who = f"pod {namespace}/{name or '?'}"
+    names, defaults = config.resource_names, config.request_defaults
+    try:
+        if not pod_has_hami_resource(pod, names):
+            return None
+        requests = tuple(
+            (container_request(container, names, defaults, init), init)
+            for container, init in pod_containers(pod)
+        )
+        if all(request is None for request, _ in requests):
+            return None
+        selector = decode_device_selector(annotations)
+        gpu_policy = config.gpu_scheduler_policy
+        if GPU_SCHEDULER_POLICY in annotations:
+            gpu_policy = decode_gpu_policy(annotations[GPU_SCHEDULER_POLICY])
+        node_policy = config.node_scheduler_policy
+        if NODE_SCHEDULER_POLICY in annotations:
+            node_policy = decode_node_policy(annotations[NODE_SCHEDULER_POLICY])
+        weights = ScoringWeights()
+        if DEVICE_SCORING_WEIGHTS in annotations:
+            weights = decode_scoring_weights(annotations[DEVICE_SCORING_WEIGHTS])
+    except (RequestError, WireFormatError, QuantityError) as err:
+        raise ExtenderArgsError(f"{who}: {err}") from None
+    check = _quota_check(namespace, quota) if quota is not None and config.enforce_quota else None
+    return PodAsk(namespace, name, requests, selector, gpu_policy, node_policy, weights, check)
+
+
+# --- filter -----------------------------------------------------------------------------------------------
+
+
+def _filter_result(
+    candidates: Candidates | None,
+    fitting: Sequence[int] = (),
+    failed: Mapping[str, str] | None = None,
+    unresolvable: Mapping[str, str] | None = None,
+    error: str = "",
+) -> dict[str, Any]:
+    nodes: dict[str, Any] | None = None
+    names: list[str] | None = None
+    if candidates is not None and not error:
+        if candidates.node_list is None:
+            names = [candidates.names[i] for i in fitting]
+        else:
+            nodes = dict(candidates.node_list)
+            nodes["items"] = [candidates.items[i] for i in fitting]
+    return {
+        "Nodes": nodes,
+        "NodeNames": names,
+        "FailedNodes": dict(failed or {}),
+        "FailedAndUnresolvableNodes": dict(unresolvable or {}),
+        "Error": error,
+    }
+
+
+def failure_reason(failure: FitFailure) -> str:
+    """The FailedNodes text of a node the pod does not fit on (see the module note)."""
+    return failure.message or f"{failure.gpus}/{failure.gpus} {Reason.NODE_INSUFFICIENT_DEVICE.value}"
+
+
+def unregistered_reason(view: NodeView, name: str) -> str:
+    return f"{UNREGISTERED}: {view.unregistered_reason(name) or NOT_CACHED}"
+
+
+def filter_pod(
+    args: object, view: NodeView, config: ControlConfig, quota: QuotaView | None = None
+) -> dict[str, Any]:
+    """ExtenderArgs JSON (already decoded) -> ExtenderFilterResult JSON. Never raises on bad input."""
+    try:
+        candidates = read_candidates(args)
+        ask = read_pod_ask(_args(args).get("Pod"), config, quota)
+    except ExtenderArgsError as err:
+        log.debug("filter: %s", err)
+        return _filter_result(None, error=str(err))
+    if ask is None:
+        return _filter_result(candidates, range(len(candidates.names)))
+    fitting: list[int] = []
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    for index, name in enumerate(candidates.names):
+        node = view.node_gpus(name)
+        if node is None:
+            unresolvable[name] = unregistered_reason(view, name)
+            continue
+        result = ask.fit(node)
+        if isinstance(result, Fit):
+            fitting.append(index)
+            failed.pop(name, None)
+            unresolvable.pop(name, None)
+        elif result.unresolvable:
+            unresolvable[name] = failure_reason(result)
+        else:
+            failed[name] = failure_reason(result)
+    return _filter_result(candidates, fitting, failed, unresolvable)
+
+
+# --- prioritize -------------------------------------------------------------------------------------------
+
+
+def prioritize_pod(
+    args: object, view: NodeView, config: ControlConfig, quota: QuotaView | None = None
+) -> list[dict[str, Any]]:
+    """ExtenderArgs JSON -> HostPriorityList JSON, every candidate scored 0..10. Never raises on bad input."""
+    try:
+        candidates = read_candidates(args)
+    except ExtenderArgsError as err:
+        log.debug("prioritize: %s", err)
+        return []
+    hosts = list(dict.fromkeys(candidates.names))
+    try:
+        ask = read_pod_ask(_args(args).get("Pod"), config, quota)
+    except ExtenderArgsError as err:
+        log.debug("prioritize: %s", err)
+        ask = None
+    if ask is None:
+        return [{"Host": host, "Score": NEUTRAL_SCORE} for host in hosts]
+    out: list[dict[str, Any]] = []
+    for host in hosts:
+        score = 0
+        node = view.node_gpus(host)
+        if node is not None:
+            result = ask.fit(node)
+            if isinstance(result, Fit):
+                score = ask.priority(node, result)
+        out.append({"Host": host, "Score": score})
+    return out
+
+
+__all__ = [
+    "NEUTRAL_SCORE",
+    "NOT_CACHED",
+    "UNREGISTERED",
+    "Candidates",
+    "ExtenderArgsError",
+    "NodeView",
+    "PodAsk",
+    "failure_reason",
+    "filter_pod",
+    "prioritize_pod",
+    "read_candidates",
+    "read_pod_ask",
+    "unregistered_reason",
+]
