@@ -338,6 +338,8 @@ class ClusterCache:
             return
         if view.terminal:
             self._drop_pod(view.uid)
+            if view.namespace or view.name:  # a later delete by name must still find this uid
+                self._uid_by_key[(view.namespace, view.name)] = view.uid
             return
         state = self._pods.get(view.uid)
         if state is None:

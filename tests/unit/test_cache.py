@@ -582,6 +582,12 @@ _CONFIRM_THEN_STALE = [
     Op("pod_up", "u1", pod_json("u1", None, _A)),
 ]
 
+_TERMINAL_THEN_ASSUMED_THEN_DELETED_BY_NAME = [  # found by hypothesis: the name must still map to the uid
+    Op("pod_up", "u1", pod_json("u1", "n1", "broken", phase="Succeeded")),
+    Op("assume", "u1", ("n1", PodAllocation((ContainerAllocation(()),)), 0)),
+    Op("pod_del", "u1", False),
+]
+
 
 class Model:
     """The from-scratch view: latest objects and live assumptions, recomputed on demand."""
@@ -675,6 +681,7 @@ def check(cache: ClusterCache, model: Model) -> None:
 @settings(max_examples=400, deadline=None)
 @given(ops_st)
 @example(_CONFIRM_THEN_STALE)
+@example(_TERMINAL_THEN_ASSUMED_THEN_DELETED_BY_NAME)
 def test_incremental_usage_equals_recomputation(ops: list[Op]) -> None:
     cache, model = ClusterCache(), Model()
     for step, op in enumerate(ops):
