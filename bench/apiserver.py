@@ -26,7 +26,7 @@ from pathlib import Path
 
 import aiohttp
 import orjson
-import yaml
+from benchlib import cpu_seconds, start_apiserver
 
 
 @dataclass
@@ -40,33 +40,6 @@ class Result:
     errors: int
     server_cpu_us: float = float("nan")
     """Server process CPU time (user + system) per request in this phase."""
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def start_server(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    kubeconfig = workdir / "kubeconfig"
-    log = open(workdir / "apiserver.log", "wb")  # noqa: SIM115 - lives as long as the server
-    command = [sys.executable, "-m", "hami_sim.main", "apiserver", "--port", "0"]
-    proc = subprocess.Popen(
-        [*command, "--kubeconfig-out", str(kubeconfig)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"apiserver exited with {proc.returncode}; see {workdir / 'apiserver.log'}")
-        if kubeconfig.exists() and kubeconfig.stat().st_size > 0:
-            config = yaml.safe_load(kubeconfig.read_text())
-            return proc, str(config["clusters"][0]["cluster"]["server"])
-        time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("apiserver did not write its kubeconfig within 20 s")
 
 
 def pod(name: str) -> dict[str, object]:
@@ -245,7 +218,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hami-bench-") as tmp:
-        proc, base = start_server(Path(tmp))
+        proc, base = start_apiserver(Path(tmp) / "kubeconfig", Path(tmp) / "apiserver.log")
         try:
             results = asyncio.run(
                 bench(base, proc.pid, args.seconds, args.concurrency, args.watchers, args.pods)

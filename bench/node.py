@@ -56,7 +56,7 @@ from typing import Any
 
 import grpc
 import urllib3
-import yaml
+from benchlib import cpu_seconds, start_apiserver
 
 from hami_api import annotations as ann
 from hami_api.types import ContainerAllocation, GPUSlice, PodAllocation
@@ -72,7 +72,6 @@ SOCKET_NAME = "hami-nvidia-gpu.sock"
 NAMESPACE = "default"
 MEM_PER_SLICE = 1000
 CORES_PER_SLICE = 10
-APISERVER = (sys.executable, "-m", "hami_sim.main", "apiserver")
 
 
 def log(message: str) -> None:
@@ -130,11 +129,6 @@ def proc_status(pid: int, key: str) -> float:
         if line.startswith(key + ":"):
             return int(line.split()[1]) * 1024 / 1e6
     raise KeyError(key)
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine_busy_seconds() -> float:
@@ -259,19 +253,10 @@ class Cluster:
         return [g.uuid for g in self.inventory.gpus]
 
 
-def start_apiserver(tmp: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
+def start_apiserver_in(tmp: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
     kubeconfig = tmp / "kubeconfig"
-    logfile = open(tmp / "logs" / "apiserver.log", "wb")  # noqa: SIM115 - lives as long as the server
-    proc = subprocess.Popen(
-        [*APISERVER, "--port", "0", "--log-level", "WARNING", "--kubeconfig-out", str(kubeconfig)],
-        stdout=logfile,
-        stderr=subprocess.STDOUT,
-    )
-    wait_until(
-        "apiserver kubeconfig", lambda: kubeconfig.exists() and kubeconfig.stat().st_size > 0, 20, proc
-    )
-    config = yaml.safe_load(kubeconfig.read_text())
-    return proc, str(config["clusters"][0]["cluster"]["server"]), kubeconfig
+    proc, base = start_apiserver(kubeconfig, tmp / "logs" / "apiserver.log", "--log-level", "WARNING")
+    return proc, base, kubeconfig
 
 
 def start_daemon(c: Cluster, split: int, recovery_s: float, log_level: str) -> subprocess.Popen[bytes]:
@@ -675,7 +660,7 @@ def cluster(args: argparse.Namespace) -> Iterator[Cluster]:
     # parent (tmp): the logs go one level down, or every log line would be an inotify event there.
     (tmp / "logs").mkdir()
     try:
-        apiserver, base, kubeconfig = start_apiserver(tmp)
+        apiserver, base, kubeconfig = start_apiserver_in(tmp)
         api = Api(base)
         node = "bench-node"
         api.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import ssl
 import statistics
@@ -36,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import aiohttp
-import yaml
+from benchlib import cpu_seconds, start_apiserver
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -57,11 +56,6 @@ class Result:
     p99_ms: float
     errors: int
     server_cpu_us: float = float("nan")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -201,35 +195,6 @@ def serve_child(argv: list[str]) -> int:
 
 
 # --- the load side ----------------------------------------------------------------------------------------
-
-
-def start_apiserver(workdir: Path) -> tuple[subprocess.Popen[bytes], Path, str]:
-    kubeconfig = workdir / "kubeconfig"
-    log = open(workdir / "apiserver.log", "wb")  # noqa: SIM115 - lives as long as the server
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hami_sim.main",
-            "apiserver",
-            "--port",
-            "0",
-            "--kubeconfig-out",
-            str(kubeconfig),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if kubeconfig.exists() and kubeconfig.stat().st_size > 0:
-            server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
-            return proc, kubeconfig, str(server)
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    raise SystemExit(f"apiserver did not start; see {workdir / 'apiserver.log'}")
 
 
 def start_control(
@@ -373,7 +338,8 @@ def main() -> int:
         cert, key = workdir / "tls.crt", workdir / "tls.key"
         cert.write_bytes(cert_pem)
         key.write_bytes(key_pem)
-        api, kubeconfig, base = start_apiserver(workdir)
+        kubeconfig = workdir / "kubeconfig"
+        api, base = start_apiserver(kubeconfig, workdir / "apiserver.log")
         control = None
         try:
             asyncio.run(seed(base))
