@@ -201,12 +201,19 @@ class ClusterCache:
         """node -> uid -> counted slices; the one record of what is added to each node's usage."""
         self._counted: dict[str, Held] = {}
         self._pod_skip: dict[str, str] = {}
+        self._changed: set[str] = set()
+        """Nodes whose `node_gpus` may differ since the last `drain_changed`."""
 
     # --- reads -----------------------------------------------------------------------------------------
 
     def node_gpus(self, name: str) -> NodeGPUs | None:
         """The node's GPUs with current usage; None when unknown or unregistered."""
         return self._registered.get(name)
+
+    def drain_changed(self) -> set[str]:
+        """The nodes whose `node_gpus` changed (or that left) since the last call; for derived indexes."""
+        changed, self._changed = self._changed, set()
+        return changed
 
     def nodes(self) -> Iterable[str]:
         """Names of the registered nodes."""
@@ -273,16 +280,29 @@ class ClusterCache:
             return
         entry = self._build(name, source, entry)
         self._nodes[name] = entry
+        self._changed.add(name)
         if entry.gpus is None:
             self._registered.pop(name, None)
             return
         held = self._on_node.get(name, {})
         self._registered[name] = with_slices(entry.gpus, chain.from_iterable(held.values()))
 
+    def nodes_replaced(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """A full node list (a watch's relist): upsert each, drop the nodes it no longer has."""
+        listed: set[str] = set()
+        for node in items:
+            name = _mapping(node.get("metadata")).get("name")
+            if isinstance(name, str):
+                listed.add(name)
+            self.node_upserted(node)
+        for name in [n for n in self._nodes if n not in listed]:
+            self.node_deleted(name)
+
     def node_deleted(self, name: str) -> None:
         """The Node is gone; its pods' slices stay recorded until their own events release them."""
         self._nodes.pop(name, None)
         self._registered.pop(name, None)
+        self._changed.add(name)
 
     def _build(self, name: str, source: _NodeSource, old: _Node | None) -> _Node:
         reason = ""
@@ -357,6 +377,18 @@ class ClusterCache:
         if view.held is not None:
             state.assumed = None  # confirmed: the watch's copy replaces the assumption
         self._settle(view.uid)
+
+    def pods_replaced(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """A full pod list (a watch's relist): upsert each, drop the pods a watch showed before that the
+        list no longer has. Pods known only through `assume` stay (their bind may be in flight)."""
+        listed: set[str] = set()
+        for pod in items:
+            uid = _mapping(pod.get("metadata")).get("uid")
+            if isinstance(uid, str):
+                listed.add(uid)
+            self.pod_upserted(pod)
+        for uid in [u for u, p in self._pods.items() if p.seen and u not in listed]:
+            self._drop_pod(uid)
 
     def pod_deleted(self, namespace: str, name: str, uid: str = "") -> None:
         """The Pod is gone (uid from the DELETED object; if empty, the last uid seen under that name)."""
@@ -472,12 +504,14 @@ class ClusterCache:
                 gpus = self._registered.get(old.node)
                 if gpus is not None:
                     self._registered[old.node] = without_slices(gpus, old.slices)
+                    self._changed.add(old.node)
         if new is not None:
             self._counted[uid] = new
             self._on_node.setdefault(new.node, {})[uid] = new.slices
             gpus = self._registered.get(new.node)
             if gpus is not None:
                 self._registered[new.node] = with_slices(gpus, new.slices)
+                self._changed.add(new.node)
 
 
 __all__ = [

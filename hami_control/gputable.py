@@ -1,0 +1,421 @@
+"""Every registered node's GPUs as numpy arrays, so filter and prioritize look at 5,000 nodes at once.
+
+`fit.fit_pod` walks one node's GPUs in Python (~100 µs a node with its sorting and frozen values), which
+is 0.5 s for a 5,000-node filter. Most pods have one container that asks for GPUs, and for those the
+answer of fit_pod can be computed for all nodes together: the verdict and the reasons of a single GPU
+container do not depend on the order the GPU policy tries the GPUs (a node fits when at least `nums` of
+its GPUs pass every rule; when it does not, every GPU was tried and each counts under the first rule it
+breaks). `evaluate` does exactly that, rule by rule in `fit`'s order, over a `(nodes, width)` table.
+
+Kept current from `ClusterCache.drain_changed()` by `GPUTable.sync`: only the nodes that changed since the
+last sync are rewritten (O(GPUs of the node) each), so a filter never rebuilds anything.
+
+`evaluate` answers None (and the caller uses `fit_pod` node by node) for what it does not cover:
+several containers with GPUs (each container's choice changes what the next one sees), `numa-bind`,
+and a namespace quota that could stop the pod part way (a quota that the whole pod fits under changes
+nothing, since a node that fails had fewer than `nums` GPUs passing). Property tests check that every
+answer equals `fit_pod`'s and `PodAsk.priority`'s, reasons and scores included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+
+import numpy as np
+import numpy.typing as npt
+
+from hami_api.resources import ContainerRequest
+from hami_api.types import DeviceSelector, GPUPolicy, NodePolicy
+from hami_control.fit import QuotaCheck, Reason
+from hami_control.quota import QuotaUsage
+from hami_control.score import MAX_SCORE
+from hami_control.usage import NodeGPUs
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+# Reason codes, in the order `fit._reason` checks them (0 = the GPU passes, -1 = no GPU in that column).
+_CODES: tuple[Reason, ...] = (
+    Reason.CARD_NOT_HEALTH,
+    Reason.CARD_CORDONED,
+    Reason.CARD_TYPE_MISMATCH,
+    Reason.CARD_UUID_MISMATCH,
+    Reason.CARD_TIME_SLICING_EXHAUSTED,
+    Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,  # mutex policy on a used GPU
+    Reason.CARD_INSUFFICIENT_MEMORY,
+    Reason.CARD_INSUFFICIENT_CORE,
+    Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,  # 100 cores asked on a used GPU
+    Reason.CARD_COMPUTE_UNITS_EXHAUSTED,
+)
+_NCODES = len(_CODES)
+_COLUMNS: tuple[tuple[str, type[np.generic]], ...] = (
+    ("present", np.bool_),
+    ("count", np.int64),
+    ("used", np.int64),
+    ("devmem", np.int64),
+    ("usedmem", np.int64),
+    ("devcore", np.int64),
+    ("usedcores", np.int64),
+    ("healthy", np.bool_),
+    ("cordoned", np.bool_),
+    ("type_id", np.int64),
+    ("mode_id", np.int64),
+    ("uuid_id", np.int64),
+)
+_INITIAL_WIDTH = 8
+_INITIAL_ROWS = 64
+
+
+class GPUTable:
+    """One row per registered node, one column per GPU (inventory order); `width` grows with the
+    largest node. Not thread-safe: the event loop that feeds the cache owns it."""
+
+    def __init__(self) -> None:
+        self.row_of: dict[str, int] = {}
+        self._free_rows: list[int] = []
+        self._rows = 0
+        self.width = _INITIAL_WIDTH
+        self._types: dict[str, int] = {}
+        self._modes: dict[str, int] = {}
+        self._uuids: dict[str, int] = {}
+        self._capacity = 0
+        self._alloc(_INITIAL_ROWS, self.width)
+
+    def _alloc(self, rows: int, width: int) -> None:
+        """(Re)allocate every array as (rows, width), keeping what is there."""
+        old_rows = self._capacity
+        old_width = self.present.shape[1] if old_rows else 0
+        for key, dtype in _COLUMNS:
+            fresh = np.zeros((rows, width), dtype=dtype)
+            if old_rows:
+                fresh[:old_rows, :old_width] = getattr(self, key)
+            setattr(self, key, fresh)
+        gpus = np.zeros(rows, dtype=np.int64)
+        if old_rows:
+            gpus[:old_rows] = self.gpus
+        self.gpus = gpus
+        self._capacity = rows
+        self.width = width
+
+    # the arrays (set by _alloc; declared for the type checker)
+    present: BoolArray
+    count: IntArray
+    used: IntArray
+    devmem: IntArray
+    usedmem: IntArray
+    devcore: IntArray
+    usedcores: IntArray
+    healthy: BoolArray
+    cordoned: BoolArray
+    type_id: IntArray
+    mode_id: IntArray
+    uuid_id: IntArray
+    gpus: IntArray
+
+    @staticmethod
+    def _intern(table: dict[str, int], text: str) -> int:
+        found = table.get(text)
+        if found is None:
+            found = table[text] = len(table)
+        return found
+
+    def __len__(self) -> int:
+        return len(self.row_of)
+
+    @property
+    def row_count(self) -> int:
+        """Rows in use or freed (rows past it were never used)."""
+        return self._rows
+
+    def set_node(self, node: NodeGPUs) -> None:
+        """Write (or rewrite) the node's row."""
+        if len(node.gpus) > self.width:
+            self._alloc(self._capacity, max(len(node.gpus), self.width * 2))
+        row = self.row_of.get(node.name)
+        if row is None:
+            if self._free_rows:
+                row = self._free_rows.pop()
+            else:
+                if self._rows == self._capacity:
+                    self._alloc(self._capacity * 2, self.width)
+                row = self._rows
+                self._rows += 1
+            self.row_of[node.name] = row
+        self.present[row] = False
+        self.gpus[row] = len(node.gpus)
+        for col, g in enumerate(node.gpus):
+            info = g.info
+            self.present[row, col] = True
+            self.count[row, col] = info.count
+            self.used[row, col] = g.used
+            self.devmem[row, col] = info.devmem
+            self.usedmem[row, col] = g.usedmem
+            self.devcore[row, col] = info.devcore
+            self.usedcores[row, col] = g.usedcores
+            self.healthy[row, col] = g.healthy
+            self.cordoned[row, col] = g.cordoned
+            self.type_id[row, col] = self._intern(self._types, info.type)
+            self.mode_id[row, col] = self._intern(self._modes, info.mode)
+            self.uuid_id[row, col] = self._intern(self._uuids, info.id)
+
+    def remove_node(self, name: str) -> None:
+        row = self.row_of.pop(name, None)
+        if row is not None:
+            self.present[row] = False
+            self.gpus[row] = 0
+            self._free_rows.append(row)
+
+    def sync(self, changed: Iterable[str], lookup: Callable[[str], NodeGPUs | None]) -> None:
+        """Rewrite the rows of `changed` nodes from `lookup` (the cache's `node_gpus`)."""
+        for name in changed:
+            node = lookup(name)
+            if node is None:
+                self.remove_node(name)
+            else:
+                self.set_node(node)
+
+    def allowed(self, kind: str, predicate: Callable[[str], bool]) -> BoolArray:
+        """Per interned id of the `kind` ("type", "mode", "uuid") strings, whether `predicate` accepts it."""
+        table = {"type": self._types, "mode": self._modes, "uuid": self._uuids}[kind]
+        ok = np.zeros(max(len(table), 1), dtype=np.bool_)
+        for text, i in table.items():
+            ok[i] = predicate(text)
+        return ok
+
+    def rows(self, names: Sequence[str]) -> IntArray:
+        """Row per name, -1 for a node the table does not have."""
+        return np.fromiter(map(self.row_of.get, names, repeat(-1)), dtype=np.int64, count=len(names))
+
+
+@dataclass(frozen=True, slots=True)
+class SimpleAsk:
+    """A pod that `evaluate` covers: one container asks for GPUs."""
+
+    request: ContainerRequest
+    type_ok: BoolArray | None
+    """Per interned type id whether the selector allows it (None: no constraint); modes and UUIDs alike."""
+    mode_ok: BoolArray | None
+    uuid_ok: BoolArray | None
+    mutex: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """The answer for the candidates: `fits` and `unresolvable` have one entry per candidate in the
+    caller's order; the rest is over the selected rows, for `failure_counts` and `score_inputs`."""
+
+    fits: BoolArray
+    unresolvable: BoolArray
+    code: IntArray
+    """(selected rows, width): per GPU the reason code (0 passes, -1 no GPU)."""
+    mem: IntArray
+    """(selected rows, width): MiB one slice of the request takes on each GPU."""
+    selected: slice | IntArray
+    """The table rows computed over: all of them (a slice, no copies) when the candidates are most of
+    the table, else the candidates' rows."""
+    pick: IntArray | None
+    """Candidates' positions in the selected rows (None: the selection is the candidates)."""
+    too_few: BoolArray
+    static_short: BoolArray | None
+    type_bad: BoolArray
+    uuid_bad: BoolArray
+
+    def failure_counts(self, table: GPUTable, candidates: IntArray) -> IntArray:
+        """(len(candidates), codes + 1) for the given candidate positions: GPUs that failed per reason
+        code as fit_pod counts them (only the static reasons for a node short of eligible GPUs, none for
+        a node with too few GPUs); the last column is the node's GPU count, the denominator of HAMi's
+        text. See `reason_text`."""
+        at = candidates if self.pick is None else self.pick[candidates]
+        code = self.code[at]
+        n = len(at)
+        keys = (np.arange(n, dtype=np.int64) * (_NCODES + 2))[:, None] + (code + 1)
+        tally = np.bincount(keys.ravel(), minlength=n * (_NCODES + 2)).reshape(n, _NCODES + 2)
+        counts = np.empty((n, _NCODES + 1), dtype=np.int64)
+        counts[:, :_NCODES] = tally[:, 2:]
+        rows = np.arange(table.row_count)[self.selected][at]
+        counts[:, _NCODES] = table.gpus[rows]
+        counts[self.too_few[at], :_NCODES] = 0
+        if self.static_short is not None:
+            short = self.static_short[at]
+            if short.any():
+                counts[short, :_NCODES] = 0
+                counts[short, 2] = np.count_nonzero(self.type_bad[at][short], axis=1)
+                counts[short, 3] = np.count_nonzero(self.uuid_bad[at][short], axis=1)
+        return counts
+
+
+def simple_ask(
+    table: GPUTable,
+    requests: Sequence[tuple[ContainerRequest | None, bool]],
+    selector: DeviceSelector,
+    policy: Sequence[GPUPolicy],
+    quota: QuotaCheck | None,
+) -> SimpleAsk | None:
+    """The ask `evaluate` can answer, or None when `fit_pod` must be used node by node."""
+    asking = [r for r, _ in requests if r is not None]
+    if len(asking) != 1 or selector.numa_bind:
+        return None
+    request = asking[0]
+    if quota is not None:
+        if request.memreq == 0 and request.mem_percentage is not None:
+            return None  # memory per GPU depends on the GPU: leave it to fit_pod
+        whole = QuotaUsage(request.memory_on(0) * request.nums, request.coresreq * request.nums)
+        if not quota(whole):
+            return None
+    has_types = bool(selector.use_types or selector.nouse_types)
+    has_uuids = bool(selector.use_uuids or selector.nouse_uuids)
+    return SimpleAsk(
+        request,
+        table.allowed("type", selector.type_allowed) if has_types else None,
+        table.allowed("mode", selector.mode_allowed) if selector.modes else None,
+        table.allowed("uuid", selector.uuid_allowed) if has_uuids else None,
+        GPUPolicy.MUTEX in policy,
+    )
+
+
+def evaluate(table: GPUTable, rows: IntArray, ask: SimpleAsk) -> Evaluation:
+    """fit_pod's verdict and reasons for each candidate row (all rows >= 0).
+
+    When the candidates are at least half the table, everything is computed over the whole table (numpy
+    views, no copies) and the per-node answers are picked out afterwards; else over copies of the
+    candidates' rows."""
+    t = table
+    req = ask.request
+    sel: slice | IntArray
+    if 2 * len(rows) >= t.row_count:
+        sel, pick = slice(0, t.row_count), rows
+    else:
+        sel, pick = rows, None
+    present = t.present[sel]
+    count, used = t.count[sel], t.used[sel]
+    devmem, usedmem = t.devmem[sel], t.usedmem[sel]
+    devcore, usedcores = t.devcore[sel], t.usedcores[sel]
+    healthy = t.healthy[sel]
+    gpus = t.gpus[sel]
+
+    type_bad = np.zeros_like(present)
+    if ask.type_ok is not None:
+        type_bad |= ~ask.type_ok[t.type_id[sel]]
+    if ask.mode_ok is not None:
+        type_bad |= ~ask.mode_ok[t.mode_id[sel]]
+    type_bad &= present
+    uuid_bad = np.zeros_like(present)
+    if ask.uuid_ok is not None:
+        uuid_bad = ~ask.uuid_ok[t.uuid_id[sel]] & ~type_bad & present
+
+    if req.memreq > 0:
+        mem = np.full(present.shape, req.memreq, dtype=np.int64)
+    elif req.mem_percentage is not None:
+        mem = devmem * req.mem_percentage // 100
+    else:
+        mem = np.zeros(present.shape, dtype=np.int64)
+    cores = req.coresreq
+
+    # Assign codes from the last rule to the first, so the first rule a GPU breaks is what stays.
+    code = np.zeros(present.shape, dtype=np.int64)
+    if cores == 0:
+        code[(usedcores >= devcore) & (devcore > 0)] = 10
+    if cores == 100:
+        code[(devcore == 100) & (used > 0)] = 9
+    code[devcore - usedcores < cores] = 8
+    code[devmem - usedmem < mem] = 7
+    if ask.mutex:
+        code[used > 0] = 6
+    code[count <= used] = 5
+    code[uuid_bad] = 4
+    code[type_bad] = 3
+    code[t.cordoned[sel]] = 2
+    code[~healthy] = 1
+    code[~present] = -1
+
+    passing = np.count_nonzero(code == 0, axis=1)
+    too_few = gpus < req.nums
+    static_short: BoolArray | None = None
+    if ask.type_ok is not None or ask.mode_ok is not None or ask.uuid_ok is not None:
+        eligible = np.count_nonzero(present & ~type_bad & ~uuid_bad, axis=1)
+        static_short = ~too_few & (eligible < req.nums)
+        unresolvable = too_few | static_short
+    else:
+        unresolvable = too_few
+    fits = (passing >= req.nums) & ~unresolvable
+    if pick is not None:
+        fits, unresolvable = fits[pick], unresolvable[pick]
+    return Evaluation(fits, unresolvable, code, mem, sel, pick, too_few, static_short, type_bad, uuid_bad)
+
+
+def score_inputs(table: GPUTable, ev: Evaluation) -> tuple[IntArray, tuple[IntArray, ...]]:
+    """For `node_scores`: the MiB of one slice on each candidate (-1 when a percentage request meets
+    passing GPUs of different sizes, so the score needs fit_pod's actual choice), and the sums over
+    healthy GPUs that `score.node_usage` reads (used, count, usedcores, devcore, usedmem, devmem)."""
+    t, sel = table, ev.selected
+    passing = ev.code == 0
+    big = np.iinfo(np.int64).max
+    low = np.where(passing, ev.mem, big).min(axis=1)
+    high = np.where(passing, ev.mem, -1).max(axis=1)
+    slice_mem = np.where(low == high, high, -1)
+    up = t.healthy[sel] & t.present[sel]
+    columns = (t.used, t.count, t.usedcores, t.devcore, t.usedmem, t.devmem)
+    sums = tuple(np.where(up, a[sel], 0).sum(axis=1) for a in columns)
+    if ev.pick is not None:
+        return slice_mem[ev.pick], tuple(x[ev.pick] for x in sums)
+    return slice_mem, sums
+
+
+def node_scores(
+    slice_mem: IntArray, sums: tuple[IntArray, ...], request: ContainerRequest, policy: NodePolicy
+) -> IntArray:
+    """`score.node_priority` of each candidate with `request.nums` slices of `slice_mem` MiB placed on
+    healthy GPUs (`score_inputs`): the same float operations in the same order as `score.node_usage`, so
+    the same rounding. Meaningless where the node does not fit or `slice_mem` is -1."""
+    used, count, usedcores, devcore, usedmem, devmem = sums
+    nums = request.nums
+
+    def ratio(part: IntArray, total: IntArray) -> npt.NDArray[np.float64]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = part / total
+        return np.where(total <= 0, 0.0, np.clip(r, 0.0, 1.0))
+
+    slots = ratio(used + nums, count)
+    cores = ratio(usedcores + nums * request.coresreq, devcore)
+    mem = ratio(usedmem + nums * slice_mem, devmem)
+    usage = MAX_SCORE * (slots + cores + mem) / 3
+    score = usage if policy is NodePolicy.BINPACK else MAX_SCORE - usage
+    return np.rint(np.clip(score, 0.0, float(MAX_SCORE))).astype(np.int64)
+
+
+def reason_text(counts: Sequence[int]) -> str:
+    """HAMi's FailedNodes text from one row of `Evaluation.reason_counts`."""
+    gpus = counts[_NCODES]
+    merged: dict[Reason, int] = {}
+    for k in range(_NCODES):
+        if counts[k]:
+            merged[_CODES[k]] = merged.get(_CODES[k], 0) + int(counts[k])
+    if not merged:
+        merged[Reason.NODE_INSUFFICIENT_DEVICE] = int(gpus)
+    ranked = sorted(merged.items(), key=lambda item: (-item[1], item[0].value))
+    return ", ".join(f"{n}/{gpus} {reason.value}" for reason, n in ranked)
+
+
+def node_reasons(counts: Sequence[int]) -> dict[str, int]:
+    """Reason word -> failed GPUs, for the filter-reason counters."""
+    out: dict[str, int] = {}
+    for k in range(_NCODES):
+        if counts[k]:
+            word = _CODES[k].value
+            out[word] = out.get(word, 0) + int(counts[k])
+    return out or {Reason.NODE_INSUFFICIENT_DEVICE.value: int(counts[_NCODES])}
+
+
+__all__ = [
+    "Evaluation",
+    "GPUTable",
+    "SimpleAsk",
+    "evaluate",
+    "node_reasons",
+    "node_scores",
+    "reason_text",
+    "score_inputs",
+    "simple_ask",
+]

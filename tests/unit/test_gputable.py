@@ -1,0 +1,235 @@
+"""hami_control.gputable: the vectorised filter and prioritize give exactly what fit_pod gives, node by
+node (verdicts, reason texts, unresolvable nodes, scores), and the table follows the cache."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hami_api.annotations import encode_node_register, encode_pod_allocation
+from hami_api.types import ContainerAllocation, GPUInfo, GPUSlice, PodAllocation
+from hami_control.cache import ClusterCache
+from hami_control.config import ControlConfig
+from hami_control.extender import filter_pod, prioritize_pod
+from hami_control.gputable import GPUTable
+from hami_control.quota import QuotaLimits, QuotaUsage
+from hami_control.usage import NodeGPUs, with_slices
+
+CONFIG = ControlConfig()
+TYPES = ("NVIDIA-A100-SXM4-80GB", "NVIDIA-Tesla T4", "NVIDIA-H100")
+
+
+@dataclass
+class View:
+    nodes: dict[str, NodeGPUs] = field(default_factory=dict)
+
+    def node_gpus(self, name: str) -> NodeGPUs | None:
+        return self.nodes.get(name)
+
+    def unregistered_reason(self, name: str) -> str | None:
+        return None
+
+
+@dataclass
+class Quota:
+    limit: QuotaLimits
+    usage: QuotaUsage
+
+    def limits(self, namespace: str) -> QuotaLimits:
+        return self.limit
+
+    def used(self, namespace: str) -> QuotaUsage:
+        return self.usage
+
+
+@st.composite
+def nodes(draw: st.DrawFn, name: str) -> NodeGPUs:
+    count = draw(st.integers(0, 5))
+    gpus: list[GPUInfo] = []
+    slices: list[GPUSlice] = []
+    for i in range(count):
+        info = GPUInfo(
+            id=f"{name}-g{i}",
+            index=i,
+            count=draw(st.integers(1, 4)),
+            devmem=draw(st.sampled_from((16000, 24000, 81920))),
+            devcore=draw(st.sampled_from((100, 100, 200, 0))),
+            type=draw(st.sampled_from(TYPES)),
+            mode=draw(st.sampled_from(("hami-core", "", "mig"))),
+            health=draw(st.booleans() | st.just(True)),
+        )
+        gpus.append(info)
+        for _ in range(draw(st.integers(0, info.count + 1))):
+            slices.append(
+                GPUSlice(
+                    info.id,
+                    draw(st.sampled_from((0, 1000, 8000, 16000))),
+                    draw(st.sampled_from((0, 30, 100))),
+                )
+            )
+    cordoned = draw(st.lists(st.sampled_from([g.id for g in gpus]), max_size=1)) if gpus else []
+    return with_slices(NodeGPUs.of(name, gpus, cordoned), slices)
+
+
+def container(gpus: int, mem: int | None, pct: int | None, cores: int | None) -> dict[str, Any]:
+    limits: dict[str, str] = {"nvidia.com/gpu": str(gpus)}
+    if mem is not None:
+        limits["nvidia.com/gpumem"] = str(mem)
+    if pct is not None:
+        limits["nvidia.com/gpumem-percentage"] = str(pct)
+    if cores is not None:
+        limits["nvidia.com/gpucores"] = str(cores)
+    return {"name": "c", "image": "x", "resources": {"limits": limits}}
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> dict[str, Any]:
+    mem = draw(st.sampled_from((None, 1000, 8000, 20000)))
+    pct = draw(st.sampled_from((None, 25, 50))) if mem is None else None
+    main = container(draw(st.integers(1, 3)), mem, pct, draw(st.sampled_from((None, 0, 30, 100))))
+    containers = [main, {"name": "side", "image": "x"}]
+    annotations: dict[str, str] = {}
+    if draw(st.booleans()):
+        annotations["nvidia.com/use-gputype"] = draw(st.sampled_from(("a100", "T4,H100", "h100")))
+    if draw(st.booleans()):
+        annotations["nvidia.com/nouse-gputype"] = draw(st.sampled_from(("t4", "A100")))
+    if draw(st.booleans()):
+        annotations["nvidia.com/vgpu-mode"] = draw(st.sampled_from(("hami-core", "mig")))
+    if draw(st.booleans()):
+        annotations["nvidia.com/use-gpuuuid"] = draw(st.sampled_from(("n0-g0,n1-g1", "n2-g0")))
+    if draw(st.booleans()):
+        annotations["nvidia.com/nouse-gpuuuid"] = "n0-g1"
+    annotations["hami.io/gpu-scheduler-policy"] = draw(
+        st.sampled_from(("spread", "binpack", "mutex", "topology-aware"))
+    )
+    annotations["hami.io/node-scheduler-policy"] = draw(st.sampled_from(("spread", "binpack")))
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u", "annotations": annotations},
+        "spec": {"containers": containers},
+    }
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> View:
+    count = draw(st.integers(1, 6))
+    return View({f"n{i}": draw(nodes(f"n{i}")) for i in range(count)})
+
+
+def table_of(v: View) -> GPUTable:
+    table = GPUTable()
+    table.sync(v.nodes, v.node_gpus)
+    return table
+
+
+@settings(max_examples=400, deadline=None)
+@given(clusters(), pods(), st.booleans())
+def test_vectorised_filter_and_prioritize_equal_fit_pod(v: View, pod: dict[str, Any], quota_on: bool) -> None:
+    names = [*v.nodes, "ghost"]
+    args = {"Pod": pod, "NodeNames": names}
+    quota = Quota(QuotaLimits(memory=100000, cores=None), QuotaUsage(90000, 0)) if quota_on else None
+    table = table_of(v)
+    slow_reasons: Counter[str] = Counter()
+    fast_reasons: Counter[str] = Counter()
+    slow = filter_pod(args, v, CONFIG, quota, reasons=slow_reasons)
+    fast = filter_pod(args, v, CONFIG, quota, table=table, reasons=fast_reasons)
+    assert fast == slow
+    assert fast_reasons == slow_reasons
+    assert prioritize_pod(args, v, CONFIG, quota, table=table) == prioritize_pod(args, v, CONFIG, quota)
+
+
+def test_table_grows_in_width_and_rows_and_reuses_rows() -> None:
+    v = View(
+        {
+            f"n{i}": NodeGPUs.of(f"n{i}", [GPUInfo(f"n{i}-g0", 0, 1, 100, 100, "T", 0, "", True)])
+            for i in range(100)
+        }
+    )
+    wide = [GPUInfo(f"w-g{i}", i, 2, 1000, 100, "T", 0, "", True) for i in range(20)]
+    v.nodes["w"] = NodeGPUs.of("w", wide)
+    table = table_of(v)
+    assert len(table) == 101 and table.width >= 20
+    table.remove_node("n3")
+    table.set_node(NodeGPUs.of("x", wide[:2]))
+    assert table.row_of["x"] == 3 and len(table) == 101
+    args = {"Pod": pods_simple(1, 500), "NodeNames": ["w", "x", "n0", "n3"]}
+    del v.nodes["n3"]
+    v.nodes["x"] = NodeGPUs.of("x", wide[:2])
+    assert filter_pod(args, v, CONFIG, table=table) == filter_pod(args, v, CONFIG)
+
+
+def pods_simple(gpus: int, mem: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"containers": [container(gpus, mem, None, None)]},
+    }
+
+
+def register(name: str, gpus: int) -> dict[str, Any]:
+    infos = [
+        GPUInfo(f"{name}-g{i}", i, 4, 16000, 100, "NVIDIA-T4", 0, "hami-core", True) for i in range(gpus)
+    ]
+    return {
+        "metadata": {
+            "name": name,
+            "annotations": {"hami.io/node-nvidia-register": encode_node_register(infos)},
+        },
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus * 4)}},
+    }
+
+
+def bound_pod(uid: str, node: str, gpu: str, mem: int) -> dict[str, Any]:
+    allocation = encode_pod_allocation(PodAllocation((ContainerAllocation((GPUSlice(gpu, mem, 0),)),)))
+    return {
+        "metadata": {
+            "name": uid,
+            "namespace": "ns",
+            "uid": uid,
+            "annotations": {
+                "hami.io/vgpu-node": node,
+                "hami.io/vgpu-devices-allocated": allocation,
+            },
+        },
+        "spec": {"containers": [container(1, mem, None, None)]},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_table_follows_the_cache_through_drain_changed() -> None:
+    cache = ClusterCache()
+    table = GPUTable()
+    for i in range(3):
+        cache.node_upserted(register(f"n{i}", 2))
+    table.sync(cache.drain_changed(), cache.node_gpus)
+    assert cache.drain_changed() == set()
+    args = {"Pod": pods_simple(2, 10000), "NodeNames": ["n0", "n1", "n2"]}
+    assert filter_pod(args, cache, CONFIG, table=table)["NodeNames"] == ["n0", "n1", "n2"]
+    cache.pod_upserted(bound_pod("a", "n1", "n1-g0", 8000))
+    cache.node_deleted("n2")
+    table.sync(cache.drain_changed(), cache.node_gpus)
+    result = filter_pod(args, cache, CONFIG, table=table)
+    assert result == filter_pod(args, cache, CONFIG)
+    assert result["NodeNames"] == ["n0"]
+    assert result["FailedNodes"] == {"n1": "1/2 CardInsufficientMemory"}
+    assert "n2" in result["FailedAndUnresolvableNodes"]
+    cache.pod_deleted("ns", "a", "a")
+    table.sync(cache.drain_changed(), cache.node_gpus)
+    assert filter_pod(args, cache, CONFIG, table=table)["NodeNames"] == ["n0", "n1"]
+
+
+@pytest.mark.parametrize("mem", [1000, 20000])
+def test_many_nodes_patterns_share_texts(mem: int) -> None:
+    v = View(
+        {
+            f"n{i}": NodeGPUs.of(
+                f"n{i}", [GPUInfo(f"n{i}-g{j}", j, 2, 16000, 100, "T", 0, "", True) for j in range(8)]
+            )
+            for i in range(300)
+        }
+    )
+    args = {"Pod": pods_simple(1, mem), "NodeNames": list(v.nodes)}
+    assert filter_pod(args, v, CONFIG, table=table_of(v)) == filter_pod(args, v, CONFIG)
