@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -114,6 +115,12 @@ class ControlConfig:
     log_level: LogLevel = LogLevel.INFO
     max_request_body: int = DEFAULT_MAX_REQUEST_BODY
     """Bytes; a larger request body is answered 413."""
+    allocate_timeout_s: float = 30.0
+    """Seconds a bound pod may stay unanswered by the node daemon (no `hami.io/bind-phase` success or
+    failed) before the binder stops holding its node's pending window for it."""
+    bind_wait_s: float = 10.0
+    """Seconds a /bind waits for the node's pending window (or a foreign node lock) before it fails and
+    kube-scheduler retries; keep it below the extender's httpTimeout (30 s in HAMi's chart)."""
     request_defaults: RequestDefaults = field(init=False, repr=False, compare=False)
     """The defaults `hami_api.resources` normalises requests with (derived; built once, since every
     admission reads it)."""
@@ -210,6 +217,25 @@ def _gpu_policy(value: object) -> tuple[GPUPolicy, ...]:
         raise _Invalid(expected) from None
 
 
+def _seconds(value: object) -> float:
+    """A positive, finite number of seconds, as a number or its decimal text ("30", "2.5")."""
+    expected = "a number of seconds > 0, such as 30 or 2.5"
+    if isinstance(value, bool):
+        raise _Invalid(expected)
+    if isinstance(value, int | float):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            raise _Invalid(expected) from None
+    else:
+        raise _Invalid(expected)
+    if not math.isfinite(number) or number <= 0:
+        raise _Invalid(expected)
+    return number
+
+
 def _byte_size(value: object) -> int:
     """Bytes as an integer or a quantity ("3Mi", "4M"): 1 KiB to 1 GiB."""
     expected = "a size in bytes from 1Ki to 1Gi, such as 3Mi or 3145728"
@@ -302,6 +328,12 @@ _SETTINGS: tuple[_Setting, ...] = (
              "debug, info, warning or error", "LEVEL"),
     _Setting("max_request_body", "--max-request-body", "HAMI_MAX_REQUEST_BODY", "maxRequestBody", _byte_size,
              "largest request body accepted (bytes or a quantity such as 3Mi)", "SIZE", False, "3Mi"),
+    _Setting("allocate_timeout_s", "--allocate-timeout", "HAMI_ALLOCATE_TIMEOUT", "allocateTimeout", _seconds,
+             "seconds a bound pod may wait for the node daemon's Allocate before its node takes the "
+             "next pod with the same GPU count", "SECONDS", False, "30"),
+    _Setting("bind_wait_s", "--bind-wait-timeout", "HAMI_BIND_WAIT_TIMEOUT", "bindWaitTimeout",
+             _seconds, "seconds a bind waits for its node to be free before kube-scheduler retries it",
+             "SECONDS", False, "10"),
 )  # fmt: skip
 
 _BY_NAME = {s.name: s for s in _SETTINGS}

@@ -424,3 +424,41 @@ def test_any_environment_gives_a_config_or_a_clear_error(env: dict[str, str]) ->
     except ConfigError as err:
         assert err.source == "environment"
         assert err.key in env
+
+
+# --- binder timeouts ---------------------------------------------------------------------------------------
+
+
+def test_binder_timeouts_defaults_and_sources() -> None:
+    config = load()
+    assert (config.allocate_timeout_s, config.bind_wait_s) == (30.0, 10.0)
+    flags = load(["--allocate-timeout", "12.5", "--bind-wait-timeout=3"])
+    assert (flags.allocate_timeout_s, flags.bind_wait_s) == (12.5, 3.0)
+    envs = load(env={"HAMI_ALLOCATE_TIMEOUT": "45", "HAMI_BIND_WAIT_TIMEOUT": " 0.5 "})
+    assert (envs.allocate_timeout_s, envs.bind_wait_s) == (45.0, 0.5)
+    from_file = load_file("allocateTimeout: 20\nbindWaitTimeout: 1.5\n", ["--bind-wait-timeout", "2"])
+    assert (from_file.allocate_timeout_s, from_file.bind_wait_s) == (20.0, 2.0)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf", ""])
+def test_binder_timeouts_must_be_positive_seconds(value: str) -> None:
+    for flag in ("--allocate-timeout", "--bind-wait-timeout"):
+        err = error([f"{flag}={value}"])
+        assert err.key == flag
+        assert "a number of seconds > 0" in err.reason
+    err = file_error("bindWaitTimeout: 0\n")
+    assert (
+        str(err)
+        == f"{CONFIG} line 1: bindWaitTimeout: expected a number of seconds > 0, such as 30 or 2.5, got 0"
+    )
+    assert "allocateTimeout: expected a number of seconds" in str(file_error("allocateTimeout: true\n"))
+    env_err = error([], {"HAMI_ALLOCATE_TIMEOUT": "-3"})
+    assert str(env_err).startswith("environment HAMI_ALLOCATE_TIMEOUT: expected a number of seconds > 0")
+
+
+def test_binder_timeouts_in_help() -> None:
+    with pytest.raises(HelpRequested) as info:
+        load(["--help"])
+    flat = " ".join(info.value.text.split())
+    assert "(env HAMI_ALLOCATE_TIMEOUT; default 30)" in flat
+    assert "(env HAMI_BIND_WAIT_TIMEOUT; default 10)" in flat

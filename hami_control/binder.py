@@ -1,0 +1,666 @@
+"""kube-scheduler extender `/bind`: choose the pod's GPUs on the node kube-scheduler picked and bind it
+with one Binding whose annotations carry the choice. All I/O sits behind the protocols below (the
+Kubernetes adapters and the HTTP route live elsewhere); everything here runs on one event loop.
+
+Wire types (`k8s.io/kube-scheduler/extender/v1`, no json tags, so Go field names):
+`ExtenderBindingArgs{PodName, PodNamespace, PodUID, Node}` in, `ExtenderBindingResult{Error}` out.
+`Binder.bind` never raises on input: anything wrong comes back in `Error`, naming the field and value.
+
+**Annotations** (HAMi v2.10 names and formats; HAMi writes the first four at filter time and the last
+two just before the Binding, we write them all on the Binding, which the API server copies to the pod):
+`hami.io/vgpu-devices-to-allocate` and `hami.io/vgpu-devices-allocated` (the same string),
+`hami.io/vgpu-node`, `hami.io/vgpu-time` (unix seconds), `hami.io/bind-phase=allocating`,
+`hami.io/bind-time` (unix seconds). A pod without a GPU ask gets a plain Binding without annotations.
+
+**Pending window** (instead of HAMi's five-minute node lock). kubelet's Allocate names no pod, so the
+node daemon tells the pods bound to its node but not yet allocated apart by the GPU counts of their
+containers. A pod may therefore enter a node's window only if none of its containers asks the same GPU
+count as a container of a pod already pending there. A pod leaves the window when the watch shows its
+`hami.io/bind-phase` as success or failed, when it is deleted (`pod_changed`), when its bind fails, or
+after `allocate_timeout_s` (`sweep`; its slices stay counted, since the pod still exists). A bind that
+the window does not admit waits in memory (woken by those events, no polling) for at most
+`bind_wait_s`, then fails with a message saying which pod it waited for; kube-scheduler retries it.
+
+**Foreign node lock.** Other HAMi components may hold `hami.io/mutex.lock` on a node
+(`<RFC3339>,<ns>,<pod>`). A lock younger than `node_lock_expiry_s` (HAMi's 5 min, by the wall clock)
+that does not name the pod being bound is waited for like the window (woken by `node_changed`, or at
+its expiry). We never write or take over a lock.
+
+**Atomicity.** Between the last check of the window and the lock, reading the node's GPUs, fitting,
+`cache.assume` and entering the window there is no `await`, so concurrent binds onto one node can never
+both take the same capacity. Any failure after that point (the API server's answer, an exception,
+cancellation) forgets the assumption and releases the window before returning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from hami_api.annotations import (
+    BIND_PHASE,
+    BIND_TIME,
+    DEVICES_ALLOCATED,
+    DEVICES_TO_ALLOCATE,
+    VGPU_NODE,
+    VGPU_TIME,
+    encode_bind_phase,
+    encode_node_lock,
+    encode_pod_allocation,
+    encode_unix_time,
+    encode_vgpu_node,
+)
+from hami_api.types import BindPhase, NodeLock, PodAllocation
+from hami_control.cache import ClusterCache
+from hami_control.extender import ExtenderArgsError, PodAsk, failure_reason
+from hami_control.fit import Fit
+
+log = logging.getLogger(__name__)
+
+NODE_LOCK_EXPIRY_S = 300.0
+"""HAMi's `--node-lock-timeout` default (5 min): an older `hami.io/mutex.lock` is stale and ignored."""
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_MAX_SHOWN = 80
+
+
+# --- the edges ------------------------------------------------------------------------------------------
+
+
+class BindRejected(Exception):
+    """The API server did not bind: `status` is its HTTP status (409 conflict, 404 not found, ...; 0 when
+    the request did not get an answer), `reason` its Status reason (`Conflict`, `NotFound`, ...)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        self.status = status
+        self.reason = reason
+        self.message = message
+        super().__init__(f"{status} {reason}: {message}" if status else f"{reason}: {message}")
+
+    def __reduce__(self) -> tuple[type[BindRejected], tuple[int, str, str]]:
+        return (type(self), (self.status, self.reason, self.message))
+
+
+class BindingWriter(Protocol):
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
+    ) -> None:
+        """POST pods/<name>/binding (target node, metadata.annotations, metadata.uid as precondition).
+        Raises `BindRejected` when the API server says no."""
+        ...
+
+
+class EventRecorder(Protocol):
+    def record(  # noqa: PLR0917 (the lead's adapter signature)
+        self, namespace: str, name: str, uid: str, type_: str, reason: str, message: str
+    ) -> None:
+        """Emit an event on the pod; fire and forget."""
+        ...
+
+
+AskSource = Callable[[str, str, str], Awaitable[PodAsk | None]]
+"""(namespace, name, uid) -> the pod's GPU ask, None for a pod without GPU request. Raises
+`LookupError("pod ns/name not found")` for an unknown pod, `ExtenderArgsError` for an unreadable one."""
+
+NodeLockSource = Callable[[str], NodeLock | None]
+"""The node's `hami.io/mutex.lock`, decoded, if any."""
+
+
+# --- the pending window ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEntry:
+    """A pod bound to `node` that the node daemon has not answered yet."""
+
+    uid: str
+    node: str
+    counts: frozenset[int]
+    """The GPU counts of its containers that ask for GPUs."""
+    since: float
+    who: str = ""
+    """`namespace/name`, for messages."""
+
+
+class PendingWindow:
+    """Per node, the pods bound but not yet allocated. Pure: `now` is passed in (any monotonic scale)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, PendingEntry] = {}
+        self._by_node: dict[str, dict[str, PendingEntry]] = {}
+
+    def blocked(self, node: str, counts: frozenset[int] | set[int]) -> str | None:
+        """The uid of a pod pending on `node` with a container asking one of `counts` GPUs, if any
+        (the one that entered first)."""
+        for entry in self._by_node.get(node, {}).values():
+            if not entry.counts.isdisjoint(counts):
+                return entry.uid
+        return None
+
+    def enter(
+        self, node: str, uid: str, counts: frozenset[int] | set[int], now: float, who: str = ""
+    ) -> None:
+        """Add `uid` to `node`'s window (moving it if it is pending elsewhere)."""
+        self.release(uid)
+        entry = PendingEntry(uid, node, frozenset(counts), now, who)
+        self._entries[uid] = entry
+        self._by_node.setdefault(node, {})[uid] = entry
+
+    def release(self, uid: str) -> PendingEntry | None:
+        """Take `uid` out of its window; returns its entry (None when it was not pending)."""
+        entry = self._entries.pop(uid, None)
+        if entry is None:
+            return None
+        on_node = self._by_node[entry.node]
+        del on_node[uid]
+        if not on_node:
+            del self._by_node[entry.node]
+        return entry
+
+    def expire(self, now: float, timeout: float) -> list[str]:
+        """Release the entries older than `timeout`; returns their uids, oldest first."""
+        stale = sorted(
+            (e for e in self._entries.values() if now - e.since > timeout), key=lambda e: (e.since, e.uid)
+        )
+        for entry in stale:
+            self.release(entry.uid)
+        return [entry.uid for entry in stale]
+
+    def pending(self, node: str) -> tuple[str, ...]:
+        """The uids pending on `node`, in the order they entered."""
+        return tuple(self._by_node.get(node, {}))
+
+    def entry(self, uid: str) -> PendingEntry | None:
+        return self._entries.get(uid)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[PendingEntry]:
+        return iter(list(self._entries.values()))
+
+
+# --- reading the arguments ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BindingArgs:
+    namespace: str
+    name: str
+    uid: str
+    node: str
+
+    @property
+    def who(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
+def read_binding_args(args: object) -> BindingArgs:
+    """ExtenderBindingArgs JSON -> BindingArgs. Raises `ExtenderArgsError` naming the field and value."""
+    if not isinstance(args, Mapping):
+        raise ExtenderArgsError(f"ExtenderBindingArgs: expected a JSON object, got {_shown(args)}")
+    values: dict[str, str] = {}
+    for key, what in (
+        ("PodNamespace", "a namespace"),
+        ("PodName", "a pod name"),
+        ("PodUID", "a pod UID"),
+        ("Node", "a node name"),
+    ):
+        value = args.get(key)
+        if value is None:
+            raise ExtenderArgsError(f"ExtenderBindingArgs.{key}: missing")
+        if not isinstance(value, str) or not value or value != value.strip():
+            raise ExtenderArgsError(f"ExtenderBindingArgs.{key}: expected {what}, got {_shown(value)}")
+        values[key] = value
+    node = values["Node"]
+    if len(node) > 253 or not _DNS_SUBDOMAIN.fullmatch(node):
+        raise ExtenderArgsError(
+            f"ExtenderBindingArgs.Node: expected a node name (a lowercase DNS subdomain), got {_shown(node)}"
+        )
+    return BindingArgs(values["PodNamespace"], values["PodName"], values["PodUID"], node)
+
+
+def gpu_counts(ask: PodAsk) -> frozenset[int]:
+    """The GPU counts (`nvidia.com/gpu`) of the pod's containers that ask for GPUs, init ones included."""
+    return frozenset(request.nums for request, _ in ask.requests if request is not None and request.nums > 0)
+
+
+def binding_annotations(allocation: PodAllocation, node: str, unix_now: int) -> dict[str, str]:
+    """The annotations a GPU pod's Binding carries (see the module docstring)."""
+    devices = encode_pod_allocation(allocation)
+    stamp = encode_unix_time(unix_now)
+    return {
+        DEVICES_TO_ALLOCATE: devices,
+        DEVICES_ALLOCATED: devices,
+        VGPU_NODE: encode_vgpu_node(node),
+        VGPU_TIME: stamp,
+        BIND_PHASE: encode_bind_phase(BindPhase.ALLOCATING),
+        BIND_TIME: stamp,
+    }
+
+
+def _gpus_text(allocation: PodAllocation) -> str:
+    seen: list[str] = []
+    for s in allocation.slices():
+        if s.uuid not in seen:
+            seen.append(s.uuid)
+    return ",".join(seen)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+# --- the binder -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Obstacle:
+    """Why a pod cannot enter its node's window yet."""
+
+    message: str
+    outcome: str
+    wake_in: float | None = None
+    """Seconds until it goes away by itself (a lock expiring), if known."""
+
+
+class _Failed(Exception):
+    """A bind that ends with `Error` (internal control flow)."""
+
+    def __init__(self, outcome: str, message: str, event: bool = True) -> None:
+        self.outcome = outcome
+        self.message = message
+        self.event = event
+        super().__init__(message)
+
+
+class Binder:
+    """The extender's bind verb; see the module docstring. Single event loop, not thread-safe."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        asks: AskSource,
+        writer: BindingWriter,
+        events: EventRecorder,
+        *,
+        node_lock: NodeLockSource,
+        allocate_timeout_s: float = 30.0,
+        bind_wait_s: float = 10.0,
+        node_lock_expiry_s: float = NODE_LOCK_EXPIRY_S,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        if allocate_timeout_s <= 0 or bind_wait_s <= 0 or node_lock_expiry_s <= 0:
+            raise ValueError(
+                f"timeouts must be > 0: allocate_timeout_s={allocate_timeout_s}, bind_wait_s={bind_wait_s}, "
+                f"node_lock_expiry_s={node_lock_expiry_s}"
+            )
+        self._cache = cache
+        self._asks = asks
+        self._writer = writer
+        self._events = events
+        self._node_lock = node_lock
+        self.allocate_timeout_s = allocate_timeout_s
+        self.bind_wait_s = bind_wait_s
+        self.node_lock_expiry_s = node_lock_expiry_s
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self.window = PendingWindow()
+        self.outcomes: collections.Counter[str] = collections.Counter()
+        """Binds by outcome: success, success_plain, no_fit, unregistered, conflict, not_found, api_error,
+        wait_timeout, lock_timeout, bad_request."""
+        self._in_flight: dict[str, str] = {}
+        """uid -> node of the binds between reading their arguments and their answer."""
+        self._wakeups: dict[str, asyncio.Event] = {}
+        self._waiting = 0
+        self._bad_lock_logged: dict[str, str] = {}
+
+    # --- metrics ---------------------------------------------------------------------------------------
+
+    def pending_count(self, node: str | None = None) -> int:
+        """Pods bound but not yet answered by their node daemon (on `node`, or everywhere)."""
+        return len(self.window) if node is None else len(self.window.pending(node))
+
+    def waiting_count(self) -> int:
+        """Binds waiting for a node's window or lock right now."""
+        return self._waiting
+
+    # --- watch input -----------------------------------------------------------------------------------
+
+    def pod_changed(self, uid: str, bind_phase: str | None, deleted: bool = False) -> None:
+        """A pod event: `hami.io/bind-phase` success or failed, or the pod's deletion, ends its window."""
+        if not deleted and bind_phase not in (BindPhase.SUCCESS.value, BindPhase.FAILED.value):
+            return
+        entry = self.window.release(uid)
+        if entry is None:
+            return
+        why = "deleted" if deleted else f"bind-phase {bind_phase}"
+        log.info("pod %s on node %s allocated (%s); node window released", entry.who, entry.node, why)
+        self._wake(entry.node)
+
+    def node_changed(self, node: str) -> None:
+        """A node event (its `hami.io/mutex.lock` may have changed): wake the binds waiting for it."""
+        self._wake(node)
+
+    # --- sweeping --------------------------------------------------------------------------------------
+
+    def sweep(self) -> list[str]:
+        """Release window entries older than `allocate_timeout_s` and expire cache assumptions no watch
+        confirmed within it; returns the uids affected (window ones first)."""
+        now = self._clock()
+        released: dict[str, PendingEntry] = {}
+        for entry in list(self.window):
+            if now - entry.since > self.allocate_timeout_s:
+                self.window.release(entry.uid)
+                released[entry.uid] = entry
+                log.warning(
+                    "pod %s on node %s: no allocation answer from the node within %s; node window released "
+                    "(its GPUs stay counted while the pod exists)",
+                    entry.who,
+                    entry.node,
+                    _seconds(self.allocate_timeout_s),
+                )
+        expired = self._cache.expire(now, self.allocate_timeout_s)
+        for uid in expired:
+            known = released.get(uid)
+            log.warning(
+                "pod %s on node %s: bind not confirmed by the pod watch within %s; its GPUs are no longer "
+                "counted",
+                known.who if known is not None else f"uid {uid}",
+                known.node if known is not None else "?",
+                _seconds(self.allocate_timeout_s),
+            )
+        if released or expired:
+            self._wake_all()
+        return [*released, *(uid for uid in expired if uid not in released)]
+
+    async def run_sweeper(self, interval_s: float = 1.0) -> None:
+        """Call `sweep` every `interval_s` until cancelled."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                self.sweep()
+            except Exception:
+                log.exception("binder sweep failed")
+
+    # --- bind ------------------------------------------------------------------------------------------
+
+    async def bind(self, args: object) -> dict[str, Any]:
+        """ExtenderBindingArgs JSON -> ExtenderBindingResult JSON. Never raises on bad input."""
+        try:
+            request = read_binding_args(args)
+        except ExtenderArgsError as err:
+            self.outcomes["bad_request"] += 1
+            log.warning("bind refused: %s", err)
+            return {"Error": str(err)}
+        if request.uid in self._in_flight:
+            message = (
+                f"pod {request.who} (uid {request.uid}) is already being bound to node "
+                f"{self._in_flight[request.uid]}"
+            )
+            self.outcomes["conflict"] += 1
+            log.warning("bind of pod %s to node %s refused: %s", request.who, request.node, message)
+            return {"Error": message}
+        self._in_flight[request.uid] = request.node
+        try:
+            return await self._bind(request)
+        finally:
+            del self._in_flight[request.uid]
+
+    async def _bind(self, request: BindingArgs) -> dict[str, Any]:
+        try:
+            ask = await self._asks(request.namespace, request.name, request.uid)
+        except LookupError as err:
+            return self._fail(request, _Failed("not_found", _lookup_text(request, err), False))
+        except ExtenderArgsError as err:
+            return self._fail(request, _Failed("bad_request", str(err)))
+        except Exception as err:
+            log.exception("reading pod %s for its bind to node %s failed", request.who, request.node)
+            text = f"reading pod {request.who} failed: {type(err).__name__}: {err}"
+            return self._fail(request, _Failed("api_error", text, False))
+        if ask is None:
+            return await self._bind_plain(request)
+        try:
+            allocation = await self._reserve(request, ask)
+        except _Failed as failed:
+            return self._fail(request, failed)
+        return await self._write(request, allocation)
+
+    async def _bind_plain(self, request: BindingArgs) -> dict[str, Any]:
+        try:
+            await self._writer.bind(request.namespace, request.name, request.uid, request.node, {})
+        except BindRejected as err:
+            return self._fail(request, _rejected(request, err, False))
+        except Exception as err:
+            log.exception("bind of pod %s to node %s failed", request.who, request.node)
+            return self._fail(request, _Failed("api_error", _api_error(request, err), False))
+        self.outcomes["success_plain"] += 1
+        log.info("bound pod %s (no GPU request) to node %s", request.who, request.node)
+        return {"Error": ""}
+
+    async def _reserve(self, request: BindingArgs, ask: PodAsk) -> PodAllocation:
+        """Wait until the node admits the pod, then (no await from the last check on) fit it, assume it
+        in the cache and enter it in the node's window. Raises `_Failed`."""
+        uid, node = request.uid, request.node
+        pending = self.window.entry(uid)
+        if pending is not None:
+            raise _Failed(
+                "conflict",
+                f"pod {request.who} is already bound to node {pending.node} and waiting for its GPUs to be "
+                f"allocated there",
+            )
+        counts = gpu_counts(ask)
+        self._fit(request, ask)  # fail fast: waiting frees no GPU memory
+        obstacle = self._obstacle(request, counts)
+        if obstacle is not None:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.bind_wait_s
+            log.info("bind of pod %s to node %s waits: %s", request.who, node, obstacle.message)
+            self._waiting += 1
+            try:
+                while obstacle is not None:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        raise _Failed(
+                            obstacle.outcome,
+                            f"node {node} busy: {obstacle.message} (waited {_seconds(self.bind_wait_s)}); "
+                            f"kube-scheduler will retry",
+                        )
+                    timeout = remaining if obstacle.wake_in is None else min(remaining, obstacle.wake_in)
+                    wakeup = self._wakeups.get(node)
+                    if wakeup is None:
+                        wakeup = self._wakeups[node] = asyncio.Event()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(wakeup.wait(), max(timeout, 0.0))
+                    obstacle = self._obstacle(request, counts)
+            finally:
+                self._waiting -= 1
+        # From here to window.enter: no await.
+        allocation = self._fit(request, ask).allocation
+        now = self._clock()
+        self._cache.assume(
+            uid, node, allocation, ask.init_containers, now, namespace=request.namespace, name=request.name
+        )
+        self.window.enter(node, uid, counts, now, request.who)
+        return allocation
+
+    def _fit(self, request: BindingArgs, ask: PodAsk) -> Fit:
+        gpus = self._cache.node_gpus(request.node)
+        if gpus is None:
+            reason = self._cache.unregistered_reason(request.node) or "node unregistered"
+            raise _Failed("unregistered", f"cannot bind pod {request.who} to node {request.node}: {reason}")
+        result = ask.fit(gpus)
+        if not isinstance(result, Fit):
+            raise _Failed(
+                "no_fit", f"pod {request.who} no longer fits node {request.node}: {failure_reason(result)}"
+            )
+        return result
+
+    def _obstacle(self, request: BindingArgs, counts: frozenset[int]) -> _Obstacle | None:
+        node = request.node
+        blocker = self.window.blocked(node, counts)
+        if blocker is not None:
+            entry = self.window.entry(blocker)
+            who = entry.who if entry is not None and entry.who else f"uid {blocker}"
+            shared = sorted(counts & entry.counts) if entry is not None else sorted(counts)
+            return _Obstacle(
+                f"pod {who} with the same GPU count ({', '.join(map(str, shared))}) is still being allocated",
+                "wait_timeout",
+            )
+        lock = self._foreign_lock(request)
+        if lock is not None:
+            holder = f"pod {lock.namespace}/{lock.pod}" if lock.pod else "another HAMi component"
+            left = lock.time.timestamp() + self.node_lock_expiry_s - self._wall_clock()
+            return _Obstacle(
+                f"hami.io/mutex.lock held by {holder} since {_when(lock.time)}, "
+                f"stale after {_seconds(self.node_lock_expiry_s)}",
+                "lock_timeout",
+                max(left, 0.0),
+            )
+        return None
+
+    def _foreign_lock(self, request: BindingArgs) -> NodeLock | None:
+        node = request.node
+        try:
+            lock = self._node_lock(node)
+        except Exception as err:
+            text = f"{type(err).__name__}: {err}"
+            if self._bad_lock_logged.get(node) != text:
+                log.warning("node %s: hami.io/mutex.lock ignored: %s", node, text)
+                self._bad_lock_logged[node] = text
+            return None
+        if lock is None:
+            return None
+        if lock.namespace == request.namespace and lock.pod == request.name:
+            return None  # taken for this very pod (by a HAMi scheduler): not in our way
+        if self._wall_clock() - lock.time.timestamp() >= self.node_lock_expiry_s:
+            return None
+        return lock
+
+    async def _write(self, request: BindingArgs, allocation: PodAllocation) -> dict[str, Any]:
+        try:
+            annotations = binding_annotations(allocation, request.node, int(self._wall_clock()))
+            await self._writer.bind(request.namespace, request.name, request.uid, request.node, annotations)
+        except BindRejected as err:
+            self._rollback(request)
+            return self._fail(request, _rejected(request, err, True))
+        except Exception as err:
+            log.exception("bind of pod %s to node %s failed", request.who, request.node)
+            self._rollback(request)
+            return self._fail(request, _Failed("api_error", _api_error(request, err)))
+        except BaseException:  # cancelled: whatever happened to the Binding, the watch will tell
+            log.warning("bind of pod %s to node %s cancelled; assumption dropped", request.who, request.node)
+            self._rollback(request)
+            raise
+        gpus = _gpus_text(allocation)
+        self.outcomes["success"] += 1
+        log.info("bound pod %s to node %s with GPUs %s", request.who, request.node, gpus)
+        self._event(
+            request,
+            "Normal",
+            "BindingSucceed",
+            f"Successfully assigned {request.who} GPUs {gpus} to {request.node}",
+        )
+        return {"Error": ""}
+
+    def _rollback(self, request: BindingArgs) -> None:
+        self._cache.forget(request.uid)
+        if self.window.release(request.uid) is not None:
+            self._wake(request.node)
+
+    def _fail(self, request: BindingArgs, failed: _Failed) -> dict[str, Any]:
+        self.outcomes[failed.outcome] += 1
+        log.warning(
+            "bind of pod %s to node %s failed (%s): %s",
+            request.who,
+            request.node,
+            failed.outcome,
+            failed.message,
+        )
+        if failed.event:
+            self._event(request, "Warning", "BindingFailed", failed.message)
+        return {"Error": failed.message}
+
+    def _event(self, request: BindingArgs, type_: str, reason: str, message: str) -> None:
+        try:
+            self._events.record(request.namespace, request.name, request.uid, type_, reason, message)
+        except Exception:
+            log.exception("event %s for pod %s could not be recorded", reason, request.who)
+
+    # --- waking ----------------------------------------------------------------------------------------
+
+    def _wake(self, node: str) -> None:
+        wakeup = self._wakeups.pop(node, None)
+        if wakeup is not None:
+            wakeup.set()
+
+    def _wake_all(self) -> None:
+        wakeups, self._wakeups = self._wakeups, {}
+        for wakeup in wakeups.values():
+            wakeup.set()
+
+
+def _lookup_text(request: BindingArgs, err: LookupError) -> str:
+    text = str(err.args[0]) if err.args else ""
+    if not text:
+        return f"pod {request.who} not found"
+    return text if request.who in text else f"pod {request.who}: {text}"
+
+
+def _when(moment: datetime) -> str:
+    """RFC 3339, as the lock itself spells it."""
+    return encode_node_lock(NodeLock(moment))
+
+
+def _api_error(request: BindingArgs, err: Exception) -> str:
+    return f"binding pod {request.who} to node {request.node} failed: {type(err).__name__}: {err}"
+
+
+def _rejected(request: BindingArgs, err: BindRejected, gpu: bool) -> _Failed:
+    server = f"{err.reason}: {err.message}" if err.reason else err.message
+    if err.status == 409:
+        return _Failed(
+            "conflict",
+            f"pod {request.who} was not bound to node {request.node}: it is already bound or its UID "
+            f"changed (uid {request.uid}); API server: {server}",
+            gpu,
+        )
+    if err.status == 404:
+        return _Failed(
+            "not_found", f"pod {request.who} was not bound to node {request.node}: {server}", False
+        )
+    where = f"API server answered {err.status}" if err.status else "no answer from the API server"
+    return _Failed(
+        "api_error", f"binding pod {request.who} to node {request.node} failed ({where}): {server}", gpu
+    )
+
+
+__all__ = [
+    "NODE_LOCK_EXPIRY_S",
+    "AskSource",
+    "BindRejected",
+    "Binder",
+    "BindingArgs",
+    "BindingWriter",
+    "EventRecorder",
+    "NodeLockSource",
+    "PendingEntry",
+    "PendingWindow",
+    "binding_annotations",
+    "gpu_counts",
+    "read_binding_args",
+]
