@@ -35,8 +35,11 @@ does not fit on (or that is unregistered) scores 0. A pod without a GPU request,
 cannot be read, scores 0 everywhere: the same for all nodes, so kube-scheduler's other scores decide
 (kube-scheduler ignores an extender's failed prioritize anyway). Unreadable candidates give `[]`.
 
-Cost: the pod (requests, annotations, policies, quota limits) is read once per request (`read_pod_ask`);
-each candidate then costs one `fit_pod`, O(GPUs of the node x log) for the greedy policies.
+Cost: the pod (requests, annotations, policies, quota limits) is read once per request (`read_pod_ask`).
+With a `gputable.GPUTable` (the service passes one), a pod with one GPU-asking container is answered for
+every candidate at once by numpy over the table (~1 ms for 5,000 nodes x 8 GPUs), with the same verdicts,
+texts and scores as `fit_pod`; other pods (several GPU containers, numa-bind, a quota the pod only partly
+fits under) cost one `fit_pod` per candidate, O(GPUs of the node x log), ~100 µs a node.
 
 The GPU policy (`hami.io/gpu-scheduler-policy`), scoring weights (`hami.io/device-scoring-weights`) and
 device selector annotations (`nvidia.com/use-gputype`, ...) of the pod are honoured as in `fit`.

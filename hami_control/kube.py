@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import datetime
 import logging
 import random
 import ssl
@@ -50,6 +51,8 @@ import orjson
 
 from hami_api import annotations as ann
 from hami_api.resources import ContainerRequest, pod_requests
+from hami_control.binder import BindRejected
+from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig
 from hami_control.quota import (
     QuotaLimitError,
@@ -227,6 +230,40 @@ class KubeApi:
         if not isinstance(body, dict):
             raise KubeApiError(0, "BadResponse", f"GET {path}: response is not a JSON object")
         return body
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        content_type: str = "application/json",
+        params: Mapping[str, str] | None = None,
+    ) -> JSONDict:
+        """POST/PUT/PATCH `body` to `path`; the answer as a JSON object. Raises `KubeApiError` (status 0
+        for a network failure)."""
+        timeout = aiohttp.ClientTimeout(total=self._request_timeout_s, connect=self._connect_timeout_s)
+        headers = {**await self._headers(), "Content-Type": content_type}
+        try:
+            async with self._session.request(
+                method,
+                self.host + path,
+                data=orjson.dumps(body),
+                params=params,
+                headers=headers,
+                timeout=timeout,
+            ) as response:
+                data = await response.read()
+                if response.status >= 300:
+                    reason, message = _status_of(data)
+                    raise KubeApiError(response.status, reason or str(response.reason), message)
+        except (aiohttp.ClientError, OSError, TimeoutError) as err:
+            raise KubeApiError(0, type(err).__name__, str(err) or type(err).__name__) from None
+        try:
+            answer = orjson.loads(data) if data else {}
+        except orjson.JSONDecodeError:
+            answer = {}
+        return answer if isinstance(answer, dict) else {}
 
     @contextlib.asynccontextmanager
     async def watch(
@@ -726,6 +763,10 @@ class QuotaCache:
     def limits(self, namespace: str) -> QuotaLimits:
         return self._limits.get(namespace, _UNLIMITED)
 
+    def namespaces(self) -> Iterable[str]:
+        """The namespaces with a GPU limit."""
+        return list(self._limits)
+
     def __len__(self) -> int:
         return len(self._quotas)
 
@@ -781,11 +822,259 @@ class ClusterQuotaView:
     def limits(self, namespace: str) -> QuotaLimits:
         return self.quotas.limits(namespace) if self.quotas is not None else _UNLIMITED
 
+    def namespaces(self) -> Iterable[str]:
+        """The namespaces with a GPU limit (for the quota metrics)."""
+        return self.quotas.namespaces() if self.quotas is not None else ()
+
     def used(self, namespace: str) -> QuotaUsage:
         return self.pods.used(namespace)
 
     def assume(self, namespace: str, name: str, generate_name: str, usage: QuotaUsage) -> None:
         self.pods.assume(namespace, name, generate_name, usage)
+
+
+# --- writes: bindings and events -------------------------------------------------------------------------
+
+
+class KubeBindingWriter:
+    """`binder.BindingWriter` over the API: one POST pods/<name>/binding whose annotations the API
+    server copies onto the pod, with the pod's UID as precondition (a pod deleted and re-created under
+    the same name gets 409, not someone else's GPUs)."""
+
+    def __init__(self, api: KubeApi) -> None:
+        self.api = api
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
+    ) -> None:
+        metadata: JSONDict = {"name": name, "namespace": namespace}
+        if uid:
+            metadata["uid"] = uid
+        if annotations:
+            metadata["annotations"] = dict(annotations)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": metadata,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            await self.api.send("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", body)
+        except KubeApiError as err:
+            raise BindRejected(err.status, err.reason, err.message) from None
+
+
+@dataclass(frozen=True, slots=True)
+class EventLimits:
+    """Event rate limits: per pod and reason at most one event per `per_object_s`; overall a token
+    bucket of `burst` events refilled at `per_second`. Dropped events are counted, never queued."""
+
+    per_object_s: float = 10.0
+    per_second: float = 20.0
+    burst: int = 50
+    queue: int = 1000
+
+
+class KubeEventRecorder:
+    """`binder.EventRecorder` over the API: core/v1 Events on the pod, written by one background task so
+    a slow API server never delays a bind. Rate-limited (`EventLimits`); `sent`/`dropped` count them."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        component: str = "hami-scheduler",
+        instance: str = "",
+        limits: EventLimits = EventLimits(),
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.api = api
+        self.component = component
+        self.instance = instance
+        self.limits = limits
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.sent = 0
+        self.dropped = 0
+        self.failed = 0
+        self._last: collections.OrderedDict[tuple[str, str, str], float] = collections.OrderedDict()
+        self._tokens = float(limits.burst)
+        self._refilled = clock()
+        self._queue: asyncio.Queue[JSONDict] = asyncio.Queue(limits.queue)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="events")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def _admit(self, key: tuple[str, str, str]) -> bool:
+        now = self.clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self.limits.per_object_s:
+            return False
+        self._tokens = min(
+            float(self.limits.burst), self._tokens + (now - self._refilled) * self.limits.per_second
+        )
+        self._refilled = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        self._last[key] = now
+        self._last.move_to_end(key)
+        while len(self._last) > 10_000:
+            self._last.popitem(last=False)
+        return True
+
+    def record(self, namespace: str, name: str, uid: str, type_: str, reason: str, message: str) -> None:  # noqa: PLR0917
+        if not self._admit((namespace, name, reason)):
+            self.dropped += 1
+            return
+        stamp = datetime.datetime.fromtimestamp(self.wall_clock(), datetime.UTC).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"
+        )
+        event: JSONDict = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": namespace,
+                "name": name,
+                "uid": uid,
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "reportingInstance": self.instance,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self._queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    async def _run(self) -> None:
+        while True:
+            event = await self._queue.get()
+            namespace = event["metadata"]["namespace"]
+            try:
+                await self.api.send("POST", f"/api/v1/namespaces/{namespace}/events", event)
+                self.sent += 1
+            except KubeApiError as err:
+                self.failed += 1
+                log.debug(
+                    "event %s on %s not written: %s", event["reason"], event["involvedObject"]["name"], err
+                )
+
+
+# --- the extender's cluster cache, fed by the same watches ----------------------------------------------
+
+
+class FanoutSink:
+    """One reflector feeding several sinks (the pods watch feeds the quota cache and the GPU cache)."""
+
+    def __init__(self, *sinks: WatchSink) -> None:
+        self.sinks = sinks
+
+    def replace(self, items: Sequence[JSONDict]) -> None:
+        for sink in self.sinks:
+            sink.replace(items)
+
+    def apply(self, kind: str, obj: JSONDict) -> None:
+        for sink in self.sinks:
+            sink.apply(kind, obj)
+
+
+PodHook = Callable[[str, JSONDict, bool], None]
+"""(uid, pod, deleted) after the GPU cache took a pod event: the binder's window watches bind-phase."""
+NodeHook = Callable[[str], None]
+"""(node name) after the GPU cache took a node event."""
+
+
+class GPUPodSink:
+    """Pods -> `ClusterCache` (their GPU slices), then the hooks."""
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+        self.hooks: list[PodHook] = []
+
+    def replace(self, items: Sequence[JSONDict]) -> None:
+        self.cache.pods_replaced(items)
+        for pod in items:
+            self._notify(pod, False)
+
+    def apply(self, kind: str, obj: JSONDict) -> None:
+        if kind == "DELETED":
+            meta = obj.get("metadata") or {}
+            self.cache.pod_deleted(
+                str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or "")
+            )
+        else:
+            self.cache.pod_upserted(obj)
+        self._notify(obj, kind == "DELETED")
+
+    def _notify(self, pod: JSONDict, deleted: bool) -> None:
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        for hook in self.hooks:
+            try:
+                hook(uid, pod, deleted)
+            except Exception:
+                log.exception("a pod hook failed")
+
+
+class GPUNodeSink:
+    """Nodes -> `ClusterCache` (their GPUs), HAMi's node lock annotation kept per node, then the hooks."""
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+        self.locks: dict[str, str] = {}
+        """node -> raw `hami.io/mutex.lock` value, for nodes that carry one."""
+        self.hooks: list[NodeHook] = []
+
+    def _note_lock(self, name: str, obj: JSONDict | None) -> None:
+        value = ((obj or {}).get("metadata") or {}).get("annotations", {}) or {}
+        lock = value.get(ann.NODE_LOCK) if isinstance(value, dict) else None
+        if isinstance(lock, str) and lock:
+            self.locks[name] = lock
+        else:
+            self.locks.pop(name, None)
+
+    def replace(self, items: Sequence[JSONDict]) -> None:
+        self.cache.nodes_replaced(items)
+        self.locks.clear()
+        for node in items:
+            name = str((node.get("metadata") or {}).get("name") or "")
+            self._note_lock(name, node)
+            self._notify(name)
+
+    def apply(self, kind: str, obj: JSONDict) -> None:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        if kind == "DELETED":
+            self.cache.node_deleted(name)
+            self._note_lock(name, None)
+        else:
+            self.cache.node_upserted(obj)
+            self._note_lock(name, obj)
+        self._notify(name)
+
+    def _notify(self, name: str) -> None:
+        for hook in self.hooks:
+            try:
+                hook(name)
+            except Exception:
+                log.exception("a node hook failed")
 
 
 # --- everything watched -----------------------------------------------------------------------------------
@@ -807,8 +1096,21 @@ class ClusterCaches:
         self.pods = PodCache(config)
         self.quotas = QuotaCache(config) if config.enforce_quota else None
         self.quota_view = ClusterQuotaView(self.pods, self.quotas)
+        self.gpus = ClusterCache(config.resource_names)
+        self.gpu_pods = GPUPodSink(self.gpus)
+        self.gpu_nodes = GPUNodeSink(self.gpus)
         self.reflectors = [
-            Reflector(api, "pods", "/api/v1/pods", self.pods, retry=retry, watch_timeout_s=watch_timeout_s)
+            Reflector(
+                api,
+                "pods",
+                "/api/v1/pods",
+                FanoutSink(self.pods, self.gpu_pods),
+                retry=retry,
+                watch_timeout_s=watch_timeout_s,
+            ),
+            Reflector(
+                api, "nodes", "/api/v1/nodes", self.gpu_nodes, retry=retry, watch_timeout_s=watch_timeout_s
+            ),
         ]
         if self.quotas is not None:
             self.reflectors.append(
@@ -835,7 +1137,11 @@ class ClusterCaches:
         await self.wait_synced()
         quotas = f", {len(self.quotas)} ResourceQuotas" if self.quotas is not None else ""
         log.info(
-            "caches synced in %.0f ms: %d pods%s", (time.monotonic() - started) * 1000, len(self.pods), quotas
+            "caches synced in %.0f ms: %d pods, %d GPU nodes%s",
+            (time.monotonic() - started) * 1000,
+            len(self.pods),
+            self.gpus.stats().nodes,
+            quotas,
         )
 
     async def wait_synced(self) -> None:
@@ -860,9 +1166,15 @@ __all__ = [
     "KEPT_ANNOTATIONS",
     "ClusterCaches",
     "ClusterQuotaView",
+    "EventLimits",
+    "FanoutSink",
+    "GPUNodeSink",
+    "GPUPodSink",
     "KubeApi",
     "KubeApiError",
+    "KubeBindingWriter",
     "KubeConfigError",
+    "KubeEventRecorder",
     "Lister",
     "PodCache",
     "PodListener",

@@ -16,19 +16,36 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+from hami_api.annotations import BIND_PHASE
+from hami_control.binder import Binder
 from hami_control.config import ConfigError, ControlConfig, HelpRequested, load_config
-from hami_control.kube import ClusterCaches, ClusterQuotaView, KubeApi, KubeConfigError
+from hami_control.kube import (
+    ClusterCaches,
+    ClusterQuotaView,
+    KubeApi,
+    KubeApiError,
+    KubeBindingWriter,
+    KubeConfigError,
+    KubeEventRecorder,
+)
+from hami_control.metrics import ControlMetrics
+from hami_control.scheduling import Extender
 from hami_control.server import (
+    EXTENDER_MAX_BODY,
     AdmissionHandler,
     CertificateError,
     CertificateReloader,
     ControlServer,
     Routes,
     WebhookAnswer,
+    extender_routes,
     health_routes,
+    metrics_route,
     webhook_route,
 )
 from hami_control.webhook import handle_admission_review
@@ -36,22 +53,27 @@ from hami_control.webhook import handle_admission_review
 log = logging.getLogger("hami_control")
 
 EXIT_CONFIG = 2
-COMMANDS = {"serve": "run the webhook (and, later, the scheduler extender) until SIGTERM (default)"}
+COMMANDS = {"serve": "run the webhook and the scheduler extender until SIGTERM (default)"}
 
 
 # --- the webhook, wired to the caches ---------------------------------------------------------------------
 
 
-def admission_handler(config: ControlConfig, view: ClusterQuotaView) -> AdmissionHandler:
+def admission_handler(
+    config: ControlConfig, view: ClusterQuotaView, metrics: ControlMetrics | None = None
+) -> AdmissionHandler:
     """`POST /webhook` bodies -> `webhook.handle_admission_review` against the cluster's quota view; an
     admitted GPU pod's usage (from the decision) is assumed until the watch sees the pod (kube.py).
     Runs without an await, so no other review can slip in between a check and its assumption."""
 
     def admit(body: bytes) -> WebhookAnswer:
+        started = time.perf_counter()
         result = handle_admission_review(body, config, view)
         summary = result.summary
         if summary.allowed and summary.quota_usage is not None and not summary.dry_run:
             view.assume(summary.namespace, summary.name, summary.generate_name, summary.quota_usage)
+        if metrics is not None and result.status == 200:
+            metrics.observe_webhook(time.perf_counter() - started, summary.allowed)
         return WebhookAnswer(result.status, result.body, summary.fields(), summary.exception)
 
     return admit
@@ -71,6 +93,10 @@ class ControlPlane:
         self.reloader: CertificateReloader | None = None
         self.api: KubeApi | None = None
         self.caches: ClusterCaches | None = None
+        self.extender: Extender | None = None
+        self.binder: Binder | None = None
+        self.events: KubeEventRecorder | None = None
+        self.metrics: ControlMetrics | None = None
         self.server: ControlServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -99,17 +125,18 @@ class ControlPlane:
             self.api = await KubeApi.connect(config.kubeconfig)
         except KubeConfigError as exc:
             raise StartupError(str(exc)) from None
-        self.caches = ClusterCaches(self.api, config)
-        self.caches.start()
-        health_routes(self.routes, self.caches.readiness)
-        admit: AdmissionHandler = admission_handler(config, self.caches.quota_view)
+        self.caches = caches = ClusterCaches(self.api, config)
+        self._wire_extender(self.api, caches)
+        caches.start()
+        health_routes(self.routes, caches.readiness)
+        admit: AdmissionHandler = admission_handler(config, caches.quota_view, self.metrics)
         webhook_route(self.routes, admit, max_body=config.max_request_body)
         self.server = ControlServer(
             self.routes,
             config.bind.host,
             config.bind.port,
             ssl_context=self.reloader.context if self.reloader is not None else None,
-            max_body=config.max_request_body,
+            max_body=max(config.max_request_body, EXTENDER_MAX_BODY),
         )
         try:
             await self.server.start()
@@ -123,6 +150,58 @@ class ControlPlane:
         # loop, only walk what was allocated since (not measured to matter on the noisy dev VM).
         gc.freeze()
 
+    def _wire_extender(self, api: KubeApi, caches: ClusterCaches) -> None:
+        """The scheduler extender on the watch-fed GPU cache: filter/prioritize, the binder (bindings,
+        its pending window fed by pod and node events, the sweeper), events and metrics."""
+        config = self.config
+        self.events = events = KubeEventRecorder(api, instance=os.environ.get("POD_NAME", ""))
+        events.start()
+        self.metrics = metrics = ControlMetrics(caches.gpus, caches.quota_view)
+
+        async def read_pod(namespace: str, name: str) -> dict[str, Any] | None:
+            try:
+                return await api.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+            except KubeApiError as err:
+                if err.status == 404:
+                    return None
+                raise LookupError(f"pod {namespace}/{name}: cannot read it: {err}") from None
+
+        self.extender = extender = Extender(
+            config, caches.gpus, quota=caches.quota_view, metrics=metrics, events=events, read_pod=read_pod
+        )
+        self.binder = binder = Binder(
+            caches.gpus,
+            extender.pod_ask,
+            KubeBindingWriter(api),
+            events,
+            node_lock=Extender.node_lock_from(caches.gpu_nodes.locks),
+            allocate_timeout_s=config.allocate_timeout_s,
+            bind_wait_s=config.bind_wait_s,
+        )
+        extender.binder = binder
+
+        def pod_event(uid: str, pod: dict[str, Any], deleted: bool) -> None:
+            phase = ((pod.get("metadata") or {}).get("annotations") or {}).get(BIND_PHASE)
+            binder.pod_changed(uid, phase if isinstance(phase, str) else None, deleted)
+
+        caches.gpu_pods.hooks.append(pod_event)
+        caches.gpu_nodes.hooks.append(binder.node_changed)
+        self._tasks.append(asyncio.create_task(binder.run_sweeper(), name="bind-sweeper"))
+
+        def gate() -> str | None:
+            if caches.synced:
+                return None
+            waiting = ", ".join(sorted(k for k, ready in caches.readiness().items() if not ready))
+            return f"hami-control is starting: its caches are not synced yet (waiting for {waiting})"
+
+        extender_routes(self.routes, extender, gate=gate)
+
+        async def render() -> tuple[bytes, str]:
+            snapshot = metrics.snapshot()  # on the loop, where the cache lives; the text in a thread
+            return await asyncio.to_thread(metrics.render, snapshot)
+
+        metrics_route(self.routes, render)
+
     async def stop(self) -> None:
         """Stop serving (requests in flight finish), then the reloader and the watches, then the client."""
         server, self.server = self.server, None
@@ -135,6 +214,9 @@ class ControlPlane:
         caches, self.caches = self.caches, None
         if caches is not None:
             await caches.stop()
+        events, self.events = self.events, None
+        if events is not None:
+            await events.stop()
         api, self.api = self.api, None
         if api is not None:
             await api.close()

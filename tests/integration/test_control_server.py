@@ -407,7 +407,7 @@ def test_readyz_turns_ready_when_the_caches_have_synced(cache_rig: CacheRig) -> 
     cache_rig.core_v1.create_namespaced_pod("default", gpu_pod("before"))
     with KeepAliveClient(cache_rig.port, None) as c:
         status, body = c.request("GET", "/readyz")
-        assert (status, body) == (503, b"not ready: waiting for pods, resourcequotas\n")
+        assert (status, body) == (503, b"not ready: waiting for nodes, pods, resourcequotas\n")
         cache_rig.loop.run_sync(cache_rig.caches.start)
         wait_for(lambda: c.request("GET", "/readyz")[0] == 200, what="/readyz to answer 200")
         assert c.request("GET", "/healthz")[0] == 200

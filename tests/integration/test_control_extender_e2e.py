@@ -1,0 +1,178 @@
+"""End to end: `hami-control` as a real process against the local API server, driven the way
+kube-scheduler drives an extender: `/filter`, `/prioritize` and `/bind` over HTTPS with extender v1 JSON.
+Nodes carry the node daemon's register annotation; a bind writes one Binding whose annotations land on
+the pod; the pending window lets concurrent binds of same-sized pods through one by one as the (here
+simulated) node daemon answers, with no GPU ever over its limits; /metrics shows the allocation."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import gzip
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from hami_api.annotations import (
+    BIND_PHASE,
+    DEVICES_ALLOCATED,
+    DEVICES_TO_ALLOCATE,
+    NODE_REGISTER,
+    VGPU_NODE,
+    decode_pod_allocation,
+    encode_node_register,
+)
+from hami_api.types import GPUInfo
+from tests.conftest import ApiServerHandle
+from tests.integration.control_server_util import KeepAliveClient, wait_for
+from tests.integration.test_control_webhook_e2e import ControlProcess, pod, raw_pod, start_control
+
+GPU_MEM = 16000
+
+
+@pytest.fixture
+def control(tmp_path: Path, apiserver: ApiServerHandle) -> Iterator[ControlProcess]:
+    process = start_control(tmp_path, apiserver.kubeconfig, "--bind-wait-timeout", "20")
+    try:
+        yield process
+    finally:
+        code = process.stop()
+        print(process.log())
+        assert code == 0, "hami-control did not stop cleanly on SIGTERM"
+
+
+def gpus(node: str, count: int, split: int = 4) -> list[GPUInfo]:
+    return [
+        GPUInfo(f"GPU-{node}-{i}", i, split, GPU_MEM, 100, "NVIDIA-Tesla T4", 0, "hami-core", True)
+        for i in range(count)
+    ]
+
+
+def add_node(core_v1: Any, name: str, count: int, split: int = 4) -> None:
+    annotations = {NODE_REGISTER: encode_node_register(gpus(name, count, split))}
+    core_v1.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, annotations=annotations)))
+    allocatable = {"nvidia.com/gpu": str(count * split), "cpu": "8", "memory": "32Gi"}
+    core_v1.patch_node_status(name, {"status": {"capacity": allocatable, "allocatable": allocatable}})
+
+
+def gpu_pod(core_v1: Any, name: str, gpus_: int = 1, mem: int = 4000) -> dict[str, Any]:
+    body = pod(name, {"nvidia.com/gpu": str(gpus_), "nvidia.com/gpumem": str(mem)})
+    body.spec.scheduler_name = "hami-scheduler"
+    core_v1.create_namespaced_pod("default", body)
+    return raw_pod(core_v1, "default", name)
+
+
+def call(c: KeepAliveClient, verb: str, body: object) -> Any:
+    status, answer = c.request(
+        "POST", f"/{verb}", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    assert status == 200, answer
+    return json.loads(answer)
+
+
+def bind_args(p: dict[str, Any], node: str) -> dict[str, str]:
+    meta = p["metadata"]
+    return {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
+
+
+def test_filter_prioritize_bind_through_https(control: ControlProcess, core_v1: Any) -> None:
+    add_node(core_v1, "gpu-a", 2)
+    add_node(core_v1, "gpu-b", 1)
+    c = KeepAliveClient(control.port, control.ca.client_context())
+    with c:
+        p = gpu_pod(core_v1, "two", gpus_=2, mem=4000)
+        names = ["gpu-a", "gpu-b", "ghost"]
+
+        def filtered() -> dict[str, Any] | None:
+            result = call(c, "filter", {"Pod": p, "NodeNames": names})
+            return result if result["NodeNames"] == ["gpu-a"] else None
+
+        result = wait_for(filtered, what="both nodes in the extender's cache")
+        assert result["Error"] == ""
+        assert result["FailedAndUnresolvableNodes"]["gpu-b"] == "1/1 NodeInsufficientDevice"
+        assert result["FailedAndUnresolvableNodes"]["ghost"].startswith("node unregistered")
+        scores = call(c, "prioritize", {"Pod": p, "NodeNames": ["gpu-a", "gpu-b"]})
+        assert [s["Host"] for s in scores] == ["gpu-a", "gpu-b"]
+        assert scores[1]["Score"] == 0 and 0 <= scores[0]["Score"] <= 10
+
+        assert call(c, "bind", bind_args(p, "gpu-a")) == {"Error": ""}
+        bound = raw_pod(core_v1, "default", "two")
+        assert bound["spec"]["nodeName"] == "gpu-a"
+        annotations = bound["metadata"]["annotations"]
+        assert annotations[VGPU_NODE] == "gpu-a" and annotations[BIND_PHASE] == "allocating"
+        allocation = decode_pod_allocation(annotations[DEVICES_TO_ALLOCATE])
+        assert sorted(s.uuid for s in allocation.containers[0].devices) == ["GPU-gpu-a-0", "GPU-gpu-a-1"]
+        assert annotations[DEVICES_ALLOCATED] == annotations[DEVICES_TO_ALLOCATE]
+        wait_for(
+            lambda: any(e.reason == "BindingSucceed" for e in core_v1.list_namespaced_event("default").items),
+            what="a BindingSucceed event",
+        )
+
+        # The same pod again: the API server says it is bound already.
+        again = call(c, "bind", bind_args(p, "gpu-a"))
+        assert again["Error"]
+        # Bad input comes back in Error, never as a 500.
+        assert "not JSON" in json.loads(c.request("POST", "/filter", b"{nope")[1])["Error"]
+        assert call(c, "bind", {"PodName": "x"})["Error"]
+
+        status, metrics = c.request("GET", "/metrics")
+        assert status == 200
+        text = metrics.decode()
+        assert "hami_gpu_memory_allocated_bytes" in text
+        assert "hami_extender_bind_total" in text
+        status, packed = c.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+        assert status == 200 and gzip.decompress(packed).startswith(b"# HELP")
+
+
+def test_concurrent_binds_to_one_node_never_double_allocate(control: ControlProcess, core_v1: Any) -> None:
+    """16 one-GPU pods (6000 MiB) bound concurrently to one node of 2 x 16000 MiB GPUs, split 4: only 4
+    fit (2 per GPU by memory). A node-daemon stand-in marks each bound pod allocated; binds of the same
+    GPU count wait for it. Every answer is success or a clear no-fit, no GPU goes over its memory."""
+    add_node(core_v1, "solo", 2)
+    pods = [gpu_pod(core_v1, f"p{i}", 1, 6000) for i in range(16)]
+    stop = threading.Event()
+
+    def node_daemon() -> None:
+        w = client.CoreV1Api(core_v1.api_client)
+        done: set[str] = set()
+        while not stop.is_set():
+            for item in w.list_namespaced_pod("default").items:
+                ann = item.metadata.annotations or {}
+                if ann.get(BIND_PHASE) == "allocating" and item.metadata.name not in done:
+                    w.patch_namespaced_pod(
+                        item.metadata.name, "default", {"metadata": {"annotations": {BIND_PHASE: "success"}}}
+                    )
+                    done.add(item.metadata.name)
+            stop.wait(0.05)
+
+    daemon = threading.Thread(target=node_daemon, daemon=True)
+    daemon.start()
+    try:
+        with KeepAliveClient(control.port, control.ca.client_context()) as c:
+            wait_for(
+                lambda: call(c, "filter", {"Pod": pods[0], "NodeNames": ["solo"]})["NodeNames"] == ["solo"],
+                what="node in cache",
+            )
+
+        def bind(p: dict[str, Any]) -> str:
+            with KeepAliveClient(control.port, control.ca.client_context()) as conn:
+                return str(call(conn, "bind", bind_args(p, "solo"))["Error"])
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            errors = list(pool.map(bind, pods))
+    finally:
+        stop.set()
+        daemon.join(10)
+    assert errors.count("") == 4, errors
+    assert all("no longer fits" in e for e in errors if e), errors
+    per_gpu: dict[str, int] = {}
+    for item in core_v1.list_namespaced_pod("default").items:
+        text = (item.metadata.annotations or {}).get(DEVICES_TO_ALLOCATE)
+        if text:
+            for s in decode_pod_allocation(text).containers[0].devices:
+                per_gpu[s.uuid] = per_gpu.get(s.uuid, 0) + s.usedmem
+    assert per_gpu == {"GPU-solo-0": 12000, "GPU-solo-1": 12000}

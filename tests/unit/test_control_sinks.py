@@ -1,0 +1,105 @@
+"""hami_control.kube: the watch sinks that feed the extender's GPU cache (pods and nodes, relists, the
+node lock annotation, hooks) and the event recorder's rate limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hami_api.annotations import NODE_LOCK, NODE_REGISTER, encode_node_register
+from hami_api.types import GPUInfo
+from hami_control.cache import ClusterCache
+from hami_control.kube import EventLimits, FanoutSink, GPUNodeSink, GPUPodSink, KubeEventRecorder
+
+
+def node(name: str, lock: str | None = None) -> dict[str, Any]:
+    annotations = {
+        NODE_REGISTER: encode_node_register([GPUInfo(f"{name}-g0", 0, 2, 1000, 100, "T", 0, "", True)])
+    }
+    if lock is not None:
+        annotations[NODE_LOCK] = lock
+    return {
+        "metadata": {"name": name, "annotations": annotations},
+        "status": {"allocatable": {"nvidia.com/gpu": "2"}},
+    }
+
+
+def pod(uid: str, phase: str = "Pending") -> dict[str, Any]:
+    return {"metadata": {"name": uid, "namespace": "ns", "uid": uid}, "spec": {}, "status": {"phase": phase}}
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.replaced: list[int] = []
+        self.applied: list[tuple[str, str]] = []
+
+    def replace(self, items: Any) -> None:
+        self.replaced.append(len(items))
+
+    def apply(self, kind: str, obj: Any) -> None:
+        self.applied.append((kind, obj["metadata"]["name"]))
+
+
+def test_node_sink_registers_tracks_locks_and_relists() -> None:
+    cache = ClusterCache()
+    sink = GPUNodeSink(cache)
+    seen: list[str] = []
+    sink.hooks.append(seen.append)
+    sink.replace([node("a"), node("b", lock="2026-11-22T03:00:00Z,ns,p")])
+    assert sorted(cache.nodes()) == ["a", "b"]
+    assert sink.locks == {"b": "2026-11-22T03:00:00Z,ns,p"}
+    sink.apply("MODIFIED", node("b"))
+    assert sink.locks == {}
+    sink.replace([node("a")])  # b is gone from the relist
+    assert list(cache.nodes()) == ["a"]
+    sink.apply("DELETED", node("a"))
+    assert list(cache.nodes()) == []
+    assert seen == ["a", "b", "b", "a", "a"]
+
+
+def test_pod_sink_drops_pods_missing_from_a_relist_and_calls_hooks() -> None:
+    cache = ClusterCache()
+    sink = GPUPodSink(cache)
+    calls: list[tuple[str, bool]] = []
+    sink.hooks.append(lambda uid, _pod, deleted: calls.append((uid, deleted)))
+    sink.hooks.append(lambda *_: (_ for _ in ()).throw(RuntimeError("a broken hook is logged, not raised")))
+    sink.replace([pod("u1"), pod("u2")])
+    sink.apply("DELETED", pod("u1"))
+    assert calls == [("u1", False), ("u2", False), ("u1", True)]
+
+
+def test_fanout_feeds_every_sink() -> None:
+    a, b = Recorder(), Recorder()
+    fan = FanoutSink(a, b)
+    fan.replace([pod("x")])
+    fan.apply("ADDED", pod("y"))
+    assert a.replaced == b.replaced == [1]
+    assert a.applied == b.applied == [("ADDED", "y")]
+
+
+def test_event_recorder_limits_per_pod_reason_and_overall() -> None:
+    now = [0.0]
+    recorder = KubeEventRecorder(
+        None,  # type: ignore[arg-type]  # nothing is sent: the queue is only filled
+        limits=EventLimits(per_object_s=10.0, per_second=1.0, burst=3, queue=100),
+        clock=lambda: now[0],
+        wall_clock=lambda: 1_800_000_000.0,
+    )
+    recorder.record("ns", "p", "u", "Normal", "BindingSucceed", "ok")
+    recorder.record("ns", "p", "u", "Normal", "BindingSucceed", "again")  # same pod and reason: dropped
+    recorder.record("ns", "p", "u", "Warning", "BindingFailed", "other reason")
+    recorder.record("ns", "q", "u2", "Normal", "BindingSucceed", "ok")
+    recorder.record("ns", "r", "u3", "Normal", "BindingSucceed", "burst spent")  # no token left
+    assert (recorder._queue.qsize(), recorder.dropped) == (3, 2)
+    now[0] = 10.0  # tokens refilled, the per-pod window passed
+    recorder.record("ns", "p", "u", "Normal", "BindingSucceed", "later")
+    assert recorder._queue.qsize() == 4
+    event = recorder._queue.get_nowait()
+    assert event["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "ns",
+        "name": "p",
+        "uid": "u",
+    }
+    assert event["metadata"] == {"generateName": "p.", "namespace": "ns"}
+    assert event["firstTimestamp"] == "2027-01-15T08:00:00Z"
