@@ -9,9 +9,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     from hami_sim.apiserver import cli as apiserver_cli
     from hami_sim.kubelet import cli as kubelet_cli
+    from hami_sim.scheduler import cli as scheduler_cli
 
     apiserver_cli.add_parser(sub)
     kubelet_cli.add_parser(sub)
+    scheduler_cli.add_parser(sub)
     args = parser.parse_args(argv)
     handler = args.handler
     result: int = handler(args)

@@ -1,0 +1,644 @@
+"""`SchedulerStandIn`: kube-scheduler for one profile, on the caller's asyncio loop.
+
+One scheduling cycle at a time, as kube-scheduler: pop the next pod, run the own filters over the nodes
+(starting where the last cycle stopped, `percentageOfNodesToScore`), then each interested extender's
+filter in order; one feasible node is taken as is, several are scored (least-allocated 0..100 + each
+extender's `score * weight * 10`) and the best wins (ties: seeded random). The pod is then *assumed* on
+that node and bound in the background (extender `bind`, or a Binding POSTed by the stand-in), at most
+`max_in_flight_binds` at a time, while the next pod is scheduled.
+
+Failures: no fitting node -> the unschedulable pool (kube's FitError message as a `FailedScheduling`
+Warning event and the `PodScheduled=False/Unschedulable` condition); an extender error or a failed bind
+-> backoffQ (event and `SchedulerError`). A successful bind writes kube's `Scheduled` event. Events and
+condition patches are written by background workers so they never slow the cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import socket
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from hami_sim.scheduler.cache import ClusterCache
+from hami_sim.scheduler.config import SchedulerConfig
+from hami_sim.scheduler.extender import ExtenderError, HTTPExtender, close_all
+from hami_sim.scheduler.fit import (
+    NO_NODES_AVAILABLE,
+    NodeInfo,
+    PodAsk,
+    combine_scores,
+    filter_node,
+    fit_error_message,
+    least_allocated_score,
+    num_feasible_nodes_to_find,
+    select_host,
+    truncate_message,
+)
+from hami_sim.scheduler.kube import KubeApiError, KubeClient, Reflector
+from hami_sim.scheduler.queue import QueuedPod, SchedulingQueue, pod_key
+
+log = logging.getLogger("hami_sim.scheduler")
+
+JSON = dict[str, Any]
+POD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+"""kube-scheduler's pod informer leaves terminal pods out."""
+
+
+class SchedulerStartError(RuntimeError):
+    """The stand-in cannot start (API server unreachable, extender TLS files); the message says why."""
+
+
+@dataclass
+class SchedulerCounters:
+    attempts: int = 0
+    scheduled: int = 0
+    """Pods bound (extender or own Binding)."""
+    unschedulable: int = 0
+    """Attempts that found no node."""
+    errors: int = 0
+    """Attempts that failed with an error (extender filter error)."""
+    bind_failures: int = 0
+    events_written: int = 0
+    writes_failed: int = 0
+    writes_dropped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One logged outcome: `result` is scheduled, unschedulable, error or bind-failed."""
+
+    pod: str
+    result: str
+    node: str = ""
+    message: str = ""
+    attempt: int = 0
+    at: float = 0.0
+
+
+def _now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _now_micro() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class SchedulerStandIn:
+    """>>> standin = SchedulerStandIn(load_scheduler_config("kube-scheduler-config.yaml"), "kubeconfig")
+    ... await standin.start(); ...; await standin.stop()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        kubeconfig: str | Path | None = None,
+        *,
+        seed: int | None = None,
+        max_in_flight_binds: int = 16,
+        clock: Callable[[], float] = time.monotonic,
+        record_events: bool = True,
+        writers: int = 4,
+    ) -> None:
+        if max_in_flight_binds < 1:
+            raise ValueError(f"max_in_flight_binds must be at least 1, got {max_in_flight_binds}")
+        self.config = config
+        self.kubeconfig = kubeconfig if kubeconfig is not None else (config.kubeconfig or None)
+        self.max_in_flight_binds = max_in_flight_binds
+        self.record_events = record_events
+        self._clock = clock
+        self._rng = random.Random(seed)
+        self._writers = writers
+        self.queue = SchedulingQueue(config.pod_initial_backoff_s, config.pod_max_backoff_s)
+        self.cache = ClusterCache()
+        self.counters = SchedulerCounters()
+        self.decisions: deque[Decision] = deque(maxlen=2000)
+        self.extenders: list[HTTPExtender] = []
+        self.ignored_resources = config.ignored_resources
+        self.instance = f"{config.scheduler_name}-{socket.gethostname()}"
+        self._pending: dict[str, JSON] = {}
+        self._client: KubeClient | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._binds: set[asyncio.Task[None]] = set()
+        self._slots: asyncio.Semaphore | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._progress: asyncio.Event | None = None
+        self._writes: asyncio.Queue[Callable[[], Awaitable[None]]] | None = None
+        self._next_start = 0
+        self._running = False
+
+    # --- life cycle ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, list nodes and pods, start watching and scheduling. Raises SchedulerStartError,
+        `config.ConfigError` (extender TLS files) or `kube.KubeConfigError`."""
+        if self._running:
+            return
+        self.extenders = [HTTPExtender(e) for e in self.config.extenders]
+        self._slots = asyncio.Semaphore(self.max_in_flight_binds)
+        self._wakeup = asyncio.Event()
+        self._progress = asyncio.Event()
+        self._writes = asyncio.Queue(maxsize=10_000)
+        client = await KubeClient.connect(self.kubeconfig)
+        self._client = client
+        nodes = Reflector(client, "/api/v1/nodes", self._replace_nodes, self._on_node)
+        pods = Reflector(
+            client, "/api/v1/pods", self._replace_pods, self._on_pod, params={"fieldSelector": POD_SELECTOR}
+        )
+        try:
+            for reflector in (nodes, pods):
+                try:
+                    await reflector.list()
+                except KubeApiError as err:
+                    raise SchedulerStartError(
+                        f"cannot list {reflector.path} from the API server at {client.host}: {err}"
+                    ) from None
+            for extender in self.extenders:
+                await extender.open()
+        except BaseException:
+            await self._close()
+            raise
+        self._running = True
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(nodes.run(), name="scheduler-nodes"),
+            loop.create_task(pods.run(), name="scheduler-pods"),
+            loop.create_task(self._schedule_loop(), name="scheduler-loop"),
+            *(
+                loop.create_task(self._write_loop(), name=f"scheduler-writer-{i}")
+                for i in range(self._writers)
+            ),
+        ]
+        for note in self.config.notes:
+            log.info("note: %s", note)
+        log.info(
+            "scheduler %s started: %d nodes, %d pending pods, extenders: %s",
+            self.config.scheduler_name,
+            len(self.cache.candidates()),
+            len(self._pending),
+            ", ".join(e.name for e in self.extenders) or "none",
+        )
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop scheduling, let in-flight binds finish (up to `grace_s`), flush queued writes (up to
+        `grace_s`), close connections."""
+        if not self._running:
+            await self._close()
+            return
+        self._running = False
+        loop_task = next((t for t in self._tasks if t.get_name() == "scheduler-loop"), None)
+        if loop_task is not None:
+            loop_task.cancel()
+            await asyncio.gather(loop_task, return_exceptions=True)
+        if self._binds:
+            _, late = await asyncio.wait(set(self._binds), timeout=grace_s)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        if self._writes is not None and not self._writes.empty():
+            try:
+                await asyncio.wait_for(self._writes.join(), grace_s)
+            except TimeoutError:
+                log.warning("stopping with %d event/status writes not done", self._writes.qsize())
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        await self._close()
+        log.info("scheduler %s stopped", self.config.scheduler_name)
+
+    async def _close(self) -> None:
+        await close_all(self.extenders)
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    # --- in-process observation --------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters, queue lengths, in-flight binds and extender latencies (seconds)."""
+        return {
+            **asdict(self.counters),
+            "queue": self.queue.lengths(),
+            "binds_in_flight": len(self._binds),
+            "extenders": {
+                e.name: {verb: s.snapshot() for verb, s in e.stats.items()} for e in self.extenders
+            },
+        }
+
+    async def wait_for(self, predicate: Callable[[SchedulerStandIn], bool], seconds: float = 10.0) -> None:
+        """Return once `predicate(self)` holds (checked after every decision and cache change);
+        TimeoutError after `seconds`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while not predicate(self):
+            progress = self._progress
+            remaining = deadline - loop.time()
+            if progress is None or remaining <= 0:
+                raise TimeoutError(f"scheduler condition not met within {seconds}s: {self.snapshot()}")
+            try:
+                await asyncio.wait_for(progress.wait(), remaining)
+            except TimeoutError:
+                continue
+
+    def _notify(self) -> None:
+        if self._progress is not None:
+            self._progress.set()
+            self._progress = asyncio.Event()
+
+    def _kick(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    # --- informer handlers (synchronous, on the loop) ---------------------------------------------------
+
+    def _replace_nodes(self, items: Sequence[JSON]) -> None:
+        self.cache.replace_nodes(items)
+        self.queue.move_all(self._clock())
+        self._kick()
+        self._notify()
+
+    def _on_node(self, kind: str, node: JSON) -> None:
+        if kind == "DELETED":
+            self.cache.delete_node(str((node.get("metadata") or {}).get("name") or ""))
+        elif self.cache.set_node(node):
+            self.queue.move_all(self._clock())
+            self._kick()
+        self._notify()
+
+    def _ours(self, pod: JSON) -> bool:
+        spec = pod.get("spec") or {}
+        return (
+            spec.get("schedulerName") == self.config.scheduler_name
+            and not spec.get("nodeName")
+            and not (pod.get("metadata") or {}).get("deletionTimestamp")
+        )
+
+    def _replace_pods(self, items: Sequence[JSON]) -> None:
+        now = self._clock()
+        assigned = [p for p in items if (p.get("spec") or {}).get("nodeName")]
+        pending = {pod_key(p): p for p in items if self._ours(p)}
+        self.cache.replace_assigned(assigned)
+        for key in [k for k, e in self.cache.pods.items() if e.assumed and k not in pending]:
+            self.cache.forget(key)
+        for key in set(self._pending) - set(pending):
+            self.queue.delete(key)
+        self._pending = pending
+        for key, pod in sorted(
+            pending.items(), key=lambda kv: str((kv[1].get("metadata") or {}).get("creationTimestamp"))
+        ):
+            if not self.cache.is_assumed(key):
+                self.queue.add(pod, now)
+        self.queue.move_all(now)
+        self._kick()
+        self._notify()
+
+    def _on_pod(self, kind: str, pod: JSON) -> None:
+        key = pod_key(pod)
+        now = self._clock()
+        if kind == "DELETED":
+            self._pending.pop(key, None)
+            self.queue.delete(key)
+            if self.cache.delete_pod(key):
+                self.queue.move_all(now)
+                self._kick()
+        elif (pod.get("spec") or {}).get("nodeName"):
+            self._pending.pop(key, None)
+            self.queue.delete(key)
+            self.cache.set_assigned(pod)
+        elif self._ours(pod):
+            self._pending[key] = pod
+            if not self.cache.is_assumed(key):
+                self.queue.add(pod, now)
+                self._kick()
+        else:
+            self._pending.pop(key, None)
+            self.queue.delete(key)
+        self._notify()
+
+    # --- the scheduling loop -------------------------------------------------------------------------------
+
+    async def _schedule_loop(self) -> None:
+        assert self._slots is not None and self._wakeup is not None
+        while True:
+            await self._slots.acquire()
+            now = self._clock()
+            qp = self.queue.pop(now)
+            if qp is None:
+                self._slots.release()
+                self._wakeup.clear()
+                delay = self.queue.next_wakeup(now)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), delay)
+                continue
+            binding = False
+            try:
+                binding = await self._schedule_one(qp)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                log.exception("scheduling %s failed unexpectedly", qp.key)
+                self._failed(qp, f"internal error: {err}", error=True)
+            finally:
+                if not binding:
+                    self._slots.release()
+                self._notify()
+
+    async def _schedule_one(self, qp: QueuedPod) -> bool:
+        """One cycle; True when a bind was started (it then owns the bind slot)."""
+        pod = qp.pod
+        self.counters.attempts += 1
+        started = time.perf_counter()
+        nodes = self.cache.candidates()
+        if not nodes:
+            self._failed(qp, NO_NODES_AVAILABLE, error=False)
+            return False
+        ask = PodAsk.of(pod)
+        feasible, reasons = self._filter(pod, ask, nodes)
+        for extender in self.extenders:
+            if not feasible:
+                break
+            if not extender.config.is_interested(pod):
+                continue
+            try:
+                answer = await extender.filter(pod, [(n.name, n.node) for n in feasible])
+            except ExtenderError as err:
+                if extender.config.ignorable:
+                    log.info("skipping ignorable extender %s: %s", extender.name, err)
+                    continue
+                self._failed(qp, str(err), error=True)
+                return False
+            for name, message in answer.failed_unresolvable.items():
+                reasons[name] = [message]
+            for name, message in answer.failed.items():
+                if name not in answer.failed_unresolvable:
+                    reasons[name] = [message]
+            by_name = {n.name: n for n in feasible}
+            feasible = [by_name[name] for name in answer.nodes if name in by_name]
+        if not feasible:
+            self._failed(qp, fit_error_message(len(nodes), reasons), error=False)
+            return False
+        if len(feasible) == 1:
+            host = feasible[0].name
+        else:
+            host = await self._prioritize(pod, ask, feasible)
+        if qp.deleted_in_flight:  # deleted, or bound by someone else, while it was being scheduled
+            self.queue.done(qp)
+            return False
+        if not self._running:
+            self.queue.error(qp, self._clock(), "scheduler stopping")
+            return False
+        self.cache.assume(pod, host, ask)
+        self.queue.done(qp)
+        task = asyncio.get_running_loop().create_task(
+            self._bind(qp, pod, host, feasible=len(feasible), total=len(nodes), started=started)
+        )
+        self._binds.add(task)
+        task.add_done_callback(self._binds.discard)
+        return True
+
+    def _filter(
+        self, pod: JSON, ask: PodAsk, nodes: list[NodeInfo]
+    ) -> tuple[list[NodeInfo], dict[str, list[str]]]:
+        """Own filters from where the last cycle stopped, until enough feasible nodes are found."""
+        total = len(nodes)
+        wanted = num_feasible_nodes_to_find(self.config.percentage_of_nodes_to_score, total)
+        start = self._next_start % total
+        feasible: list[NodeInfo] = []
+        reasons: dict[str, list[str]] = {}
+        processed = 0
+        for i in range(total):
+            node = nodes[(start + i) % total]
+            processed += 1
+            failed = filter_node(pod, ask, node, self.ignored_resources)
+            if failed:
+                reasons[node.name] = failed
+            else:
+                feasible.append(node)
+                if len(feasible) >= wanted:
+                    break
+        self._next_start = (start + processed) % total
+        return feasible, reasons
+
+    async def _prioritize(self, pod: JSON, ask: PodAsk, feasible: list[NodeInfo]) -> str:
+        own = {n.name: least_allocated_score(ask, n) for n in feasible}
+        interested = [e for e in self.extenders if e.config.is_interested(pod)]
+        pairs = [(n.name, n.node) for n in feasible]
+        answers: list[tuple[Sequence[tuple[str, int]], int]] = []
+        results = await asyncio.gather(
+            *(e.prioritize(pod, pairs) for e in interested), return_exceptions=True
+        )
+        for extender, result in zip(interested, results, strict=True):
+            if isinstance(result, ExtenderError):
+                log.debug("extender %s prioritize failed (ignored, as kube does): %s", extender.name, result)
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                answers.append(result)
+        return select_host(combine_scores(own, answers), self._rng)
+
+    async def _bind(
+        self, qp: QueuedPod, pod: JSON, host: str, *, feasible: int, total: int, started: float
+    ) -> None:
+        assert self._slots is not None
+        key = qp.key
+        try:
+            error = await self._bind_call(pod, host)
+            if error is None:
+                self.counters.scheduled += 1
+                meta = pod.get("metadata") or {}
+                self._event(
+                    pod,
+                    "Normal",
+                    "Scheduled",
+                    "Binding",
+                    f"Successfully assigned {meta.get('namespace')}/{meta.get('name')} to {host}",
+                )
+                self._decide(Decision(key, "scheduled", host, "", qp.attempts, self._clock()))
+                log.info(
+                    "scheduled %s -> %s (feasible %d/%d, attempt %d, %.1f ms)",
+                    key,
+                    host,
+                    feasible,
+                    total,
+                    qp.attempts,
+                    (time.perf_counter() - started) * 1000,
+                )
+                return
+            self.counters.bind_failures += 1
+            now = self._clock()
+            if self.cache.forget(key):
+                self.queue.move_all(now)
+            latest = self._pending.get(key)
+            self._decide(Decision(key, "bind-failed", host, error, qp.attempts, now))
+            log.info("binding %s to %s failed (attempt %d): %s", key, host, qp.attempts, error)
+            if latest is None:
+                return  # deleted or bound meanwhile (e.g. the extender bound it but its answer was lost)
+            qp.pod = latest
+            self.queue.error(qp, now, error)
+            self._record_failure(latest, error, "SchedulerError")
+        finally:
+            self._slots.release()
+            self._kick()
+            self._notify()
+
+    async def _bind_call(self, pod: JSON, host: str) -> str | None:
+        """Bind through the first interested binder extender, else POST the Binding; the error or None."""
+        for extender in self.extenders:
+            if not extender.is_binder or not extender.config.is_interested(pod):
+                continue
+            try:
+                await extender.bind(pod, host)
+                return None
+            except ExtenderError as err:
+                if extender.config.ignorable:
+                    log.info("skipping ignorable extender %s in bind: %s", extender.name, err)
+                    continue
+                return str(err)
+        client = self._client
+        if client is None:
+            return "no API client"
+        meta = pod.get("metadata") or {}
+        namespace, name = meta.get("namespace") or "default", meta.get("name")
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": meta.get("uid")},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": host},
+        }
+        try:
+            await client.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding)
+        except KubeApiError as err:
+            return err.message or str(err)
+        return None
+
+    # --- failures, events, conditions -----------------------------------------------------------------
+
+    def _failed(self, qp: QueuedPod, message: str, *, error: bool) -> None:
+        now = self._clock()
+        if error:
+            self.counters.errors += 1
+            where = self.queue.error(qp, now, message)
+        else:
+            self.counters.unschedulable += 1
+            where = self.queue.unschedulable(qp, now, message)
+        self._decide(Decision(qp.key, "error" if error else "unschedulable", "", message, qp.attempts, now))
+        log.info(
+            "%s %s (attempt %d, -> %s): %s",
+            "error scheduling" if error else "unschedulable",
+            qp.key,
+            qp.attempts,
+            where.value if where else "dropped",
+            message,
+        )
+        if where is not None:
+            self._record_failure(qp.pod, message, "SchedulerError" if error else "Unschedulable")
+
+    def _decide(self, decision: Decision) -> None:
+        self.decisions.append(decision)
+
+    def _record_failure(self, pod: JSON, message: str, reason: str) -> None:
+        self._event(pod, "Warning", "FailedScheduling", "Scheduling", message)
+        self._condition(pod, reason, message)
+
+    def _submit(self, write: Callable[[], Awaitable[None]]) -> None:
+        if self._writes is None or not self.record_events:
+            return
+        try:
+            self._writes.put_nowait(write)
+        except asyncio.QueueFull:
+            self.counters.writes_dropped += 1
+
+    def _event(self, pod: JSON, kind: str, reason: str, action: str, message: str) -> None:
+        meta = pod.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        now = _now_rfc3339()
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta.get('name')}.{time.time_ns():x}", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": namespace,
+                "name": meta.get("name"),
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": truncate_message(message),
+            "type": kind,
+            "action": action,
+            "source": {"component": self.config.scheduler_name},
+            "reportingComponent": self.config.scheduler_name,
+            "reportingInstance": self.instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "eventTime": _now_micro(),
+            "count": 1,
+        }
+
+        async def write() -> None:
+            assert self._client is not None
+            await self._client.request("POST", f"/api/v1/namespaces/{namespace}/events", event)
+            self.counters.events_written += 1
+
+        self._submit(write)
+
+    def _condition(self, pod: JSON, reason: str, message: str) -> None:
+        """PodScheduled=False with the reason and message, when it differs from what the pod shows."""
+        conditions = (pod.get("status") or {}).get("conditions") or ()
+        old = next((c for c in conditions if isinstance(c, dict) and c.get("type") == "PodScheduled"), None)
+        if old is not None and (old.get("status"), old.get("reason"), old.get("message")) == (
+            "False",
+            reason,
+            message,
+        ):
+            return
+        transition = (
+            old.get("lastTransitionTime") if old is not None and old.get("status") == "False" else None
+        )
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastProbeTime": None,
+            "lastTransitionTime": transition or _now_rfc3339(),
+        }
+        meta = pod.get("metadata") or {}
+        path = f"/api/v1/namespaces/{meta.get('namespace') or 'default'}/pods/{meta.get('name')}/status"
+
+        async def write() -> None:
+            assert self._client is not None
+            await self._client.request(
+                "PATCH",
+                path,
+                {"status": {"conditions": [condition]}},
+                content_type="application/strategic-merge-patch+json",
+            )
+
+        self._submit(write)
+
+    async def _write_loop(self) -> None:
+        assert self._writes is not None
+        while True:
+            write = await self._writes.get()
+            try:
+                await write()
+            except KubeApiError as err:
+                self.counters.writes_failed += 1
+                log.debug("event/status write failed: %s", err)
+            except Exception:
+                self.counters.writes_failed += 1
+                log.exception("event/status write failed unexpectedly")
+            finally:
+                self._writes.task_done()

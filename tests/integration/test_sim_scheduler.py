@@ -1,0 +1,507 @@
+"""The kube-scheduler stand-in against the real API server stand-in and a real HTTPS extender stub:
+extender choice, NodeNames (nodeCacheCapable), FailedScheduling events with the extender's reasons,
+backoff and requeue on cluster events, concurrent binds with assumed pods, own filters (nodeSelector,
+cpu, Ready, unschedulable), the CLI's start-up errors and clean SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import pytest
+from aiohttp import web
+from kubernetes import client
+
+from hami_sim.scheduler import SchedulerRunner, load_scheduler_config
+from hami_sim.tls import generate_ca, generate_serving_cert, server_ssl_context
+from tests.conftest import ApiServerHandle
+
+SHIPPED = Path(__file__).resolve().parents[2] / "daemonset" / "scheduler" / "kube-scheduler-config.yaml"
+NS = "default"
+T = TypeVar("T")
+
+
+def wait_for(condition: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
+    """Poll `condition` until it returns something truthy; AssertionError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+# --- the extender stub -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    verb: str
+    pod: str
+    body: dict[str, Any]
+    at: float
+
+
+FilterPolicy = Callable[[str, list[str]], dict[str, Any]]
+
+
+def accept_all(pod: str, names: list[str]) -> dict[str, Any]:
+    return {"NodeNames": names, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
+
+
+class ExtenderStub:
+    """HAMi's extender as kube-scheduler sees it, on its own loop: /filter answers from `policy`,
+    /prioritize from `scores`, /bind POSTs a Binding with annotations to the API server (held while
+    `hold_binds()` is in effect)."""
+
+    def __init__(self, api_url: str, cert: tuple[bytes, bytes]) -> None:
+        self.api_url = api_url
+        self.policy: FilterPolicy = accept_all
+        self.scores: dict[str, int] = {}
+        self.calls: list[Call] = []
+        self._cond = threading.Condition()
+        self._cert = cert
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._gate: asyncio.Event | None = None
+        self._stop: asyncio.Event | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        ready: concurrent.futures.Future[int] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self._thread.start()
+        self.port = ready.result(10)
+
+    def _run(self, ready: concurrent.futures.Future[int]) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._main(ready))
+        finally:
+            loop.close()
+
+    async def _main(self, ready: concurrent.futures.Future[int]) -> None:
+        self._gate = asyncio.Event()
+        self._gate.set()
+        self._stop = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/filter", self._filter)
+        app.router.add_post("/prioritize", self._prioritize)
+        app.router.add_post("/bind", self._bind)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ssl_context(*self._cert))
+        await site.start()
+        async with aiohttp.ClientSession() as session:
+            self._session = session
+            ready.set_result(runner.addresses[0][1])
+            await self._stop.wait()
+            self._gate.set()
+            await runner.cleanup()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _record(self, verb: str, pod: str, body: dict[str, Any]) -> None:
+        with self._cond:
+            self.calls.append(Call(verb, pod, body, time.monotonic()))
+            self._cond.notify_all()
+
+    def calls_of(self, verb: str, pod: str | None = None) -> list[Call]:
+        with self._cond:
+            return [c for c in self.calls if c.verb == verb and (pod is None or c.pod == pod)]
+
+    def wait_calls(self, verb: str, pod: str, count: int = 1, timeout: float = 10.0) -> list[Call]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(found := [c for c in self.calls if c.verb == verb and c.pod == pod]) < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(f"no {count} {verb} calls for {pod} within {timeout}s: {self.calls}")
+                self._cond.wait(remaining)
+            return found
+
+    def hold_binds(self) -> None:
+        assert self._loop is not None and self._gate is not None
+        self._loop.call_soon_threadsafe(self._gate.clear)
+
+    def release_binds(self) -> None:
+        assert self._loop is not None and self._gate is not None
+        self._loop.call_soon_threadsafe(self._gate.set)
+
+    async def _filter(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        pod = body["Pod"]["metadata"]["name"]
+        self._record("filter", pod, body)
+        return web.json_response(self.policy(pod, list(body["NodeNames"] or [])))
+
+    async def _prioritize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self._record("prioritize", body["Pod"]["metadata"]["name"], body)
+        return web.json_response([{"Host": n, "Score": self.scores.get(n, 0)} for n in body["NodeNames"]])
+
+    async def _bind(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self._record("bind", body["PodName"], body)
+        assert self._gate is not None
+        await self._gate.wait()
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {
+                "name": body["PodName"],
+                "namespace": body["PodNamespace"],
+                "uid": body["PodUID"],
+                "annotations": {"hami.io/vgpu-node": body["Node"], "hami.io/bind-phase": "allocating"},
+            },
+            "target": {"kind": "Node", "name": body["Node"]},
+        }
+        url = f"{self.api_url}/api/v1/namespaces/{body['PodNamespace']}/pods/{body['PodName']}/binding"
+        async with self._session.post(url, json=binding) as response:
+            if response.status >= 300:
+                return web.json_response({"Error": f"binding: {response.status} {await response.text()}"})
+        return web.json_response({"Error": ""})
+
+
+# --- fixtures ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ca_file(tmp_path: Path) -> tuple[Path, tuple[bytes, bytes]]:
+    ca_cert, ca_key = generate_ca("scheduler-test-ca")
+    path = tmp_path / "ca.crt"
+    path.write_bytes(ca_cert)
+    return path, generate_serving_cert(ca_cert, ca_key, ["localhost"], ["127.0.0.1"])
+
+
+@pytest.fixture
+def stub(apiserver: ApiServerHandle, ca_file: tuple[Path, tuple[bytes, bytes]]) -> Iterator[ExtenderStub]:
+    extender = ExtenderStub(apiserver.base_url, ca_file[1])
+    extender.start()
+    try:
+        yield extender
+    finally:
+        extender.stop()
+
+
+@pytest.fixture
+def scheduler(
+    apiserver: ApiServerHandle, stub: ExtenderStub, ca_file: tuple[Path, tuple[bytes, bytes]]
+) -> Iterator[SchedulerRunner]:
+    config = load_scheduler_config(SHIPPED, extender_url=stub.url, extender_ca_file=str(ca_file[0]))
+    with SchedulerRunner(config, apiserver.kubeconfig, seed=7) as runner:
+        yield runner
+
+
+def make_node(
+    name: str,
+    *,
+    cpu: str = "8",
+    labels: dict[str, str] | None = None,
+    ready: bool = True,
+    unschedulable: bool = False,
+) -> Any:
+    resources = {"cpu": cpu, "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "4"}
+    return client.V1Node(
+        api_version="v1",
+        kind="Node",
+        metadata=client.V1ObjectMeta(name=name, labels=labels),
+        spec=client.V1NodeSpec(unschedulable=unschedulable or None),
+        status=client.V1NodeStatus(
+            conditions=[client.V1NodeCondition(type="Ready", status="True" if ready else "False")],
+            capacity=resources,
+            allocatable=resources,
+        ),
+    )
+
+
+def make_pod(
+    name: str, *, gpus: str | None = "1", cpu: str | None = None, node_selector: dict[str, str] | None = None
+) -> Any:
+    limits = {"nvidia.com/gpu": gpus} if gpus is not None else None
+    requests = {"cpu": cpu} if cpu is not None else None
+    return client.V1Pod(
+        api_version="v1",
+        kind="Pod",
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1PodSpec(
+            scheduler_name="hami-scheduler",
+            node_selector=node_selector,
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image="busybox:1.36",
+                    resources=client.V1ResourceRequirements(limits=limits, requests=requests),
+                )
+            ],
+        ),
+    )
+
+
+def node_of(core_v1: Any, name: str) -> str | None:
+    node: str | None = core_v1.read_namespaced_pod(name, NS).spec.node_name
+    return node
+
+
+def events_of(core_v1: Any, pod: str, reason: str) -> list[Any]:
+    return [
+        e
+        for e in core_v1.list_namespaced_event(NS).items
+        if e.involved_object.name == pod and e.reason == reason
+    ]
+
+
+# --- tests --------------------------------------------------------------------------------------------
+
+
+def test_gpu_pods_go_to_the_node_the_extender_prefers(
+    core_v1: Any, stub: ExtenderStub, scheduler: SchedulerRunner
+) -> None:
+    for name in ("n1", "n2", "n3"):
+        core_v1.create_node(make_node(name))
+    stub.scores = {"n2": 10, "n1": 3}
+    for i in range(3):
+        core_v1.create_namespaced_pod(NS, make_pod(f"gpu-{i}"))
+    scheduler.wait_for(lambda s: s.counters.scheduled == 3, 10)
+    for i in range(3):
+        pod = core_v1.read_namespaced_pod(f"gpu-{i}", NS)
+        assert pod.spec.node_name == "n2"
+        assert pod.metadata.annotations["hami.io/vgpu-node"] == "n2"
+    first = stub.calls_of("filter", "gpu-0")[0].body
+    assert first["NodeNames"] == ["n1", "n2", "n3"]  # nodeCacheCapable: names, no Node objects
+    assert first["Nodes"] is None
+    assert first["Pod"]["spec"]["schedulerName"] == "hami-scheduler"
+    assert stub.calls_of("bind", "gpu-0")[0].body == {
+        "PodName": "gpu-0",
+        "PodNamespace": NS,
+        "PodUID": first["Pod"]["metadata"]["uid"],
+        "Node": "n2",
+    }
+    scheduled = wait_for(lambda: events_of(core_v1, "gpu-0", "Scheduled"), what="Scheduled event")
+    assert scheduled[0].message == "Successfully assigned default/gpu-0 to n2"
+    assert scheduled[0].type == "Normal"
+    snapshot = scheduler.snapshot()
+    latency = snapshot["extenders"][stub.url]
+    assert latency["filter"]["calls"] == 3 and latency["bind"]["calls"] == 3
+    assert latency["prioritize"]["calls"] == 3 and latency["filter"]["mean_s"] > 0
+    assert snapshot["attempts"] == 3 and snapshot["unschedulable"] == 0
+
+
+def test_rejected_everywhere_then_rescheduled_after_backoff_and_node_update(
+    core_v1: Any, stub: ExtenderStub, scheduler: SchedulerRunner
+) -> None:
+    for name in ("n1", "n2", "n3"):
+        core_v1.create_node(make_node(name))
+
+    def reject(pod: str, names: list[str]) -> dict[str, Any]:
+        return {
+            "NodeNames": [],
+            "FailedNodes": {n: "CardInsufficientMemory" for n in names if n != "n3"},
+            "FailedAndUnresolvableNodes": {"n3": "node unregistered"} if "n3" in names else {},
+            "Error": "",
+        }
+
+    stub.policy = reject
+    core_v1.create_namespaced_pod(NS, make_pod("picky"))
+    events = wait_for(lambda: events_of(core_v1, "picky", "FailedScheduling"), what="FailedScheduling event")
+    assert events[0].type == "Warning"
+    assert events[0].message == "0/3 nodes are available: 1 node unregistered, 2 CardInsufficientMemory."
+    assert events[0].reporting_component == "hami-scheduler"
+
+    def unschedulable_condition() -> Any:
+        conditions = core_v1.read_namespaced_pod("picky", NS).status.conditions or []
+        return next((c for c in conditions if c.type == "PodScheduled" and c.status == "False"), None)
+
+    condition = wait_for(unschedulable_condition, what="PodScheduled=False")
+    assert condition.reason == "Unschedulable"
+    assert condition.message == events[0].message
+    # Unschedulable: no retry without a cluster event.
+    assert scheduler.snapshot()["queue"]["unschedulable"] == 1
+    # A node change moves it, but it waits out its backoff (1 s after the first attempt) first.
+    core_v1.patch_node("n1", {"metadata": {"annotations": {"hami.io/node-handshake": "Requesting_1"}}})
+    first, second = stub.wait_calls("filter", "picky", count=2)
+    assert second.at - first.at >= 0.9
+    # Now the extender accepts; the next node event brings the pod back and it is bound.
+    stub.policy = accept_all
+    stub.scores = {"n3": 10}
+    core_v1.patch_node("n3", {"metadata": {"annotations": {"hami.io/node-handshake": "Reported_1"}}})
+    wait_for(lambda: node_of(core_v1, "picky") == "n3", timeout=15, what="picky bound to n3")
+    assert len(stub.calls_of("filter", "picky")) == 3
+
+
+def test_extender_error_backs_off_and_retries_without_events(
+    core_v1: Any, stub: ExtenderStub, scheduler: SchedulerRunner
+) -> None:
+    core_v1.create_node(make_node("n1"))
+    failures = [2]
+
+    def flaky(pod: str, names: list[str]) -> dict[str, Any]:
+        if failures[0] > 0:
+            failures[0] -= 1
+            return {"Error": "cache not synced yet"}
+        return accept_all(pod, names)
+
+    stub.policy = flaky
+    core_v1.create_namespaced_pod(NS, make_pod("early"))
+    wait_for(lambda: node_of(core_v1, "early") == "n1", timeout=15, what="early bound")
+    calls = stub.calls_of("filter", "early")
+    assert len(calls) == 3
+    assert calls[1].at - calls[0].at >= 0.9  # 1 s backoff
+    assert calls[2].at - calls[1].at >= 1.9  # then 2 s
+    messages = {e.message for e in events_of(core_v1, "early", "FailedScheduling")}
+    assert messages == {"cache not synced yet"}
+    assert scheduler.snapshot()["errors"] == 2
+
+
+def test_binds_run_concurrently_and_assumed_pods_hold_their_room(
+    core_v1: Any, stub: ExtenderStub, scheduler: SchedulerRunner
+) -> None:
+    core_v1.create_node(make_node("n1", cpu="1"))
+    core_v1.create_node(make_node("n2", cpu="1"))
+    stub.scores = {"n1": 10}
+    stub.hold_binds()
+    core_v1.create_namespaced_pod(NS, make_pod("first", cpu="1"))
+    stub.wait_calls("bind", "first")
+    core_v1.create_namespaced_pod(NS, make_pod("second", cpu="1"))
+    # The first bind is still held, yet the second pod is filtered (and only n2 is offered: the
+    # first pod is assumed on n1) and its bind starts too.
+    (second_filter,) = stub.wait_calls("filter", "second")
+    assert second_filter.body["NodeNames"] == ["n2"]
+    stub.wait_calls("bind", "second")
+    assert scheduler.snapshot()["binds_in_flight"] == 2
+    assert node_of(core_v1, "first") is None
+    stub.release_binds()
+    scheduler.wait_for(lambda s: s.counters.scheduled == 2, 10)
+    assert (node_of(core_v1, "first"), node_of(core_v1, "second")) == ("n1", "n2")
+    # No prioritize for the second pod: a single feasible node is taken as is (kube does the same).
+    assert stub.calls_of("prioritize", "second") == []
+
+
+def test_own_filters_node_selector_cpu_ready_unschedulable(
+    core_v1: Any, stub: ExtenderStub, scheduler: SchedulerRunner
+) -> None:
+    core_v1.create_node(make_node("small", cpu="2", labels={"zone": "a"}))
+    core_v1.create_node(make_node("big", cpu="16", labels={"zone": "b"}))
+    core_v1.create_node(make_node("down", labels={"zone": "a"}, ready=False))
+    core_v1.create_node(make_node("cordoned", labels={"zone": "a"}, unschedulable=True))
+    for name in ("cpu-1", "cpu-2"):
+        core_v1.create_namespaced_pod(NS, make_pod(name, gpus=None, cpu="1", node_selector={"zone": "a"}))
+    scheduler.wait_for(lambda s: s.counters.scheduled == 2, 10)
+    assert node_of(core_v1, "cpu-1") == node_of(core_v1, "cpu-2") == "small"
+    core_v1.create_namespaced_pod(NS, make_pod("cpu-3", gpus=None, cpu="1", node_selector={"zone": "a"}))
+    events = wait_for(lambda: events_of(core_v1, "cpu-3", "FailedScheduling"), what="FailedScheduling")
+    assert events[0].message == (
+        "0/4 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match Pod's node affinity/selector, "
+        "1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }, 1 node(s) were unschedulable."
+    )
+    assert stub.calls == []  # pods without managed resources never reach the extender
+    bound = wait_for(lambda: events_of(core_v1, "cpu-1", "Scheduled"), what="Scheduled event")
+    assert bound[0].message == "Successfully assigned default/cpu-1 to small"
+    # Deleting a pod on `small` frees room: the pending pod is moved back and bound.
+    core_v1.delete_namespaced_pod("cpu-1", NS)
+    wait_for(lambda: node_of(core_v1, "cpu-3") == "small", timeout=10, what="cpu-3 bound")
+
+
+def test_stop_is_clean_with_a_bind_in_flight(
+    apiserver: ApiServerHandle, core_v1: Any, stub: ExtenderStub, ca_file: tuple[Path, tuple[bytes, bytes]]
+) -> None:
+    config = load_scheduler_config(SHIPPED, extender_url=stub.url, extender_ca_file=str(ca_file[0]))
+    runner = SchedulerRunner(config, apiserver.kubeconfig)
+    runner.start()
+    core_v1.create_node(make_node("n1"))
+    stub.hold_binds()
+    core_v1.create_namespaced_pod(NS, make_pod("late"))
+    stub.wait_calls("bind", "late")
+    stopper = threading.Thread(target=runner.stop)
+    stopper.start()
+    stub.release_binds()  # stop() waits for the in-flight bind
+    stopper.join(15)
+    assert not stopper.is_alive()
+    assert runner.standin.counters.scheduled == 1
+    assert node_of(core_v1, "late") == "n1"
+
+
+# --- the CLI ---------------------------------------------------------------------------------------------
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "hami_sim.main", "scheduler", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=cwd,
+    )
+
+
+def test_cli_bad_config_names_the_key(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        SHIPPED.read_text().replace("weight: 1", "weight: 0").replace("httpTimeout", "httpTimeOut")
+    )
+    proc = _cli("--config", str(bad), "--kubeconfig", str(bad))
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert "extenders[0].weight: Invalid value: 0: must have a positive weight applied to it" in out
+    assert 'strict decoding error: unknown field "extenders[0].httpTimeOut"' in out
+    assert "Traceback" not in out
+
+
+def test_cli_runs_until_sigterm(
+    apiserver: ApiServerHandle, stub: ExtenderStub, ca_file: tuple[Path, tuple[bytes, bytes]], core_v1: Any
+) -> None:
+    core_v1.create_node(make_node("n1"))
+    proc = _cli(
+        "--kubeconfig",
+        str(apiserver.kubeconfig),
+        "--config",
+        str(SHIPPED),
+        "--extender-url",
+        stub.url,
+        "--extender-ca-file",
+        str(ca_file[0]),
+    )
+    try:
+        assert proc.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 20
+        while not any("hami-sim scheduler ready" in line for line in lines):
+            assert time.monotonic() < deadline, "".join(lines)
+            line = proc.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        core_v1.create_namespaced_pod(NS, make_pod("via-cli"))
+        wait_for(lambda: node_of(core_v1, "via-cli") == "n1", what="via-cli bound")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out
+    assert "scheduled default/via-cli -> n1" in "".join(lines) + out
+    assert "scheduler hami-scheduler stopped" in out
+    assert "Traceback" not in out
