@@ -352,6 +352,17 @@ class Binder:
         log.info("pod %s on node %s allocated (%s); node window released", entry.who, entry.node, why)
         self._wake(entry.node)
 
+    def adopt(self, node: str, uid: str, counts: frozenset[int], who: str = "") -> None:
+        """Put a pod bound by someone else (the previous leader) and not yet answered by its node daemon
+        into the node's pending window, as if bound here just now."""
+        self.window.enter(node, uid, counts, self._clock(), who)
+
+    def reset(self) -> None:
+        """Forget every pending window (this replica stopped leading); waiting binds are woken."""
+        for entry in list(self.window):
+            self.window.release(entry.uid)
+        self._wake_all()
+
     def node_changed(self, node: str) -> None:
         """A node event (its `hami.io/mutex.lock` may have changed): wake the binds waiting for it."""
         self._wake(node)

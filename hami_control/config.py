@@ -121,6 +121,14 @@ class ControlConfig:
     bind_wait_s: float = 10.0
     """Seconds a /bind waits for the node's pending window (or a foreign node lock) before it fails and
     kube-scheduler retries; keep it below the extender's httpTimeout (30 s in HAMi's chart)."""
+    leader_elect: bool = False
+    """Elect one replica (a coordination.k8s.io Lease) to answer the extender; every replica serves the
+    webhook. Off: this process always answers (a single replica)."""
+    leader_elect_namespace: str = "hami-system"
+    leader_elect_lease: str = "hami-control"
+    leader_elect_lease_duration_s: float = 15.0
+    leader_elect_renew_deadline_s: float = 10.0
+    leader_elect_retry_period_s: float = 2.0
     request_defaults: RequestDefaults = field(init=False, repr=False, compare=False)
     """The defaults `hami_api.resources` normalises requests with (derived; built once, since every
     admission reads it)."""
@@ -160,6 +168,7 @@ def _text(expected: str, pattern: re.Pattern[str] | None = None, max_len: int = 
     return parse
 
 
+_object_name = _text("a lowercase DNS subdomain such as hami-system", _DNS_SUBDOMAIN)
 _scheduler_name = _text("a scheduler name (a lowercase DNS subdomain such as hami-scheduler)", _DNS_SUBDOMAIN)
 
 
@@ -334,6 +343,22 @@ _SETTINGS: tuple[_Setting, ...] = (
     _Setting("bind_wait_s", "--bind-wait-timeout", "HAMI_BIND_WAIT_TIMEOUT", "bindWaitTimeout",
              _seconds, "seconds a bind waits for its node to be free before kube-scheduler retries it",
              "SECONDS", False, "10"),
+    _Setting("leader_elect", "--leader-elect", "HAMI_LEADER_ELECT", "leaderElect", _bool,
+             "elect one replica (a Lease) to answer the extender; all replicas serve the webhook",
+             "BOOL", True, "false"),
+    _Setting("leader_elect_namespace", "--leader-elect-namespace", "POD_NAMESPACE", "leaderElectNamespace",
+             _object_name, "namespace of the leader Lease (the downward API's POD_NAMESPACE)", "NAMESPACE",
+             False, "hami-system"),
+    _Setting("leader_elect_lease", "--leader-elect-lease", "HAMI_LEADER_ELECT_LEASE", "leaderElectLease",
+             _object_name, "name of the leader Lease", "NAME", False, "hami-control"),
+    _Setting("leader_elect_lease_duration_s", "--leader-elect-lease-duration",
+             "HAMI_LEADER_ELECT_LEASE_DURATION", "leaderElectLeaseDuration", _seconds,
+             "seconds a lease lasts without renewal", "SECONDS", False, "15"),
+    _Setting("leader_elect_renew_deadline_s", "--leader-elect-renew-deadline",
+             "HAMI_LEADER_ELECT_RENEW_DEADLINE", "leaderElectRenewDeadline", _seconds,
+             "seconds the leader keeps trying to renew before it steps down", "SECONDS", False, "10"),
+    _Setting("leader_elect_retry_period_s", "--leader-elect-retry-period", "HAMI_LEADER_ELECT_RETRY_PERIOD",
+             "leaderElectRetryPeriod", _seconds, "seconds between election attempts", "SECONDS", False, "2"),
 )  # fmt: skip
 
 _BY_NAME = {s.name: s for s in _SETTINGS}
@@ -538,6 +563,25 @@ def _validated(merged: Mapping[str, _Value]) -> ControlConfig:
             have, missing = ("certificate", "--tls-key-file") if cert else ("key", "--tls-cert-file")
             reason = f"a TLS {have} without its pair: pass {missing} too"
         raise ConfigError("configuration", "tls_cert_file", reason)
+    defaults = ControlConfig.__dataclass_fields__
+    timing = {
+        key: values.get(key, defaults[key].default)
+        for key in (
+            "leader_elect_lease_duration_s",
+            "leader_elect_renew_deadline_s",
+            "leader_elect_retry_period_s",
+        )
+    }
+    lease, renew, retry = timing.values()
+    if not lease > renew > 1.2 * retry or retry < 1:
+        raise ConfigError(
+            "configuration",
+            "leader_elect_lease_duration_s",
+            f"leader election needs lease duration > renew deadline > 1.2 x retry period and a retry period "
+            f"of at least 1 s; got {_describe(merged, 'leader_elect_lease_duration_s')} = {lease}, "
+            f"{_describe(merged, 'leader_elect_renew_deadline_s')} = {renew}, "
+            f"{_describe(merged, 'leader_elect_retry_period_s')} = {retry}",
+        )
     return ControlConfig(**values, resource_names=resource_names)
 
 

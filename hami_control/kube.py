@@ -199,6 +199,11 @@ class KubeApi:
         basic = configuration.get_basic_auth_token()
         return {"Authorization": str(basic)} if basic else {}
 
+    @property
+    def configuration(self) -> Any:
+        """The official client's Configuration this was built from (None when built by hand)."""
+        return self._configuration
+
     async def close(self) -> None:
         await self._session.close()
 
@@ -1146,6 +1151,22 @@ class ClusterCaches:
 
     async def wait_synced(self) -> None:
         await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
+
+    async def resync(self, names: Sequence[str] = ("pods", "nodes")) -> None:
+        """Rebuild the named caches from a fresh list (a new leader does, before it answers): their
+        reflectors are restarted without a resourceVersion, and this returns once they have listed."""
+        for reflector in self.reflectors:
+            if reflector.name not in names:
+                continue
+            task = next((t for t in self._tasks if t.get_name() == f"watch-{reflector.name}"), None)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                self._tasks.remove(task)
+            reflector.resource_version = None
+            reflector.synced.clear()
+            self._tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.name}"))
+        await asyncio.gather(*(r.synced.wait() for r in self.reflectors if r.name in names))
 
     @property
     def synced(self) -> bool:

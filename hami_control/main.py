@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
+
 from hami_api.annotations import BIND_PHASE
 from hami_control.binder import Binder
 from hami_control.config import ConfigError, ControlConfig, HelpRequested, load_config
@@ -33,6 +35,7 @@ from hami_control.kube import (
     KubeConfigError,
     KubeEventRecorder,
 )
+from hami_control.leader import LEADER_LABEL, LEADER_VALUE, ElectionSettings, LeaderElector
 from hami_control.metrics import ControlMetrics
 from hami_control.scheduling import Extender
 from hami_control.server import (
@@ -97,6 +100,8 @@ class ControlPlane:
         self.binder: Binder | None = None
         self.events: KubeEventRecorder | None = None
         self.metrics: ControlMetrics | None = None
+        self.elector: LeaderElector | None = None
+        self._election_client: Any = None
         self.server: ControlServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -188,7 +193,12 @@ class ControlPlane:
         caches.gpu_nodes.hooks.append(binder.node_changed)
         self._tasks.append(asyncio.create_task(binder.run_sweeper(), name="bind-sweeper"))
 
+        if config.leader_elect:
+            self._start_election(api, caches, binder)
+
         def gate() -> str | None:
+            if self.elector is not None and not self.elector.leading:
+                return f"not leader: {self.elector.identity} does not lead the extender, ask the leader"
             if caches.synced:
                 return None
             waiting = ", ".join(sorted(k for k, ready in caches.readiness().items() if not ready))
@@ -196,11 +206,90 @@ class ControlPlane:
 
         extender_routes(self.routes, extender, gate=gate)
 
+        async def extender_ready(_request: web.BaseRequest) -> web.StreamResponse:
+            why = gate()
+            text = f"not ready: {why}\n" if why else "ok\n"
+            return web.Response(status=503 if why else 200, text=text, content_type="text/plain")
+
+        self.routes.add("GET", "/readyz/extender", extender_ready)
+
         async def render() -> tuple[bytes, str]:
             snapshot = metrics.snapshot()  # on the loop, where the cache lives; the text in a thread
             return await asyncio.to_thread(metrics.render, snapshot)
 
         metrics_route(self.routes, render)
+
+    def _start_election(self, api: KubeApi, caches: ClusterCaches, binder: Binder) -> None:
+        """Leader election for the extender (leader.py): a new leader relists, adopts the pods still
+        being allocated into its pending windows and labels its pod; a deposed one forgets its windows
+        and drops the label."""
+        from kubernetes.aio.client import ApiClient
+
+        config = self.config
+        settings = ElectionSettings(
+            namespace=config.leader_elect_namespace,
+            lease_name=config.leader_elect_lease,
+            lease_duration_s=config.leader_elect_lease_duration_s,
+            renew_deadline_s=config.leader_elect_renew_deadline_s,
+            retry_period_s=config.leader_elect_retry_period_s,
+        )
+        self._election_client = ApiClient(api.configuration)
+        pod_name, pod_namespace = os.environ.get("POD_NAME", ""), os.environ.get("POD_NAMESPACE", "")
+
+        async def label(value: str | None) -> None:
+            if not pod_name or not pod_namespace:
+                return
+            body = {"metadata": {"labels": {LEADER_LABEL: value}}}
+            try:
+                path = f"/api/v1/namespaces/{pod_namespace}/pods/{pod_name}"
+                await api.send("PATCH", path, body, content_type="application/merge-patch+json")
+            except KubeApiError as err:
+                log.warning(
+                    "cannot label pod %s/%s %s=%s: %s", pod_namespace, pod_name, LEADER_LABEL, value, err
+                )
+
+        async def elected() -> None:
+            await caches.resync()
+            adopted = 0
+            for record in caches.pods.pods():
+                if record.terminal or not record.node_name:
+                    continue
+                if record.annotations.get(BIND_PHASE) != "allocating":
+                    continue
+                counts = frozenset(r.nums for r in record.requests if r is not None and r.nums > 0)
+                binder.adopt(record.node_name, record.uid, counts, f"{record.namespace}/{record.name}")
+                adopted += 1
+            if adopted:
+                log.info("took over %d pods still being allocated into the pending windows", adopted)
+            await label(LEADER_VALUE)
+
+        async def deposed() -> None:
+            binder.reset()
+            await label(None)
+
+        self.elector = LeaderElector(settings, self._election_client, on_elected=elected, on_deposed=deposed)
+        self._tasks.append(asyncio.create_task(self.elector.run(), name="leader-election"))
+
+    async def _release_lease(self) -> None:
+        """On a clean stop, hand the lease back (holder emptied, 1 s duration) so a follower takes over at
+        once instead of after the lease duration, as client-go's ReleaseOnCancel does."""
+        elector, api = self.elector, self.api
+        if elector is None or api is None:
+            return
+        s = elector.settings
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{s.namespace}/leases/{s.lease_name}"
+        try:
+            lease = await api.get(path)
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") != elector.identity:
+                return
+            spec["holderIdentity"] = ""
+            spec["leaseDurationSeconds"] = 1
+            lease["spec"] = spec
+            await api.send("PUT", path, lease)
+            log.info("released the lease %s/%s", s.namespace, s.lease_name)
+        except KubeApiError as err:
+            log.warning("could not release the lease %s/%s: %s", s.namespace, s.lease_name, err)
 
     async def stop(self) -> None:
         """Stop serving (requests in flight finish), then the reloader and the watches, then the client."""
@@ -211,6 +300,10 @@ class ControlPlane:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._release_lease()
+        election_client, self._election_client = self._election_client, None
+        if election_client is not None:
+            await election_client.close()
         caches, self.caches = self.caches, None
         if caches is not None:
             await caches.stop()

@@ -61,10 +61,16 @@ class ControlProcess:
         return self.proc.returncode
 
 
-def start_control(tmp_path: Path, kubeconfig: Path, *args: str) -> ControlProcess:
+def start_control(
+    tmp_path: Path,
+    kubeconfig: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    name: str = "hami-control",
+) -> ControlProcess:
     ca = CA.new("hami-control-e2e-ca")
-    cert, key = write_pair(tmp_path / "certs", ca.serving("hami-control"))
-    log_path = tmp_path / "hami-control.log"
+    cert, key = write_pair(tmp_path / f"certs-{name}", ca.serving("hami-control"))
+    log_path = tmp_path / f"{name}.log"
     log_file = log_path.open("wb")
     command = [
         sys.executable,
@@ -81,7 +87,9 @@ def start_control(tmp_path: Path, kubeconfig: Path, *args: str) -> ControlProces
         str(kubeconfig),
         *args,
     ]
-    proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=control_env())
+    proc = subprocess.Popen(
+        command, stdout=log_file, stderr=subprocess.STDOUT, env={**control_env(), **(env or {})}
+    )
     control = ControlProcess(proc, log_path, log_file, ca)
     try:
 

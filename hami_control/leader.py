@@ -1,0 +1,167 @@
+"""Leader election for the extender: only one replica filters, scores and binds at a time, because the
+binder's assumptions and pending windows live in one process's memory. Every replica serves the webhook.
+
+The election itself is the `kubernetes` client's (`kubernetes.aio.leaderelection` on a
+`coordination.k8s.io/v1` Lease), not a hand-written one. Around it:
+
+- On winning: the watch caches are rebuilt from the API (a fresh list), the pending window is rebuilt
+  from the pods still `bind-phase=allocating` (bound by the previous leader, not yet answered by their
+  node daemon), then the pod is labelled `hami.io/scheduler-role=leader` (HAMi's label, which the
+  extender Service selects) and only then does the replica answer `/filter`, `/prioritize`, `/bind`.
+- On losing (a renewal failed for the renew deadline): it stops answering at once ("not leader"),
+  drops the label, and stands again as a candidate.
+- While not leading, the extender routes answer with an `Error` saying so, and `/readyz/extender` is 503.
+
+Timing (kube-scheduler's defaults): lease 15 s, renew deadline 10 s, retry 2 s. A killed leader is
+replaced within about one lease duration; a leader cut off from the API stops answering after the renew
+deadline, before its lease can be taken over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+LEADER_LABEL = "hami.io/scheduler-role"
+LEADER_VALUE = "leader"
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionSettings:
+    namespace: str
+    lease_name: str = "hami-control"
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+    identity: str = ""
+
+    def who(self) -> str:
+        return self.identity or default_identity()
+
+
+def default_identity() -> str:
+    """POD_NAME when set (the downward API), else host name; plus a random suffix so a restarted
+    process never renews its predecessor's lease by accident."""
+    base = os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{base}_{uuid.uuid4().hex[:8]}"
+
+
+class LeaderElector:
+    """Runs the election until cancelled. `leading` is True only between a finished `on_elected` and the
+    loss of the lease. `on_elected` (rebuild caches, label the pod) runs before `leading` turns True;
+    `on_deposed` after it turns False."""
+
+    def __init__(
+        self,
+        settings: ElectionSettings,
+        api_client: Any,
+        *,
+        on_elected: Callable[[], Awaitable[None]],
+        on_deposed: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.settings = settings
+        self.identity = settings.who()
+        self.api_client = api_client
+        self.on_elected = on_elected
+        self.on_deposed = on_deposed
+        self.leading = False
+        self.terms = 0
+
+    async def _lead(self) -> None:
+        try:
+            await self.on_elected()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("taking over as leader failed; answering anyway from the watch caches")
+        self.leading = True
+        self.terms += 1
+        log.info(
+            "%s leads the extender (lease %s/%s)",
+            self.identity,
+            self.settings.namespace,
+            self.settings.lease_name,
+        )
+        await asyncio.Event().wait()  # until the election cancels this task on losing the lease
+
+    async def _deposed(self) -> None:
+        was = self.leading
+        self.leading = False
+        if was:
+            log.warning(
+                "%s lost the lease %s: no longer answering the extender",
+                self.identity,
+                self.settings.lease_name,
+            )
+        try:
+            await self.on_deposed()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("stepping down as leader failed")
+
+    async def run(self) -> None:
+        from kubernetes.aio.leaderelection import electionconfig, leaderelection
+
+        s = self.settings
+        try:
+            while True:
+                lock = _lease_lock(s.lease_name, s.namespace, self.identity, self.api_client)
+                config = electionconfig.Config(
+                    lock,
+                    lease_duration=max(1, math.ceil(s.lease_duration_s)),  # the Lease holds whole seconds
+                    renew_deadline=s.renew_deadline_s,
+                    retry_period=s.retry_period_s,
+                    onstarted_leading=self._lead,
+                    onstopped_leading=self._deposed,
+                )
+                try:
+                    await leaderelection.LeaderElection(config).run()
+                    # run() returns after losing the lease (callbacks done): stand again.
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("leader election failed; standing again in %.0f s", s.retry_period_s)
+                    if self.leading:
+                        await self._deposed()
+                    await asyncio.sleep(s.retry_period_s)
+        finally:
+            if self.leading:
+                self.leading = False
+                await asyncio.shield(self._deposed())
+
+
+def _lease_lock(name: str, namespace: str, identity: str, api_client: Any) -> Any:
+    """The client's `LeaseLock`, with its `create` fixed: it passes `pretty=True`, which the client's own
+    strict request models (kubernetes 37) reject with a ValidationError the election does not catch, so
+    the Lease would never be created."""
+    from kubernetes.aio.client.exceptions import ApiException
+    from kubernetes.aio.leaderelection.resourcelock.leaselock import LeaseLock
+
+    class Lock(LeaseLock):
+        async def create(self, name: str, namespace: str, election_record: Any) -> bool:
+            from kubernetes.aio import client
+
+            body = client.V1Lease(
+                metadata=client.V1ObjectMeta(name=name), spec=self.update_lease(election_record)
+            )
+            try:
+                await self.api_instance.create_namespaced_lease(namespace, body)
+            except ApiException as err:
+                log.debug("creating the lease %s/%s failed: %s", namespace, name, err.reason)
+                return False
+            return True
+
+    return Lock(name, namespace, identity, api_client)
+
+
+__all__ = ["LEADER_LABEL", "LEADER_VALUE", "ElectionSettings", "LeaderElector", "default_identity"]
