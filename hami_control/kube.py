@@ -240,7 +240,7 @@ class KubeApi:
         self,
         method: str,
         path: str,
-        body: Mapping[str, Any],
+        body: object,
         *,
         content_type: str = "application/json",
         params: Mapping[str, str] | None = None,

@@ -9,6 +9,7 @@ one line naming what to fix and exit 2; they never print a traceback."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import gc
@@ -25,6 +26,7 @@ from aiohttp import web
 
 from hami_api.annotations import BIND_PHASE
 from hami_control.binder import Binder
+from hami_control.certs import CertOptions, bootstrap
 from hami_control.config import ConfigError, ControlConfig, HelpRequested, load_config
 from hami_control.kube import (
     ClusterCaches,
@@ -56,7 +58,10 @@ from hami_control.webhook import handle_admission_review
 log = logging.getLogger("hami_control")
 
 EXIT_CONFIG = 2
-COMMANDS = {"serve": "run the webhook and the scheduler extender until SIGTERM (default)"}
+COMMANDS = {
+    "serve": "run the webhook and the scheduler extender until SIGTERM (default)",
+    "certs": "create or renew the webhook's TLS Secret and caBundle (the install Job runs it)",
+}
 
 
 # --- the webhook, wired to the caches ---------------------------------------------------------------------
@@ -362,6 +367,78 @@ def split_command(args: Sequence[str]) -> tuple[str, list[str]]:
     return "serve", list(args)
 
 
+def _certs_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hami-control certs",
+        description="Create or renew the TLS Secret of the webhook and extender Services (a CA and a serving "
+        "certificate for every Service DNS name) and patch the CA into the MutatingWebhookConfiguration's "
+        "caBundle. Idempotent: nothing changes while the certificates are valid beyond --renew-before-days.",
+    )
+    parser.add_argument(
+        "--kubeconfig", type=Path, help="kubeconfig file (default: in-cluster service account)"
+    )
+    parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE") or "hami-system")
+    parser.add_argument("--secret", default="hami-tls", help="Secret to keep (default: %(default)s)")
+    parser.add_argument(
+        "--service",
+        action="append",
+        dest="services",
+        metavar="NAME",
+        help="Service the certificate names (repeat)",
+    )
+    parser.add_argument(
+        "--webhook-config", action="append", dest="webhook_configs", default=[], metavar="NAME",
+        help="MutatingWebhookConfiguration whose caBundle to set (repeat)",
+    )  # fmt: skip
+    parser.add_argument("--valid-days", type=int, default=365)
+    parser.add_argument("--ca-valid-days", type=int, default=3650)
+    parser.add_argument("--renew-before-days", type=int, default=30)
+    return parser
+
+
+async def _run_certs(options: CertOptions, kubeconfig: Path | None) -> int:
+    try:
+        api = await KubeApi.connect(kubeconfig)
+    except KubeConfigError as exc:
+        print(f"hami-control certs: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        done = await bootstrap(api, options)
+    except KubeApiError as exc:
+        print(f"hami-control certs: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await api.close()
+    for line in done or [f"Secret {options.namespace}/{options.secret} and caBundles are up to date"]:
+        print(f"hami-control certs: {line}")
+    return 0
+
+
+def certs_main(args: Sequence[str]) -> int:
+    parser = _certs_parser()
+    ns = parser.parse_args(list(args))
+    if not ns.services:
+        parser.error("name at least one Service with --service")
+    for flag in ("valid_days", "ca_valid_days", "renew_before_days"):
+        if getattr(ns, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(ns, flag)}")
+    if ns.renew_before_days >= ns.valid_days:
+        parser.error(
+            f"--renew-before-days ({ns.renew_before_days}) must be below --valid-days ({ns.valid_days})"
+        )
+    options = CertOptions(
+        namespace=ns.namespace,
+        secret=ns.secret,
+        services=tuple(ns.services),
+        webhook_configs=tuple(ns.webhook_configs),
+        valid_days=ns.valid_days,
+        ca_valid_days=ns.ca_valid_days,
+        renew_before_days=ns.renew_before_days,
+    )
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(_run_certs(options, ns.kubeconfig))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     command, rest = split_command(args)
@@ -371,6 +448,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"hami-control: unknown command {command!r}\n{_usage()}", file=sys.stderr)
         return EXIT_CONFIG
+    if command == "certs":
+        return certs_main(rest)
     try:
         config = load_config(rest, os.environ, _read_file)
     except HelpRequested as help_text:

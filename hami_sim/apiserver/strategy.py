@@ -122,6 +122,8 @@ RESOURCE_QUOTA = ResourceInfo(
     subresources=("status",), delete_returns_object=True,
 )  # fmt: skip
 LEASE = ResourceInfo("coordination.k8s.io", "v1", "Lease", "leases", "lease", True)
+SECRET = ResourceInfo("", "v1", "Secret", "secrets", "secret", True, extra_field_labels=("type",))
+CONFIG_MAP = ResourceInfo("", "v1", "ConfigMap", "configmaps", "configmap", True, short_names=("cm",))
 MUTATING_WEBHOOK_CONFIGURATION = ResourceInfo(
     "admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations",
     "mutatingwebhookconfiguration", False,
@@ -138,6 +140,8 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     EVENT,
     RESOURCE_QUOTA,
     LEASE,
+    SECRET,
+    CONFIG_MAP,
     MUTATING_WEBHOOK_CONFIGURATION,
     EVENTS_V1_EVENT,
 )

@@ -1,0 +1,110 @@
+"""hami_control.certs: what the TLS Secret must hold (new, kept, renewed, CA rotated) for the
+`hami-control certs` bootstrap."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from cryptography import x509
+
+from hami_control.certs import (
+    CA_CERT,
+    CA_KEY,
+    TLS_CERT,
+    TLS_KEY,
+    CertOptions,
+    generate_ca,
+    generate_serving_cert,
+    plan_secret,
+    service_dns_names,
+)
+
+NOW = datetime.datetime(2026, 11, 22, tzinfo=datetime.UTC)
+OPTIONS = CertOptions(
+    "hami-system", "hami-tls", ("hami-webhook", "hami-scheduler-extender"), ("hami-webhook",)
+)
+DAY = datetime.timedelta(days=1)
+
+
+def sans(pem: bytes) -> list[str]:
+    cert = x509.load_pem_x509_certificate(pem)
+    return list(
+        cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+            x509.DNSName
+        )
+    )
+
+
+def test_service_dns_names_cover_every_form() -> None:
+    assert service_dns_names(["hami-webhook"], "hami-system") == [
+        "hami-webhook",
+        "hami-webhook.hami-system",
+        "hami-webhook.hami-system.svc",
+        "hami-webhook.hami-system.svc.cluster.local",
+    ]
+
+
+def test_an_empty_secret_gets_a_ca_and_a_certificate_for_every_service_name() -> None:
+    plan = plan_secret(None, OPTIONS, NOW)
+    assert plan.data is not None and plan.reason == "no readable CA certificate"
+    assert set(plan.data) == {CA_CERT, CA_KEY, TLS_CERT, TLS_KEY}
+    assert sans(plan.data[TLS_CERT]) == service_dns_names(OPTIONS.services, OPTIONS.namespace)
+    assert plan.ca == plan.data[CA_CERT]
+
+
+def test_a_valid_secret_is_kept_as_it_is() -> None:
+    first = plan_secret(None, OPTIONS, NOW)
+    assert first.data is not None
+    again = plan_secret(first.data, OPTIONS, NOW + 300 * DAY)
+    assert again.data is None and again.reason == "certificates valid" and again.ca == first.data[CA_CERT]
+
+
+@pytest.mark.parametrize(
+    ("when", "reason"),
+    [(NOW + 340 * DAY, "the serving certificate expires"), (NOW + 3640 * DAY, "the CA expires")],
+)
+def test_near_expiry_renews(when: datetime.datetime, reason: str) -> None:
+    first = plan_secret(None, OPTIONS, NOW)
+    assert first.data is not None
+    renewed = plan_secret(first.data, OPTIONS, when)
+    assert renewed.data is not None and renewed.reason.startswith(reason)
+    same_ca = renewed.data[CA_CERT] == first.data[CA_CERT]
+    assert same_ca == (reason == "the serving certificate expires")  # the CA is kept unless it is the problem
+
+
+def test_a_new_service_name_reissues_from_the_kept_ca() -> None:
+    first = plan_secret(None, OPTIONS, NOW)
+    assert first.data is not None
+    more = CertOptions("hami-system", "hami-tls", (*OPTIONS.services, "hami-metrics"))
+    plan = plan_secret(first.data, more, NOW)
+    assert plan.data is not None and "hami-metrics" in plan.reason
+    assert plan.data[CA_CERT] == first.data[CA_CERT]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({CA_KEY: b"garbage"}, "the CA key does not parse"),
+        ({TLS_KEY: b""}, "no serving certificate"),
+        (
+            {TLS_CERT: b"-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n"},
+            "no serving certificate",
+        ),
+    ],
+)
+def test_broken_contents_are_replaced(change: dict[str, bytes], reason: str) -> None:
+    first = plan_secret(None, OPTIONS, NOW)
+    assert first.data is not None
+    plan = plan_secret({**first.data, **change}, OPTIONS, NOW)
+    assert plan.data is not None and plan.reason == reason
+
+
+def test_a_certificate_from_another_ca_is_replaced() -> None:
+    first = plan_secret(None, OPTIONS, NOW)
+    assert first.data is not None
+    other_ca, other_key = generate_ca("other", now=NOW)
+    names = service_dns_names(OPTIONS.services, OPTIONS.namespace)
+    cert, key = generate_serving_cert(other_ca, other_key, names, now=NOW)
+    plan = plan_secret({**first.data, TLS_CERT: cert, TLS_KEY: key}, OPTIONS, NOW)
+    assert plan.data is not None and "not signed by the CA" in plan.reason
