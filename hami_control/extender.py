@@ -76,6 +76,7 @@ from hami_control.fit import Fit, FitFailure, FitResult, QuotaCheck, Reason, fit
 from hami_control.gputable import (
     GPUTable,
     evaluate,
+    group_rows,
     node_reasons,
     node_scores,
     reason_text,
@@ -418,13 +419,18 @@ def _filter_vectorised(
             reasons[UNREGISTERED_WORD] += 1
     failing = np.flatnonzero(~ev.fits)
     if len(failing):
-        patterns, which = np.unique(ev.failure_counts(table, failing), axis=0, return_inverse=True)
-        texts = [reason_text(p) for p in patterns.tolist()]
-        flags = ev.unresolvable[failing].tolist()
-        for j, (pos, pattern) in enumerate(zip(known[failing].tolist(), which.ravel().tolist(), strict=True)):
-            (unresolvable if flags[j] else failed)[names[pos]] = texts[pattern]
+        patterns, which = group_rows(ev.failure_counts(table, failing))
+        texts = np.array([reason_text(p) for p in patterns.tolist()], dtype=object)
+        flags = ev.unresolvable[failing]
+        positions = known[failing]
+        chosen = texts[which]
+        for target, mask in ((failed, ~flags), (unresolvable, flags)):
+            if mask.any():
+                target.update(
+                    zip([names[i] for i in positions[mask].tolist()], chosen[mask].tolist(), strict=True)
+                )
         if reasons is not None:
-            per_pattern = np.bincount(which.ravel(), minlength=len(patterns)).tolist()
+            per_pattern = np.bincount(which, minlength=len(patterns)).tolist()
             for pattern, nodes in zip(patterns.tolist(), per_pattern, strict=True):
                 for word in node_reasons(pattern):
                     reasons[word] += nodes

@@ -81,6 +81,9 @@ class GPUTable:
         self._modes: dict[str, int] = {}
         self._uuids: dict[str, int] = {}
         self._capacity = 0
+        self._layout = 0
+        """Bumped whenever a name gains or loses a row (invalidates the cached `rows` answer)."""
+        self._last_rows: tuple[tuple[str, ...], int, IntArray] | None = None
         self._alloc(_INITIAL_ROWS, self.width)
 
     def _alloc(self, rows: int, width: int) -> None:
@@ -93,9 +96,11 @@ class GPUTable:
                 fresh[:old_rows, :old_width] = getattr(self, key)
             setattr(self, key, fresh)
         gpus = np.zeros(rows, dtype=np.int64)
+        sums = np.zeros((rows, 6), dtype=np.int64)
         if old_rows:
             gpus[:old_rows] = self.gpus
-        self.gpus = gpus
+            sums[:old_rows] = self.sums
+        self.gpus, self.sums = gpus, sums
         self._capacity = rows
         self.width = width
 
@@ -113,6 +118,8 @@ class GPUTable:
     mode_id: IntArray
     uuid_id: IntArray
     gpus: IntArray
+    sums: IntArray
+    """(rows, 6): over the node's healthy GPUs, used, count, usedcores, devcore, usedmem, devmem."""
 
     @staticmethod
     def _intern(table: dict[str, int], text: str) -> int:
@@ -143,8 +150,18 @@ class GPUTable:
                 row = self._rows
                 self._rows += 1
             self.row_of[node.name] = row
+            self._layout += 1
         self.present[row] = False
         self.gpus[row] = len(node.gpus)
+        up = [g for g in node.gpus if g.healthy]
+        self.sums[row] = (
+            sum(g.used for g in up),
+            sum(g.info.count for g in up),
+            sum(g.usedcores for g in up),
+            sum(g.info.devcore for g in up),
+            sum(g.usedmem for g in up),
+            sum(g.info.devmem for g in up),
+        )
         for col, g in enumerate(node.gpus):
             info = g.info
             self.present[row, col] = True
@@ -165,7 +182,9 @@ class GPUTable:
         if row is not None:
             self.present[row] = False
             self.gpus[row] = 0
+            self.sums[row] = 0
             self._free_rows.append(row)
+            self._layout += 1
 
     def sync(self, changed: Iterable[str], lookup: Callable[[str], NodeGPUs | None]) -> None:
         """Rewrite the rows of `changed` nodes from `lookup` (the cache's `node_gpus`)."""
@@ -185,8 +204,16 @@ class GPUTable:
         return ok
 
     def rows(self, names: Sequence[str]) -> IntArray:
-        """Row per name, -1 for a node the table does not have."""
-        return np.fromiter(map(self.row_of.get, names, repeat(-1)), dtype=np.int64, count=len(names))
+        """Row per name, -1 for a node the table does not have (read-only). kube-scheduler sends the same
+        candidate list pod after pod, so the last answer is kept until a node gains or loses a row."""
+        key = tuple(names)
+        last = self._last_rows
+        if last is not None and last[1] == self._layout and last[0] == key:
+            return last[2]
+        rows = np.fromiter(map(self.row_of.get, key, repeat(-1)), dtype=np.int64, count=len(key))
+        rows.flags.writeable = False
+        self._last_rows = (key, self._layout, rows)
+        return rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +248,8 @@ class Evaluation:
     static_short: BoolArray | None
     type_bad: BoolArray
     uuid_bad: BoolArray
+    uniform_mem: int | None = None
+    """MiB of one slice on any GPU when it does not depend on the GPU (not a percentage)."""
 
     def failure_counts(self, table: GPUTable, candidates: IntArray) -> IntArray:
         """(len(candidates), codes + 1) for the given candidate positions: GPUs that failed per reason
@@ -342,7 +371,10 @@ def evaluate(table: GPUTable, rows: IntArray, ask: SimpleAsk) -> Evaluation:
     fits = (passing >= req.nums) & ~unresolvable
     if pick is not None:
         fits, unresolvable = fits[pick], unresolvable[pick]
-    return Evaluation(fits, unresolvable, code, mem, sel, pick, too_few, static_short, type_bad, uuid_bad)
+    uniform = req.memreq if req.memreq > 0 else (0 if req.mem_percentage is None else None)
+    return Evaluation(
+        fits, unresolvable, code, mem, sel, pick, too_few, static_short, type_bad, uuid_bad, uniform
+    )
 
 
 def score_inputs(table: GPUTable, ev: Evaluation) -> tuple[IntArray, tuple[IntArray, ...]]:
@@ -350,14 +382,16 @@ def score_inputs(table: GPUTable, ev: Evaluation) -> tuple[IntArray, tuple[IntAr
     passing GPUs of different sizes, so the score needs fit_pod's actual choice), and the sums over
     healthy GPUs that `score.node_usage` reads (used, count, usedcores, devcore, usedmem, devmem)."""
     t, sel = table, ev.selected
-    passing = ev.code == 0
-    big = np.iinfo(np.int64).max
-    low = np.where(passing, ev.mem, big).min(axis=1)
-    high = np.where(passing, ev.mem, -1).max(axis=1)
-    slice_mem = np.where(low == high, high, -1)
-    up = t.healthy[sel] & t.present[sel]
-    columns = (t.used, t.count, t.usedcores, t.devcore, t.usedmem, t.devmem)
-    sums = tuple(np.where(up, a[sel], 0).sum(axis=1) for a in columns)
+    if ev.uniform_mem is not None:
+        slice_mem = np.full(len(ev.code), ev.uniform_mem, dtype=np.int64)
+    else:
+        passing = ev.code == 0
+        big = np.iinfo(np.int64).max
+        low = np.where(passing, ev.mem, big).min(axis=1)
+        high = np.where(passing, ev.mem, -1).max(axis=1)
+        slice_mem = np.where(low == high, high, -1)
+    kept = t.sums[sel]
+    sums = tuple(kept[:, k] for k in range(6))
     if ev.pick is not None:
         return slice_mem[ev.pick], tuple(x[ev.pick] for x in sums)
     return slice_mem, sums
@@ -383,6 +417,21 @@ def node_scores(
     usage = MAX_SCORE * (slots + cores + mem) / 3
     score = usage if policy is NodePolicy.BINPACK else MAX_SCORE - usage
     return np.rint(np.clip(score, 0.0, float(MAX_SCORE))).astype(np.int64)
+
+
+def group_rows(rows: IntArray) -> tuple[IntArray, IntArray]:
+    """(distinct rows, index of each row's distinct row): `np.unique(rows, axis=0, return_inverse=True)`
+    but on one packed integer key per row (a 1-D sort, ~20x faster on thousands of rows)."""
+    if len(rows) == 0:
+        return rows, np.zeros(0, dtype=np.int64)
+    base = int(rows.max()) + 1
+    if base > 1 and rows.shape[1] * np.log2(base) >= 62:
+        patterns, which = np.unique(rows, axis=0, return_inverse=True)
+        return patterns, which.ravel()
+    weights = base ** np.arange(rows.shape[1], dtype=np.int64)
+    keys = rows @ weights
+    _, first, which = np.unique(keys, return_index=True, return_inverse=True)
+    return rows[first], which.ravel()
 
 
 def reason_text(counts: Sequence[int]) -> str:
@@ -413,6 +462,7 @@ __all__ = [
     "GPUTable",
     "SimpleAsk",
     "evaluate",
+    "group_rows",
     "node_reasons",
     "node_scores",
     "reason_text",

@@ -58,6 +58,29 @@ class _QuotaWithoutPod:
         return QuotaUsage(max(0, used.memory - self.own.memory), max(0, used.cores - self.own.cores))
 
 
+def _slim(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What `read_pod_ask` reads of a pod (identity, annotations, containers' names and resources): a
+    remembered pod then costs ~1 KB instead of the whole object (managedFields, env, volumes ...)."""
+    meta = pod.get("metadata")
+    spec = pod.get("spec")
+    meta = meta if isinstance(meta, Mapping) else {}
+    spec = spec if isinstance(spec, Mapping) else {}
+    slim_spec: dict[str, Any] = {}
+    for key in ("initContainers", "containers"):
+        containers = spec.get(key)
+        if isinstance(containers, list):
+            slim_spec[key] = [
+                {k: c[k] for k in ("name", "resources", "restartPolicy") if k in c}
+                if isinstance(c, Mapping)
+                else c
+                for c in containers
+            ]
+    return {
+        "metadata": {k: meta[k] for k in ("namespace", "name", "uid", "annotations") if k in meta},
+        "spec": slim_spec,
+    }
+
+
 def _error_body(message: str, *, bind: bool = False) -> dict[str, Any]:
     if bind:
         return {"Error": message}
@@ -122,7 +145,7 @@ class Extender:
         meta = pod.get("metadata")
         uid = meta.get("uid") if isinstance(meta, Mapping) else None
         if isinstance(uid, str) and uid:
-            self._pods[uid] = pod
+            self._pods[uid] = _slim(pod)
             self._pods.move_to_end(uid)
             while len(self._pods) > REMEMBERED_PODS:
                 self._pods.popitem(last=False)

@@ -233,3 +233,16 @@ def test_many_nodes_patterns_share_texts(mem: int) -> None:
     )
     args = {"Pod": pods_simple(1, mem), "NodeNames": list(v.nodes)}
     assert filter_pod(args, v, CONFIG, table=table_of(v)) == filter_pod(args, v, CONFIG)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 300), min_size=11, max_size=11), max_size=40))
+def test_group_rows_equals_numpy_unique(rows: list[list[int]]) -> None:
+    import numpy as np
+
+    from hami_control.gputable import group_rows
+
+    array = np.array(rows, dtype=np.int64).reshape(len(rows), 11)
+    patterns, which = group_rows(array)
+    assert (patterns[which] == array).all()
+    assert len({tuple(p) for p in patterns.tolist()}) == len(patterns)
