@@ -22,6 +22,7 @@ and line), the key and the value, e.g.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import math
 import posixpath
 import re
@@ -139,6 +140,21 @@ class FilterDevices:
         return uuid in self.uuids or (index is not None and index in self.indexes)
 
 
+@dataclass(frozen=True, slots=True)
+class HealthBind:
+    """Where the health endpoint (`hami_node.healthz`) listens. `host` "" means every address; port 0
+    picks a free port."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+DEFAULT_HEALTH_PORT = 9396
+"""The port the DaemonSet gives `--health-bind` (next to HAMi's 9394 monitor and 9395 scheduler metrics)."""
+
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins/"
 DEFAULT_CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 
@@ -189,6 +205,9 @@ class NodeConfig:
     """How long Allocate waits for the pod watch to show the pod kubelet is admitting."""
     health_checks: HealthChecks = HealthChecks()
     log_level: LogLevel = LogLevel.INFO
+    health_bind: HealthBind | None = None
+    """Address of the HTTP health endpoint (GET /healthz, /readyz); None = not served. Off by default so
+    several daemons can share a machine (hami-sim); the DaemonSet sets it."""
 
     @property
     def socket_path(self) -> Path:
@@ -369,6 +388,34 @@ def _cdi_prefix(value: object) -> str:
     return value
 
 
+_HOSTNAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*")
+
+
+def _health_bind(value: object) -> HealthBind | None:
+    """`host:port`, `[ipv6]:port` or `:port` (port 0..65535); "" (or null in the file) = not served."""
+    expected = 'HOST:PORT, [IPv6]:PORT or :PORT with a port from 0 to 65535, or "" for none'
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _Invalid(expected)
+    text = value.strip()
+    if not text:
+        return None
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise _Invalid(expected) from None
+    else:
+        host, sep, port = text.rpartition(":")
+        if host and not _HOSTNAME.fullmatch(host):
+            raise _Invalid(expected)
+    if not sep or not port.isascii() or not port.isdigit() or int(port) > 65535:
+        raise _Invalid(expected)
+    return HealthBind(host, int(port))
+
+
 # --- the settings ----------------------------------------------------------------------------------------
 
 
@@ -458,6 +505,9 @@ _SETTINGS: tuple[_Setting, ...] = (
              "how long Allocate waits for the pod watch to show the pod being admitted", "SECONDS"),
     _Setting("log_level", "--log-level", "HAMI_LOG_LEVEL", "logLevel", None, _enum(LogLevel),
              "the daemon's log level: debug, info, warning or error", "LEVEL"),
+    _Setting("health_bind", "--health-bind", "HAMI_HEALTH_BIND", "healthBind", None, _health_bind,
+             "address of the HTTP health endpoint (GET /healthz, /readyz); \"\" = none", "HOST:PORT",
+             shown_default="none; the DaemonSet uses 0.0.0.0:9396"),
     _Setting("disable_healthchecks", "--disable-healthchecks", "DP_DISABLE_HEALTHCHECKS",
              "disableHealthchecks", None, _xids,
              "all/xids, or Xids to ignore on top of 13,31,43,45,68,109", "XIDS", shown_default="none"),
@@ -751,12 +801,14 @@ def load_config(argv: Sequence[str], env: Mapping[str, str], read_file: Callable
 
 __all__ = [
     "DEFAULT_CDI_ANNOTATION_PREFIX",
+    "DEFAULT_HEALTH_PORT",
     "DEFAULT_IGNORED_XIDS",
     "DEFAULT_KUBELET_DIR",
     "ConfigError",
     "DeviceListStrategy",
     "FilterDevices",
     "GPUBackend",
+    "HealthBind",
     "HealthChecks",
     "HelpRequested",
     "MigStrategy",

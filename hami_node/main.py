@@ -1,6 +1,8 @@
 """Entry point of `hami-node`: load the config, then wire the GPU backend, the device state, the health
 loop, the Kubernetes side (pod watch, bind-phase writer, inventory reporter) and the kubelet plugin
-together, and run until SIGTERM/SIGINT (SIGHUP restarts the plugin and re-registers).
+together, and run until SIGTERM/SIGINT (SIGHUP restarts the plugin and re-registers). With
+`--health-bind`, an HTTP endpoint answers kubelet's probes (`hami_node.healthz`): /healthz while the
+plugin's gRPC server serves, /readyz once it is registered with kubelet and the Node carries the inventory.
 
 Start-up errors (bad flags or config file, bad fake inventory, no kubeconfig) print one line naming
 what to fix and exit 2; they never print a traceback."""
@@ -27,6 +29,7 @@ from hami_node.devices import DeviceState, InventoryPublisher
 from hami_node.gpu import BackendConfigError, open_backend
 from hami_node.gpu.inventory import InventoryError
 from hami_node.health import HealthMonitor
+from hami_node.healthz import HealthServer, HealthServerError, Probe
 from hami_node.kube import KubeClient, KubeConfigError, PodWatch
 from hami_node.plugin.manager import PluginManager, install_signal_handlers
 from hami_node.pods import PodTracker
@@ -44,6 +47,8 @@ class NodeDaemon:
     config: NodeConfig
     plugin: PluginManager
     stops: list[tuple[str, Callable[[], object]]] = field(default_factory=list)
+    health_endpoint: HealthServer | None = None
+    """The /healthz and /readyz server, when `config.health_bind` is set."""
 
     def stop(self) -> None:
         for name, stop in reversed(self.stops):
@@ -83,6 +88,8 @@ def start_daemon(config: NodeConfig) -> NodeDaemon:
     health = HealthMonitor(backend, state, config)
     plugin = PluginManager(config, state, tracker)
     daemon = NodeDaemon(config, plugin)
+    if config.health_bind is not None:
+        daemon.health_endpoint = _health_endpoint(config, plugin, reporter)
 
     def stop_tracker() -> None:
         tracker.flush(2.0)  # let the last bind-phase patches out
@@ -98,14 +105,46 @@ def start_daemon(config: NodeConfig) -> NodeDaemon:
         ("inventory publisher", publisher.start, publisher.stop),
         ("kubelet plugin", plugin.start, plugin.stop),
     ]
+    if (endpoint := daemon.health_endpoint) is not None:
+        # Early, so a port in use fails start-up before the other threads run; it answers 503 until ready.
+        steps.insert(1, ("health endpoint", endpoint.start, endpoint.stop))
     try:
         for name, start, stop in steps:
             start()
             daemon.stops.append((name, stop))
+    except HealthServerError as exc:
+        daemon.stop()
+        raise StartupError(str(exc)) from None
     except BaseException:
         daemon.stop()
         raise
     return daemon
+
+
+def _health_endpoint(config: NodeConfig, plugin: PluginManager, reporter: NodeReporter) -> HealthServer:
+    """/healthz: the plugin's gRPC server serves. /readyz: registered with kubelet (so serving too), and
+    the Node's inventory annotation checked or written at least once (a later change still on its way
+    does not make the daemon unready)."""
+    assert config.health_bind is not None
+
+    def serving() -> str | None:
+        server = plugin.server
+        return None if server is not None and server.serving else "the gRPC server is not serving"
+
+    def registered() -> str | None:
+        return None if plugin.registered else "not registered with kubelet"
+
+    def published() -> str | None:
+        if reporter.checks > 0:
+            return None
+        return f"the GPU inventory is not yet written on Node {config.node_name}"
+
+    return HealthServer(
+        config.health_bind.host,
+        config.health_bind.port,
+        live=[Probe("device plugin", serving)],
+        ready=[Probe("kubelet", registered), Probe("inventory", published)],
+    )
 
 
 class StartupError(Exception):

@@ -16,6 +16,7 @@ from hami_node.config import (
     DeviceListStrategy,
     FilterDevices,
     GPUBackend,
+    HealthBind,
     HealthChecks,
     HelpRequested,
     MigStrategy,
@@ -736,3 +737,60 @@ def test_xid_lists_round_trip(xids: list[int], with_all: bool) -> None:
     assert checks.disabled == XidList(all=with_all, xids=frozenset(xids))
     for xid in xids:
         assert not checks.acts_on(xid)
+
+
+# --- the health endpoint address (--health-bind) -------------------------------------------------------
+
+
+def test_health_bind_is_off_by_default() -> None:
+    assert load().health_bind is None
+    assert "--health-bind HOST:PORT" in build_argument_parser().format_help()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0.0.0.0:9396", HealthBind("0.0.0.0", 9396)),
+        (" 127.0.0.1:0 ", HealthBind("127.0.0.1", 0)),
+        (":9396", HealthBind("", 9396)),
+        ("[::]:9396", HealthBind("::", 9396)),
+        ("[::1]:65535", HealthBind("::1", 65535)),
+        ("localhost:8080", HealthBind("localhost", 8080)),
+        ("", None),
+    ],
+)
+def test_health_bind_forms(text: str, expected: HealthBind | None) -> None:
+    assert load(["--health-bind", text]).health_bind == expected
+
+
+def test_health_bind_shown_as_written() -> None:
+    assert str(HealthBind("0.0.0.0", 9396)) == "0.0.0.0:9396"
+    assert str(HealthBind("::", 9396)) == "[::]:9396"
+
+
+@pytest.mark.parametrize("text", ["9396", "0.0.0.0", "0.0.0.0:", "0.0.0.0:65536", "0.0.0.0:-1", "[nope]:1",
+                                  "[::1]9396", "bad host:1", "a:b"])  # fmt: skip
+def test_bad_health_bind_is_rejected_naming_flag_and_value(text: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(["--health-bind", text])
+    assert str(info.value).startswith("command line --health-bind: expected HOST:PORT, [IPv6]:PORT or :PORT")
+    assert info.value.value == f'"{text}"'
+
+
+def test_health_bind_sources_and_disabling() -> None:
+    # environment and file; an empty flag (or an empty / null file value) turns the endpoint off.
+    assert load(env={"HAMI_HEALTH_BIND": "0.0.0.0:9396"}).health_bind == HealthBind("0.0.0.0", 9396)
+    assert load_file("healthBind: 127.0.0.1:9000\n").health_bind == HealthBind("127.0.0.1", 9000)
+    assert load_file('healthBind: ""\n', env={}).health_bind is None
+    assert load_file("healthBind: null\n").health_bind is None
+    assert load(["--health-bind", ""], {"HAMI_HEALTH_BIND": ":9396"}).health_bind is None
+    # An empty variable counts as unset (as every variable): the file's value stays.
+    assert load_file("healthBind: :9000\n", env={"HAMI_HEALTH_BIND": ""}).health_bind == HealthBind("", 9000)
+
+
+def test_bad_health_bind_in_the_file_names_line_and_key() -> None:
+    message = file_error("deviceSplitCount: 4\nhealthBind: 9396\n")
+    assert message.startswith(f"{CONFIG} line 2: healthBind: expected HOST:PORT")
+    assert "nodeconfig" not in message
+    # Not a per-node (nodeconfig) key.
+    assert "unknown nodeconfig key" in file_error("nodeconfig:\n  - name: node-a\n    healthBind: :1\n")

