@@ -463,8 +463,8 @@ def prioritize_pod(
         ask = None
     if ask is None:
         return [{"Host": host, "Score": NEUTRAL_SCORE} for host in hosts]
-    scores: dict[str, int] = {}
-    exact = hosts
+    score = [0] * len(hosts)
+    exact = range(len(hosts))
     simple = simple_ask(table, ask.requests, ask.selector, ask.gpu_policy, ask.quota) if table else None
     if table is not None and simple is not None:
         rows = table.rows(hosts)
@@ -472,21 +472,19 @@ def prioritize_pod(
         ev = evaluate(table, rows[known], simple)
         slice_mem, sums = score_inputs(table, ev)
         fast = node_scores(slice_mem, sums, simple.request, ask.node_policy)
-        exact = []
-        for pos, fits, mem, score in zip(
-            known.tolist(), ev.fits.tolist(), slice_mem.tolist(), fast.tolist(), strict=True
-        ):
-            if fits and mem < 0:
-                exact.append(hosts[pos])  # percentage over GPUs of different sizes: score the real choice
-            elif fits:
-                scores[hosts[pos]] = score
-    for host in exact:
-        node = view.node_gpus(host)
+        full = np.zeros(len(hosts), dtype=np.int64)
+        scored = ev.fits & (slice_mem >= 0)
+        full[known[scored]] = fast[scored]
+        score = full.tolist()
+        # A percentage over GPUs of different sizes: score the GPUs fit_pod really picks.
+        exact = known[ev.fits & (slice_mem < 0)].tolist()
+    for pos in exact:
+        node = view.node_gpus(hosts[pos])
         if node is not None:
             result = ask.fit(node)
             if isinstance(result, Fit):
-                scores[host] = ask.priority(node, result)
-    return [{"Host": host, "Score": scores.get(host, 0)} for host in hosts]
+                score[pos] = ask.priority(node, result)
+    return [{"Host": host, "Score": value} for host, value in zip(hosts, score, strict=True)]
 
 
 __all__ = [
