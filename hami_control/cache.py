@@ -304,12 +304,20 @@ class ClusterCache:
 
     def nodes_replaced(self, items: Iterable[Mapping[str, Any]]) -> None:
         """A full node list (a watch's relist): upsert each, drop the nodes it no longer has."""
+        self.nodes_not_listed(self.nodes_listed(items))
+
+    def nodes_listed(self, items: Iterable[Mapping[str, Any]]) -> set[str]:
+        """One page of a node list: upsert each; returns their names (for `nodes_not_listed`)."""
         listed: set[str] = set()
         for node in items:
             name = _mapping(node.get("metadata")).get("name")
             if isinstance(name, str):
                 listed.add(name)
             self.node_upserted(node)
+        return listed
+
+    def nodes_not_listed(self, listed: set[str]) -> None:
+        """The end of a node list: drop the nodes it did not name."""
         for name in [n for n in self._nodes if n not in listed]:
             self.node_deleted(name)
 
@@ -396,12 +404,20 @@ class ClusterCache:
     def pods_replaced(self, items: Iterable[Mapping[str, Any]]) -> None:
         """A full pod list (a watch's relist): upsert each, drop the pods a watch showed before that the
         list no longer has. Pods known only through `assume` stay (their bind may be in flight)."""
+        self.pods_not_listed(self.pods_listed(items))
+
+    def pods_listed(self, items: Iterable[Mapping[str, Any]]) -> set[str]:
+        """One page of a pod list: upsert each; returns their uids (for `pods_not_listed`)."""
         listed: set[str] = set()
         for pod in items:
             uid = _mapping(pod.get("metadata")).get("uid")
             if isinstance(uid, str):
                 listed.add(uid)
             self.pod_upserted(pod)
+        return listed
+
+    def pods_not_listed(self, listed: set[str]) -> None:
+        """The end of a pod list: drop the pods a watch showed before that the list did not name."""
         for uid in [u for u, p in self._pods.items() if p.seen and u not in listed]:
             self._drop_pod(uid)
 

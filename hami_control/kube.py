@@ -328,13 +328,28 @@ def _decode_event(line: bytes, path: str) -> JSONDict:
 class WatchSink(Protocol):
     """What a reflector feeds (called on the event loop)."""
 
-    def replace(self, items: Sequence[JSONDict]) -> None:
-        """The complete set of objects now (after a list or relist): replaces what was known."""
+    def begin_replace(self) -> None:
+        """A list starts: the pages that follow are the complete set of objects now."""
+        ...
+
+    def add_page(self, items: Sequence[JSONDict]) -> None:
+        """One page of the list (a paged list never holds all objects parsed at once)."""
+        ...
+
+    def end_replace(self) -> None:
+        """The list is complete: whatever it did not name is gone."""
         ...
 
     def apply(self, kind: str, obj: JSONDict) -> None:
         """One change: `kind` is ADDED, MODIFIED or DELETED."""
         ...
+
+
+def replace_all(sink: WatchSink, items: Sequence[JSONDict]) -> None:
+    """A whole list in one page."""
+    sink.begin_replace()
+    sink.add_page(items)
+    sink.end_replace()
 
 
 class Lister(Protocol):
@@ -358,8 +373,11 @@ class Reflector:
         retry: RetryPolicy = DEFAULT_RETRY,
         watch_timeout_s: int = 300,
         rng: random.Random | None = None,
+        page_size: int = 500,
     ) -> None:
         self.api = api
+        self.page_size = page_size
+        """Objects per list page (kube-apiserver's `limit`; kubectl and client-go use 500)."""
         self.name = name
         self.path = path
         self.sink = sink
@@ -408,12 +426,24 @@ class Reflector:
         """One list (when needed) and one watch; True when something was delivered."""
         progressed = False
         if self.resource_version is None:
-            body = await self.api.get(self.path)
-            items = body.get("items")
-            version = (body.get("metadata") or {}).get("resourceVersion")
-            if not isinstance(items, list) or not isinstance(version, str) or not version:
-                raise KubeApiError(0, "BadResponse", f"list {self.path} without items or resourceVersion")
-            self.sink.replace([item for item in items if isinstance(item, dict)])
+            self.sink.begin_replace()
+            token = ""
+            while True:
+                params = {"limit": str(self.page_size)}
+                if token:
+                    params["continue"] = token
+                body = await self.api.get(self.path, params)
+                items = body.get("items")
+                metadata = body.get("metadata") or {}
+                version = metadata.get("resourceVersion")
+                if not isinstance(items, list) or not isinstance(version, str) or not version:
+                    raise KubeApiError(0, "BadResponse", f"list {self.path} without items or resourceVersion")
+                self.sink.add_page([item for item in items if isinstance(item, dict)])
+                del body, items
+                token = str(metadata.get("continue") or "")
+                if not token:
+                    break
+            self.sink.end_replace()
             self.resource_version = version
             self.lists += 1
             self.synced.set()
@@ -631,6 +661,7 @@ class PodCache:
         self._used: dict[str, QuotaUsage] = {}
         self._assumed: dict[str, _AssumedInNamespace] = {}
         self._listeners: list[PodListener] = []
+        self._fresh: dict[PodKey, PodRecord] = {}
 
     # reading
 
@@ -694,12 +725,21 @@ class PodCache:
     # the watch
 
     def replace(self, items: Sequence[JSONDict]) -> None:
-        fresh: dict[PodKey, PodRecord] = {}
+        replace_all(self, items)
+
+    def begin_replace(self) -> None:
+        self._fresh = {}
+
+    def add_page(self, items: Sequence[JSONDict]) -> None:
+        fresh = self._fresh
         for pod in items:
             record = pod_record(pod, self.config)
             fresh[record.key] = record
             if record.key not in self._pods:
                 self._seen(pod, record.namespace, record.name)
+
+    def end_replace(self) -> None:
+        fresh, self._fresh = self._fresh, {}
         old_pods, self._pods = self._pods, fresh
         self._used = {}
         for record in fresh.values():
@@ -764,6 +804,7 @@ class QuotaCache:
         self.config = config
         self._quotas: dict[PodKey, QuotaLimits] = {}
         self._limits: dict[str, QuotaLimits] = {}
+        self._pages: list[JSONDict] = []
 
     def limits(self, namespace: str) -> QuotaLimits:
         return self._limits.get(namespace, _UNLIMITED)
@@ -793,6 +834,16 @@ class QuotaCache:
             self._limits[namespace] = limits
 
     def replace(self, items: Sequence[JSONDict]) -> None:
+        replace_all(self, items)
+
+    def begin_replace(self) -> None:
+        self._pages = []
+
+    def add_page(self, items: Sequence[JSONDict]) -> None:
+        self._pages.extend(items)  # ResourceQuotas are few
+
+    def end_replace(self) -> None:
+        items, self._pages = self._pages, []
         self._quotas = {}
         for obj in items:
             meta = obj.get("metadata") or {}
@@ -994,8 +1045,19 @@ class FanoutSink:
         self.sinks = sinks
 
     def replace(self, items: Sequence[JSONDict]) -> None:
+        replace_all(self, items)
+
+    def begin_replace(self) -> None:
         for sink in self.sinks:
-            sink.replace(items)
+            sink.begin_replace()
+
+    def add_page(self, items: Sequence[JSONDict]) -> None:
+        for sink in self.sinks:
+            sink.add_page(items)
+
+    def end_replace(self) -> None:
+        for sink in self.sinks:
+            sink.end_replace()
 
     def apply(self, kind: str, obj: JSONDict) -> None:
         for sink in self.sinks:
@@ -1014,11 +1076,22 @@ class GPUPodSink:
     def __init__(self, cache: ClusterCache) -> None:
         self.cache = cache
         self.hooks: list[PodHook] = []
+        self._listed: set[str] = set()
 
     def replace(self, items: Sequence[JSONDict]) -> None:
-        self.cache.pods_replaced(items)
+        replace_all(self, items)
+
+    def begin_replace(self) -> None:
+        self._listed = set()
+
+    def add_page(self, items: Sequence[JSONDict]) -> None:
+        self._listed |= self.cache.pods_listed(items)
         for pod in items:
             self._notify(pod, False)
+
+    def end_replace(self) -> None:
+        listed, self._listed = self._listed, set()
+        self.cache.pods_not_listed(listed)
 
     def apply(self, kind: str, obj: JSONDict) -> None:
         if kind == "DELETED":
@@ -1047,6 +1120,8 @@ class GPUNodeSink:
         self.locks: dict[str, str] = {}
         """node -> raw `hami.io/mutex.lock` value, for nodes that carry one."""
         self.hooks: list[NodeHook] = []
+        self._listed: set[str] = set()
+        self._locks: dict[str, str] = {}
 
     def _note_lock(self, name: str, obj: JSONDict | None) -> None:
         value = ((obj or {}).get("metadata") or {}).get("annotations", {}) or {}
@@ -1057,12 +1132,27 @@ class GPUNodeSink:
             self.locks.pop(name, None)
 
     def replace(self, items: Sequence[JSONDict]) -> None:
-        self.cache.nodes_replaced(items)
-        self.locks.clear()
+        replace_all(self, items)
+
+    def begin_replace(self) -> None:
+        self._listed = set()
+        self._locks = {}
+
+    def add_page(self, items: Sequence[JSONDict]) -> None:
+        self._listed |= self.cache.nodes_listed(items)
         for node in items:
             name = str((node.get("metadata") or {}).get("name") or "")
-            self._note_lock(name, node)
+            lock = ((node.get("metadata") or {}).get("annotations") or {}).get(ann.NODE_LOCK)
+            if isinstance(lock, str) and lock:
+                self._locks[name] = lock
             self._notify(name)
+
+    def end_replace(self) -> None:
+        listed, self._listed = self._listed, set()
+        self.cache.nodes_not_listed(listed)
+        self.locks.clear()
+        self.locks.update(self._locks)
+        self._locks = {}
 
     def apply(self, kind: str, obj: JSONDict) -> None:
         name = str((obj.get("metadata") or {}).get("name") or "")

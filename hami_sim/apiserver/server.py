@@ -200,6 +200,8 @@ class ApiServer:
         self.server_address = "127.0.0.1:0"
         self._closing = False
         self._watch_tasks: set[Watcher] = set()
+        self._snapshots: dict[str, tuple[list[Any], str, float]] = {}
+        self._snapshot_ids = 0
         now = clock()
         for name in STARTUP_NAMESPACES:
             body: JSON = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
@@ -522,6 +524,41 @@ class ApiServer:
                 "the namespace of the provided object does not match the namespace sent on the request"
             )
 
+    # -- paged lists ---------------------------------------------------------------------------
+    # A list with `limit` keeps the whole filtered result (references to immutable stored objects, so
+    # cheap) as a snapshot under a continue token: every page then comes from the same point in time,
+    # as etcd's do at the list's resourceVersion. Snapshots live 60 s; an unknown or expired token is
+    # 410 Expired, as kube-apiserver answers it, and the client lists again.
+
+    _SNAPSHOT_TTL_S = 60.0
+
+    def _remember_snapshot(self, items: list[Any], rv: str, offset: int) -> str:
+        now = time.monotonic()
+        for key in [k for k, (_, _, born) in self._snapshots.items() if now - born > self._SNAPSHOT_TTL_S]:
+            del self._snapshots[key]
+        self._snapshot_ids += 1
+        key = f"{rv}-{self._snapshot_ids}"
+        self._snapshots[key] = (items, rv, now)
+        return f"{key}:{offset}"
+
+    def _next_page(self, token: str, limit: int) -> tuple[list[Any], str, str]:
+        key, _, offset_text = token.rpartition(":")
+        snapshot = self._snapshots.get(key)
+        if snapshot is None or not offset_text.isdigit():
+            raise ApiError(
+                410,
+                "Expired",
+                "The provided continue parameter is too old to display a consistent list result. You can "
+                "start a new list without the continue parameter.",
+            )
+        items, rv, _ = snapshot
+        offset = int(offset_text)
+        end = offset + limit if limit > 0 else len(items)
+        if end >= len(items):
+            del self._snapshots[key]
+            return items[offset:], rv, ""
+        return items[offset:end], rv, f"{key}:{end}"
+
     # -- verbs ---------------------------------------------------------------------------------
 
     def _get(self, request: web.BaseRequest, info: ResourceInfo, namespace: str, name: str) -> web.Response:
@@ -529,8 +566,30 @@ class ApiServer:
 
     def _list(self, request: web.BaseRequest, info: ResourceInfo, namespace: str | None) -> web.Response:
         label, field = self._selectors(request, info)
-        items = self.store.list(info, namespace, label, field)
-        rv = str(self.store.resource_version)
+        token = request.query.get("continue", "")
+        limit_text = request.query.get("limit", "")
+        try:
+            limit = int(limit_text) if limit_text else 0
+        except ValueError:
+            raise bad_request(f"limit must be an integer, got {limit_text!r}") from None
+        if token:
+            items, rv, next_token = self._next_page(token, limit)
+        else:
+            items = self.store.list(info, namespace, label, field)
+            rv = str(self.store.resource_version)
+            next_token = ""
+            if 0 < limit < len(items) and not tables.wants_table(request.headers.get("Accept", "")):
+                next_token = self._remember_snapshot(items, rv, limit)
+                items = items[:limit]
+        if next_token:
+            head = orjson.dumps(
+                {
+                    "kind": info.list_kind,
+                    "apiVersion": info.api_version,
+                    "metadata": {"resourceVersion": rv, "continue": next_token},
+                }
+            )
+            return _json_response(head[:-1] + b',"items":[' + b",".join(s.raw for s in items) + b"]}")
         if tables.wants_table(request.headers.get("Accept", "")):
             table = tables.to_table(
                 info,

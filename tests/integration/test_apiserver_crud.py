@@ -444,3 +444,23 @@ def test_async_client(apiserver: ApiServerHandle) -> None:
             return created.status.phase, [p.metadata.name for p in listed.items], patched.metadata.annotations
 
     assert asyncio.run(scenario()) == ("Pending", ["p"], {"a": "b"})
+
+
+def test_paged_list_is_one_snapshot_and_old_tokens_expire(core_v1: Any) -> None:
+    for i in range(5):
+        core_v1.create_namespaced_pod("default", pod(f"p{i}"))
+    first = core_v1.list_namespaced_pod("default", limit=2)
+    assert [p.metadata.name for p in first.items] == ["p0", "p1"]
+    token = first.metadata._continue
+    assert token
+    core_v1.create_namespaced_pod("default", pod("p5"))  # after the snapshot: not in its pages
+    core_v1.delete_namespaced_pod("p4", "default")
+    second = core_v1.list_namespaced_pod("default", limit=2, _continue=token)
+    third = core_v1.list_namespaced_pod("default", limit=2, _continue=second.metadata._continue)
+    assert [p.metadata.name for p in second.items + third.items] == ["p2", "p3", "p4"]
+    assert not third.metadata._continue
+    assert first.metadata.resource_version == third.metadata.resource_version
+    with pytest.raises(ApiException) as gone:
+        core_v1.list_namespaced_pod("default", limit=2, _continue=token.rsplit(":", 1)[0] + "x:2")
+    assert gone.value.status == 410
+    assert len(core_v1.list_namespaced_pod("default").items) == 5

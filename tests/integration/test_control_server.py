@@ -466,3 +466,20 @@ def test_quota_cache_tracks_resource_quotas_and_terminal_pods(cache_rig: CacheRi
     wait_for(lambda: rig.used() == QuotaUsage(0, 0), what="a finished pod no longer counted")
     rig.core_v1.delete_namespaced_resource_quota("gpu", "default")
     wait_for(lambda: rig.loop.run_sync(lambda: view.limits("default")).unlimited, what="quota gone")
+
+
+def test_lists_come_in_pages_into_the_caches(cache_rig: CacheRig) -> None:
+    rig = cache_rig
+    for i in range(5):
+        rig.core_v1.create_namespaced_pod("default", gpu_pod(f"p{i}"))
+    for reflector in rig.caches.reflectors:
+        reflector.page_size = 2
+    rig.loop.run_sync(rig.caches.start)
+    wait_for(lambda: rig.caches.synced, what="the first list")
+    assert rig.pods() == 5
+    assert rig.used() == QuotaUsage(memory=5 * 4000, cores=0)
+    assert rig.caches.reflectors[0].lists == 1
+    # A relist in pages drops what the new list no longer has.
+    rig.core_v1.delete_namespaced_pod("p0", "default")
+    rig.loop.call(lambda: rig.caches.resync(("pods",)))
+    assert rig.pods() == 4

@@ -32,8 +32,14 @@ class Recorder:
         self.replaced: list[int] = []
         self.applied: list[tuple[str, str]] = []
 
-    def replace(self, items: Any) -> None:
-        self.replaced.append(len(items))
+    def begin_replace(self) -> None:
+        self.replaced.append(0)
+
+    def add_page(self, items: Any) -> None:
+        self.replaced[-1] += len(items)
+
+    def end_replace(self) -> None:
+        pass
 
     def apply(self, kind: str, obj: Any) -> None:
         self.applied.append((kind, obj["metadata"]["name"]))
@@ -44,7 +50,10 @@ def test_node_sink_registers_tracks_locks_and_relists() -> None:
     sink = GPUNodeSink(cache)
     seen: list[str] = []
     sink.hooks.append(seen.append)
-    sink.replace([node("a"), node("b", lock="2026-11-22T03:00:00Z,ns,p")])
+    sink.begin_replace()  # a list in two pages
+    sink.add_page([node("a")])
+    sink.add_page([node("b", lock="2026-11-22T03:00:00Z,ns,p")])
+    sink.end_replace()
     assert sorted(cache.nodes()) == ["a", "b"]
     assert sink.locks == {"b": "2026-11-22T03:00:00Z,ns,p"}
     sink.apply("MODIFIED", node("b"))
