@@ -7,13 +7,18 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hami-sim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from hami_sim import demo, nodehost
     from hami_sim.apiserver import cli as apiserver_cli
+    from hami_sim.cluster import cli as cluster_cli
     from hami_sim.kubelet import cli as kubelet_cli
     from hami_sim.scheduler import cli as scheduler_cli
 
     apiserver_cli.add_parser(sub)
     kubelet_cli.add_parser(sub)
     scheduler_cli.add_parser(sub)
+    cluster_cli.add_parsers(sub)
+    nodehost.add_parser(sub)
+    demo.add_parser(sub)
     args = parser.parse_args(argv)
     handler = args.handler
     result: int = handler(args)

@@ -1,0 +1,843 @@
+"""Start, inspect, restart and stop a whole local cluster: the API server stand-in, hami-control (webhook
+and scheduler extender over HTTPS, registered as a MutatingWebhookConfiguration), the kube-scheduler
+stand-in, and per node a kubelet stand-in and a real hami-node with fake GPUs. Every part is its own
+process started with `sys.executable -m ...` (in scale mode all kubelets share one process and all node
+daemons another: `hami_sim.nodehost`); they talk through the real protocols only.
+
+Files: `<state>/` holds `kubeconfig`, `cluster.json` (pids, ports, paths, the spec), `ca.crt`,
+`tls/`, `nodes/<node>/gpus.yaml` (each node's fake inventory: edit it to inject faults) and `logs/`.
+Unix sockets live under a short directory in /tmp (`run_dir`), because socket paths are limited to
+107 bytes. `down` removes all of it but the logs.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
+
+import urllib3
+
+from hami_api.annotations import NODE_REGISTER
+from hami_node.gpu.inventory import write_inventory
+from hami_sim.cluster.process import Proc, stop_all
+from hami_sim.cluster.spec import ClusterSpec, SpecError, node_inventory
+from hami_sim.nodehost import READY_MARKER, HostedNode, HostSpec, daemon_argv, host_command, write_host_spec
+from hami_sim.tls import client_ssl_context, generate_ca, generate_serving_cert
+
+log = logging.getLogger("hami_sim.cluster")
+
+APISERVER = "apiserver"
+CONTROL = "hami-control"
+SCHEDULER = "scheduler"
+KUBELET_HOST = "kubelets"
+DAEMON_HOST = "hami-nodes"
+KUBELET_PREFIX = "kubelet/"
+DAEMON_PREFIX = "hami-node/"
+DAEMONS_PER_HOST = 250
+"""Scale mode puts at most this many node daemons in one process: hundreds of thread-based daemons
+under one GIL slow each other down more than linearly (500 nodes were all ready after 168 s with one
+process, 40 s with two)."""
+
+GPU_RESOURCE = "nvidia.com/gpu"
+WEBHOOK_CONFIG_NAME = "hami-webhook"
+IGNORE_LABEL = "hami.io/webhook"
+STATE_FILE = "cluster.json"
+STATE_VERSION = 1
+
+_READY: dict[str, re.Pattern[str]] = {
+    APISERVER: re.compile(r"hami-sim apiserver ready at (http://\S+)"),
+    CONTROL: re.compile(r"serving \S.* on https://127\.0\.0\.1:(\d+)"),
+    SCHEDULER: re.compile(r"hami-sim scheduler ready"),
+    KUBELET_HOST: re.compile(re.escape(READY_MARKER)),
+    DAEMON_HOST: re.compile(re.escape(READY_MARKER)),
+    KUBELET_PREFIX: re.compile(r"hami-sim kubelet ready"),
+    DAEMON_PREFIX: re.compile(r"hami-node running on node"),
+}
+_STOP_ORDER = ((SCHEDULER, "daemons"), ("kubelets", CONTROL), (APISERVER,))
+"""down, in stages (each stage at once): the scheduler (no new binds) and the node daemons while their
+kubelets still answer (a plugin whose kubelet vanished first may sit in a registration attempt until
+its dial timeout); then the kubelets and hami-control; the API server last (the others write their
+last patches to it)."""
+
+_T = TypeVar("_T")
+
+
+class ClusterError(Exception):
+    """The cluster (or one component) could not be started, restarted or stopped. `component` names
+    the culprit when there is one; `pids` are the processes that were started (all stopped again)."""
+
+    def __init__(self, message: str, *, component: str | None = None, pids: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.component = component
+        self.pids = pids
+
+
+class NoCluster(ClusterError):
+    """No cluster.json in the state directory."""
+
+
+def default_scheduler_config() -> Path:
+    """daemonset/scheduler/kube-scheduler-config.yaml of the checkout this package runs from."""
+    return Path(__file__).resolve().parents[2] / "daemonset" / "scheduler" / "kube-scheduler-config.yaml"
+
+
+def run_dir_for(state_dir: Path) -> Path:
+    """A short directory for the sockets of the cluster kept in `state_dir` (one per state directory)."""
+    base = Path("/tmp") if os.access("/tmp", os.W_OK) else Path(tempfile.gettempdir())
+    digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]
+    return base / f"hami-sim-{digest}"
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    pid: int
+    alive: bool
+    port: int | None
+    log: Path
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    name: str
+    ready: bool
+    gpus: str | None
+    """allocatable nvidia.com/gpu (virtual devices), None when absent."""
+    registered: bool
+    """hami-node's inventory annotation is on the Node."""
+
+    @property
+    def ok(self) -> bool:
+        return self.ready and self.registered and self.gpus not in (None, "0")
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    components: tuple[ComponentStatus, ...]
+    nodes: tuple[NodeStatus, ...] | None
+    """None when the API server does not answer."""
+    control_nodes: int | None
+    """Nodes in hami-control's cache (hami_scheduler_cache_nodes); None when it does not answer."""
+
+    @property
+    def ok(self) -> bool:
+        return (
+            all(c.alive for c in self.components)
+            and self.nodes is not None
+            and all(n.ok for n in self.nodes)
+            and self.control_nodes == len(self.nodes)
+        )
+
+    def render(self, *, all_nodes: bool = False) -> str:
+        """The tables `hami-sim status` prints: components, then nodes (all of them when `all_nodes` or
+        at most 50, else those not ready and a summary)."""
+        rows = [("COMPONENT", "PID", "ALIVE", "PORT", "LOG")]
+        rows += [
+            (c.name, str(c.pid), "yes" if c.alive else "NO", str(c.port) if c.port else "-", str(c.log))
+            for c in self.components
+        ]
+        out = [_table(rows), ""]
+        if self.nodes is None:
+            out.append("nodes: unknown (the API server does not answer)")
+            return "\n".join(out)
+        shown = [n for n in self.nodes if all_nodes or len(self.nodes) <= 50 or not n.ok]
+        if shown:
+            node_rows = [("NODE", "READY", "GPU ALLOCATABLE", "REGISTERED")]
+            node_rows += [
+                (n.name, "True" if n.ready else "False", n.gpus or "-", "yes" if n.registered else "no")
+                for n in shown
+            ]
+            out += [_table(node_rows), ""]
+        ready = sum(n.ok for n in self.nodes)
+        seen = "unknown" if self.control_nodes is None else str(self.control_nodes)
+        out.append(
+            f"nodes: {ready}/{len(self.nodes)} ready with {GPU_RESOURCE}; in hami-control's cache: {seen}"
+        )
+        return "\n".join(out)
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+class Cluster:
+    """A running local cluster. `Cluster.up(spec, state_dir)` starts one; `Cluster.load(state_dir)`
+    finds one started earlier (by another process too). Use as a context manager to `down()` at exit."""
+
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        state_dir: Path,
+        *,
+        run_dir: Path | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.state_dir = state_dir.resolve()
+        self.run_dir = run_dir or run_dir_for(self.state_dir)
+        self.procs: dict[str, Proc] = {}
+        self.apiserver_url = ""
+        self.control_port = 0
+        self._progress = progress or log.info
+        self._t0 = time.monotonic()
+        self._last_progress = ""
+
+    # --- paths ----------------------------------------------------------------------------------
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.state_dir / "ca.crt"
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / STATE_FILE
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def control_url(self) -> str:
+        return f"https://127.0.0.1:{self.control_port}"
+
+    @property
+    def node_names(self) -> list[str]:
+        return [n.name for n in self.spec.nodes]
+
+    def inventory_path(self, node: str) -> Path:
+        """The node's fake GPU inventory; hami-node applies edits within milliseconds (see
+        docs/fake-gpus.md; write a new file and rename it over this one)."""
+        return self.state_dir / "nodes" / node / "gpus.yaml"
+
+    def kubelet_dir(self, node: str) -> Path:
+        return self.run_dir / str(self.node_names.index(node) + 1)
+
+    def log_path(self, component: str) -> Path:
+        """The log of a component (in scale mode, a node's parts log to their host's)."""
+        return self._proc_for(component)[0].log
+
+    def pids(self) -> dict[str, int]:
+        return {name: p.pid for name, p in self.procs.items()}
+
+    @property
+    def components(self) -> list[str]:
+        """Every restartable name: the processes, and in scale mode the per-node parts too."""
+        names = list(self.procs)
+        if self.spec.scale_mode:
+            names += [f"{prefix}{n}" for n in self.node_names for prefix in (KUBELET_PREFIX, DAEMON_PREFIX)]
+        return names
+
+    # --- up ---------------------------------------------------------------------------------------
+
+    @classmethod
+    def up(
+        cls,
+        spec: ClusterSpec,
+        state_dir: str | os.PathLike[str] = ".hami-sim",
+        *,
+        progress: Callable[[str], None] | None = None,
+    ) -> Cluster:
+        """Start every component and wait until each node is Ready with allocatable nvidia.com/gpu,
+        carries hami-node's inventory annotation and is in hami-control's cache. On failure stop what
+        was started and raise `ClusterError` naming the component and why (its last log lines)."""
+        cluster = cls(spec, Path(state_dir), progress=progress)
+        cluster._refuse_running()
+        cluster._prepare()
+        try:
+            cluster._start_all()
+        except BaseException as exc:
+            pids = tuple(p.pid for p in cluster.procs.values())
+            cluster._stop_everything(grace_s=5.0)
+            if isinstance(exc, ClusterError):
+                exc.pids = pids
+            raise
+        return cluster
+
+    def _say(self, message: str) -> None:
+        if message != self._last_progress:
+            self._last_progress = message
+            self._progress(f"[{time.monotonic() - self._t0:5.1f}s] {message}")
+
+    def _refuse_running(self) -> None:
+        try:
+            old = Cluster.load(self.state_dir)
+        except NoCluster:
+            return
+        except ClusterError:
+            old = None
+        if old is not None and any(p.alive() for p in old.procs.values()):
+            raise ClusterError(
+                f"a cluster is already running in {self.state_dir} (hami-sim down --state-dir "
+                f"{self.state_dir} first)"
+            )
+        if old is not None:
+            old._remove_files()
+
+    def _prepare(self) -> None:
+        if len(str(self.run_dir)) + 12 > 100:
+            raise ClusterError(f"the socket directory {self.run_dir} is too long for Unix sockets")
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        self.run_dir.mkdir(mode=0o700, parents=True)
+        for sub in ("nodes", "tls"):
+            shutil.rmtree(self.state_dir / sub, ignore_errors=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "tls").mkdir(mode=0o700)
+        self.kubeconfig.unlink(missing_ok=True)
+        ca_cert, ca_key = generate_ca("hami-sim local cluster CA")
+        cert, key = generate_serving_cert(
+            ca_cert, ca_key, ["localhost"], ["127.0.0.1"], common_name="hami-control"
+        )
+        _write_private(self.state_dir / "tls" / "ca.key", ca_key)
+        _write_private(self.state_dir / "tls" / "hami-control.key", key)
+        (self.state_dir / "tls" / "hami-control.crt").write_bytes(cert)
+        self.ca_file.write_bytes(ca_cert)
+        for node in self.spec.nodes:
+            path = self.inventory_path(node.name)
+            (path.parent / "hook").mkdir(parents=True)
+            write_inventory(path, node_inventory(node))
+        if self.spec.scale_mode:
+            for host in self._hosts():
+                write_host_spec(self._host_spec_path(host), self._host_spec(host))
+
+    def _hosted(self, node: str) -> HostedNode:
+        args = [
+            "--gpu-backend",
+            "fake",
+            "--fake-inventory",
+            str(self.inventory_path(node)),
+            "--hook-path",
+            str(self.inventory_path(node).parent / "hook"),
+            "--device-split-count",
+            str(self.spec.split),
+            *self.spec.node_args,
+        ]
+        return HostedNode(node, self.kubelet_dir(node), tuple(args))
+
+    def _hosts(self) -> list[str]:
+        """Scale mode's host processes: one for the kubelets, one per `DAEMONS_PER_HOST` node daemons."""
+        count = -(-len(self.spec.nodes) // DAEMONS_PER_HOST)
+        daemons = [DAEMON_HOST] if count == 1 else [f"{DAEMON_HOST}-{k}" for k in range(1, count + 1)]
+        return [KUBELET_HOST, *daemons]
+
+    def _host_nodes(self, host: str) -> list[str]:
+        """The nodes a host serves (daemon hosts take every n-th node)."""
+        hosts = self._hosts()[1:]
+        if host == KUBELET_HOST:
+            return self.node_names
+        return self.node_names[hosts.index(host) :: len(hosts)]
+
+    def _host_of(self, component: str) -> tuple[str, str] | None:
+        """(host, node) for `kubelet/<node>` or `hami-node/<node>` in scale mode."""
+        for prefix in (KUBELET_PREFIX, DAEMON_PREFIX):
+            node = component.removeprefix(prefix)
+            if component.startswith(prefix) and node in self.node_names:
+                if prefix == KUBELET_PREFIX:
+                    return KUBELET_HOST, node
+                daemon_hosts = self._hosts()[1:]
+                return daemon_hosts[self.node_names.index(node) % len(daemon_hosts)], node
+        return None
+
+    def _host_spec_path(self, host: str) -> Path:
+        return self.state_dir / "nodes" / f"{host}.json"
+
+    def _host_spec(self, host: str) -> HostSpec:
+        return HostSpec(
+            tuple(self._hosted(n) for n in self._host_nodes(host)),
+            kubeconfig=self.kubeconfig,
+            cpu=self.spec.node_cpu,
+            memory=self.spec.node_memory,
+        )
+
+    def _argv(self, name: str) -> list[str]:
+        py = sys.executable
+        if name == APISERVER:
+            return [
+                py,
+                "-m",
+                "hami_sim.main",
+                APISERVER,
+                "--port",
+                "0",
+                "--kubeconfig-out",
+                str(self.kubeconfig),
+            ]
+        if name == CONTROL:
+            tls = self.state_dir / "tls"
+            argv = [py, "-m", "hami_control.main", "serve", "--bind", f"127.0.0.1:{self.control_port}"]
+            argv += [
+                "--tls-cert-file",
+                str(tls / "hami-control.crt"),
+                "--tls-key-file",
+                str(tls / "hami-control.key"),
+            ]
+            argv += ["--kubeconfig", str(self.kubeconfig)]
+            if self.spec.node_scheduler_policy:
+                argv += ["--node-scheduler-policy", self.spec.node_scheduler_policy]
+            if self.spec.gpu_scheduler_policy:
+                argv += ["--gpu-scheduler-policy", self.spec.gpu_scheduler_policy]
+            return argv + list(self.spec.control_args)
+        if name == SCHEDULER:
+            config = self.spec.scheduler_config or default_scheduler_config()
+            return [
+                py, "-m", "hami_sim.main", SCHEDULER, "--kubeconfig", str(self.kubeconfig),
+                "--config", str(config), "--extender-url", self.control_url,
+                "--extender-ca-file", str(self.ca_file), *self.spec.scheduler_args,
+            ]  # fmt: skip
+        if self.spec.scale_mode and name in self._hosts():
+            role = "kubelets" if name == KUBELET_HOST else "daemons"
+            return [
+                py, "-m", "hami_sim.main", "nodes", "--spec", str(self._host_spec_path(name)),
+                "--kubeconfig", str(self.kubeconfig), "--role", role,
+                "--control-socket", str(self._host_socket(name)),
+            ]  # fmt: skip
+        if name.startswith(KUBELET_PREFIX):
+            node = name.removeprefix(KUBELET_PREFIX)
+            return [
+                py, "-m", "hami_sim.main", "kubelet", "--node-name", node,
+                "--dir", str(self.kubelet_dir(node)), "--kubeconfig", str(self.kubeconfig), "--create-node",
+                "--cpu", self.spec.node_cpu, "--memory", self.spec.node_memory,
+            ]  # fmt: skip
+        if name.startswith(DAEMON_PREFIX):
+            node = name.removeprefix(DAEMON_PREFIX)
+            return [py, "-m", "hami_node.main", *daemon_argv(self._hosted(node), self.kubeconfig)]
+        raise ClusterError(f"unknown component {name!r}")
+
+    def _host_socket(self, host: str) -> Path:
+        return self.run_dir / f"{host}.sock"
+
+    def _node_process_names(self) -> list[str]:
+        if self.spec.scale_mode:
+            return self._hosts()
+        return [f"{prefix}{n}" for n in self.node_names for prefix in (KUBELET_PREFIX, DAEMON_PREFIX)]
+
+    def _launch(self, name: str, *, append: bool = False) -> Proc:
+        proc = self.procs.get(name)
+        if proc is None:
+            log_name = name.replace("/", "-")
+            proc = Proc(name, self._argv(name), self.logs_dir / f"{log_name}.log")
+            self.procs[name] = proc
+        else:
+            proc.argv = self._argv(name)
+        proc.start(append=append)
+        self._save()
+        return proc
+
+    def _start_all(self) -> None:
+        deadline = self._t0 + self.spec.up_timeout_s
+        self._say(f"starting a local cluster: {self.spec.describe()}; state in {self.state_dir}")
+        api = self._launch(APISERVER)
+        self.apiserver_url = self._wait_marker(api, deadline).group(1)
+        port = re.search(r":(\d+)$", self.apiserver_url)
+        api.port = int(port.group(1)) if port else None
+        self._save()
+        self._say(f"apiserver ready at {self.apiserver_url}")
+        # Everything else starts at once (start-up is mostly imports: CPU-bound, so overlap pays). The
+        # scheduler needs the extender's URL up front: pick hami-control's port now.
+        self.control_port = _free_port()
+        self._launch(CONTROL)
+        self._launch(SCHEDULER)
+        if self.spec.scale_mode:
+            mode = f"scale mode: {len(self._hosts())} processes for the nodes"
+        else:
+            mode = "one process per kubelet and per daemon"
+        self._say(f"starting hami-control, the scheduler, kubelets and hami-node daemons ({mode})")
+        for name in self._node_process_names():
+            self._launch(name)
+        self._wait_control_serving(deadline)
+        self._wait_control_ready(deadline)
+        self._say(f"hami-control serving on {self.control_url}")
+        self._register_webhook()
+        self._say(f"webhook {WEBHOOK_CONFIG_NAME} registered (failurePolicy Fail)")
+        self._wait_marker(self.procs[SCHEDULER], deadline)
+        self._say("scheduler ready")
+        self.wait_ready(deadline - time.monotonic())
+        self._say(
+            f"cluster up in {time.monotonic() - self._t0:.1f} s: {self.spec.describe()}; "
+            f"kubeconfig {self.kubeconfig}"
+        )
+
+    def _wait_control_serving(self, deadline: float) -> None:
+        """Wait for hami-control's "serving" line; should its port have been taken meanwhile, pick
+        another and start it (and the scheduler, which has the URL) again."""
+        for attempt in range(3):
+            control = self.procs[CONTROL]
+            try:
+                self._wait_marker(control, deadline)
+                control.port = self.control_port
+                self._save()
+                return
+            except ClusterError as exc:
+                if (
+                    exc.component != CONTROL
+                    or "Address already in use" not in control.new_output()
+                    or attempt == 2
+                ):
+                    raise
+            self._say(f"port {self.control_port} was taken meanwhile; hami-control tries another")
+            stop_all([self.procs[SCHEDULER]], 5.0)
+            self.control_port = _free_port()
+            self._launch(CONTROL, append=True)
+            self._launch(SCHEDULER, append=True)
+
+    # --- waiting ----------------------------------------------------------------------------------
+
+    def _check_alive(self, what: str) -> None:
+        for proc in self.procs.values():
+            if not proc.alive():
+                raise ClusterError(
+                    f"{proc.name} {proc.why_dead()} while waiting for {what}; last lines of {proc.log}:\n"
+                    f"{proc.tail()}",
+                    component=proc.name,
+                )
+
+    def _wait(
+        self,
+        condition: Callable[[], _T | None],
+        deadline: float,
+        what: str,
+        culprit: str | None,
+        max_delay: float = 0.25,
+    ) -> _T:
+        delay = 0.02
+        while True:
+            self._check_alive(what)
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() >= deadline:
+                message = f"timed out waiting for {what}"
+                proc = self.procs.get(culprit or "")
+                if proc is not None:
+                    message += f"; last lines of {proc.log}:\n{proc.tail()}"
+                raise ClusterError(message, component=culprit)
+            time.sleep(delay)
+            delay = min(delay * 2, max_delay)
+
+    def _wait_marker(self, proc: Proc, deadline: float) -> re.Match[str]:
+        if proc.name.startswith(DAEMON_HOST):
+            pattern = _READY[DAEMON_HOST]
+        else:
+            pattern = _READY[proc.name if proc.name in _READY else proc.name.split("/")[0] + "/"]
+        return self._wait(
+            lambda: pattern.search(proc.new_output()), deadline, f"{proc.name} to start", proc.name
+        )
+
+    def _wait_control_ready(self, deadline: float) -> None:
+        with self._control_pool() as pool:
+
+            def ready() -> bool:
+                try:
+                    return (
+                        pool.request("GET", self.control_url + "/readyz", timeout=5.0, retries=False).status
+                        == 200
+                    )
+                except urllib3.exceptions.HTTPError:
+                    return False
+
+            self._wait(ready, deadline, f"{CONTROL} /readyz to answer 200", CONTROL)
+
+    @contextmanager
+    def _control_pool(self) -> Iterator[urllib3.PoolManager]:
+        context = client_ssl_context(self.ca_file.read_bytes())
+        with urllib3.PoolManager(ssl_context=context) as pool:
+            yield pool
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Wait until every node is Ready with allocatable nvidia.com/gpu and hami-node's annotation,
+        and hami-control's cache holds them all. `ClusterError` on timeout or a dead component."""
+        deadline = time.monotonic() + timeout_s
+        names = self.node_names
+        with urllib3.PoolManager() as api, self._control_pool() as control:
+
+            def check() -> bool:
+                nodes = self._node_statuses(api)
+                ready = sum(n.ok for n in nodes or ())
+                # /metrics lists every GPU: ask it only once the API server shows every node ready.
+                seen = self._control_cache_nodes(control) if ready == len(names) else None
+                cache = "" if seen is None else f"; in hami-control's cache: {seen}"
+                self._say(f"nodes ready: {ready}/{len(names)}{cache}")
+                return ready == len(names) and seen == len(names)
+
+            culprit = KUBELET_HOST if self.spec.scale_mode else None
+            # A node list of hundreds of nodes is big: poll it less often in a big cluster.
+            max_delay = min(2.0, max(0.25, len(names) / 250))
+            what = f"{len(names)} nodes to be Ready with {GPU_RESOURCE}"
+            self._wait(check, deadline, what, culprit, max_delay)
+
+    def _node_statuses(self, pool: urllib3.PoolManager) -> tuple[NodeStatus, ...] | None:
+        try:
+            response = pool.request("GET", self.apiserver_url + "/api/v1/nodes", timeout=10.0, retries=False)
+        except urllib3.exceptions.HTTPError:
+            return None
+        if response.status != 200:
+            return None
+        by_name = {item["metadata"]["name"]: item for item in json.loads(response.data).get("items") or []}
+        out = []
+        for name in self.node_names:
+            node = by_name.get(name) or {}
+            status = node.get("status") or {}
+            conditions = status.get("conditions") or []
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+            gpus = (status.get("allocatable") or {}).get(GPU_RESOURCE)
+            registered = bool((node.get("metadata", {}).get("annotations") or {}).get(NODE_REGISTER))
+            out.append(NodeStatus(name, ready, gpus, registered))
+        return tuple(out)
+
+    def _control_cache_nodes(self, pool: urllib3.PoolManager) -> int | None:
+        try:
+            response = pool.request("GET", self.control_url + "/metrics", timeout=10.0, retries=False)
+        except urllib3.exceptions.HTTPError:
+            return None
+        if response.status != 200:
+            return None
+        found = re.search(
+            r"^hami_scheduler_cache_nodes(?:\{\})? (\S+)$", response.data.decode(), re.MULTILINE
+        )
+        return int(float(found.group(1))) if found else None
+
+    def _register_webhook(self) -> None:
+        not_ignored = {"matchExpressions": [{"key": IGNORE_LABEL, "operator": "NotIn", "values": ["ignore"]}]}
+        body = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": WEBHOOK_CONFIG_NAME},
+            "webhooks": [
+                {
+                    "name": "vgpu.hami.io",
+                    "admissionReviewVersions": ["v1"],
+                    "sideEffects": "None",
+                    "failurePolicy": "Fail",
+                    "timeoutSeconds": 5,
+                    "clientConfig": {
+                        "url": self.control_url + "/webhook",
+                        "caBundle": base64.b64encode(self.ca_file.read_bytes()).decode(),
+                    },
+                    "rules": [
+                        {
+                            "operations": ["CREATE"],
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "resources": ["pods"],
+                        }
+                    ],
+                    "objectSelector": not_ignored,
+                    "namespaceSelector": not_ignored,
+                }
+            ],
+        }
+        url = self.apiserver_url + "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+        with urllib3.PoolManager() as pool:
+            response = pool.request(
+                "POST", url, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"},
+                timeout=10.0, retries=False,
+            )  # fmt: skip
+        if response.status not in (200, 201):
+            raise ClusterError(
+                f"cannot register the MutatingWebhookConfiguration: {response.status} "
+                f"{response.data[:300].decode(errors='replace')}",
+                component=APISERVER,
+            )
+
+    # --- state file -------------------------------------------------------------------------------
+
+    def _save(self) -> None:
+        data = {
+            "version": STATE_VERSION,
+            "stateDir": str(self.state_dir),
+            "runDir": str(self.run_dir),
+            "kubeconfig": str(self.kubeconfig),
+            "caFile": str(self.ca_file),
+            "apiserverUrl": self.apiserver_url,
+            "controlPort": self.control_port,
+            "components": {name: p.to_data() for name, p in self.procs.items()},
+            "spec": self.spec.to_data(),
+        }
+        tmp = self.state_file.with_name(f".{STATE_FILE}.tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        os.replace(tmp, self.state_file)
+
+    @classmethod
+    def load(
+        cls, state_dir: str | os.PathLike[str] = ".hami-sim", *, progress: Callable[[str], None] | None = None
+    ) -> Cluster:
+        """The cluster recorded in `<state_dir>/cluster.json` (`NoCluster` when there is none)."""
+        state = Path(state_dir).resolve()
+        path = state / STATE_FILE
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise NoCluster(f"no cluster in {state} (no {STATE_FILE}; start one with hami-sim up)") from None
+        except (OSError, ValueError) as exc:
+            raise ClusterError(f"cannot read {path}: {exc}") from None
+        try:
+            if data.get("version") != STATE_VERSION:
+                raise ClusterError(f"{path}: unknown version {data.get('version')!r}")
+            cluster = cls(
+                ClusterSpec.from_data(data["spec"]), state, run_dir=Path(data["runDir"]), progress=progress
+            )
+            cluster.apiserver_url = str(data.get("apiserverUrl") or "")
+            cluster.control_port = int(data.get("controlPort") or 0)
+            cluster.procs = {name: Proc.from_data(name, p) for name, p in data["components"].items()}
+        except (KeyError, TypeError, ValueError, SpecError) as exc:
+            raise ClusterError(f"{path}: malformed ({exc})") from None
+        return cluster
+
+    # --- status -----------------------------------------------------------------------------------
+
+    def status(self) -> ClusterStatus:
+        components = tuple(
+            ComponentStatus(name, p.pid, p.alive(), p.port, p.log) for name, p in self.procs.items()
+        )
+        nodes: tuple[NodeStatus, ...] | None = None
+        seen: int | None = None
+        if self.apiserver_url:
+            with urllib3.PoolManager() as pool:
+                nodes = self._node_statuses(pool)
+        if self.control_port and self.ca_file.exists():
+            with self._control_pool() as pool:
+                seen = self._control_cache_nodes(pool)
+        return ClusterStatus(components, nodes, seen)
+
+    # --- restart ----------------------------------------------------------------------------------
+
+    def _proc_for(self, component: str) -> tuple[Proc, str | None]:
+        """The process that runs `component`, and the node to command in it (scale mode), if any."""
+        if component in self.procs:
+            return self.procs[component], None
+        found = self._host_of(component) if self.spec.scale_mode else None
+        if found is not None and found[0] in self.procs:
+            return self.procs[found[0]], found[1]
+        raise ClusterError(f"no component {component!r}; the components are: {', '.join(self.components)}")
+
+    def stop_component(self, component: str, *, grace_s: float = 10.0) -> None:
+        """Stop one component (SIGTERM, SIGKILL after `grace_s`); in scale mode a node's kubelet or
+        hami-node is stopped inside its host process."""
+        proc, node = self._proc_for(component)
+        if component == APISERVER:
+            raise ClusterError("the apiserver holds the whole cluster in memory: stop it with down")
+        if node is not None:
+            self._host_command(proc, f"stop {node}")
+            return
+        stop_all([proc], grace_s)
+
+    def start_component(self, component: str, *, timeout_s: float = 60.0) -> None:
+        """Start a stopped component again and wait until it is up (hami-control: serving and ready, on
+        the port it had)."""
+        proc, node = self._proc_for(component)
+        if node is not None:
+            self._host_command(proc, f"start {node}")
+            return
+        if proc.alive():
+            raise ClusterError(
+                f"{component} is running (pid {proc.pid}); restart it instead", component=component
+            )
+        if component == APISERVER:
+            raise ClusterError("the apiserver holds the whole cluster in memory: start a new cluster with up")
+        deadline = time.monotonic() + timeout_s
+        self._launch(component, append=True)
+        self._wait_marker(proc, deadline)
+        if component == CONTROL:
+            self._wait_control_ready(deadline)
+
+    def restart(self, component: str, *, grace_s: float = 10.0, timeout_s: float = 60.0) -> None:
+        """Stop and start one component: `hami-control`, `scheduler`, `kubelet/<node>`, `hami-node/<node>`
+        (in scale mode also the hosts `kubelets` and `hami-nodes`). The apiserver cannot restart."""
+        proc, node = self._proc_for(component)
+        if component == APISERVER:
+            raise ClusterError("the apiserver holds the whole cluster in memory: it cannot be restarted")
+        if node is not None:
+            self._host_command(proc, f"restart {node}", timeout_s)
+            return
+        stop_all([proc], grace_s)
+        self.start_component(component, timeout_s=timeout_s)
+
+    def _host_command(self, host: Proc, command: str, timeout_s: float = 60.0) -> None:
+        try:
+            answer = host_command(self._host_socket(host.name), command, timeout_s)
+        except OSError as exc:
+            raise ClusterError(
+                f"{host.name} does not answer {command!r}: {exc}", component=host.name
+            ) from None
+        if answer != "ok":
+            raise ClusterError(f"{host.name}: {command}: {answer}", component=host.name)
+
+    # --- down -------------------------------------------------------------------------------------
+
+    def down(self, grace_s: float = 10.0) -> list[str]:
+        """Stop every component (SIGTERM, SIGKILL after `grace_s`) and remove the sockets, the socket
+        directory and the state files (the logs stay). Returns the components that needed SIGKILL."""
+        killed = self._stop_everything(grace_s)
+        self._say("cluster down" + (f" (killed after {grace_s:g} s: {', '.join(killed)})" if killed else ""))
+        return killed
+
+    def _stop_everything(self, grace_s: float) -> list[str]:
+        killed: list[str] = []
+        for stage in _STOP_ORDER:
+            procs = [p for part in stage for p in self._stage_procs(part)]
+            grace = grace_s
+            if self.spec.scale_mode and ("daemons" in stage or "kubelets" in stage):
+                grace += 0.02 * len(self.spec.nodes)  # a host stops hundreds of parts
+            killed += stop_all(procs, grace)
+        rest = [p for p in self.procs.values() if p.alive()]  # none, unless a name was not staged
+        killed += stop_all(rest, grace_s)
+        left = [f"{p.name} (pid {p.pid})" for p in self.procs.values() if p.alive()]
+        if left:
+            raise ClusterError(f"still running after SIGKILL: {', '.join(left)}")
+        self._remove_files()
+        return killed
+
+    def _stage_procs(self, part: str) -> list[Proc]:
+        if part == "daemons":
+            return [p for n, p in self.procs.items() if n.startswith((DAEMON_PREFIX, DAEMON_HOST))]
+        if part == "kubelets":
+            return [p for n, p in self.procs.items() if n.startswith(KUBELET_PREFIX) or n == KUBELET_HOST]
+        return [self.procs[part]] if part in self.procs else []
+
+    def _remove_files(self) -> None:
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        for sub in ("nodes", "tls"):
+            shutil.rmtree(self.state_dir / sub, ignore_errors=True)
+        for path in (self.state_file, self.kubeconfig, self.ca_file):
+            path.unlink(missing_ok=True)
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.down()
+
+
+def _free_port() -> int:
+    """A loopback TCP port free right now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)

@@ -1,0 +1,315 @@
+"""What a local cluster is made of: its nodes and their fake GPUs, the vGPU split, the scheduling
+policies and extra flags. Pure apart from `load_inventory_spec`, which reads one file.
+
+The inventory file (`hami-sim up --inventory FILE`, YAML or JSON) maps each node name to its GPUs,
+for clusters of mixed models:
+
+```yaml
+gpu-a100-1: {count: 8, model: NVIDIA A100-SXM4-80GB}    # 8 identical GPUs
+gpu-t4-1: [Tesla T4, Tesla T4]                          # one entry per GPU
+gpu-mixed-1:
+  - NVIDIA A100-SXM4-40GB
+  - {model: NVIDIA L4, memory: 23034}                   # memory in MiB, for models not known here
+```
+
+A model's memory is taken from its name ("...-80GB" is 81920 MiB) or from `KNOWN_MEMORY_MIB`;
+otherwise it must be given (`memory:` in the file, `--gpu-memory` on the command line).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hami_api.settings import DNS_SUBDOMAIN
+from hami_node.gpu.inventory import DEFAULT_MODEL, Inventory, generate_inventory
+
+SCALE_THRESHOLD = 8
+"""Above this many nodes, `up` runs in scale mode unless told otherwise."""
+
+KNOWN_MEMORY_MIB: Mapping[str, int] = {
+    "tesla t4": 15360,
+    "nvidia t4": 15360,
+    "nvidia-tesla t4": 15360,
+    "tesla p4": 7680,
+    "nvidia a10": 23028,
+    "nvidia a30": 24576,
+    "nvidia a40": 46068,
+    "nvidia l4": 23034,
+    "nvidia l40": 46068,
+    "nvidia l40s": 46068,
+    "nvidia geforce rtx 4090": 24564,
+}
+"""Total memory NVML reports for models whose name does not say it."""
+
+_GB_IN_NAME = re.compile(r"(\d+)\s*GB\b", re.IGNORECASE)
+
+
+class SpecError(ValueError):
+    """A bad cluster spec or inventory file; the message names the field (and file) and the value."""
+
+
+def model_memory_mib(model: str) -> int:
+    """The memory of a GPU model in MiB, from its name or `KNOWN_MEMORY_MIB`; `SpecError` otherwise."""
+    known = KNOWN_MEMORY_MIB.get(model.strip().lower())
+    if known is not None:
+        return known
+    found = _GB_IN_NAME.search(model)
+    if found and int(found.group(1)) > 0:
+        return int(found.group(1)) * 1024
+    raise SpecError(
+        f"GPU model {model!r}: its memory is unknown; give it in MiB "
+        "(--gpu-memory, or `memory:` in the inventory file)"
+    )
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    model: str = DEFAULT_MODEL
+    memory_mib: int = 0
+    """0: from the model's name (`model_memory_mib`)."""
+
+    def __post_init__(self) -> None:
+        if not self.model.strip():
+            raise SpecError("model: must not be empty")
+        if self.memory_mib < 0 or isinstance(self.memory_mib, bool):
+            raise SpecError(f"memory: expected a positive number of MiB, got {self.memory_mib!r}")
+        if self.memory_mib == 0:
+            object.__setattr__(self, "memory_mib", model_memory_mib(self.model))
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    gpus: tuple[GpuSpec, ...]
+
+    def __post_init__(self) -> None:
+        if not DNS_SUBDOMAIN.fullmatch(self.name) or len(self.name) > 253:
+            raise SpecError(
+                f"node name: expected a DNS subdomain (lowercase, digits, '-', '.'), got {self.name!r}"
+            )
+        if not self.gpus:
+            raise SpecError(f"node {self.name}: needs at least one GPU")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A whole local cluster. Build uniform ones with `ClusterSpec.uniform`."""
+
+    nodes: tuple[NodeSpec, ...]
+    split: int = 10
+    """Virtual devices per GPU (hami-node --device-split-count)."""
+    node_scheduler_policy: str | None = None
+    """hami-control --node-scheduler-policy (binpack, spread); None: its default."""
+    gpu_scheduler_policy: str | None = None
+    """hami-control --gpu-scheduler-policy (binpack, spread, topology-aware, numa, mutex, chains)."""
+    scale: bool | None = None
+    """All kubelets in one process and all node daemons in another; None: above `SCALE_THRESHOLD` nodes."""
+    scheduler_config: Path | None = None
+    """KubeSchedulerConfiguration for the scheduler stand-in; None: daemonset/scheduler/'s."""
+    control_args: tuple[str, ...] = ()
+    """More hami-control flags (e.g. ("--bind-wait-timeout", "20"))."""
+    node_args: tuple[str, ...] = ()
+    """More hami-node flags, for every node (e.g. ("--health-recovery-seconds", "3"))."""
+    scheduler_args: tuple[str, ...] = ()
+    """More `hami-sim scheduler` flags (e.g. ("--seed", "1"))."""
+    node_cpu: str = "8"
+    node_memory: str = "32Gi"
+    timeout_s: float | None = None
+    """How long `up` waits for everything; None: 60 s + 0.5 s per node."""
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    """Free-form notes kept in cluster.json (e.g. how the spec was made)."""
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise SpecError("nodes: a cluster needs at least one node")
+        names = [n.name for n in self.nodes]
+        duplicate = next((n for n in names if names.count(n) > 1), None)
+        if duplicate is not None:
+            raise SpecError(f"nodes: node {duplicate!r} is listed twice")
+        if isinstance(self.split, bool) or not isinstance(self.split, int) or self.split < 1:
+            raise SpecError(f"split: expected an integer >= 1, got {self.split!r}")
+        for name in ("node_scheduler_policy", "gpu_scheduler_policy"):
+            value = getattr(self, name)
+            if value is not None and (not value.strip() or any(c.isspace() for c in value)):
+                raise SpecError(f"{name}: expected a policy name, got {value!r}")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise SpecError(f"timeout_s: must be positive, got {self.timeout_s!r}")
+
+    @classmethod
+    def uniform(
+        cls,
+        nodes: int,
+        gpus_per_node: int,
+        model: str = DEFAULT_MODEL,
+        *,
+        memory_mib: int = 0,
+        name_prefix: str = "gpu-node-",
+        **options: Any,
+    ) -> ClusterSpec:
+        """`nodes` nodes named `<prefix>1`.. each with `gpus_per_node` GPUs of one model."""
+        if isinstance(nodes, bool) or nodes < 1:
+            raise SpecError(f"nodes: expected an integer >= 1, got {nodes!r}")
+        if isinstance(gpus_per_node, bool) or gpus_per_node < 1:
+            raise SpecError(f"gpus_per_node: expected an integer >= 1, got {gpus_per_node!r}")
+        gpu = GpuSpec(model, memory_mib)
+        specs = tuple(NodeSpec(f"{name_prefix}{i}", (gpu,) * gpus_per_node) for i in range(1, nodes + 1))
+        return cls(specs, **options)
+
+    @property
+    def scale_mode(self) -> bool:
+        return self.scale if self.scale is not None else len(self.nodes) > SCALE_THRESHOLD
+
+    @property
+    def up_timeout_s(self) -> float:
+        return self.timeout_s if self.timeout_s is not None else 60.0 + 0.5 * len(self.nodes)
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(len(n.gpus) for n in self.nodes)
+
+    def describe(self) -> str:
+        """`2 nodes x 4 GPUs (NVIDIA A100-SXM4-80GB), split 10` or `3 nodes, 12 GPUs (2 models), ...`."""
+        models = sorted({g.model for n in self.nodes for g in n.gpus})
+        counts = {len(n.gpus) for n in self.nodes}
+        nodes = f"{len(self.nodes)} node{'s' if len(self.nodes) != 1 else ''}"
+        if len(counts) == 1 and len(models) == 1:
+            count = counts.pop()
+            shape = f"{nodes} x {count} GPU{'s' if count != 1 else ''} ({models[0]})"
+        else:
+            shape = f"{nodes}, {self.gpu_count} GPUs ({len(models)} model{'s' if len(models) != 1 else ''})"
+        return f"{shape}, split {self.split}"
+
+    # --- cluster.json ---------------------------------------------------------------------------
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "nodes": [
+                {"name": n.name, "gpus": [{"model": g.model, "memory": g.memory_mib} for g in n.gpus]}
+                for n in self.nodes
+            ],
+            "split": self.split,
+            "nodeSchedulerPolicy": self.node_scheduler_policy,
+            "gpuSchedulerPolicy": self.gpu_scheduler_policy,
+            "scale": self.scale_mode,
+            "schedulerConfig": str(self.scheduler_config) if self.scheduler_config else None,
+            "controlArgs": list(self.control_args),
+            "nodeArgs": list(self.node_args),
+            "schedulerArgs": list(self.scheduler_args),
+            "nodeCpu": self.node_cpu,
+            "nodeMemory": self.node_memory,
+            "timeoutSeconds": self.timeout_s,
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> ClusterSpec:
+        try:
+            nodes = tuple(
+                NodeSpec(n["name"], tuple(GpuSpec(g["model"], int(g["memory"])) for g in n["gpus"]))
+                for n in data["nodes"]
+            )
+            config = data.get("schedulerConfig")
+            return cls(
+                nodes,
+                split=int(data["split"]),
+                node_scheduler_policy=data.get("nodeSchedulerPolicy"),
+                gpu_scheduler_policy=data.get("gpuSchedulerPolicy"),
+                scale=bool(data["scale"]),
+                scheduler_config=Path(config) if config else None,
+                control_args=tuple(data.get("controlArgs") or ()),
+                node_args=tuple(data.get("nodeArgs") or ()),
+                scheduler_args=tuple(data.get("schedulerArgs") or ()),
+                node_cpu=str(data.get("nodeCpu", "8")),
+                node_memory=str(data.get("nodeMemory", "32Gi")),
+                timeout_s=data.get("timeoutSeconds"),
+                extra=dict(data.get("extra") or {}),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SpecError(f"cluster spec: malformed ({exc!r})") from None
+
+
+# --- fake inventories ------------------------------------------------------------------------------
+
+
+def node_inventory(node: NodeSpec) -> Inventory:
+    """The fake inventory of one node: UUIDs derived from its name, NVLink between GPUs of one model."""
+    first = node.gpus[0]
+    same = all(g == first for g in node.gpus)
+    base = generate_inventory(
+        len(node.gpus), node.name, model=first.model, memory_mib=first.memory_mib, nvlink=same
+    )
+    if same:
+        return base
+    gpus = tuple(
+        replace(g, model=s.model, memory_mib=s.memory_mib) for g, s in zip(base.gpus, node.gpus, strict=True)
+    )
+    return Inventory(gpus, base.nvml, ())
+
+
+def _gpu_entry(value: object, where: str) -> GpuSpec:
+    if isinstance(value, str):
+        return GpuSpec(value)
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - {"model", "memory"})
+        if unknown:
+            raise SpecError(f"{where}: unknown key {unknown[0]!r} (expected model, memory)")
+        model, memory = value.get("model"), value.get("memory", 0)
+        if not isinstance(model, str):
+            raise SpecError(f"{where}.model: expected a GPU model name, got {model!r}")
+        if isinstance(memory, bool) or not isinstance(memory, int) or memory < 0:
+            raise SpecError(f"{where}.memory: expected a positive number of MiB, got {memory!r}")
+        return GpuSpec(model, memory)
+    raise SpecError(f"{where}: expected a model name or {{model, memory}}, got {value!r}")
+
+
+def _node_entry(name: str, value: object, where: str) -> NodeSpec:
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        gpus = [_gpu_entry(g, f"{where}[{i}]") for i, g in enumerate(value)]
+    elif isinstance(value, Mapping):
+        unknown = sorted(set(value) - {"count", "model", "memory"})
+        if unknown:
+            raise SpecError(f"{where}: unknown key {unknown[0]!r} (expected count, model, memory)")
+        count = value.get("count")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise SpecError(f"{where}.count: expected an integer >= 1, got {count!r}")
+        gpu = _gpu_entry({k: v for k, v in value.items() if k != "count"} or {"model": DEFAULT_MODEL}, where)
+        gpus = [gpu] * count
+    else:
+        raise SpecError(f"{where}: expected a list of GPUs or {{count, model, memory}}, got {value!r}")
+    return NodeSpec(name, tuple(gpus))
+
+
+def parse_inventory_spec(data: object, source: str = "<inventory>") -> tuple[NodeSpec, ...]:
+    """Nodes from a decoded inventory file (see the module docstring); `SpecError` names the entry."""
+    if not isinstance(data, Mapping) or not data:
+        raise SpecError(f"{source}: expected a mapping of node name -> GPUs, got {data!r}")
+    nodes: list[NodeSpec] = []
+    for name, value in data.items():
+        where = f"{source}: {name}"
+        if not isinstance(name, str):
+            raise SpecError(f"{source}: node names must be strings, got {name!r}")
+        try:
+            nodes.append(_node_entry(name, value, where))
+        except SpecError as exc:
+            text = str(exc)
+            raise SpecError(text if text.startswith(source) else f"{where}: {text}") from None
+    return tuple(nodes)
+
+
+def load_inventory_spec(path: Path) -> tuple[NodeSpec, ...]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"--inventory: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise SpecError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from None
+    return parse_inventory_spec(data, str(path))
