@@ -1,0 +1,170 @@
+"""End to end on `hami-sim` (every component a real process, real protocols): the demo's workloads,
+created through the official client as a user would, land exactly as expected (node, GPUs, annotations,
+the env in the kubelet stand-in's checkpoint, Running), the quota and privileged pods are refused with
+their messages, every GPU stays within its limits, and deleting pods frees capacity so a pending pod
+runs within seconds."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes import client, config
+
+from hami_api.annotations import (
+    BIND_PHASE,
+    DEVICES_ALLOCATED,
+    NODE_REGISTER,
+    decode_node_register,
+    decode_pod_allocation,
+)
+from hami_sim.cluster import Cluster, ClusterSpec, GpuSpec, NodeSpec
+from hami_sim.demo import EXAMPLES, _create, _documents, container_env
+
+T = TypeVar("T")
+
+
+def wait_for(condition: Callable[[], T], timeout: float, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    a100, t4 = GpuSpec("NVIDIA A100-SXM4-80GB"), GpuSpec("NVIDIA Tesla T4", 15360)
+    spec = ClusterSpec(
+        nodes=(NodeSpec("gpu-a", (a100,) * 4), NodeSpec("gpu-b", (a100,) * 4), NodeSpec("gpu-t4", (t4,) * 4))
+    )
+    with Cluster.up(spec, tmp_path_factory.mktemp("sim") / ".hami-sim") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def core(cluster: Cluster) -> Iterator[Any]:
+    api_client = config.new_client_from_config(str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
+    try:
+        yield client.CoreV1Api(api_client)
+    finally:
+        api_client.close()
+
+
+def allocation_of(pod: Any) -> list[list[tuple[str, int, int]]]:
+    text = (pod.metadata.annotations or {}).get(DEVICES_ALLOCATED, "")
+    return [
+        [(s.uuid, s.usedmem, s.usedcores) for s in c.devices] for c in decode_pod_allocation(text).containers
+    ]
+
+
+def test_demo_workloads_land_as_expected(cluster: Cluster, core: Any) -> None:
+    refused: dict[str, str] = {}
+    for doc in _documents(Path(EXAMPLES)):
+        message = _create(core.api_client, doc)
+        if message is not None:
+            refused[doc["metadata"]["name"]] = message
+    assert set(refused) == {"batch-embed", "debug-privileged"}
+    assert (
+        "GPU memory quota exceeded (used 16000 / limit 30000 MiB, this pod asks 16000)"
+        in refused["batch-embed"]
+    )
+    assert "privileged" in refused["debug-privileged"]
+
+    expected = {
+        ("ai-team", "inference-a"),
+        ("ai-team", "inference-b"),
+        ("default", "notebook"),
+        ("default", "training"),
+        ("default", "pipeline"),
+        ("default", "t4-only"),
+    }
+
+    def running() -> bool:
+        pods = {(p.metadata.namespace, p.metadata.name): p for p in core.list_pod_for_all_namespaces().items}
+        return all(
+            key in pods
+            and pods[key].status.phase == "Running"
+            and (pods[key].metadata.annotations or {}).get(BIND_PHASE) == "success"
+            for key in expected
+        )
+
+    wait_for(running, 60, "every demo pod Running with bind-phase=success")
+    pods = {(p.metadata.namespace, p.metadata.name): p for p in core.list_pod_for_all_namespaces().items}
+
+    sizes: dict[str, int] = {}
+    for node in core.list_node().items:
+        for gpu in decode_node_register(node.metadata.annotations[NODE_REGISTER]):
+            sizes[gpu.id] = gpu.devmem
+    training = allocation_of(pods[("default", "training")])
+    assert len(training[0]) == 2 and all(mem == sizes[g] and cores == 100 for g, mem, cores in training[0])
+    t4 = pods[("default", "t4-only")]
+    assert t4.spec.node_name == "gpu-t4"
+    notebook = allocation_of(pods[("default", "notebook")])[0]
+    assert notebook[0][1] == sizes[notebook[0][0]] * 25 // 100 and notebook[0][2] == 30
+    pipeline = allocation_of(pods[("default", "pipeline")])
+    assert [len(c) for c in pipeline] == [1, 1, 1]  # init, server, embedder: a GPU slice each
+    assert [c[0][1] for c in pipeline] == [6000, 10000, 4000]
+
+    env = container_env(cluster, core, "ai-team", "inference-a", "server")
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "8000m" and env["CUDA_DEVICE_SM_LIMIT"] == "25"
+    uuid = allocation_of(pods[("ai-team", "inference-a")])[0][0][0]
+    assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
+
+    # No GPU over its memory, cores or slots (regular containers; init containers have finished).
+    per_gpu: dict[str, list[int]] = {}
+    for pod in pods.values():
+        inits = len(pod.spec.init_containers or [])
+        for c in allocation_of(pod)[inits:]:
+            for gpu, mem, cores in c:
+                used = per_gpu.setdefault(gpu, [0, 0, 0])
+                used[0] += 1
+                used[1] += mem
+                used[2] += cores
+    for gpu, (slots, mem, cores) in per_gpu.items():
+        assert slots <= 10 and cores <= 100 and mem <= sizes[gpu], (gpu, slots, mem, cores)
+
+
+def test_deleting_pods_frees_capacity_for_a_pending_pod(cluster: Cluster, core: Any) -> None:
+    """With the demo pods gone, a pod takes all four T4s exclusively; a second one waits (FailedScheduling
+    with the extender's reasons) and runs within 10 s of the first being deleted."""
+    for pod in core.list_pod_for_all_namespaces().items:
+        core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+    wait_for(lambda: not core.list_pod_for_all_namespaces().items, 30, "the demo pods to go")
+
+    def whole_t4s(name: str) -> client.V1Pod:
+        limits = {"nvidia.com/gpu": "4"}
+        return client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name, annotations={"nvidia.com/use-gputype": "T4"}),
+            spec=client.V1PodSpec(
+                containers=[
+                    client.V1Container(
+                        name="c", image="x", resources=client.V1ResourceRequirements(limits=limits)
+                    )
+                ]
+            ),
+        )
+
+    def phase(name: str) -> str:
+        return str(core.read_namespaced_pod(name, "default").status.phase)
+
+    core.create_namespaced_pod("default", whole_t4s("first"))
+    wait_for(lambda: phase("first") == "Running", 30, "the first pod to run")
+    core.create_namespaced_pod("default", whole_t4s("second"))
+
+    def refused() -> bool:
+        events = core.list_namespaced_event("default", field_selector="involvedObject.name=second").items
+        return any(e.reason == "FailedScheduling" for e in events)
+
+    wait_for(refused, 30, "the second pod to be found unschedulable")
+    assert phase("second") == "Pending"
+    core.delete_namespaced_pod("first", "default", grace_period_seconds=0)
+    freed = time.monotonic()
+    wait_for(lambda: phase("second") == "Running", 15, "the second pod to run once the first is gone")
+    assert time.monotonic() - freed < 10
