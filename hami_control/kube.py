@@ -1275,6 +1275,7 @@ class ClusterCaches:
 __all__ = [
     "DEFAULT_RETRY",
     "KEPT_ANNOTATIONS",
+    "TERMINAL_PHASES",
     "ClusterCaches",
     "ClusterQuotaView",
     "EventLimits",

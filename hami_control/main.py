@@ -29,6 +29,7 @@ from hami_control.binder import Binder
 from hami_control.certs import CertOptions, bootstrap
 from hami_control.config import ConfigError, ControlConfig, HelpRequested, load_config
 from hami_control.kube import (
+    TERMINAL_PHASES,
     ClusterCaches,
     ClusterQuotaView,
     KubeApi,
@@ -202,7 +203,10 @@ class ControlPlane:
 
         def pod_event(uid: str, pod: dict[str, Any], deleted: bool) -> None:
             phase = ((pod.get("metadata") or {}).get("annotations") or {}).get(BIND_PHASE)
-            binder.pod_changed(uid, phase if isinstance(phase, str) else None, deleted)
+            # A pod kubelet rejected (Failed before any Allocate) never gets a bind-phase answer: its
+            # node's window is released as for a deleted pod.
+            finished = (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+            binder.pod_changed(uid, phase if isinstance(phase, str) else None, deleted or finished)
 
         caches.gpu_pods.hooks.append(pod_event)
         caches.gpu_nodes.hooks.append(binder.node_changed)

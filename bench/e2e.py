@@ -1,0 +1,638 @@
+"""End-to-end pods/s on a whole local cluster (`hami_sim.cluster`): from the pod's creation to Running,
+with the time split per stage, the API writes per pod and the control plane's CPU per pod.
+
+One run per invocation, from scratch:
+
+1. `Cluster.up(ClusterSpec.uniform(nodes, gpus, model, scale=...))` starts the API server, hami-control,
+   the scheduler stand-in and the nodes (one process per kubelet and per daemon up to
+   `SCALE_THRESHOLD` nodes, scale mode above it or with `--scale`).
+2. Idle baseline (`--idle-seconds`): CPU of every process and API writes while nothing happens, so the
+   run's numbers can be read net of the cluster's own periodic work (heartbeats, health loops).
+3. The bench lists and watches the pods of its namespace (one HTTP watch on the API server; every event
+   is timestamped on arrival with this process's monotonic clock), then creates `--pods` pods through
+   `--concurrency` concurrent HTTP POSTs: one container, 1 `nvidia.com/gpu`, `nvidia.com/gpumem`
+   1000..4000 MiB (seeded), no `schedulerName` (the webhook sets `hami-scheduler`).
+4. It waits until every pod is Running (or failed, or `--timeout`), then reads the counters.
+
+Per pod, the milestones (all on the bench's clock):
+
+| milestone | how |
+|---|---|
+| post | just before the POST is sent |
+| created | the POST's 201 came back (the API server called the admission webhook synchronously) |
+| bound | first watch event with `spec.nodeName` (the Binding hami-control's `/bind` posted) |
+| allocated | first watch event with `hami.io/bind-phase: success` (hami-node, in the kubelet's `Allocate`) |
+| running | first watch event with `status.phase: Running` (the kubelet stand-in) |
+
+Stages: create = created - post (HTTP + admission webhook + store); scheduling = bound - created (the
+scheduler's queue, its filter/prioritize calls to the extender, hami-control's bind: annotations and
+Binding); Allocate = allocated - bound (the kubelet sees the pod, admits it, calls Allocate on hami-node
+over gRPC, hami-node patches the bind phase); to Running = running - allocated (the kubelet's status
+write). The server-side time of the webhook and of the extender's filter/prioritize/bind come from
+hami-control's `/metrics` histograms (`hami_webhook_duration_seconds`,
+`hami_extender_{filter,prioritize,bind}_duration_seconds`), scraped before and after the run: means,
+and p50/p99 as the upper bound of the histogram bucket.
+
+API writes per pod come from the API server's counters (`GET /hami-sim/counters`, per verb, resource and
+subresource), after minus before; the idle baseline's write rate over the run's length is subtracted
+from writes to anything else than pods and events ("nodes, net"). CPU per process is from /proc
+(`benchlib.cpu_seconds`), raw and net of the idle baseline. The load generator (this process) shares
+the machine's cores with the cluster; its CPU and the load average are reported with the numbers.
+
+Usage:
+
+    python bench/e2e.py [--nodes 20] [--gpus-per-node 8] [--pods 500] [--scale | --no-scale]
+                        [--burst] [--concurrency 32] [--timeout S] [--json FILE] [--keep-logs DIR]
+
+`--burst` is the 80-pod burst onto one node: `--nodes 1 --gpus-per-node 8 --pods 80` (8 GPUs split 10:
+every slot taken).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from benchlib import cpu_seconds
+
+from hami_api.annotations import BIND_PHASE
+from hami_sim.cluster import SCALE_THRESHOLD, Cluster, ClusterSpec
+
+NAMESPACE = "bench-e2e"
+MODEL = "NVIDIA A100-SXM4-80GB"
+GOAL_PODS_PER_SECOND = 50.0
+GOAL_BURST_SECONDS = 5.0
+HISTOGRAMS = {
+    "webhook": "hami_webhook_duration_seconds",
+    "filter": "hami_extender_filter_duration_seconds",
+    "prioritize": "hami_extender_prioritize_duration_seconds",
+    "bind": "hami_extender_bind_duration_seconds",
+}
+MILESTONES = ("post", "created", "bound", "allocated", "running")
+STAGES = (
+    ("create (POST incl. webhook)", "post", "created"),
+    ("scheduling (queue, extender, bind)", "created", "bound"),
+    ("Allocate (kubelet, hami-node)", "bound", "allocated"),
+    ("to Running (kubelet status)", "allocated", "running"),
+    ("end to end", "post", "running"),
+)
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- pods -------------------------------------------------------------------------------------------------
+
+
+def gpu_pod(i: int, mem: int) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"e2e-{i:05d}", "namespace": NAMESPACE, "labels": {"app": "bench-e2e"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "command": ["sleep", "3600"],
+                    "resources": {"limits": limits},
+                }
+            ],
+            "restartPolicy": "Always",
+        },
+    }
+
+
+@dataclass
+class PodTimes:
+    post: float = 0.0
+    created: float = 0.0
+    bound: float = 0.0
+    allocated: float = 0.0
+    running: float = 0.0
+    failed: str = ""
+    node: str = ""
+
+
+def observe(times: PodTimes, pod: Mapping[str, Any], now: float) -> None:
+    """Stamp the milestones this version of the pod shows for the first time."""
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if spec.get("nodeName") and not times.bound:
+        times.bound = now
+        times.node = str(spec["nodeName"])
+    if annotations.get(BIND_PHASE) == "success" and not times.allocated:
+        times.allocated = now
+    if annotations.get(BIND_PHASE) == "failed" and not times.failed:
+        times.failed = "bind-phase failed"
+    phase = status.get("phase")
+    if phase == "Running" and not times.running:
+        times.running = now
+    if phase == "Failed" and not times.failed:
+        times.failed = f"Failed: {status.get('reason', '')} {status.get('message', '')}".strip()
+
+
+# --- hami-control's /metrics ------------------------------------------------------------------------------
+
+_SAMPLE = re.compile(r'^(\w+?)(_bucket|_sum|_count)(?:\{(?:.*,)?le="([^"]+)"[^}]*\})?\s+(\S+)$')
+
+
+def parse_histograms(text: str) -> dict[str, dict[str, float]]:
+    """{histogram name: {"sum": s, "count": n, "<le>": cumulative count}} for the names in HISTOGRAMS."""
+    wanted = set(HISTOGRAMS.values())
+    out: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if not match or match.group(1) not in wanted:
+            continue
+        name, kind, le, value = match.groups()
+        entry = out.setdefault(name, {})
+        key = le if kind == "_bucket" else kind[1:]
+        if key is not None:
+            entry[key] = entry.get(key, 0.0) + float(value)
+    return out
+
+
+@dataclass
+class ServerTime:
+    calls: int
+    mean_ms: float
+    p50_ms: float
+    p99_ms: float
+
+
+def histogram_delta(before: Mapping[str, float], after: Mapping[str, float]) -> ServerTime:
+    count = after.get("count", 0.0) - before.get("count", 0.0)
+    total = after.get("sum", 0.0) - before.get("sum", 0.0)
+    buckets = sorted(
+        (float(k), after[k] - before.get(k, 0.0)) for k in after if k not in ("sum", "count") and k != "+Inf"
+    )
+
+    def quantile(q: float) -> float:
+        for bound, cumulative in buckets:
+            if cumulative >= q * count:
+                return round(bound * 1000, 1)
+        return float("inf")
+
+    if count <= 0:
+        return ServerTime(0, 0.0, 0.0, 0.0)
+    return ServerTime(int(count), round(total / count * 1000, 2), quantile(0.5), quantile(0.99))
+
+
+# --- the run ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StageStats:
+    stage: str
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+    mean_ms: float
+
+
+@dataclass
+class Result:
+    nodes: int
+    gpus_per_node: int
+    mode: str
+    pods: int
+    concurrency: int
+    up_seconds: float
+    running: int
+    failed: int
+    first_failure: str
+    seconds_to_all_running: float
+    pods_per_second: float
+    create_seconds: float
+    milestone_seconds: dict[str, float] = field(default_factory=dict)
+    """Seconds from the first POST until the last pod reached each milestone."""
+    stages: list[StageStats] = field(default_factory=list)
+    server: dict[str, ServerTime] = field(default_factory=dict)
+    writes: dict[str, int] = field(default_factory=dict)
+    writes_per_pod: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
+    idle_cpu_percent: dict[str, float] = field(default_factory=dict)
+    cpu_ms_per_pod: dict[str, float] = field(default_factory=dict)
+    cpu_ms_per_pod_net: dict[str, float] = field(default_factory=dict)
+    load_average: dict[str, list[float]] = field(default_factory=dict)
+    load_1min_max: float = 0.0
+    others_cpu_percent: float = 0.0
+    """CPU used by processes outside the cluster and the bench during the run, in % of one core."""
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+    nodes_used: int = 0
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * q))]
+
+
+def stage_stats(name: str, values: list[float]) -> StageStats:
+    values = sorted(values)
+    if not values:
+        return StageStats(name, 0.0, 0.0, 0.0, 0.0, 0.0)
+    ms = [v * 1000 for v in values]
+    return StageStats(
+        name,
+        round(statistics.median(ms), 1),
+        round(percentile(ms, 0.9), 1),
+        round(percentile(ms, 0.99), 1),
+        round(ms[-1], 1),
+        round(statistics.fmean(ms), 1),
+    )
+
+
+def process_cpu(pids: Mapping[str, int]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, pid in pids.items():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            out[name] = cpu_seconds(pid)
+    out["bench (load generator)"] = cpu_seconds(os.getpid())
+    return out
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds spent by the whole machine (anything but idle and iowait), from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def write_kind(verb: str, resource: str, sub: str) -> str:
+    if resource == "events":
+        return "events"
+    if resource == "pods":
+        if sub == "binding":
+            return "pods: bindings"
+        if sub == "status":
+            return f"pods: status {verb}{'es' if verb == 'patch' else 's'}"
+        return f"pods: {verb}{'es' if verb == 'patch' else 's'}"
+    return f"{resource}{'/' + sub if sub else ''}: {verb}{'es' if verb == 'patch' else 's'}"
+
+
+def writes_by_kind(counters: Mapping[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in counters["counters"]:
+        if item["verb"] not in ("create", "update", "patch", "delete", "deletecollection"):
+            continue
+        kind = write_kind(item["verb"], item["resource"], item["subresource"])
+        out[kind] = out.get(kind, 0) + int(item["count"])
+    return out
+
+
+def diff(after: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]:
+    return {k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0)}
+
+
+class Bench:
+    def __init__(self, cluster: Cluster, args: argparse.Namespace) -> None:
+        self.cluster = cluster
+        self.args = args
+        self.times = [PodTimes() for _ in range(args.pods)]
+        self.index = {f"e2e-{i:05d}": i for i in range(args.pods)}
+        self.done = asyncio.Event()
+        self.watch_ready = asyncio.Event()
+        self.load_max = 0.0
+
+    def finished(self) -> int:
+        return sum(1 for t in self.times if t.running or t.failed)
+
+    async def counters(self, api: aiohttp.ClientSession) -> dict[str, Any]:
+        async with api.get("/hami-sim/counters") as r:
+            return dict(orjson.loads(await r.read()))
+
+    async def metrics(self, control: aiohttp.ClientSession) -> dict[str, dict[str, float]]:
+        async with control.get("/metrics") as r:
+            return parse_histograms(await r.text())
+
+    async def watch(self, api: aiohttp.ClientSession) -> None:
+        async with api.get(f"/api/v1/namespaces/{NAMESPACE}/pods") as r:
+            listed = orjson.loads(await r.read())
+        version = listed["metadata"]["resourceVersion"]
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods?watch=true&resourceVersion={version}"
+        async with api.get(path, timeout=timeout) as r:
+            if r.status != 200:
+                raise SystemExit(f"watch failed: {r.status} {(await r.read())[:300]!r}")
+            self.watch_ready.set()
+            async for line in r.content:
+                now = time.monotonic()
+                if not line.strip():
+                    continue
+                event = orjson.loads(line)
+                if event.get("type") not in ("ADDED", "MODIFIED"):
+                    continue
+                pod = event["object"]
+                i = self.index.get(pod["metadata"]["name"])
+                if i is None:
+                    continue
+                observe(self.times[i], pod, now)
+                if self.finished() == len(self.times):
+                    self.done.set()
+                    return
+
+    async def create(self, api: aiohttp.ClientSession) -> None:
+        rng = random.Random(self.args.pods)
+        pods = [gpu_pod(i, rng.randrange(1000, 4001, 100)) for i in range(self.args.pods)]
+        queue = list(range(len(pods)))
+        queue.reverse()
+
+        async def worker() -> None:
+            while queue:
+                i = queue.pop()
+                body = orjson.dumps(pods[i])
+                self.times[i].post = time.monotonic()
+                async with api.post(
+                    f"/api/v1/namespaces/{NAMESPACE}/pods",
+                    data=body,
+                    headers={"Content-Type": "application/json"},
+                ) as r:
+                    answer = await r.read()
+                    self.times[i].created = time.monotonic()
+                    if r.status != 201:
+                        self.times[i].failed = f"create: HTTP {r.status} {answer[:200]!r}"
+                        continue
+                observe(self.times[i], orjson.loads(answer), self.times[i].created)
+
+        await asyncio.gather(*(worker() for _ in range(self.args.concurrency)))
+
+    async def sample_load(self) -> None:
+        while not self.done.is_set():
+            self.load_max = max(self.load_max, os.getloadavg()[0])
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.done.wait(), 1.0)
+
+    async def progress(self, started: float) -> None:
+        while not self.done.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.done.wait(), 5.0)
+            if self.done.is_set():
+                return
+            counts = {m: sum(1 for t in self.times if getattr(t, m)) for m in MILESTONES[1:]}
+            text = ", ".join(f"{m} {n}" for m, n in counts.items())
+            log(f"  {time.monotonic() - started:5.1f} s: {text}")
+
+    async def run(self, result: Result) -> None:
+        args = self.args
+        ca = ssl.create_default_context(cafile=str(self.cluster.ca_file))
+        api_conn = aiohttp.TCPConnector(limit=args.concurrency + 4)
+        control_conn = aiohttp.TCPConnector(ssl=ca, limit=2)
+        async with (
+            aiohttp.ClientSession(self.cluster.apiserver_url, connector=api_conn) as api,
+            aiohttp.ClientSession(self.cluster.control_url, connector=control_conn) as control,
+        ):
+            ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+            async with api.post("/api/v1/namespaces", json=ns) as r:
+                if r.status != 201:
+                    raise SystemExit(f"creating namespace {NAMESPACE}: {r.status} {await r.text()}")
+            pids = self.cluster.pids()
+            # idle baseline
+            log(f"idle baseline: {args.idle_seconds:.0f} s")
+            idle_writes_0 = writes_by_kind(await self.counters(api))
+            idle_cpu_0 = process_cpu(pids)
+            idle_t0 = time.monotonic()
+            await asyncio.sleep(args.idle_seconds)
+            idle_elapsed = time.monotonic() - idle_t0
+            idle_cpu = {k: v - idle_cpu_0.get(k, 0.0) for k, v in process_cpu(pids).items()}
+            idle_writes = diff(writes_by_kind(await self.counters(api)), idle_writes_0)
+            result.idle_cpu_percent = {k: round(v * 100 / idle_elapsed, 1) for k, v in idle_cpu.items()}
+            # the run
+            watcher = asyncio.create_task(self.watch(api))
+            await asyncio.wait_for(self.watch_ready.wait(), 30)
+            metrics_0 = await self.metrics(control)
+            writes_0 = writes_by_kind(await self.counters(api))
+            result.load_average["before"] = [round(x, 2) for x in os.getloadavg()]
+            cpu_0 = process_cpu(pids)
+            busy_0 = machine_busy_seconds()
+            started = time.monotonic()
+            log(f"creating {args.pods} pods, {args.concurrency} concurrent POSTs")
+            sampler = asyncio.create_task(self.sample_load())
+            reporter = asyncio.create_task(self.progress(started))
+            await self.create(api)
+            result.create_seconds = round(max(t.created for t in self.times) - started, 2)
+            log(f"created in {result.create_seconds:.2f} s; waiting for Running")
+            if self.finished() == len(self.times):
+                self.done.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.done.wait(), args.timeout)
+            self.done.set()
+            elapsed = time.monotonic() - started
+            cpu = {k: v - cpu_0.get(k, 0.0) for k, v in process_cpu(pids).items()}
+            others = machine_busy_seconds() - busy_0 - sum(cpu.values())
+            result.others_cpu_percent = round(max(0.0, others) * 100 / elapsed, 1)
+            result.load_average["after"] = [round(x, 2) for x in os.getloadavg()]
+            writes = diff(writes_by_kind(await self.counters(api)), writes_0)
+            metrics_1 = await self.metrics(control)
+            watcher.cancel()
+            for task in (watcher, sampler, reporter):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self.summarise(result, started, elapsed, cpu, idle_cpu, idle_elapsed, writes, idle_writes)
+        result.load_1min_max = round(self.load_max, 2)
+        for key, name in HISTOGRAMS.items():
+            result.server[key] = histogram_delta(metrics_0.get(name, {}), metrics_1.get(name, {}))
+
+    def summarise(  # noqa: PLR0917
+        self,
+        result: Result,
+        started: float,
+        elapsed: float,
+        cpu: Mapping[str, float],
+        idle_cpu: Mapping[str, float],
+        idle_elapsed: float,
+        writes: Mapping[str, int],
+        idle_writes: Mapping[str, int],
+    ) -> None:
+        n = len(self.times)
+        running = [t for t in self.times if t.running]
+        result.running = len(running)
+        failures = [t.failed for t in self.times if t.failed]
+        result.failed = len(failures)
+        result.first_failure = failures[0] if failures else ""
+        result.nodes_used = len({t.node for t in self.times if t.node})
+        if running and len(running) == n:
+            last = max(t.running for t in running)
+            result.seconds_to_all_running = round(last - started, 2)
+            result.pods_per_second = round(n / (last - started), 1)
+        else:
+            result.seconds_to_all_running = float("nan")
+            result.pods_per_second = round(len(running) / elapsed, 1)
+        for milestone in MILESTONES[1:]:
+            stamps = [getattr(t, milestone) for t in self.times if getattr(t, milestone)]
+            if stamps:
+                result.milestone_seconds[milestone] = round(max(stamps) - started, 2)
+        for name, start, end in STAGES:
+            values = [
+                getattr(t, end) - getattr(t, start)
+                for t in self.times
+                if getattr(t, start) and getattr(t, end)
+            ]
+            result.stages.append(stage_stats(name, values))
+        net_writes = dict(writes)
+        for kind, count in idle_writes.items():
+            if kind.startswith(("pods", "events")):
+                continue
+            net_writes[kind] = net_writes.get(kind, 0) - round(count * elapsed / idle_elapsed)
+        result.writes = {k: v for k, v in sorted(net_writes.items()) if v}
+        pod_writes = {k: v for k, v in result.writes.items()}
+        pod_writes["total"] = sum(result.writes.values())
+        result.writes_per_pod = {k: round(v / n, 2) for k, v in pod_writes.items()}
+        result.cpu_seconds = {k: round(v, 2) for k, v in cpu.items()}
+        result.cpu_ms_per_pod = {k: round(v * 1000 / n, 2) for k, v in cpu.items()}
+        result.cpu_ms_per_pod_net = {
+            k: round((v - idle_cpu.get(k, 0.0) * elapsed / idle_elapsed) * 1000 / n, 2)
+            for k, v in cpu.items()
+        }
+
+
+# --- output -----------------------------------------------------------------------------------------------
+
+
+def render(result: Result) -> str:
+    lines = [
+        f"### {result.nodes} node(s) x {result.gpus_per_node} GPUs, {result.mode}: {result.pods} pods, "
+        f"{result.concurrency} concurrent POSTs",
+        "",
+        f"- cluster up in {result.up_seconds:.1f} s; {result.running}/{result.pods} Running "
+        f"({result.failed} failed{': ' + result.first_failure if result.first_failure else ''}), "
+        f"on {result.nodes_used} node(s)",
+        f"- all Running {result.seconds_to_all_running:.2f} s after the first POST: "
+        f"**{result.pods_per_second:.1f} pods/s** (POSTs done after {result.create_seconds:.2f} s)",
+        "- last pod reaching each milestone, from the first POST: "
+        + ", ".join(f"{m} {s:.2f} s" for m, s in result.milestone_seconds.items()),
+        f"- load average (1, 5, 15 min) before {result.load_average.get('before')}, after "
+        f"{result.load_average.get('after')}; 1-min max during the run {result.load_1min_max}; "
+        f"{result.cores} cores; CPU of other processes on the machine during the run: "
+        f"{result.others_cpu_percent:.0f} % of a core",
+        "",
+        "| stage (per pod) | p50 ms | p90 ms | p99 ms | max ms | mean ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {s.stage} | "
+        + " | ".join(f"{v:,.1f}" for v in (s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms, s.mean_ms))
+        + " |"
+        for s in result.stages
+    ]
+    lines += [
+        "",
+        "| hami-control, server side | calls | mean ms | p50 ms (bucket) | p99 ms (bucket) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {k} | {v.calls:,} | {v.mean_ms:.2f} | <= {v.p50_ms:g} | <= {v.p99_ms:g} |"
+        if v.calls
+        else f"| {k} | 0 | - | - | - |"
+        for k, v in result.server.items()
+    ]
+    lines += ["", "| API writes | count | per pod |", "|---|---:|---:|"]
+    lines += [
+        f"| {k} | {result.writes.get(k, sum(result.writes.values())):,} | {v:.2f} |"
+        for k, v in result.writes_per_pod.items()
+    ]
+    lines += [
+        "",
+        "| process | CPU s in the run | idle % of a core | CPU ms per pod | net of idle |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {k} | {v:.2f} | {result.idle_cpu_percent.get(k, 0.0):.1f} | {result.cpu_ms_per_pod[k]:.2f} "
+        f"| {result.cpu_ms_per_pod_net[k]:.2f} |"
+        for k, v in result.cpu_seconds.items()
+    ]
+    cluster = [k for k in result.cpu_seconds if k != "bench (load generator)"]
+    lines.append(
+        f"| **whole cluster** | {sum(result.cpu_seconds[k] for k in cluster):.2f} | "
+        f"{sum(result.idle_cpu_percent.get(k, 0.0) for k in cluster):.1f} | "
+        f"{sum(result.cpu_ms_per_pod[k] for k in cluster):.2f} | "
+        f"{sum(result.cpu_ms_per_pod_net[k] for k in cluster):.2f} |"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--pods", type=int, default=500)
+    parser.add_argument("--scale", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--burst", action="store_true", help="80 pods onto 1 node x 8 GPUs")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--idle-seconds", type=float, default=5.0)
+    parser.add_argument("--timeout", type=float, default=0.0, help="seconds to wait for Running (0: auto)")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--keep-logs", type=Path, help="copy the cluster's logs here at the end")
+    args = parser.parse_args(argv)
+    if args.burst:
+        args.nodes, args.gpus_per_node, args.pods = 1, 8, 80
+    if args.pods > args.nodes * args.gpus_per_node * 10:
+        parser.error(
+            f"--pods {args.pods}: more than the cluster's {args.nodes * args.gpus_per_node * 10} slots"
+        )
+    if not args.timeout:
+        args.timeout = 60.0 + args.pods * 0.5
+    spec = ClusterSpec.uniform(args.nodes, args.gpus_per_node, MODEL, scale=args.scale)
+    mode = (
+        f"scale mode ({'--scale' if args.scale else f'above {SCALE_THRESHOLD} nodes'})"
+        if spec.scale_mode
+        else "one process per part"
+    )
+    progress: Callable[[str], None] = lambda message: log(f"cluster: {message}")  # noqa: E731
+    with tempfile.TemporaryDirectory(prefix="hami-bench-e2e-") as tmp:
+        started = time.monotonic()
+        with Cluster.up(spec, Path(tmp) / "state", progress=progress) as cluster:
+            result = Result(
+                nodes=args.nodes,
+                gpus_per_node=args.gpus_per_node,
+                mode=mode,
+                pods=args.pods,
+                concurrency=args.concurrency,
+                up_seconds=round(time.monotonic() - started, 1),
+                running=0,
+                failed=0,
+                first_failure="",
+                seconds_to_all_running=float("nan"),
+                pods_per_second=0.0,
+                create_seconds=0.0,
+            )
+            try:
+                asyncio.run(Bench(cluster, args).run(result))
+            finally:
+                if args.keep_logs is not None:
+                    shutil.copytree(cluster.logs_dir, args.keep_logs, dirs_exist_ok=True)
+    text = render(result)
+    print(text)
+    if args.json is not None:
+        args.json.write_text(json.dumps(asdict(result), indent=2) + "\n")
+    ok = result.running == args.pods
+    if args.burst:
+        verdict = "met" if ok and result.seconds_to_all_running <= GOAL_BURST_SECONDS else "NOT met"
+        log(f"goal: 80-pod burst all Running <= {GOAL_BURST_SECONDS:.0f} s: {verdict}")
+    else:
+        verdict = "met" if ok and result.pods_per_second >= GOAL_PODS_PER_SECOND else "NOT met"
+        log(f"goal: >= {GOAL_PODS_PER_SECOND:.0f} pods/s: {verdict}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

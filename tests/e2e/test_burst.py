@@ -1,0 +1,164 @@
+"""End to end on `hami-sim`: a burst of 80 one-GPU pods (1000 MiB each), created through the official
+client as a user would and without a schedulerName, onto one node with 8 GPUs split 10 ways (exactly 80
+slots). Every pod runs with `bind-phase=success`, no GPU holds more than its 10 slots, its memory or its
+cores, and the API writes per scheduled pod stay at the Binding plus the node daemon's one bind-phase
+patch. The time from the first create to the last pod Running is printed (the goal is <= 5 s; on the
+2-core development VM with other sessions running it is not asserted).
+
+The writes come from the API server stand-in's request log (`GET /hami-sim/requests`, read through the
+official client's `call_api`). Per burst pod we count, by verb, resource and subresource:
+- `create pods` (the user's create, reported, not part of the bound),
+- `create pods/binding` (hami-control's bind: the GPU choice travels in the Binding's annotations),
+- `patch|update pods` (the pod object itself: hami-node's bind-phase patch; anything else would show),
+and assert bindings + pod patches/updates <= 2 per pod. Writes to `pods/status` (the kubelet stand-in
+setting Running), events and node writes (hami-control's node lock) are reported but not bounded.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes import client, config
+
+from hami_api.annotations import (
+    BIND_PHASE,
+    DEVICES_ALLOCATED,
+    NODE_REGISTER,
+    decode_node_register,
+    decode_pod_allocation,
+)
+from hami_sim.cluster import Cluster, ClusterSpec
+
+T = TypeVar("T")
+
+PODS = 80
+GPUS = 8
+SPLIT = 10
+POD_MEMORY_MIB = 1000
+PREFIX = "burst-"
+
+
+def wait_for(condition: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    spec = ClusterSpec.uniform(1, GPUS, split=SPLIT)
+    with Cluster.up(spec, tmp_path_factory.mktemp("burst") / ".hami-sim") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def core(cluster: Cluster) -> Iterator[Any]:
+    api_client = config.new_client_from_config(str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
+    try:
+        yield client.CoreV1Api(api_client)
+    finally:
+        api_client.close()
+
+
+def gpu_pod(name: str) -> client.V1Pod:
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(POD_MEMORY_MIB)}
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1PodSpec(
+            containers=[
+                client.V1Container(
+                    name="main", image="cuda:12", resources=client.V1ResourceRequirements(limits=limits)
+                )
+            ]
+        ),
+    )
+
+
+def request_log(core: Any) -> list[dict[str, Any]]:
+    """The API server stand-in's latest requests (its debug path, through the official client)."""
+    api_client = core.api_client
+    url = api_client.configuration.host + "/hami-sim/requests?limit=10000"
+    response = api_client.call_api("GET", url, header_params={"Accept": "application/json"})
+    assert response.status == 200, response.status
+    body = json.loads(response.read())
+    items: list[dict[str, Any]] = body["items"]
+    return items
+
+
+def test_a_burst_of_80_pods_fills_an_8_gpu_node(cluster: Cluster, core: Any) -> None:
+    names = [f"{PREFIX}{i:02d}" for i in range(PODS)]
+    started = time.monotonic()
+    for name in names:
+        core.create_namespaced_pod("default", gpu_pod(name))
+    created = time.monotonic() - started
+
+    def all_running() -> list[Any] | None:
+        pods = [p for p in core.list_namespaced_pod("default").items if p.metadata.name.startswith(PREFIX)]
+        done = len(pods) == PODS and all(
+            p.status.phase == "Running" and (p.metadata.annotations or {}).get(BIND_PHASE) == "success"
+            for p in pods
+        )
+        return pods if done else None
+
+    pods = wait_for(all_running, 120, f"{PODS} pods Running with bind-phase=success", interval=0.05)
+    elapsed = time.monotonic() - started
+    print(
+        f"\nburst: {PODS} pods created in {created:.2f} s, "
+        f"all Running (bind-phase=success) after {elapsed:.2f} s"
+    )
+
+    # Every GPU within its slots, memory and cores, as the node registered them.
+    (node,) = core.list_node().items
+    registered = {g.id: g for g in decode_node_register(node.metadata.annotations[NODE_REGISTER])}
+    assert len(registered) == GPUS
+    used: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0, 0])
+    for pod in pods:
+        assert pod.spec.scheduler_name == "hami-scheduler"
+        assert pod.spec.node_name == node.metadata.name
+        allocation = decode_pod_allocation(pod.metadata.annotations[DEVICES_ALLOCATED], DEVICES_ALLOCATED)
+        slices = [s for c in allocation.containers for s in c.devices]
+        assert len(slices) == 1 and slices[0].usedmem == POD_MEMORY_MIB, (pod.metadata.name, slices)
+        for s in slices:
+            assert s.uuid in registered, (pod.metadata.name, s.uuid)
+            used[s.uuid][0] += 1
+            used[s.uuid][1] += s.usedmem
+            used[s.uuid][2] += s.usedcores
+    for uuid, (slots, mem, cores) in used.items():
+        gpu = registered[uuid]
+        assert slots <= gpu.count and mem <= gpu.devmem and cores <= gpu.devcore, (uuid, slots, mem, cores)
+    assert sum(slots for slots, _m, _c in used.values()) == PODS
+
+    # API writes per scheduled pod, from the API server's request log.
+    ours = set(names)
+    writes: collections.Counter[tuple[str, str]] = collections.Counter()
+    others: collections.Counter[tuple[str, str, str]] = collections.Counter()
+    for rec in request_log(core):
+        verb, resource, sub, name = rec["verb"], rec["resource"], rec["subresource"], rec["name"]
+        if verb not in ("create", "update", "patch", "delete"):
+            continue
+        # A create's name is in its body, not its path: the log has "" (only this test creates pods).
+        if resource == "pods" and (name in ours or (verb == "create" and not name and not sub)):
+            writes[(verb, sub)] += 1
+        else:
+            others[(verb, resource, sub)] += 1
+    pod_creates = writes[("create", "")]
+    bindings = writes[("create", "binding")]
+    pod_patches = writes[("patch", "")] + writes[("update", "")]
+    status_writes = writes[("patch", "status")] + writes[("update", "status")]
+    per_pod = (bindings + pod_patches) / PODS
+    print(
+        f"burst: writes per pod: {per_pod:.2f} (bindings {bindings}, pod patches/updates {pod_patches}); "
+        f"also pod creates {pod_creates}, pods/status writes {status_writes}; other writes {dict(others)}"
+    )
+    assert pod_creates == PODS and bindings == PODS, writes  # the log covers the whole burst
+    assert per_pod <= 2, writes
