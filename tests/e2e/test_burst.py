@@ -19,11 +19,11 @@ from __future__ import annotations
 import collections
 import json
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from hami_api.annotations import (
     BIND_PHASE,
@@ -33,25 +33,13 @@ from hami_api.annotations import (
     decode_pod_allocation,
 )
 from hami_sim.cluster import Cluster, ClusterSpec
-
-T = TypeVar("T")
+from tests.e2e.e2e_util import core_v1, wait_for
 
 PODS = 80
 GPUS = 8
 SPLIT = 10
 POD_MEMORY_MIB = 1000
 PREFIX = "burst-"
-
-
-def wait_for(condition: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +51,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def core(cluster: Cluster) -> Iterator[Any]:
-    api_client = config.new_client_from_config(str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
-    try:
-        yield client.CoreV1Api(api_client)
-    finally:
-        api_client.close()
+    with core_v1(cluster) as api:
+        yield api
 
 
 def gpu_pod(name: str) -> client.V1Pod:

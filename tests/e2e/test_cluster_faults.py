@@ -19,11 +19,11 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from hami_api.annotations import (
     BIND_PHASE,
@@ -38,23 +38,11 @@ from hami_api.types import GPUInfo
 from hami_node.gpu.backend import GpuEventKind
 from hami_node.gpu.inventory import FakeEvent, load_inventory, write_inventory
 from hami_sim.cluster import Cluster, ClusterSpec
-
-T = TypeVar("T")
+from tests.e2e.e2e_util import core_v1, wait_for
 
 SPLIT = 10
 RECOVERY_S = 3
 NODE_1, NODE_2 = "gpu-node-1", "gpu-node-2"
-
-
-def wait_for(condition: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +54,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def core(cluster: Cluster) -> Iterator[Any]:
-    api_client = config.new_client_from_config(str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
-    try:
-        yield client.CoreV1Api(api_client)
-    finally:
-        api_client.close()
+    with core_v1(cluster) as api:
+        yield api
 
 
 def gpu_pod(name: str, *, node: str | None = None, uuid: str | None = None) -> client.V1Pod:

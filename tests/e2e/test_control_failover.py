@@ -15,9 +15,9 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client, config
@@ -32,21 +32,10 @@ from hami_api.annotations import (
 )
 from hami_sim.cluster import Cluster, ClusterSpec
 from hami_sim.tls import client_ssl_context
+from tests.e2e.e2e_util import wait_for
 
-T = TypeVar("T")
 LEASE = ("--leader-elect", "--leader-elect-namespace", "kube-system", "--leader-elect-lease-duration", "3",
          "--leader-elect-renew-deadline", "2", "--leader-elect-retry-period", "1")  # fmt: skip
-
-
-def wait_for(condition: Callable[[], T], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
 
 
 class Forwarder:

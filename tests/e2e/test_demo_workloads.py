@@ -7,12 +7,12 @@ runs within seconds."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from hami_api.annotations import (
     BIND_PHASE,
@@ -23,19 +23,7 @@ from hami_api.annotations import (
 )
 from hami_sim.cluster import Cluster, ClusterSpec, GpuSpec, NodeSpec
 from hami_sim.demo import EXAMPLES, _create, _documents, container_env
-
-T = TypeVar("T")
-
-
-def wait_for(condition: Callable[[], T], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
+from tests.e2e.e2e_util import core_v1, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -50,11 +38,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def core(cluster: Cluster) -> Iterator[Any]:
-    api_client = config.new_client_from_config(str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
-    try:
-        yield client.CoreV1Api(api_client)
-    finally:
-        api_client.close()
+    with core_v1(cluster) as api:
+        yield api
 
 
 def allocation_of(pod: Any) -> list[list[tuple[str, int, int]]]:

@@ -10,10 +10,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -33,19 +32,7 @@ from hami_sim.cluster import (
 from hami_sim.cluster.process import start_ticks
 from hami_sim.nodehost import SpecError as HostSpecError
 from hami_sim.nodehost import parse_host_spec
-
-T = TypeVar("T")
-
-
-def wait_for(condition: Callable[[], T], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
+from tests.e2e.e2e_util import wait_for
 
 
 def identities(cluster: Cluster) -> dict[str, tuple[int, int]]:
