@@ -24,7 +24,13 @@ from hami_node.plugin.api import api_pb2, api_pb2_grpc, constants
 from hami_node.plugin.registration import CHANNEL_OPTIONS
 from hami_sim.kubelet import resources as msg
 from hami_sim.kubelet.allocation import PodDevices
-from hami_sim.kubelet.checkpoint import NO_TOPOLOGY, CheckpointError, read_checkpoint, write_checkpoint
+from hami_sim.kubelet.checkpoint import (
+    NO_TOPOLOGY,
+    CheckpointEncoder,
+    CheckpointError,
+    read_checkpoint,
+    write_checkpoint,
+)
 from hami_sim.kubelet.config import KubeletConfig
 
 log = logging.getLogger(__name__)
@@ -134,6 +140,7 @@ class DeviceManager:
         self._unhealthy: dict[str, set[str]] = {}
         self._removed: set[str] = set()
         self._pod_devices = PodDevices()
+        self._checkpoint_encoder = CheckpointEncoder()
         self._reuse: dict[str, dict[str, set[str]]] = {}
         self._reserved: dict[str, set[str]] = {}
         self._registrations: dict[str, int] = {}
@@ -423,7 +430,9 @@ class DeviceManager:
     def _write_checkpoint(self) -> None:
         registered = {name: sorted(devices) for name, devices in self._healthy.items()}
         try:
-            write_checkpoint(self.config.checkpoint_path, self._pod_devices.entries(), registered)
+            write_checkpoint(
+                self.config.checkpoint_path, self._pod_devices.entries(), registered, self._checkpoint_encoder
+            )
         except OSError as exc:
             log.error("node %s: failed to write the device checkpoint: %s", self.config.node_name, exc)
 

@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 
 from hami_node.plugin.api import api_pb2
 from hami_sim.kubelet import Kubelet, KubeletConfig
+from hami_sim.kubelet import checkpoint as checkpoint_module
 from hami_sim.kubelet.checkpoint import (
+    CheckpointEncoder,
     CheckpointError,
     PodDeviceEntry,
     decode_checkpoint,
@@ -101,6 +103,77 @@ def test_checkpoint_round_trips(entries: list[PodDeviceEntry], registered: dict[
     assert [e.response for e in decoded.entries] == [e.response for e in entries]
     assert {k: list(v) for k, v in decoded.registered_devices.items()} == registered
     assert encode_checkpoint(decoded.entries, decoded.registered_devices) == raw
+
+
+_entries = st.builds(
+    PodDeviceEntry,
+    st.uuids().map(str),
+    st.sampled_from(["a", "b<&>"]),
+    st.sampled_from(["nvidia.com/gpu", "example.com/dev"]),
+    st.dictionaries(st.integers(-1, 3), _ids, max_size=2),
+    st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2).map(
+        lambda envs: api_pb2.ContainerAllocateResponse(envs=envs)
+    ),
+)
+
+
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["append", "remove", "replace", "same"]), st.integers(0, 20), _entries),
+        max_size=12,
+    ),
+    registered=st.dictionaries(st.sampled_from(["nvidia.com/gpu", "x.io/y"]), _ids.map(sorted), max_size=2),
+)
+def test_an_encoder_reused_across_writes_matches_a_fresh_one(
+    steps: list[tuple[str, int, PodDeviceEntry]], registered: dict[str, list[str]]
+) -> None:
+    """The device manager's encoder keeps the previous write's work; whatever happened to the entries
+    in between (admissions, removals, a container's entry replaced), its bytes are a fresh encode's."""
+    encoder = CheckpointEncoder()
+    entries: list[PodDeviceEntry] = []
+    for op, index, entry in steps:
+        if op == "append":
+            entries.append(entry)
+        elif op == "remove" and entries:
+            del entries[index % len(entries)]
+        elif op == "replace" and entries:
+            old = entries[index % len(entries)]
+            entries[index % len(entries)] = PodDeviceEntry(
+                old.pod_uid, old.container_name, old.resource_name, old.device_ids, entry.response
+            )
+        raw = encoder.encode(entries, registered)
+        assert raw == encode_checkpoint(entries, registered)
+        assert list(decode_checkpoint(raw).entries) == entries
+
+
+def test_an_encoder_encodes_only_the_new_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+    encoded: list[str] = []
+    entry_json = checkpoint_module._entry_json
+
+    def counting(entry: PodDeviceEntry) -> bytes:
+        encoded.append(entry.pod_uid)
+        return entry_json(entry)
+
+    monkeypatch.setattr(checkpoint_module, "_entry_json", counting)
+    response = api_pb2.ContainerAllocateResponse(envs={"A": "1"})
+    entries = [
+        PodDeviceEntry(f"uid-{i}", "c", "nvidia.com/gpu", {-1: (f"d{i}",)}, response) for i in range(5)
+    ]
+    encoder = CheckpointEncoder()
+    encoder.encode(entries[:4], {})
+    assert encoded == ["uid-0", "uid-1", "uid-2", "uid-3"]
+    encoded.clear()
+    encoder.encode(
+        [
+            PodDeviceEntry(e.pod_uid, e.container_name, e.resource_name, e.device_ids, e.response)
+            for e in entries
+        ],
+        {},
+    )
+    assert encoded == ["uid-4"]
+    encoded.clear()
+    encoder.encode(entries[:1] + entries[2:], {})
+    assert encoded == ["uid-2", "uid-3", "uid-4"]
 
 
 @pytest.mark.parametrize(
