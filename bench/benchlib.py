@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: the local API server as a process, and a process's CPU time."""
+"""What the benchmark scripts share: the local API server as a process, and a process's CPU time and
+resident memory."""
 
 from __future__ import annotations
 
@@ -17,6 +18,14 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process in MiB, from /proc (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def start_apiserver(

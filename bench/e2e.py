@@ -36,7 +36,8 @@ and p50/p99 as the upper bound of the histogram bucket.
 API writes per pod come from the API server's counters (`GET /hami-sim/counters`, per verb, resource and
 subresource), after minus before; the idle baseline's write rate over the run's length is subtracted
 from writes to anything else than pods and events ("nodes, net"). CPU per process is from /proc
-(`benchlib.cpu_seconds`), raw and net of the idle baseline. The load generator (this process) shares
+(`benchlib.cpu_seconds`), raw and net of the idle baseline; resident memory per process (VmRSS) once
+every pod ran. The load generator (this process) shares
 the machine's cores with the cluster; its CPU and the load average are reported with the numbers.
 
 Usage:
@@ -70,7 +71,7 @@ from typing import Any
 
 import aiohttp
 import orjson
-from benchlib import cpu_seconds
+from benchlib import cpu_seconds, rss_mib
 
 from hami_api.annotations import BIND_PHASE
 from hami_sim.cluster import SCALE_THRESHOLD, Cluster, ClusterSpec
@@ -236,6 +237,8 @@ class Result:
     idle_cpu_percent: dict[str, float] = field(default_factory=dict)
     cpu_ms_per_pod: dict[str, float] = field(default_factory=dict)
     cpu_ms_per_pod_net: dict[str, float] = field(default_factory=dict)
+    rss_mib: dict[str, float] = field(default_factory=dict)
+    """Resident memory of each process once every pod ran."""
     load_average: dict[str, list[float]] = field(default_factory=dict)
     load_1min_max: float = 0.0
     others_cpu_percent: float = 0.0
@@ -269,6 +272,14 @@ def process_cpu(pids: Mapping[str, int]) -> dict[str, float]:
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):
             out[name] = cpu_seconds(pid)
     out["bench (load generator)"] = cpu_seconds(os.getpid())
+    return out
+
+
+def process_rss(pids: Mapping[str, int]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, pid in pids.items():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            out[name] = round(rss_mib(pid), 1)
     return out
 
 
@@ -438,6 +449,7 @@ class Bench:
             self.done.set()
             elapsed = time.monotonic() - started
             cpu = {k: v - cpu_0.get(k, 0.0) for k, v in process_cpu(pids).items()}
+            result.rss_mib = process_rss(pids)
             others = machine_busy_seconds() - busy_0 - sum(cpu.values())
             result.others_cpu_percent = round(max(0.0, others) * 100 / elapsed, 1)
             result.load_average["after"] = [round(x, 2) for x in os.getloadavg()]
@@ -552,12 +564,12 @@ def render(result: Result) -> str:
     ]
     lines += [
         "",
-        "| process | CPU s in the run | idle % of a core | CPU ms per pod | net of idle |",
-        "|---|---:|---:|---:|---:|",
+        "| process | CPU s in the run | idle % of a core | CPU ms per pod | net of idle | RSS MiB after |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     lines += [
         f"| {k} | {v:.2f} | {result.idle_cpu_percent.get(k, 0.0):.1f} | {result.cpu_ms_per_pod[k]:.2f} "
-        f"| {result.cpu_ms_per_pod_net[k]:.2f} |"
+        f"| {result.cpu_ms_per_pod_net[k]:.2f} | {_rss(result, k)} |"
         for k, v in result.cpu_seconds.items()
     ]
     cluster = [k for k in result.cpu_seconds if k != "bench (load generator)"]
@@ -565,9 +577,14 @@ def render(result: Result) -> str:
         f"| **whole cluster** | {sum(result.cpu_seconds[k] for k in cluster):.2f} | "
         f"{sum(result.idle_cpu_percent.get(k, 0.0) for k in cluster):.1f} | "
         f"{sum(result.cpu_ms_per_pod[k] for k in cluster):.2f} | "
-        f"{sum(result.cpu_ms_per_pod_net[k] for k in cluster):.2f} |"
+        f"{sum(result.cpu_ms_per_pod_net[k] for k in cluster):.2f} | "
+        f"{sum(result.rss_mib.get(k, 0.0) for k in cluster):,.0f} |"
     )
     return "\n".join(lines) + "\n"
+
+
+def _rss(result: Result, name: str) -> str:
+    return f"{result.rss_mib[name]:,.0f}" if name in result.rss_mib else "-"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
