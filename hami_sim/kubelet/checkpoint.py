@@ -129,6 +129,7 @@ def _entry_json(entry: PodDeviceEntry) -> bytes:
 
 
 _ENTRIES_OPEN = b'{"PodDeviceEntries":['
+_ENTRIES_OPEN_STATE = fnv32a(_ENTRIES_OPEN)
 _NO_ENTRIES = b'{"PodDeviceEntries":null'
 
 
@@ -151,7 +152,7 @@ class CheckpointEncoder:
         """The checkpoint file's bytes."""
         chain = self._chain
         new_chain: list[tuple[PodDeviceEntry, bytes, int]] = []
-        state = fnv32a(_ENTRIES_OPEN)
+        state = _ENTRIES_OPEN_STATE
         reusing = True
         for i, entry in enumerate(entries):
             if reusing and i < len(chain):
