@@ -37,8 +37,8 @@ API writes per pod come from the API server's counters (`GET /hami-sim/counters`
 subresource), after minus before; the idle baseline's write rate over the run's length is subtracted
 from writes to anything else than pods and events ("nodes, net"). CPU per process is from /proc
 (`benchlib.cpu_seconds`), raw and net of the idle baseline; resident memory per process (VmRSS) once
-every pod ran. The load generator (this process) shares
-the machine's cores with the cluster; its CPU and the load average are reported with the numbers.
+every pod ran. The load generator (this process) shares the machine's cores with the cluster; its CPU
+and the load average are reported with the numbers.
 
 Usage:
 
@@ -266,21 +266,17 @@ def stage_stats(name: str, values: list[float]) -> StageStats:
     )
 
 
+def per_process(pids: Mapping[str, int], read: Callable[[int], float]) -> dict[str, float]:
+    """`read(pid)` for each process still alive."""
+    out: dict[str, float] = {}
+    for name, pid in pids.items():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            out[name] = read(pid)
+    return out
+
+
 def process_cpu(pids: Mapping[str, int]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for name, pid in pids.items():
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-            out[name] = cpu_seconds(pid)
-    out["bench (load generator)"] = cpu_seconds(os.getpid())
-    return out
-
-
-def process_rss(pids: Mapping[str, int]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for name, pid in pids.items():
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-            out[name] = round(rss_mib(pid), 1)
-    return out
+    return per_process(pids, cpu_seconds) | {"bench (load generator)": cpu_seconds(os.getpid())}
 
 
 def machine_busy_seconds() -> float:
@@ -449,7 +445,7 @@ class Bench:
             self.done.set()
             elapsed = time.monotonic() - started
             cpu = {k: v - cpu_0.get(k, 0.0) for k, v in process_cpu(pids).items()}
-            result.rss_mib = process_rss(pids)
+            result.rss_mib = per_process(pids, rss_mib)
             others = machine_busy_seconds() - busy_0 - sum(cpu.values())
             result.others_cpu_percent = round(max(0.0, others) * 100 / elapsed, 1)
             result.load_average["after"] = [round(x, 2) for x in os.getloadavg()]
