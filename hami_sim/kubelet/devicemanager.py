@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import stat
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -124,6 +125,38 @@ class _RegistrationServicer(api_pb2_grpc.RegistrationServicer):
 
 def _rpc_error_text(exc: grpc.aio.AioRpcError) -> str:
     return msg.go_rpc_error(exc.code(), exc.details())
+
+
+class _PluginCallFailed(Exception):
+    """A device-plugin RPC failed; the text is grpc-go's error, as kubelet quotes it."""
+
+
+CONNECTION_CLOSING = msg.go_rpc_error(grpc.StatusCode.CANCELLED, "grpc: the client connection is closing")
+"""grpc-go's error for a call on a connection closed under it."""
+
+_Response = TypeVar("_Response")
+
+
+async def _call_plugin(start: Callable[[], Awaitable[_Response]]) -> _Response:
+    """Start and await one device-plugin RPC.
+
+    When a plugin's ListAndWatch ends, kubelet closes its connection; calls in flight on it fail
+    with Canceled, and so they do here. grpc-python instead cancels them, and awaiting a cancelled
+    call raises asyncio.CancelledError in the caller, which would end the caller's task (a node's
+    pod admission) as if that task had been cancelled. A call started on a closed channel raises
+    UsageError. Both become `_PluginCallFailed`; the task's own cancellation still propagates.
+    """
+    try:
+        return await start()
+    except grpc.aio.AioRpcError as exc:
+        raise _PluginCallFailed(_rpc_error_text(exc)) from None
+    except grpc.aio.UsageError:
+        raise _PluginCallFailed(CONNECTION_CLOSING) from None
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise
+        raise _PluginCallFailed(CONNECTION_CLOSING) from None
 
 
 class DeviceManager:
@@ -274,11 +307,13 @@ class DeviceManager:
                 raise RegistrationError("failed to dial device plugin: context deadline exceeded") from None
             stub = api_pb2_grpc.DevicePluginStub(channel)
             try:
-                options = await stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=self.config.rpc_timeout)
-            except grpc.aio.AioRpcError as exc:
-                raise RegistrationError(
-                    f"failed to get device plugin options: {_rpc_error_text(exc)}"
-                ) from None
+                options = await _call_plugin(
+                    functools.partial(
+                        stub.GetDevicePluginOptions, api_pb2.Empty(), timeout=self.config.rpc_timeout
+                    )
+                )
+            except _PluginCallFailed as exc:
+                raise RegistrationError(f"failed to get device plugin options: {exc}") from None
             if generation != self._serving_generation:
                 raise RegistrationError("kubelet restarted during registration; register again")
         except BaseException:
@@ -513,10 +548,13 @@ class DeviceManager:
             request = api_pb2.AllocateRequest(
                 container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=chosen)]
             )
+            stub = endpoint.stub
             try:
-                response = await endpoint.stub.Allocate(request, timeout=self.config.rpc_timeout)
-            except grpc.aio.AioRpcError as exc:
-                raise AllocationError(_rpc_error_text(exc)) from None
+                response = await _call_plugin(
+                    functools.partial(stub.Allocate, request, timeout=self.config.rpc_timeout)
+                )
+            except _PluginCallFailed as exc:
+                raise AllocationError(str(exc)) from None
             if not response.container_responses:
                 raise AllocationError(
                     "no containers return in allocation response "
@@ -614,11 +652,14 @@ class DeviceManager:
                 )
             ]
         )
+        stub = endpoint.stub
         try:
-            response = await endpoint.stub.GetPreferredAllocation(request, timeout=self.config.rpc_timeout)
-        except grpc.aio.AioRpcError as exc:
+            response = await _call_plugin(
+                functools.partial(stub.GetPreferredAllocation, request, timeout=self.config.rpc_timeout)
+            )
+        except _PluginCallFailed as exc:
             raise AllocationError(
-                f"device plugin GetPreferredAllocation rpc failed with err: {_rpc_error_text(exc)}"
+                f"device plugin GetPreferredAllocation rpc failed with err: {exc}"
             ) from None
         if not response.container_responses:
             return []
@@ -636,9 +677,14 @@ class DeviceManager:
                 error = msg.endpoint_stopped(resource)
             else:
                 request = api_pb2.PreStartContainerRequest(devices_ids=sorted(held.ids))
+                stub = endpoint.stub
                 try:
-                    await endpoint.stub.PreStartContainer(request, timeout=self.config.pre_start_timeout)
+                    await _call_plugin(
+                        functools.partial(
+                            stub.PreStartContainer, request, timeout=self.config.pre_start_timeout
+                        )
+                    )
                     continue
-                except grpc.aio.AioRpcError as exc:
-                    error = _rpc_error_text(exc)
+                except _PluginCallFailed as exc:
+                    error = str(exc)
             raise PreStartError(f"device plugin PreStartContainer rpc failed with err: {error}")

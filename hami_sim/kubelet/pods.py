@@ -211,7 +211,23 @@ class PodAdmitter:
                 del self._pending[uid]
                 pod = self._pods.get(uid)
                 if pod is not None:
-                    await self._admit(uid, pod)
+                    await self._admit_or_reject(uid, pod)
+
+    async def _admit_or_reject(self, uid: str, pod: JSON) -> None:
+        """Admit the pod; a failure nobody foresaw rejects this pod, logged with its traceback, and
+        does not end the node's admission loop (every later pod would stay Pending)."""
+        try:
+            await self._admit(uid, pod)
+        except Exception as exc:
+            namespace, name = _key(pod)
+            log.exception("node %s: admitting pod %s/%s failed", self.config.node_name, namespace, name)
+            with contextlib.suppress(Exception):
+                await self._reject(
+                    uid,
+                    pod,
+                    msg.UNEXPECTED_ADMISSION_ERROR,
+                    msg.admission_failure(f"{type(exc).__name__}: {exc}"),
+                )
 
     async def _admit(self, uid: str, pod: JSON) -> None:
         namespace, name = _key(pod)

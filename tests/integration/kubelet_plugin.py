@@ -65,6 +65,9 @@ class FakePlugin(api_pb2_grpc.DevicePluginServicer):
             reversed(avail)
         )[:size]
         self.empty_allocate = False
+        self.allocate_entered = threading.Event()
+        self.allocate_gate: threading.Event | None = None
+        """When set, Allocate waits for this event before it answers."""
         self._devices = list(initial)
         self._streams: list[queue.Queue[object]] = []
         self._lock = threading.Lock()
@@ -120,6 +123,9 @@ class FakePlugin(api_pb2_grpc.DevicePluginServicer):
         self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext
     ) -> api_pb2.AllocateResponse:
         self.calls.allocate.append([list(c.devices_ids) for c in request.container_requests])
+        self.allocate_entered.set()
+        if self.allocate_gate is not None:
+            self.allocate_gate.wait(TIMEOUT)
         if self.allocate_error is not None:
             context.abort(grpc.StatusCode.UNKNOWN, self.allocate_error)
         if self.empty_allocate:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from hami_sim.kubelet import CheckpointError, KubeletConfig, KubeletRunner, Snap
 from hami_sim.kubelet.checkpoint import encode_checkpoint
 from tests.apiserver_util import bind
 from tests.conftest import ApiServerHandle
-from tests.integration.kubelet_plugin import FakePlugin, devices
+from tests.integration.kubelet_plugin import TIMEOUT, FakePlugin, devices
 
 RES = "example.com/dev"
 NODE = "node-1"
@@ -234,6 +235,60 @@ def test_allocate_error_fails_the_pod_with_kubelets_message_and_an_event(
         ("Warning", "UnexpectedAdmissionError", expected, "kubelet")
     ]
     assert allocated(kubelet.snapshot()) == frozenset()
+
+
+def test_a_plugin_gone_during_allocate_fails_that_pod_and_admission_goes_on(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    """Kubelet closes a plugin's connection when its ListAndWatch ends: the Allocate in flight fails
+    with Canceled and that pod is rejected; the node goes on admitting pods once the plugin is back.
+    (grpc-python cancels such a call, which used to end the node's admission loop without a word.)"""
+    plugin = make_plugin("a", "b")
+    gate = threading.Event()
+    plugin.allocate_gate = gate
+    run_pod(core_v1, "caught", [container("main", 1)])
+    try:
+        assert plugin.allocate_entered.wait(TIMEOUT), "Allocate was not called"
+        plugin.end_streams()
+        result = kubelet.wait_for_pod(NS, "caught")
+    finally:
+        gate.set()
+    assert not result.admitted and result.reason == "UnexpectedAdmissionError"
+    assert result.message == (
+        "Pod was rejected: Allocate failed due to rpc error: code = Canceled desc = grpc: the client "
+        "connection is closing, which is unexpected"
+    )
+    plugin.allocate_gate = None
+    plugin.register(RES)
+    kubelet.wait_for_devices(lambda s: (r := s.resource(RES)) is not None and r.allocatable == 2)
+    run_pod(core_v1, "after", [container("main", 1)])
+    assert kubelet.wait_for_pod(NS, "after").admitted
+
+
+def test_an_unforeseen_admission_failure_rejects_that_pod_only(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    """A bug on one pod's admission path rejects that pod with the error and the node goes on."""
+    make_plugin("a", "b")
+    manager = kubelet.kubelet.device_manager
+    real = manager.pre_start_container
+    calls = 0
+
+    async def failing_once(pod_uid: str, container: str) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("boom")
+        await real(pod_uid, container)
+
+    manager.pre_start_container = failing_once  # type: ignore[method-assign]
+    run_pod(core_v1, "unlucky", [container("main", 1)])
+    result = kubelet.wait_for_pod(NS, "unlucky")
+    assert not result.admitted and result.reason == "UnexpectedAdmissionError"
+    assert "RuntimeError: boom" in result.message
+    run_pod(core_v1, "next", [container("main", 1)])
+    assert kubelet.wait_for_pod(NS, "next").admitted
+    assert len(allocated(kubelet.snapshot())) == 1  # the rejected pod's device was freed
 
 
 def test_empty_allocate_response_is_an_error(
