@@ -504,7 +504,7 @@ class Binder:
         allocation = self._fit(request, ask).allocation
         now = self._clock()
         self._cache.assume(
-            uid, node, allocation, ask.init_containers, now, namespace=request.namespace, name=request.name
+            uid, node, allocation, ask.kinds, now, namespace=request.namespace, name=request.name
         )
         self.window.enter(node, uid, counts, now, request.who)
         return allocation

@@ -20,10 +20,11 @@ its value, is ignored.
 
 **Pods.** A pod holds GPU slices when it carries `hami.io/vgpu-node` and is not terminal (Succeeded,
 Failed); the slices come from `hami.io/vgpu-devices-allocated` (or `hami.io/vgpu-devices-to-allocate`
-when that is missing or empty), reduced to the pod's peak with `peak_slices` (init containers run one at
-a time before the regular ones). A changed annotation re-accounts the pod (old slices out, new in); a
-pod whose annotations do not decode is skipped with a logged reason. Pods may arrive before their node:
-their slices count as soon as the node registers.
+when that is missing or empty), reduced to the pod's footprint with `hami_api.containers.
+footprint_slices` (init containers run one at a time before the regular ones, sidecars beside them). A
+changed annotation re-accounts the pod (old slices out, new in); a pod whose annotations do not decode
+is skipped with a logged reason. Pods may arrive before their node: their slices count as soon as the
+node registers.
 
 **Assumptions.** A pod the binder has bound counts from `assume` on. The first watch event that shows
 the pod with a decodable allocation replaces the assumption (never both); an event that does not yet
@@ -40,7 +41,7 @@ inventory, and releasing what was never added is a no-op.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -58,11 +59,12 @@ from hami_api.annotations import (
     decode_pod_allocation,
     decode_vgpu_node,
 )
+from hami_api.containers import ContainerKind, footprint_slices, pod_container_kinds
 from hami_api.errors import QuantityError, RequestError, WireFormatError
 from hami_api.quantity import parse_quantity
-from hami_api.resources import ResourceNames, pod_containers
+from hami_api.resources import ResourceNames
 from hami_api.types import GPUInfo, GPUPairScore, GPUSlice, PodAllocation
-from hami_control.usage import NodeGPUs, peak_slices, with_slices, without_slices
+from hami_control.usage import NodeGPUs, with_slices, without_slices
 
 log = logging.getLogger(__name__)
 
@@ -446,11 +448,11 @@ class ClusterCache:
         try:
             node = decode_vgpu_node(node_text)
             allocation = self._allocation(annotations)
-            inits = sum(1 for _, init in pod_containers(pod) if init)
+            kinds = pod_container_kinds(pod)
         except (WireFormatError, RequestError) as err:
             view.skip_reason = str(err)
             return view
-        view.held = Held(node, peak_slices(allocation, inits))
+        view.held = Held(node, footprint_slices(allocation, kinds))
         return view
 
     @staticmethod
@@ -475,7 +477,7 @@ class ClusterCache:
         uid: str,
         node: str,
         allocation: PodAllocation,
-        init_containers: int,
+        kinds: Sequence[ContainerKind],
         now: float,
         *,
         namespace: str = "",
@@ -491,7 +493,7 @@ class ClusterCache:
                 self._uid_by_key[(namespace, name)] = uid
         if state.observed is not None:
             return
-        state.assumed = Held(node, peak_slices(allocation, init_containers))
+        state.assumed = Held(node, footprint_slices(allocation, kinds))
         state.assumed_at = now
         self._assumed.add(uid)
         self._settle(uid)

@@ -68,6 +68,7 @@ from hami_api.annotations import (
     decode_node_policy,
     decode_scoring_weights,
 )
+from hami_api.containers import ContainerKind, container_kind, footprint_slices, kinds_of
 from hami_api.errors import QuantityError, RequestError, WireFormatError
 from hami_api.resources import ContainerRequest, container_request, pod_containers, pod_has_hami_resource
 from hami_api.types import DeviceSelector, GPUPolicy, NodePolicy, ScoringWeights
@@ -85,7 +86,7 @@ from hami_control.gputable import (
 )
 from hami_control.quota import QuotaUsage, QuotaView
 from hami_control.score import node_priority
-from hami_control.usage import NodeGPUs, peak_slices
+from hami_control.usage import NodeGPUs
 
 log = logging.getLogger(__name__)
 
@@ -211,10 +212,12 @@ class PodAsk:
     node_policy: NodePolicy
     weights: ScoringWeights
     quota: QuotaCheck | None = None
+    sidecars: frozenset[int] = frozenset()
+    """Indexes of the restartable init containers (they keep running beside later containers)."""
 
     @property
-    def init_containers(self) -> int:
-        return sum(1 for _, init in self.requests if init)
+    def kinds(self) -> tuple[ContainerKind, ...]:
+        return kinds_of([init for _, init in self.requests], self.sidecars)
 
     def fit(self, node: NodeGPUs) -> FitResult:
         return fit_pod(
@@ -224,11 +227,12 @@ class PodAsk:
             policy=self.gpu_policy,
             quota=self.quota,
             weights=self.weights,
+            sidecars=self.sidecars,
         )
 
     def priority(self, node: NodeGPUs, fit: Fit) -> int:
         """0..10 by the node policy, the node with the pod's chosen slices at their peak."""
-        return node_priority(node, peak_slices(fit.allocation, self.init_containers), self.node_policy)
+        return node_priority(node, footprint_slices(fit.allocation, self.kinds), self.node_policy)
 
 
 def _metadata(pod: Mapping[str, Any]) -> tuple[str, str, Mapping[str, str]]:
@@ -286,12 +290,15 @@ def read_pod_ask(pod: object, config: ControlConfig, quota: QuotaView | None = N
     try:
         if not pod_has_hami_resource(pod, names):
             return None
+        containers = pod_containers(pod)
         requests = tuple(
-            (container_request(container, names, defaults, init), init)
-            for container, init in pod_containers(pod)
+            (container_request(container, names, defaults, init), init) for container, init in containers
         )
         if all(request is None for request, _ in requests):
             return None
+        sidecars = frozenset(
+            i for i, (c, init) in enumerate(containers) if container_kind(c, init) is ContainerKind.SIDECAR
+        )
         selector = decode_device_selector(annotations)
         gpu_policy = config.gpu_scheduler_policy
         if GPU_SCHEDULER_POLICY in annotations:
@@ -305,7 +312,7 @@ def read_pod_ask(pod: object, config: ControlConfig, quota: QuotaView | None = N
     except (RequestError, WireFormatError, QuantityError) as err:
         raise ExtenderArgsError(f"{who}: {err}") from None
     check = _quota_check(namespace, quota) if quota is not None and config.enforce_quota else None
-    return PodAsk(namespace, name, requests, selector, gpu_policy, node_policy, weights, check)
+    return PodAsk(namespace, name, requests, selector, gpu_policy, node_policy, weights, check, sidecars)
 
 
 # --- filter -----------------------------------------------------------------------------------------------

@@ -11,10 +11,18 @@ of a container must share a NUMA node (`NumaNotFit`). A node with fewer GPUs tha
 or fewer GPUs than asked that pass the static type/mode/UUID rules, can never fit: `NodeInsufficientDevice`
 and `unresolvable`.
 
-Containers: a container's GPUs are distinct. Regular containers are fitted one after the other, each
-against the node's usage including the earlier containers of the pod, so they may share a GPU. Init
-containers run one at a time before the regular ones, so each is fitted alone against the node's usage
-without the pod (its peak, see `usage.peak_slices`).
+Containers are placed in kubelet's admission order: init containers, then regular ones (the
+annotation's order), modelling what really runs together and kubelet's device reuse
+(`hami_api.containers`). A container's GPUs are distinct. Each container is checked against the node's
+usage plus the slices of the sidecars (restartable init containers) and regular containers placed
+before it: a plain init container runs alone (beside the sidecars started before it), regular
+containers run together and may share a GPU. Kubelet hands a container the devices earlier init
+containers of the pod held before it takes new ones (`ReusePool`); such a container is placed on those
+GPUs, so the GPU the scheduler accounts is the GPU kubelet records and the container sees. When that GPU
+cannot take it, the pod is placed again with the GPU ruled out for the init container's new devices
+(counted under the reason the later container got). When kubelet may take any few of more pooled
+devices (an init container with more GPUs than a later one), the scheduler picks among them like
+among free GPUs, and hami-node accepts a different pick only within the pod's footprint.
 
 Order of the GPUs tried, from the GPU policy chain (earlier policies sort first, ties go to the next,
 then NUMA node, then inventory order): binpack = busiest first, spread = idlest first (by
@@ -25,12 +33,13 @@ the lowest summed score to the others, keeping well-linked GPUs free).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from itertools import combinations
 from math import comb
 
+from hami_api.containers import ContainerKind, ReusePool, Token, kinds_of
 from hami_api.resources import ContainerRequest
 from hami_api.types import (
     ContainerAllocation,
@@ -170,22 +179,27 @@ _MAX_COMBINATIONS = 20_000
 """Above this many candidate sets, topology-aware grows its set greedily instead of trying them all."""
 
 
-def _topology_pick(node: NodeGPUs, fitting: Sequence[GPUUsage], nums: int) -> list[GPUUsage]:
-    def total(group: Sequence[GPUUsage]) -> int:
-        return sum(node.pair_score(a.id, b.id) for a, b in combinations(group, 2))
+def _topology_pick(
+    node: NodeGPUs, fitting: Sequence[GPUUsage], nums: int, held: Sequence[GPUUsage] = ()
+) -> list[GPUUsage]:
+    """HAMi's topology-aware choice of `nums` GPUs among `fitting`; with `held` GPUs (reused ones the
+    container already has), the completion best linked to them and among itself."""
 
-    if nums == 1:
+    def total(group: Sequence[GPUUsage]) -> int:
+        return sum(node.pair_score(a.id, b.id) for a, b in combinations((*held, *group), 2))
+
+    if nums == 1 and not held:
         # The least-linked GPU, keeping well-linked ones for multi-GPU pods; ties keep policy order.
         best = min(fitting, key=lambda g: sum(node.pair_score(g.id, o.id) for o in fitting if o.id != g.id))
         return [best]
     if comb(len(fitting), nums) <= _MAX_COMBINATIONS:
         best_group = max(combinations(fitting, nums), key=total)  # first maximum: policy order on ties
         return list(best_group)
-    chosen = [fitting[0]]
-    while len(chosen) < nums:
+    chosen = list(held) if held else [fitting[0]]
+    while len(chosen) < nums + len(held):
         rest = [g for g in fitting if g not in chosen]
         chosen.append(max(rest, key=lambda g: sum(node.pair_score(g.id, c.id) for c in chosen)))
-    return chosen
+    return chosen[len(held) :]
 
 
 @dataclass(slots=True)
@@ -226,17 +240,33 @@ def _fit_container(
     *,
     weights: ScoringWeights,
     quota: _PodQuota | None,
+    held: Sequence[GPUUsage] = (),
+    excluded: Mapping[str, Reason] | None = None,
 ) -> list[GPUUsage] | dict[Reason, int]:
-    """The GPUs for one container, or the count of GPUs per reason."""
+    """The GPUs for one container's new devices, or the count of GPUs per reason. `held` are the GPUs
+    it already has (devices kubelet reuses from earlier containers of the pod): they count towards its
+    GPU count and are not tried again. `excluded` rules GPUs out for the new devices, with the reason."""
     request = ask.request
+    needed = request.nums - len(held)
     reasons: dict[Reason, int] = {}
     fitting: list[GPUUsage] = []
-    taken = QuotaUsage()  # this container's GPUs so far, for the quota (HAMi's fitQuota)
+    held_ids = {g.id for g in held}
+    # this container's GPUs so far, for the quota (HAMi's fitQuota)
+    taken = sum((QuotaUsage(request.memory_on(g.info.devmem), request.coresreq) for g in held), QuotaUsage())
     mutex = GPUPolicy.MUTEX in policy
     topology = GPUPolicy.TOPOLOGY_AWARE in policy
+    numas = {g.info.numa for g in held}
+    if selector.numa_bind and len(numas) > 1:
+        return {Reason.NUMA_NOT_FIT: len(held)}
     greedy = not topology and not selector.numa_bind
+    if needed <= 0:
+        return []
     for gpu in _order(node.gpus, request, policy, weights):
-        reason = _reason(gpu, request, selector, mutex)
+        if gpu.id in held_ids:
+            continue
+        reason = excluded.get(gpu.id) if excluded else None
+        if reason is None:
+            reason = _reason(gpu, request, selector, mutex)
         if reason is None and quota is not None:
             here = taken + QuotaUsage(request.memory_on(gpu.info.devmem), request.coresreq)
             if not quota.ok(here, ask.init):
@@ -247,27 +277,29 @@ def _fit_container(
         fitting.append(gpu)
         if greedy:
             taken += QuotaUsage(request.memory_on(gpu.info.devmem), request.coresreq)
-            if len(fitting) == request.nums:
+            if len(fitting) == needed:
                 return fitting
     if selector.numa_bind:
         by_numa: dict[int, list[GPUUsage]] = {}
         for gpu in fitting:
             by_numa.setdefault(gpu.info.numa, []).append(gpu)
-        groups = [g for g in by_numa.values() if len(g) >= request.nums]  # in policy order of first GPU
+        groups = [  # in policy order of first GPU; the NUMA node of held GPUs when there are any
+            g for numa, g in by_numa.items() if len(g) >= needed and (not numas or numa in numas)
+        ]
         if not groups:
-            if len(fitting) >= request.nums:
+            if len(fitting) >= needed:
                 reasons[Reason.NUMA_NOT_FIT] = len(fitting)
             fitting = []
         else:
             fitting = groups[0]
-    if len(fitting) < request.nums:
+    if len(fitting) < needed:
         if not reasons:
             reasons[Reason.NODE_INSUFFICIENT_DEVICE] = len(node.gpus)
         return reasons
-    chosen = _topology_pick(node, fitting, request.nums) if topology else fitting[: request.nums]
+    chosen = _topology_pick(node, fitting, needed, held) if topology else fitting[:needed]
     if quota is not None and not greedy:
-        mem = sum(request.memory_on(g.info.devmem) for g in chosen)
-        if not quota.ok(QuotaUsage(mem, request.coresreq * len(chosen)), ask.init):
+        mem = sum(request.memory_on(g.info.devmem) for g in (*held, *chosen))
+        if not quota.ok(QuotaUsage(mem, request.coresreq * request.nums), ask.init):
             return {Reason.RESOURCE_QUOTA_NOT_FIT: len(chosen)}
     return chosen
 
@@ -281,6 +313,104 @@ def _failure(node: NodeGPUs, reasons: dict[Reason, int], unresolvable: bool, con
     return FitFailure(ranked, len(node.gpus), unresolvable, container)
 
 
+@dataclass(frozen=True, slots=True)
+class _Conflict:
+    """Container `container` must reuse a device that container `creator` got new on `gpu`, and does not
+    fit there: place again with `gpu` ruled out for `creator`'s new devices."""
+
+    creator: int
+    gpu: str
+    reason: Reason
+    container: int
+
+
+def _held_reason(
+    held: Sequence[GPUUsage],
+    ask: _Ask,
+    selector: DeviceSelector,
+    policy: Sequence[GPUPolicy],
+    quota: _PodQuota | None,
+) -> tuple[int, Reason] | None:
+    """The first GPU (index in `held`) a container cannot use for a device kubelet makes it reuse, and why."""
+    request = ask.request
+    mutex = GPUPolicy.MUTEX in policy
+    taken = QuotaUsage()
+    for i, gpu in enumerate(held):
+        reason = _reason(gpu, request, selector, mutex)
+        taken += QuotaUsage(request.memory_on(gpu.info.devmem), request.coresreq)
+        if reason is None and quota is not None and not quota.ok(taken, ask.init):
+            reason = Reason.RESOURCE_QUOTA_NOT_FIT
+        if reason is not None:
+            return i, reason
+    if selector.numa_bind and len({g.info.numa for g in held}) > 1:
+        return len(held) - 1, Reason.NUMA_NOT_FIT
+    return None
+
+
+def _place(
+    node: NodeGPUs,
+    asks: Sequence[_Ask | None],
+    kinds: Sequence[ContainerKind],
+    *,
+    selector: DeviceSelector,
+    policy: Sequence[GPUPolicy],
+    weights: ScoringWeights,
+    quota: QuotaCheck | None,
+    excluded: Mapping[int, Mapping[str, Reason]],
+) -> Fit | FitFailure | _Conflict:
+    """One pass over the containers in kubelet's admission order (see `fit_pod`)."""
+    pool = ReusePool()
+    token_gpu: dict[Token, str] = {}
+    pod_quota = None if quota is None else _PodQuota(quota)
+    placed = node  # the node with the slices of the sidecars and app containers placed so far
+    chosen: list[ContainerAllocation] = [ContainerAllocation() for _ in asks]
+    for index, ask in enumerate(asks):
+        if ask is None:
+            continue
+        request = ask.request
+        by_id = {g.id: g for g in placed.gpus}
+        offered, exact = pool.offer(request.nums)
+        if exact:
+            taken = offered
+            held = [by_id[token_gpu[t]] for t in taken]
+            bad = _held_reason(held, ask, selector, policy, pod_quota)
+            if bad is not None:
+                at, reason = bad
+                return _Conflict(taken[at][0], held[at].id, reason, index)
+        else:
+            # Kubelet takes any `nums` of the pooled devices: choose which as for new devices. If it
+            # takes others, hami-node accepts them only within the pod's footprint (see allocation.py).
+            pooled = replace(placed, gpus=tuple(by_id[token_gpu[t]] for t in offered))
+            got = _fit_container(pooled, ask, selector, policy, weights=weights, quota=pod_quota)
+            if isinstance(got, dict):
+                return _failure(node, got, False, index)
+            picked = {g.id for g in got}
+            taken = tuple(t for t in offered if token_gpu[t] in picked)
+            held = [by_id[token_gpu[t]] for t in taken]
+        new = _fit_container(
+            placed,
+            ask,
+            selector,
+            policy,
+            weights=weights,
+            quota=pod_quota,
+            held=held,
+            excluded=excluded.get(index),
+        )
+        if isinstance(new, dict):
+            return _failure(node, new, False, index)
+        slices = _slices((*held, *new), request)
+        chosen[index] = ContainerAllocation(slices)
+        for token, gpu in zip(pool.settle(index, kinds[index], taken, request.nums), new, strict=True):
+            token_gpu[token] = gpu.id
+        if pod_quota is not None:
+            used = QuotaUsage(sum(s.usedmem for s in slices), sum(s.usedcores for s in slices))
+            pod_quota.add(used, ask.init)
+        if kinds[index].concurrent:
+            placed = with_slices(placed, slices)
+    return Fit(PodAllocation(tuple(chosen)))
+
+
 def fit_pod(
     node: NodeGPUs,
     requests: Sequence[tuple[ContainerRequest | None, bool]],
@@ -289,10 +419,20 @@ def fit_pod(
     policy: Sequence[GPUPolicy] = (GPUPolicy.SPREAD,),
     quota: QuotaCheck | None = None,
     weights: ScoringWeights = DEFAULT_WEIGHTS,
+    sidecars: Collection[int] = (),
 ) -> FitResult:
     """Fit a pod on `node`. `requests` has one (request or None, is init container) per container, init
-    containers first (`hami_api.resources.pod_requests` order). `policy` is the GPU policy chain.
-    The namespace quota is checked per GPU like HAMi (before memory and cores)."""
+    containers first (`hami_api.resources.pod_requests` order); `sidecars` are the indexes of the
+    restartable init containers. `policy` is the GPU policy chain. The namespace quota is checked per
+    GPU like HAMi (before memory and cores).
+
+    Containers are placed in kubelet's admission order (the annotation's order), each against the node
+    with the sidecars and app containers placed before it (what runs beside it). A container that
+    kubelet makes reuse devices of earlier init containers (`hami_api.containers.ReusePool`) is placed
+    on their GPUs; when such a GPU cannot take it, the pod is placed again with that GPU ruled out for
+    the init container, so the scheduler's GPU is always the one kubelet records."""
+    kinds = kinds_of([init for _, init in requests], sidecars)
+    # The quota counts every init container at its peak, sidecars included (HAMi's fitQuota).
     asks = [None if r is None else _Ask(r, init) for r, init in requests]
     eligible = sum(1 for g in node.gpus if _static_reason(g, selector) is None)
     # Up front: a container asking more GPUs than the node could ever offer it.
@@ -309,27 +449,24 @@ def fit_pod(
                     reasons[static] = reasons.get(static, 0) + 1
             return _failure(node, reasons, True, index)
 
-    pod_quota = None if quota is None else _PodQuota(quota)
-    placed = node
-    chosen: list[ContainerAllocation] = [ContainerAllocation() for _ in asks]
-    # Regular containers first (cumulative), then each init container alone against the bare node.
-    order = [i for i, a in enumerate(asks) if a is not None and not a.init]
-    order += [i for i, a in enumerate(asks) if a is not None and a.init]
-    for index in order:
-        ask = asks[index]
-        assert ask is not None
-        against = node if ask.init else placed
-        got = _fit_container(against, ask, selector, policy, weights=weights, quota=pod_quota)
-        if isinstance(got, dict):
-            return _failure(node, got, False, index)
-        slices = _slices(got, ask.request)
-        chosen[index] = ContainerAllocation(slices)
-        if pod_quota is not None:
-            used = QuotaUsage(sum(s.usedmem for s in slices), sum(s.usedcores for s in slices))
-            pod_quota.add(used, ask.init)
-        if not ask.init:
-            placed = with_slices(placed, slices)
-    return Fit(PodAllocation(tuple(chosen)))
+    excluded: dict[int, dict[str, Reason]] = {}
+    while True:  # each round rules out one more (container, GPU) pair, so it ends
+        outcome = _place(
+            node,
+            asks,
+            kinds,
+            selector=selector,
+            policy=policy,
+            weights=weights,
+            quota=quota,
+            excluded=excluded,
+        )
+        if not isinstance(outcome, _Conflict):
+            return outcome
+        rules = excluded.setdefault(outcome.creator, {})
+        if outcome.gpu in rules:  # cannot happen (the GPU was ruled out); never loop on it
+            return _failure(node, {outcome.reason: 1}, False, outcome.container)
+        rules[outcome.gpu] = outcome.reason
 
 
 __all__ = ["Fit", "FitFailure", "FitResult", "QuotaCheck", "Reason", "fit_pod"]

@@ -6,9 +6,7 @@ slice), memory in MiB and cores in percent, and whether it is out of service (un
 
 `with_slices` / `without_slices` add or remove slices and return a new value; slices that name a GPU the
 node does not (or no longer) advertise are ignored, since a pod may outlive its GPU's inventory entry.
-`peak_slices` turns a pod's allocation into what it holds at its peak: init containers run one at a time
-before the regular ones, so per GPU the pod holds the larger of its regular containers' sum and each
-init container's slice (memory, cores and slots compared separately).
+What a pod holds at its busiest moment (`hami_api.containers.footprint_slices`) is what gets placed.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from hami_api.types import GPUInfo, GPUPairScore, GPUSlice, PodAllocation
+from hami_api.types import GPUInfo, GPUPairScore, GPUSlice
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,39 +114,4 @@ def without_slices(node: NodeGPUs, slices: Iterable[GPUSlice]) -> NodeGPUs:
     return _apply(node, slices, -1)
 
 
-def peak_slices(allocation: PodAllocation, init_containers: int) -> tuple[GPUSlice, ...]:
-    """What the pod holds per GPU at its peak, one slice per slot held; entries before
-    `init_containers` are init containers. Order: by first appearance in the allocation."""
-    regular: dict[str, list[GPUSlice]] = {}
-    init_peak: dict[str, tuple[int, int, int]] = {}
-    order: list[str] = []
-    for index, container in enumerate(allocation):
-        for s in container.devices:
-            if s.uuid not in regular and s.uuid not in init_peak:
-                order.append(s.uuid)
-            if index < init_containers:
-                slots, mem, cores = init_peak.get(s.uuid, (0, 0, 0))
-                init_peak[s.uuid] = (max(slots, 1), max(mem, s.usedmem), max(cores, s.usedcores))
-            else:
-                regular.setdefault(s.uuid, []).append(s)
-    out: list[GPUSlice] = []
-    for uuid in order:
-        held = regular.get(uuid, [])
-        slots, mem, cores = init_peak.get(uuid, (0, 0, 0))
-        extra_mem = max(0, mem - sum(s.usedmem for s in held))
-        extra_cores = max(0, cores - sum(s.usedcores for s in held))
-        if held:
-            out.extend(held)
-            if extra_mem or extra_cores:
-                # The init container's larger share rides on the first regular slice (same slot count).
-                first = held[0]
-                out[len(out) - len(held)] = replace(
-                    first, usedmem=first.usedmem + extra_mem, usedcores=first.usedcores + extra_cores
-                )
-        else:
-            vendor = next(s.vendor for c in allocation for s in c.devices if s.uuid == uuid)
-            out.append(GPUSlice(uuid, mem, cores, vendor))
-    return tuple(out)
-
-
-__all__ = ["GPUUsage", "NodeGPUs", "peak_slices", "with_slices", "without_slices"]
+__all__ = ["GPUUsage", "NodeGPUs", "with_slices", "without_slices"]

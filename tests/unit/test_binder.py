@@ -31,7 +31,8 @@ from hami_api.annotations import (
     decode_vgpu_node,
     encode_node_register,
 )
-from hami_api.types import BindPhase, GPUInfo, NodeLock
+from hami_api.containers import footprint_slices, init_kinds
+from hami_api.types import BindPhase, GPUInfo, GPUSlice, NodeLock, PodAllocation
 from hami_control.binder import (
     Binder,
     BindRejected,
@@ -43,13 +44,18 @@ from hami_control.binder import (
 from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig
 from hami_control.extender import ExtenderArgsError, PodAsk, read_pod_ask
-from hami_control.usage import NodeGPUs, peak_slices, with_slices
+from hami_control.usage import NodeGPUs, with_slices
 
 T = TypeVar("T")
 CONFIG = ControlConfig()
 WALL = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 DEADLINE = 5.0
 """Seconds any awaited condition may take before the test fails (never reached when all is well)."""
+
+
+def peak(allocation: PodAllocation, inits: int) -> tuple[GPUSlice, ...]:
+    """The footprint of a pod whose first `inits` containers are plain init containers."""
+    return footprint_slices(allocation, init_kinds(inits, len(allocation)))
 
 
 # --- builders --------------------------------------------------------------------------------------------
@@ -383,7 +389,7 @@ def test_success_writes_one_binding_with_the_allocation_and_assumes_it() -> None
 
     holding = w.cache.holding("uid-p")
     assert holding is not None and holding.assumed and holding.node == "n1"
-    assert holding.slices == peak_slices(allocation, 0)
+    assert holding.slices == peak(allocation, 0)
     assert w.binder.window.pending("n1") == ("uid-p",) and w.binder.pending_count() == 1
     assert w.binder.outcomes == {"success": 1}
     ((who, type_, reason, message),) = w.events.seen
@@ -870,5 +876,5 @@ def test_concurrent_binds_never_overcommit_a_gpu(
         allocation = decode_pod_allocation(
             pod["metadata"]["annotations"][DEVICES_ALLOCATED], DEVICES_ALLOCATED
         )
-        expected = with_slices(expected, peak_slices(allocation, 0))
+        expected = with_slices(expected, peak(allocation, 0))
     assert w.cache.node_gpus("n1") == expected

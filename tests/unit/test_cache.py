@@ -27,12 +27,18 @@ from hami_api.annotations import (
     encode_pair_scores,
     encode_pod_allocation,
 )
+from hami_api.containers import ContainerKind, footprint_slices, init_kinds
 from hami_api.errors import WireFormatError
 from hami_api.types import ContainerAllocation, GPUInfo, GPUPairScore, GPUSlice, PodAllocation
 from hami_control.cache import ClusterCache, NodeUsage
-from hami_control.usage import NodeGPUs, peak_slices, with_slices
+from hami_control.usage import NodeGPUs, with_slices
 
 # --- builders ------------------------------------------------------------------------------------------
+
+
+def peak(allocation: PodAllocation, inits: int) -> tuple[GPUSlice, ...]:
+    """The footprint of a pod whose first `inits` containers are plain init containers."""
+    return footprint_slices(allocation, init_kinds(inits, len(allocation)))
 
 
 def gpu(uuid: str, index: int = 0, health: bool = True) -> GPUInfo:
@@ -399,7 +405,7 @@ def test_slices_on_unknown_gpu_ignored_and_never_negative() -> None:
 
 def test_assumed_pod_counts_from_bind() -> None:
     cache = cache_with_node()
-    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), 0, now=100.0, namespace="default", name="pod-u1")
+    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=100.0, namespace="default", name="pod-u1")
     assert usage(cache, "GPU-0") == (1, 1000, 10)
     holding = cache.holding("u1")
     assert holding is not None and holding.assumed
@@ -409,7 +415,7 @@ def test_assumed_pod_counts_from_bind() -> None:
 def test_watch_event_replaces_assumption() -> None:
     cache = cache_with_node()
     allocation = alloc([("GPU-0", 1000, 10)])
-    cache.assume("u1", "n1", allocation, 0, now=100.0)
+    cache.assume("u1", "n1", allocation, (), now=100.0)
     cache.pod_upserted(pod_json("u1", "n1", allocation))
     assert usage(cache, "GPU-0") == (1, 1000, 10)
     holding = cache.holding("u1")
@@ -421,7 +427,7 @@ def test_watch_event_replaces_assumption() -> None:
 
 def test_watch_event_with_other_allocation_replaces_assumption() -> None:
     cache = cache_with_node()
-    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), 0, now=100.0)
+    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=100.0)
     cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-1", 2000, 0)])))
     assert usage(cache, "GPU-0") == (0, 0, 0)
     assert usage(cache, "GPU-1") == (1, 2000, 0)
@@ -429,7 +435,7 @@ def test_watch_event_with_other_allocation_replaces_assumption() -> None:
 
 def test_stale_watch_event_keeps_assumption() -> None:
     cache = cache_with_node()
-    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), 0, now=100.0)
+    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=100.0)
     cache.pod_upserted(pod_json("u1", None))  # the pre-bind copy of the pod
     assert usage(cache, "GPU-0") == (1, 1000, 10)
 
@@ -437,7 +443,7 @@ def test_stale_watch_event_keeps_assumption() -> None:
 def test_confirmed_assumption_does_not_come_back() -> None:
     cache = cache_with_node()
     allocation = alloc([("GPU-0", 1000, 10)])
-    cache.assume("u1", "n1", allocation, 0, now=1.0)
+    cache.assume("u1", "n1", allocation, (), now=1.0)
     cache.pod_upserted(pod_json("u1", "n1", allocation))
     cache.pod_upserted(pod_json("u1", None))  # annotations removed later: nothing left to count
     assert usage(cache, "GPU-0") == (0, 0, 0)
@@ -446,22 +452,22 @@ def test_confirmed_assumption_does_not_come_back() -> None:
 def test_assume_on_confirmed_pod_is_ignored() -> None:
     cache = cache_with_node()
     cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
-    cache.assume("u1", "n1", alloc([("GPU-1", 1000, 10)]), 0, now=1.0)
+    cache.assume("u1", "n1", alloc([("GPU-1", 1000, 10)]), (), now=1.0)
     assert usage(cache, "GPU-0") == (1, 1000, 10)
     assert usage(cache, "GPU-1") == (0, 0, 0)
 
 
 def test_assume_twice_keeps_latest() -> None:
     cache = cache_with_node()
-    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), 0, now=1.0)
-    cache.assume("u1", "n1", alloc([("GPU-1", 500, 0)]), 0, now=2.0)
+    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=1.0)
+    cache.assume("u1", "n1", alloc([("GPU-1", 500, 0)]), (), now=2.0)
     assert usage(cache, "GPU-0") == (0, 0, 0)
     assert usage(cache, "GPU-1") == (1, 500, 0)
 
 
 def test_forget_releases_assumption() -> None:
     cache = cache_with_node()
-    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), 0, now=1.0)
+    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=1.0)
     cache.forget("u1")
     cache.forget("u1")
     assert usage(cache, "GPU-0") == (0, 0, 0)
@@ -470,14 +476,16 @@ def test_forget_releases_assumption() -> None:
 
 def test_assumed_init_peak() -> None:
     cache = cache_with_node()
-    cache.assume("u1", "n1", alloc([("GPU-0", 4000, 0)], [("GPU-0", 1000, 0)]), 1, now=1.0)
+    cache.assume(
+        "u1", "n1", alloc([("GPU-0", 4000, 0)], [("GPU-0", 1000, 0)]), (ContainerKind.INIT,), now=1.0
+    )
     assert usage(cache, "GPU-0") == (1, 4000, 0)
 
 
 def test_expire_only_old_unconfirmed_assumptions() -> None:
     cache = cache_with_node()
-    cache.assume("old", "n1", alloc([("GPU-0", 1000, 10)]), 0, now=100.0)
-    cache.assume("new", "n1", alloc([("GPU-1", 1000, 10)]), 0, now=125.0)
+    cache.assume("old", "n1", alloc([("GPU-0", 1000, 10)]), (), now=100.0)
+    cache.assume("new", "n1", alloc([("GPU-1", 1000, 10)]), (), now=125.0)
     assert cache.expire(now=130.0, ttl=30.0) == []
     assert cache.expire(now=131.0, ttl=30.0) == ["old"]
     assert usage(cache, "GPU-0") == (0, 0, 0)
@@ -488,7 +496,7 @@ def test_expire_only_old_unconfirmed_assumptions() -> None:
 def test_terminal_or_deleted_releases_assumption(how: str) -> None:
     cache = cache_with_node()
     cache.pod_upserted(pod_json("u1", None))
-    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), 0, now=1.0)
+    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=1.0)
     if how == "terminal":
         cache.pod_upserted(pod_json("u1", None, phase="Failed"))
     else:
@@ -498,7 +506,7 @@ def test_terminal_or_deleted_releases_assumption(how: str) -> None:
 
 def test_assumption_on_unregistered_node_counts_when_it_registers() -> None:
     cache = ClusterCache()
-    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), 0, now=1.0)
+    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=1.0)
     cache.node_upserted(node_json("n1", [G0]))
     assert usage(cache, "GPU-0") == (1, 1000, 10)
 
@@ -608,7 +616,7 @@ class Model:
         text = ann.get(DEVICES_ALLOCATED) or ann.get(DEVICES_TO_ALLOCATE) or ""
         if text == "broken":
             return None
-        return node, peak_slices(decode_pod_allocation(text), len(pod["spec"]["initContainers"]))
+        return node, peak(decode_pod_allocation(text), len(pod["spec"]["initContainers"]))
 
     def apply(self, op: Op, now: float) -> None:
         if op.kind == "node_up":
@@ -626,7 +634,7 @@ class Model:
         elif op.kind == "assume":
             if self.observed(op.target) is None:
                 node, allocation, inits = op.payload
-                self.assumed[op.target] = (node, peak_slices(allocation, inits), now)
+                self.assumed[op.target] = (node, peak(allocation, inits), now)
         elif op.kind == "forget":
             self.assumed.pop(op.target, None)
         elif op.kind == "expire":
@@ -695,7 +703,7 @@ def test_incremental_usage_equals_recomputation(ops: list[Op]) -> None:
             cache.pod_deleted("default", f"pod-{op.target}", op.target if op.payload else "")
         elif op.kind == "assume":
             node, allocation, inits = op.payload
-            cache.assume(op.target, node, allocation, inits, now)
+            cache.assume(op.target, node, allocation, init_kinds(inits, len(allocation)), now)
         elif op.kind == "forget":
             cache.forget(op.target)
         elif op.kind == "expire":
@@ -710,7 +718,7 @@ def test_release_in_any_order_returns_to_zero(events: list[tuple[str, PodAllocat
     cache.node_upserted(node_json("n1", INVENTORY))
     for uid, allocation, assumed in events:
         if assumed:
-            cache.assume(uid, "n1", allocation, 0, 0.0)
+            cache.assume(uid, "n1", allocation, (), 0.0)
         else:
             cache.pod_upserted(pod_json(uid, "n1", allocation, regular=len(allocation)))
     for uid in reversed(UIDS):

@@ -10,11 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hami_api.containers import footprint_slices, init_kinds
 from hami_api.resources import ContainerRequest
-from hami_api.types import DeviceSelector, GPUInfo, GPUPairScore, GPUPolicy, GPUSlice
+from hami_api.types import DeviceSelector, GPUInfo, GPUPairScore, GPUPolicy, GPUSlice, PodAllocation
 from hami_control.fit import Fit, FitFailure, Reason, fit_pod
 from hami_control.quota import QuotaUsage
-from hami_control.usage import GPUUsage, NodeGPUs, peak_slices, with_slices, without_slices
+from hami_control.usage import GPUUsage, NodeGPUs, with_slices, without_slices
+
+
+def peak(allocation: PodAllocation, inits: int) -> tuple[GPUSlice, ...]:
+    """The footprint of a pod whose first `inits` containers are plain init containers."""
+    return footprint_slices(allocation, init_kinds(inits, len(allocation)))
 
 
 def gpu(index: int, **kw: object) -> GPUInfo:
@@ -257,9 +263,9 @@ def test_init_containers_fit_at_peak() -> None:
     got = fit_pod(n, [(req(mem=12000), True), (req(mem=10000), False), (None, False)])
     assert isinstance(got, Fit)
     assert uuids(got) == [("GPU-0",), ("GPU-0",), ()]
-    peak = peak_slices(got.allocation, 1)
-    assert peak == (GPUSlice("GPU-0", 12000, 0),)
-    assert with_slices(n, peak).gpus[0].usedmem == 12000
+    held = peak(got.allocation, 1)
+    assert held == (GPUSlice("GPU-0", 12000, 0),)
+    assert with_slices(n, held).gpus[0].usedmem == 12000
 
 
 def test_no_gpu_containers_fit_anywhere() -> None:
@@ -355,7 +361,7 @@ def test_fit_never_overfills(
         assert got.reasons and all(count > 0 for _, count in got.reasons)
         return
     assert_rules(n, pod, got)
-    assert_within_limits(with_slices(n, peak_slices(got.allocation, inits(pod))))
+    assert_within_limits(with_slices(n, peak(got.allocation, inits(pod))))
 
 
 @settings(max_examples=150, deadline=None)
@@ -370,7 +376,7 @@ def test_fits_and_releases_keep_invariants(
             state = without_slices(state, placed.pop(0))
         got = fit_pod(state, pod, policy=policy)
         if isinstance(got, Fit):
-            held = peak_slices(got.allocation, inits(pod))
+            held = peak(got.allocation, inits(pod))
             state = with_slices(state, held)
             placed.append(held)
         assert_within_limits(state)

@@ -21,6 +21,7 @@ from hami_api.annotations import (
     encode_node_register,
     encode_pod_allocation,
 )
+from hami_api.containers import footprint_slices, init_kinds
 from hami_api.types import ContainerAllocation, GPUInfo, GPUSlice, PodAllocation
 from hami_control.cache import CacheStats, ClusterCache, PodHolding
 from hami_control.metrics import CLUSTER_FAMILIES, MIB, OTHER, ControlMetrics, MetricsSnapshot, QuotaEntry
@@ -30,6 +31,11 @@ from hami_control.usage import NodeGPUs
 # --- builders ------------------------------------------------------------------------------------------
 
 T4 = "NVIDIA-Tesla T4"
+
+
+def peak(allocation: PodAllocation, inits: int) -> tuple[GPUSlice, ...]:
+    """The footprint of a pod whose first `inits` containers are plain init containers."""
+    return footprint_slices(allocation, init_kinds(inits, len(allocation)))
 
 
 def gpu(uuid: str, index: int = 0, *, devmem: int = 16000, devcore: int = 100, type_: str = T4) -> GPUInfo:
@@ -274,7 +280,7 @@ def test_cache_gauges() -> None:
     cache.node_upserted(node_json("n1", [G0]))
     cache.node_upserted(node_json("bare"))  # no register annotation: unregistered
     cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
-    cache.assume("u2", "n1", alloc([("GPU-0", 500, 5)]), 0, now=1.0, namespace="default", name="pod-u2")
+    cache.assume("u2", "n1", alloc([("GPU-0", 500, 5)]), (), now=1.0, namespace="default", name="pod-u2")
     s = scrape(ControlMetrics(cache))
     assert s["hami_scheduler_cache_nodes"] == {frozenset(): 1}
     assert s["hami_scheduler_cache_unregistered_nodes"] == {frozenset(): 1}
