@@ -204,7 +204,7 @@ def footprint_growth(
     for uuid, (slots, mem, cores) in footprint(granted, kinds).items():
         had = before.get(uuid)
         if had is None:
-            grown.append(f"{uuid}: the pod holds nothing there")
+            grown.append(f"{uuid}: nothing of the pod was accounted there")
             continue
         parts = [
             f"{what} {now}{unit} > {then}{unit}"

@@ -9,10 +9,17 @@ How Allocate is answered (reference/hami.md §2):
 
 1. `match_pending_pod(pending, len(request.devices_ids))` names the pod whose next unallocated device
    container asks for exactly that many GPUs (kubelet calls Allocate once per container, init containers
-   first). `NoPendingPod` means the pod watch has not shown it yet: wait and retry, then fail with
-   `NoPendingPod.error(node)`. Two candidates raise `AmbiguousPodError`.
-2. `container_allocate_response(pod, allocation, entry, device_ids, gpus=, config=, cache_id=)` checks the
-   request (count, known device IDs, known and healthy GPUs) and builds the response;
+   first). `NoPendingPod` means the pod watch has not shown it (the caller reads the API server once
+   before it fails with `NoPendingPod.error(node)`). Two candidates raise `AmbiguousPodError`.
+2. `grant_container(pod, match, device_ids, gpus=)` decides which GPUs the container really gets: the
+   GPUs of the devices kubelet chose, which must be the GPUs the scheduler accounted it on. Kubelet
+   records those devices in its checkpoint and PodResources, so the container must see the same GPUs:
+   the scheduler's slices move to kubelet's GPUs only when the pod then holds no more on any GPU than
+   the scheduler accounted (kubelet reused another of the pod's init devices, see
+   `hami_api.containers`); otherwise `DeviceMismatchError` names the pod, the container and both GPUs.
+   Never a silent swap.
+3. `container_allocate_response(pod, allocation, entry, device_ids, gpus=, config=, cache_id=)` checks the
+   request (count, known device IDs on the entry's GPUs, known and healthy GPUs) and builds the response;
    `to_proto(response)` turns it into the gRPC message.
 """
 
@@ -25,6 +32,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from hami_api.containers import footprint_growth, pod_container_kinds
 from hami_api.errors import RequestError
 from hami_api.resources import pod_containers
 from hami_api.types import ContainerAllocation, GPUSlice, PodAllocation
@@ -193,6 +201,33 @@ class UnhealthyGPUError(AllocationError):
     """The GPU the scheduler chose is unhealthy now."""
 
 
+REASON_GPU_MISMATCH = "AllocateGPUMismatch"
+"""Event reason (Warning): kubelet chose devices on other GPUs than the scheduler's, and the container
+cannot move there."""
+REASON_GPU_REASSIGNED = "AllocateGPUReassigned"
+"""Event reason (Normal): a container got another GPU of its pod than planned, within what the
+scheduler accounted for the pod."""
+
+
+class DeviceMismatchError(AllocationError):
+    """Kubelet chose devices on other GPUs than the scheduler accounted the container on, and the
+    container cannot be moved there within what the scheduler accounted for its pod. `container` is
+    the container's name, `kubelet_gpus` and `scheduled_gpus` the two GPU lists."""
+
+    def __init__(
+        self,
+        message: str,
+        pod: str,
+        container: str,
+        kubelet_gpus: tuple[str, ...],
+        scheduled_gpus: tuple[str, ...],
+    ) -> None:
+        super().__init__(message, pod)
+        self.container = container
+        self.kubelet_gpus = kubelet_gpus
+        self.scheduled_gpus = scheduled_gpus
+
+
 class PreferredAllocationError(ValueError):
     """A GetPreferredAllocation request that cannot be answered (kubelet never sends one)."""
 
@@ -209,11 +244,20 @@ class PendingPod:
     name: str
     uid: str
     allocation: PodAllocation
+    """What the scheduler chose and accounted (`hami.io/vgpu-devices-to-allocate`)."""
     allocated: frozenset[int] = frozenset()
+    granted: PodAllocation | None = None
+    """What the containers allocated so far really got, when any of them moved to another GPU of the
+    pod (`grant_container`); None while every container got the scheduler's GPUs."""
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def current(self) -> PodAllocation:
+        """The allocation as it stands: the scheduler's, with the moves of `grant_container` applied."""
+        return self.allocation if self.granted is None else self.granted
 
     def next_entry(self) -> int | None:
         """Index of the first entry with devices not yet allocated: the container kubelet admits next."""
@@ -222,8 +266,23 @@ class PendingPod:
             None,
         )
 
-    def with_allocated(self, entry: int) -> PendingPod:
-        return replace(self, allocated=self.allocated | {entry})
+    def with_allocated(self, entry: int, granted: ContainerAllocation | None = None) -> PendingPod:
+        """The pod once `entry` is allocated; `granted` is what the container got when that differs
+        from the scheduler's choice (the same slices in another order are no difference)."""
+        if granted is None or same_slices(granted, self.current.containers[entry]):
+            return replace(self, allocated=self.allocated | {entry})
+        containers = list(self.current.containers)
+        containers[entry] = granted
+        return replace(self, allocated=self.allocated | {entry}, granted=PodAllocation(tuple(containers)))
+
+
+def same_slices(a: ContainerAllocation, b: ContainerAllocation) -> bool:
+    """Whether two container allocations hold the same slices, in any order."""
+
+    def key(s: GPUSlice) -> tuple[str, int, int, str]:
+        return (s.uuid, s.usedmem, s.usedcores, s.vendor)
+
+    return sorted(a.devices, key=key) == sorted(b.devices, key=key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +294,8 @@ class PodMatch:
 
     @property
     def container(self) -> ContainerAllocation:
-        return self.pod.allocation.containers[self.entry]
+        """The scheduler's slices for the entry (earlier moves of other containers do not change it)."""
+        return self.pod.current.containers[self.entry]
 
     @property
     def completes_pod(self) -> bool:
@@ -381,6 +441,132 @@ def _visible_devices(
     return envs, mounts, annotations, cdi_devices
 
 
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """One kubelet container request, checked against the pod and its allocation entry."""
+
+    key: str
+    uid: str
+    container: Mapping[str, Any]
+    name: str
+    what: str
+    slices: tuple[GPUSlice, ...]
+    kubelet_gpus: tuple[str, ...]
+
+    def check_gpus(self, gpus: Sequence[GPULike]) -> None:
+        """The scheduler's GPUs must be on this node and healthy."""
+        by_uuid = {gpu.uuid: gpu for gpu in gpus}
+        for s in self.slices:
+            gpu = by_uuid.get(s.uuid)
+            if gpu is None:
+                raise UnknownDeviceError(
+                    f"{self.what}: assigned GPU {s.uuid}, which this node does not have", self.key
+                )
+            if not gpu.healthy:
+                raise UnhealthyGPUError(f"{self.what}: assigned GPU {s.uuid}, which is unhealthy", self.key)
+
+    def mismatch(self, why: str) -> DeviceMismatchError:
+        scheduled = tuple(s.uuid for s in self.slices)
+        return DeviceMismatchError(
+            f"{self.what}: kubelet chose device(s) on GPU(s) {', '.join(self.kubelet_gpus)}, but the "
+            f"scheduler placed the container on {', '.join(scheduled)}; {why}. Refusing to give the "
+            "container GPUs other than the ones kubelet records (its checkpoint and PodResources)",
+            self.key,
+            self.name,
+            self.kubelet_gpus,
+            scheduled,
+        )
+
+
+def _container_request(
+    pod: Mapping[str, Any],
+    allocation: PodAllocation,
+    entry: int,
+    device_ids: Sequence[str],
+    gpus: Sequence[GPULike],
+) -> _Request:
+    key, uid = _pod_identity(pod)
+    try:
+        containers = pod_containers(pod)
+    except RequestError as err:
+        raise AllocationError(f"pod {key}: {err}", key) from None
+    if not 0 <= entry < len(allocation.containers) or not allocation.containers[entry].devices:
+        raise AllocationError(f"pod {key}: allocation entry {entry} has no GPUs to allocate", key)
+    if entry >= len(containers):
+        raise AllocationError(
+            f"pod {key}: its allocation names GPUs for container #{entry}, but the pod has only "
+            f"{len(containers)} containers",
+            key,
+        )
+    container = containers[entry][0]
+    name = str(container.get("name", "?"))
+    what = f"pod {key}, {'init container' if containers[entry][1] else 'container'} {name!r}"
+    slices = allocation.containers[entry].devices
+    if len(device_ids) != len(slices):
+        raise CountMismatchError(
+            f"{what}: the scheduler assigned {len(slices)} GPU(s) but kubelet asked for "
+            f"{len(device_ids)} device(s)",
+            key,
+        )
+    known = {gpu.uuid for gpu in gpus}
+    kubelet_gpus: list[str] = []
+    for device_id in device_ids:
+        try:
+            kubelet_gpus.append(parse_virtual_device_id(device_id, known)[0])
+        except InvalidDeviceID as err:
+            raise UnknownDeviceError(f"{what}: kubelet {err}", key) from None
+    return _Request(key, uid, container, name, what, slices, tuple(kubelet_gpus))
+
+
+def grant_container(
+    pod: Mapping[str, Any],
+    pending: PendingPod,
+    entry: int,
+    device_ids: Sequence[str],
+    *,
+    gpus: Sequence[GPULike],
+) -> ContainerAllocation:
+    """The slices the container of `entry` really gets for the devices kubelet chose: the scheduler's
+    slices, on kubelet's GPUs (in kubelet's order).
+
+    When kubelet's GPUs are the scheduler's, that is the scheduler's choice. When they differ (kubelet
+    took, from the pod's pool of init devices, others than the scheduler expected: `hami_api.containers`),
+    the move is accepted only if the pod then holds no more on any GPU than the scheduler accounted for
+    it (`footprint_growth` against `pending.allocation`); else `DeviceMismatchError`. Also raises what
+    `container_allocate_response` raises for a malformed request.
+    """
+    req = _container_request(pod, pending.current, entry, device_ids, gpus)
+    req.check_gpus(gpus)
+    left = list(req.slices)
+    placed: list[GPUSlice | None] = []
+    for uuid in req.kubelet_gpus:
+        same = next((s for s in left if s.uuid == uuid), None)
+        if same is not None:
+            left.remove(same)
+        placed.append(same)
+    if not left:
+        return ContainerAllocation(tuple(s for s in placed if s is not None))
+    moved = iter(left)
+    out = tuple(
+        s if s is not None else replace(next(moved), uuid=uuid)
+        for s, uuid in zip(placed, req.kubelet_gpus, strict=True)
+    )
+    granted = ContainerAllocation(out)
+    try:
+        kinds = pod_container_kinds(pod)
+    except RequestError as err:
+        raise AllocationError(f"pod {req.key}: {err}", req.key) from None
+    after = pending.with_allocated(entry, granted).current
+    grown = footprint_growth(after, pending.allocation, kinds)
+    if grown:
+        raise req.mismatch(
+            "moving it there would make the pod hold more than the scheduler accounted for it ("
+            + "; ".join(grown)
+            + ")"
+        )
+    return granted
+
+
 def container_allocate_response(
     pod: Mapping[str, Any],
     allocation: PodAllocation,
@@ -402,48 +588,18 @@ def container_allocate_response(
     `lib_path` the host path of libvgpu.so (HAMi prefers `<hook>/vgpu/libvgpu.so.<version>` when that
     exists; default `<hook>/vgpu/libvgpu.so`); `license_present` whether `<hook>/vgpu/license` exists.
 
-    Raises `CountMismatchError`, `UnknownDeviceError`, `UnhealthyGPUError` or `AllocationError`.
-    """
-    key, uid = _pod_identity(pod)
-    try:
-        containers = pod_containers(pod)
-    except RequestError as err:
-        raise AllocationError(f"pod {key}: {err}", key) from None
-    if not 0 <= entry < len(allocation.containers) or not allocation.containers[entry].devices:
-        raise AllocationError(f"pod {key}: allocation entry {entry} has no GPUs to allocate", key)
-    if entry >= len(containers):
-        raise AllocationError(
-            f"pod {key}: its allocation names GPUs for container #{entry}, but the pod has only "
-            f"{len(containers)} containers",
-            key,
-        )
-    container = containers[entry][0]
-    name = container.get("name", "?")
-    what = f"pod {key}, {'init container' if containers[entry][1] else 'container'} {name!r}"
-    slices: Sequence[GPUSlice] = allocation.containers[entry].devices
+    `allocation` is the pod's allocation as it stands (`PendingPod.current`, after `grant_container`):
+    kubelet's devices must be on the entry's GPUs.
 
-    if len(device_ids) != len(slices):
-        raise CountMismatchError(
-            f"{what}: the scheduler assigned {len(slices)} GPU(s) but kubelet asked for "
-            f"{len(device_ids)} device(s)",
-            key,
-        )
-    by_uuid = {gpu.uuid: gpu for gpu in gpus}
-    kubelet_gpus: list[str] = []
-    for device_id in device_ids:
-        try:
-            kubelet_gpus.append(parse_virtual_device_id(device_id, by_uuid)[0])
-        except InvalidDeviceID as err:
-            raise UnknownDeviceError(f"{what}: kubelet {err}", key) from None
-    if config.enable_get_preferred_allocation and config.operating_mode is not OperatingMode.MIG:
-        # HAMi's alignment: the GPUs of the IDs kubelet chose, with the scheduler's memory and cores.
-        slices = [replace(s, uuid=u) for s, u in zip(slices, kubelet_gpus, strict=True)]
-    for s in slices:
-        gpu = by_uuid.get(s.uuid)
-        if gpu is None:
-            raise UnknownDeviceError(f"{what}: assigned GPU {s.uuid}, which this node does not have", key)
-        if not gpu.healthy:
-            raise UnhealthyGPUError(f"{what}: assigned GPU {s.uuid}, which is unhealthy", key)
+    Raises `CountMismatchError`, `UnknownDeviceError`, `DeviceMismatchError`, `UnhealthyGPUError` or
+    `AllocationError`.
+    """
+    req = _container_request(pod, allocation, entry, device_ids, gpus)
+    uid, container, name = req.uid, req.container, req.name
+    slices = req.slices
+    req.check_gpus(gpus)
+    if sorted(req.kubelet_gpus) != sorted(s.uuid for s in slices):
+        raise req.mismatch("the allocation names other GPUs")
 
     uuids = list(dict.fromkeys(s.uuid for s in slices))
     if not cache_id or "/" in cache_id:
@@ -557,12 +713,15 @@ def preferred_allocation(
 __all__ = [
     "CDI_KIND",
     "CDI_PLUGIN_NAME",
+    "REASON_GPU_MISMATCH",
+    "REASON_GPU_REASSIGNED",
     "VISIBLE_DEVICES_ENV",
     "VOLUME_MOUNTS_ROOT",
     "AllocationError",
     "AmbiguousPodError",
     "ContainerResponse",
     "CountMismatchError",
+    "DeviceMismatchError",
     "GPULike",
     "InvalidDeviceID",
     "Mount",
@@ -577,10 +736,12 @@ __all__ = [
     "VirtualDevice",
     "container_allocate_response",
     "container_cache_dir",
+    "grant_container",
     "list_virtual_devices",
     "match_pending_pod",
     "parse_virtual_device_id",
     "preferred_allocation",
+    "same_slices",
     "split_virtual_device_id",
     "steering_gpus",
     "to_proto",

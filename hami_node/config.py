@@ -202,7 +202,8 @@ class NodeConfig:
     register_interval_seconds: float = 30.0
     """How often the node's inventory annotation is checked (and written if it changed)."""
     allocate_wait_seconds: float = 5.0
-    """How long Allocate waits for the pod watch to show the pod kubelet is admitting."""
+    """Bound on the one read of the node's pods an Allocate makes when the pod watch does not show the
+    pod kubelet is admitting (Allocate never waits for the watch itself)."""
     health_checks: HealthChecks = HealthChecks()
     log_level: LogLevel = LogLevel.INFO
     health_bind: HealthBind | None = None
@@ -502,7 +503,7 @@ _SETTINGS: tuple[_Setting, ...] = (
              "how often the node's GPU inventory annotation is checked", "SECONDS"),
     _Setting("allocate_wait_seconds", "--allocate-wait-seconds", "HAMI_ALLOCATE_WAIT_SECONDS",
              "allocateWaitSeconds", None, _number(0, inclusive=True),
-             "how long Allocate waits for the pod watch to show the pod being admitted", "SECONDS"),
+             "bound on the API read an Allocate makes for a pod the watch does not show yet", "SECONDS"),
     _Setting("log_level", "--log-level", "HAMI_LOG_LEVEL", "logLevel", None, _enum(LogLevel),
              "the daemon's log level: debug, info, warning or error", "LEVEL"),
     _Setting("health_bind", "--health-bind", "HAMI_HEALTH_BIND", "healthBind", None, _health_bind,

@@ -264,9 +264,10 @@ class KubeClient:
         """Close pooled connections (open watches should be stopped first)."""
         self.api_client.close()
 
-    def _call(self, method: Any, *args: Any, **kwargs: Any) -> JSONDict:
+    def _call(self, method: Any, *args: Any, timeout_s: float | None = None, **kwargs: Any) -> JSONDict:
+        timeout = self._timeout if timeout_s is None else (min(self._connect_timeout, timeout_s), timeout_s)
         try:
-            response = method(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
+            response = method(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
             try:
                 data = response.data
             finally:
@@ -306,14 +307,21 @@ class KubeClient:
             _content_type=MERGE_PATCH,
         )
 
-    def list_pods(self, field_selector: str) -> tuple[list[JSONDict], str]:
-        """Pods of all namespaces matching `field_selector`, and the list's resourceVersion."""
-        body = self._call(self._core.list_pod_for_all_namespaces, field_selector=field_selector)
+    def list_pods(self, field_selector: str, timeout_s: float | None = None) -> tuple[list[JSONDict], str]:
+        """Pods of all namespaces matching `field_selector`, and the list's resourceVersion (`timeout_s`
+        bounds the call instead of the client's request timeout)."""
+        body = self._call(
+            self._core.list_pod_for_all_namespaces, field_selector=field_selector, timeout_s=timeout_s
+        )
         items = body.get("items") or []
         version = (body.get("metadata") or {}).get("resourceVersion") or ""
         if not isinstance(items, list) or not version:
             raise KubeApiError(0, "BadResponse", "pod list without items or resourceVersion")
         return [item for item in items if isinstance(item, dict)], str(version)
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> JSONDict:
+        """Create a core/v1 Event."""
+        return self._call(self._core.create_namespaced_event, namespace, dict(body))
 
     def watch_pods(self, field_selector: str, resource_version: str, timeout_s: int) -> WatchStream:
         """Open a watch of pods matching `field_selector` after `resource_version`, with bookmarks; the

@@ -11,11 +11,18 @@ it, so a `success` pod has nothing left to allocate and is not waiting. A pod bo
 annotations do not decode (or name another node) is skipped, with the reason logged once per value;
 Allocate's error then mentions it.
 
+A request the watch cannot answer (the watch lags behind the bind kubelet saw, or the pod never was a
+HAMi pod) costs one read of the node's pods from the API server, bounded by `read_timeout_s`; what it
+finds waiting is added, and if still nothing fits, Allocate fails at once with the pods that wait (and
+their GPU counts) and why the other pods bound here do not. Nothing ever waits for the watch.
+
 Writes never block Allocate: `allocated()`/`failed()` queue them, and one writer thread sends them in
 order, retrying with backoff while the API server is unreachable. Per pod it sends ONE merge patch of
-`hami.io/bind-phase`, then releases HAMi's node lock (`hami.io/mutex.lock` = `<time>,<ns>,<pod>`) if,
-and only if, it names that pod: a GET of the Node and a patch guarded by the Node's resourceVersion,
-so a lock taken meanwhile by another pod is never removed.
+`hami.io/bind-phase` (carrying the rewritten allocation annotations when a container got other GPUs of
+its pod than planned, see `allocation.grant_container`), then releases HAMi's node lock
+(`hami.io/mutex.lock` = `<time>,<ns>,<pod>`) if, and only if, it names that pod: a GET of the Node and a
+patch guarded by the Node's resourceVersion, so a lock taken meanwhile by another pod is never removed.
+Events (a container moved to another GPU of its pod, a refused mismatch) go through the same writer.
 """
 
 from __future__ import annotations
@@ -24,20 +31,23 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from hami_api import annotations as ann
 from hami_api.errors import WireFormatError
-from hami_api.types import BindPhase
+from hami_api.resources import pod_container_names
+from hami_api.types import BindPhase, ContainerAllocation
 from hami_node.allocation import (
+    REASON_GPU_REASSIGNED,
     AllocationError,
     NoPendingPod,
     PendingPod,
     PodMatch,
     match_pending_pod,
-    steering_gpus,
+    same_slices,
 )
 from hami_node.kube import DEFAULT_RETRY, KubeApiError, RetryPolicy
 
@@ -58,6 +68,12 @@ class PodPatcher(Protocol):
     def patch_node_annotations(
         self, name: str, annotations: Mapping[str, str | None], resource_version: str | None = None
     ) -> Mapping[str, Any]: ...
+
+    def list_pods(
+        self, field_selector: str, timeout_s: float | None = None
+    ) -> tuple[list[JSONDict], str]: ...
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]: ...
 
 
 # --- which pods wait (pure) ------------------------------------------------------------------------------
@@ -112,6 +128,67 @@ def waiting_pod(obj: Mapping[str, Any], node: str) -> PendingPod | Rejected | No
     return PendingPod(str(namespace), name, uid if isinstance(uid, str) else "", allocation)
 
 
+def not_waiting_reason(obj: Mapping[str, Any], node: str) -> str | None:
+    """Why a pod bound to `node` does not wait for devices here (for Allocate's error), or None when it
+    does wait (or is not bound here)."""
+    meta = _meta(obj)
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping) or spec.get("nodeName") != node:
+        return None
+    if meta.get("deletionTimestamp"):
+        return "it is being deleted"
+    status = obj.get("status")
+    phase = status.get("phase") if isinstance(status, Mapping) else None
+    if phase not in (None, "", "Pending"):
+        return f"it is {phase}"
+    annotations = meta.get("annotations")
+    annotations = annotations if isinstance(annotations, Mapping) else {}
+    bind_phase = annotations.get(ann.BIND_PHASE)
+    if bind_phase is None:
+        return f"it has no {ann.BIND_PHASE} annotation: the HAMi scheduler did not place it"
+    if bind_phase != BindPhase.ALLOCATING:
+        return f"{ann.BIND_PHASE}={bind_phase}"
+    verdict = waiting_pod(obj, node)
+    if isinstance(verdict, Rejected):
+        return verdict.reason
+    if verdict is None:
+        return "its GPUs are all allocated"
+    return None
+
+
+def event_body(
+    pod: PendingPod, node: str, *, event_type: str, reason: str, message: str, now: datetime
+) -> JSONDict:
+    """A core/v1 Event about `pod` from hami-node on `node` (kubelet's fields: source, reporting
+    controller and instance, first and last timestamp, count 1)."""
+    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": pod.namespace,
+            "name": pod.name,
+            "uid": pod.uid,
+        },
+        "type": event_type,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": EVENT_COMPONENT, "host": node},
+        "reportingComponent": EVENT_COMPONENT,
+        "reportingInstance": node,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+        "action": "Allocate",
+    }
+
+
+EVENT_COMPONENT = "hami-node"
+
+
 # --- the tracker -----------------------------------------------------------------------------------------
 
 
@@ -129,12 +206,16 @@ this write before it binds the next pod with the same GPU count there."""
 
 @dataclass(slots=True)
 class _Write:
+    """A pod's outcome (`phase`, with `annotations` patched along), or, with `event`, one Event."""
+
     namespace: str
     name: str
     uid: str
-    phase: BindPhase
+    phase: BindPhase | None
     queued_at: float = 0.0
     pod_patched: bool = False
+    annotations: dict[str, str] = field(default_factory=dict)
+    event: JSONDict | None = None
 
 
 class PodTracker:
@@ -150,9 +231,13 @@ class PodTracker:
         *,
         retry: RetryPolicy = DEFAULT_RETRY,
         write_delay_s: float = WRITE_DELAY_S,
+        read_timeout_s: float = 5.0,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.node_name = node_name
         self._write_delay_s = write_delay_s
+        self._read_timeout_s = read_timeout_s
+        self._wall_clock = wall_clock
         self._patcher = patcher
         self._retry = retry
         self._cond = threading.Condition()
@@ -168,6 +253,9 @@ class PodTracker:
         self.patches_sent = 0
         """bind-phase patches that succeeded."""
         self.locks_released = 0
+        self.events_sent = 0
+        self.misses = 0
+        """Requests the watch could not answer (each cost one read of the node's pods)."""
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -277,28 +365,69 @@ class PodTracker:
     def _candidates(self) -> Iterable[PendingPod]:
         return [e.pod for e in self._pending.values()]
 
-    def match(self, device_count: int, timeout_s: float) -> PodMatch:
-        deadline = time.monotonic() + timeout_s
+    def match(self, device_count: int) -> PodMatch:
         with self._cond:
-            while True:
-                found = match_pending_pod(self._candidates(), device_count)
-                if isinstance(found, PodMatch):
-                    return found
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._stopping:
-                    raise self._no_match_error(found)
-                self._cond.wait(remaining)
+            found = match_pending_pod(self._candidates(), device_count)
+            if isinstance(found, PodMatch):
+                return found
+        listed, read_error = self._read_node_pods()
+        with self._cond:
+            found = match_pending_pod(self._candidates(), device_count)
+            if isinstance(found, PodMatch):
+                return found
+            raise self._no_match_error(found, listed, read_error)
 
-    def _no_match_error(self, found: NoPendingPod) -> AllocationError:
+    def _read_node_pods(self) -> tuple[list[JSONDict], str]:
+        """A miss: read this node's pods from the API server once (the watch may lag behind the bind
+        kubelet saw) and take in the ones that wait and the watch has not shown. Returns the pods read
+        and the read's error text ("" when it worked)."""
+        self.misses += 1
+        try:
+            pods, _ = self._patcher.list_pods(f"spec.nodeName={self.node_name}", self._read_timeout_s)
+        except KubeApiError as err:
+            log.warning("Allocate: reading the pods of node %s failed: %s", self.node_name, err)
+            return [], str(err)
+        with self._cond:
+            known = {e.pod.uid for e in self._pending.values()}
+            for obj in pods:
+                uid = _meta(obj).get("uid")
+                if uid not in known:
+                    self._observe(obj, None)
+            self._cond.notify_all()
+        return pods, ""
+
+    def _no_match_error(
+        self, found: NoPendingPod, listed: Sequence[JSONDict] = (), read_error: str = ""
+    ) -> AllocationError:
         error = found.error(self.node_name)
-        if not self._rejected:
+        extra: list[str] = []
+        if self._rejected:
+            extra.append(
+                "pods skipped for unusable annotations: "
+                + "; ".join(f"{key}: {reason}" for key, reason in sorted(self._rejected.values()))
+            )
+        rejected = {key for key, _ in self._rejected.values()}
+        others = sorted(
+            (pod_key(obj), why)
+            for obj in listed
+            if pod_key(obj) not in rejected and (why := not_waiting_reason(obj, self.node_name)) is not None
+        )
+        if others:
+            shown = "; ".join(f"{key}: {why}" for key, why in others[:5])
+            more = f" (and {len(others) - 5} more)" if len(others) > 5 else ""
+            extra.append(f"pods bound here that do not wait for GPUs: {shown}{more}")
+        if read_error:
+            extra.append(f"the API server could not be asked for this node's pods: {read_error}")
+        if not extra:
             return error
-        skipped = "; ".join(f"{key}: {reason}" for key, reason in sorted(self._rejected.values()))
-        return type(error)(f"{error.message}; pods skipped for unusable annotations: {skipped}", error.pod)
+        return type(error)(f"{error.message}; {'; '.join(extra)}", error.pod)
 
     def steering_gpus(self, device_count: int) -> tuple[str, ...]:
-        with self._cond:
-            return steering_gpus(self._candidates(), device_count)
+        try:
+            found = self.match(device_count)
+        except (AllocationError, ValueError):
+            return ()
+        return found.container.uuids
 
     def pod_object(self, pod: PendingPod) -> dict[str, object]:
         with self._cond:
@@ -307,11 +436,23 @@ class PodTracker:
                 raise KeyError(f"pod {pod.key} (uid {pod.uid}) is not waiting for devices any more")
             return entry.obj
 
-    def allocated(self, match: PodMatch) -> None:
+    def allocated(self, match: PodMatch, granted: ContainerAllocation | None = None) -> None:
         with self._cond:
             entry = self._pending.get(match.pod.key)
             current = entry.pod if entry is not None and entry.pod.uid == match.pod.uid else match.pod
-            updated = current.with_allocated(match.entry)
+            planned = current.current.containers[match.entry]
+            updated = current.with_allocated(match.entry, granted)
+            if granted is not None and not same_slices(granted, planned):
+                names = pod_container_names(entry.obj) if entry is not None else ()
+                container = repr(names[match.entry]) if match.entry < len(names) else f"#{match.entry}"
+                message = (
+                    f"container {container} got GPU(s) {', '.join(granted.uuids)} where the scheduler "
+                    f"planned {', '.join(planned.uuids)}: kubelet reused other devices of the pod's init "
+                    "containers; the pod holds no more than the scheduler accounted, and "
+                    f"{ann.DEVICES_ALLOCATED} will say so"
+                )
+                log.info("pod %s: %s", match.pod.key, message)
+                self._queue_event(current, "Normal", REASON_GPU_REASSIGNED, message)
             if updated.next_entry() is not None:
                 if entry is not None and entry.pod.uid == match.pod.uid:
                     entry.pod = updated
@@ -320,13 +461,23 @@ class PodTracker:
             self._finish(updated, BindPhase.SUCCESS)
         log.info("pod %s: every GPU container allocated on %s", match.pod.key, self.node_name)
 
-    def failed(self, pod: PendingPod | None, reason: str) -> None:
+    def failed(self, pod: PendingPod | None, reason: str, event_reason: str = "") -> None:
         if pod is None:
             log.warning("Allocate failed on node %s (no pod to mark): %s", self.node_name, reason)
             return
         log.warning("Allocate failed for pod %s on node %s: %s", pod.key, self.node_name, reason)
         with self._cond:
+            if event_reason:
+                self._queue_event(pod, "Warning", event_reason, reason)
             self._finish(pod, BindPhase.FAILED)
+
+    def _queue_event(self, pod: PendingPod, event_type: str, reason: str, message: str) -> None:
+        """Queue an Event about `pod`; lock held."""
+        body = event_body(
+            pod, self.node_name, event_type=event_type, reason=reason, message=message, now=self._wall_clock()
+        )
+        self._writes.append(_Write(pod.namespace, pod.name, pod.uid, None, time.monotonic(), event=body))
+        self._cond.notify_all()
 
     def _finish(self, pod: PendingPod, phase: BindPhase) -> None:
         """Take `pod` out of the table and queue its outcome; lock held."""
@@ -335,7 +486,13 @@ class PodTracker:
             del self._pending[pod.key]
         if pod.uid:
             self._done[pod.uid] = pod.key
-        self._writes.append(_Write(pod.namespace, pod.name, pod.uid, phase, time.monotonic()))
+        extra: dict[str, str] = {}
+        if phase is BindPhase.SUCCESS and pod.granted is not None and pod.granted != pod.allocation:
+            text = ann.encode_pod_allocation(pod.granted)
+            extra = {ann.DEVICES_ALLOCATED: text, ann.DEVICES_TO_ALLOCATE: text}
+        self._writes.append(
+            _Write(pod.namespace, pod.name, pod.uid, phase, time.monotonic(), annotations=extra)
+        )
         self._cond.notify_all()
 
     # -- the writer -----------------------------------------------------------------------------------
@@ -381,10 +538,13 @@ class PodTracker:
     def _send(self, write: _Write, level: int) -> bool:
         """One try at `write`; True when it is finished (sent, or pointless to retry)."""
         key = f"{write.namespace}/{write.name}"
+        if write.event is not None:
+            return self._send_event(write.namespace, key, write.event, level)
+        assert write.phase is not None
         if not write.pod_patched:
             try:
                 self._patcher.patch_pod_annotations(
-                    write.namespace, write.name, {ann.BIND_PHASE: write.phase.value}
+                    write.namespace, write.name, {**write.annotations, ann.BIND_PHASE: write.phase.value}
                 )
             except KubeApiError as err:
                 if err.retriable:
@@ -403,6 +563,18 @@ class PodTracker:
                 log.info("pod %s: %s=%s", key, ann.BIND_PHASE, write.phase)
             write.pod_patched = True
         return self._release_node_lock(write, level)
+
+    def _send_event(self, namespace: str, key: str, body: JSONDict, level: int) -> bool:
+        try:
+            self._patcher.create_event(namespace, body)
+        except KubeApiError as err:
+            if err.retriable:
+                log.log(level, "pod %s: writing event %s failed, will retry: %s", key, body["reason"], err)
+                return False
+            log.error("pod %s: cannot write event %s: %s", key, body["reason"], err)
+            return True
+        self.events_sent += 1
+        return True
 
     def _release_node_lock(self, write: _Write, level: int) -> bool:
         """Remove HAMi's node lock if it names the pod; True when finished."""

@@ -7,36 +7,43 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from hami_api.types import GPUInfo
+from hami_api.types import ContainerAllocation, GPUInfo
 from hami_node.allocation import PendingPod, PodMatch
 
 
 class PodSource(Protocol):
-    """The pods bound to this node that wait for devices, fed by a watch (never an API call per RPC).
+    """The pods bound to this node that wait for devices, fed by a watch: a pod the watch shows costs no
+    API call; one it does not show yet costs one read of the node's pods, never a wait.
 
     Thread-safe: the gRPC server calls it from its worker threads."""
 
-    def match(self, device_count: int, timeout_s: float) -> PodMatch:
+    def match(self, device_count: int) -> PodMatch:
         """The pending pod whose next unallocated device container asks for exactly `device_count`
-        GPUs (`allocation.match_pending_pod`), waiting up to `timeout_s` for the watch to show it.
-        Raises `AllocationError` (`NoPendingPodError`, `CountMismatchError`, `AmbiguousPodError`)."""
+        GPUs (`allocation.match_pending_pod`). When the watch shows none, the node's pods are read from
+        the API server once (kubelet only admits pods it saw bound here, so the API server has them).
+        Raises `AllocationError` (`NoPendingPodError`, `CountMismatchError`, `AmbiguousPodError`) saying
+        which pods wait with which counts, and why pods bound here do not."""
         ...
 
     def steering_gpus(self, device_count: int) -> tuple[str, ...]:
-        """GPU UUIDs chosen for the container a GetPreferredAllocation of `device_count` is for, or ()."""
+        """GPU UUIDs chosen for the container a GetPreferredAllocation of `device_count` is for, or ()
+        (looked up like `match`, never failing)."""
         ...
 
     def pod_object(self, pod: PendingPod) -> dict[str, object]:
         """The pod as Kubernetes JSON, as last seen by the watch (for container names, env, uid)."""
         ...
 
-    def allocated(self, match: PodMatch) -> None:
-        """Record that `match`'s container got its devices; when it completes the pod, report
-        `hami.io/bind-phase=success` (asynchronously: never blocks the RPC on the API server)."""
+    def allocated(self, match: PodMatch, granted: ContainerAllocation | None = None) -> None:
+        """Record that `match`'s container got its devices (`granted`: what it really got, when that
+        differs from the scheduler's choice, see `allocation.grant_container`); when it completes the
+        pod, report `hami.io/bind-phase=success`, with the allocation annotations rewritten when a
+        container moved (asynchronously: never blocks the RPC on the API server)."""
         ...
 
-    def failed(self, pod: PendingPod | None, reason: str) -> None:
-        """Report `hami.io/bind-phase=failed` for `pod` (None: nothing to patch, only log)."""
+    def failed(self, pod: PendingPod | None, reason: str, event_reason: str = "") -> None:
+        """Report `hami.io/bind-phase=failed` for `pod` (None: nothing to patch, only log); with
+        `event_reason`, also a Warning Event on the pod with `reason` as its message."""
         ...
 
 

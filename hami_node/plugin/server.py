@@ -7,11 +7,14 @@
   server shuts down, so kubelet sees the old stream end before we register again).
 - GetPreferredAllocation: steers kubelet to IDs on the GPUs the scheduler chose for the pending pod
   (`PodSource.steering_gpus`), else spreads (`allocation.preferred_allocation`).
-- Allocate: per container request, the pending pod from `PodSource.match` (waiting up to
-  `allocate_wait_seconds` for the pod watch), HAMi's response from `allocation.container_allocate_
+- Allocate: per container request, the pending pod from `PodSource.match` (the watch's cache; on a
+  miss one read of the node's pods, never a wait), the GPUs the container really gets from
+  `allocation.grant_container` (kubelet's devices must be on the GPUs the scheduler accounted, or on
+  other GPUs of the pod within its footprint), HAMi's response from `allocation.container_allocate_
   response` with a fresh uuid4 cache id, the container's cache directory created on the host, then
-  `PodSource.allocated`. Any failure: `PodSource.failed(pod, reason)` and the RPC fails with
-  UNKNOWN and a message naming what went wrong and the pod (kubelet shows it in the pod's status).
+  `PodSource.allocated`. Any failure: `PodSource.failed(pod, reason)` (a GPU mismatch also gets a
+  Warning Event `AllocateGPUMismatch`) and the RPC fails with UNKNOWN and a message naming what went
+  wrong and the pod (kubelet shows it in the pod's status).
   IDs containing "MIG" get a plain NVIDIA answer (`NVIDIA_VISIBLE_DEVICES` = the IDs), as HAMi does;
   this daemon never advertises such IDs, so only a stale kubelet checkpoint could send one.
 - PreStartContainer: empty (not required).
@@ -32,12 +35,15 @@ import grpc
 
 from hami_api.resources import pod_container_names
 from hami_node.allocation import (
+    REASON_GPU_MISMATCH,
     VISIBLE_DEVICES_ENV,
     AllocationError,
+    DeviceMismatchError,
     PendingPod,
     PreferredAllocationError,
     container_allocate_response,
     container_cache_dir,
+    grant_container,
     preferred_allocation,
     to_proto,
     virtual_devices_to_proto,
@@ -190,24 +196,29 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
     def _allocate_container(self, ids: Sequence[str]) -> api_pb2.ContainerAllocateResponse | str:
         """The container's response, or the message to fail Allocate with (the pod is reported)."""
         pod: PendingPod | None = None
+        event_reason = ""
         try:
-            match = self._pods.match(len(ids), self._config.allocate_wait_seconds)
+            match = self._pods.match(len(ids))
             pod = match.pod
             pod_object = self._pods.pod_object(pod)
             license_file = posixpath.join(self._config.hook_path, "vgpu", "license")
+            gpus = self._state.gpus()
+            granted = grant_container(pod_object, pod, match.entry, ids, gpus=gpus)
             response = container_allocate_response(
                 pod_object,
-                pod.allocation,
+                pod.with_allocated(match.entry, granted).current,
                 match.entry,
                 ids,
-                gpus=self._state.gpus(),
+                gpus=gpus,
                 config=self._config,
                 cache_id=self._new_id(),
                 license_present=os.path.exists(license_file),
             )
             if self._config.operating_mode is not OperatingMode.MIG:
                 self._make_cache_dir(pod_object, match.entry)
-            self._pods.allocated(match)
+            self._pods.allocated(match, granted)
+        except DeviceMismatchError as err:
+            message, event_reason = err.message, REASON_GPU_MISMATCH
         except AllocationError as err:
             message = err.message
         except OSError as err:
@@ -222,12 +233,12 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
                 "Allocate: pod %s entry %d: %s",
                 match.pod.key,
                 match.entry,
-                ", ".join(f"{s.uuid} {s.usedmem}MiB {s.usedcores}%" for s in match.container),
+                ", ".join(f"{s.uuid} {s.usedmem}MiB {s.usedcores}%" for s in granted),
             )
             return to_proto(response)
         log.warning("Allocate %s failed: %s", list(ids), message)
         try:
-            self._pods.failed(pod, message)
+            self._pods.failed(pod, message, event_reason)
         except Exception:
             log.exception("reporting the failed allocation of %s", pod.key if pod else "a pod")
         return message

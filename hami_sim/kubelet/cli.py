@@ -49,6 +49,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="how long a dead plugin's resource is kept before capacity drops to 0 (default: %(default)s)",
     )
     parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the random order kubelet walks device sets in (default: from the node name)",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -88,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
             memory=args.memory,
             pods=args.pods,
             endpoint_stop_grace=args.endpoint_stop_grace,
+            seed=args.seed,
         )
     except ValueError as exc:
         log.error("%s", exc)

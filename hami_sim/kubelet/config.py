@@ -34,6 +34,10 @@ class KubeletConfig:
     stand-in that may host hundreds of nodes bounds every wait. None: no deadline, as kubelet."""
     pre_start_timeout: float = float(constants.KUBELET_PRESTART_CONTAINER_RPC_TIMEOUT_SECONDS)
     endpoint_stop_grace: float = ENDPOINT_STOP_GRACE_SECONDS
+    seed: int | None = None
+    """Seed of the order in which the device manager walks device sets: kubelet walks Go maps, whose
+    order is random, when it takes reusable devices, falls back without a preferred allocation, or
+    lists devices for GetPreferredAllocation. None: derived from the node name (reproducible runs)."""
 
     def __post_init__(self) -> None:
         if not self.node_name:

@@ -13,7 +13,9 @@ import contextlib
 import functools
 import logging
 import os
+import random
 import stat
+import zlib
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,6 +178,8 @@ class DeviceManager:
         self._checkpoint_encoder = CheckpointEncoder()
         self._reuse: dict[str, dict[str, set[str]]] = {}
         self._reserved: dict[str, set[str]] = {}
+        seed = config.seed if config.seed is not None else zlib.crc32(config.node_name.encode())
+        self._rng = random.Random(seed)
         self._registrations: dict[str, int] = {}
         self._updates: dict[str, int] = {}
         self._changed: asyncio.Condition | None = None
@@ -539,6 +543,7 @@ class DeviceManager:
         chosen = await self._devices_to_allocate(pod_uid, container, resource, required, reusable)
         if not chosen:
             return
+        chosen = self._go_order(chosen)  # kubelet sends allocDevices.UnsortedList()
         try:
             endpoint = self._endpoints.get(resource)
             if endpoint is None:
@@ -579,11 +584,21 @@ class DeviceManager:
         self._write_checkpoint()
         self._notify()
 
+    def _go_order(self, devices: Iterable[str]) -> list[str]:
+        """The order Go walks a set (a map) of device IDs in: random each time (the runtime starts a
+        map iteration at a random bucket and offset), here from the stand-in's seeded RNG."""
+        out = sorted(devices)
+        self._rng.shuffle(out)
+        return out
+
     async def _devices_to_allocate(
         self, pod_uid: str, container: str, resource: str, required: int, reusable: set[str]
     ) -> list[str]:
-        """Kubelet's devicesToAllocate without a topology manager (no NUMA hints): reuse, then the
-        plugin's preferred allocation, then free healthy devices in ListAndWatch order."""
+        """Kubelet's devicesToAllocate without a topology manager (no NUMA hints): reusable devices of
+        the pod's init containers first (any of them, in Go map order, when there are more than
+        needed), then the plugin's preferred allocation, then free healthy devices in Go map order
+        (kubernetes pkg/kubelet/cm/devicemanager/manager.go, devicesToAllocate and its
+        allocateRemainingFrom over sets.Set)."""
         needed = required
         existing = self._pod_devices.container_devices(pod_uid, container, resource)
         if existing is not None:
@@ -614,18 +629,16 @@ class DeviceManager:
                     needed -= 1
             return needed == 0
 
-        order = list(self._all_devices.get(resource, {}))
-        known = set(order)
-        if take_from([d for d in order if d in reusable] + sorted(reusable - known)):
+        if take_from(self._go_order(reusable)):
             return self._reserve(resource, chosen)
         in_use = self._pod_devices.devices().get(resource, set()) | self._reserved.get(resource, set())
-        available = [d for d in order if d in healthy and d not in in_use and d not in chosen]
+        available = self._go_order(d for d in healthy if d not in in_use and d not in chosen)
         if len(available) < needed:
             raise AllocationError(msg.devices_unavailable(resource, needed, len(available)))
         preferred = await self._preferred(resource, available, list(chosen), required)
         allowed = set(available)
         if not take_from(d for d in preferred if d in allowed):
-            take_from(available)
+            take_from(self._go_order(available))
         return self._reserve(resource, chosen)
 
     def _reserve(self, resource: str, chosen: list[str]) -> list[str]:
@@ -646,8 +659,8 @@ class DeviceManager:
         request = api_pb2.PreferredAllocationRequest(
             container_requests=[
                 api_pb2.ContainerPreferredAllocationRequest(
-                    available_deviceIDs=chosen + available,
-                    must_include_deviceIDs=chosen,
+                    available_deviceIDs=self._go_order([*chosen, *available]),
+                    must_include_deviceIDs=self._go_order(chosen),
                     allocation_size=size,
                 )
             ]

@@ -130,7 +130,9 @@ def test_single_container_pod_gets_devices_and_runs(
     uid = run_pod(core_v1, "p", [container("main", 2)])
     result = kubelet.wait_for_pod(NS, "p")
     assert result.admitted and result.uid == uid
-    assert plugin.calls.allocate == [[["a", "b"]]]
+    # Without GetPreferredAllocation kubelet takes free devices in Go map order: any two.
+    ((ids,),) = plugin.calls.allocate
+    assert len(set(ids)) == 2 and set(ids) <= {"a", "b", "c"}
     pod = core_v1.read_namespaced_pod("p", NS)
     assert pod.status.phase == "Running"
     assert [(s.name, s.ready, s.state.running is not None) for s in pod.status.container_statuses] == [
@@ -138,9 +140,9 @@ def test_single_container_pod_gets_devices_and_runs(
     ]
     assert {c.type: c.status for c in pod.status.conditions}["Ready"] == "True"
     entries = read_checkpoint(kubelet.config.checkpoint_path).for_container(uid, "main")
-    assert [(e.resource_name, dict(e.device_ids)) for e in entries] == [(RES, {-1: ("a", "b")})]
-    assert dict(entries[0].response.envs) == {"FAKE_DEVICES": "a,b", "FAKE_COUNT": "2"}
-    assert allocated(kubelet.snapshot()) == {"a", "b"}
+    assert [(e.resource_name, dict(e.device_ids)) for e in entries] == [(RES, {-1: tuple(ids)})]
+    assert dict(entries[0].response.envs) == {"FAKE_DEVICES": ",".join(ids), "FAKE_COUNT": "2"}
+    assert allocated(kubelet.snapshot()) == set(ids)
 
 
 def test_pod_without_device_requests_just_runs(
@@ -165,12 +167,16 @@ def test_init_container_devices_are_reused_by_app_containers(
     )
     assert kubelet.wait_for_pod(NS, "multi").admitted
     # One Allocate RPC per container, one ContainerAllocateRequest each, init first.
-    assert plugin.calls.allocate == [[["a", "b"]], [["a"]], [["b", "c"]]]
+    (init,), (c1,), (c2,) = plugin.calls.allocate
+    # c1 takes one of the init's two devices (Go map order: either); c2 takes the other one, which is
+    # still in the pod's reuse pool, and one new device.
+    assert len(set(init)) == 2 and len(c1) == 1 and set(c1) < set(init)
+    assert len(set(c2)) == 2 and set(init) - set(c1) < set(c2) and not set(c2) & set(c1)
     checkpoint = read_checkpoint(kubelet.config.checkpoint_path)
-    held = {e.container_name: e.all_device_ids for e in checkpoint.entries if e.pod_uid == uid}
-    assert held == {"init": ("a", "b"), "c1": ("a",), "c2": ("b", "c")}
-    assert checkpoint.container_envs(uid, "c2")["FAKE_DEVICES"] == "b,c"
-    assert allocated(kubelet.snapshot()) == {"a", "b", "c"}
+    held = {e.container_name: set(e.all_device_ids) for e in checkpoint.entries if e.pod_uid == uid}
+    assert held == {"init": set(init), "c1": set(c1), "c2": set(c2)}
+    assert checkpoint.container_envs(uid, "c2")["FAKE_DEVICES"] == ",".join(c2)
+    assert allocated(kubelet.snapshot()) == set(init) | set(c2)
     pod = core_v1.read_namespaced_pod("multi", NS)
     assert [s.state.terminated.reason for s in pod.status.init_container_statuses] == ["Completed"]
     assert sorted(s.name for s in pod.status.container_statuses) == ["c1", "c2", "nogpu"]
@@ -182,34 +188,42 @@ def test_restartable_init_container_keeps_its_devices(
     plugin = make_plugin("a", "b", "c")
     run_pod(core_v1, "sidecar", [container("main", 1)], init=[container("side", 1, restart_policy="Always")])
     assert kubelet.wait_for_pod(NS, "sidecar").admitted
-    assert plugin.calls.allocate == [[["a"]], [["b"]]]
+    (side,), (main,) = plugin.calls.allocate
+    assert len(side) == len(main) == 1 and side != main  # the sidecar's device is not reused
 
 
 def test_preferred_allocation_is_asked_and_intersected(
     kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
 ) -> None:
     plugin = make_plugin("a", "b", "c", "d", preferred=True)
+    plugin.prefer = lambda avail, must, size: ["d", "c"]
     run_pod(core_v1, "pref", [container("main", 2)])
     assert kubelet.wait_for_pod(NS, "pref").admitted
-    assert plugin.calls.preferred == [(["a", "b", "c", "d"], [], 2)]
-    assert plugin.calls.allocate == [[["d", "c"]]]
+    ((available, must, size),) = plugin.calls.preferred
+    assert (sorted(available), must, size) == (["a", "b", "c", "d"], [], 2)
+    assert [sorted(ids) for (ids,) in plugin.calls.allocate] == [["c", "d"]]
     # An answer naming unknown or busy devices is intersected with the free ones; kubelet fills the rest.
     plugin.prefer = lambda avail, must, size: ["ghost", "c", "b"]
     run_pod(core_v1, "pref2", [container("main", 2)])
     assert kubelet.wait_for_pod(NS, "pref2").admitted
-    assert plugin.calls.preferred[1] == (["a", "b"], [], 2)
-    assert plugin.calls.allocate[1] == [["b", "a"]]
+    available, must, size = plugin.calls.preferred[1]
+    assert (sorted(available), must, size) == (["a", "b"], [], 2)
+    assert sorted(plugin.calls.allocate[1][0]) == ["a", "b"]
 
 
 def test_preferred_allocation_with_init_reuse_passes_must_include(
     kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
 ) -> None:
     plugin = make_plugin("a", "b", "c", "d", preferred=True)
+    plugin.prefer = lambda avail, must, size: [*must, *sorted(set(avail) - set(must), reverse=True)][:size]
     run_pod(core_v1, "reuse", [container("main", 2)], init=[container("init", 1)])
     assert kubelet.wait_for_pod(NS, "reuse").admitted
     # init: free choice (d); main: d reused, then the plugin is asked with d as must-include.
-    assert plugin.calls.preferred == [(["a", "b", "c", "d"], [], 1), (["d", "a", "b", "c"], ["d"], 2)]
-    assert plugin.calls.allocate == [[["d"]], [["d", "c"]]]
+    assert [(sorted(a), m, n) for a, m, n in plugin.calls.preferred] == [
+        (["a", "b", "c", "d"], [], 1),
+        (["a", "b", "c", "d"], ["d"], 2),
+    ]
+    assert [sorted(ids) for (ids,) in plugin.calls.allocate] == [["d"], ["c", "d"]]
 
 
 def test_allocate_error_fails_the_pod_with_kubelets_message_and_an_event(
@@ -374,7 +388,8 @@ def test_pre_start_container_is_called_with_the_containers_devices(
     plugin = make_plugin("a", "b", "c", pre_start=True)
     run_pod(core_v1, "ps", [container("c1", 1), container("c2", 2)])
     assert kubelet.wait_for_pod(NS, "ps").admitted
-    assert plugin.calls.pre_start == [["a"], ["b", "c"]]
+    (c1,), (c2,) = plugin.calls.allocate
+    assert [sorted(ids) for ids in plugin.calls.pre_start] == [sorted(c1), sorted(c2)]
     plugin.pre_start_error = "not ready"
     core_v1.delete_namespaced_pod("ps", NS)
     kubelet.wait_for_devices(lambda s: allocated(s) == frozenset())
@@ -405,12 +420,13 @@ def test_checkpoint_holds_the_allocate_responses(
     assert (entry.pod_uid, entry.container_name, entry.resource_name) == (uid, "main", RES)
     assert dict(entry.device_ids) == {0: ("a",), 1: ("b",), -1: ("c",)}
     response = entry.response
-    assert dict(response.envs) == {"FAKE_DEVICES": "a,b,c", "FAKE_COUNT": "3"}
+    ((sent,),) = plugin.calls.allocate
+    assert dict(response.envs) == {"FAKE_DEVICES": ",".join(sent), "FAKE_COUNT": "3"}
     assert [(m.container_path, m.host_path, m.read_only) for m in response.mounts] == [
         ("/fake", "/opt/fake", True)
     ]
     assert [d.container_path for d in response.devices] == ["/dev/fake0"]
-    assert dict(response.annotations) == {"fake.example.com/ids": "a,b,c"}
+    assert dict(response.annotations) == {"fake.example.com/ids": ",".join(sent)}
     raw = path.read_bytes()
     assert raw.startswith(b'{"Data":{"PodDeviceEntries":[{"PodUID":"')
     assert encode_checkpoint(checkpoint.entries, checkpoint.registered_devices) == raw
@@ -426,9 +442,10 @@ def test_restart_keeps_running_pods_devices(
     plugin = make_plugin("a", "b", "c")
     uid = run_pod(core_v1, "keeper", [container("main", 2)])
     assert kubelet.wait_for_pod(NS, "keeper").admitted
+    ((kept,),) = plugin.calls.allocate
     kubelet.restart()
     snapshot = kubelet.snapshot()
-    assert allocated(snapshot) == {"a", "b"}
+    assert allocated(snapshot) == set(kept)
     assert snapshot.resources[RES].capacity == 0
     _wait_node(core_v1, lambda status: status.capacity.get(RES) == "0")
     # Before the plugin is back, a new pod is refused as kubelet refuses it after a reboot.
@@ -440,11 +457,9 @@ def test_restart_keeps_running_pods_devices(
     kubelet.wait_for_devices(lambda s: (r := s.resource(RES)) is not None and r.allocatable == 3)
     run_pod(core_v1, "late", [container("main", 1)])
     assert kubelet.wait_for_pod(NS, "late").admitted
-    assert plugin.calls.allocate[-1] == [["c"]]
-    assert read_checkpoint(kubelet.config.checkpoint_path).for_container(uid, "main")[0].all_device_ids == (
-        "a",
-        "b",
-    )
+    assert plugin.calls.allocate[-1] == [sorted({"a", "b", "c"} - set(kept))]
+    entry = read_checkpoint(kubelet.config.checkpoint_path).for_container(uid, "main")[0]
+    assert set(entry.all_device_ids) == set(kept)
     assert core_v1.read_namespaced_pod("keeper", NS).status.phase == "Running"
 
 

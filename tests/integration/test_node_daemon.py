@@ -156,11 +156,12 @@ def test_multi_container_pod_gets_each_container_its_slices_and_one_patch(
     rig: NodeRig, apiserver: ApiServerHandle, core_v1: Any
 ) -> None:
     rig.start_daemon()
-    g0, g1, g2, g3 = rig.uuids
+    g0, _, g2, g3 = rig.uuids
     # Entries: init containers first, then the app containers in order; "nogpu" has an empty entry.
+    # c1 is on the init container's GPU: kubelet makes it reuse that device (the scheduler's fit knows).
     choice = allocation(
         [(g0, 2000, 10)],  # init "prepare"
-        [(g1, 3000, 20)],  # "c1"
+        [(g0, 3000, 20)],  # "c1"
         [],  # "nogpu"
         [(g2, 1000, 30), (g3, 5000, 30)],  # "c2", two GPUs
     )
@@ -185,7 +186,7 @@ def test_multi_container_pod_gets_each_container_its_slices_and_one_patch(
     assert sorted(e.container_name for e in checkpoint.entries if e.pod_uid == uid) == ["c1", "c2", "prepare"]
     expected = {
         "prepare": (g0, {"CUDA_DEVICE_MEMORY_LIMIT_0": "2000m", "CUDA_DEVICE_SM_LIMIT": "10"}),
-        "c1": (g1, {"CUDA_DEVICE_MEMORY_LIMIT_0": "3000m", "CUDA_DEVICE_SM_LIMIT": "20"}),
+        "c1": (g0, {"CUDA_DEVICE_MEMORY_LIMIT_0": "3000m", "CUDA_DEVICE_SM_LIMIT": "20"}),
         "c2": (
             f"{g2},{g3}",
             {
@@ -206,14 +207,89 @@ def test_multi_container_pod_gets_each_container_its_slices_and_one_patch(
         # CUDA_DISABLE_CONTROL=true in the container: no ld.so.preload, as HAMi.
         assert ("/etc/ld.so.preload" in mounts) == (name != "c2"), name
     assert len(caches) == 3  # each container its own shared-cache file
-    # Kubelet's own choice of virtual devices: the app containers got theirs on the scheduled GPUs
-    # (c1 reuses the finished init container's device, as kubelet does).
-    c2_ids = checkpoint.for_container(uid, "c2")[0].all_device_ids
-    assert {i.rsplit("-", 1)[0] for i in c2_ids} == {g2, g3}
+    # Kubelet's own choice of virtual devices: every container's devices are on its scheduled GPUs,
+    # c1 reusing the finished init container's device, as kubelet does.
+    held = {name: checkpoint.for_container(uid, name)[0].all_device_ids for name in expected}
+    assert {name: {i.rsplit("-", 1)[0] for i in ids} for name, ids in held.items()} == {
+        "prepare": {g0},
+        "c1": {g0},
+        "c2": {g2, g3},
+    }
+    assert held["c1"] == held["prepare"]
 
     patches = pod_patches(apiserver.runner, "multi")
     assert len(patches) == 1, patches
     assert apiserver.runner.counters().get(("patch", "pods", ""), 0) == 1
+
+
+def test_a_container_kubelet_hands_a_gpu_its_pod_was_not_accounted_for_is_refused_with_an_event(
+    rig: NodeRig, core_v1: Any
+) -> None:
+    """HAMi's scheduler would put c1 on g1 beside an init container on g0; kubelet reuses the init's
+    device on g0 for c1, and c1 asks more than the init held there: refused, never a silent swap."""
+    rig.start_daemon()
+    g0, g1, _, _ = rig.uuids
+    choice = allocation([(g0, 2000, 10)], [(g1, 3000, 20)])
+    create_and_bind(
+        core_v1,
+        "swap",
+        NODE,
+        [gpu_container("c1", 1)],
+        init=[gpu_container("prepare", 1)],
+        annotations=scheduler_annotations(NODE, choice),
+    )
+    result = rig.kubelet.wait_for_pod(NAMESPACE, "swap", timeout=20)
+    assert not result.admitted and result.reason == "UnexpectedAdmissionError"
+    assert f"pod {NAMESPACE}/swap, container 'c1': kubelet chose device(s) on GPU(s) {g0}" in result.message
+    assert f"the scheduler placed the container on {g1}" in result.message
+    pod = wait_pod(core_v1, "swap", lambda p: bind_phase(p) == "failed")
+    events = core_v1.list_namespaced_event(NAMESPACE, field_selector="involvedObject.name=swap").items
+    mismatch = [e for e in events if e.reason == "AllocateGPUMismatch"]
+    assert len(mismatch) == 1 and mismatch[0].type == "Warning"
+    assert g0 in mismatch[0].message and g1 in mismatch[0].message and "'c1'" in mismatch[0].message
+    assert mismatch[0].source.component == "hami-node" and mismatch[0].involved_object.uid == pod.metadata.uid
+
+
+def test_an_app_container_kubelet_gives_another_init_device_of_its_pod_moves_there_and_is_recorded(
+    rig: NodeRig, core_v1: Any
+) -> None:
+    """An init container on g0 and g1, an app container planned on g0: kubelet takes either of the
+    two reusable devices (Go map order). Whichever it takes, the container sees that GPU and the pod's
+    annotation says so; a move gets a Normal event. Several pods, so both outcomes show."""
+    rig.start_daemon()
+    g0, g1, _, _ = rig.uuids
+    choice = allocation([(g0, 4000, 10), (g1, 4000, 10)], [(g0, 3000, 10)])
+    moved = 0
+    for i in range(8):
+        name = f"pair-{i}"
+        uid = create_and_bind(
+            core_v1,
+            name,
+            NODE,
+            [gpu_container("app", 1)],
+            init=[gpu_container("prepare", 2)],
+            annotations=scheduler_annotations(NODE, choice),
+        )
+        result = rig.kubelet.wait_for_pod(NAMESPACE, name, timeout=20)
+        assert result.admitted, result.message
+        pod = wait_pod(core_v1, name, lambda p: bind_phase(p) == "success")
+        (entry,) = read_checkpoint(rig.kubelet.config.checkpoint_path).for_container(uid, "app")
+        (kubelet_gpu,) = {i.rsplit("-", 1)[0] for i in entry.all_device_ids}
+        envs = dict(entry.response.envs)
+        recorded = ann.decode_pod_allocation(pod.metadata.annotations[ann.DEVICES_ALLOCATED])
+        assert envs["NVIDIA_VISIBLE_DEVICES"] == kubelet_gpu
+        assert recorded.containers[1].uuids == (kubelet_gpu,)
+        assert envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+        if kubelet_gpu == g1:
+            moved += 1
+            events = core_v1.list_namespaced_event(
+                NAMESPACE, field_selector=f"involvedObject.name={name}"
+            ).items
+            assert [e.reason for e in events if e.source.component == "hami-node"] == [
+                "AllocateGPUReassigned"
+            ]
+        core_v1.delete_namespaced_pod(name, NAMESPACE)
+    assert 0 < moved < 8
 
 
 # --- 4. Xid -> Unhealthy -> recovery ---------------------------------------------------------------------

@@ -126,17 +126,17 @@ def test_watch_feeds_the_tracker_and_one_patch_per_pod(stack: Stack, core_v1: An
     bind(core_v1, "default", "plain", NODE)
     stack.runner.reset_counters()
 
-    one = stack.tracker.match(1, 10.0)  # waits for the watch if it lags
+    one = stack.tracker.match(1)  # waits for the watch if it lags
     assert one.pod.key == "default/one"
     assert one.container.uuids == (GPU_A,)
     stack.tracker.allocated(one)
     # Init container (1 GPU), a container without GPUs, a container with 2 GPUs.
     scheduled(core_v1, "two", f"{GPU_A},NVIDIA,1000,0:;;{GPU_A},NVIDIA,2000,0:{GPU_B},NVIDIA,2000,0:;")
-    first = stack.tracker.match(1, 10.0)
+    first = stack.tracker.match(1)
     assert (first.pod.key, first.entry) == ("default/two", 0)
     assert stack.tracker.pod_object(first.pod)["metadata"]["uid"] == first.pod.uid
     stack.tracker.allocated(first)
-    second = stack.tracker.match(2, 10.0)
+    second = stack.tracker.match(2)
     assert (second.pod.key, second.entry, second.completes_pod) == ("default/two", 2, True)
     stack.tracker.allocated(second)
     assert stack.tracker.flush(10.0)
@@ -157,7 +157,7 @@ def test_watch_feeds_the_tracker_and_one_patch_per_pod(stack: Stack, core_v1: An
 def test_failed_allocation_is_reported(stack: Stack, core_v1: Any) -> None:
     core_v1.create_node(node(NODE))
     scheduled(core_v1, "p", f"{GPU_A},NVIDIA,4000,30:;")
-    match = stack.tracker.match(1, 10.0)
+    match = stack.tracker.match(1)
     stack.tracker.failed(match.pod, "kubelet asked for a device of another GPU")
     assert stack.tracker.flush(10.0)
     assert pod_annotations(core_v1, "p")[ann.BIND_PHASE] == "failed"
@@ -169,13 +169,13 @@ def test_node_lock_released_when_it_names_the_pod(stack: Stack, core_v1: Any) ->
         NODE, {"metadata": {"annotations": {ann.NODE_LOCK: "2026-01-01T00:00:00Z,default,other"}}}
     )
     scheduled(core_v1, "p", f"{GPU_A},NVIDIA,4000,30:;")
-    stack.tracker.allocated(stack.tracker.match(1, 10.0))
+    stack.tracker.allocated(stack.tracker.match(1))
     assert stack.tracker.flush(10.0)
     assert node_annotations(core_v1)[ann.NODE_LOCK] == "2026-01-01T00:00:00Z,default,other"
 
     core_v1.patch_node(NODE, {"metadata": {"annotations": {ann.NODE_LOCK: "2026-01-01T00:00:00Z,default,q"}}})
     scheduled(core_v1, "q", f"{GPU_A},NVIDIA,4000,30:;")
-    stack.tracker.allocated(stack.tracker.match(1, 10.0))
+    stack.tracker.allocated(stack.tracker.match(1))
     assert stack.tracker.flush(10.0)
     assert ann.NODE_LOCK not in node_annotations(core_v1)
     assert stack.tracker.locks_released == 1
@@ -205,7 +205,7 @@ def test_watch_resumes_after_the_stream_drops(stack: Stack, core_v1: Any) -> Non
     assert stack.watch.watches > watches  # a new watch ...
     assert stack.handler.lists == 1  # ... from the last version seen, not a relist
     assert [e[1] for e in stack.handler.events].count("before") == 1  # nothing delivered twice
-    assert stack.tracker.match(2, 5.0).pod.key == "default/after"
+    assert stack.tracker.match(2).pod.key == "default/after"
     # stop() interrupts the blocked read of the open watch at once.
     started = time.monotonic()
     stack.watch.stop()
@@ -329,7 +329,7 @@ def test_api_server_down_then_back(stack: Stack, core_v1: Any) -> None:
 
         stack.runner.stop()
         # Allocate keeps working from memory; its writes and the inventory wait for the server.
-        match = stack.tracker.match(1, 1.0)
+        match = stack.tracker.match(1)
         stack.tracker.allocated(match)
         sick = (replace(GPUS[0], health=False), GPUS[1])
         reporter.publish(sick)
@@ -343,7 +343,7 @@ def test_api_server_down_then_back(stack: Stack, core_v1: Any) -> None:
         assert node_annotations(core_v1)[ann.NODE_REGISTER] == ann.encode_node_register(sick)
         # The watch is back too: a pod scheduled now is seen.
         scheduled(core_v1, "q", f"{GPU_A},NVIDIA,1000,0:{GPU_B},NVIDIA,1000,0:;")
-        assert stack.tracker.match(2, 10.0).pod.key == "default/q"
+        assert stack.tracker.match(2).pod.key == "default/q"
     finally:
         reporter.stop()
 

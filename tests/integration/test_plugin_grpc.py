@@ -23,6 +23,7 @@ import grpc
 import pytest
 
 from hami_api.annotations import decode_pod_allocation
+from hami_api.types import ContainerAllocation
 from hami_node.allocation import (
     PendingPod,
     PodMatch,
@@ -53,20 +54,30 @@ CACHE_ID = "5a9c7c8e-7d1b-4c6e-9d7e-2f0b1c3d4e5f"
 
 
 class MemoryPods:
-    """A `PodSource` over a list of pending pods held in memory (what the pod watch would show)."""
+    """A `PodSource` over pending pods held in memory: what the pod watch shows, and what only the API
+    server has (read on a miss, as `pods.PodTracker` does)."""
 
     def __init__(self, node: str) -> None:
         self.node = node
         self._cond = threading.Condition()
         self._pods: dict[str, tuple[PendingPod, dict[str, Any]]] = {}
+        self._api_only: dict[str, tuple[PendingPod, dict[str, Any]]] = {}
         self.allocations: list[tuple[str, int]] = []
+        self.granted: list[ContainerAllocation | None] = []
         self.completed: list[str] = []
-        self.failures: list[tuple[str | None, str]] = []
-        self.waiting = threading.Event()
+        self.failures: list[tuple[str | None, str, str]] = []
+        self.misses = 0
 
     def add(
-        self, name: str, annotation: str, containers: list[str], init: tuple[str, ...] = ()
+        self,
+        name: str,
+        annotation: str,
+        containers: list[str],
+        init: tuple[str, ...] = (),
+        *,
+        watched: bool = True,
     ) -> PendingPod:
+        """A pending pod; `watched=False`: only the API server has it (the watch lags)."""
         uid = f"uid-{name}"
         pod = PendingPod("team", name, uid, decode_pod_allocation(annotation))
         obj = {
@@ -77,25 +88,25 @@ class MemoryPods:
             },
         }
         with self._cond:
-            self._pods[pod.key] = (pod, obj)
+            (self._pods if watched else self._api_only)[pod.key] = (pod, obj)
             self._cond.notify_all()
         return pod
 
     def _pending(self) -> list[PendingPod]:
         return [pod for pod, _ in self._pods.values()]
 
-    def match(self, device_count: int, timeout_s: float) -> PodMatch:
-        deadline = time.monotonic() + timeout_s
+    def match(self, device_count: int) -> PodMatch:
         with self._cond:
-            while True:
-                found = match_pending_pod(self._pending(), device_count)
-                if isinstance(found, PodMatch):
-                    return found
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise found.error(self.node)
-                self.waiting.set()
-                self._cond.wait(remaining)
+            found = match_pending_pod(self._pending(), device_count)
+            if isinstance(found, PodMatch):
+                return found
+            self.misses += 1
+            self._pods.update(self._api_only)
+            self._api_only.clear()
+            found = match_pending_pod(self._pending(), device_count)
+            if isinstance(found, PodMatch):
+                return found
+            raise found.error(self.node)
 
     def steering_gpus(self, device_count: int) -> tuple[str, ...]:
         with self._cond:
@@ -105,19 +116,20 @@ class MemoryPods:
         with self._cond:
             return self._pods[pod.key][1]
 
-    def allocated(self, match: PodMatch) -> None:
+    def allocated(self, match: PodMatch, granted: ContainerAllocation | None = None) -> None:
         with self._cond:
             pod, obj = self._pods[match.pod.key]
             self.allocations.append((pod.key, match.entry))
+            self.granted.append(granted)
             if match.completes_pod:
                 del self._pods[pod.key]
                 self.completed.append(pod.key)
             else:
-                self._pods[pod.key] = (pod.with_allocated(match.entry), obj)
+                self._pods[pod.key] = (pod.with_allocated(match.entry, granted), obj)
 
-    def failed(self, pod: PendingPod | None, reason: str) -> None:
+    def failed(self, pod: PendingPod | None, reason: str, event_reason: str = "") -> None:
         with self._cond:
-            self.failures.append((pod.key if pod else None, reason))
+            self.failures.append((pod.key if pod else None, reason, event_reason))
 
 
 @dataclass
@@ -389,7 +401,7 @@ def test_allocate_a_single_gpu_container(node: Node) -> None:
     node.pods.add("one", f"{B},NVIDIA,3000,30:;", ["main"])
     hook = node.config.hook_path
     with node.channel() as channel:
-        response = allocate(channel, f"{A}-2")  # the replica kubelet picked does not matter
+        response = allocate(channel, f"{B}-2")  # the replica kubelet picked does not matter
     assert dict(response.envs) == {
         "NVIDIA_VISIBLE_DEVICES": B,
         "CUDA_DEVICE_MEMORY_LIMIT_0": "3000m",
@@ -415,7 +427,7 @@ def test_allocate_multi_gpu_and_multi_container_pods(node: Node) -> None:
     node.pods.add("two", f";{A},NVIDIA,1000,10:{B},NVIDIA,2000,20:;{A},NVIDIA,500,5:;", ["a", "b"], ("init",))
     with node.channel() as channel:
         first = allocate(channel, f"{A}-0", f"{B}-1")
-        second = allocate(channel, f"{B}-0")
+        second = allocate(channel, f"{A}-3")
     assert first.envs["NVIDIA_VISIBLE_DEVICES"] == f"{A},{B}"
     assert (first.envs["CUDA_DEVICE_MEMORY_LIMIT_0"], first.envs["CUDA_DEVICE_MEMORY_LIMIT_1"]) == (
         "1000m",
@@ -430,23 +442,13 @@ def test_allocate_multi_gpu_and_multi_container_pods(node: Node) -> None:
     assert node.pods.completed == ["team/two"]
 
 
-def test_allocate_waits_for_a_pod_the_watch_shows_late(node: Node) -> None:
-    node2 = replace(node.config, allocate_wait_seconds=TIMEOUT)
-    server = PluginServer(replace(node2, socket_name="late.sock"), node.state, node.pods)
-    server.start()
-    try:
-        with grpc.insecure_channel(f"unix://{server.socket_path}") as channel:
-            request = api_pb2.AllocateRequest(
-                container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[f"{A}-0"])]
-            )
-            call = api_pb2_grpc.DevicePluginStub(channel).Allocate.future(request, timeout=TIMEOUT)
-            assert node.pods.waiting.wait(TIMEOUT)  # Allocate is waiting for the pod
-            node.pods.add("late", f"{A},NVIDIA,1000,10:;", ["main"])
-            response = call.result(timeout=TIMEOUT)
-    finally:
-        server.stop()
-    assert response.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == A
-    assert not server.socket_path.exists()
+def test_allocate_takes_a_pod_only_the_api_server_has_yet_without_waiting(node: Node) -> None:
+    node.pods.add("late", f"{A},NVIDIA,1000,10:;", ["main"], watched=False)
+    with node.channel() as channel:
+        response = allocate(channel, f"{A}-0")
+    assert response.envs["NVIDIA_VISIBLE_DEVICES"] == A
+    assert node.pods.misses == 1
+    assert node.pods.completed == ["team/late"]
 
 
 def test_allocate_without_a_pending_pod_fails_with_unknown(node: Node) -> None:
@@ -469,7 +471,7 @@ def test_allocate_on_an_unhealthy_gpu_fails_and_reports_the_pod(node: Node, kube
     assert caught.value.code() == grpc.StatusCode.UNKNOWN
     details = caught.value.details() or ""
     assert "pod team/bad" in details and "unhealthy" in details
-    assert node.pods.failures == [("team/bad", details)]
+    assert node.pods.failures == [("team/bad", details, "")]
     assert node.pods.allocations == []
 
 
@@ -484,7 +486,7 @@ def test_allocate_with_a_count_mismatch_or_unknown_device(node: Node) -> None:
             allocate(channel, f"{A}-0", "GPU-nope-1")
         assert "GPU-nope" in (caught.value.details() or "")
         assert "pod team/pair" in (caught.value.details() or "")
-    assert [pod for pod, _ in node.pods.failures] == [None, "team/pair"]
+    assert [pod for pod, _, _ in node.pods.failures] == [None, "team/pair"]
 
 
 def test_allocate_mig_ids_get_a_plain_nvidia_response(node: Node) -> None:

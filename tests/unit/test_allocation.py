@@ -13,12 +13,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hami_api.annotations import decode_pod_allocation
-from hami_api.types import PodAllocation
+from hami_api.types import ContainerAllocation, GPUSlice, PodAllocation
 from hami_node.allocation import (
     AllocationError,
     AmbiguousPodError,
     ContainerResponse,
     CountMismatchError,
+    DeviceMismatchError,
     InvalidDeviceID,
     Mount,
     NodeGPU,
@@ -32,6 +33,7 @@ from hami_node.allocation import (
     VirtualDevice,
     container_allocate_response,
     container_cache_dir,
+    grant_container,
     list_virtual_devices,
     match_pending_pod,
     parse_virtual_device_id,
@@ -164,7 +166,7 @@ def test_virtual_ids_round_trip(uuid: str, replica: int) -> None:
 
 
 def test_single_gpu_container_exact_response() -> None:
-    response = respond(make_pod(["main"]), f"{A},NVIDIA,3000,30:;", 0, [f"{B}-7"])
+    response = respond(make_pod(["main"]), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-7"])
     assert response == ContainerResponse(
         envs={
             "NVIDIA_VISIBLE_DEVICES": A,
@@ -178,7 +180,7 @@ def test_single_gpu_container_exact_response() -> None:
 
 
 def test_multi_gpu_container() -> None:
-    response = respond(make_pod(["main"]), f"{B},NVIDIA,5000,20:{A},NVIDIA,2000,0:;", 0, [f"{A}-1", f"{A}-2"])
+    response = respond(make_pod(["main"]), f"{B},NVIDIA,5000,20:{A},NVIDIA,2000,0:;", 0, [f"{A}-1", f"{B}-2"])
     assert response.envs == {
         "NVIDIA_VISIBLE_DEVICES": f"{B},{A}",
         "CUDA_DEVICE_MEMORY_LIMIT_0": "5000m",
@@ -354,11 +356,72 @@ def test_duplicate_gpus_are_listed_once_but_limited_per_slice() -> None:
     assert response.envs["CUDA_DEVICE_MEMORY_LIMIT_1"] == "2000m"
 
 
-def test_enable_get_preferred_allocation_uses_kubelets_gpus() -> None:
-    config = replace(CONFIG, enable_get_preferred_allocation=True)
-    response = respond(make_pod(["c"]), f"{A},NVIDIA,3000,30:;", 0, [f"{B}-4"], config)
-    assert response.envs["NVIDIA_VISIBLE_DEVICES"] == B
-    assert response.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+@pytest.mark.parametrize("preferred", [False, True])
+def test_kubelet_devices_on_other_gpus_than_the_allocation_are_refused_in_every_mode(preferred: bool) -> None:
+    # HAMi answers with the annotation's GPU (default) or kubelet's GPU with the annotation's limits
+    # (enablegetpreferredallocation): either way kubelet's records and the container disagree.
+    config = replace(CONFIG, enable_get_preferred_allocation=preferred)
+    with pytest.raises(DeviceMismatchError) as info:
+        respond(make_pod(["c"]), f"{A},NVIDIA,3000,30:;", 0, [f"{B}-4"], config)
+    assert info.value.message == (
+        f"pod team/train, container 'c': kubelet chose device(s) on GPU(s) {B}, but the scheduler placed "
+        f"the container on {A}; the allocation names other GPUs. Refusing to give the container GPUs "
+        "other than the ones kubelet records (its checkpoint and PodResources)"
+    )
+    assert (info.value.pod, info.value.container) == ("team/train", "c")
+    assert (info.value.kubelet_gpus, info.value.scheduled_gpus) == ((B,), (A,))
+
+
+# --- which GPUs a container really gets ---------------------------------------------------------------------
+
+
+def test_grant_keeps_the_scheduler_slices_on_kubelets_gpus_in_kubelets_order() -> None:
+    pod = make_pod(["c"])
+    pending_pod = PendingPod(
+        "team", "train", UID, decode_pod_allocation(f"{A},NVIDIA,1000,10:{B},NVIDIA,2000,20:;")
+    )
+    granted = grant_container(pod, pending_pod, 0, [f"{B}-3", f"{A}-0"], gpus=GPUS)
+    assert granted == ContainerAllocation((GPUSlice(B, 2000, 20), GPUSlice(A, 1000, 10)))
+
+
+INIT_ON_A_B = f"{A},NVIDIA,4000,10:{B},NVIDIA,4000,10:;{A},NVIDIA,3000,10:;"
+"""An init container on A and B, then an app container planned on A (kubelet may reuse A or B)."""
+
+
+def test_grant_moves_a_container_that_kubelet_gave_another_device_of_its_pod_within_the_footprint() -> None:
+    pod = make_pod(["app"], init=["prep"])
+    pending_pod = PendingPod("team", "train", UID, decode_pod_allocation(INIT_ON_A_B), frozenset({0}))
+    granted = grant_container(pod, pending_pod, 1, [f"{B}-5"], gpus=GPUS)
+    assert granted == ContainerAllocation((GPUSlice(B, 3000, 10),))
+    moved = pending_pod.with_allocated(1, granted)
+    assert moved.granted == decode_pod_allocation(
+        f"{A},NVIDIA,4000,10:{B},NVIDIA,4000,10:;{B},NVIDIA,3000,10:;"
+    )
+    assert moved.allocation == pending_pod.allocation  # what the scheduler accounted stays known
+    response = container_allocate_response(
+        pod, moved.current, 1, [f"{B}-5"], gpus=GPUS, config=CONFIG, cache_id=CACHE
+    )
+    assert (response.envs["NVIDIA_VISIBLE_DEVICES"], response.envs["CUDA_DEVICE_MEMORY_LIMIT_0"]) == (
+        B,
+        "3000m",
+    )
+
+
+def test_grant_refuses_a_move_that_would_hold_more_than_the_scheduler_accounted() -> None:
+    pod = make_pod(["app"], init=["prep"])
+    bigger_app = f"{A},NVIDIA,4000,10:{B},NVIDIA,4000,10:;{A},NVIDIA,6000,10:;"
+    pending_pod = PendingPod("team", "train", UID, decode_pod_allocation(bigger_app), frozenset({0}))
+    with pytest.raises(DeviceMismatchError) as info:
+        grant_container(pod, pending_pod, 1, [f"{B}-5"], gpus=GPUS)
+    assert info.value.message == (
+        f"pod team/train, container 'app': kubelet chose device(s) on GPU(s) {B}, but the scheduler placed "
+        f"the container on {A}; moving it there would make the pod hold more than the scheduler accounted "
+        f"for it ({B}: memory 6000 MiB > 4000 MiB). Refusing to give the container GPUs other than the "
+        "ones kubelet records (its checkpoint and PodResources)"
+    )
+    outside = PendingPod("team", "train", UID, decode_pod_allocation(f"{A},NVIDIA,1000,10:;"))
+    with pytest.raises(DeviceMismatchError, match=f"{C}: nothing of the pod was accounted there"):
+        grant_container(make_pod(["c"]), outside, 0, [f"{C}-0"], gpus=GPUS)
 
 
 # --- protobuf -------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""PodTracker: the table of pods waiting for devices (fed by in-memory watch events), match with the
-lag wait, and the bind-phase / node-lock writes (through a fake patcher)."""
+"""PodTracker: the table of pods waiting for devices (fed by in-memory watch events), match with its one
+API read on a miss, grants, and the bind-phase / node-lock / event writes (through a fake API)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from hami_api import annotations as ann
+from hami_api.types import ContainerAllocation, GPUSlice
 from hami_node.allocation import (
     AmbiguousPodError,
     CountMismatchError,
@@ -87,6 +88,9 @@ class FakePatcher:
         self.failures: list[KubeApiError] = []
         """Raised, in order, by the next calls."""
         self.bump_before_node_patch = False
+        self.api_pods: list[dict[str, Any]] = []
+        """What a list of the node's pods returns (the API server's view, ahead of the watch)."""
+        self.events: list[Mapping[str, Any]] = []
 
     def _maybe_fail(self, call: tuple[str, ...]) -> None:
         self.calls.append(call)
@@ -100,6 +104,19 @@ class FakePatcher:
             self._maybe_fail(("patch-pod", namespace, name))
             self.pod_patches.append((namespace, name, dict(annotations)))
             return {}
+
+    def list_pods(
+        self, field_selector: str, timeout_s: float | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        with self.lock:
+            self._maybe_fail(("list-pods", field_selector))
+            return [dict(p) for p in self.api_pods], "7"
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        with self.lock:
+            self._maybe_fail(("create-event", namespace, str(body["reason"])))
+            self.events.append(body)
+            return dict(body)
 
     def get_node(self, name: str) -> Mapping[str, Any]:
         with self.lock:
@@ -207,7 +224,7 @@ def test_table_from_list_and_events(tracker: PodTracker) -> None:
 
 def test_pod_object_and_steering(tracker: PodTracker) -> None:
     tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A, GPU_B)), containers=1))
-    match = tracker.match(2, 1.0)
+    match = tracker.match(2)
     obj = tracker.pod_object(match.pod)
     assert obj["metadata"]["name"] == "p"
     assert tracker.steering_gpus(2) == (GPU_A, GPU_B)
@@ -223,12 +240,12 @@ def test_pod_object_and_steering(tracker: PodTracker) -> None:
 def test_match_walks_containers_init_first(tracker: PodTracker, patcher: FakePatcher) -> None:
     # init container: 1 GPU, a container without GPUs, then a container with 2 GPUs.
     tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,), (), (GPU_A, GPU_B)), containers=3))
-    first = tracker.match(1, 1.0)
+    first = tracker.match(1)
     assert (first.pod.key, first.entry, first.completes_pod) == ("default/p", 0, False)
     tracker.allocated(first)
     with pytest.raises(CountMismatchError, match="default/p"):
-        tracker.match(1, 0.05)
-    second = tracker.match(2, 1.0)
+        tracker.match(1)
+    second = tracker.match(2)
     assert (second.entry, second.completes_pod) == (2, True)
     assert tracker.flush(5.0)
     assert patcher.pod_patches == []  # nothing until the last device container
@@ -238,36 +255,57 @@ def test_match_walks_containers_init_first(tracker: PodTracker, patcher: FakePat
     assert names(tracker) == []
 
 
-def test_match_waits_for_a_lagging_watch(tracker: PodTracker) -> None:
-    results: list[Any] = []
-    started = threading.Event()
-
-    def call() -> None:
-        started.set()
-        try:
-            results.append(tracker.match(1, 10.0))
-        except Exception as err:
-            results.append(err)
-
-    thread = threading.Thread(target=call)
-    thread.start()
-    assert started.wait(5)
-    tracker.pod_event("ADDED", pod_obj("late", alloc((GPU_A,))))
-    thread.join(10)
-    assert not thread.is_alive()
-    assert len(results) == 1 and results[0].pod.key == "default/late"
+def test_a_pod_the_watch_has_not_shown_is_read_from_the_api_server_once(
+    tracker: PodTracker, patcher: FakePatcher
+) -> None:
+    patcher.api_pods = [pod_obj("late", alloc((GPU_A,)))]
+    found = tracker.match(1)
+    assert found.pod.key == "default/late"
+    assert patcher.calls == [("list-pods", f"spec.nodeName={NODE}")]
+    assert tracker.misses == 1
+    assert tracker.match(1).pod.key == "default/late"  # now in the table: no second read
+    assert tracker.misses == 1
 
 
-def test_match_gives_up_at_the_deadline(tracker: PodTracker) -> None:
-    started = time.monotonic()
+def test_an_unknown_pod_fails_at_once_naming_the_waiting_pods_and_why_the_others_do_not(
+    tracker: PodTracker, patcher: FakePatcher
+) -> None:
     with pytest.raises(NoPendingPodError, match=f"no pod bound to node {NODE}"):
-        tracker.match(1, 0.2)
-    assert 0.2 <= time.monotonic() - started < 5
+        tracker.match(1)
     tracker.pod_event("ADDED", pod_obj("two", alloc((GPU_A, GPU_B))))
+    patcher.api_pods = [
+        pod_obj("two", alloc((GPU_A, GPU_B))),
+        pod_obj("plain", None, bind_phase=None, vgpu_node=None),
+        pod_obj("running", alloc((GPU_A,)), phase="Running"),
+        pod_obj("done", alloc((GPU_A,)), bind_phase="success"),
+    ]
     with pytest.raises(CountMismatchError) as err:
-        tracker.match(1, 0.05)
+        tracker.match(1)
     assert err.value.pod == "default/two"
-    assert "next container: 2 GPU(s)" in err.value.message
+    assert err.value.message == (
+        f"kubelet asked for 1 device(s), but no pod pending on node {NODE} has a container waiting for "
+        "1 GPU(s); waiting: default/two (next container: 2 GPU(s)); pods bound here that do not wait for "
+        f"GPUs: default/done: {ann.BIND_PHASE}=success; default/plain: it has no {ann.BIND_PHASE} "
+        "annotation: the HAMi scheduler did not place it; default/running: it is Running"
+    )
+
+
+def test_a_miss_when_the_api_server_cannot_answer_fails_at_once_saying_so(
+    tracker: PodTracker, patcher: FakePatcher
+) -> None:
+    patcher.failures = [KubeApiError(0, "ConnectionRefused", "connection refused")]
+    with pytest.raises(NoPendingPodError) as err:
+        tracker.match(1)
+    assert "the API server could not be asked for this node's pods" in err.value.message
+    assert "connection refused" in err.value.message
+
+
+def test_steering_reads_the_api_server_for_a_pod_the_watch_has_not_shown(
+    tracker: PodTracker, patcher: FakePatcher
+) -> None:
+    patcher.api_pods = [pod_obj("late", alloc((GPU_B,)))]
+    assert tracker.steering_gpus(1) == (GPU_B,)
+    assert tracker.steering_gpus(2) == ()
 
 
 def test_ambiguous_fails_at_once(tracker: PodTracker) -> None:
@@ -275,7 +313,7 @@ def test_ambiguous_fails_at_once(tracker: PodTracker) -> None:
     tracker.pod_event("ADDED", pod_obj("b", alloc((GPU_B,))))
     started = time.monotonic()
     with pytest.raises(AmbiguousPodError) as err:
-        tracker.match(1, 30.0)
+        tracker.match(1)
     assert time.monotonic() - started < 5
     assert err.value.pods == ("default/a", "default/b")
     assert tracker.steering_gpus(1) == ()
@@ -287,7 +325,7 @@ def test_ambiguous_fails_at_once(tracker: PodTracker) -> None:
 def test_completion_patches_success_once(tracker: PodTracker, patcher: FakePatcher) -> None:
     obj = pod_obj("p", alloc((GPU_A,)))
     tracker.pod_event("ADDED", obj)
-    tracker.allocated(tracker.match(1, 1.0))
+    tracker.allocated(tracker.match(1))
     assert names(tracker) == []
     # The watch still shows the pod allocating (our patch has not come back yet): not waiting again.
     tracker.pod_event("MODIFIED", obj)
@@ -304,7 +342,7 @@ def test_completion_patches_success_once(tracker: PodTracker, patcher: FakePatch
 
 def test_same_name_new_pod_waits_again(tracker: PodTracker) -> None:
     tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,)), uid="u1"))
-    tracker.allocated(tracker.match(1, 1.0))
+    tracker.allocated(tracker.match(1))
     tracker.pod_event("DELETED", pod_obj("p", alloc((GPU_A,)), uid="u1"))
     tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,)), uid="u2"))
     assert [p.uid for p in tracker.waiting()] == ["u2"]
@@ -312,7 +350,7 @@ def test_same_name_new_pod_waits_again(tracker: PodTracker) -> None:
 
 def test_failure_patches_failed(tracker: PodTracker, patcher: FakePatcher) -> None:
     tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
-    match = tracker.match(1, 1.0)
+    match = tracker.match(1)
     tracker.failed(match.pod, "GPU unhealthy")
     tracker.failed(None, "no pod at all")  # only logged
     assert tracker.flush(5.0)
@@ -325,7 +363,7 @@ def test_writes_retry_until_the_api_answers(tracker: PodTracker, patcher: FakePa
         KubeApiError(503, "ServiceUnavailable", "busy")
     ]
     tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
-    tracker.allocated(tracker.match(1, 1.0))
+    tracker.allocated(tracker.match(1))
     assert tracker.flush(10.0)
     assert patcher.pod_patches == [("default", "p", {ann.BIND_PHASE: "success"})]
     assert [c[0] for c in patcher.calls] == ["patch-pod"] * 5 + ["get-node"]
@@ -334,9 +372,9 @@ def test_writes_retry_until_the_api_answers(tracker: PodTracker, patcher: FakePa
 def test_a_write_for_a_deleted_pod_is_dropped(tracker: PodTracker, patcher: FakePatcher) -> None:
     patcher.failures = [KubeApiError(404, "NotFound", 'pods "p" not found')]
     tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
-    tracker.allocated(tracker.match(1, 1.0))
+    tracker.allocated(tracker.match(1))
     tracker.pod_event("ADDED", pod_obj("q", alloc((GPU_B,))))
-    tracker.allocated(tracker.match(1, 1.0))
+    tracker.allocated(tracker.match(1))
     assert tracker.flush(5.0)
     assert [c[:3] for c in patcher.calls if c[0] == "patch-pod"] == [
         ("patch-pod", "default", "p"),
@@ -348,7 +386,7 @@ def test_a_write_for_a_deleted_pod_is_dropped(tracker: PodTracker, patcher: Fake
 def test_node_lock_released_only_when_it_names_the_pod(tracker: PodTracker, patcher: FakePatcher) -> None:
     patcher.node_annotations[ann.NODE_LOCK] = "2026-01-01T00:00:00Z,default,other"
     tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
-    tracker.allocated(tracker.match(1, 1.0))
+    tracker.allocated(tracker.match(1))
     assert tracker.flush(5.0)
     assert patcher.node_patches == []
     assert patcher.node_annotations[ann.NODE_LOCK] == "2026-01-01T00:00:00Z,default,other"
@@ -356,7 +394,7 @@ def test_node_lock_released_only_when_it_names_the_pod(tracker: PodTracker, patc
     for legacy in ("2026-01-01T00:00:00Z", "garbage"):
         patcher.node_annotations[ann.NODE_LOCK] = legacy
         tracker.pod_event("ADDED", pod_obj("legacy", alloc((GPU_A,)), uid=f"u-{legacy}"))
-        tracker.allocated(tracker.match(1, 1.0))
+        tracker.allocated(tracker.match(1))
         assert tracker.flush(5.0)
         assert patcher.node_patches == []
 
@@ -364,7 +402,7 @@ def test_node_lock_released_only_when_it_names_the_pod(tracker: PodTracker, patc
     patcher.node_annotations["keep"] = "me"
     patcher.bump_before_node_patch = True  # someone writes the Node between our GET and PATCH
     tracker.pod_event("ADDED", pod_obj("mine", alloc((GPU_A,)), namespace="team"))
-    tracker.failed(tracker.match(1, 1.0).pod, "count mismatch")
+    tracker.failed(tracker.match(1).pod, "count mismatch")
     assert tracker.flush(5.0)
     assert patcher.pod_patches[-1] == ("team", "mine", {ann.BIND_PHASE: "failed"})
     assert patcher.node_patches == [{ann.NODE_LOCK: None}]  # after a 409, re-read and released
@@ -384,46 +422,79 @@ def test_bad_annotation_is_skipped_with_a_logged_reason(
     assert len(logged) == 1  # once per value, not per event
     assert "has 3 fields, expected 4" in logged[0]
     with pytest.raises(NoPendingPodError, match=r"default/bad: .*has 3 fields"):
-        tracker.match(1, 0.05)
+        tracker.match(1)
     # Fixed by the scheduler: now it waits, and the error no longer mentions it.
     tracker.pod_event("MODIFIED", pod_obj("bad", alloc((GPU_A,))))
     assert names(tracker) == ["bad"]
     tracker.pod_event("DELETED", pod_obj("bad", alloc((GPU_A,))))
     with pytest.raises(NoPendingPodError) as err:
-        tracker.match(1, 0.05)
+        tracker.match(1)
     assert "skipped" not in err.value.message
 
 
 def test_relist_keeps_partial_progress(tracker: PodTracker) -> None:
     obj = pod_obj("p", alloc((GPU_A,), (GPU_A, GPU_B)), containers=2)
     tracker.pod_event("ADDED", obj)
-    tracker.allocated(tracker.match(1, 1.0))
+    tracker.allocated(tracker.match(1))
     tracker.pods_listed([obj])
-    assert tracker.match(2, 1.0).entry == 1
+    assert tracker.match(2).entry == 1
     tracker.pod_event("MODIFIED", obj)
-    assert tracker.match(2, 1.0).entry == 1
+    assert tracker.match(2).entry == 1
 
 
-def test_stop_ends_a_waiting_match_and_drops_unsent_writes(patcher: FakePatcher) -> None:
+def test_stop_drops_unsent_writes(patcher: FakePatcher) -> None:
     tracker = PodTracker(NODE, patcher, retry=RetryPolicy(initial=30, maximum=30))
     tracker.start()
     patcher.failures = [KubeApiError(0, "ConnectionRefused", "down")]
     tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
-    tracker.allocated(tracker.match(1, 1.0))
+    tracker.allocated(tracker.match(1))
     assert not tracker.flush(0.2)  # the first try failed, the retry waits 30 s
-    errors: list[Exception] = []
-
-    def call() -> None:
-        try:
-            tracker.match(3, 30.0)
-        except Exception as err:
-            errors.append(err)
-
-    waiter = threading.Thread(target=call)
-    waiter.start()
-    started = time.monotonic()
     tracker.stop()
-    waiter.join(5)
-    assert not waiter.is_alive() and isinstance(errors[0], NoPendingPodError)
-    assert time.monotonic() - started < 5
     assert tracker.flush(0.1)
+
+
+# --- grants and events -------------------------------------------------------------------------------------
+
+
+def test_a_container_moved_to_another_gpu_of_its_pod_is_recorded_with_the_success_patch_and_an_event(
+    tracker: PodTracker, patcher: FakePatcher
+) -> None:
+    # Init container on A and B; the app container was planned on A, kubelet reused B.
+    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A, GPU_B), (GPU_A,)), containers=2))
+    tracker.allocated(tracker.match(2))
+    app = tracker.match(1)
+    moved = ContainerAllocation((GPUSlice(GPU_B, 1000, 30),))
+    tracker.allocated(app, moved)
+    assert tracker.flush(5.0)
+    granted = alloc((GPU_A, GPU_B), (GPU_B,))
+    assert patcher.pod_patches == [
+        (
+            "default",
+            "p",
+            {ann.DEVICES_ALLOCATED: granted, ann.DEVICES_TO_ALLOCATE: granted, ann.BIND_PHASE: "success"},
+        )
+    ]
+    (event,) = patcher.events
+    assert (event["type"], event["reason"]) == ("Normal", "AllocateGPUReassigned")
+    assert event["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "default",
+        "name": "p",
+        "uid": "uid-default-p",
+    }
+    assert f"got GPU(s) {GPU_B} where the scheduler planned {GPU_A}" in event["message"]
+    assert event["source"] == {"component": "hami-node", "host": NODE}
+
+
+def test_a_failure_with_an_event_reason_writes_a_warning_event_and_patches_failed(
+    tracker: PodTracker, patcher: FakePatcher
+) -> None:
+    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
+    match = tracker.match(1)
+    tracker.failed(match.pod, "pod default/p, container 'c0': kubelet chose ...", "AllocateGPUMismatch")
+    assert tracker.flush(5.0)
+    assert [(e["type"], e["reason"], e["message"]) for e in patcher.events] == [
+        ("Warning", "AllocateGPUMismatch", "pod default/p, container 'c0': kubelet chose ...")
+    ]
+    assert patcher.pod_patches == [("default", "p", {ann.BIND_PHASE: "failed"})]
