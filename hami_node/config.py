@@ -182,8 +182,10 @@ class NodeConfig:
     operating_mode: OperatingMode = OperatingMode.HAMI_CORE
     mig_strategy: MigStrategy = MigStrategy.NONE
     enable_get_preferred_allocation: bool = False
-    """HAMi's nodeconfig switch: Allocate hands out the GPUs of the virtual IDs kubelet chose (steered by
-    GetPreferredAllocation) instead of the GPUs named in the pod's annotation."""
+    """HAMi's nodeconfig switch between answering Allocate with the annotation's GPUs and with the GPUs of
+    the IDs kubelet chose. Accepted for compatibility and without effect: hami-node always steers
+    kubelet with GetPreferredAllocation and always answers with the GPUs kubelet records, refusing
+    a disagreement with the scheduler (docs/node-daemon.md, Allocate)."""
     filter_devices: FilterDevices = FilterDevices()
     device_list_strategy: tuple[DeviceListStrategy, ...] = (DeviceListStrategy.ENVVAR,)
     cdi_annotation_prefix: str = DEFAULT_CDI_ANNOTATION_PREFIX
@@ -470,7 +472,7 @@ _SETTINGS: tuple[_Setting, ...] = (
     _Setting("enable_get_preferred_allocation", "--enable-get-preferred-allocation",
              "HAMI_ENABLE_GET_PREFERRED_ALLOCATION", "enableGetPreferredAllocation",
              "enablegetpreferredallocation", _bool,
-             "hand out the GPUs of the virtual IDs kubelet chose instead of the annotation's", "BOOL",
+             "HAMi compatibility, no effect: Allocate always answers with the GPUs kubelet records", "BOOL",
              optional_bool=True),
     _Setting("filter_devices", "--filter-devices", "HAMI_FILTER_DEVICES", "filterDevices", "filterdevices",
              _filter_devices, "GPUs not to advertise: comma-separated UUIDs and/or indexes", "LIST"),

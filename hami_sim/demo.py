@@ -171,10 +171,10 @@ def usage_table(core: Any) -> str:
         if pod.status.phase in ("Succeeded", "Failed") or not pod.spec.node_name:
             continue
         allocation = _allocation(pod)
-        init = len(pod.spec.init_containers or [])
+        inits = pod.spec.init_containers or []
         for index, container in enumerate(allocation.containers if allocation else ()):
-            if index < init:
-                continue  # init containers have finished once the pod runs
+            if index < len(inits) and inits[index].restart_policy != "Always":
+                continue  # plain init containers have finished once the pod runs (sidecars run on)
             for s in container.devices:
                 if s.uuid in used:
                     used[s.uuid][0] += 1

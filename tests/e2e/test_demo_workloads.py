@@ -21,8 +21,10 @@ from hami_api.annotations import (
     decode_node_register,
     decode_pod_allocation,
 )
+from hami_node.plugin.api.constants import CHECKPOINT_FILE
 from hami_sim.cluster import Cluster, ClusterSpec, GpuSpec, NodeSpec
 from hami_sim.demo import EXAMPLES, _create, _documents, container_env
+from hami_sim.kubelet.checkpoint import read_checkpoint
 from tests.e2e.e2e_util import core_v1, wait_for
 
 
@@ -68,6 +70,7 @@ def test_demo_workloads_land_as_expected(cluster: Cluster, core: Any) -> None:
         ("default", "notebook"),
         ("default", "training"),
         ("default", "pipeline"),
+        ("default", "agent"),
         ("default", "t4-only"),
     }
 
@@ -96,17 +99,44 @@ def test_demo_workloads_land_as_expected(cluster: Cluster, core: Any) -> None:
     pipeline = allocation_of(pods[("default", "pipeline")])
     assert [len(c) for c in pipeline] == [1, 1, 1]  # init, server, embedder: a GPU slice each
     assert [c[0][1] for c in pipeline] == [6000, 10000, 4000]
+    assert pipeline[1][0][0] == pipeline[0][0][0]  # kubelet hands the server the init's device
+    agent = allocation_of(pods[("default", "agent")])
+    assert [c[0][1] for c in agent] == [3000, 2000, 12000]
+    assert agent[2][0][0] == agent[0][0][0]  # the app container reuses the plain init's device
+
+    # For every container: the GPU kubelet recorded (checkpoint) = the GPU it sees (env from Allocate) =
+    # the GPU the scheduler accounted (the pod's allocation annotation).
+    for (namespace, name), pod in pods.items():
+        if (namespace, name) not in expected:
+            continue
+        checkpoint = read_checkpoint(cluster.kubelet_dir(pod.spec.node_name) / CHECKPOINT_FILE)
+        names = [c.name for c in (pod.spec.init_containers or [])] + [c.name for c in pod.spec.containers]
+        for container, entry in zip(names, allocation_of(pod), strict=True):
+            held = checkpoint.for_container(pod.metadata.uid, container)
+            if not entry:
+                assert held == [], (name, container)
+                continue
+            (record,) = held
+            recorded = sorted(i.rsplit("-", 1)[0] for i in record.all_device_ids)
+            seen = sorted(record.response.envs["NVIDIA_VISIBLE_DEVICES"].split(","))
+            assert recorded == seen == sorted(g for g, _, _ in entry), (name, container)
 
     env = container_env(cluster, core, "ai-team", "inference-a", "server")
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "8000m" and env["CUDA_DEVICE_SM_LIMIT"] == "25"
     uuid = allocation_of(pods[("ai-team", "inference-a")])[0][0][0]
     assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
 
-    # No GPU over its memory, cores or slots (regular containers; init containers have finished).
+    # No GPU over its memory, cores or slots (regular containers and sidecars; init containers have
+    # finished).
     per_gpu: dict[str, list[int]] = {}
     for pod in pods.values():
-        inits = len(pod.spec.init_containers or [])
-        for c in allocation_of(pod)[inits:]:
+        inits = pod.spec.init_containers or []
+        running = [
+            c
+            for i, c in enumerate(allocation_of(pod))
+            if i >= len(inits) or inits[i].restart_policy == "Always"
+        ]
+        for c in running:
             for gpu, mem, cores in c:
                 used = per_gpu.setdefault(gpu, [0, 0, 0])
                 used[0] += 1
