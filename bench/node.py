@@ -15,6 +15,11 @@ this process. Phases, in order:
    Allocate of the IDs it chose; both are timed. The stand-in here runs without an API server, so it
    never admits those pods itself. One warm-up batch is not counted. Every pod must end with
    bind-phase=success (the daemon's writer); the pods are then deleted.
+1b. Misses: Allocate requests no pending pod explains, back to back (--misses each): with no pod
+   bound to the node, then with a pod another scheduler bound there (no HAMi annotations). The daemon
+   reads the node's pods from the API server once per miss and answers with the error at once (goal:
+   p99 <= 100 ms; before, it held each such call for --allocate-wait-seconds, 5 s, and the node's
+   later pods with it). Timed to the error's arrival.
 2. Xid: an Xid 79 event is written to the inventory file (write-then-rename); the time until a
    ListAndWatch message shows that GPU Unhealthy, at a direct gRPC stream and at the kubelet
    stand-in; then until it is Healthy again (--recovery, the daemon's --health-recovery-seconds).
@@ -28,9 +33,9 @@ end; the CPU that other processes used meanwhile is reported (this machine may b
 process and the temporary directory are removed at the end, also on failure (--keep keeps the
 directory and its logs/). Progress goes to stderr, a markdown table to stdout. Usage:
 
-    python bench/node.py [--allocations 2000] [--containers 2] [--xid-rounds 20] [--restarts 20]
-                         [--e2e-pods 40] [--gpus 8] [--split 10] [--recovery 0.5] [--json FILE]
-                         [--py-spy FILE] [--keep]
+    python bench/node.py [--allocations 2000] [--containers 2] [--misses 200] [--xid-rounds 20]
+                         [--restarts 20] [--e2e-pods 40] [--gpus 8] [--split 10] [--recovery 0.5]
+                         [--json FILE] [--py-spy FILE] [--keep]
 """
 
 from __future__ import annotations
@@ -415,6 +420,45 @@ def allocate_phase(c: Cluster, args: argparse.Namespace, report: Report) -> None
     report.stats += [allocate, last, other, preferred] if args.containers > 1 else [allocate, preferred]
 
 
+def miss_phase(c: Cluster, args: argparse.Namespace, report: Report) -> None:
+    """Allocate requests that match no pending pod: the time until the daemon's error arrives."""
+    unknown = Stat("Allocate matching no pod, none bound here (error after one API read)", goal_ms=100.0)
+    foreign = Stat("Allocate matching no pod, a non-HAMi pod bound here (error names it)", goal_ms=100.0)
+    plain = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bench-foreign", "namespace": NAMESPACE, "labels": {"app": "bench-miss"}},
+        "spec": {
+            "nodeName": c.node,
+            "containers": [{"name": "c", "image": "cuda:12", "resources": {"limits": {RESOURCE: "1"}}}],
+        },
+    }
+    request = api_pb2.AllocateRequest()
+    request.container_requests.add(devices_ids=[f"{c.uuids[0]}-0"])
+    with grpc.insecure_channel(f"unix://{c.socket}") as channel:
+        stub = api_pb2_grpc.DevicePluginStub(channel)
+        for stat, expected in ((unknown, "no pod bound to node"), (foreign, "default/bench-foreign")):
+            if stat is foreign:
+                c.api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", plain)
+            for n in range(args.misses + 5):
+                t0 = time.perf_counter()
+                try:
+                    stub.Allocate(request, timeout=30)
+                except grpc.RpcError as err:
+                    elapsed = time.perf_counter() - t0
+                    if expected not in (err.details() or ""):
+                        stat.errors += 1
+                        log(f"miss: unexpected error text: {err.details()}")
+                else:
+                    stat.errors += 1
+                    log("miss: Allocate succeeded for a request no pod explains")
+                    continue
+                if n >= 5:
+                    stat.samples.append(elapsed)
+        c.api.delete_pod("bench-foreign")
+    report.stats += [unknown, foreign]
+
+
 def baseline_phase(c: Cluster, calls: int, report: Report) -> None:
     """A no-op RPC, back to back: what gRPC, the threads and this machine cost without any work."""
     stat = Stat("GetDevicePluginOptions (no-op RPC, baseline)")
@@ -722,6 +766,9 @@ def run(args: argparse.Namespace) -> Report:
             with sampled(c.daemon.pid, args.py_spy):
                 allocate_phase(c, args, report)
             report.rss_mb["after the Allocate phase"] = proc_status(c.daemon.pid, "VmRSS")
+        if args.misses > 0:
+            log(f"misses: 2 x {args.misses} Allocate calls no pod explains")
+            miss_phase(c, args, report)
         if args.xid_rounds > 0:
             xid_phase(c, args, report)
         if args.restarts > 0:
@@ -779,6 +826,7 @@ def main() -> int:
         help="pause after each container's Allocate, as kubelet creates the container before the next "
         "admission (0: back to back, which saturates the daemon and measures queueing)",
     )
+    parser.add_argument("--misses", type=int, default=200, help="Allocate calls no pod explains (0: skip)")
     parser.add_argument("--xid-rounds", type=int, default=20, help="Xid rounds (0: skip)")
     parser.add_argument("--restarts", type=int, default=20, help="kubelet restarts (0: skip)")
     parser.add_argument("--e2e-pods", type=int, default=40, help="pods admitted end to end (0: skip)")
