@@ -129,6 +129,8 @@ class ControlConfig:
     leader_elect_lease_duration_s: float = 15.0
     leader_elect_renew_deadline_s: float = 10.0
     leader_elect_retry_period_s: float = 2.0
+    warnings: tuple[str, ...] = ()
+    """Settings given that have no effect in this configuration, one message each; logged at start-up."""
     request_defaults: RequestDefaults = field(init=False, repr=False, compare=False)
     """The defaults `hami_api.resources` normalises requests with (derived; built once, since every
     admission reads it)."""
@@ -582,7 +584,32 @@ def _validated(merged: Mapping[str, _Value]) -> ControlConfig:
             f"{_describe(merged, 'leader_elect_renew_deadline_s')} = {renew}, "
             f"{_describe(merged, 'leader_elect_retry_period_s')} = {retry}",
         )
-    return ControlConfig(**values, resource_names=resource_names)
+    return ControlConfig(**values, resource_names=resource_names, warnings=_ignored_settings(merged))
+
+
+_LEADER_SETTINGS = (
+    "leader_elect_namespace",
+    "leader_elect_lease",
+    "leader_elect_lease_duration_s",
+    "leader_elect_renew_deadline_s",
+    "leader_elect_retry_period_s",
+)
+
+
+def _ignored_settings(merged: Mapping[str, _Value]) -> tuple[str, ...]:
+    """Settings given that change nothing: the leader election's without --leader-elect (its timings are
+    still checked, so turning it on later cannot fail). POD_NAMESPACE is not named: the downward API sets
+    it in every pod."""
+    leader = merged.get("leader_elect")
+    if leader is not None and leader.value:
+        return ()
+    out: list[str] = []
+    for name in _LEADER_SETTINGS:
+        given = merged.get(name)
+        if given is None or given.where == "environment POD_NAMESPACE":
+            continue
+        out.append(f"{given.where}: has no effect without --leader-elect")
+    return tuple(out)
 
 
 def _describe(merged: Mapping[str, _Value], name: str) -> str:

@@ -477,6 +477,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    for warning in config.warnings:
+        log.warning("%s (ignored)", warning)
     return asyncio.run(serve(config))
 
 

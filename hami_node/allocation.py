@@ -36,6 +36,8 @@ from hami_api.containers import footprint_growth, pod_container_kinds
 from hami_api.errors import RequestError
 from hami_api.resources import pod_containers
 from hami_api.types import ContainerAllocation, GPUSlice, PodAllocation
+from hami_node import mps
+from hami_node.cdi import CDI_KIND, qualified_name
 from hami_node.config import DeviceListStrategy, NodeConfig, OperatingMode
 from hami_node.plugin.api import api_pb2
 from hami_node.plugin.api.constants import HEALTHY, UNHEALTHY
@@ -43,8 +45,6 @@ from hami_node.plugin.api.constants import HEALTHY, UNHEALTHY
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 VOLUME_MOUNTS_ROOT = "/var/run/nvidia-container-devices"
 """NVIDIA_VISIBLE_DEVICES under the volume-mounts strategy; one /dev/null mount per GPU below it."""
-CDI_KIND = "k8s.device-plugin.nvidia.com/gpu"
-"""The CDI kind of NVIDIA's device plugin: a GPU's CDI name is `<kind>=<uuid>`."""
 CDI_PLUGIN_NAME = "nvidia-device-plugin"
 """The plugin name in the CDI annotation key `<prefix><plugin>_<id>`, as NVIDIA's plugin writes it."""
 VGPU_LOCK_DIR = "/tmp/vgpulock"
@@ -427,7 +427,7 @@ def _visible_devices(
     annotations: dict[str, str] = {}
     cdi_devices: list[str] = []
     strategies = config.device_list_strategy
-    names = [f"{CDI_KIND}={uuid}" for uuid in uuids]
+    names = [qualified_name(uuid) for uuid in uuids]  # the names the CDI spec defines (hami_node.cdi)
     if DeviceListStrategy.CDI_ANNOTATIONS in strategies:
         key = f"{config.cdi_annotation_prefix}{CDI_PLUGIN_NAME}_{cdi_id}"
         annotations[key] = ",".join(names)
@@ -567,6 +567,26 @@ def grant_container(
     return granted
 
 
+def _mps_client(config: NodeConfig, started: bool, what: str, key: str) -> tuple[dict[str, str], list[Mount]]:
+    """Operating mode mps: the env and mounts that connect a container to the MPS control daemon under
+    `config.mps_root` (NVIDIA's device plugin's, `hami_node.mps`). `started`: the daemon's .started
+    file exists; without it the container must not start (`AllocationError`)."""
+    if config.mps_root is None:
+        raise ValueError("operating mode mps without an MPS root")
+    resource = config.resource_name
+    if not started:
+        raise AllocationError(
+            f"{what}: operating mode mps, but the MPS control daemon for {resource} is not running "
+            f"({mps.started_file(config.mps_root, resource)} does not exist)",
+            key,
+        )
+    pipe = mps.pipe_dir(mps.CONTAINER_ROOT, resource)
+    return {mps.PIPE_DIRECTORY_ENV: pipe}, [
+        Mount(pipe, mps.pipe_dir(config.mps_root, resource), False),
+        Mount(mps.CONTAINER_SHM, mps.shm_dir(config.mps_root), False),
+    ]
+
+
 def container_allocate_response(
     pod: Mapping[str, Any],
     allocation: PodAllocation,
@@ -579,6 +599,7 @@ def container_allocate_response(
     cdi_id: str | None = None,
     lib_path: str | None = None,
     license_present: bool = False,
+    mps_started: bool = False,
 ) -> ContainerResponse:
     """HAMi's response for the container of allocation entry `entry` (init containers first).
 
@@ -586,7 +607,8 @@ def container_allocate_response(
     GPUs with their current health; `cache_id` a fresh uuid4 string (the container's
     CUDA_DEVICE_MEMORY_SHARED_CACHE file name); `cdi_id` the CDI annotation id (default `cache_id`);
     `lib_path` the host path of libvgpu.so (HAMi prefers `<hook>/vgpu/libvgpu.so.<version>` when that
-    exists; default `<hook>/vgpu/libvgpu.so`); `license_present` whether `<hook>/vgpu/license` exists.
+    exists; default `<hook>/vgpu/libvgpu.so`); `license_present` whether `<hook>/vgpu/license` exists;
+    `mps_started` (operating mode mps) whether the MPS control daemon's .started file exists.
 
     `allocation` is the pod's allocation as it stands (`PendingPod.current`, after `grant_container`):
     kubelet's devices must be on the entry's GPUs.
@@ -630,6 +652,10 @@ def container_allocate_response(
         if license_present:
             mounts.append(Mount("/tmp/license", f"{vgpu}/license", True))
             mounts.append(Mount("/usr/bin/vgpuvalidator", f"{vgpu}/vgpuvalidator", True))
+    if config.operating_mode is OperatingMode.MPS:
+        mps_envs, mps_mounts = _mps_client(config, mps_started, req.what, req.key)
+        envs.update(mps_envs)
+        mounts.extend(mps_mounts)
     return ContainerResponse(envs, tuple(mounts), annotations, tuple(cdi_devices))
 
 

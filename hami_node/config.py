@@ -48,7 +48,9 @@ from hami_api.settings import suggest as _suggest
 
 
 class OperatingMode(StrEnum):
-    """How containers share a GPU: HAMi-core's libvgpu.so limits, MIG instances, or MPS."""
+    """How containers share a GPU: HAMi-core's libvgpu.so limits, MIG instances (refused at start-up: not
+    supported yet), or MPS (HAMi-core's limits plus a connection to an MPS control daemon run outside
+    hami-node, which needs `mps_root`; see `hami_node.mps`)."""
 
     HAMI_CORE = "hami-core"
     MIG = "mig"
@@ -157,6 +159,7 @@ DEFAULT_HEALTH_PORT = 9396
 
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins/"
 DEFAULT_CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
+DEFAULT_CDI_SPEC_DIR = "/var/run/cdi"
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +192,13 @@ class NodeConfig:
     filter_devices: FilterDevices = FilterDevices()
     device_list_strategy: tuple[DeviceListStrategy, ...] = (DeviceListStrategy.ENVVAR,)
     cdi_annotation_prefix: str = DEFAULT_CDI_ANNOTATION_PREFIX
+    cdi_spec_dir: Path = Path(DEFAULT_CDI_SPEC_DIR)
+    """Where the CDI spec of this node's GPUs is written with a cdi-* device-list strategy (and a spec
+    left by such a run removed without one)."""
+    mps_root: str | None = None
+    """Host directory of the MPS control daemon's pipe and shm directories (NVIDIA's `mpsRoot`), seen
+    at the same path by hami-node; required by operating mode mps, ignored (with a warning) in the
+    others."""
     hook_path: str = "/usr/local"
     """Where HAMi-core lives on the host and in containers (`<hook>/vgpu/libvgpu.so`)."""
     kubelet_dir: Path = Path(DEFAULT_KUBELET_DIR)
@@ -211,6 +221,9 @@ class NodeConfig:
     health_bind: HealthBind | None = None
     """Address of the HTTP health endpoint (GET /healthz, /readyz); None = not served. Off by default so
     several daemons can share a machine (hami-sim); the DaemonSet sets it."""
+    warnings: tuple[str, ...] = ()
+    """Settings accepted for compatibility that have no effect in this configuration, one message each;
+    the daemon logs them at start-up."""
 
     @property
     def socket_path(self) -> Path:
@@ -482,6 +495,11 @@ _SETTINGS: tuple[_Setting, ...] = (
              "STRATEGY", repeatable=True, shown_default="envvar"),
     _Setting("cdi_annotation_prefix", "--cdi-annotation-prefix", "CDI_ANNOTATION_PREFIX",
              "cdiAnnotationPrefix", None, _cdi_prefix, "prefix of the CDI annotation key", "PREFIX"),
+    _Setting("cdi_spec_dir", "--cdi-spec-dir", "HAMI_CDI_SPEC_DIR", "cdiSpecDir", None, _path,
+             "directory of the CDI spec written for the cdi-annotations and cdi-cri strategies", "DIR"),
+    _Setting("mps_root", "--mps-root", "MPS_ROOT", "mpsRoot", None, _hook_path,
+             "host directory of the MPS control daemon's pipe and shm directories (operating mode mps)",
+             "DIR", shown_default="none"),
     _Setting("hook_path", "--hook-path", "HOOK_PATH", "hookPath", None, _hook_path,
              "directory holding vgpu/libvgpu.so on the host and in containers", "DIR"),
     _Setting("kubelet_dir", "--kubelet-dir", "HAMI_KUBELET_DIR", "kubeletDir", None, _path,
@@ -795,15 +813,57 @@ def load_config(argv: Sequence[str], env: Mapping[str, str], read_file: Callable
             "backend: choose --gpu-backend fake or drop the inventory",
         )  # fmt: skip
 
+    _check_mps(merged, values)
     health = HealthChecks(
         disabled=values.pop("disable_healthchecks", XidList()),
         enabled=values.pop("enable_healthchecks", XidList()),
     )
-    return NodeConfig(**values, health_checks=health)
+    return NodeConfig(**values, health_checks=health, warnings=_ignored_settings(merged, values))
+
+
+def _check_mps(merged: Mapping[str, _Value], values: Mapping[str, Any]) -> None:
+    """Operating mode mps needs an MPS root."""
+    mode = values.get("operating_mode", OperatingMode.HAMI_CORE)
+    if mode is OperatingMode.MPS and values.get("mps_root") is None:
+        raise ConfigError(
+            "configuration", "mps_root",
+            f"operating mode mps ({merged['operating_mode'].describe()}) needs an MPS control daemon, "
+            "which hami-node does not start: set --mps-root (MPS_ROOT, mpsRoot) to the host directory "
+            "where it keeps <root>/<resource>/pipe and <root>/shm (NVIDIA's mps-control-daemon layout). "
+            "HAMi v2.10 runs mps without a daemon, which is operating mode hami-core",
+        )  # fmt: skip
+
+
+def _ignored_settings(merged: Mapping[str, _Value], values: Mapping[str, Any]) -> tuple[str, ...]:
+    """Settings given that change nothing in this configuration (kept for HAMi / NVIDIA compatibility,
+    where they are accepted the same way), one warning each."""
+    out: list[str] = []
+    mode = values.get("operating_mode", OperatingMode.HAMI_CORE)
+    if "mps_root" in merged and mode is not OperatingMode.MPS:
+        # A file shared by every node may set mpsRoot for the nodes its nodeconfig puts in mps mode.
+        out.append(
+            f"{merged['mps_root'].describe()}: the MPS root has no effect, since the operating mode is "
+            f"{mode.value}, not mps"
+        )
+    strategies = values.get("device_list_strategy", (DeviceListStrategy.ENVVAR,))
+    if "cdi_annotation_prefix" in merged and DeviceListStrategy.CDI_ANNOTATIONS not in strategies:
+        out.append(
+            f"{merged['cdi_annotation_prefix'].describe()}: the CDI annotation prefix has no effect, since "
+            "the device-list strategy does not include cdi-annotations"
+        )
+    if "enable_get_preferred_allocation" in merged:
+        out.append(
+            f"{merged['enable_get_preferred_allocation'].describe()}: HAMi's switch between answering "
+            "Allocate with the annotation's GPUs and with kubelet's has no effect: hami-node always steers "
+            "kubelet with GetPreferredAllocation and answers with the GPUs kubelet records, refusing a "
+            "disagreement with the scheduler"
+        )
+    return tuple(out)
 
 
 __all__ = [
     "DEFAULT_CDI_ANNOTATION_PREFIX",
+    "DEFAULT_CDI_SPEC_DIR",
     "DEFAULT_HEALTH_PORT",
     "DEFAULT_IGNORED_XIDS",
     "DEFAULT_KUBELET_DIR",

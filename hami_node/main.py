@@ -17,8 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hami_node.cdi import CdiError, CdiSpecWriter, remove_stale
 from hami_node.config import (
     ConfigError,
+    GPUBackend,
     HelpRequested,
     MigStrategy,
     NodeConfig,
@@ -105,6 +107,9 @@ def start_daemon(config: NodeConfig) -> NodeDaemon:
         ("inventory publisher", publisher.start, publisher.stop),
         ("kubelet plugin", plugin.start, plugin.stop),
     ]
+    cdi = _cdi_spec_writer(config, state)
+    if cdi is not None:  # the spec is written before the plugin hands out a CDI name
+        steps.insert(-1, ("CDI spec writer", cdi.start, cdi.stop))
     if (endpoint := daemon.health_endpoint) is not None:
         # Early, so a port in use fails start-up before the other threads run; it answers 503 until ready.
         steps.insert(1, ("health endpoint", endpoint.start, endpoint.stop))
@@ -112,13 +117,28 @@ def start_daemon(config: NodeConfig) -> NodeDaemon:
         for name, start, stop in steps:
             start()
             daemon.stops.append((name, stop))
-    except HealthServerError as exc:
+    except (HealthServerError, CdiError) as exc:
         daemon.stop()
         raise StartupError(str(exc)) from None
     except BaseException:
         daemon.stop()
         raise
     return daemon
+
+
+def _cdi_spec_writer(config: NodeConfig, state: DeviceState) -> CdiSpecWriter | None:
+    """The CDI spec writer with a cdi-* device-list strategy. Without one, a spec a CDI run of this
+    daemon left is removed (it would define the GPUs for nothing) and None is returned."""
+    if any(s.is_cdi for s in config.device_list_strategy):
+        # The fake backend's device nodes do not exist here: name the control nodes a real node has.
+        exists = (lambda _path: True) if config.gpu_backend is GPUBackend.FAKE else os.path.exists
+        return CdiSpecWriter(state, config.cdi_spec_dir, exists)
+    try:
+        for path in remove_stale(config.cdi_spec_dir, spec_too=True):
+            log.info("removed the CDI spec %s: no cdi-* device-list strategy is configured", path)
+    except OSError as exc:
+        log.warning("cannot remove a stale CDI spec from %s: %s", config.cdi_spec_dir, exc)
+    return None
 
 
 def _health_endpoint(config: NodeConfig, plugin: PluginManager, reporter: NodeReporter) -> HealthServer:
@@ -168,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     log.setLevel(config.log_level.value.upper())
+    for warning in config.warnings:
+        log.warning("%s (accepted for compatibility, ignored)", warning)
     try:
         daemon = start_daemon(config)
     except StartupError as exc:

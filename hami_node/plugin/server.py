@@ -50,6 +50,7 @@ from hami_node.allocation import (
 )
 from hami_node.config import NodeConfig, OperatingMode
 from hami_node.devices import DeviceState
+from hami_node.mps import daemon_started
 from hami_node.plugin.api import api_pb2, api_pb2_grpc
 from hami_node.ports import PodSource
 
@@ -213,6 +214,7 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
                 config=self._config,
                 cache_id=self._new_id(),
                 license_present=os.path.exists(license_file),
+                mps_started=daemon_started(self._config.mps_root, self._config.resource_name),
             )
             if self._config.operating_mode is not OperatingMode.MIG:
                 self._make_cache_dir(pod_object, match.entry)

@@ -265,10 +265,32 @@ def test_mig_mode_gets_only_the_visible_devices() -> None:
     assert response == ContainerResponse(envs={"NVIDIA_VISIBLE_DEVICES": A})
 
 
-def test_mps_mode_is_limited_like_hami_core() -> None:
-    config = replace(CONFIG, operating_mode=OperatingMode.MPS)
-    response = respond(make_pod(["c"]), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"], config)
-    assert response.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+MPS = replace(CONFIG, operating_mode=OperatingMode.MPS, mps_root="/run/nvidia/mps")
+
+
+def test_mps_mode_is_hami_core_plus_the_mps_daemons_pipe_and_shm() -> None:
+    response = respond(make_pod(["c"]), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"], MPS, mps_started=True)
+    hami_core = respond(make_pod(["c"]), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"])
+    # NVIDIA's device plugin's MPS client edits (internal/plugin/mps.go) on top of HAMi-core's.
+    assert response.envs == {**hami_core.envs, "CUDA_MPS_PIPE_DIRECTORY": "/mps/nvidia.com/gpu/pipe"}
+    assert response.mounts == (
+        *hami_core.mounts,
+        Mount("/mps/nvidia.com/gpu/pipe", "/run/nvidia/mps/nvidia.com/gpu/pipe", False),
+        Mount("/dev/shm", "/run/nvidia/mps/shm", False),
+    )
+    renamed = replace(MPS, resource_name="hami.io/vgpu")
+    response = respond(make_pod(["c"]), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"], renamed, mps_started=True)
+    assert response.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/hami.io/vgpu/pipe"
+
+
+def test_mps_mode_fails_allocate_while_the_mps_daemon_is_not_started() -> None:
+    with pytest.raises(AllocationError) as info:
+        respond(make_pod(["c"]), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"], MPS, mps_started=False)
+    assert info.value.pod == "team/train"
+    assert info.value.message == (
+        "pod team/train, container 'c': operating mode mps, but the MPS control daemon for nvidia.com/gpu "
+        "is not running (/run/nvidia/mps/nvidia.com/gpu/.started does not exist)"
+    )
 
 
 # --- device list strategies --------------------------------------------------------------------------------

@@ -462,3 +462,24 @@ def test_binder_timeouts_in_help() -> None:
     flat = " ".join(info.value.text.split())
     assert "(env HAMI_ALLOCATE_TIMEOUT; default 30)" in flat
     assert "(env HAMI_BIND_WAIT_TIMEOUT; default 10)" in flat
+
+
+# --- settings that would change nothing (issue 13, item 6) --------------------------------------------------
+
+
+def test_leader_election_settings_without_leader_elect_are_named_in_warnings() -> None:
+    config = load(
+        ["--leader-elect-lease", "other", "--leader-elect-retry-period", "3"],
+        env={"POD_NAMESPACE": "hami-system", "HAMI_LEADER_ELECT_RENEW_DEADLINE": "12"},
+    )
+    assert config.warnings == (
+        "flag --leader-elect-lease: has no effect without --leader-elect",
+        "environment HAMI_LEADER_ELECT_RENEW_DEADLINE: has no effect without --leader-elect",
+        "flag --leader-elect-retry-period: has no effect without --leader-elect",
+    )  # POD_NAMESPACE is set by the downward API in every pod: not named
+    file_config = load_file("leaderElectNamespace: kube-system\n")
+    assert file_config.warnings == (
+        f"{CONFIG} line 1: leaderElectNamespace: has no effect without --leader-elect",
+    )
+    assert load(["--leader-elect", "--leader-elect-lease", "other"]).warnings == ()
+    assert load().warnings == ()

@@ -476,6 +476,10 @@ def test_node_daemonset() -> None:
     assert mounts[str(config.kubelet_dir)]["hostPath"]["path"] == "/var/lib/kubelet/device-plugins"
     assert mounts[f"{config.hook_path}/vgpu"]["hostPath"]["path"] == "/usr/local/vgpu"
     assert mounts["/tmp/vgpulock"]["hostPath"] == {"path": "/tmp/vgpulock", "type": "DirectoryOrCreate"}
+    assert mounts[str(config.cdi_spec_dir)]["hostPath"] == {
+        "path": "/var/run/cdi",
+        "type": "DirectoryOrCreate",
+    }
     # The probes reach the health endpoint.
     ports = {p["name"]: p["containerPort"] for p in daemon["ports"]}
     assert ports["health"] == config.health_bind.port

@@ -102,7 +102,7 @@ def test_every_setting_from_flags() -> None:
             "--socket-name", "x.sock", "--gpu-backend", "fake", "--fake-inventory", "/tmp/inv.yaml",
             "--kubeconfig", "/tmp/kc", "--health-recovery-seconds", "0", "--register-interval-seconds",
             "0.5", "--allocate-wait-seconds", "2", "--disable-healthchecks", "79",
-            "--enable-healthchecks", "13",
+            "--enable-healthchecks", "13", "--mps-root", "/run/nvidia/mps/", "--cdi-spec-dir", "/etc/cdi",
         ]
     )  # fmt: skip
     assert config == NodeConfig(
@@ -131,6 +131,16 @@ def test_every_setting_from_flags() -> None:
         register_interval_seconds=0.5,
         allocate_wait_seconds=2.0,
         health_checks=HealthChecks(XidList(xids=frozenset({79})), XidList(xids=frozenset({13}))),
+        mps_root="/run/nvidia/mps",
+        cdi_spec_dir=Path("/etc/cdi"),
+        warnings=(
+            "flag --cdi-annotation-prefix: the CDI annotation prefix has no effect, since the device-list "
+            "strategy does not include cdi-annotations",
+            "flag --enable-get-preferred-allocation: HAMi's switch between answering Allocate with the "
+            "annotation's GPUs and with kubelet's has no effect: hami-node always steers kubelet with "
+            "GetPreferredAllocation and answers with the GPUs kubelet records, refusing a disagreement "
+            "with the scheduler",
+        ),
     )
     assert config.oversubscribed
 
@@ -163,8 +173,10 @@ def test_every_setting_from_environment() -> None:
         "HAMI_ALLOCATE_WAIT_SECONDS": "0",
         "DP_DISABLE_HEALTHCHECKS": "all",
         "DP_ENABLE_HEALTHCHECKS": "79",
+        "HAMI_CDI_SPEC_DIR": "/run/cdi",
     }
     config = load(env=env, node=None)
+    assert config.cdi_spec_dir == Path("/run/cdi")
     assert config.node_name == "node-b"
     assert config.device_split_count == 5
     assert config.device_memory_scaling == 0.9 and not config.oversubscribed
@@ -328,6 +340,7 @@ def test_device_list_strategy_forms() -> None:
 
 NODECONFIG = """\
 deviceSplitCount: 4
+mpsRoot: /run/nvidia/mps
 deviceMemoryScaling: 1
 nodeconfig:
   - name: node-b
@@ -794,3 +807,63 @@ def test_bad_health_bind_in_the_file_names_line_and_key() -> None:
     assert "nodeconfig" not in message
     # Not a per-node (nodeconfig) key.
     assert "unknown nodeconfig key" in file_error("nodeconfig:\n  - name: node-a\n    healthBind: :1\n")
+
+
+# --- options that would change nothing (issue 13, item 6) ---------------------------------------------------
+
+
+def test_mps_mode_without_an_mps_root_is_refused_naming_the_mps_root_settings() -> None:
+    for argv, files in (
+        (["--operating-mode", "mps"], None),
+        (
+            ["--config-file", str(CONFIG)],
+            {str(CONFIG): "nodeconfig:\n- name: node-a\n  operatingmode: mps\n"},
+        ),
+    ):
+        with pytest.raises(ConfigError) as info:
+            load(argv, files=files)
+        assert info.value.key == "mps_root"
+        message = str(info.value)
+        assert "operating mode mps" in message and "--mps-root" in message and "MPS_ROOT" in message
+        assert "does not start" in message
+    config = load(["--operating-mode", "mps"], env={"MPS_ROOT": "/run/nvidia/mps"})
+    assert config.operating_mode is OperatingMode.MPS and config.mps_root == "/run/nvidia/mps"
+    assert config.warnings == ()
+
+
+def test_mps_root_outside_mps_mode_is_accepted_with_a_warning() -> None:
+    config = load_file("mpsRoot: /run/nvidia/mps\n")
+    assert config.mps_root == "/run/nvidia/mps"
+    assert config.warnings == (
+        f"{CONFIG} line 1: mpsRoot: the MPS root has no effect, since the operating mode is hami-core, "
+        "not mps",
+    )
+    with pytest.raises(ConfigError, match="expected an absolute path"):
+        load(["--mps-root", "relative/dir"])
+
+
+def test_cdi_annotation_prefix_warns_only_without_the_cdi_annotations_strategy() -> None:
+    config = load(env={"CDI_ANNOTATION_PREFIX": "cdi.example.com/"})
+    assert config.warnings == (
+        "environment CDI_ANNOTATION_PREFIX: the CDI annotation prefix has no effect, since the device-list "
+        "strategy does not include cdi-annotations",
+    )
+    with_cdi = load(
+        ["--device-list-strategy", "cdi-annotations"], env={"CDI_ANNOTATION_PREFIX": "cdi.example.com/"}
+    )
+    assert with_cdi.warnings == () and with_cdi.cdi_annotation_prefix == "cdi.example.com/"
+
+
+def test_cdi_spec_dir_defaults_to_var_run_cdi_and_is_settable() -> None:
+    assert load().cdi_spec_dir == Path("/var/run/cdi")
+    assert load_file("cdiSpecDir: /etc/cdi\n").cdi_spec_dir == Path("/etc/cdi")
+    assert "--cdi-spec-dir" in build_argument_parser().format_help()
+
+
+def test_enable_get_preferred_allocation_is_accepted_with_a_warning_that_it_changes_nothing() -> None:
+    config = load(["--enable-get-preferred-allocation", "true"])
+    assert config.enable_get_preferred_allocation is True
+    (warning,) = config.warnings
+    assert warning.startswith("flag --enable-get-preferred-allocation: HAMi's switch")
+    assert "has no effect" in warning and "answers with the GPUs kubelet records" in warning
+    assert load().warnings == ()

@@ -1,0 +1,399 @@
+"""The CDI (Container Device Interface) spec for this node's GPUs, for the `cdi-annotations` and `cdi-cri`
+device-list strategies: Allocate names each GPU as `k8s.device-plugin.nvidia.com/gpu=<GPU-UUID>`
+(`qualified_name`), and the container runtime (containerd >= 1.7, CRI-O >= 1.24, or the NVIDIA runtime
+in CDI mode) resolves that name through a spec file in its CDI spec directories (`/etc/cdi`,
+`/var/run/cdi`). This module builds and keeps that file.
+
+The kind is NVIDIA's device plugin's and HAMi's (vendor `k8s.device-plugin.nvidia.com`, class `gpu`),
+and so is the file name (`k8s.device-plugin.nvidia.com-gpu.json`, CDI's `GenerateSpecName(vendor,
+class)`): a node moved from HAMi gets HAMi's spec replaced, never a second spec defining the same device
+names (a runtime refuses devices defined twice).
+
+What the spec holds, and why only that:
+
+- one device per GPU, named by its UUID, whose edit is the GPU's device node `/dev/nvidia<minor>`;
+- common edits applied with any of them: the control nodes (`/dev/nvidiactl`, `/dev/nvidia-uvm`,
+  `/dev/nvidia-uvm-tools`, those that exist) and `NVIDIA_VISIBLE_DEVICES=void`, as NVIDIA's generator
+  (nvcdi) writes, so a runtime hook in legacy mode does not inject every GPU because the image says
+  `NVIDIA_VISIBLE_DEVICES=all`.
+
+HAMi-core's per-container edits (CUDA_DEVICE_MEMORY_LIMIT_*, the cache directory mount, ld.so.preload,
+MPS) stay in the Allocate response: kubelet hands a response's envs and mounts to the runtime with every
+device-list strategy, so they reach the container without a per-allocation spec, and a spec file per
+container would have to outlive the daemon for kubelet's container restarts. The spec holds only what is
+the same for every container that gets a GPU. It does not carry the driver's user-space files
+(libcuda.so, nvidia-smi): see docs/install.md, "CDI".
+
+The file is written atomically (a temporary file in the same directory, fsync, rename), rewritten when
+the GPU list changes (a GPU gone is no longer defined), removed when the node has no GPU (a CDI spec must
+define at least one device), and never removed when the daemon stops: kubelet restarts the containers of
+admitted pods without calling Allocate, and the runtime resolves their CDI names again then. At start-up
+the temporary files of an interrupted write are removed and, when no CDI strategy is configured, a spec
+this daemon wrote (`written_by_us`; NVIDIA's or HAMi's file of the same name is left alone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from hami_node.devices import DeviceState
+
+log = logging.getLogger(__name__)
+
+CDI_VENDOR = "k8s.device-plugin.nvidia.com"
+CDI_CLASS = "gpu"
+CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"
+"""The CDI kind of NVIDIA's device plugin and HAMi: a GPU's CDI name is `<kind>=<uuid>`."""
+SPEC_FILE_NAME = f"{CDI_VENDOR}-{CDI_CLASS}.json"
+"""CDI's GenerateSpecName(vendor, class), as NVIDIA's device plugin and HAMi name their spec."""
+DEFAULT_SPEC_DIR = "/var/run/cdi"
+
+CDI_VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
+"""Released CDI spec versions a reader accepts, oldest first (CDI 1.1.0 reads 0.3.0 and later)."""
+
+COMMON_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+"""Device nodes every CUDA container needs besides its GPUs' own nodes."""
+VISIBLE_DEVICES_VOID = "NVIDIA_VISIBLE_DEVICES=void"
+
+_DEVICE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?")
+"""CDI's ValidateDeviceName (pkg/parser/parser.go): letters, digits, `_ - . :`; alphanumeric ends."""
+_TMP_SUFFIX = ".tmp"
+_SPEC_KEYS = frozenset({"cdiVersion", "kind", "devices", "containerEdits"})
+
+
+class CdiError(Exception):
+    """The spec cannot be built or written; the message says what to fix."""
+
+
+class CdiGpu(Protocol):
+    """What the spec needs of a GPU (`hami_node.devices.GpuStatus` fits): its UUID and the N of
+    /dev/nvidiaN."""
+
+    @property
+    def uuid(self) -> str: ...
+
+    @property
+    def minor(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SpecGpu:
+    """A plain `CdiGpu`."""
+
+    uuid: str
+    minor: int
+
+
+# --- pure ------------------------------------------------------------------------------------------------
+
+
+def qualified_name(uuid: str) -> str:
+    """The fully qualified CDI name Allocate returns for a GPU: `<vendor>/<class>=<uuid>`."""
+    return f"{CDI_KIND}={uuid}"
+
+
+def device_node(minor: int) -> str:
+    return f"/dev/nvidia{minor}"
+
+
+def minimum_version(spec: Mapping[str, Any]) -> str:
+    """The lowest released CDI version that has every feature the spec uses, by the rules of CDI's
+    MinimumRequiredVersion (specs-go/version.go) for the fields this module writes: annotations (or a dot
+    in the class) need 0.6.0, a device name starting with a digit or a device node's hostPath need 0.5.0,
+    else 0.3.0. Writing the minimum rather than the newest lets runtimes with an older CDI library
+    (containerd 1.7) read the spec; a 1.1.0 reader accepts it all the same."""
+    devices = spec.get("devices") or []
+    edits = [spec.get("containerEdits") or {}, *((d.get("containerEdits") or {}) for d in devices)]
+    _, _, cls = str(spec.get("kind", "")).partition("/")
+    if spec.get("annotations") or any(d.get("annotations") for d in devices) or "." in cls:
+        return "0.6.0"
+    if any(str(d.get("name", ""))[:1].isdigit() for d in devices) or any(
+        n.get("hostPath") for e in edits for n in e.get("deviceNodes") or []
+    ):
+        return "0.5.0"
+    return "0.3.0"
+
+
+def build_spec(gpus: Iterable[CdiGpu], common_nodes: Sequence[str]) -> dict[str, Any] | None:
+    """The spec for these GPUs (in their order) with `common_nodes` as common edits; None when there is
+    no GPU (a spec without devices is invalid). Raises `CdiError` for a UUID that is not a valid CDI
+    device name, or two GPUs with one UUID."""
+    devices: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for gpu in gpus:
+        if not _DEVICE_NAME.fullmatch(gpu.uuid):
+            raise CdiError(
+                f"GPU {gpu.uuid!r} cannot be named in a CDI spec: a CDI device name has only letters, "
+                "digits and _ - . : and starts and ends with a letter or digit"
+            )
+        if gpu.uuid in seen:
+            raise CdiError(f"GPU {gpu.uuid} is listed twice")
+        seen.add(gpu.uuid)
+        devices.append(
+            {"name": gpu.uuid, "containerEdits": {"deviceNodes": [{"path": device_node(gpu.minor)}]}}
+        )
+    if not devices:
+        return None
+    edits: dict[str, Any] = {"env": [VISIBLE_DEVICES_VOID]}
+    if common_nodes:
+        edits["deviceNodes"] = [{"path": path} for path in common_nodes]
+    spec: dict[str, Any] = {"cdiVersion": "", "kind": CDI_KIND, "devices": devices, "containerEdits": edits}
+    spec["cdiVersion"] = minimum_version(spec)
+    return spec
+
+
+def encode_spec(spec: Mapping[str, Any]) -> bytes:
+    """The file's bytes: JSON, two-space indent, a final newline (stable, so unchanged specs compare
+    equal)."""
+    return (json.dumps(spec, indent=2) + "\n").encode()
+
+
+def written_by_us(data: bytes) -> bool:
+    """Whether a spec file's bytes have the shape `build_spec` writes (our kind; each device a single
+    /dev/nvidiaN node; common edits only the void env and control nodes). NVIDIA's and HAMi's specs for
+    the same kind carry the driver's mounts and hooks, so they never pass."""
+    try:
+        spec = json.loads(data)
+    except ValueError:
+        return False
+    if not isinstance(spec, dict) or spec.get("kind") != CDI_KIND or set(spec) - _SPEC_KEYS:
+        return False
+    edits = spec.get("containerEdits")
+    devices = spec.get("devices")
+    if not isinstance(edits, dict) or not isinstance(devices, list) or set(edits) - {"env", "deviceNodes"}:
+        return False
+    if edits.get("env") != [VISIBLE_DEVICES_VOID]:
+        return False
+    nodes = edits.get("deviceNodes", [])
+    if not isinstance(nodes, list) or any(n not in [{"path": p} for p in COMMON_DEVICE_NODES] for n in nodes):
+        return False
+    for device in devices:
+        if not isinstance(device, dict) or set(device) != {"name", "containerEdits"}:
+            return False
+        node = device["containerEdits"]
+        if not isinstance(node, dict) or set(node) != {"deviceNodes"} or len(node["deviceNodes"]) != 1:
+            return False
+        path = node["deviceNodes"][0].get("path", "") if isinstance(node["deviceNodes"][0], dict) else ""
+        if not re.fullmatch(r"/dev/nvidia[0-9]+", path):
+            return False
+    return True
+
+
+def common_device_nodes(exists: Callable[[str], bool]) -> tuple[str, ...]:
+    """The `COMMON_DEVICE_NODES` for which `exists(path)` holds, in that order."""
+    return tuple(path for path in COMMON_DEVICE_NODES if exists(path))
+
+
+# --- files -----------------------------------------------------------------------------------------------
+
+
+def write_spec(spec_dir: Path, data: bytes) -> Path:
+    """Write the spec file atomically: a temporary file beside it (hidden, ending .tmp, so a runtime
+    scanning the directory for *.json and *.yaml never reads it half-written), fsync, chmod 0644,
+    rename over the old one, fsync the directory. Creates `spec_dir` if needed. Raises OSError."""
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    target = spec_dir / SPEC_FILE_NAME
+    fd, tmp = tempfile.mkstemp(dir=spec_dir, prefix=f".{SPEC_FILE_NAME}.", suffix=_TMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(spec_dir)
+    return target
+
+
+def remove_stale(spec_dir: Path, *, spec_too: bool) -> list[Path]:
+    """Remove what a previous run of this daemon left in `spec_dir`: temporary files of an interrupted
+    write (recognised by name) and, with `spec_too`, the spec file if `written_by_us` (a spec of the same
+    name written by NVIDIA's or HAMi's device plugin is left alone). Returns what was removed; a missing
+    directory is nothing to do. Raises OSError for what cannot be read or removed."""
+    removed: list[Path] = []
+    try:
+        names = os.listdir(spec_dir)
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        ours = name.startswith(f".{SPEC_FILE_NAME}.") and name.endswith(_TMP_SUFFIX)
+        if name == SPEC_FILE_NAME and spec_too:
+            try:
+                ours = written_by_us((spec_dir / name).read_bytes())
+            except FileNotFoundError:
+                continue
+            if not ours:
+                log.info("left %s alone: it was not written by hami-node", spec_dir / name)
+        if ours:
+            path = spec_dir / name
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+    if removed:
+        _fsync_dir(spec_dir)
+    return removed
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- keeping it current ----------------------------------------------------------------------------------
+
+
+class CdiSpecWriter:
+    """Keeps `<spec_dir>/k8s.device-plugin.nvidia.com-gpu.json` equal to the node's GPU list.
+
+    `start()` removes stale temporary files and writes the spec for the GPUs listed now (so the plugin
+    never hands out a CDI name the runtime cannot resolve), raising `CdiError` when that fails; then a
+    thread rewrites it on every change of the GPU list (health changes do not change the spec) and
+    retries a failed write every `retry_s`. Before the GPUs are first listed (NVML failing at start) the
+    file is left as it is. `stop()` joins the thread and leaves the file (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        state: DeviceState,
+        spec_dir: Path,
+        device_exists: Callable[[str], bool],
+        *,
+        retry_s: float = 5.0,
+    ) -> None:
+        self._state = state
+        self._dir = spec_dir
+        self._exists = device_exists
+        self._retry_s = retry_s
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._written: bytes | None = None
+        """What the file holds now (b"" = no file), None = unknown."""
+        self._writes = 0
+        self._cond = threading.Condition()
+
+    @property
+    def path(self) -> Path:
+        return self._dir / SPEC_FILE_NAME
+
+    @property
+    def writes(self) -> int:
+        """How many times the file was written or removed."""
+        with self._cond:
+            return self._writes
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("CDI spec writer already started")
+        try:
+            for path in remove_stale(self._dir, spec_too=False):
+                log.info("removed %s, left by an interrupted write", path)
+        except OSError as err:
+            raise CdiError(f"cannot clean the CDI spec directory {self._dir}: {err}") from None
+        with contextlib.suppress(OSError):
+            if not written_by_us(self.path.read_bytes()):
+                log.warning(
+                    "%s was written by another producer (HAMi's or NVIDIA's device plugin?); hami-node "
+                    "replaces it: one spec defines each CDI device",
+                    self.path,
+                )
+        if self._state.listed:
+            try:
+                self._sync()
+            except OSError as err:
+                raise CdiError(f"cannot write the CDI spec {self.path}: {err}") from None
+        self._thread = threading.Thread(target=self._run, name="hami-cdi-spec", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stopping.set()
+        self._state.wake()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout_s)
+
+    def wait_writes(self, after: int, timeout_s: float) -> bool:
+        """Wait until more than `after` writes happened (for tests). False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._writes > after, timeout_s)
+
+    def _run(self) -> None:
+        version = self._state.version
+        failed = False
+        while not self._stopping.is_set():
+            timeout = self._retry_s if failed else None
+            current = self._state.wait_for_change(version, timeout, self._stopping.is_set)
+            if self._stopping.is_set():
+                return
+            if current == version and not failed:
+                continue
+            version = current
+            if not self._state.listed:
+                continue
+            try:
+                self._sync()
+                failed = False
+            except (OSError, CdiError) as err:
+                if not failed:
+                    log.error("cannot update the CDI spec %s (retrying): %s", self.path, err)
+                failed = True
+
+    def _sync(self) -> None:
+        gpus = [SpecGpu(g.uuid, g.info.minor) for g in self._state.gpus()]
+        spec = build_spec(gpus, common_device_nodes(self._exists))
+        data = b"" if spec is None else encode_spec(spec)
+        if data == self._written:
+            return
+        if spec is None:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            log.info("no GPU left: removed the CDI spec %s", self.path)
+        else:
+            write_spec(self._dir, data)
+            log.info("wrote the CDI spec %s: %s", self.path, ", ".join(d["name"] for d in spec["devices"]))
+        with self._cond:
+            self._written = data
+            self._writes += 1
+            self._cond.notify_all()
+
+
+__all__ = [
+    "CDI_CLASS",
+    "CDI_KIND",
+    "CDI_VENDOR",
+    "CDI_VERSIONS",
+    "COMMON_DEVICE_NODES",
+    "DEFAULT_SPEC_DIR",
+    "SPEC_FILE_NAME",
+    "VISIBLE_DEVICES_VOID",
+    "CdiError",
+    "CdiGpu",
+    "CdiSpecWriter",
+    "SpecGpu",
+    "build_spec",
+    "common_device_nodes",
+    "device_node",
+    "encode_spec",
+    "minimum_version",
+    "qualified_name",
+    "remove_stale",
+    "write_spec",
+    "written_by_us",
+]
