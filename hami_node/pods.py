@@ -198,6 +198,8 @@ class _Entry:
     obj: JSONDict
 
 
+_DELETED_KEPT = 1024
+
 WRITE_DELAY_S = 0.003
 """How long a bind-phase write waits after it is queued, so the Allocate reply that queued it leaves
 first (see `PodTracker._write_loop`). Kept short: the control plane's per-node pending window waits for
@@ -246,6 +248,9 @@ class PodTracker:
         """uid -> key of pods whose outcome we reported while the watch may still show them allocating."""
         self._rejected: dict[str, tuple[str, str]] = {}
         """uid -> (key, reason) of pods marked allocating here with unusable annotations."""
+        self._deleted: collections.OrderedDict[str, None] = collections.OrderedDict()
+        """UIDs of the last pods the watch saw deleted: a read of the node's pods that raced with the
+        deletion must not bring them back."""
         self._writes: collections.deque[_Write] = collections.deque()
         self._writing = False
         self._stopping = False
@@ -324,6 +329,9 @@ class PodTracker:
                 if isinstance(uid, str):
                     self._done.pop(uid, None)
                     self._rejected.pop(uid, None)
+                    self._deleted[uid] = None
+                    while len(self._deleted) > _DELETED_KEPT:
+                        self._deleted.popitem(last=False)
             else:
                 self._observe(pod, self._pending.pop(pod_key(pod), None))
             self._cond.notify_all()
@@ -391,7 +399,7 @@ class PodTracker:
             known = {e.pod.uid for e in self._pending.values()}
             for obj in pods:
                 uid = _meta(obj).get("uid")
-                if uid not in known:
+                if uid not in known and uid not in self._deleted:
                     self._observe(obj, None)
             self._cond.notify_all()
         return pods, ""

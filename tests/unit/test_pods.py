@@ -498,3 +498,15 @@ def test_a_failure_with_an_event_reason_writes_a_warning_event_and_patches_faile
         ("Warning", "AllocateGPUMismatch", "pod default/p, container 'c0': kubelet chose ...")
     ]
     assert patcher.pod_patches == [("default", "p", {ann.BIND_PHASE: "failed"})]
+
+
+def test_a_read_of_the_node_pods_racing_a_deletion_does_not_bring_the_pod_back(
+    tracker: PodTracker, patcher: FakePatcher
+) -> None:
+    gone = pod_obj("gone", alloc((GPU_A,)))
+    tracker.pod_event("ADDED", gone)
+    tracker.pod_event("DELETED", gone)
+    patcher.api_pods = [gone]  # the list was answered before the deletion
+    with pytest.raises(NoPendingPodError):
+        tracker.match(1)
+    assert names(tracker) == []
