@@ -181,6 +181,10 @@ class NoPendingPodError(AllocationError):
     """No pod is waiting for devices on this node."""
 
 
+class ForeignPodError(AllocationError):
+    """Kubelet is admitting a GPU pod the HAMi scheduler did not place (no allocation to hand out)."""
+
+
 class CountMismatchError(AllocationError):
     """Kubelet asked for a number of devices no waiting container was scheduled."""
 
@@ -748,6 +752,7 @@ __all__ = [
     "ContainerResponse",
     "CountMismatchError",
     "DeviceMismatchError",
+    "ForeignPodError",
     "GPULike",
     "InvalidDeviceID",
     "Mount",

@@ -83,7 +83,12 @@ def start_daemon(config: NodeConfig) -> NodeDaemon:
         raise StartupError(str(exc)) from None
 
     state = DeviceState(config)
-    tracker = PodTracker(config.node_name, kube, read_timeout_s=config.allocate_wait_seconds)
+    tracker = PodTracker(
+        config.node_name,
+        kube,
+        read_timeout_s=config.allocate_wait_seconds,
+        resource_name=config.resource_name,
+    )
     watch = PodWatch(kube, config.node_name, tracker)
     reporter = NodeReporter(kube, config.node_name, check_interval_s=config.register_interval_seconds)
     publisher = InventoryPublisher(state, reporter)

@@ -37,12 +37,14 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from hami_api import annotations as ann
-from hami_api.errors import WireFormatError
+from hami_api.errors import QuantityError, WireFormatError
+from hami_api.quantity import quantity_value
 from hami_api.resources import pod_container_names
 from hami_api.types import BindPhase, ContainerAllocation
 from hami_node.allocation import (
     REASON_GPU_REASSIGNED,
     AllocationError,
+    ForeignPodError,
     NoPendingPod,
     PendingPod,
     PodMatch,
@@ -156,6 +158,39 @@ def not_waiting_reason(obj: Mapping[str, Any], node: str) -> str | None:
     return None
 
 
+def foreign_gpu_counts(obj: Mapping[str, Any], node: str, resource: str) -> frozenset[int] | None:
+    """The GPU counts the containers of a pod bound to `node` ask for (`resource` limits), when the pod
+    waits for kubelet's admission but the HAMi scheduler did not place it (no `hami.io/bind-phase`):
+    kubelet will call Allocate for it, and hami-node has nothing to give it. None for any other pod."""
+    meta = _meta(obj)
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping) or spec.get("nodeName") != node or meta.get("deletionTimestamp"):
+        return None
+    status = obj.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    if status.get("phase") not in (None, "", "Pending") or status.get("containerStatuses"):
+        return None  # running, finished, or admitted already (kubelet reports its containers)
+    annotations = meta.get("annotations")
+    if isinstance(annotations, Mapping) and ann.BIND_PHASE in annotations:
+        return None
+    counts: set[int] = set()
+    for key in ("initContainers", "containers"):
+        containers = spec.get(key)
+        for container in containers if isinstance(containers, list) else ():
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            limits = resources.get("limits") if isinstance(resources, Mapping) else None
+            value = limits.get(resource) if isinstance(limits, Mapping) else None
+            if value is None:
+                continue
+            try:
+                count = quantity_value(value)
+            except QuantityError:
+                continue
+            if count > 0:
+                counts.add(count)
+    return frozenset(counts) or None
+
+
 def event_body(
     pod: PendingPod, node: str, *, event_type: str, reason: str, message: str, now: datetime
 ) -> JSONDict:
@@ -235,8 +270,10 @@ class PodTracker:
         write_delay_s: float = WRITE_DELAY_S,
         read_timeout_s: float = 5.0,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        resource_name: str = "nvidia.com/gpu",
     ) -> None:
         self.node_name = node_name
+        self._resource_name = resource_name
         self._write_delay_s = write_delay_s
         self._read_timeout_s = read_timeout_s
         self._wall_clock = wall_clock
@@ -248,6 +285,14 @@ class PodTracker:
         """uid -> key of pods whose outcome we reported while the watch may still show them allocating."""
         self._rejected: dict[str, tuple[str, str]] = {}
         """uid -> (key, reason) of pods marked allocating here with unusable annotations."""
+        self._foreign: dict[str, tuple[str, frozenset[int]]] = {}
+        """uid -> (key, GPU counts) of GPU pods bound here, not yet admitted, that HAMi did not place."""
+        self._arrival: dict[str, int] = {}
+        """uid -> when the watch first showed the pod bound here (an order, as kubelet's own watch sees
+        pods arrive and admits them), for the waiting and the foreign pods."""
+        self._arrivals = 0
+        self._consumed: collections.OrderedDict[str, None] = collections.OrderedDict()
+        """Foreign pods an Allocate was refused for (kubelet rejects them now; their status follows)."""
         self._deleted: collections.OrderedDict[str, None] = collections.OrderedDict()
         """UIDs of the last pods the watch saw deleted: a read of the node's pods that raced with the
         deletion must not bring them back."""
@@ -317,6 +362,10 @@ class PodTracker:
                 del self._done[uid]
             for uid in [u for u in self._rejected if u not in present]:
                 del self._rejected[uid]
+            for uid in [u for u in self._foreign if u not in present]:
+                del self._foreign[uid]
+            for uid in [u for u in self._arrival if u not in present]:
+                del self._arrival[uid]
             self._cond.notify_all()
 
     def pod_event(self, kind: str, pod: JSONDict) -> None:
@@ -329,6 +378,8 @@ class PodTracker:
                 if isinstance(uid, str):
                     self._done.pop(uid, None)
                     self._rejected.pop(uid, None)
+                    self._foreign.pop(uid, None)
+                    self._arrival.pop(uid, None)
                     self._deleted[uid] = None
                     while len(self._deleted) > _DELETED_KEPT:
                         self._deleted.popitem(last=False)
@@ -340,7 +391,15 @@ class PodTracker:
         """Put `obj` in the table if it waits (keeping what was allocated of it); lock held."""
         key = pod_key(obj)
         uid = str(_meta(obj).get("uid") or "")
+        counts = foreign_gpu_counts(obj, self.node_name, self._resource_name)
+        if counts is None:
+            self._foreign.pop(uid, None)
+        elif uid not in self._consumed:
+            self._foreign[uid] = (key, counts)
+            self._arrive(uid)
         verdict = waiting_pod(obj, self.node_name)
+        if not isinstance(verdict, PendingPod) and uid not in self._foreign:
+            self._arrival.pop(uid, None)
         if uid in self._done:
             if isinstance(verdict, PendingPod):
                 return  # our bind-phase patch has not shown up yet
@@ -362,6 +421,12 @@ class PodTracker:
         if before is not None and before.pod.uid == pod.uid and before.pod.allocation == pod.allocation:
             pod = before.pod
         self._pending[key] = _Entry(pod, obj)
+        self._arrive(uid)
+
+    def _arrive(self, uid: str) -> None:
+        if uid not in self._arrival:
+            self._arrivals += 1
+            self._arrival[uid] = self._arrivals
 
     # -- the plugin side (ports.PodSource) -------------------------------------------------------------
 
@@ -374,16 +439,52 @@ class PodTracker:
         return [e.pod for e in self._pending.values()]
 
     def match(self, device_count: int) -> PodMatch:
+        return self._match(device_count, allocate=True)
+
+    def _match(self, device_count: int, *, allocate: bool) -> PodMatch:
         with self._cond:
-            found = match_pending_pod(self._candidates(), device_count)
+            found = self._resolve(device_count, allocate)
             if isinstance(found, PodMatch):
                 return found
         listed, read_error = self._read_node_pods()
         with self._cond:
-            found = match_pending_pod(self._candidates(), device_count)
+            found = self._resolve(device_count, allocate)
             if isinstance(found, PodMatch):
                 return found
             raise self._no_match_error(found, listed, read_error)
+
+    def _resolve(self, count: int, allocate: bool) -> PodMatch | NoPendingPod:
+        """The waiting pod kubelet's request for `count` devices is for; lock held.
+
+        Kubelet admits the pods bound to its node one at a time, in the order it sees them arrive,
+        which is the order this daemon's watch sees them arrive too. A GPU pod the HAMi scheduler did
+        not place (`foreign_gpu_counts`) that arrived before the waiting pod asking as many is the one
+        kubelet admits: `ForeignPodError` (nothing to give it; the waiting pod keeps waiting), and from
+        an Allocate (`allocate`), that pod is taken out of the running, as kubelet now rejects it."""
+        found = match_pending_pod(self._candidates(), count)
+        never = 1 << 62
+        ahead = [
+            (self._arrival.get(uid, 0), key, uid)
+            for uid, (key, counts) in self._foreign.items()
+            if count in counts
+        ]
+        if not ahead:
+            return found
+        arrived, key, uid = min(ahead)
+        if isinstance(found, PodMatch) and self._arrival.get(found.pod.uid, never) < arrived:
+            return found
+        if allocate:
+            del self._foreign[uid]
+            self._consumed[uid] = None
+            while len(self._consumed) > _DELETED_KEPT:
+                self._consumed.popitem(last=False)
+        behind = f"; {found.pod.key}, bound after it, keeps waiting" if isinstance(found, PodMatch) else ""
+        raise ForeignPodError(
+            f"kubelet asked for {count} device(s) for pod {key}, which is bound to node {self.node_name} "
+            f"without a {ann.BIND_PHASE} annotation: the HAMi scheduler did not place it, so hami-node has "
+            "no GPU slices for it (was it created with another schedulerName, or while the HAMi webhook "
+            f"was not called?){behind}"
+        )
 
     def _read_node_pods(self) -> tuple[list[JSONDict], str]:
         """A miss: read this node's pods from the API server once (the watch may lag behind the bind
@@ -432,7 +533,7 @@ class PodTracker:
 
     def steering_gpus(self, device_count: int) -> tuple[str, ...]:
         try:
-            found = self.match(device_count)
+            found = self._match(device_count, allocate=False)
         except (AllocationError, ValueError):
             return ()
         return found.container.uuids

@@ -581,7 +581,10 @@ def test_allocate_without_a_matching_pod_fails_the_pod(rig: NodeRig, core_v1: An
     assert pod.status.phase == "Failed" and pod.status.reason == "UnexpectedAdmissionError"
     message = pod.status.message
     assert message.startswith("Pod was rejected: Allocate failed due to rpc error: code = Unknown desc = ")
-    assert f"no pod bound to node {NODE} is waiting for GPUs" in message, message
+    assert (
+        f"for pod {NAMESPACE}/unscheduled, which is bound to node {NODE} without a {ann.BIND_PHASE}"
+        in message
+    )
 
     # Marked allocating but without hami.io/vgpu-node: skipped, and the error says why.
     annotations = scheduler_annotations(NODE, allocation([(rig.uuids[0], 1000, 10)]))
@@ -602,3 +605,25 @@ def test_allocate_without_a_matching_pod_fails_the_pod(rig: NodeRig, core_v1: An
     assert rig.kubelet.wait_for_pod(NAMESPACE, "good", timeout=20).admitted
     checkpoint = read_checkpoint(rig.kubelet.config.checkpoint_path)
     assert {e.container_name for e in checkpoint.entries} == {"main"}
+
+
+def test_a_pod_no_hami_scheduler_placed_is_refused_at_once_and_the_pod_behind_it_runs(
+    rig: NodeRig, core_v1: Any
+) -> None:
+    """Allocate never waits for the pod watch: with --allocate-wait-seconds 30, a GPU pod another
+    scheduler bound here is refused at once, naming it (the deadline below is a third of that wait),
+    and the HAMi pod bound right after it, asking as many GPUs, is not mistaken for it: it is admitted
+    with its own GPU."""
+    rig.start_daemon("--allocate-wait-seconds", "30")
+    create_and_bind(core_v1, "foreign", NODE, [gpu_container("main", 1)])  # no HAMi annotations
+    create_and_bind(
+        core_v1,
+        "behind",
+        NODE,
+        [gpu_container("main", 1)],
+        annotations=scheduler_annotations(NODE, allocation([(rig.uuids[1], 1000, 10)])),
+    )
+    result = rig.kubelet.wait_for_pod(NAMESPACE, "foreign", timeout=10)
+    assert not result.admitted and result.reason == "UnexpectedAdmissionError", result
+    assert f"for pod {NAMESPACE}/foreign, which is bound to node {NODE} without a" in result.message
+    assert rig.kubelet.wait_for_pod(NAMESPACE, "behind", timeout=10).admitted

@@ -16,11 +16,12 @@ from hami_api.types import ContainerAllocation, GPUSlice
 from hami_node.allocation import (
     AmbiguousPodError,
     CountMismatchError,
+    ForeignPodError,
     NoPendingPodError,
     PendingPod,
 )
 from hami_node.kube import KubeApiError, RetryPolicy
-from hami_node.pods import PodTracker, Rejected, waiting_pod
+from hami_node.pods import PodTracker, Rejected, foreign_gpu_counts, waiting_pod
 
 NODE = "n1"
 GPU_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
@@ -510,3 +511,48 @@ def test_a_read_of_the_node_pods_racing_a_deletion_does_not_bring_the_pod_back(
     with pytest.raises(NoPendingPodError):
         tracker.match(1)
     assert names(tracker) == []
+
+
+# --- GPU pods the HAMi scheduler did not place ----------------------------------------------------------
+
+
+def foreign(name: str, gpus: int = 1, **status: Any) -> dict[str, Any]:
+    obj = pod_obj(name, None, bind_phase=None, vgpu_node=None)
+    obj["spec"]["containers"] = [{"name": "c0", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]
+    obj["status"].update(status)
+    return obj
+
+
+def test_a_foreign_gpu_pod_bound_before_a_waiting_pod_is_the_one_kubelet_admits(tracker: PodTracker) -> None:
+    tracker.pod_event("ADDED", foreign("stray"))
+    tracker.pod_event("ADDED", pod_obj("ours", alloc((GPU_A,))))
+    assert tracker.steering_gpus(1) == ()  # steering does not take the stray pod out of the running
+    with pytest.raises(ForeignPodError) as err:
+        tracker.match(1)
+    assert err.value.pod == ""  # no pod of ours to mark failed
+    assert err.value.message.startswith(
+        f"kubelet asked for 1 device(s) for pod default/stray, which is bound to node {NODE} without a "
+        f"{ann.BIND_PHASE} annotation"
+    )
+    assert err.value.message.endswith("; default/ours, bound after it, keeps waiting")
+    # Kubelet rejects the stray pod; the next request is ours, even before the stray pod's status shows.
+    assert tracker.match(1).pod.key == "default/ours"
+
+
+def test_a_foreign_gpu_pod_bound_after_a_waiting_pod_or_asking_another_count_does_not_get_in_the_way(
+    tracker: PodTracker,
+) -> None:
+    tracker.pod_event("ADDED", pod_obj("ours", alloc((GPU_A,))))
+    tracker.pod_event("ADDED", foreign("later"))
+    tracker.pod_event("ADDED", foreign("pair", gpus=2))
+    assert tracker.match(1).pod.key == "default/ours"
+
+
+def test_only_foreign_pods_kubelet_has_not_admitted_yet_count() -> None:
+    assert foreign_gpu_counts(foreign("new"), NODE, "nvidia.com/gpu") == frozenset({1})
+    started = foreign("started", containerStatuses=[{"name": "c0"}])
+    assert foreign_gpu_counts(started, NODE, "nvidia.com/gpu") is None
+    assert foreign_gpu_counts(foreign("done", phase="Failed"), NODE, "nvidia.com/gpu") is None
+    assert foreign_gpu_counts(pod_obj("ours", alloc((GPU_A,))), NODE, "nvidia.com/gpu") is None
+    assert foreign_gpu_counts(foreign("other", gpus=0), NODE, "nvidia.com/gpu") is None
+    assert foreign_gpu_counts(foreign("elsewhere"), "n2", "nvidia.com/gpu") is None
