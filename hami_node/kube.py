@@ -306,6 +306,10 @@ class KubeClient:
             _content_type=MERGE_PATCH,
         )
 
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> JSONDict:
+        """Create a core/v1 Event (a Warning on this Node, e.g.)."""
+        return self._call(self._core.create_namespaced_event, namespace, dict(event))
+
     def list_pods(self, field_selector: str) -> tuple[list[JSONDict], str]:
         """Pods of all namespaces matching `field_selector`, and the list's resourceVersion."""
         body = self._call(self._core.list_pod_for_all_namespaces, field_selector=field_selector)
