@@ -108,6 +108,7 @@ class NodeReporter:
         self._logged: tuple[AsymmetricPair, ...] = ()
         """The asymmetric pairs last logged."""
         self._topology_error: str | None = None
+        self._event_error: str | None = None
         self._generation = 0
         """Bumped by every publish() that changes the value."""
         self._synced_generation = 0
@@ -237,7 +238,9 @@ class NodeReporter:
             return
         try:
             scores = self._topology(uuids)
-        except GpuBackendError as err:
+        except Exception as err:  # a backend bug must not stop the inventory: log it like a failure
+            if not isinstance(err, GpuBackendError):
+                log.exception("node %s: reading the GPU links failed unexpectedly", self.node_name)
             reason = str(err)
             level = logging.DEBUG if reason == self._topology_error else logging.WARNING
             self._topology_error = reason
@@ -309,12 +312,15 @@ class NodeReporter:
         try:
             self.client.create_event(EVENT_NAMESPACE, event)
         except KubeApiError as err:
-            log.warning("node %s: Event %s not written (tried again at the next check): %s",
-                        self.node_name, ASYMMETRIC_LINK_REASON, err)  # fmt: skip
+            level = logging.DEBUG if str(err) == self._event_error else logging.WARNING
+            self._event_error = str(err)
+            log.log(level, "node %s: Event %s not written (tried again at the next check): %s",
+                    self.node_name, ASYMMETRIC_LINK_REASON, err)  # fmt: skip
             return
         with self._cond:
             self.events += 1
         self._reported = pairs
+        self._event_error = None
 
 
 __all__ = [

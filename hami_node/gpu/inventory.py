@@ -487,7 +487,7 @@ def load_inventory(path: Path) -> Inventory:
 
 
 def inventory_to_data(inventory: Inventory) -> dict[str, Any]:
-    """The document form of an inventory: every field explicit, GPUs referred to by UUID."""
+    """The document form of an inventory: every field explicit; events name GPUs by UUID, links by index."""
     data: dict[str, Any] = {"nvml": inventory.nvml.value, "gpus": []}
     for gpu in inventory.gpus:
         data["gpus"].append(

@@ -182,6 +182,26 @@ def test_unreadable_links_never_hold_up_the_inventory(rig: Rig, core_v1: Any) ->
     assert node_annotations(core_v1)[ann.NODE_PAIR_SCORE] == expected_scores(rig.uuids, LINKED_TABLE)
 
 
+def test_a_failing_link_reader_never_stops_the_inventory(apiserver: ApiServerHandle, core_v1: Any) -> None:
+    core_v1.create_node(node(NODE))
+    kube = KubeClient.from_config(apiserver.kubeconfig)
+
+    def broken(uuids: Any) -> Any:
+        raise RuntimeError("a bug in a backend")
+
+    reporter = NodeReporter(kube, NODE, check_interval_s=0.2, retry=FAST, topology=broken)
+    reporter.start()
+    try:
+        reporter.publish(register(linked()))
+        assert reporter.wait_synced(DEADLINE)
+        assert reporter.wait_checks(reporter.checks + 2, DEADLINE)
+        assert ann.NODE_REGISTER in node_annotations(core_v1)
+        assert ann.NODE_PAIR_SCORE not in node_annotations(core_v1)
+    finally:
+        reporter.stop()
+        kube.close()
+
+
 class EventsRefused:
     """A client whose Events are refused (403, as without the RBAC rule); everything else passes."""
 
