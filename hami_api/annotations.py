@@ -267,14 +267,14 @@ def decode_node_register(text: str) -> tuple[GPUInfo, ...]:
 
 
 def encode_pair_scores(scores: Sequence[GPUPairScore]) -> str:
-    """`[{"uuid":"GPU-a","score":{"GPU-b":60}}]`; map keys sorted, as Go writes them."""
+    """`[{"uuid":"GPU-a","score":{"GPU-b":60}}]`; map keys sorted, as Go writes them. A GPU without
+    peers gets `"score":{}`, as HAMi's device plugin writes it (its map is never nil)."""
     entries = []
     for entry in scores:
-        members = [f'"uuid":{go_json_string(check_token(entry.uuid, "GPU uuid", ""))}']
-        if entry.scores:
-            pairs = sorted((peer, _in_range(s, INT64, "score")) for peer, s in entry.scores)
-            members.append('"score":{' + ",".join(f"{go_json_string(p)}:{s}" for p, s in pairs) + "}")
-        entries.append("{" + ",".join(members) + "}")
+        uuid = go_json_string(check_token(entry.uuid, "GPU uuid", ""))
+        pairs = sorted((peer, _in_range(s, INT64, "score")) for peer, s in entry.scores)
+        score = ",".join(f"{go_json_string(p)}:{s}" for p, s in pairs)
+        entries.append(f'{{"uuid":{uuid},"score":{{{score}}}}}')
     return "[" + ",".join(entries) + "]"
 
 

@@ -178,6 +178,9 @@ class NodeConfig:
     """MiB to advertise for GPUs whose memory NVML cannot tell (UMA parts); 0 = ask NVML."""
     enable_numa_topology: bool = False
     """Attach each GPU's NUMA node to its virtual devices, for kubelet's Topology Manager."""
+    enable_topology_score: bool = True
+    """Publish HAMi's GPU pair link scores (`hami.io/node-nvidia-score`) for the topology-aware policy
+    (HAMi: only with ENABLE_TOPOLOGY_SCORE=true)."""
     lib_cuda_log_level: int = 1
     """LIBCUDA_LOG_LEVEL given to containers (HAMi-core: 0 errors .. 4 debug)."""
     disable_core_limit: bool = False
@@ -473,6 +476,10 @@ _SETTINGS: tuple[_Setting, ...] = (
     _Setting("enable_numa_topology", "--enable-numa-topology", "HAMI_ENABLE_NUMA_TOPOLOGY",
              "enableNumaTopology", "enablenumatopology", _bool,
              "attach each GPU's NUMA node to its virtual devices", "BOOL", optional_bool=True),
+    _Setting("enable_topology_score", "--enable-topology-score", "ENABLE_TOPOLOGY_SCORE",
+             "enableTopologyScore", None, _bool,
+             "publish the GPU pair link scores (hami.io/node-nvidia-score) for the topology-aware policy",
+             "BOOL", optional_bool=True),
     _Setting("lib_cuda_log_level", "--libcuda-log-level", "HAMI_LIBCUDA_LOG_LEVEL", "libCudaLogLevel",
              "libcudaloglevel", _int(0, 4), "LIBCUDA_LOG_LEVEL for containers (0 errors .. 4 debug)",
              "LEVEL"),

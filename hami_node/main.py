@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from hami_node.cdi import CdiError, CdiSpecWriter, remove_stale
@@ -30,6 +31,7 @@ from hami_node.config import (
 from hami_node.devices import DeviceState, InventoryPublisher
 from hami_node.gpu import BackendConfigError, open_backend
 from hami_node.gpu.inventory import InventoryError
+from hami_node.gpu.topology import read_pair_scores
 from hami_node.health import HealthMonitor
 from hami_node.healthz import HealthServer, HealthServerError, Probe
 from hami_node.kube import KubeClient, KubeConfigError, PodWatch
@@ -90,7 +92,10 @@ def start_daemon(config: NodeConfig) -> NodeDaemon:
         resource_name=config.resource_name,
     )
     watch = PodWatch(kube, config.node_name, tracker)
-    reporter = NodeReporter(kube, config.node_name, check_interval_s=config.register_interval_seconds)
+    topology = partial(read_pair_scores, backend) if config.enable_topology_score else None
+    reporter = NodeReporter(
+        kube, config.node_name, check_interval_s=config.register_interval_seconds, topology=topology
+    )
     publisher = InventoryPublisher(state, reporter)
     health = HealthMonitor(backend, state, config)
     plugin = PluginManager(config, state, tracker)

@@ -1,14 +1,24 @@
-"""The Node's GPU inventory annotation, `hami.io/node-nvidia-register`, kept current (`NodeReporter`, the
-`ports.InventorySink` of the health code).
+"""The Node's GPU annotations kept current (`NodeReporter`, the `ports.InventorySink` of the health code):
+the inventory, `hami.io/node-nvidia-register`, and the GPU pair scores, `hami.io/node-nvidia-score`.
 
 - Form: HAMi v2.10's JSON array (`hami_api.annotations.encode_node_register`), byte-identical to Go's.
 - When: a published change is written within about `coalesce_s` (0.1 s; bursts become one write, well
   inside the 1 s goal), and the Node is re-checked every `check_interval_s` (30 s, HAMi's cadence,
   `--register-interval-seconds`) so an annotation someone wiped or changed is restored.
-- How: GET the Node and compare with what it carries now (not with our last write); only when it
-  differs, one merge patch of that annotation alone. A steady state costs one GET per interval and no
-  writes. Errors (API server down, Node not registered yet) are retried with backoff on this thread;
+- How: GET the Node and compare with what it carries now (not with our last write); only when one
+  differs, one merge patch of the annotations that differ. A steady state costs one GET per interval
+  and no writes. Errors (API server down, Node not registered yet) are retried with backoff on this thread;
   nothing here blocks the caller of `publish()` or the plugin.
+- Pair scores (when given a `topology` reader, which `--enable-topology-score` / HAMi's
+  `ENABLE_TOPOLOGY_SCORE` turns off): HAMi's per-pair link scores of the published GPUs
+  (`hami_node.gpu.topology`), read again at every write and every check, so a link that changes shows
+  within one interval. When they cannot be read (NVML failing, a GPU lost), the last value read stays
+  and the failure is logged; nothing is written before the first read. Asymmetric pairs (an NVLink
+  seen from one side only) score 0, as in HAMi; each new set of them is logged and reported once as a
+  Warning Event `AsymmetricGPUP2PLink` on the Node (namespace default, source hami-device-plugin, as
+  HAMi's device plugin writes it). An Event that cannot be written is retried at the next check and
+  never holds up the annotations. With the option off nothing is written and an existing score
+  annotation is left as it is (HAMi does the same).
 - `hami.io/node-handshake`: not written. HAMi v2.10's device plugin no longer writes it: its scheduler
   writes `Requesting_<time>` itself and judges the node by its allocatable `nvidia.com/gpu` and by this
   register annotation (reference/hami.md §1). Writing the legacy `Reported <time>` heartbeat would cost
@@ -17,17 +27,33 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from hami_api import annotations as ann
 from hami_api.types import GPUInfo
+from hami_node.gpu.backend import GpuBackendError
+from hami_node.gpu.topology import AsymmetricPair, TopologyScores
 from hami_node.kube import DEFAULT_RETRY, KubeApiError, RetryPolicy
 
 log = logging.getLogger(__name__)
+
+TopologyReader = Callable[[Sequence[str]], TopologyScores]
+"""The pair scores of these GPUs (`hami_node.gpu.topology.read_pair_scores` over the backend). Raises
+`GpuBackendError` when the links cannot be read."""
+
+ASYMMETRIC_LINK_REASON = "AsymmetricGPUP2PLink"
+ASYMMETRIC_LINK_MESSAGE = (
+    "One or more GPU pairs on this node have asymmetric P2P link data; affected pairs scored 0 "
+    "(possible NVLink hardware or driver issue)"
+)
+"""HAMi's Event reason and message (register.go); the pairs follow the message."""
+EVENT_NAMESPACE = "default"
+EVENT_SOURCE = "hami-device-plugin"
 
 
 class NodeAnnotationClient(Protocol):
@@ -39,11 +65,14 @@ class NodeAnnotationClient(Protocol):
         self, name: str, annotations: Mapping[str, str | None], resource_version: str | None = None
     ) -> Mapping[str, Any]: ...
 
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> Mapping[str, Any]: ...
+
 
 class NodeReporter:
     """`ports.InventorySink`: `publish()` the inventory on every change; a thread of its own writes it.
 
-    `start()` / `stop()`; `wait_synced()` waits until the Node carries the latest published value."""
+    `start()` / `stop()`; `wait_synced()` waits until the Node carries the latest published value.
+    `topology` reads the pair scores (None: `hami.io/node-nvidia-score` is not written)."""
 
     def __init__(
         self,
@@ -53,6 +82,8 @@ class NodeReporter:
         check_interval_s: float = 30.0,
         coalesce_s: float = 0.1,
         retry: RetryPolicy = DEFAULT_RETRY,
+        topology: TopologyReader | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if check_interval_s <= 0 or coalesce_s < 0:
             raise ValueError(
@@ -63,8 +94,21 @@ class NodeReporter:
         self.check_interval_s = check_interval_s
         self.coalesce_s = coalesce_s
         self._retry = retry
+        self._topology = topology
+        self._wall_clock = wall_clock
         self._cond = threading.Condition()
         self._desired: str | None = None
+        self._uuids: tuple[str, ...] = ()
+        self._scores: str | None = None
+        """The pair scores last read (kept while they cannot be read)."""
+        self._asymmetric: tuple[AsymmetricPair, ...] = ()
+        """The asymmetric pairs last read."""
+        self._reported: tuple[AsymmetricPair, ...] = ()
+        """The asymmetric pairs last reported with an Event."""
+        self._logged: tuple[AsymmetricPair, ...] = ()
+        """The asymmetric pairs last logged."""
+        self._topology_error: str | None = None
+        self._event_error: str | None = None
         self._generation = 0
         """Bumped by every publish() that changes the value."""
         self._synced_generation = 0
@@ -76,6 +120,8 @@ class NodeReporter:
         """Completed checks of the Node (with or without a write)."""
         self.writes = 0
         """Patches sent."""
+        self.events = 0
+        """Events written."""
 
     def publish(self, gpus: Sequence[GPUInfo]) -> None:
         text = ann.encode_node_register(gpus)
@@ -83,6 +129,7 @@ class NodeReporter:
             if text == self._desired:
                 return
             self._desired = text
+            self._uuids = tuple(gpu.id for gpu in gpus)
             self._generation += 1
             self._changed_at = time.monotonic()
             self._cond.notify_all()
@@ -92,6 +139,12 @@ class NodeReporter:
         """The annotation value last published (None before the first publish)."""
         with self._cond:
             return self._desired
+
+    @property
+    def scores(self) -> str | None:
+        """The `hami.io/node-nvidia-score` value last read (None: none read yet, or no `topology`)."""
+        with self._cond:
+            return self._scores
 
     def start(self) -> None:
         with self._cond:
@@ -152,8 +205,9 @@ class NodeReporter:
                     if self._desired is not None and now >= due:
                         break
                     self._cond.wait(None if self._desired is None else due - now)
-                text, generation = self._desired, self._generation
+                text, generation, uuids = self._desired, self._generation, self._uuids
             assert text is not None
+            self._read_scores(uuids)
             try:
                 self._sync(text)
             except KubeApiError as err:
@@ -177,20 +231,102 @@ class NodeReporter:
                 self._synced_generation = max(self._synced_generation, generation)
                 self._cond.notify_all()
 
+    def _read_scores(self, uuids: Sequence[str]) -> None:
+        """Read the pair scores of these GPUs; on failure keep the last ones and log (at warning when
+        the reason is new)."""
+        if self._topology is None:
+            return
+        try:
+            scores = self._topology(uuids)
+        except Exception as err:  # a backend bug must not stop the inventory: log it like a failure
+            if not isinstance(err, GpuBackendError):
+                log.exception("node %s: reading the GPU links failed unexpectedly", self.node_name)
+            reason = str(err)
+            level = logging.DEBUG if reason == self._topology_error else logging.WARNING
+            self._topology_error = reason
+            log.log(level, "node %s: GPU link scores not read (%s); %s", self.node_name, reason,
+                    "keeping the last ones" if self._scores is not None else f"{ann.NODE_PAIR_SCORE} "
+                    "is written once they can be read")  # fmt: skip
+            return
+        if self._topology_error is not None:
+            log.info("node %s: GPU link scores read again", self.node_name)
+            self._topology_error = None
+        text = ann.encode_pair_scores(scores.scores)
+        with self._cond:
+            self._scores = text
+            self._asymmetric = scores.asymmetric
+
     def _sync(self, text: str) -> None:
         node = self.client.get_node(self.node_name)
         meta = node.get("metadata")
         annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-        current = annotations.get(ann.NODE_REGISTER) if isinstance(annotations, Mapping) else None
-        if current == text:
-            return
-        self.client.patch_node_annotations(self.node_name, {ann.NODE_REGISTER: text})
+        current: Mapping[str, Any] = annotations if isinstance(annotations, Mapping) else {}
         with self._cond:
-            self.writes += 1
-        if current is None:
-            log.info("node %s: wrote %s (%d bytes)", self.node_name, ann.NODE_REGISTER, len(text))
-        else:
-            log.info("node %s: updated %s", self.node_name, ann.NODE_REGISTER)
+            wanted = {ann.NODE_REGISTER: text}
+            if self._scores is not None:
+                wanted[ann.NODE_PAIR_SCORE] = self._scores
+            asymmetric = self._asymmetric
+        changes = {key: value for key, value in wanted.items() if current.get(key) != value}
+        if changes:
+            self.client.patch_node_annotations(self.node_name, changes)
+            with self._cond:
+                self.writes += 1
+            for key, value in changes.items():
+                verb = "wrote" if current.get(key) is None else "updated"
+                log.info("node %s: %s %s (%d bytes)", self.node_name, verb, key, len(value))
+        if asymmetric != self._reported:
+            self._report_asymmetric(meta if isinstance(meta, Mapping) else {}, asymmetric)
+
+    def _report_asymmetric(self, meta: Mapping[str, Any], pairs: tuple[AsymmetricPair, ...]) -> None:
+        """Log a new set of asymmetric pairs and raise HAMi's Warning Event on the Node; an Event that
+        cannot be written is tried again at the next check, and never fails the sync."""
+        if not pairs:
+            log.info("node %s: no asymmetric GPU links any more", self.node_name)
+            self._reported = self._logged = pairs
+            return
+        listed = "; ".join(str(pair) for pair in pairs)
+        if self._logged != pairs:
+            self._logged = pairs
+            log.warning("node %s: asymmetric P2P link data, scored 0 (possible NVLink hardware or driver "
+                        "issue): %s", self.node_name, listed)  # fmt: skip
+        stamp = datetime.datetime.fromtimestamp(self._wall_clock(), datetime.UTC)
+        when = stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{self.node_name}-", "namespace": EVENT_NAMESPACE},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": self.node_name,
+                "uid": str(meta.get("uid") or ""),
+            },
+            "type": "Warning",
+            "reason": ASYMMETRIC_LINK_REASON,
+            "message": f"{ASYMMETRIC_LINK_MESSAGE}: {listed}"[:1024],
+            "source": {"component": EVENT_SOURCE},
+            "count": 1,
+            "firstTimestamp": when,
+            "lastTimestamp": when,
+        }
+        try:
+            self.client.create_event(EVENT_NAMESPACE, event)
+        except KubeApiError as err:
+            level = logging.DEBUG if str(err) == self._event_error else logging.WARNING
+            self._event_error = str(err)
+            log.log(level, "node %s: Event %s not written (tried again at the next check): %s",
+                    self.node_name, ASYMMETRIC_LINK_REASON, err)  # fmt: skip
+            return
+        with self._cond:
+            self.events += 1
+        self._reported = pairs
+        self._event_error = None
 
 
-__all__ = ["NodeAnnotationClient", "NodeReporter"]
+__all__ = [
+    "ASYMMETRIC_LINK_MESSAGE",
+    "ASYMMETRIC_LINK_REASON",
+    "NodeAnnotationClient",
+    "NodeReporter",
+    "TopologyReader",
+]

@@ -1,8 +1,9 @@
 """GPU backends (NVML and a fake inventory) behind one small interface.
 
-`backend` holds the interface (`GpuBackend`), its values (`GpuInfo`, `GpuEvent`, `TopologyLevel`) and
-errors; `select.open_backend` builds one. The implementations (`nvml`, `fake`) are imported only when
-chosen, so a node without a driver never imports pynvml and a real node never imports watchdog here.
+`backend` holds the interface (`GpuBackend`), its values (`GpuInfo`, `GpuEvent`, `TopologyLevel`,
+`GpuLink`) and errors; `select.open_backend` builds one; `topology` turns links into HAMi's pair
+scores. The implementations (`nvml`, `fake`) are imported only when chosen, so a node without a driver
+never imports pynvml and a real node never imports watchdog here.
 """
 
 from hami_node.gpu.backend import (
@@ -13,6 +14,7 @@ from hami_node.gpu.backend import (
     GpuEventKind,
     GpuFailed,
     GpuInfo,
+    GpuLink,
     GpuNotFound,
     LibraryNotFound,
     NvmlFailed,
@@ -31,6 +33,7 @@ __all__ = [
     "GpuEventKind",
     "GpuFailed",
     "GpuInfo",
+    "GpuLink",
     "GpuNotFound",
     "LibraryNotFound",
     "NvmlFailed",

@@ -2,7 +2,7 @@
 
 Two implementations: `hami_node.gpu.nvml.NvmlBackend` (the real driver through NVML) and
 `hami_node.gpu.fake.FakeBackend` (an inventory file with fault injection). Nothing of NVML leaks past
-this interface: callers see `GpuInfo`, `GpuEvent`, `TopologyLevel` and the errors below.
+this interface: callers see `GpuInfo`, `GpuEvent`, `TopologyLevel`, `GpuLink` and the errors below.
 
 Errors, from the caller's point of view:
 
@@ -16,6 +16,7 @@ Errors, from the caller's point of view:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Protocol
@@ -82,13 +83,9 @@ class GpuEvent:
 
 
 class TopologyLevel(IntEnum):
-    """How closely two GPUs are connected, closest first (so `min()` of levels is the best link).
+    """The PCIe path between two GPUs: NVML's common-ancestor level (nvmlGpuTopologyLevel_t), closest
+    first. The integers are ours, not NVML's; NVLink is counted apart (`GpuLink.nvlinks`)."""
 
-    Below NVLINK these are NVML's common-ancestor levels; the integers are ours, not NVML's.
-    """
-
-    NVLINK = 0
-    """Connected by NVLink (directly or through NVSwitch)."""
     SAME_BOARD = 10
     """On the same board (NVML_TOPOLOGY_INTERNAL)."""
     SINGLE_SWITCH = 20
@@ -104,18 +101,32 @@ class TopologyLevel(IntEnum):
 
     @property
     def label(self) -> str:
-        """The name used in the fake inventory file and in logs: "nvlink", "same-board", ..."""
+        """The name used in the fake inventory file and in logs: "same-board", "numa-node", ..."""
         return self.name.lower().replace("_", "-")
 
     @classmethod
     def from_label(cls, text: str) -> TopologyLevel:
-        """Parse a label ("nvlink", "numa-node"; "_" accepted for "-", any case). Raises ValueError."""
+        """Parse a label ("single-switch", "numa-node"; "_" accepted for "-", any case). Raises ValueError."""
         key = text.strip().upper().replace("-", "_")
         try:
             return cls[key]
         except KeyError:
             choices = ", ".join(level.label for level in cls)
             raise ValueError(f"unknown topology level {text!r} (one of {choices})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLink:
+    """How one GPU reaches another, as seen from the first (what HAMi's device plugin reads per pair).
+
+    `level` is the PCIe common ancestor (None: NVML could not tell). `nvlinks` is the number of this
+    GPU's enabled NVLinks that reach the other GPU, directly or through NVSwitches (then the smaller
+    of the two GPUs' switch link counts). NVML answers per GPU, so the two directions of a pair may
+    disagree (an NVLink enabled on one side only); `hami_node.gpu.topology` scores such a pair 0.
+    """
+
+    level: TopologyLevel | None
+    nvlinks: int = 0
 
 
 # --- errors ---------------------------------------------------------------------------------------
@@ -173,8 +184,10 @@ class GpuBackend(Protocol):
     Life cycle: `init()`, then any of the queries, then `shutdown()`. After `NvmlFailed` the caller
     may `shutdown()` and `init()` again (with backoff) until it succeeds. Concurrency: `wait_event`
     blocks and runs in the caller's own event thread, concurrently with `list_gpus`, `probe` and
-    `topology` from other threads; `init` and `shutdown` must not overlap any other call (stop the
-    event thread first: it wakes at least every `timeout_s`).
+    `links` from other threads; `init` and `shutdown` must not overlap any other call (stop the
+    event thread first: it wakes at least every `timeout_s`), except `links`, which may be called from
+    any thread at any time: it holds `init` and `shutdown` off while it runs, and raises `NvmlFailed`
+    when the backend is not initialised.
     """
 
     def init(self) -> None:
@@ -200,9 +213,10 @@ class GpuBackend(Protocol):
         """
         ...
 
-    def topology(self, uuid_a: str, uuid_b: str) -> TopologyLevel:
-        """The link between two different GPUs. Raises `GpuFailed` (and subclasses), `NvmlFailed`,
-        `ValueError` when both UUIDs are the same."""
+    def links(self, uuids: Sequence[str]) -> dict[tuple[str, str], GpuLink]:
+        """The link from each of these GPUs to each other one: a key (a, b) for every ordered pair of
+        different UUIDs, the link as GPU a sees it. Raises `GpuFailed` (and subclasses) when one of the
+        GPUs cannot be read, `NvmlFailed`, `ValueError` when a UUID is listed twice."""
         ...
 
     def probe(self, uuid: str) -> None:

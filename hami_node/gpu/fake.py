@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from watchdog.events import (
@@ -50,10 +50,10 @@ from hami_node.gpu.backend import (
     GpuEventKind,
     GpuFailed,
     GpuInfo,
+    GpuLink,
     GpuNotFound,
     LibraryNotFound,
     NvmlFailed,
-    TopologyLevel,
 )
 from hami_node.gpu.inventory import FakeGpu, Inventory, InventoryError, NvmlMode, parse_inventory_text
 
@@ -156,14 +156,15 @@ class FakeBackend:
                     return None
                 self._cond.wait(remaining)
 
-    def topology(self, uuid_a: str, uuid_b: str) -> TopologyLevel:
-        if uuid_a == uuid_b:
-            raise ValueError(f"topology of {uuid_a} with itself")
+    def links(self, uuids: Sequence[str]) -> dict[tuple[str, str], GpuLink]:
+        if len(set(uuids)) != len(uuids):
+            raise ValueError(f"links: a GPU is listed twice in {list(uuids)}")
         with self._cond:
             self._raise_if_unusable()
-            for uuid in (uuid_a, uuid_b):
+            for uuid in uuids:
                 self._usable_gpu(uuid, check_health=False)
-            return self._inventory.level(uuid_a, uuid_b)
+            inventory = self._inventory
+            return {(a, b): inventory.link(a, b) for a in uuids for b in uuids if a != b}
 
     def probe(self, uuid: str) -> None:
         with self._cond:

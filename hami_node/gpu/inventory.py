@@ -19,10 +19,14 @@ from typing import Any, Literal
 
 import yaml
 
-from hami_node.gpu.backend import GpuEventKind, GpuInfo, TopologyLevel
+from hami_node.gpu.backend import GpuEventKind, GpuInfo, GpuLink, TopologyLevel
 
 DEFAULT_MODEL = "NVIDIA A100-SXM4-80GB"
 DEFAULT_MEMORY_MIB = 81920
+DEFAULT_NVLINKS = 12
+"""NVLinks per GPU pair in generated inventories: an A100-SXM4 board, 12 links per GPU to NVSwitches."""
+MAX_NVLINKS = 18
+"""The most NVLinks a pair may have in the file (HAMi scores 1 to 18)."""
 _MAX_SHOWN = 120
 
 
@@ -67,11 +71,21 @@ class FakeGpu:
 
 
 @dataclass(frozen=True, slots=True)
-class TopologyGroup:
-    """Every pair of these GPUs (UUIDs) is linked at `level`."""
+class LinkGroup:
+    """Every pair of these GPUs (by index) is linked as this entry says; a field left None is not set by
+    this entry. `nvlinks` is each GPU's NVLink count to the other; `reverse_nvlinks`, only for a pair,
+    is the second GPU's count to the first when it differs (a fault: an NVLink enabled on one side)."""
 
-    gpus: tuple[str, ...]
-    level: TopologyLevel
+    gpus: tuple[int, ...]
+    nvlinks: int | None = None
+    level: TopologyLevel | None = None
+    reverse_nvlinks: int | None = None
+
+    def nvlinks_from(self, index: int) -> int | None:
+        """The NVLink count this entry sets for the GPU at `index` towards the other GPUs."""
+        if self.reverse_nvlinks is not None and len(self.gpus) == 2 and index == self.gpus[1]:
+            return self.reverse_nvlinks
+        return self.nvlinks
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +107,7 @@ class Inventory:
 
     gpus: tuple[FakeGpu, ...]
     nvml: NvmlMode = NvmlMode.OK
-    topology: tuple[TopologyGroup, ...] = ()
+    links: tuple[LinkGroup, ...] = ()
     events: tuple[FakeEvent, ...] = ()
     _by_uuid: dict[str, FakeGpu] = field(init=False, repr=False, compare=False, hash=False)
 
@@ -103,16 +117,25 @@ class Inventory:
     def gpu(self, uuid: str) -> FakeGpu | None:
         return self._by_uuid.get(uuid)
 
-    def level(self, uuid_a: str, uuid_b: str) -> TopologyLevel:
-        """The link between two GPUs: the last topology group holding both, else NUMA_NODE when both
-        sit on the same known NUMA node, else SYSTEM."""
-        for group in reversed(self.topology):
-            if uuid_a in group.gpus and uuid_b in group.gpus:
-                return group.level
+    def link(self, uuid_a: str, uuid_b: str) -> GpuLink:
+        """The link from one GPU to another: for each field, the last `links` entry holding both GPUs
+        that sets it. NVLinks default to 0; the PCIe level to NUMA_NODE when both GPUs sit on the same
+        known NUMA node, else SYSTEM."""
         a, b = self._by_uuid[uuid_a], self._by_uuid[uuid_b]
-        if a.numa_node is not None and a.numa_node == b.numa_node:
-            return TopologyLevel.NUMA_NODE
-        return TopologyLevel.SYSTEM
+        nvlinks: int | None = None
+        level: TopologyLevel | None = None
+        for group in reversed(self.links):
+            if a.index in group.gpus and b.index in group.gpus:
+                if nvlinks is None:
+                    nvlinks = group.nvlinks_from(a.index)
+                if level is None:
+                    level = group.level
+                if nvlinks is not None and level is not None:
+                    break
+        if level is None:
+            same_numa = a.numa_node is not None and a.numa_node == b.numa_node
+            level = TopologyLevel.NUMA_NODE if same_numa else TopologyLevel.SYSTEM
+        return GpuLink(level, nvlinks or 0)
 
 
 class InventoryError(ValueError):
@@ -263,29 +286,82 @@ def _gpu_ref(fields: _Fields, value: object, by_uuid: Mapping[str, FakeGpu], whe
     raise fields.fail(where, f"expected a GPU uuid or index, got {_shown(value)}")
 
 
-def _parse_topology(
-    errors: _Errors, position: int, value: object, by_uuid: Mapping[str, FakeGpu]
-) -> TopologyGroup:
-    fields = _Fields(errors, f"topology[{position}]", value)
+def _nvlinks(fields: _Fields, pair: bool) -> tuple[int | None, int | None]:
+    """`nvlinks`: a count, or for a pair [count from the first, count from the second]."""
+    value = fields.raw("nvlinks")
+    expected = f"an integer from 0 to {MAX_NVLINKS} (NVLinks between each pair)"
+    if pair:
+        expected += ", or [from the first GPU, from the second] for an NVLink seen from one side only"
+
+    def count(item: object) -> int:
+        if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= MAX_NVLINKS:
+            raise fields.fail("nvlinks", f"expected {expected}, got {_shown(value)}")
+        return item
+
+    if value is None:
+        return None, None
+    if pair and isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        if len(value) != 2:
+            raise fields.fail("nvlinks", f"expected {expected}, got {_shown(value)}")
+        forward, back = count(value[0]), count(value[1])
+        return forward, None if back == forward else back
+    return count(value), None
+
+
+def _parse_link(errors: _Errors, where: str, value: object, by_uuid: Mapping[str, FakeGpu]) -> LinkGroup:
+    fields = _Fields(errors, where, value)
     refs = fields.sequence("gpus")
     if len(refs) < 2:
         raise fields.fail("gpus", f"expected a list of at least 2 GPUs (uuid or index), got {_shown(refs)}")
-    uuids: list[str] = []
+    indexes: list[int] = []
     for i, ref in enumerate(refs):
-        uuid = _gpu_ref(fields, ref, by_uuid, f"gpus[{i}]")
-        if uuid in uuids:
+        index = by_uuid[_gpu_ref(fields, ref, by_uuid, f"gpus[{i}]")].index
+        if index in indexes:
             raise fields.fail(f"gpus[{i}]", f"GPU {_shown(ref)} is listed twice")
-        uuids.append(uuid)
-    level_text = fields.raw("level")
-    if not isinstance(level_text, str):
-        choices = ", ".join(level.label for level in TopologyLevel)
-        raise fields.fail("level", f"expected one of {choices}, got {_shown(level_text)}")
-    try:
-        level = TopologyLevel.from_label(level_text)
-    except ValueError as exc:
-        raise fields.fail("level", str(exc)) from None
+        indexes.append(index)
+    nvlinks, reverse = _nvlinks(fields, len(indexes) == 2)
+    level: TopologyLevel | None = None
+    level_text = fields.raw("pcie")
+    if level_text is not None:
+        if not isinstance(level_text, str):
+            choices = ", ".join(level.label for level in TopologyLevel)
+            raise fields.fail("pcie", f"expected one of {choices}, got {_shown(level_text)}")
+        try:
+            level = TopologyLevel.from_label(level_text)
+        except ValueError as exc:
+            raise fields.fail("pcie", str(exc)) from None
+    if nvlinks is None and level is None:
+        raise errors.at(where, "sets neither nvlinks nor pcie (give at least one)")
     fields.done()
-    return TopologyGroup(tuple(uuids), level)
+    return LinkGroup(tuple(indexes), nvlinks, level, reverse)
+
+
+def parse_links(
+    value: object, gpus: Sequence[FakeGpu], source: str = "<inventory>", where: str = "links"
+) -> tuple[LinkGroup, ...]:
+    """A `links` list (see docs/fake-gpus.md) for these GPUs, which it names by uuid or index. Raises
+    InventoryError naming `source` and the entry (`links[1].nvlinks`)."""
+    errors = _Errors(source)
+    if value is None:
+        return ()
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise errors.at(where, f"expected a list, got {_shown(value)}")
+    by_uuid = {gpu.uuid: gpu for gpu in gpus}
+    return tuple(_parse_link(errors, f"{where}[{i}]", v, by_uuid) for i, v in enumerate(value))
+
+
+def links_to_data(links: Sequence[LinkGroup]) -> list[dict[str, Any]]:
+    """The file form of `links`, GPUs by index."""
+    entries: list[dict[str, Any]] = []
+    for group in links:
+        entry: dict[str, Any] = {"gpus": list(group.gpus)}
+        if group.nvlinks is not None:
+            back = group.reverse_nvlinks
+            entry["nvlinks"] = group.nvlinks if back is None else [group.nvlinks, back]
+        if group.level is not None:
+            entry["pcie"] = group.level.label
+        entries.append(entry)
+    return entries
 
 
 def _parse_event(errors: _Errors, position: int, value: object, by_uuid: Mapping[str, FakeGpu]) -> FakeEvent:
@@ -351,7 +427,11 @@ def parse_inventory(data: object, source: str = "<inventory>") -> Inventory:
         except ValueError:
             choices = ", ".join(mode.value for mode in NvmlMode)
             raise top.fail("nvml", f"expected one of {choices}, got {_shown(nvml_text)}") from None
-    topology = tuple(_parse_topology(errors, i, v, by_uuid) for i, v in enumerate(top.sequence("topology")))
+    if top.has("topology"):
+        raise top.fail(
+            "topology", "replaced by links (entries of gpus and nvlinks and/or pcie; see docs/fake-gpus.md)"
+        )
+    links = parse_links(top.raw("links"), gpus, source)
     events = tuple(_parse_event(errors, i, v, by_uuid) for i, v in enumerate(top.sequence("events")))
     seen_ids: dict[str, int] = {}
     for position, event in enumerate(events):
@@ -362,7 +442,7 @@ def parse_inventory(data: object, source: str = "<inventory>") -> Inventory:
             )
         seen_ids[event.id] = position
     top.done()
-    return Inventory(tuple(gpus), nvml, topology, events)
+    return Inventory(tuple(gpus), nvml, links, events)
 
 
 def _is_json(source: str) -> bool:
@@ -407,7 +487,7 @@ def load_inventory(path: Path) -> Inventory:
 
 
 def inventory_to_data(inventory: Inventory) -> dict[str, Any]:
-    """The document form of an inventory: every field explicit, GPUs referred to by UUID."""
+    """The document form of an inventory: every field explicit; events name GPUs by UUID, links by index."""
     data: dict[str, Any] = {"nvml": inventory.nvml.value, "gpus": []}
     for gpu in inventory.gpus:
         data["gpus"].append(
@@ -424,8 +504,8 @@ def inventory_to_data(inventory: Inventory) -> dict[str, Any]:
                 "lost": gpu.lost,
             }
         )
-    if inventory.topology:
-        data["topology"] = [{"gpus": list(g.gpus), "level": g.level.label} for g in inventory.topology]
+    if inventory.links:
+        data["links"] = links_to_data(inventory.links)
     if inventory.events:
         events = []
         for event in inventory.events:
@@ -480,7 +560,8 @@ def generate_inventory(
     nvlink: bool = True,
 ) -> Inventory:
     """`count` identical GPUs (8 x A100-SXM4-80GB by default elsewhere) with UUIDs derived from `seed`
-    (e.g. the node name), spread evenly over `numa_nodes` (0: unknown), all NVLinked when `nvlink`."""
+    (e.g. the node name), spread evenly over `numa_nodes` (0: unknown), every pair linked by
+    `DEFAULT_NVLINKS` NVLinks when `nvlink` (an NVSwitch board)."""
     if count < 0:
         raise ValueError(f"count: expected an integer >= 0, got {count}")
     if memory_mib < 1:
@@ -500,7 +581,5 @@ def generate_inventory(
         )
         for i in range(count)
     )
-    topology = (
-        (TopologyGroup(tuple(g.uuid for g in gpus), TopologyLevel.NVLINK),) if nvlink and count > 1 else ()
-    )
-    return Inventory(gpus, NvmlMode.OK, topology)
+    links = (LinkGroup(tuple(range(count)), DEFAULT_NVLINKS),) if nvlink and count > 1 else ()
+    return Inventory(gpus, NvmlMode.OK, links)

@@ -16,9 +16,19 @@ the PCI device hangs off), negative -> None; when sysfs has no entry, NVML's nvm
 
 Thread-safety: NVML is thread-safe and pynvml guards its symbol cache with a lock, so `wait_event`
 (which blocks in C with the GIL released) may run in its own thread while other threads call
-`list_gpus`, `probe` and `topology`. `init` and `shutdown` must not overlap other calls: shutdown frees
+`list_gpus`, `probe` and `links`. `init` and `shutdown` must not overlap other calls: shutdown frees
 the event set a concurrent `wait_event` would be blocked in. Stop the event thread first; it returns
-within its `timeout_s`.
+within its `timeout_s`. `links` holds the backend's lock, so it never overlaps `init` or `shutdown` and
+may be called from any thread.
+
+Links (`links`, for HAMi's pair scores in `hami_node.gpu.topology`), read as HAMi's device plugin reads
+them: nvmlDeviceGetTopologyCommonAncestor per pair; per GPU, link indexes 0 to 17 (go-nvml's
+NVLINK_MAX_LINKS, 18, which HAMi iterates; pynvml's constant is larger): nvmlDeviceGetNvLinkState,
+and for an enabled link its remote PCI bus id (nvmlDeviceGetNvLinkRemotePciInfo) and remote device
+type (nvmlDeviceGetNvLinkRemoteDeviceType, for NVSwitch). A link NVML answers NOT_SUPPORTED or
+INVALID_ARGUMENT for is skipped (also FUNCTION_NOT_FOUND: an old driver without NVLink calls). Where
+HAMi drops the whole score when a pair has no common ancestor, that pair here has no PCIe entry and
+the others are still scored.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -40,11 +51,13 @@ from hami_node.gpu.backend import (
     GpuEventKind,
     GpuFailed,
     GpuInfo,
+    GpuLink,
     GpuNotFound,
     LibraryNotFound,
     NvmlFailed,
     TopologyLevel,
 )
+from hami_node.gpu.topology import MAX_NVLINKS, NvLinkPorts, nvlink_count
 
 log = logging.getLogger(__name__)
 
@@ -334,28 +347,76 @@ class NvmlBackend:
         except pynvml.NVMLError as err:
             raise _mapped(err, "nvmlDeviceGetMemoryInfo", uuid) from None
 
-    def topology(self, uuid_a: str, uuid_b: str) -> TopologyLevel:
-        if uuid_a == uuid_b:
-            raise ValueError(f"topology of {uuid_a} with itself")
-        self._require_init()
-        handle_a, handle_b = self._handle(uuid_a), self._handle(uuid_b)
+    def links(self, uuids: Sequence[str]) -> dict[tuple[str, str], GpuLink]:
+        """HAMi's per-pair reading (links.go): the PCIe common ancestor of each pair, and each GPU's
+        enabled NVLinks (state, remote PCI device, remote device type; a link NVML answers NOT_SUPPORTED
+        or INVALID_ARGUMENT for is skipped), matched to the peer's bus id or counted through NVSwitches.
+        Holds the backend's lock, so `shutdown` waits for it."""
+        if len(set(uuids)) != len(uuids):
+            raise ValueError(f"links: a GPU is listed twice in {list(uuids)}")
+        with self._lock:
+            self._require_init()
+            handles = {uuid: self._handle(uuid) for uuid in uuids}
+            bus_ids = {uuid: self._bus_id(uuid, handle) for uuid, handle in handles.items()}
+            ports = {uuid: self._nvlink_ports(uuid, handle) for uuid, handle in handles.items()}
+            links: dict[tuple[str, str], GpuLink] = {}
+            for a in uuids:
+                for b in uuids:
+                    if a != b:
+                        level = self._common_ancestor(a, handles[a], b, handles[b])
+                        links[(a, b)] = GpuLink(level, nvlink_count(ports[a], bus_ids[b], ports[b]))
+            return links
+
+    @staticmethod
+    def _bus_id(uuid: str, handle: Any) -> str:
         try:
-            status = pynvml.nvmlDeviceGetP2PStatus(handle_a, handle_b, pynvml.NVML_P2P_CAPS_INDEX_NVLINK)
+            return _text(pynvml.nvmlDeviceGetPciInfo(handle).busId)
         except pynvml.NVMLError as err:
-            if _code(err) not in _UNSUPPORTED_CODES:
-                raise _mapped(err, f"nvmlDeviceGetP2PStatus({uuid_a}, {uuid_b})", uuid_a) from None
-        else:
-            if status == pynvml.NVML_P2P_STATUS_OK:
-                return TopologyLevel.NVLINK
+            raise _mapped(err, "nvmlDeviceGetPciInfo", uuid) from None
+
+    @staticmethod
+    def _common_ancestor(uuid_a: str, handle_a: Any, uuid_b: str, handle_b: Any) -> TopologyLevel | None:
         try:
             level = int(pynvml.nvmlDeviceGetTopologyCommonAncestor(handle_a, handle_b))
         except pynvml.NVMLError as err:
+            if _code(err) in _UNSUPPORTED_CODES - _GLOBAL_CODES:
+                log.debug("no PCIe topology between %s and %s: %s", uuid_a, uuid_b, err)
+                return None
             raise _mapped(err, f"nvmlDeviceGetTopologyCommonAncestor({uuid_a}, {uuid_b})", uuid_a) from None
-        if level not in _TOPOLOGY_LEVELS:
-            log.warning(
-                "unknown NVML topology level %d between %s and %s; taken as SYSTEM", level, uuid_a, uuid_b
-            )
-        return _TOPOLOGY_LEVELS.get(level, TopologyLevel.SYSTEM)
+        found = _TOPOLOGY_LEVELS.get(level)
+        if found is None:
+            log.debug("unknown NVML topology level %d between %s and %s; not scored", level, uuid_a, uuid_b)
+        return found
+
+    @staticmethod
+    def _nvlink_ports(uuid: str, handle: Any) -> NvLinkPorts:
+        """The GPU's enabled NVLinks: each one's remote PCI bus id (where NVML tells it) and how many
+        reach an NVSwitch."""
+        remote: list[str] = []
+        switch = 0
+        for link in range(MAX_NVLINKS):
+            try:
+                enabled = pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED
+            except pynvml.NVMLError as err:
+                if _code(err) in _UNSUPPORTED_CODES:
+                    continue
+                raise _mapped(err, f"nvmlDeviceGetNvLinkState(link {link})", uuid) from None
+            if not enabled:
+                continue
+            try:
+                remote.append(_text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId))
+            except pynvml.NVMLError as err:
+                if _code(err) not in _UNSUPPORTED_CODES:
+                    raise _mapped(err, f"nvmlDeviceGetNvLinkRemotePciInfo(link {link})", uuid) from None
+            try:
+                kind = pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+            except pynvml.NVMLError as err:
+                if _code(err) not in _UNSUPPORTED_CODES:
+                    raise _mapped(err, f"nvmlDeviceGetNvLinkRemoteDeviceType(link {link})", uuid) from None
+                continue
+            if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH:
+                switch += 1
+        return NvLinkPorts(tuple(remote), switch)
 
     # --- events -------------------------------------------------------------------------------------
 

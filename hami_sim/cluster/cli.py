@@ -58,8 +58,8 @@ def add_parsers(subparsers: Any) -> None:
         "--inventory",
         type=Path,
         metavar="FILE",
-        help="YAML/JSON mapping each node name to its GPUs (mixed models); replaces --nodes, "
-        "--gpus-per-node, --gpu-model and --gpu-memory",
+        help="YAML/JSON mapping each node name to its GPUs (mixed models, links between them); replaces "
+        "--nodes, --gpus-per-node, --gpu-model and --gpu-memory",
     )
     up.add_argument(
         "--split", type=int, default=10, metavar="N", help="vGPUs per GPU (hami-node --device-split-count; "

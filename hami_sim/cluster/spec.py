@@ -10,10 +10,20 @@ gpu-t4-1: [Tesla T4, Tesla T4]                          # one entry per GPU
 gpu-mixed-1:
   - NVIDIA A100-SXM4-40GB
   - {model: NVIDIA L4, memory: 23034}                   # memory in MiB, for models not known here
+gpu-links-1:                                            # the links between GPUs, by index
+  count: 4
+  links:
+    - {gpus: [1, 2], nvlinks: 4}                        # an NVLink pair
+    - {gpus: [0, 1], pcie: single-switch}               # a pair under one PCIe switch
+gpu-mixed-2:                                            # a list of GPUs with links
+  gpus: [NVIDIA A100-SXM4-40GB, NVIDIA A100-SXM4-40GB]
+  links: [{gpus: [0, 1], nvlinks: 12}]
 ```
 
 A model's memory is taken from its name ("...-80GB" is 81920 MiB) or from `KNOWN_MEMORY_MIB`;
-otherwise it must be given (`memory:` in the file, `--gpu-memory` on the command line).
+otherwise it must be given (`memory:` in the file, `--gpu-memory` on the command line). `links` are the
+fake inventory's (docs/fake-gpus.md): without them, GPUs of one model are all NVLinked and a mixed node
+has none; with them, only what they say (pairs not listed are PCIe, by NUMA node).
 """
 
 from __future__ import annotations
@@ -28,7 +38,15 @@ from typing import Any
 import yaml
 
 from hami_api.settings import DNS_SUBDOMAIN
-from hami_node.gpu.inventory import DEFAULT_MODEL, Inventory, generate_inventory
+from hami_node.gpu.inventory import (
+    DEFAULT_MODEL,
+    Inventory,
+    InventoryError,
+    LinkGroup,
+    generate_inventory,
+    links_to_data,
+    parse_links,
+)
 
 SCALE_THRESHOLD = 8
 """Above this many nodes, `up` runs in scale mode unless told otherwise."""
@@ -88,6 +106,9 @@ class GpuSpec:
 class NodeSpec:
     name: str
     gpus: tuple[GpuSpec, ...]
+    links: tuple[LinkGroup, ...] | None = None
+    """The links between the GPUs (by index; see docs/fake-gpus.md). None: GPUs of one model all
+    NVLinked, a mixed node none."""
 
     def __post_init__(self) -> None:
         if not DNS_SUBDOMAIN.fullmatch(self.name) or len(self.name) > 253:
@@ -96,6 +117,10 @@ class NodeSpec:
             )
         if not self.gpus:
             raise SpecError(f"node {self.name}: needs at least one GPU")
+        for i, group in enumerate(self.links or ()):
+            bad = next((g for g in group.gpus if not 0 <= g < len(self.gpus)), None)
+            if bad is not None:
+                raise SpecError(f"node {self.name}: links[{i}]: no GPU with index {bad}")
 
 
 @dataclass(frozen=True)
@@ -191,7 +216,11 @@ class ClusterSpec:
     def to_data(self) -> dict[str, Any]:
         return {
             "nodes": [
-                {"name": n.name, "gpus": [{"model": g.model, "memory": g.memory_mib} for g in n.gpus]}
+                {
+                    "name": n.name,
+                    "gpus": [{"model": g.model, "memory": g.memory_mib} for g in n.gpus],
+                    "links": None if n.links is None else links_to_data(n.links),
+                }
                 for n in self.nodes
             ],
             "split": self.split,
@@ -212,7 +241,7 @@ class ClusterSpec:
     def from_data(cls, data: Mapping[str, Any]) -> ClusterSpec:
         try:
             nodes = tuple(
-                NodeSpec(n["name"], tuple(GpuSpec(g["model"], int(g["memory"])) for g in n["gpus"]))
+                _node_from_data(n["name"], tuple(GpuSpec(g["model"], int(g["memory"])) for g in n["gpus"]), n)
                 for n in data["nodes"]
             )
             config = data.get("schedulerConfig")
@@ -235,22 +264,36 @@ class ClusterSpec:
             raise SpecError(f"cluster spec: malformed ({exc!r})") from None
 
 
+def _node_from_data(name: str, gpus: tuple[GpuSpec, ...], data: Mapping[str, Any]) -> NodeSpec:
+    links = data.get("links")
+    return NodeSpec(name, gpus, None if links is None else _parse_node_links(name, len(gpus), links))
+
+
+def _parse_node_links(name: str, count: int, value: object) -> tuple[LinkGroup, ...]:
+    """A node's `links` (GPUs by index); `SpecError` naming the entry and field."""
+    gpus = generate_inventory(count, name).gpus
+    try:
+        return parse_links(value, gpus, source=name)
+    except InventoryError as exc:
+        raise SpecError(f"{exc.where}: {exc.reason}") from None
+
+
 # --- fake inventories ------------------------------------------------------------------------------
 
 
 def node_inventory(node: NodeSpec) -> Inventory:
-    """The fake inventory of one node: UUIDs derived from its name, NVLink between GPUs of one model."""
+    """The fake inventory of one node: UUIDs derived from its name, its `links`, or else NVLink between
+    GPUs of one model."""
     first = node.gpus[0]
     same = all(g == first for g in node.gpus)
     base = generate_inventory(
         len(node.gpus), node.name, model=first.model, memory_mib=first.memory_mib, nvlink=same
     )
-    if same:
-        return base
     gpus = tuple(
         replace(g, model=s.model, memory_mib=s.memory_mib) for g, s in zip(base.gpus, node.gpus, strict=True)
     )
-    return Inventory(gpus, base.nvml, ())
+    links = base.links if node.links is None else node.links
+    return Inventory(gpus, base.nvml, links)
 
 
 def _gpu_entry(value: object, where: str) -> GpuSpec:
@@ -270,20 +313,34 @@ def _gpu_entry(value: object, where: str) -> GpuSpec:
 
 
 def _node_entry(name: str, value: object, where: str) -> NodeSpec:
+    links: object = None
+    if isinstance(value, Mapping) and "gpus" in value:
+        unknown = sorted(set(value) - {"gpus", "links"})
+        if unknown:
+            raise SpecError(f"{where}: unknown key {unknown[0]!r} (expected gpus, links)")
+        links, value = value.get("links"), value["gpus"]
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            raise SpecError(f"{where}.gpus: expected a list of GPUs, got {value!r}")
+        where = f"{where}.gpus"
     if isinstance(value, Sequence) and not isinstance(value, str):
         gpus = [_gpu_entry(g, f"{where}[{i}]") for i, g in enumerate(value)]
     elif isinstance(value, Mapping):
-        unknown = sorted(set(value) - {"count", "model", "memory"})
+        unknown = sorted(set(value) - {"count", "model", "memory", "links"})
         if unknown:
-            raise SpecError(f"{where}: unknown key {unknown[0]!r} (expected count, model, memory)")
+            raise SpecError(f"{where}: unknown key {unknown[0]!r} (expected count, model, memory, links)")
         count = value.get("count")
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise SpecError(f"{where}.count: expected an integer >= 1, got {count!r}")
-        gpu = _gpu_entry({k: v for k, v in value.items() if k != "count"} or {"model": DEFAULT_MODEL}, where)
+        links = value.get("links")
+        gpu_keys = {k: v for k, v in value.items() if k not in ("count", "links")}
+        gpu = _gpu_entry(gpu_keys or {"model": DEFAULT_MODEL}, where)
         gpus = [gpu] * count
     else:
-        raise SpecError(f"{where}: expected a list of GPUs or {{count, model, memory}}, got {value!r}")
-    return NodeSpec(name, tuple(gpus))
+        raise SpecError(
+            f"{where}: expected a list of GPUs, {{count, model, memory, links}} or {{gpus, links}}, "
+            f"got {value!r}"
+        )
+    return NodeSpec(name, tuple(gpus), None if links is None else _parse_node_links(name, len(gpus), links))
 
 
 def parse_inventory_spec(data: object, source: str = "<inventory>") -> tuple[NodeSpec, ...]:

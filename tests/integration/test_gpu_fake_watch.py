@@ -21,6 +21,7 @@ from hami_node.gpu import (
     GpuEvent,
     GpuEventKind,
     GpuFailed,
+    GpuLink,
     GpuNotFound,
     LibraryNotFound,
     NvmlFailed,
@@ -32,6 +33,7 @@ from hami_node.gpu.inventory import (
     FakeEvent,
     Inventory,
     InventoryError,
+    LinkGroup,
     NvmlMode,
     generate_inventory,
     load_inventory,
@@ -120,7 +122,7 @@ def test_mark_lost_and_bring_back(harness: Harness, how: str) -> None:
         backend.probe(lost)
     assert info.value.uuid == lost
     with pytest.raises(DeviceLost):
-        backend.topology(harness.uuids[0], lost)
+        backend.links([harness.uuids[0], lost])
     backend.probe(harness.uuids[0])
 
     harness.edit(lambda inv: with_gpu(inv, 1, lost=False), how)
@@ -353,21 +355,35 @@ def test_set_lost_and_set_failing(in_process: FakeBackend) -> None:
     assert len(in_process.list_gpus()) == 4
 
 
-def test_unhealthy_gpu_and_topology(in_process: FakeBackend) -> None:
+def test_unhealthy_gpu_and_links(in_process: FakeBackend) -> None:
     uuids = [g.uuid for g in in_process.inventory.gpus]
     assert [g.healthy for g in in_process.list_gpus()] == [True, True, True, False]
     with pytest.raises(GpuFailed, match="health: false") as info:
         in_process.probe(uuids[3])
     assert type(info.value) is GpuFailed
-    assert in_process.topology(uuids[0], uuids[1]) is TopologyLevel.NUMA_NODE
-    assert in_process.topology(uuids[0], uuids[2]) is TopologyLevel.SYSTEM
-    assert in_process.topology(uuids[2], uuids[3]) is TopologyLevel.NUMA_NODE  # unhealthy still answers
+    links = in_process.links(uuids)
+    assert len(links) == 12 and all(a != b for a, b in links)
+    assert links[(uuids[0], uuids[1])] == GpuLink(TopologyLevel.NUMA_NODE, 0)
+    assert links[(uuids[0], uuids[2])] == GpuLink(TopologyLevel.SYSTEM, 0)
+    assert links[(uuids[2], uuids[3])] == GpuLink(TopologyLevel.NUMA_NODE, 0)  # unhealthy still answers
+    assert in_process.links(uuids[:1]) == {} and in_process.links([]) == {}
     with pytest.raises(GpuNotFound):
-        in_process.topology(uuids[0], "GPU-nope")
+        in_process.links([uuids[0], "GPU-nope"])
     with pytest.raises(GpuNotFound):
         in_process.probe("GPU-nope")
-    with pytest.raises(ValueError, match="itself"):
-        in_process.topology(uuids[0], uuids[0])
+    with pytest.raises(ValueError, match="twice"):
+        in_process.links([uuids[0], uuids[0]])
+
+
+def test_an_edit_of_the_links_applies(harness: Harness) -> None:
+    backend, uuids = harness.backend, harness.uuids
+    assert backend.links(uuids[:2])[(uuids[0], uuids[1])] == GpuLink(TopologyLevel.NUMA_NODE, 12)
+    one_sided = LinkGroup((0, 1), nvlinks=4, level=TopologyLevel.SINGLE_SWITCH, reverse_nvlinks=0)
+    harness.edit(lambda inv: dataclasses.replace(inv, links=(*inv.links, one_sided)))
+    assert backend.links(uuids[:2]) == {
+        (uuids[0], uuids[1]): GpuLink(TopologyLevel.SINGLE_SWITCH, 4),
+        (uuids[1], uuids[0]): GpuLink(TopologyLevel.SINGLE_SWITCH, 0),
+    }
 
 
 def test_wait_event_times_out(in_process: FakeBackend) -> None:

@@ -76,7 +76,7 @@ def test_cdi_strategy_writes_a_spec_defining_every_name_allocate_returns(rig: No
     rig.daemon.stop()
     assert spec_path.exists()
     # Restarted after a GPU went away: the spec no longer defines it.
-    rig.write_inventory(replace(rig.inventory, gpus=gpus[:2], topology=()))
+    rig.write_inventory(replace(rig.inventory, gpus=gpus[:2], links=()))
     rig.start_daemon(*cdi)
     assert spec_devices(spec_path) == [(g.uuid, f"/dev/nvidia{g.minor}") for g in gpus[:2]]
     rig.daemon.stop()

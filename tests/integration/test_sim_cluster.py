@@ -233,8 +233,8 @@ def test_inventory_files_describe_mixed_nodes() -> None:
     ]
     inventory = node_inventory(nodes[1])
     assert [g.model for g in inventory.gpus] == ["Tesla T4", "NVIDIA L4", "NVIDIA H100 80GB HBM3"]
-    assert inventory.topology == ()  # no NVLink across models
-    assert len(node_inventory(nodes[0]).topology) == 1
+    assert inventory.links == ()  # no NVLink across models
+    assert len(node_inventory(nodes[0]).links) == 1
     assert model_memory_mib("NVIDIA A100-SXM4-80GB") == 81920
 
 

@@ -243,10 +243,17 @@ def test_pair_scores_example() -> None:
     scores = A.decode_pair_scores(text)
     assert scores == (GPUPairScore("GPU-a", (("GPU-b", 100), ("GPU-c", 40))), GPUPairScore("GPU-b"))
     assert scores[0].as_dict() == {"GPU-b": 100, "GPU-c": 40}
-    assert (
-        A.encode_pair_scores(scores) == '[{"uuid":"GPU-a","score":{"GPU-b":100,"GPU-c":40}},{"uuid":"GPU-b"}]'
+    # A GPU without peers gets an empty map, never a missing one: HAMi's device plugin always makes it.
+    assert A.encode_pair_scores(scores) == (
+        '[{"uuid":"GPU-a","score":{"GPU-b":100,"GPU-c":40}},{"uuid":"GPU-b","score":{}}]'
     )
     assert A.decode_pair_scores('[{"uuid":"GPU-a","score":{"GPU-b":null}}]')[0].scores == (("GPU-b", 0),)
+
+
+def test_pair_scores_of_a_single_gpu_node_are_written_as_hami_writes_them() -> None:
+    """HAMi's calculateGPUScore makes every GPU's score map, so a one-GPU node reads `"score":{}`."""
+    assert A.encode_pair_scores([GPUPairScore("GPU-a")]) == '[{"uuid":"GPU-a","score":{}}]'
+    assert A.encode_pair_scores([]) == "[]"
 
 
 def test_small_values() -> None:

@@ -11,16 +11,17 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami_node.gpu import GpuEventKind, GpuInfo, TopologyLevel
+from hami_node.gpu import GpuEventKind, GpuInfo, GpuLink, TopologyLevel
 from hami_node.gpu.inventory import (
     DEFAULT_MEMORY_MIB,
     DEFAULT_MODEL,
+    DEFAULT_NVLINKS,
     FakeEvent,
     FakeGpu,
     Inventory,
     InventoryError,
+    LinkGroup,
     NvmlMode,
-    TopologyGroup,
     default_pci_bus_id,
     fake_gpu_uuid,
     generate_inventory,
@@ -87,7 +88,11 @@ def test_faults_topology_and_events_parse() -> None:
             gpu(1, numa=0, lost=True),
             gpu(2, numa=1, health=False, mig=True),
             nvml="failing",
-            topology=[{"gpus": [0, "GPU-1"], "level": "nvlink"}, {"gpus": [1, 2], "level": "Single_Switch"}],
+            links=[
+                {"gpus": [0, "GPU-1"], "nvlinks": 4},
+                {"gpus": [1, 2], "pcie": "Single_Switch", "nvlinks": [2, 0]},
+                {"gpus": [2, 0, 1], "nvlinks": 0, "pcie": "system"},
+            ],
             events=[
                 {"id": "a", "gpu": 2, "kind": "xid", "xid": 79},
                 {"id": 7, "kind": "ecc-double-bit"},
@@ -98,9 +103,10 @@ def test_faults_topology_and_events_parse() -> None:
     assert inventory.nvml is NvmlMode.FAILING
     assert inventory.gpus[1].lost and not inventory.gpus[1].info().healthy
     assert not inventory.gpus[2].healthy and inventory.gpus[2].mig_enabled
-    assert inventory.topology == (
-        TopologyGroup(("GPU-0", "GPU-1"), TopologyLevel.NVLINK),
-        TopologyGroup(("GPU-1", "GPU-2"), TopologyLevel.SINGLE_SWITCH),
+    assert inventory.links == (
+        LinkGroup((0, 1), nvlinks=4),
+        LinkGroup((1, 2), nvlinks=2, level=TopologyLevel.SINGLE_SWITCH, reverse_nvlinks=0),
+        LinkGroup((2, 0, 1), nvlinks=0, level=TopologyLevel.SYSTEM),
     )
     assert inventory.events == (
         FakeEvent("a", GpuEventKind.XID, "GPU-2", 79),
@@ -109,28 +115,41 @@ def test_faults_topology_and_events_parse() -> None:
     )
 
 
-def test_topology_levels_last_group_wins_then_numa_then_system() -> None:
+def test_links_each_field_from_the_last_entry_setting_it_then_numa_then_system() -> None:
     inventory = parse_inventory(
         doc(
             gpu(0, numa=0),
             gpu(1, numa=0),
             gpu(2, numa=1),
             gpu(3),
-            topology=[{"gpus": [0, 1, 2], "level": "nvlink"}, {"gpus": [1, 2], "level": "host-bridge"}],
+            links=[
+                {"gpus": [0, 1, 2], "nvlinks": 12},
+                {"gpus": [1, 2], "pcie": "host-bridge"},
+                {"gpus": [0, 2], "nvlinks": 0},
+            ],
         )
     )
-    assert inventory.level("GPU-0", "GPU-1") is TopologyLevel.NVLINK
-    assert inventory.level("GPU-2", "GPU-1") is TopologyLevel.HOST_BRIDGE
-    assert inventory.level("GPU-0", "GPU-3") is TopologyLevel.SYSTEM
+    assert inventory.link("GPU-0", "GPU-1") == GpuLink(TopologyLevel.NUMA_NODE, 12)
+    assert inventory.link("GPU-2", "GPU-1") == GpuLink(TopologyLevel.HOST_BRIDGE, 12)
+    assert inventory.link("GPU-0", "GPU-2") == GpuLink(TopologyLevel.SYSTEM, 0)
+    assert inventory.link("GPU-0", "GPU-3") == GpuLink(TopologyLevel.SYSTEM, 0)
     plain = parse_inventory(doc(gpu(0, numa=0), gpu(1, numa=0), gpu(2, numa=1), gpu(3), gpu(4)))
-    assert plain.level("GPU-0", "GPU-1") is TopologyLevel.NUMA_NODE
-    assert plain.level("GPU-0", "GPU-2") is TopologyLevel.SYSTEM
-    assert plain.level("GPU-3", "GPU-4") is TopologyLevel.SYSTEM  # unknown NUMA is not "the same"
+    assert plain.link("GPU-0", "GPU-1") == GpuLink(TopologyLevel.NUMA_NODE, 0)
+    assert plain.link("GPU-0", "GPU-2") == GpuLink(TopologyLevel.SYSTEM, 0)
+    assert plain.link("GPU-3", "GPU-4") == GpuLink(TopologyLevel.SYSTEM, 0)  # unknown NUMA is not "the same"
+
+
+def test_links_one_sided_nvlink_is_seen_from_the_first_gpu_only() -> None:
+    inventory = parse_inventory(doc(gpu(0), gpu(1), links=[{"gpus": [1, 0], "nvlinks": [4, 0]}]))
+    assert inventory.links == (LinkGroup((1, 0), nvlinks=4, reverse_nvlinks=0),)
+    assert inventory.link("GPU-1", "GPU-0").nvlinks == 4
+    assert inventory.link("GPU-0", "GPU-1").nvlinks == 0
+    same = parse_inventory(doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "nvlinks": [3, 3]}]))
+    assert same.links == (LinkGroup((0, 1), nvlinks=3),)
 
 
 def test_topology_level_labels() -> None:
     assert [level.label for level in TopologyLevel] == [
-        "nvlink",
         "same-board",
         "single-switch",
         "multi-switch",
@@ -139,7 +158,7 @@ def test_topology_level_labels() -> None:
         "system",
     ]
     assert all(TopologyLevel.from_label(level.label) is level for level in TopologyLevel)
-    assert min(TopologyLevel) is TopologyLevel.NVLINK
+    assert min(TopologyLevel) is TopologyLevel.SAME_BOARD
     with pytest.raises(ValueError, match="unknown topology level 'pcie'"):
         TopologyLevel.from_label("pcie")
 
@@ -214,31 +233,56 @@ BAD_DOCUMENTS = [
     ({"gpus": [], "extra": 1}, "extra: unknown field"),
     (doc(gpu(0), nvml="broken"), 'nvml: expected one of ok, failing, absent, got "broken"'),
     (doc(gpu(0), nvml=False), "nvml: expected one of ok, failing, absent, got false"),
+    (doc(gpu(0), links=[{"gpus": [0], "nvlinks": 2}]), "links[0].gpus: expected a list of at least 2"),
+    (doc(gpu(0), links=[{"gpus": [0, 5], "nvlinks": 2}]), "links[0].gpus[1]: no GPU with index 5"),
     (
-        doc(gpu(0), topology=[{"gpus": [0], "level": "nvlink"}]),
-        "topology[0].gpus: expected a list of at least 2",
-    ),
-    (doc(gpu(0), topology=[{"gpus": [0, 5], "level": "nvlink"}]), "topology[0].gpus[1]: no GPU with index 5"),
-    (
-        doc(gpu(0), topology=[{"gpus": [0, "GPU-x"], "level": "nvlink"}]),
-        'topology[0].gpus[1]: no GPU with uuid "GPU-x" in gpus',
+        doc(gpu(0), links=[{"gpus": [0, "GPU-x"], "nvlinks": 2}]),
+        'links[0].gpus[1]: no GPU with uuid "GPU-x" in gpus',
     ),
     (
-        doc(gpu(0), gpu(1), topology=[{"gpus": [0, "GPU-0"], "level": "nvlink"}]),
-        'topology[0].gpus[1]: GPU "GPU-0" is listed twice',
+        doc(gpu(0), gpu(1), links=[{"gpus": [0, "GPU-0"], "nvlinks": 2}]),
+        'links[0].gpus[1]: GPU "GPU-0" is listed twice',
     ),
     (
-        doc(gpu(0), gpu(1), topology=[{"gpus": [0, 1], "level": "pcie"}]),
-        "topology[0].level: unknown topology level 'pcie' (one of nvlink, same-board,",
+        doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "pcie": "nvlink"}]),
+        "links[0].pcie: unknown topology level 'nvlink' (one of same-board, single-switch,",
     ),
-    (doc(gpu(0), gpu(1), topology=[{"gpus": [0, 1]}]), "topology[0].level: expected one of nvlink,"),
+    (doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "pcie": 3}]), "links[0].pcie: expected one of same-board,"),
+    (doc(gpu(0), gpu(1), links=[{"gpus": [0, 1]}]), "links[0]: sets neither nvlinks nor pcie"),
     (
-        doc(gpu(0), gpu(1), topology=[{"gpus": [0, 1], "level": "nvlink", "links": 2}]),
-        "topology[0].links: unknown field",
+        doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "nvlinks": 19}]),
+        "links[0].nvlinks: expected an integer from 0 to 18 (NVLinks between each pair), or [from the first",
     ),
     (
-        doc(gpu(0), topology=[{"gpus": [0, True], "level": "nvlink"}]),
-        "topology[0].gpus[1]: expected a GPU uuid",
+        doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "nvlinks": "4"}]),
+        "links[0].nvlinks: expected an integer from 0 to 18 (NVLinks between each pair), or [from the first "
+        'GPU, from the second] for an NVLink seen from one side only, got "4"',
+    ),
+    (
+        doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "nvlinks": [4, -1]}]),
+        "links[0].nvlinks: expected an integer from 0 to 18",
+    ),
+    (
+        doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "nvlinks": [4, 0, 0]}]),
+        "links[0].nvlinks: expected an integer from 0 to 18",
+    ),
+    (
+        doc(gpu(0), gpu(1), gpu(2), links=[{"gpus": [0, 1, 2], "nvlinks": [4, 0]}]),
+        "links[0].nvlinks: expected an integer from 0 to 18 (NVLinks between each pair), got [4, 0]",
+    ),
+    (
+        doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "nvlinks": True}]),
+        "links[0].nvlinks: expected an integer from 0 to 18",
+    ),
+    (
+        doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "nvlinks": 2, "level": "nvlink"}]),
+        "links[0].level: unknown field",
+    ),
+    (doc(gpu(0), links=[{"gpus": [0, True], "nvlinks": 2}]), "links[0].gpus[1]: expected a GPU uuid"),
+    (doc(gpu(0), gpu(1), links={"gpus": [0, 1]}), "links: expected a list, got {"),
+    (
+        doc(gpu(0), gpu(1), topology=[{"gpus": [0, 1], "level": "nvlink"}]),
+        "topology: replaced by links (entries of gpus and nvlinks and/or pcie; see docs/fake-gpus.md)",
     ),
     (doc(gpu(0), events=[{"kind": "xid", "xid": 79}]), "events[0].id: expected a non-empty string"),
     (
@@ -331,7 +375,12 @@ def test_generate_eight_a100s() -> None:
     assert [g.index for g in inventory.gpus] == [g.minor for g in inventory.gpus] == list(range(8))
     pattern = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
     assert all(pattern.match(g.uuid) for g in inventory.gpus)
-    assert inventory.level(inventory.gpus[0].uuid, inventory.gpus[7].uuid) is TopologyLevel.NVLINK
+    assert inventory.link(inventory.gpus[0].uuid, inventory.gpus[7].uuid) == GpuLink(
+        TopologyLevel.SYSTEM, DEFAULT_NVLINKS
+    )
+    assert inventory.link(inventory.gpus[0].uuid, inventory.gpus[1].uuid) == GpuLink(
+        TopologyLevel.NUMA_NODE, DEFAULT_NVLINKS
+    )
     assert generate_inventory(8, seed="node-1") == inventory  # deterministic
     other = generate_inventory(8, seed="node-2")
     assert not {g.uuid for g in other.gpus} & {g.uuid for g in inventory.gpus}
@@ -340,9 +389,9 @@ def test_generate_eight_a100s() -> None:
 
 def test_generate_variants_and_bad_arguments() -> None:
     single = generate_inventory(1, "n", numa_nodes=0, nvlink=True)
-    assert single.topology == () and single.gpus[0].numa_node is None
+    assert single.links == () and single.gpus[0].numa_node is None
     three = generate_inventory(3, "n", model="Tesla T4", memory_mib=15360, numa_nodes=2, nvlink=False)
-    assert [g.numa_node for g in three.gpus] == [0, 0, 1] and three.topology == ()
+    assert [g.numa_node for g in three.gpus] == [0, 0, 1] and three.links == ()
     assert len({default_pci_bus_id(i) for i in range(256)}) == 256
     for kwargs, message in [
         ({"count": -1}, "count"),
@@ -401,19 +450,28 @@ def inventories(draw: st.DrawFn) -> Inventory:
         ),
         key=lambda g: g.index,
     )
-    topology: list[TopologyGroup] = []
+    links: list[LinkGroup] = []
     events: list[FakeEvent] = []
     if count >= 2:
         for _ in range(draw(st.integers(0, 3))):
-            members = draw(st.lists(st.sampled_from(uuids), min_size=2, unique=True))
-            topology.append(TopologyGroup(tuple(members), draw(st.sampled_from(TopologyLevel))))
+            members = tuple(draw(st.lists(st.sampled_from(indices), min_size=2, unique=True)))
+            nvlinks = draw(st.none() | st.integers(0, 18))
+            if nvlinks is None:
+                level = draw(st.sampled_from(TopologyLevel))  # an entry sets at least one field
+            else:
+                level = draw(st.none() | st.sampled_from(TopologyLevel))
+            reverse = None
+            if nvlinks is not None and len(members) == 2:
+                back = draw(st.none() | st.integers(0, 18))
+                reverse = None if back == nvlinks else back
+            links.append(LinkGroup(members, nvlinks, level, reverse))
     ids = draw(st.lists(_TEXT, max_size=4, unique=True))
     for event_id in ids:
         kind = draw(st.sampled_from(GpuEventKind))
         target = draw(st.none() | st.sampled_from(uuids)) if uuids else None
         xid = draw(st.integers(1, 200)) if kind is GpuEventKind.XID else None
         events.append(FakeEvent(event_id, kind, target, xid))
-    return Inventory(tuple(gpus), draw(st.sampled_from(NvmlMode)), tuple(topology), tuple(events))
+    return Inventory(tuple(gpus), draw(st.sampled_from(NvmlMode)), tuple(links), tuple(events))
 
 
 @settings(max_examples=150, deadline=None)

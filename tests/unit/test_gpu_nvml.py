@@ -26,6 +26,7 @@ from hami_node.gpu import (
     GpuEventKind,
     GpuFailed,
     GpuInfo,
+    GpuLink,
     GpuNotFound,
     LibraryNotFound,
     NvmlFailed,
@@ -55,6 +56,20 @@ class FakeDevice:
     supported_events: int = pynvml.nvmlEventTypeAll
     lost: bool = False
     fail: dict[str, int] = field(default_factory=dict)  # C function name -> NVML error code
+    nvlinks: list[FakeNvLink] | None = None  # None: no NVLink (every link call answers NOT_SUPPORTED)
+
+
+@dataclass
+class FakeNvLink:
+    """One NVLink of a device: its state, remote PCI bus id and remote device type, or an error code
+    for each of the three calls. Link indexes past the device's list answer INVALID_ARGUMENT."""
+
+    state: int = pynvml.NVML_FEATURE_ENABLED
+    remote: str = ""
+    kind: int = pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
+    state_ret: int = pynvml.NVML_SUCCESS
+    remote_ret: int = pynvml.NVML_SUCCESS
+    kind_ret: int = pynvml.NVML_SUCCESS
 
 
 def _out(p: Any) -> Any:
@@ -88,7 +103,7 @@ class FakeNvmlLib:
     """Mimics libnvidia-ml.so.1's C ABI for the functions the backend calls.
 
     `missing` names functions the "old driver" lacks (-> FunctionNotFound); `broken` makes every call
-    answer that code; `topology[(i, j)]` is the common ancestor level; `nvlink` pairs are P2P over NVLink.
+    answer that code; `topology[(i, j)]` is the common ancestor level; each device's `nvlinks` its links.
     """
 
     def __init__(self, devices: list[FakeDevice]) -> None:
@@ -96,7 +111,6 @@ class FakeNvmlLib:
         self.missing: set[str] = set()
         self.broken: int | None = None
         self.topology: dict[tuple[int, int], int] = {}
-        self.nvlink: set[frozenset[int]] = set()
         self.events: queue.Queue[tuple[int, int, int, int, int]] = queue.Queue()
         self.registered: dict[int, int] = {}
         self.calls: list[str] = []
@@ -214,14 +228,42 @@ class FakeNvmlLib:
         _out(current).value = _out(pending).value = found[1].mig
         return SUCCESS
 
-    def c_nvmlDeviceGetP2PStatus(self, a: Any, b: Any, index: int, status: Any) -> int:
-        ia, ib = self._device(a, "nvmlDeviceGetP2PStatus"), self._device(b, "nvmlDeviceGetP2PStatus")
-        if isinstance(ia, int):
-            return ia
-        if isinstance(ib, int):
-            return ib
-        linked = index == pynvml.NVML_P2P_CAPS_INDEX_NVLINK and frozenset((ia[0], ib[0])) in self.nvlink
-        _out(status).value = pynvml.NVML_P2P_STATUS_OK if linked else pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
+    def _nvlink(self, handle: Any, link: int, function: str) -> FakeNvLink | int:
+        found = self._device(handle, function)
+        if isinstance(found, int):
+            return found
+        links = found[1].nvlinks
+        if links is None:
+            return NOT_SUPPORTED
+        if not 0 <= link < len(links):
+            return INVALID_ARGUMENT
+        return links[link]
+
+    def c_nvmlDeviceGetNvLinkState(self, handle: Any, link: int, active: Any) -> int:
+        found = self._nvlink(handle, link, "nvmlDeviceGetNvLinkState")
+        if isinstance(found, int):
+            return found
+        if found.state_ret != SUCCESS:
+            return found.state_ret
+        _out(active).value = found.state
+        return SUCCESS
+
+    def c_nvmlDeviceGetNvLinkRemotePciInfo_v2(self, handle: Any, link: int, info: Any) -> int:
+        found = self._nvlink(handle, link, "nvmlDeviceGetNvLinkRemotePciInfo_v2")
+        if isinstance(found, int):
+            return found
+        if found.remote_ret != SUCCESS:
+            return found.remote_ret
+        _out(info).busId = found.remote.encode()
+        return SUCCESS
+
+    def c_nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int, kind: Any) -> int:
+        found = self._nvlink(handle, link, "nvmlDeviceGetNvLinkRemoteDeviceType")
+        if isinstance(found, int):
+            return found
+        if found.kind_ret != SUCCESS:
+            return found.kind_ret
+        _out(kind).value = found.kind
         return SUCCESS
 
     def c_nvmlDeviceGetTopologyCommonAncestor(self, a: Any, b: Any, level: Any) -> int:
@@ -408,7 +450,7 @@ def test_a_gpu_unreadable_from_the_start_is_left_out(lib: FakeNvmlLib, sysfs: Pa
         nvml.shutdown()
 
 
-# --- probe and topology ----------------------------------------------------------------------------
+# --- probe and links ----------------------------------------------------------------------------------
 
 
 def test_probe_answers_normally_then_raises_device_lost(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
@@ -432,26 +474,176 @@ def test_probe_maps_other_errors(backend: NvmlBackend, lib: FakeNvmlLib) -> None
     assert failed.value.code == pynvml.NVML_ERROR_UNKNOWN
 
 
-def test_topology_levels(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
-    lib.nvlink.add(frozenset((0, 1)))
+def direct(count: int, remote: str) -> list[FakeNvLink]:
+    """`count` enabled links to the GPU at `remote`."""
+    return [FakeNvLink(remote=remote) for _ in range(count)]
+
+
+def test_links_pcie_levels_and_direct_nvlinks(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
+    """Each pair's common ancestor, and each GPU's NVLinks matched to the other's bus id (NVML's case
+    and 8-digit domain do not matter, as in HAMi's BusID)."""
+    lib.devices[0].nvlinks = [*direct(4, "00000000:0f:00.0"), FakeNvLink(pynvml.NVML_FEATURE_DISABLED)]
+    lib.devices[1].nvlinks = direct(4, "0000:07:00.0")
+    lib.topology[(0, 1)] = pynvml.NVML_TOPOLOGY_SINGLE
     lib.topology[(0, 2)] = pynvml.NVML_TOPOLOGY_NODE
-    lib.topology[(1, 2)] = pynvml.NVML_TOPOLOGY_SINGLE
+    lib.topology[(1, 2)] = pynvml.NVML_TOPOLOGY_MULTIPLE
     lib.topology[(2, 3)] = pynvml.NVML_TOPOLOGY_HOSTBRIDGE
     lib.topology[(1, 3)] = pynvml.NVML_TOPOLOGY_INTERNAL
-    assert backend.topology(UUIDS[0], UUIDS[1]) is TopologyLevel.NVLINK
-    assert backend.topology(UUIDS[2], UUIDS[0]) is TopologyLevel.NUMA_NODE
-    assert backend.topology(UUIDS[1], UUIDS[2]) is TopologyLevel.SINGLE_SWITCH
-    assert backend.topology(UUIDS[2], UUIDS[3]) is TopologyLevel.HOST_BRIDGE
-    assert backend.topology(UUIDS[1], UUIDS[3]) is TopologyLevel.SAME_BOARD
-    assert backend.topology(UUIDS[0], UUIDS[3]) is TopologyLevel.SYSTEM
-    with pytest.raises(ValueError, match="itself"):
-        backend.topology(UUIDS[0], UUIDS[0])
+    links = backend.links(UUIDS)
+    assert len(links) == 12
+    assert (
+        links[(UUIDS[0], UUIDS[1])] == links[(UUIDS[1], UUIDS[0])] == GpuLink(TopologyLevel.SINGLE_SWITCH, 4)
+    )
+    assert links[(UUIDS[2], UUIDS[0])] == GpuLink(TopologyLevel.NUMA_NODE, 0)
+    assert links[(UUIDS[1], UUIDS[2])] == GpuLink(TopologyLevel.MULTI_SWITCH, 0)
+    assert links[(UUIDS[3], UUIDS[2])] == GpuLink(TopologyLevel.HOST_BRIDGE, 0)
+    assert links[(UUIDS[1], UUIDS[3])] == GpuLink(TopologyLevel.SAME_BOARD, 0)
+    assert links[(UUIDS[0], UUIDS[3])] == GpuLink(TopologyLevel.SYSTEM, 0)
+    assert backend.links(UUIDS[:1]) == {} and backend.links([]) == {}
+    with pytest.raises(ValueError, match="twice"):
+        backend.links([UUIDS[0], UUIDS[0]])
 
 
-def test_topology_without_p2p_function_uses_common_ancestor(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
-    lib.missing.add("nvmlDeviceGetP2PStatus")
-    lib.topology[(0, 1)] = pynvml.NVML_TOPOLOGY_MULTIPLE
-    assert backend.topology(UUIDS[0], UUIDS[1]) is TopologyLevel.MULTI_SWITCH
+def test_links_read_at_most_hamis_18_link_indexes(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
+    """go-nvml's NVLINK_MAX_LINKS (18) bounds HAMi's loop; pynvml's constant is larger."""
+    lib.devices[0].nvlinks = direct(20, "00000000:0F:00.0")
+    lib.devices[1].nvlinks = direct(20, "00000000:07:00.0")
+    assert backend.links(UUIDS[:2])[(UUIDS[0], UUIDS[1])].nvlinks == 18
+    asked = [c for c in lib.calls if c == "nvmlDeviceGetNvLinkState"]
+    assert len(asked) == 2 * 18
+
+
+def test_links_without_nvlink_or_with_an_old_driver(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
+    """NOT_SUPPORTED (no NVLink) and FUNCTION_NOT_FOUND (an old driver) mean no NVLinks, not an error."""
+    lib.topology[(0, 1)] = pynvml.NVML_TOPOLOGY_SYSTEM
+    assert backend.links(UUIDS[:2])[(UUIDS[0], UUIDS[1])] == GpuLink(TopologyLevel.SYSTEM, 0)
+    lib.missing.add("nvmlDeviceGetNvLinkState")
+    assert backend.links(UUIDS[:2])[(UUIDS[1], UUIDS[0])] == GpuLink(TopologyLevel.SYSTEM, 0)
+
+
+def test_links_pair_without_a_common_ancestor_has_no_pcie_entry(
+    backend: NvmlBackend, lib: FakeNvmlLib
+) -> None:
+    lib.devices[2].fail["topology"] = NOT_SUPPORTED
+    links = backend.links(UUIDS[:3])
+    assert links[(UUIDS[0], UUIDS[2])] == GpuLink(None, 0)
+    assert links[(UUIDS[0], UUIDS[1])] == GpuLink(TopologyLevel.SYSTEM, 0)
+
+
+def test_links_errors_name_the_gpu(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
+    lib.devices[1].lost = True
+    with pytest.raises(DeviceLost) as lost:
+        backend.links(UUIDS[:2])
+    assert lost.value.uuid == UUIDS[1]
+    lib.devices[1].lost = False
+    with pytest.raises(GpuNotFound):
+        backend.links([UUIDS[0], "GPU-nope"])
+    lib.devices[0].nvlinks = [FakeNvLink(state_ret=pynvml.NVML_ERROR_UNKNOWN)]
+    with pytest.raises(GpuFailed, match="nvmlDeviceGetNvLinkState") as failed:
+        backend.links(UUIDS[:2])
+    assert failed.value.uuid == UUIDS[0]
+    lib.broken = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    with pytest.raises(NvmlFailed):
+        backend.links(UUIDS[:2])
+
+
+def test_links_wait_for_nothing_and_shutdown_waits_for_links(lib: FakeNvmlLib, sysfs: Path) -> None:
+    nvml = NvmlBackend(sysfs_root=sysfs)
+    with pytest.raises(NvmlFailed, match="not initialised"):
+        nvml.links(UUIDS[:2])
+    nvml.init()
+    nvml.shutdown()
+    with pytest.raises(NvmlFailed, match="not initialised"):
+        nvml.links(UUIDS[:2])
+
+
+# HAMi's own cases (pkg/device/nvidia/links_test.go, Test_GetNVLink and Test_countNvSwitchLinks), as
+# inputs and expected outputs: the links of dev1 and dev2, and dev1's NVLink count to dev2 (None: an
+# error). HAMi's mocks answer every link index below 18; a state mock enables the first n links and
+# disables the rest, a remote-type mock makes the first n links SWITCH and the rest GPU.
+DEV2_BUS = "00000000:2a:00.0"
+SWITCH_BUS = "00000000:07:00.0"
+ENABLED, DISABLED = pynvml.NVML_FEATURE_ENABLED, pynvml.NVML_FEATURE_DISABLED
+SWITCH, GPU = pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH, pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
+UNKNOWN_ERROR = pynvml.NVML_ERROR_UNKNOWN
+
+
+def hami_links(
+    enabled: int = 18,
+    switches: int = 0,
+    state_error: tuple[int, int] | None = None,
+    *,
+    remote: str = SWITCH_BUS,
+    kind_error: tuple[int, int] | None = None,
+) -> list[FakeNvLink]:
+    """18 links as HAMi's mocks describe them: makeNvLinkStateFunc(enabled) (or, with `state_error`
+    (link, code), makeNvLinkStateErrorFunc: that link fails, every other one enabled),
+    makeRemoteDeviceTypeFunc(switches) (or makeRemoteDeviceTypeErrorFunc: that link fails, every other
+    one SWITCH) and makeRemotePciInfoFunc(remote)."""
+    links = []
+    for i in range(18):
+        link = FakeNvLink(ENABLED if i < enabled else DISABLED, remote, SWITCH if i < switches else GPU)
+        if state_error is not None:
+            link.state = ENABLED
+            link.state_ret = state_error[1] if i == state_error[0] else SUCCESS
+        if kind_error is not None:
+            link.kind = SWITCH
+            link.kind_ret = kind_error[1] if i == kind_error[0] else SUCCESS
+        links.append(link)
+    return links
+
+
+HAMI_NVLINK_CASES: list[tuple[str, list[FakeNvLink] | None, list[FakeNvLink] | None, int | None]] = [
+    # Test_GetNVLink
+    ("direct_connect_18_links", hami_links(18, remote=DEV2_BUS), None, 18),
+    ("direct_connect_partial", hami_links(4, remote=DEV2_BUS), None, 4),
+    ("nvswitch_full_mesh_18", hami_links(18, 18), hami_links(18, 18), 18),
+    ("nvswitch_asymmetric", hami_links(18, 18), hami_links(4, 4), 4),
+    ("one_side_no_nvswitch", hami_links(18, 18), hami_links(0, 0), 0),
+    ("no_nvlink_anywhere", hami_links(0), hami_links(0), 0),
+    ("dev1_nvlink_state_error", hami_links(0, 0, (0, UNKNOWN_ERROR)), None, None),
+    ("dev1_nvswitch_count_error", hami_links(18, kind_error=(0, UNKNOWN_ERROR)), None, None),
+    ("nvswitch_asymmetric_swapped", hami_links(4, 4), hami_links(18, 18), 4),
+    ("one_side_no_nvswitch_swapped", hami_links(0, 0), hami_links(18, 18), 0),
+    ("dev2_nvswitch_state_error", hami_links(18, 18), hami_links(0, 0, (0, UNKNOWN_ERROR)), None),
+    ("dev2_nvswitch_count_error", hami_links(18, 18), hami_links(18, kind_error=(0, UNKNOWN_ERROR)), None),
+    # Test_countNvSwitchLinks, through a peer with 18 switch links (the count is the smaller of the two)
+    ("all_links_via_nvswitch", hami_links(18, 18), hami_links(18, 18), 18),
+    ("no_links_enabled", hami_links(0, 0), hami_links(18, 18), 0),
+    ("links_enabled_but_not_switch", hami_links(18, 0), hami_links(18, 18), 0),
+    ("mixed_switch_and_gpu", hami_links(18, 10), hami_links(18, 18), 10),
+    ("nvlink_state_not_supported_skipped", hami_links(18, 18, (0, NOT_SUPPORTED)), hami_links(18, 18), 17),
+    ("nvlink_state_unexpected_error", hami_links(18, 18, (0, UNKNOWN_ERROR)), hami_links(18, 18), None),
+    ("remote_type_not_supported_skipped", hami_links(kind_error=(0, NOT_SUPPORTED)), hami_links(18, 18), 17),
+    ("remote_type_unexpected_error", hami_links(18, kind_error=(0, UNKNOWN_ERROR)), hami_links(18, 18), None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("dev1", "dev2", "expected"), [c[1:] for c in HAMI_NVLINK_CASES], ids=[c[0] for c in HAMI_NVLINK_CASES]
+)
+def test_nvlink_count_in_hamis_cases(
+    lib: FakeNvmlLib,
+    sysfs: Path,
+    dev1: list[FakeNvLink] | None,
+    dev2: list[FakeNvLink] | None,
+    expected: int | None,
+) -> None:
+    lib.devices[:] = [
+        FakeDevice(UUIDS[0], minor=0, bus_id="00000000:1A:00.0", nvlinks=dev1),
+        FakeDevice(UUIDS[1], minor=1, bus_id="00000000:2A:00.0", nvlinks=dev2),
+    ]
+    nvml = NvmlBackend(sysfs_root=sysfs)
+    nvml.init()
+    try:
+        if expected is None:
+            with pytest.raises(GpuFailed) as info:
+                nvml.links(UUIDS[:2])
+            assert info.value.code == UNKNOWN_ERROR
+        else:
+            assert nvml.links(UUIDS[:2])[(UUIDS[0], UUIDS[1])] == GpuLink(TopologyLevel.SYSTEM, expected)
+    finally:
+        nvml.shutdown()
 
 
 # --- events ----------------------------------------------------------------------------------------
@@ -629,8 +821,9 @@ def test_real_nvml_when_present() -> None:
         for gpu in gpus:
             assert gpu.uuid.startswith(("GPU-", "MIG-")) and gpu.memory_mib > 0 and gpu.healthy
             nvml.probe(gpu.uuid)
-        for other in gpus[1:]:
-            assert isinstance(nvml.topology(gpus[0].uuid, other.uuid), TopologyLevel)
+        links = nvml.links([g.uuid for g in gpus])
+        assert len(links) == len(gpus) * (len(gpus) - 1)
+        assert all(0 <= link.nvlinks <= 18 for link in links.values())
         nvml.wait_event(0.1)  # any real event, or none, is fine
     finally:
         nvml.shutdown()

@@ -291,9 +291,12 @@ def _grants(*rules: tuple[str, str, str, str | None]) -> frozenset[Grant]:
 
 
 ALLOWED_ROLES: dict[tuple[str, str], frozenset[Grant]] = {
-    # The node daemon: its Node (the name is enforced in code) and the pods bound to its node.
+    # The node daemon: its Node (the name is enforced in code), the pods bound to its node, and the
+    # Warning Event HAMi's device plugin raises on the Node (AsymmetricGPUP2PLink).
     ("ClusterRole", "hami-node"): _grants(
-        ("", "nodes", "get patch", None), ("", "pods", "get list watch patch", None)
+        ("", "nodes", "get patch", None),
+        ("", "pods", "get list watch patch", None),
+        ("", "events", "create", None),
     ),
     # The control plane: caches, HAMi's pod annotations and the leader label, Bindings, events.
     ("ClusterRole", "hami-control"): _grants(
