@@ -444,13 +444,11 @@ def test_list_and_watch_attaches_numa_when_enabled(node_config: NodeConfig, kube
         stop_node(n)
 
 
-def test_an_xid_reaches_kubelet_promptly(node: Node, kubelet: FakeKubelet) -> None:
+def test_an_xid_reaches_kubelet_as_the_next_list_and_watch_update(node: Node, kubelet: FakeKubelet) -> None:
     registration = kubelet.registrations.get(timeout=TIMEOUT)
     registration.next_update()
-    start = time.monotonic()
     node.backend.inject_xid(B, 79)
     update = registration.next_update(PROMPT_S)
-    assert time.monotonic() - start < PROMPT_S
     assert devices(update) == [(i, HEALTHY) for i in ids(A)] + [(i, UNHEALTHY) for i in ids(B)]
 
 
@@ -639,7 +637,9 @@ def test_prestart_and_preferred_allocation(node: Node) -> None:
 # --- kubelet restarts, SIGHUP, stop --------------------------------------------------------------------
 
 
-def test_kubelet_restart_re_registers_within_a_second(node: Node, kubelet: FakeKubelet) -> None:
+def test_kubelet_restart_re_registers_and_streams_every_device_healthy(
+    node: Node, kubelet: FakeKubelet
+) -> None:
     old = kubelet.registrations.get(timeout=TIMEOUT)
     assert old.next_update() is not None
     assert node.manager.wait_registered(0, TIMEOUT)
@@ -647,10 +647,8 @@ def test_kubelet_restart_re_registers_within_a_second(node: Node, kubelet: FakeK
     kubelet.stop()  # kubelet goes away (its socket with it) ...
     for path in node.config.kubelet_dir.iterdir():  # ... and wipes every socket when it starts again
         path.unlink()
-    start = time.monotonic()
     kubelet.start()
-    fresh = kubelet.registrations.get(timeout=TIMEOUT)
-    assert time.monotonic() - start < PROMPT_S
+    fresh = kubelet.registrations.get(timeout=PROMPT_S)
     assert node.manager.wait_registered(count, TIMEOUT)
     assert old.next_update() is None  # the old stream ended
     assert devices(fresh.next_update()) == [(i, HEALTHY) for i in ids(A) + ids(B)]
@@ -715,10 +713,8 @@ def test_waits_for_kubelet_and_registers_when_it_appears(node_config: NodeConfig
     kubelet = FakeKubelet(kubelet_dir)
     try:
         assert n.manager.registrations == 0
-        start = time.monotonic()
         kubelet.start()
-        kubelet.registrations.get(timeout=TIMEOUT)
-        assert time.monotonic() - start < PROMPT_S
+        kubelet.registrations.get(timeout=PROMPT_S)
     finally:
         stop_node(n)
         kubelet.stop()
@@ -738,10 +734,8 @@ def test_kubelet_directory_absent_at_start(node_config: NodeConfig, kubelet_dir:
     kubelet = FakeKubelet(kubelet_dir)
     try:
         kubelet_dir.mkdir()  # seen through the parent's watch
-        start = time.monotonic()
         kubelet.start()
-        kubelet.registrations.get(timeout=TIMEOUT)
-        assert time.monotonic() - start < PROMPT_S
+        kubelet.registrations.get(timeout=PROMPT_S)
         assert n.manager.wait_registered(0, TIMEOUT)
     finally:
         stop_node(n)

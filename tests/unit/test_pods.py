@@ -270,7 +270,7 @@ def test_match_gives_up_at_the_deadline(tracker: PodTracker) -> None:
     assert "next container: 2 GPU(s)" in err.value.message
 
 
-def test_ambiguous_fails_at_once(tracker: PodTracker) -> None:
+def test_ambiguous_fails_without_waiting_out_the_match_timeout(tracker: PodTracker) -> None:
     tracker.pod_event("ADDED", pod_obj("a", alloc((GPU_A,))))
     tracker.pod_event("ADDED", pod_obj("b", alloc((GPU_B,))))
     started = time.monotonic()
