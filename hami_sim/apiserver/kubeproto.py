@@ -165,6 +165,7 @@ class Schema:
                         flags.get(_POINTER, False),
                     )
         self._fields: dict[str, tuple[Field, ...]] = {}
+        self._kinds: dict[tuple[str, str], Descriptor] = {}
 
     def message(self, full_name: str) -> Descriptor:
         return self.pool.FindMessageTypeByName(full_name)
@@ -182,6 +183,15 @@ class Schema:
     def kind(self, api_version: str, kind: str) -> Descriptor | None:
         """The message of a kind: core `v1` is k8s.io.api.core.v1, `<group>.k8s.io/<v>` is
         k8s.io.api.<group>.<v>; meta kinds (DeleteOptions) are found under any version."""
+        key = (api_version, kind)
+        found = self._kinds.get(key)
+        if found is None:
+            found = self._find_kind(api_version, kind)
+            if found is not None:  # only known kinds are kept: clients choose these strings
+                self._kinds[key] = found
+        return found
+
+    def _find_kind(self, api_version: str, kind: str) -> Descriptor | None:
         group, _, version = api_version.rpartition("/")
         candidates = []
         if group in ("", "core"):

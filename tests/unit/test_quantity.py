@@ -8,7 +8,7 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from hami_api.errors import QuantityError
@@ -248,6 +248,8 @@ def test_canonical_quantity_keeps_the_value_rounded_to_nano_and_is_stable(
     sign = "-" if digits < 0 else ""
     text = f"{sign}{abs(digits) // 10**decimals}.{abs(digits) % 10**decimals:0{decimals}d}{suffix}"
     value = parse_quantity(text)
+    # Go drops a DecimalSI exponent above E ("1000E" -> "1"): pinned in CANONICAL, left out here.
+    assume(suffix.endswith("i") or suffix.startswith("e") or abs(value) < 10**21)
     nano = Fraction(math.ceil(abs(value) * 10**9), 10**9)
     if suffix.endswith("i"):
         nano = min(nano, Fraction(2**63 - 1))
