@@ -102,12 +102,18 @@ def canonical(value: Any, path: str) -> str:
     read through its text). Raises `QuantityFieldError`."""
     try:
         if isinstance(value, str):
-            return canonical_quantity(value.strip())
+            return _canonical_text(value)
         if isinstance(value, int | float) and not isinstance(value, bool):
             return canonical_quantity(value)
     except QuantityError:
         pass
     raise QuantityFieldError(path, value, go_quantity_error(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_text(text: str) -> str:
+    # Every write goes through here, with the same few texts ("1", "4k", "500m"): remembered.
+    return canonical_quantity(text.strip())
 
 
 # --- the schema --------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ Functions here are pure apart from the `now`/`uid` values the caller passes in.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -431,16 +432,27 @@ def resource_value_causes(resources: Any, path: str, *, keyed: bool = True) -> l
     if not isinstance(resources, dict):
         return causes
     for name, value in resources.items():
-        where = f"{path}[{name}]" if keyed else f"{path}.{name}"
-        try:
-            amount = parse_quantity(value)
-        except QuantityError:
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
             continue  # decoding already refused what does not parse
-        if amount < 0:
-            causes.append((where, "Invalid value", f'"{value}": must be greater than or equal to 0'))
-        if is_integer_resource(str(name)) and amount.denominator != 1:
-            causes.append((where, "Invalid value", f'"{value}": must be an integer'))
+        for problem in _value_problems(str(name), value):
+            where = f"{path}[{name}]" if keyed else f"{path}.{name}"
+            causes.append((where, "Invalid value", f'"{value}": {problem}'))
     return causes
+
+
+@functools.lru_cache(maxsize=4096)
+def _value_problems(name: str, value: str | int | float) -> tuple[str, ...]:
+    """What kube's validation says about one resource quantity (remembered: the same few recur)."""
+    try:
+        amount = parse_quantity(value)
+    except QuantityError:
+        return ()  # decoding already refused what does not parse
+    problems = []
+    if amount < 0:
+        problems.append("must be greater than or equal to 0")
+    if is_integer_resource(name) and amount.denominator != 1:
+        problems.append("must be an integer")
+    return tuple(problems)
 
 
 def _container_resource_causes(spec: JSON) -> list[tuple[str, str, str]]:
