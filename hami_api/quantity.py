@@ -13,6 +13,10 @@ Values are exact (`Fraction`). `quantity_value` has Go's `Quantity.Value()` sema
 up, away from zero, to a whole number, so "100m" is 1 and "-1.5" is -2. Anything else raises
 `QuantityError` with the text. Stricter than Go in two corners nobody writes: a number needs at least one
 digit ("." is rejected) and exponents are limited to +-1000.
+
+`canonical_quantity` is the text kube-apiserver writes back for a quantity it was sent (apimachinery's
+`ParseQuantity` then `Quantity.String`, k8s.io/apimachinery/pkg/api/resource/quantity.go):
+"1.5" -> "1500m", "1536Mi" -> "1536Mi", "1024Mi" -> "1Gi", "0.5Gi" -> "512Mi", 1 -> "1".
 """
 
 from __future__ import annotations
@@ -33,25 +37,39 @@ _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "
 _MAX_EXPONENT = 1000
 
 
-def parse_quantity(text: str | int | float) -> Fraction:
-    """The exact value of a quantity. Accepts the JSON forms the API server may send: a string, an int
-    or (rarely) a float, which is read through its shortest decimal form."""
+def _text(text: str | int | float) -> str:
+    """The quantity's text: a JSON number is read through its decimal form (an int exactly, a float
+    through its shortest repr)."""
     if isinstance(text, bool):
         raise QuantityError(str(text), "is a boolean, not a quantity")
     if isinstance(text, int):
-        return Fraction(text)
+        return str(text)
     if isinstance(text, float):
         if not math.isfinite(text):
             raise QuantityError(repr(text), "is not a finite number")
-        text = repr(text)
+        return repr(text)
     if not isinstance(text, str):
         raise QuantityError(repr(text), f"is a {type(text).__name__}, not a quantity")
+    return text
+
+
+def _match(text: str) -> re.Match[str]:
     match = _PATTERN.fullmatch(text)
     if text == "" or match is None:
         raise QuantityError(text, "is not a valid Kubernetes quantity")
-    int_part, frac_part = match["int"], match["frac"] or ""
-    if not int_part and not frac_part:
+    if not match["int"] and not match["frac"]:
         raise QuantityError(text, "has no digits")
+    return match
+
+
+def parse_quantity(text: str | int | float) -> Fraction:
+    """The exact value of a quantity. Accepts the JSON forms the API server may send: a string, an int
+    or (rarely) a float, which is read through its shortest decimal form."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return Fraction(text)
+    text = _text(text)
+    match = _match(text)
+    int_part, frac_part = match["int"], match["frac"] or ""
     mantissa = Fraction(
         int(int_part or "0") * 10 ** len(frac_part) + int(frac_part or "0"), 10 ** len(frac_part)
     )
@@ -80,3 +98,101 @@ def quantity_int(text: str | int | float) -> int | None:
     """Go's `Quantity.AsInt64()` without the int64 bound: the value when it is a whole number, else None."""
     value = parse_quantity(text)
     return value.numerator if value.denominator == 1 else None
+
+
+# --- the canonical text (apimachinery's ParseQuantity + Quantity.String) ------------------------------
+
+_INT64_MAX = 2**63 - 1
+_NANO = 10**9
+_DECIMAL_SUFFIX = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+_BINARY_SUFFIX = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_DECIMAL_SI, _BINARY_SI, _DECIMAL_EXPONENT = "DecimalSI", "BinarySI", "DecimalExponent"
+
+
+def canonical_quantity(text: str | int | float) -> str:
+    """The text kube-apiserver stores and returns for this quantity (what Go's `ParseQuantity` then
+    `String()` give). Raises `QuantityError` for what `parse_quantity` rejects.
+
+    - The suffix family is kept: a decimal suffix (or none) stays DecimalSI, "Ki".."Ei" stay BinarySI,
+      "e<n>" stays DecimalExponent.
+    - DecimalSI/DecimalExponent: the largest exponent that is a multiple of 3 with no fractional digits
+      ("1.5" -> "1500m", "1000M" -> "1G", "1.5e3" -> "1500", "1.5e-3" -> "1500e-6").
+    - BinarySI: the largest power of 1024 with an integer mantissa ("1024Mi" -> "1Gi", "1.5Gi" ->
+      "1536Mi"); a value below 1024 in magnitude, or one that is not a whole number, is written as
+      DecimalSI ("0.5Ki" -> "512", "1.1Ki" -> "1126400m"); a BinarySI value is capped at 2^63-1.
+    - Zero is "0"; a non-zero value finer than 1n is rounded up, away from zero, to nano ("0.9n" -> "1n").
+    - Go keeps the text as written when its int64 fast path finds it already in canonical form, by a
+      loose test, so a few non-canonical spellings survive: "+1", "012", "1.", "1.500k", "1E3", "1e+3".
+    - Go's String has no DecimalSI suffix above "E" and drops the exponent instead: "1000E" -> "1"
+      (`constructBytes` fails and its result is ignored in every release up to 1.37). Copied as is.
+    """
+    text = _text(text)
+    if text == "0":
+        return text
+    match = _match(text)
+    negative = match["sign"] == "-"
+    num = (match["int"] or "").lstrip("0") or "0"
+    denom = match["frac"] or ""
+    suffix = match["suffix"] or ""
+    if suffix in _BINARY:
+        fmt, base, exponent = _BINARY_SI, 2, _BINARY[suffix] * 10
+    elif suffix in _DECIMAL:
+        fmt, base, exponent = _DECIMAL_SI, 10, _DECIMAL[suffix]
+    else:
+        fmt, base, exponent = _DECIMAL_EXPONENT, 10, _decimal_exponent(text, suffix)
+    # Go's int64 fast path (ParseQuantity): exact, and it keeps `text` when that looks canonical.
+    if base == 10:
+        precision = 18 - len(num) - len(denom)
+    elif not denom:
+        precision = 15 - len(num) - exponent * 3 // 10 - 1
+    else:
+        precision = -1
+    scale = (exponent if base == 10 else 0) - len(denom)
+    if precision >= 0 and scale >= -9:
+        shifted = num + denom
+        digits = int(shifted)
+        magnitude = digits << exponent if base == 2 else digits
+        if magnitude <= _INT64_MAX:
+            if base == 2:
+                if digits & 0x07:
+                    return text
+            elif scale % 3 == 0 and not shifted.endswith("000") and shifted[0] != "0":
+                return text
+            value = Fraction(magnitude) * Fraction(10) ** scale
+            return _format(-value if negative else value, fmt)
+    # The inf.Dec path: exact, rounded up to nano, BinarySI capped at 2^63-1.
+    value = parse_quantity(text)
+    magnitude_f = abs(value)
+    if magnitude_f:
+        magnitude_f = Fraction(math.ceil(magnitude_f * _NANO), _NANO)
+    if fmt == _BINARY_SI:
+        magnitude_f = min(magnitude_f, Fraction(_INT64_MAX))
+    return _format(-magnitude_f if negative else magnitude_f, fmt)
+
+
+def _format(value: Fraction, fmt: str) -> str:
+    """Go's `Quantity.CanonicalizeBytes` for a value with at most nine decimal places."""
+    if value == 0:
+        return "0"
+    if fmt == _BINARY_SI and (abs(value) < 1024 or value.denominator != 1):
+        fmt = _DECIMAL_SI
+    if fmt == _BINARY_SI:
+        number, power = abs(value.numerator), 0
+        while number >= 1024 and number % 1024 == 0:
+            number //= 1024
+            power += 1
+        sign = "-" if value < 0 else ""
+        return f"{sign}{number}{_BINARY_SUFFIX[power] if power < len(_BINARY_SUFFIX) else ''}"
+    scaled = value * _NANO
+    if scaled.denominator != 1:
+        raise AssertionError(f"{value} has more than nine decimal places")  # callers round first
+    mantissa, exponent = scaled.numerator, -9
+    while mantissa % 10 == 0:
+        mantissa //= 10
+        exponent += 1
+    while exponent % 3:
+        mantissa *= 10
+        exponent -= 1
+    if fmt == _DECIMAL_EXPONENT:
+        return f"{mantissa}e{exponent}" if exponent else str(mantissa)
+    return f"{mantissa}{_DECIMAL_SUFFIX.get(exponent, '')}"

@@ -22,7 +22,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from hami_sim.apiserver import discovery, errors, strategy, tables
+from hami_sim.apiserver import discovery, errors, kubeproto, strategy, tables
 from hami_sim.apiserver.errors import ApiError, bad_request
 from hami_sim.apiserver.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
 from hami_sim.apiserver.selectors import (
@@ -72,6 +72,35 @@ def _json_response(body: JSON | bytes, status: int = 200) -> web.Response:
 
 def _error_response(error: ApiError) -> web.Response:
     return _json_response(error.status(), error.code)
+
+
+def _quote(value: Any) -> str:
+    return orjson.dumps(value).decode() if isinstance(value, str | int | float | bool) else repr(value)
+
+
+def _cannot_be_handled(declared: tuple[str, str], kind: str, err: Exception) -> ApiError:
+    """kube's 400 for a body that does not decode into its Go type (apiserver/pkg/endpoints/handlers/
+    rest.go transformDecodeError): `Pod in version "v1" cannot be handled as a Pod: <why>`."""
+    body_kind, api_version = declared
+    if body_kind:
+        version = api_version.rpartition("/")[2]
+        return bad_request(f'{body_kind} in version "{version}" cannot be handled as a {kind}: {err}')
+    return bad_request(f"the object provided is unrecognized (must be of type {kind}): {err}")
+
+
+def _normalize_quantities(body: JSON, kind: str) -> None:
+    """Every quantity in a decoded body becomes the text Go's Quantity marshals to, as kube-apiserver's
+    decoding into the Go type does; one that does not parse is kube's 400 "cannot be handled as"."""
+    body_kind, api_version = body.get("kind"), body.get("apiVersion")
+    if not isinstance(body_kind, str) or not isinstance(api_version, str):
+        return
+    message = kubeproto.schema().kind(api_version, body_kind)
+    if message is None:
+        return
+    try:
+        kubeproto.normalize_quantities(message.full_name, body)
+    except kubeproto.QuantityFieldError as err:
+        raise _cannot_be_handled((body_kind, api_version), kind, err) from None
 
 
 _RECORD_FIELDS = (
@@ -418,11 +447,23 @@ class ApiServer:
 
     # -- helpers -------------------------------------------------------------------------------
 
-    async def _read_object(self, request: web.BaseRequest, what: str) -> JSON:
+    async def _read_object(self, request: web.BaseRequest, what: str, kind: str) -> JSON:
+        """The request body as a JSON object: JSON, YAML, or Kubernetes protobuf (decoded into the JSON
+        the Go type marshals to, as kube-apiserver's protobuf serializer does). `kind` is the kind the
+        URL expects, for kube's "cannot be handled as" message."""
         raw = await request.read()
         ctype = request.content_type
         if not raw:
             raise bad_request(f"the request body of {what} is empty")
+        if ctype == kubeproto.CONTENT_TYPE:
+            try:
+                return kubeproto.decode_protobuf(raw)
+            except kubeproto.ProtobufError as err:
+                raise bad_request(
+                    f"the object provided is unrecognized (must be of type {kind}): {err}"
+                ) from None
+            except kubeproto.QuantityFieldError as err:
+                raise _cannot_be_handled(kubeproto.envelope_kind(raw), kind, err) from None
         if ctype in _YAML_TYPES:
             try:
                 body = yaml.safe_load(raw)
@@ -438,7 +479,7 @@ class ApiServer:
                 415,
                 "UnsupportedMediaType",
                 f'the body of the request was in an unknown format "{ctype}" - accepted media types include: '
-                "application/json, application/yaml",
+                f"application/json, application/yaml, {kubeproto.CONTENT_TYPE}",
             )
         if not isinstance(body, dict):
             raise bad_request(f"the request body of {what} must be a JSON object, got {type(body).__name__}")
@@ -611,8 +652,9 @@ class ApiServer:
         if info.namespaced and namespace is None:
             raise ApiError(405, "MethodNotAllowed", f"POST is not supported on {request.path}")
         dry_run = self._dry_run(request)
-        body = await self._read_object(request, f"a {info.kind}")
+        body = await self._read_object(request, f"a {info.kind}", info.kind)
         strategy.check_body_type(info, body)
+        _normalize_quantities(body, info.kind)
         if namespace is not None:
             self._check_namespace(body, namespace)
         self._prepare_new(info, body, namespace or "", self.clock())
@@ -623,6 +665,12 @@ class ApiServer:
             if mutated is not body:
                 body = mutated
                 strategy.check_body_type(info, body)
+                try:
+                    kubeproto.normalize_quantities("k8s.io.api.core.v1.Pod", body)
+                except kubeproto.QuantityFieldError as err:
+                    # kube decodes the patched object into its Go type; a failure is an internal error
+                    # (apiserver/pkg/admission/plugin/webhook/mutating/dispatcher.go).
+                    raise ApiError(500, "InternalError", f"Internal error occurred: {err}") from None
                 meta = strategy.check_metadata(info, body)
                 meta["namespace"] = namespace
                 strategy.finish_pod_after_admission(body)
@@ -654,9 +702,10 @@ class ApiServer:
         self, request: web.BaseRequest, info: ResourceInfo, namespace: str, name: str, sub: str
     ) -> web.Response:
         dry_run = self._dry_run(request)
-        body = await self._read_object(request, f"a {info.kind}")
+        body = await self._read_object(request, f"a {info.kind}", info.kind)
         old = self.store.get(info, namespace, name)
         strategy.check_body_type(info, body)
+        _normalize_quantities(body, info.kind)
         meta = strategy.check_metadata(info, body)
         strategy.check_url_name(info, str(meta.get("name") or ""), name)
         if info.namespaced:
@@ -700,6 +749,19 @@ class ApiServer:
         if not isinstance(result, dict) or not isinstance(result.get("metadata"), dict):
             raise ApiError(422, "Invalid", f"the patched {info.kind} {name!r} is not an object with metadata")
         strategy.check_body_type(info, result)
+        message = kubeproto.schema().kind(info.api_version, info.kind)
+        if message is not None:
+            try:
+                kubeproto.normalize_quantities(message.full_name, result)
+            except kubeproto.QuantityFieldError as err:
+                # kube decodes the patched JSON into the Go type; a failure is 422 on the field "patch"
+                # (apiserver/pkg/endpoints/handlers/patch.go), here naming the quantity's own field.
+                raise errors.invalid(
+                    info.group,
+                    info.kind,
+                    name,
+                    [(err.path, "Invalid value", f"{_quote(err.value)}: {err.reason}")],
+                ) from None
         meta = strategy.check_metadata(info, result)
         if meta.get("name") != name:
             raise bad_request(
@@ -717,9 +779,12 @@ class ApiServer:
         old = self.store.get(info, namespace, name)
         if raw.strip():
             try:
-                options = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise bad_request(f"couldn't decode DeleteOptions as JSON: {exc}") from None
+                if request.content_type == kubeproto.CONTENT_TYPE:
+                    options = kubeproto.decode_protobuf(raw)
+                else:
+                    options = orjson.loads(raw)
+            except (orjson.JSONDecodeError, kubeproto.ProtobufError) as exc:
+                raise bad_request(f"couldn't decode DeleteOptions: {exc}") from None
             pre = options.get("preconditions") if isinstance(options, dict) else None
             if isinstance(pre, dict):
                 meta = old.obj["metadata"]
@@ -787,7 +852,7 @@ class ApiServer:
     async def _bind(self, request: web.BaseRequest, namespace: str, name: str) -> web.Response:
         """pods/binding: assign the pod to a node, copying the Binding's annotations onto the pod."""
         dry_run = self._dry_run(request)
-        body = await self._read_object(request, "a Binding")
+        body = await self._read_object(request, "a Binding", "Binding")
         strategy.check_body_type(POD, body, expected_kind="Binding")
         meta = strategy.check_metadata(POD, body)
         if name and meta.get("name") and meta["name"] != name:

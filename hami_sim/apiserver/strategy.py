@@ -6,10 +6,13 @@ Functions here are pure apart from the `now`/`uid` values the caller passes in.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from hami_api.errors import QuantityError
+from hami_api.quantity import parse_quantity
 from hami_sim.apiserver.errors import ApiError, bad_request, invalid
 
 JSON = dict[str, Any]
@@ -385,6 +388,103 @@ def pod_qos_class(spec: JSON) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
+# ---------------------------------------------------------------------------------------------
+# Quantity values (k8s pkg/apis/core/validation/validation.go ValidateResourceQuantityValue, and
+# pkg/apis/core/helper IsIntegerResourceName). The body's quantities are already canonical text.
+
+_INTEGER_RESOURCES = frozenset(
+    {
+        "pods",
+        "resourcequotas",
+        "services",
+        "replicationcontrollers",
+        "secrets",
+        "configmaps",
+        "persistentvolumeclaims",
+        "services.nodeports",
+        "services.loadbalancers",
+    }
+)
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+
+def _is_extended_resource(name: str) -> bool:
+    """A resource named `<domain>/<name>` outside kubernetes.io (IsExtendedResourceName)."""
+    if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
+        return False
+    prefix, _, short = f"requests.{name}".rpartition("/")
+    return bool(
+        _DNS1123_SUBDOMAIN.match(prefix)
+        and len(prefix) <= 253
+        and _QUALIFIED_NAME.fullmatch(short)
+        and len(short) <= 63
+    )
+
+
+def is_integer_resource(name: str) -> bool:
+    return name in _INTEGER_RESOURCES or _is_extended_resource(name)
+
+
+def resource_value_causes(resources: Any, path: str, *, keyed: bool = True) -> list[tuple[str, str, str]]:
+    """kube's value checks on a resource list: not negative, and a whole number for integer resources.
+    `path` names the list; an entry is `path[name]` (`keyed`) or `path.name` (node capacity)."""
+    causes: list[tuple[str, str, str]] = []
+    if not isinstance(resources, dict):
+        return causes
+    for name, value in resources.items():
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            continue  # decoding already refused what does not parse
+        for problem in _value_problems(str(name), value):
+            where = f"{path}[{name}]" if keyed else f"{path}.{name}"
+            causes.append((where, "Invalid value", f'"{value}": {problem}'))
+    return causes
+
+
+@functools.lru_cache(maxsize=4096)
+def _value_problems(name: str, value: str | int | float) -> tuple[str, ...]:
+    """What kube's validation says about one resource quantity (remembered: the same few recur)."""
+    try:
+        amount = parse_quantity(value)
+    except QuantityError:
+        return ()  # decoding already refused what does not parse
+    problems = []
+    if amount < 0:
+        problems.append("must be greater than or equal to 0")
+    if is_integer_resource(name) and amount.denominator != 1:
+        problems.append("must be an integer")
+    return tuple(problems)
+
+
+def _container_resource_causes(spec: JSON) -> list[tuple[str, str, str]]:
+    causes: list[tuple[str, str, str]] = []
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for i, container in enumerate(spec.get(key) or []):
+            resources = container.get("resources") if isinstance(container, dict) else None
+            if isinstance(resources, dict):
+                for kind in ("limits", "requests"):
+                    path = f"spec.{key}[{i}].resources.{kind}"
+                    causes += resource_value_causes(resources.get(kind), path)
+    return causes
+
+
+def validate_resource_values(info: ResourceInfo, obj: JSON) -> None:
+    """422 for a negative quantity, or a fraction of an integer resource, where kube validates them:
+    container resources, a node's capacity and allocatable, a quota's hard limits."""
+    name = str((obj.get("metadata") or {}).get("name", ""))
+    causes: list[tuple[str, str, str]] = []
+    if info is NODE:
+        status = obj.get("status") or {}
+        if isinstance(status, dict):
+            causes += resource_value_causes(status.get("capacity"), "status.capacity", keyed=False)
+            causes += resource_value_causes(status.get("allocatable"), "status.allocatable", keyed=False)
+    elif info is RESOURCE_QUOTA:
+        spec = obj.get("spec") or {}
+        if isinstance(spec, dict):
+            causes += resource_value_causes(spec.get("hard"), "spec.hard")
+    if causes:
+        raise invalid(info.group, info.kind, name, causes)
+
+
 def _validate_pod(name: str, spec: Any) -> None:
     causes: list[tuple[str, str, str]] = []
     if not isinstance(spec, dict):
@@ -408,6 +508,7 @@ def _validate_pod(name: str, spec: Any) -> None:
                 seen.add(cname)
             if not container.get("image"):
                 causes.append((f"{path}.image", "Required value", ""))
+    causes += _container_resource_causes(spec)
     if causes:
         raise invalid("", "Pod", name, causes)
 
@@ -467,12 +568,16 @@ def prepare_for_create(info: ResourceInfo, body: JSON) -> None:
         body["status"] = {"phase": "Active"}
     elif info is RESOURCE_QUOTA:
         body["status"] = {}
+    elif info is SECRET:
+        if not body.get("type"):
+            body["type"] = "Opaque"  # SetDefaults_Secret (pkg/apis/core/v1/defaults.go)
     elif info is MUTATING_WEBHOOK_CONFIGURATION:
         _default_webhooks(body)
     elif info is NODE:
         spec = body.get("spec")
         if spec is None:
             body["spec"] = {}
+    validate_resource_values(info, body)
 
 
 def finish_pod_after_admission(body: JSON) -> None:
@@ -541,6 +646,7 @@ def prepare_for_update(info: ResourceInfo, new: JSON, old: JSON, subresource: st
                 status = {**status, "qosClass": old["status"]["qosClass"]}
         if status is not None:
             result["status"] = status
+        validate_resource_values(info, result)
         return result
     if info.has_status:
         if "status" in old:
@@ -573,6 +679,7 @@ def prepare_for_update(info: ResourceInfo, new: JSON, old: JSON, subresource: st
     elif info is NAMESPACE:
         labels = new_meta.get("labels")
         new_meta["labels"] = {**(labels or {}), "kubernetes.io/metadata.name": new_meta["name"]}
+    validate_resource_values(info, new)
     return new
 
 

@@ -468,7 +468,7 @@ def test_dry_run_is_refused_by_webhooks_with_side_effects(pki: Pki) -> None:
     run(pki, scenario)
 
 
-def test_webhook_configurations_are_never_sent_to_webhooks(pki: Pki) -> None:
+def test_a_webhook_configuration_is_not_sent_to_a_catch_all_webhook(pki: Pki) -> None:
     async def scenario(server: WebhookServer, dispatcher: WebhookDispatcher) -> None:
         rule = {"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"]}
         hook = webhook("all.hami.io", f"{server.base_url}/mutate", pki.ca_bundle, rules=[rule])

@@ -53,7 +53,9 @@ def assert_status(result: tuple[int, Any], code: int, reason: str, *fragments: s
         ({**POD, "metadata": {"name": "Not_Valid"}}, "application/json", 422, "Invalid", "RFC 1123"),
         ({**POD, "spec": {"containers": []}}, "application/json", 422, "Invalid", "spec.containers"),
         ({**POD, "spec": {"containers": [{"name": "c"}]}}, "application/json", 422, "Invalid", "image"),
-        ("\x00\x01", "application/vnd.kubernetes.protobuf", 415, "UnsupportedMediaType", "protobuf"),
+        ("\x00\x01", "application/vnd.kubernetes.protobuf", 400, "BadRequest", "protobuf magic"),
+        ("k8s\x00\x01", "application/vnd.kubernetes.protobuf", 400, "BadRequest", "runtime.Unknown"),
+        ("name: p", "text/plain", 415, "UnsupportedMediaType", "application/vnd.kubernetes.protobuf"),
     ],
 )
 def test_bad_create(  # noqa: PLR0917

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.apiserver_util import bind, node, pod
+from tests.apiserver_util import bind, http, node, pod
 from tests.conftest import KUBECTL, ApiServerHandle
 
 pytestmark = pytest.mark.kubectl
@@ -129,9 +129,10 @@ def test_annotate_label_patch(kubectl: Kubectl, core_v1: Any) -> None:
 def test_create_from_file_with_validation_and_delete(kubectl: Kubectl, core_v1: Any) -> None:
     created = kubectl("create", "-f", "-", stdin=POD_YAML)
     assert created.stdout.strip() == "pod/from-file created"
+    # Stored as Go's Quantity writes them back: "4000" is "4k".
     assert core_v1.read_namespaced_pod("from-file", "default").spec.containers[0].resources.requests == {
         "nvidia.com/gpu": "1",
-        "nvidia.com/gpumem": "4000",
+        "nvidia.com/gpumem": "4k",
     }
     duplicate = kubectl("create", "-f", "-", stdin=POD_YAML, check=False)
     assert duplicate.returncode != 0 and "AlreadyExists" in duplicate.stderr
@@ -184,3 +185,68 @@ def test_get_watch(apiserver: ApiServerHandle, core_v1: Any, tmp_path: object) -
         assert process.stdout is not None and process.stderr is not None
         process.stdout.close()
         process.stderr.close()
+
+
+PROTOBUF = "Content-Type: application/vnd.kubernetes.protobuf"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["namespace", "{name}"],
+        ["configmap", "{name}", "--from-literal=policy=binpack", "--from-file=blob={blob}"],
+        ["secret", "generic", "{name}", "--from-literal=token=s3cr3t"],
+        [
+            "secret",
+            "docker-registry",
+            "{name}",
+            "--docker-server=r.io",
+            "--docker-username=u",
+            "--docker-password=p",
+        ],
+        [
+            "quota",
+            "{name}",
+            "--hard=nvidia.com/gpu=2,limits.nvidia.com/gpumem=16000,requests.cpu=1.5,pods=10",
+        ],
+    ],
+    ids=["namespace", "configmap", "secret-generic", "secret-docker-registry", "quota"],
+)
+def test_kubectl_create_sends_protobuf_and_the_server_stores_what_json_would_give(
+    kubectl: Kubectl, apiserver: ApiServerHandle, command: list[str], tmp_path: Any
+) -> None:
+    blob = tmp_path / "blob"
+    blob.write_bytes(bytes(range(256)))
+    by_protobuf = [part.format(name="by-protobuf", blob=blob) for part in command]
+    by_json = [part.format(name="by-json", blob=blob) for part in command]
+    created = kubectl("create", *by_protobuf, "-v=8")
+    assert PROTOBUF in created.stderr  # kubectl's typed client really sent protobuf
+    manifest = kubectl("create", *by_json, "--dry-run=client", "-o", "json").stdout
+    assert PROTOBUF not in kubectl("create", "-f", "-", "-v=8", stdin=manifest).stderr
+
+    kind = json.loads(manifest)["kind"]
+    plural = {"Namespace": "namespaces", "ConfigMap": "configmaps", "Secret": "secrets",
+              "ResourceQuota": "resourcequotas"}[kind]  # fmt: skip
+    stored = {}
+    for name in ("by-protobuf", "by-json"):
+        path = (
+            f"/api/v1/{plural}/{name}"
+            if kind == "Namespace"
+            else f"/api/v1/namespaces/default/{plural}/{name}"
+        )
+        status, body = http(apiserver.base_url, "GET", path)
+        assert status == 200, body
+        meta = body["metadata"]
+        for key in ("name", "uid", "resourceVersion", "creationTimestamp"):
+            meta.pop(key)
+        meta.get("labels", {}).pop("kubernetes.io/metadata.name", None)
+        stored[name] = body
+    assert stored["by-protobuf"] == stored["by-json"]
+    if kind == "ResourceQuota":
+        hard = stored["by-protobuf"]["spec"]["hard"]
+        assert hard == {
+            "nvidia.com/gpu": "2",
+            "limits.nvidia.com/gpumem": "16k",
+            "requests.cpu": "1500m",
+            "pods": "10",
+        }

@@ -1,7 +1,7 @@
 """Two `hami-control` replicas with `--leader-elect` against the local API server: exactly one answers
 the extender (the other says "not leader" and its /readyz/extender is 503), both serve the webhook, the
 leader labels its pod `hami.io/scheduler-role=leader`; a killed leader is replaced within about the lease
-duration, and a cleanly stopped one hands the lease over at once."""
+duration, and a cleanly stopped one releases the lease and is replaced within the lease duration."""
 
 from __future__ import annotations
 
@@ -104,7 +104,9 @@ def test_one_leader_answers_the_extender_and_a_killed_one_is_replaced(
     wait_for(lambda: follower in labelled(core_v1), 10, "the new leader's label")
 
 
-def test_a_cleanly_stopped_leader_hands_the_lease_over_at_once(replicas: dict[str, ControlProcess]) -> None:
+def test_a_cleanly_stopped_leader_releases_the_lease_and_is_replaced_within_the_lease_duration(
+    replicas: dict[str, ControlProcess],
+) -> None:
     leader = wait_for(lambda: leader_of(replicas), 15, "exactly one leader")
     follower = next(n for n in replicas if n != leader)
     assert replicas[leader].stop() == 0

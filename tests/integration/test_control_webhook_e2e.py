@@ -230,7 +230,7 @@ def test_gpu_pods_come_out_mutated(
     container = shared["spec"]["containers"][0]
     assert shared["spec"]["schedulerName"] == "hami-scheduler"
     assert container["resources"]["limits"] == {
-        "nvidia.com/gpumem": "4000",
+        "nvidia.com/gpumem": "4k",  # kube-apiserver writes Go's canonical quantity back
         "nvidia.com/priority": "1",
         "nvidia.com/gpu": "1",
     }

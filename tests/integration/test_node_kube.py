@@ -288,7 +288,9 @@ def test_reporter_writes_once_and_restores_a_wiped_annotation(
     assert reporter.writes == 2
 
 
-def test_reporter_writes_a_health_change_within_a_second(kube: KubeClient, core_v1: Any) -> None:
+def test_reporter_writes_a_health_change_before_its_next_periodic_check(
+    kube: KubeClient, core_v1: Any
+) -> None:
     core_v1.create_node(node(NODE))
     r = NodeReporter(kube, NODE, check_interval_s=30.0, retry=FAST)
     r.start()
@@ -296,10 +298,8 @@ def test_reporter_writes_a_health_change_within_a_second(kube: KubeClient, core_
         r.publish(GPUS)
         assert r.wait_synced(5.0)
         sick = (GPUS[0], replace(GPUS[1], health=False))
-        started = time.monotonic()
         r.publish(sick)
-        assert r.wait_synced(1.0)
-        assert time.monotonic() - started < 1.0
+        assert r.wait_synced(5.0)  # the periodic check is 30 s away
         assert node_annotations(core_v1)[ann.NODE_REGISTER] == ann.encode_node_register(sick)
         assert '"health":true' not in node_annotations(core_v1)[ann.NODE_REGISTER].split("},{")[1]
     finally:

@@ -132,6 +132,8 @@ def test_reporter_follows_a_link_change_at_the_next_check(rig: Rig, core_v1: Any
         DEADLINE,
         "the new score of GPUs 0 and 3",
     )
+    # The patch is visible before the reporter counts it: wait for the count, then check it is one patch.
+    wait_until(lambda: rig.reporter.writes >= 2, DEADLINE, "the reporter to count its second write")
     assert rig.reporter.writes == 2
 
 

@@ -309,7 +309,7 @@ def test_steering_reads_the_api_server_for_a_pod_the_watch_has_not_shown(
     assert tracker.steering_gpus(2) == ()
 
 
-def test_ambiguous_fails_at_once(tracker: PodTracker) -> None:
+def test_ambiguous_fails_without_waiting_out_the_match_timeout(tracker: PodTracker) -> None:
     tracker.pod_event("ADDED", pod_obj("a", alloc((GPU_A,))))
     tracker.pod_event("ADDED", pod_obj("b", alloc((GPU_B,))))
     started = time.monotonic()

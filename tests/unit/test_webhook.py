@@ -512,7 +512,7 @@ def test_privileged_policy_skip_still_counts_the_skipped_container_in_the_quota(
     assert decision.message.endswith("this pod asks 6000)")
 
 
-def test_privileged_policy_skip_never_lets_a_pod_hang_at_the_default_scheduler() -> None:
+def test_privileged_policy_skip_denies_a_privileged_gpu_pod_saying_why_it_would_stay_pending() -> None:
     config = replace(CONFIG, privileged_policy=PrivilegedPolicy.SKIP)
     decision = denied(pod(ctr("p", limits={MEM: "4000"}, securityContext={"privileged": True})), config)
     assert decision.code == 403
