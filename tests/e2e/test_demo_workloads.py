@@ -102,7 +102,9 @@ def test_demo_workloads_land_as_expected(cluster: Cluster, core: Any) -> None:
     assert pipeline[1][0][0] == pipeline[0][0][0]  # kubelet hands the server the init's device
     agent = allocation_of(pods[("default", "agent")])
     assert [c[0][1] for c in agent] == [3000, 2000, 12000]
-    assert agent[2][0][0] == agent[0][0][0]  # the app container reuses the plain init's device
+    # Kubelet hands the sidecar (admitted next) the init container's device; the sidecar keeps it, so
+    # the app container gets a new one.
+    assert agent[1][0][0] == agent[0][0][0]
 
     # For every container: the GPU kubelet recorded (checkpoint) = the GPU it sees (env from Allocate) =
     # the GPU the scheduler accounted (the pod's allocation annotation).
