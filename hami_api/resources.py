@@ -6,8 +6,10 @@ then normalised the way HAMi's scheduler does it (reference §4 "Request normali
 
 - no `nvidia.com/gpu` (or 0): the container asks for no GPU -> None;
 - `memreq` = gpumem x memoryFactor (MiB);
-- gpumem-percentage: 101 is HAMi's "unset" marker, other values above 100 are clamped to 100, values
-  <= 0 are ignored;
+- gpumem-percentage: 101 is HAMi's "unset" marker, other values above 100 are clamped to 100 (also those
+  past Go's int32, up to int64 like HAMi's `AsInt64`), values <= 0 are ignored (treated as unset, so the
+  default below applies), as HAMi's `GenerateResourceRequests` does. The webhook denies a percentage
+  outside 0..100 before a pod gets here, as HAMi's `validateMemoryPercentage` does;
 - neither memory nor percentage: `defaultMemory` MiB, or 100 % when that is 0 (a whole GPU's memory);
 - cores = gpucores or `defaultCores`, clamped to 100.
 
@@ -26,6 +28,7 @@ from hami_api.errors import QuantityError, RequestError
 from hami_api.quantity import parse_quantity, quantity_value
 
 _INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 UNSET_PERCENTAGE = 101
 """HAMi's wire marker for "no gpumem-percentage" (its MemPercentagereq); None in `ContainerRequest`."""
 
@@ -136,20 +139,30 @@ def container_has_hami_resource(container: Mapping[str, Any], names: ResourceNam
     return any(container_resource(container, r) is not None for r in sorted(names.all))
 
 
-def _whole(name: str, resource: str, raw: Any, init: bool) -> int:
-    """A non-negative whole number that fits Go's int32, or RequestError."""
+def _whole(
+    name: str, resource: str, raw: Any, init: bool, *, signed: bool = False, limit: int = _INT32_MAX
+) -> int:
+    """A whole number up to `limit` (Go's int32 by default), non-negative unless `signed`, or RequestError."""
     shown = raw if isinstance(raw, str) else repr(raw)
     try:
         value = parse_quantity(raw)
     except QuantityError as err:
         raise RequestError(name, resource, shown, f"is not a quantity ({err.reason})", init) from None
-    if value < 0:
+    if value < 0 and not signed:
         raise RequestError(name, resource, shown, "must not be negative", init)
     if value.denominator != 1:
         raise RequestError(name, resource, shown, "must be a whole number", init)
-    if value > _INT32_MAX:
-        raise RequestError(name, resource, shown, f"is above {_INT32_MAX}", init)
+    if abs(value) > limit:
+        raise RequestError(name, resource, shown, f"is above {limit}", init)
     return value.numerator
+
+
+def _percentage(value: int | None) -> int | None:
+    """HAMi's reading of gpumem-percentage: None (unset) for absent, <= 0 and its 101 marker; else at most
+    100 (GenerateResourceRequests clamps with a logged error, ignores a non-positive one)."""
+    if value is None or value <= 0 or value == UNSET_PERCENTAGE:
+        return None
+    return min(value, 100)
 
 
 def container_request(
@@ -168,7 +181,13 @@ def container_request(
     nums = read(names.count)
     if not nums:
         return None
-    memory, percentage, cores = read(names.memory), read(names.memory_percentage), read(names.cores)
+    memory, cores = read(names.memory), read(names.cores)
+    raw_percentage = container_resource(container, names.memory_percentage, init)
+    percentage = (
+        None
+        if raw_percentage is None
+        else _whole(name, names.memory_percentage, raw_percentage, init, signed=True, limit=_INT64_MAX)
+    )
     memreq = 0
     if memory is not None:
         memreq = memory * defaults.memory_factor
@@ -176,9 +195,7 @@ def container_request(
             raise RequestError(
                 name, names.memory, str(memory), f"x memoryFactor {defaults.memory_factor} overflows", init
             )
-    mem_percentage = (
-        None if percentage is None or percentage <= 0 or percentage == 101 else min(percentage, 100)
-    )
+    mem_percentage = _percentage(percentage)
     if mem_percentage is None and memreq == 0:
         if defaults.default_memory:
             memreq = defaults.default_memory

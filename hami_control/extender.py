@@ -29,7 +29,7 @@ Filter (`filter_pod`):
   functions here never raise on input.
 
 Prioritize (`prioritize_pod`): one entry per candidate (first occurrence of each name), score 0..10 by the
-node policy (`hami.io/node-scheduler-policy` on the pod, else the config's), from
+node policy (`hami.io/node-scheduler-policy` on the pod unless empty, else the config's), from
 `score.node_priority` over the node with the pod's chosen slices placed at their peak. A node the pod
 does not fit on (or that is unregistered) scores 0. A pod without a GPU request, or one whose request
 cannot be read, scores 0 everywhere: the same for all nodes, so kube-scheduler's other scores decide
@@ -42,7 +42,9 @@ texts and scores as `fit_pod`; other pods (several GPU containers, numa-bind, a 
 fits under) cost one `fit_pod` per candidate, O(GPUs of the node x log), ~100 µs a node.
 
 The GPU policy (`hami.io/gpu-scheduler-policy`), scoring weights (`hami.io/device-scoring-weights`) and
-device selector annotations (`nvidia.com/use-gputype`, ...) of the pod are honoured as in `fit`.
+device selector annotations (`nvidia.com/use-gputype`, ...) of the pod are honoured as in `fit`. An empty
+policy annotation (node or GPU) falls back to the configured default, as in HAMi; an unknown value is a
+clear error.
 
 Quota: `filter_pod(..., quota=view)` checks the namespace's GPU quota per GPU like HAMi's Fit
 (`config.enforce_quota` switches it off). `QuotaView.used(namespace)` must not count the pod being
@@ -276,6 +278,12 @@ def _quota_check(namespace: str, view: QuotaView) -> QuotaCheck | None:
     return check
 
 
+def _given(annotations: Mapping[str, Any], key: str) -> bool:
+    """Whether the annotation is set to something other than blank text."""
+    value = annotations.get(key)
+    return value is not None and not (isinstance(value, str) and not value.strip())
+
+
 def read_pod_ask(pod: object, config: ControlConfig, quota: QuotaView | None = None) -> PodAsk | None:
     """The pod's GPU ask, or None when it asks for no GPU (no HAMi resource, or no GPU count anywhere).
     Pod annotations override the config's node and GPU policies. Raises `ExtenderArgsError` naming the
@@ -300,11 +308,13 @@ def read_pod_ask(pod: object, config: ControlConfig, quota: QuotaView | None = N
             i for i, (c, init) in enumerate(containers) if container_kind(c, init) is ContainerKind.SIDECAR
         )
         selector = decode_device_selector(annotations)
+        # An empty (or blank) policy annotation means the configured default, as in HAMi (its empty
+        # value sorts as its defaults, spread for GPUs and binpack for nodes); an unknown one is an error.
         gpu_policy = config.gpu_scheduler_policy
-        if GPU_SCHEDULER_POLICY in annotations:
+        if _given(annotations, GPU_SCHEDULER_POLICY):
             gpu_policy = decode_gpu_policy(annotations[GPU_SCHEDULER_POLICY])
         node_policy = config.node_scheduler_policy
-        if NODE_SCHEDULER_POLICY in annotations:
+        if _given(annotations, NODE_SCHEDULER_POLICY):
             node_policy = decode_node_policy(annotations[NODE_SCHEDULER_POLICY])
         weights = ScoringWeights()
         if DEVICE_SCORING_WEIGHTS in annotations:

@@ -264,14 +264,15 @@ def _present(container: Mapping[str, Any], state: _Container, names: ResourceNam
 def _percent(
     container: Mapping[str, Any], state: _Container, resource: str, present: frozenset[str]
 ) -> int | None:
-    """A 0..100 value (already checked to be a whole non-negative number by container_request)."""
+    """A 0..100 value (already checked to be a whole number by container_request); outside 0..100 denies
+    the pod, as HAMi's validateMemoryPercentage (the scheduler alone would clamp or ignore it)."""
     if resource not in present:
         return None
     raw = container_resource(container, resource, state.init)
     if raw is None:
         return None
     value = parse_quantity(raw)
-    if value > 100:
+    if not 0 <= value <= 100:
         shown = raw if isinstance(raw, str) else repr(raw)
         raise RequestError(state.name, resource, shown, "must be between 0 and 100", state.init)
     return value.numerator

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami_api.types import GPUInfo, GPUSlice, NodePolicy
+from hami_api.types import GPUInfo, GPUPolicy, GPUSlice, NodePolicy
 from hami_control.config import ControlConfig
 from hami_control.extender import (
     NEUTRAL_SCORE,
@@ -22,6 +22,7 @@ from hami_control.extender import (
     read_candidates,
     read_pod_ask,
 )
+from hami_control.fit import Fit
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.usage import NodeGPUs, with_slices
 
@@ -284,6 +285,21 @@ def test_gpu_policy_annotation_overrides_config() -> None:
     assert filter_pod(names_args(plain, ["a"]), view(node), CONFIG)["NodeNames"] == ["a"]
     result = filter_pod(names_args(mutex, ["a"]), view(node), CONFIG)
     assert result["FailedNodes"] == {"a": "2/2 ExclusiveDeviceAllocateConflict"}
+
+
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_empty_policy_annotations_mean_the_configured_defaults(blank: str) -> None:
+    config = replace(
+        CONFIG, gpu_scheduler_policy=(GPUPolicy.BINPACK,), node_scheduler_policy=NodePolicy.SPREAD
+    )
+    annotations = {"hami.io/gpu-scheduler-policy": blank, "hami.io/node-scheduler-policy": blank}
+    ask = read_pod_ask(pod(container(mem=1000), annotations=annotations), config)
+    assert ask is not None
+    assert (ask.gpu_policy, ask.node_policy) == ((GPUPolicy.BINPACK,), NodePolicy.SPREAD)
+    # and the GPU chosen is the binpack one (the busier GPU), as with no annotation at all
+    node = gpu_node("a", gpus=2, used_mem=(0, 4000))
+    fit = ask.fit(node)
+    assert isinstance(fit, Fit) and fit.allocation.containers[0].uuids == ("a-GPU-1",)
 
 
 def test_device_selector_uuid() -> None:
