@@ -16,8 +16,10 @@ Filter (`filter_pod`):
 - Otherwise every candidate the pod fits on is returned (HAMi returns only its best one, #2264; here
   kube-scheduler's own plugins and Prioritize choose among them).
 - A node that does not fit gets a reason in `FailedNodes`, HAMi's text (its `GenReason`): per reason,
-  `<GPUs that failed for it>/<GPUs of the node> <Reason>`, joined by ", ", most frequent first, ties in
-  name order, e.g. `"5/8 CardTypeMismatch, 3/8 CardInsufficientMemory"`. The counts are those of the
+  `<GPUs that failed for it>/<GPUs of the node> <Reason>`, sorted as text (Go's sort.Strings, so "10/16"
+  sorts before "2/16") and joined by ", ", e.g. `"3/8 CardInsufficientMemory, 5/8 CardTypeMismatch"`;
+  GPUs that passed on a node short of them count as `AllocatedCardsInsufficientRequest`, and a node
+  with fewer GPUs than a container asks gets `NodeInsufficientDevice` alone. The counts are those of the
   first container (init containers first) that does not fit; the vocabulary is `fit.Reason`.
 - A node the view does not know gets `node unregistered: <why>` (the view's reason, or "not in the
   scheduler's cache").
@@ -354,7 +356,7 @@ def _filter_result(
 
 def failure_reason(failure: FitFailure) -> str:
     """The FailedNodes text of a node the pod does not fit on (see the module note)."""
-    return failure.message or f"{failure.gpus}/{failure.gpus} {Reason.NODE_INSUFFICIENT_DEVICE.value}"
+    return failure.message
 
 
 def unregistered_reason(view: NodeView, name: str) -> str:

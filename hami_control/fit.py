@@ -1,15 +1,36 @@
-"""Which GPUs of one node a pod gets, HAMi's NVIDIA Fit (reference §4), pure.
+"""Which GPUs of one node a pod gets, HAMi's NVIDIA Fit (reference §4; HAMi pkg/device/nvidia/device.go
+`Fit`, pkg/scheduler/policy/gpu_policy.go `Less`, pkg/device/common/common.go `GenReason`), pure.
 
-Per container, every GPU is checked in HAMi's order and the first rule it breaks is its reason:
-out of service (`CardNotHealth`, `CardCordoned`), `nvidia.com/use-gputype`/`nouse-gputype` and
-`nvidia.com/vgpu-mode` (`CardTypeMismatch`), `use-gpuuuid`/`nouse-gpuuuid` (`CardUuidMismatch`), no free
-slot (`CardTimeSlicingExhausted`), mutex policy on a used GPU (`ExclusiveDeviceAllocateConflict`), the
-namespace quota (`ResourceQuotaNotFit`), free memory (`CardInsufficientMemory`), free cores
-(`CardInsufficientCore`), 100 cores asked on a used GPU of 100 cores (`ExclusiveDeviceAllocateConflict`),
-no cores asked on a GPU whose cores are all taken (`CardComputeUnitsExhausted`). With `numa-bind`, all GPUs
-of a container must share a NUMA node (`NumaNotFit`). A node with fewer GPUs than a container asks for,
-or fewer GPUs than asked that pass the static type/mode/UUID rules, can never fit: `NodeInsufficientDevice`
-and `unresolvable`.
+Per container, HAMi sorts the node's GPUs by the GPU policy and then walks the sorted list *from the
+end*, so the GPU tried first is the last one in sort order; a multi-GPU container's GPUs are listed in
+the order they were found. Every GPU is checked in HAMi's order and the first rule it breaks is its
+reason: out of service (`CardNotHealth`, `CardCordoned`), `nvidia.com/use-gputype`/`nouse-gputype` and
+`nvidia.com/vgpu-mode` (`CardTypeMismatch`), with `numa-bind` the NUMA grouping (below),
+`use-gpuuuid`/`nouse-gpuuuid` (`CardUuidMismatch`), no free slot (`CardTimeSlicingExhausted`), mutex
+policy on a used GPU (`ExclusiveDeviceAllocateConflict`), the namespace quota (`ResourceQuotaNotFit`),
+free memory (`CardInsufficientMemory`), free cores (`CardInsufficientCore`), 100 cores asked on a used GPU
+of 100 cores (`ExclusiveDeviceAllocateConflict`), no cores asked on a GPU whose cores are all taken
+(`CardComputeUnitsExhausted`). The walk stops as soon as the container has its GPUs (topology-aware:
+every GPU is walked, then the best set is picked). When it ends short, the GPUs found so far count as
+`AllocatedCardsInsufficientRequest`. With `numa-bind`, the GPUs found form a run on one NUMA node: a GPU
+on another NUMA node starts a new run, and the GPUs of the abandoned run count as `NumaNotFit`.
+
+Sort (HAMi's `DeviceUsageList.Less`; Go's sort is an insertion sort, stable, up to 12 GPUs, so ties
+keep the order the list had): one policy: binpack = by GPU score ascending then NUMA node ascending
+(walked from the end: busiest first), spread (and any other single policy) = by score descending then
+NUMA ascending (idlest first); mutex = by slots used descending then NUMA ascending (idle GPUs first);
+with `numa-bind`, binpack = NUMA descending then score ascending, spread = NUMA ascending then score
+descending. A chain (`binpack,numa`, or `numa` alone): the binpack/spread/numa keys in the order
+written (numa ascending; spread when none is named; numa first under `numa-bind`), then the GPU index.
+A container's list starts as the previous regular container left it (HAMi sorts one copy of the node in
+place for all of them); init containers start from inventory order (HAMi sorts a fresh copy for each).
+The GPU score is `score.gpu_score` (HAMi's formula with the request counted, see `score`).
+
+FailedNodes text (`FitFailure.message`): HAMi's GenReason, `<GPUs>/<node's GPUs> <Reason>` per reason,
+sorted as text (so "10/16 X" comes before "2/16 Y"), joined by ", ", for the first container that does
+not fit. A container asking more GPUs than the node has: `NodeInsufficientDevice`, no counts (HAMi
+checks it before Fit). Unresolvable (no change in usage can help, `FitFailure.unresolvable`): a container
+asks more GPUs than the node has, or than pass the type/mode/UUID rules.
 
 Containers are placed in kubelet's admission order: init containers, then regular ones (the
 annotation's order), modelling what really runs together and kubelet's device reuse
@@ -22,13 +43,12 @@ GPUs, so the GPU the scheduler accounts is the GPU kubelet records and the conta
 cannot take it, the pod is placed again with the GPU ruled out for the init container's new devices
 (counted under the reason the later container got). When kubelet may take any few of more pooled
 devices (an init container with more GPUs than a later one), the scheduler picks among them like
-among free GPUs, and hami-node accepts a different pick only within the pod's footprint.
+among free GPUs, and hami-node accepts a different pick only within the pod's footprint. Under
+`numa-bind`, the new GPUs of a container that holds reused ones must be on their NUMA node.
 
-Order of the GPUs tried, from the GPU policy chain (earlier policies sort first, ties go to the next,
-then NUMA node, then inventory order): binpack = busiest first, spread = idlest first (by
-`score.gpu_score`, request included), numa = lowest NUMA node first, mutex = idle GPUs only,
-topology-aware = of all fitting GPUs, the set with the highest summed pair score (one GPU: the one with
-the lowest summed score to the others, keeping well-linked GPUs free).
+Topology-aware (HAMi's computeWorstSingleCard / computeBestCombination over the GPUs found, in walk
+order, first best on ties): one GPU = the one with the lowest summed pair score to the others found
+(keeping well-linked GPUs free), several = the set with the highest summed pair score.
 """
 
 from __future__ import annotations
@@ -68,6 +88,7 @@ class Reason(StrEnum):
     NUMA_NOT_FIT = "NumaNotFit"
     EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = "ExclusiveDeviceAllocateConflict"
     NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
+    ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
     RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
 
 
@@ -89,8 +110,8 @@ class Fit:
 
 @dataclass(frozen=True, slots=True)
 class FitFailure:
-    """Why the pod does not fit the node: (reason, number of GPUs that failed for it), most frequent
-    first; `gpus` is the node's GPU count; `unresolvable` when no change in usage can make it fit."""
+    """Why the pod does not fit the node: (reason, number of GPUs that failed for it) in the order of
+    HAMi's text; `gpus` is the node's GPU count; `unresolvable` when no change in usage can make it fit."""
 
     reasons: tuple[tuple[Reason, int], ...]
     gpus: int
@@ -100,8 +121,16 @@ class FitFailure:
 
     @property
     def message(self) -> str:
-        """HAMi's summary, e.g. "2/4 CardInsufficientMemory, 2/4 CardTypeMismatch"."""
-        return ", ".join(f"{count}/{self.gpus} {reason.value}" for reason, count in self.reasons)
+        """HAMi's summary, e.g. "1/4 AllocatedCardsInsufficientRequest, 3/4 ResourceQuotaNotFit", or
+        "NodeInsufficientDevice" alone for a container asking more GPUs than the node has."""
+        return reasons_text(self.reasons, self.gpus)
+
+
+def reasons_text(reasons: Sequence[tuple[Reason, int]], gpus: int) -> str:
+    """HAMi's GenReason: `<count>/<gpus> <Reason>` per reason, sorted as text, joined by ", "."""
+    if not reasons or reasons[0][0] is Reason.NODE_INSUFFICIENT_DEVICE:
+        return Reason.NODE_INSUFFICIENT_DEVICE.value
+    return ", ".join(sorted(f"{count}/{gpus} {reason.value}" for reason, count in reasons))
 
 
 FitResult = Fit | FitFailure
@@ -122,27 +151,32 @@ def _static_reason(gpu: GPUUsage, selector: DeviceSelector) -> Reason | None:
     return None
 
 
-def _reason(
-    gpu: GPUUsage,
-    request: ContainerRequest,
-    selector: DeviceSelector,
-    mutex: bool,
-) -> Reason | None:
-    """The first rule `gpu` breaks for one slice of `request`, in HAMi's order, or None."""
+def _service_reason(gpu: GPUUsage, selector: DeviceSelector) -> Reason | None:
+    """HAMi's first checks, before its NUMA grouping: health, cordon, type and mode."""
     if not gpu.healthy:
         return Reason.CARD_NOT_HEALTH
     if gpu.cordoned:
         return Reason.CARD_CORDONED
-    static = _static_reason(gpu, selector)
-    if static is not None:
-        return static
-    info = gpu.info
-    if info.count <= gpu.used:
+    if not selector.type_allowed(gpu.info.type) or not selector.mode_allowed(gpu.info.mode):
+        return Reason.CARD_TYPE_MISMATCH
+    return None
+
+
+def _slot_reason(gpu: GPUUsage, selector: DeviceSelector, mutex: bool) -> Reason | None:
+    """After the NUMA grouping, before the quota: UUID, free slot, mutex."""
+    if not selector.uuid_allowed(gpu.id):
+        return Reason.CARD_UUID_MISMATCH
+    if gpu.info.count <= gpu.used:
         return Reason.CARD_TIME_SLICING_EXHAUSTED
     if mutex and gpu.used > 0:
         return Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
-    mem = request.memory_on(info.devmem)
-    if gpu.free_mem < mem:
+    return None
+
+
+def _capacity_reason(gpu: GPUUsage, request: ContainerRequest) -> Reason | None:
+    """After the quota: memory, cores, exclusivity, a GPU whose cores are all taken."""
+    info = gpu.info
+    if gpu.free_mem < request.memory_on(info.devmem):
         return Reason.CARD_INSUFFICIENT_MEMORY
     if gpu.free_cores < request.coresreq:
         return Reason.CARD_INSUFFICIENT_CORE
@@ -153,23 +187,45 @@ def _reason(
     return None
 
 
-def _order(
-    gpus: Sequence[GPUUsage], request: ContainerRequest, policy: Sequence[GPUPolicy], weights: ScoringWeights
+_SORT_KEYS = (GPUPolicy.BINPACK, GPUPolicy.SPREAD, GPUPolicy.NUMA)
+
+
+def _sort(
+    gpus: Sequence[GPUUsage],
+    request: ContainerRequest,
+    policy: Sequence[GPUPolicy],
+    weights: ScoringWeights,
+    numa_bind: bool,
 ) -> list[GPUUsage]:
-    """The GPUs in the order the policy chain tries them."""
+    """HAMi's sort of the GPUs (gpu_policy.go `Less`, see the module note), stable over `gpus`' order.
+    Fit walks the result from the end."""
+    score = {g.id: gpu_score(g, request, weights) for g in gpus}
+    if len(policy) <= 1 and tuple(policy) != (GPUPolicy.NUMA,):
+        single = policy[0] if policy else GPUPolicy.SPREAD
+        binpack = single is GPUPolicy.BINPACK
+        if single is GPUPolicy.MUTEX:
+            return sorted(gpus, key=lambda g: (-g.used, g.info.numa))
+        if numa_bind:
+            if binpack:
+                return sorted(gpus, key=lambda g: (-g.info.numa, score[g.id]))
+            return sorted(gpus, key=lambda g: (g.info.numa, -score[g.id]))
+        if binpack:
+            return sorted(gpus, key=lambda g: (score[g.id], g.info.numa))
+        return sorted(gpus, key=lambda g: (-score[g.id], g.info.numa))
+    chain = [p for p in policy if p in _SORT_KEYS] or [GPUPolicy.SPREAD]
+    if numa_bind and chain[0] is not GPUPolicy.NUMA:
+        chain = [GPUPolicy.NUMA, *(p for p in chain if p is not GPUPolicy.NUMA)]
 
     def key(gpu: GPUUsage) -> tuple[float, ...]:
         parts: list[float] = []
-        for p in policy:
+        for p in chain:
             if p is GPUPolicy.BINPACK:
-                parts.append(-gpu_score(gpu, request, weights))
+                parts.append(score[gpu.id])
             elif p is GPUPolicy.SPREAD:
-                parts.append(gpu_score(gpu, request, weights))
-            elif p is GPUPolicy.NUMA:
+                parts.append(-score[gpu.id])
+            else:
                 parts.append(gpu.info.numa)
-            elif p is GPUPolicy.MUTEX:
-                parts.append(1 if gpu.used else 0)
-        parts.extend((gpu.info.numa, gpu.info.index))
+        parts.append(gpu.info.index)
         return tuple(parts)
 
     return sorted(gpus, key=key)
@@ -233,75 +289,73 @@ class _PodQuota:
 
 
 def _fit_container(
-    node: NodeGPUs,
+    walk: Sequence[GPUUsage],
     ask: _Ask,
     selector: DeviceSelector,
     policy: Sequence[GPUPolicy],
     *,
-    weights: ScoringWeights,
+    node: NodeGPUs,
     quota: _PodQuota | None,
     held: Sequence[GPUUsage] = (),
     excluded: Mapping[str, Reason] | None = None,
 ) -> list[GPUUsage] | dict[Reason, int]:
-    """The GPUs for one container's new devices, or the count of GPUs per reason. `held` are the GPUs
-    it already has (devices kubelet reuses from earlier containers of the pod): they count towards its
-    GPU count and are not tried again. `excluded` rules GPUs out for the new devices, with the reason."""
+    """HAMi's Fit loop for one container's new devices over `walk` (the GPUs in the order tried): the
+    GPUs, or the count of GPUs per reason. `held` are the GPUs it already has (devices kubelet reuses
+    from earlier containers of the pod): they count towards its GPU count and are not tried again.
+    `excluded` rules GPUs out for the new devices, with the reason."""
     request = ask.request
     needed = request.nums - len(held)
-    reasons: dict[Reason, int] = {}
-    fitting: list[GPUUsage] = []
-    held_ids = {g.id for g in held}
-    # this container's GPUs so far, for the quota (HAMi's fitQuota)
-    taken = sum((QuotaUsage(request.memory_on(g.info.devmem), request.coresreq) for g in held), QuotaUsage())
-    mutex = GPUPolicy.MUTEX in policy
-    topology = GPUPolicy.TOPOLOGY_AWARE in policy
-    numas = {g.info.numa for g in held}
-    if selector.numa_bind and len(numas) > 1:
-        return {Reason.NUMA_NOT_FIT: len(held)}
-    greedy = not topology and not selector.numa_bind
     if needed <= 0:
         return []
-    for gpu in _order(node.gpus, request, policy, weights):
+    reasons: dict[Reason, int] = {}
+    held_ids = {g.id for g in held}
+    mutex = GPUPolicy.MUTEX in policy
+    topology = GPUPolicy.TOPOLOGY_AWARE in policy
+    numa_bind = selector.numa_bind
+    held_numas = {g.info.numa for g in held}
+    if numa_bind and len(held_numas) > 1:
+        return {Reason.NUMA_NOT_FIT: len(held)}
+    run_numa = next(iter(held_numas)) if held_numas else None
+    found: list[GPUUsage] = []
+
+    def with_gpu(gpu: GPUUsage) -> QuotaUsage:
+        """This container's GPUs so far and `gpu` (HAMi's fitQuota counts the GPUs found so far)."""
+        gpus = (*held, *found, gpu)
+        return QuotaUsage(sum(request.memory_on(g.info.devmem) for g in gpus), request.coresreq * len(gpus))
+
+    for gpu in walk:
         if gpu.id in held_ids:
             continue
         reason = excluded.get(gpu.id) if excluded else None
         if reason is None:
-            reason = _reason(gpu, request, selector, mutex)
-        if reason is None and quota is not None:
-            here = taken + QuotaUsage(request.memory_on(gpu.info.devmem), request.coresreq)
-            if not quota.ok(here, ask.init):
-                reason = Reason.RESOURCE_QUOTA_NOT_FIT
+            reason = _service_reason(gpu, selector)
+        if reason is None and numa_bind and gpu.info.numa != run_numa:
+            if held:
+                reason = Reason.NUMA_NOT_FIT  # the new GPUs must join the reused ones' NUMA node
+            else:  # HAMi: a GPU on another NUMA node starts a new run
+                if found and not topology:
+                    reasons[Reason.NUMA_NOT_FIT] = reasons.get(Reason.NUMA_NOT_FIT, 0) + len(found)
+                found = []
+                run_numa = gpu.info.numa
+        if reason is None:
+            reason = _slot_reason(gpu, selector, mutex)
+        if reason is None and quota is not None and not quota.ok(with_gpu(gpu), ask.init):
+            reason = Reason.RESOURCE_QUOTA_NOT_FIT
+        if reason is None:
+            reason = _capacity_reason(gpu, request)
         if reason is not None:
             reasons[reason] = reasons.get(reason, 0) + 1
             continue
-        fitting.append(gpu)
-        if greedy:
-            taken += QuotaUsage(request.memory_on(gpu.info.devmem), request.coresreq)
-            if len(fitting) == needed:
-                return fitting
-    if selector.numa_bind:
-        by_numa: dict[int, list[GPUUsage]] = {}
-        for gpu in fitting:
-            by_numa.setdefault(gpu.info.numa, []).append(gpu)
-        groups = [  # in policy order of first GPU; the NUMA node of held GPUs when there are any
-            g for numa, g in by_numa.items() if len(g) >= needed and (not numas or numa in numas)
-        ]
-        if not groups:
-            if len(fitting) >= needed:
-                reasons[Reason.NUMA_NOT_FIT] = len(fitting)
-            fitting = []
-        else:
-            fitting = groups[0]
-    if len(fitting) < needed:
-        if not reasons:
-            reasons[Reason.NODE_INSUFFICIENT_DEVICE] = len(node.gpus)
-        return reasons
-    chosen = _topology_pick(node, fitting, needed, held) if topology else fitting[:needed]
-    if quota is not None and not greedy:
-        mem = sum(request.memory_on(g.info.devmem) for g in (*held, *chosen))
-        if not quota.ok(QuotaUsage(mem, request.coresreq * request.nums), ask.init):
-            return {Reason.RESOURCE_QUOTA_NOT_FIT: len(chosen)}
-    return chosen
+        found.append(gpu)
+        if not topology and len(found) == needed:
+            return found
+    if topology and len(found) >= needed:
+        return found if len(found) == needed else _topology_pick(node, found, needed, held)
+    if found:
+        reasons[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(found)
+    if not reasons:
+        reasons[Reason.NODE_INSUFFICIENT_DEVICE] = len(node.gpus)
+    return reasons
 
 
 def _slices(gpus: Sequence[GPUUsage], request: ContainerRequest) -> tuple[GPUSlice, ...]:
@@ -309,8 +363,9 @@ def _slices(gpus: Sequence[GPUUsage], request: ContainerRequest) -> tuple[GPUSli
 
 
 def _failure(node: NodeGPUs, reasons: dict[Reason, int], unresolvable: bool, container: int) -> FitFailure:
-    ranked = tuple(sorted(reasons.items(), key=lambda item: (-item[1], item[0].value)))
-    return FitFailure(ranked, len(node.gpus), unresolvable, container)
+    gpus = len(node.gpus)
+    ranked = tuple(sorted(reasons.items(), key=lambda item: f"{item[1]}/{gpus} {item[0].value}"))
+    return FitFailure(ranked, gpus, unresolvable, container)
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,15 +386,18 @@ def _held_reason(
     policy: Sequence[GPUPolicy],
     quota: _PodQuota | None,
 ) -> tuple[int, Reason] | None:
-    """The first GPU (index in `held`) a container cannot use for a device kubelet makes it reuse, and why."""
+    """The first GPU (index in `held`) a container cannot use for a device kubelet makes it reuse, and why
+    (the rules in Fit's order)."""
     request = ask.request
     mutex = GPUPolicy.MUTEX in policy
     taken = QuotaUsage()
     for i, gpu in enumerate(held):
-        reason = _reason(gpu, request, selector, mutex)
         taken += QuotaUsage(request.memory_on(gpu.info.devmem), request.coresreq)
+        reason = _service_reason(gpu, selector) or _slot_reason(gpu, selector, mutex)
         if reason is None and quota is not None and not quota.ok(taken, ask.init):
             reason = Reason.RESOURCE_QUOTA_NOT_FIT
+        if reason is None:
+            reason = _capacity_reason(gpu, request)
         if reason is not None:
             return i, reason
     if selector.numa_bind and len({g.info.numa for g in held}) > 1:
@@ -364,11 +422,26 @@ def _place(
     pod_quota = None if quota is None else _PodQuota(quota)
     placed = node  # the node with the slices of the sidecars and app containers placed so far
     chosen: list[ContainerAllocation] = [ContainerAllocation() for _ in asks]
+    inventory = tuple(g.id for g in node.gpus)
+    app_order = inventory  # HAMi sorts one copy of the node in place for all regular containers
     for index, ask in enumerate(asks):
         if ask is None:
             continue
         request = ask.request
+        if request.nums > len(node.gpus):  # HAMi's fitInDevices, before Fit
+            return _failure(node, {Reason.NODE_INSUFFICIENT_DEVICE: len(node.gpus)}, True, index)
         by_id = {g.id: g for g in placed.gpus}
+        regular = kinds[index] is ContainerKind.APP
+        ranked = _sort(
+            [by_id[i] for i in (app_order if regular else inventory)],
+            request,
+            policy,
+            weights,
+            selector.numa_bind,
+        )
+        if regular:
+            app_order = tuple(g.id for g in ranked)
+        walk = ranked[::-1]
         offered, exact = pool.offer(request.nums)
         if exact:
             taken = offered
@@ -380,19 +453,26 @@ def _place(
         else:
             # Kubelet takes any `nums` of the pooled devices: choose which as for new devices. If it
             # takes others, hami-node accepts them only within the pod's footprint (see allocation.py).
-            pooled = replace(placed, gpus=tuple(by_id[token_gpu[t]] for t in offered))
-            got = _fit_container(pooled, ask, selector, policy, weights=weights, quota=pod_quota)
+            pooled = {token_gpu[t] for t in offered}
+            got = _fit_container(
+                [g for g in walk if g.id in pooled], ask, selector, policy, node=placed, quota=pod_quota
+            )
             if isinstance(got, dict):
                 return _failure(node, got, False, index)
-            picked = {g.id for g in got}
-            taken = tuple(t for t in offered if token_gpu[t] in picked)
-            held = [by_id[token_gpu[t]] for t in taken]
+            picked = [g.id for g in got]
+            chosen_tokens: list[Token] = []
+            for gpu_id in picked:
+                chosen_tokens.append(
+                    next(t for t in offered if token_gpu[t] == gpu_id and t not in chosen_tokens)
+                )
+            taken = tuple(chosen_tokens)
+            held = list(got)
         new = _fit_container(
-            placed,
+            walk,
             ask,
             selector,
             policy,
-            weights=weights,
+            node=placed,
             quota=pod_quota,
             held=held,
             excluded=excluded.get(index),
@@ -430,25 +510,14 @@ def fit_pod(
     with the sidecars and app containers placed before it (what runs beside it). A container that
     kubelet makes reuse devices of earlier init containers (`hami_api.containers.ReusePool`) is placed
     on their GPUs; when such a GPU cannot take it, the pod is placed again with that GPU ruled out for
-    the init container, so the scheduler's GPU is always the one kubelet records."""
+    the init container, so the scheduler's GPU is always the one kubelet records. The reasons are those
+    of the first container that does not fit, as HAMi reports them."""
     kinds = kinds_of([init for _, init in requests], sidecars)
     # The quota counts every init container at its peak, sidecars included (HAMi's fitQuota).
     asks = [None if r is None else _Ask(r, init) for r, init in requests]
     eligible = sum(1 for g in node.gpus if _static_reason(g, selector) is None)
-    # Up front: a container asking more GPUs than the node could ever offer it.
-    for index, ask in enumerate(asks):
-        if ask is None:
-            continue
-        if len(node.gpus) < ask.request.nums:
-            return _failure(node, {Reason.NODE_INSUFFICIENT_DEVICE: len(node.gpus)}, True, index)
-        if eligible < ask.request.nums:
-            reasons: dict[Reason, int] = {}
-            for g in node.gpus:
-                static = _static_reason(g, selector)
-                if static is not None:
-                    reasons[static] = reasons.get(static, 0) + 1
-            return _failure(node, reasons, True, index)
-
+    # No change in usage helps a container asking more GPUs than the node has, or than pass its rules.
+    unresolvable = any(a is not None and a.request.nums > eligible for a in asks)
     excluded: dict[int, dict[str, Reason]] = {}
     while True:  # each round rules out one more (container, GPU) pair, so it ends
         outcome = _place(
@@ -461,12 +530,14 @@ def fit_pod(
             quota=quota,
             excluded=excluded,
         )
-        if not isinstance(outcome, _Conflict):
+        if isinstance(outcome, FitFailure):
+            return replace(outcome, unresolvable=unresolvable)
+        if isinstance(outcome, Fit):
             return outcome
         rules = excluded.setdefault(outcome.creator, {})
         if outcome.gpu in rules:  # cannot happen (the GPU was ruled out); never loop on it
-            return _failure(node, {outcome.reason: 1}, False, outcome.container)
+            return _failure(node, {outcome.reason: 1}, unresolvable, outcome.container)
         rules[outcome.gpu] = outcome.reason
 
 
-__all__ = ["Fit", "FitFailure", "FitResult", "QuotaCheck", "Reason", "fit_pod"]
+__all__ = ["Fit", "FitFailure", "FitResult", "QuotaCheck", "Reason", "fit_pod", "reasons_text"]

@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from hami_api.resources import ContainerRequest
 from hami_api.types import DeviceSelector, GPUPolicy, NodePolicy
-from hami_control.fit import QuotaCheck, Reason
+from hami_control.fit import QuotaCheck, Reason, reasons_text
 from hami_control.quota import QuotaUsage
 from hami_control.score import MAX_SCORE
 from hami_control.usage import NodeGPUs
@@ -48,8 +48,10 @@ _CODES: tuple[Reason, ...] = (
     Reason.CARD_INSUFFICIENT_CORE,
     Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,  # 100 cores asked on a used GPU
     Reason.CARD_COMPUTE_UNITS_EXHAUSTED,
+    Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST,  # per node: the passing GPUs of a node short of them
 )
 _NCODES = len(_CODES)
+_ALLOCATED = _NCODES - 1
 _COLUMNS: tuple[tuple[str, type[np.generic]], ...] = (
     ("present", np.bool_),
     ("count", np.int64),
@@ -119,7 +121,7 @@ class GPUTable:
     uuid_id: IntArray
     gpus: IntArray
     sums: IntArray
-    """(rows, 6): over the node's healthy GPUs, used, count, usedcores, devcore, usedmem, devmem."""
+    """(rows, 6): over all the node's GPUs, used, count, usedcores, devcore, usedmem, devmem."""
 
     @staticmethod
     def _intern(table: dict[str, int], text: str) -> int:
@@ -153,14 +155,14 @@ class GPUTable:
             self._layout += 1
         self.present[row] = False
         self.gpus[row] = len(node.gpus)
-        up = [g for g in node.gpus if g.healthy]
+        every = node.gpus  # unhealthy GPUs included, as HAMi's node score counts them
         self.sums[row] = (
-            sum(g.used for g in up),
-            sum(g.info.count for g in up),
-            sum(g.usedcores for g in up),
-            sum(g.info.devcore for g in up),
-            sum(g.usedmem for g in up),
-            sum(g.info.devmem for g in up),
+            sum(g.used for g in every),
+            sum(g.info.count for g in every),
+            sum(g.usedcores for g in every),
+            sum(g.info.devcore for g in every),
+            sum(g.usedmem for g in every),
+            sum(g.info.devmem for g in every),
         )
         for col, g in enumerate(node.gpus):
             info = g.info
@@ -245,33 +247,25 @@ class Evaluation:
     pick: IntArray | None
     """Candidates' positions in the selected rows (None: the selection is the candidates)."""
     too_few: BoolArray
-    static_short: BoolArray | None
-    type_bad: BoolArray
-    uuid_bad: BoolArray
     uniform_mem: int | None = None
     """MiB of one slice on any GPU when it does not depend on the GPU (not a percentage)."""
 
     def failure_counts(self, table: GPUTable, candidates: IntArray) -> IntArray:
         """(len(candidates), codes + 1) for the given candidate positions: GPUs that failed per reason
-        code as fit_pod counts them (only the static reasons for a node short of eligible GPUs, none for
-        a node with too few GPUs); the last column is the node's GPU count, the denominator of HAMi's
-        text. See `reason_text`."""
+        code as fit_pod counts them (HAMi's walk over every GPU), the passing GPUs of a node short of
+        them as AllocatedCardsInsufficientRequest, none for a node with too few GPUs; the last column
+        is the node's GPU count, the denominator of HAMi's text. See `reason_text`."""
         at = candidates if self.pick is None else self.pick[candidates]
         code = self.code[at]
         n = len(at)
-        keys = (np.arange(n, dtype=np.int64) * (_NCODES + 2))[:, None] + (code + 1)
-        tally = np.bincount(keys.ravel(), minlength=n * (_NCODES + 2)).reshape(n, _NCODES + 2)
+        keys = (np.arange(n, dtype=np.int64) * (_NCODES + 1))[:, None] + (code + 1)
+        tally = np.bincount(keys.ravel(), minlength=n * (_NCODES + 1)).reshape(n, _NCODES + 1)
         counts = np.empty((n, _NCODES + 1), dtype=np.int64)
-        counts[:, :_NCODES] = tally[:, 2:]
+        counts[:, :_ALLOCATED] = tally[:, 2 : _ALLOCATED + 2]
+        counts[:, _ALLOCATED] = tally[:, 1]  # code 0: the GPU passes
         rows = np.arange(table.row_count)[self.selected][at]
         counts[:, _NCODES] = table.gpus[rows]
         counts[self.too_few[at], :_NCODES] = 0
-        if self.static_short is not None:
-            short = self.static_short[at]
-            if short.any():
-                counts[short, :_NCODES] = 0
-                counts[short, 2] = np.count_nonzero(self.type_bad[at][short], axis=1)
-                counts[short, 3] = np.count_nonzero(self.uuid_bad[at][short], axis=1)
         return counts
 
 
@@ -361,26 +355,21 @@ def evaluate(table: GPUTable, rows: IntArray, ask: SimpleAsk) -> Evaluation:
 
     passing = np.count_nonzero(code == 0, axis=1)
     too_few = gpus < req.nums
-    static_short: BoolArray | None = None
+    unresolvable = too_few
     if ask.type_ok is not None or ask.mode_ok is not None or ask.uuid_ok is not None:
         eligible = np.count_nonzero(present & ~type_bad & ~uuid_bad, axis=1)
-        static_short = ~too_few & (eligible < req.nums)
-        unresolvable = too_few | static_short
-    else:
-        unresolvable = too_few
+        unresolvable = too_few | (eligible < req.nums)
     fits = (passing >= req.nums) & ~unresolvable
     if pick is not None:
         fits, unresolvable = fits[pick], unresolvable[pick]
     uniform = req.memreq if req.memreq > 0 else (0 if req.mem_percentage is None else None)
-    return Evaluation(
-        fits, unresolvable, code, mem, sel, pick, too_few, static_short, type_bad, uuid_bad, uniform
-    )
+    return Evaluation(fits, unresolvable, code, mem, sel, pick, too_few, uniform)
 
 
 def score_inputs(table: GPUTable, ev: Evaluation) -> tuple[IntArray, tuple[IntArray, ...]]:
     """For `node_scores`: the MiB of one slice on each candidate (-1 when a percentage request meets
     passing GPUs of different sizes, so the score needs fit_pod's actual choice), and the sums over
-    healthy GPUs that `score.node_usage` reads (used, count, usedcores, devcore, usedmem, devmem)."""
+    the GPUs that `score.node_usage` reads (used, count, usedcores, devcore, usedmem, devmem)."""
     t, sel = table, ev.selected
     if ev.uniform_mem is not None:
         slice_mem = np.full(len(ev.code), ev.uniform_mem, dtype=np.int64)
@@ -401,7 +390,7 @@ def node_scores(
     slice_mem: IntArray, sums: tuple[IntArray, ...], request: ContainerRequest, policy: NodePolicy
 ) -> IntArray:
     """`score.node_priority` of each candidate with `request.nums` slices of `slice_mem` MiB placed on
-    healthy GPUs (`score_inputs`): the same float operations in the same order as `score.node_usage`, so
+    the node's GPUs (`score_inputs`): the same float operations in the same order as `score.node_usage`, so
     the same rounding. Meaningless where the node does not fit or `slice_mem` is -1."""
     used, count, usedcores, devcore, usedmem, devmem = sums
     nums = request.nums
@@ -435,25 +424,21 @@ def group_rows(rows: IntArray) -> tuple[IntArray, IntArray]:
 
 
 def reason_text(counts: Sequence[int]) -> str:
-    """HAMi's FailedNodes text from one row of `Evaluation.reason_counts`."""
-    gpus = counts[_NCODES]
+    """HAMi's FailedNodes text from one row of `Evaluation.failure_counts` (`fit.reasons_text`)."""
+    return reasons_text(_merged(counts), int(counts[_NCODES]))
+
+
+def _merged(counts: Sequence[int]) -> list[tuple[Reason, int]]:
     merged: dict[Reason, int] = {}
     for k in range(_NCODES):
         if counts[k]:
             merged[_CODES[k]] = merged.get(_CODES[k], 0) + int(counts[k])
-    if not merged:
-        merged[Reason.NODE_INSUFFICIENT_DEVICE] = int(gpus)
-    ranked = sorted(merged.items(), key=lambda item: (-item[1], item[0].value))
-    return ", ".join(f"{n}/{gpus} {reason.value}" for reason, n in ranked)
+    return list(merged.items())
 
 
 def node_reasons(counts: Sequence[int]) -> dict[str, int]:
     """Reason word -> failed GPUs, for the filter-reason counters."""
-    out: dict[str, int] = {}
-    for k in range(_NCODES):
-        if counts[k]:
-            word = _CODES[k].value
-            out[word] = out.get(word, 0) + int(counts[k])
+    out = {reason.value: n for reason, n in _merged(counts)}
     return out or {Reason.NODE_INSUFFICIENT_DEVICE.value: int(counts[_NCODES])}
 
 

@@ -39,8 +39,9 @@ def _ratio(used: int, total: int) -> float:
 
 
 def node_usage(node: NodeGPUs) -> float:
-    """HAMi's node usage over the node's healthy GPUs, scaled to 0..10 (0 idle, 10 full)."""
-    gpus = [g for g in node.gpus if g.healthy]
+    """HAMi's node usage (ComputeDefaultScore) over all the node's GPUs, unhealthy ones and their slices
+    included as HAMi counts them, scaled to 0..10 (0 idle, 10 full)."""
+    gpus = node.gpus
     slots = _ratio(sum(g.used for g in gpus), sum(g.info.count for g in gpus))
     cores = _ratio(sum(g.usedcores for g in gpus), sum(g.info.devcore for g in gpus))
     mem = _ratio(sum(g.usedmem for g in gpus), sum(g.info.devmem for g in gpus))

@@ -93,7 +93,7 @@ def test_filter_prioritize_bind_through_https(control: ControlProcess, core_v1: 
 
         result = wait_for(filtered, what="both nodes in the extender's cache")
         assert result["Error"] == ""
-        assert result["FailedAndUnresolvableNodes"]["gpu-b"] == "1/1 NodeInsufficientDevice"
+        assert result["FailedAndUnresolvableNodes"]["gpu-b"] == "NodeInsufficientDevice"
         assert result["FailedAndUnresolvableNodes"]["ghost"].startswith("node unregistered")
         scores = call(c, "prioritize", {"Pod": p, "NodeNames": ["gpu-a", "gpu-b"]})
         assert [s["Host"] for s in scores] == ["gpu-a", "gpu-b"]

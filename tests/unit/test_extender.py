@@ -208,14 +208,14 @@ def test_every_fitting_node_is_returned() -> None:
     assert result["FailedNodes"] == {} and result["FailedAndUnresolvableNodes"] == {}
 
 
-def test_reasons_carry_counts_most_frequent_first() -> None:
+def test_reasons_carry_counts_in_hami_text_order() -> None:
     gpus = [gpu("x", i, type="NVIDIA-A100-SXM4-80GB") for i in range(5)]
     gpus += [gpu("x", i, type="NVIDIA-Tesla T4") for i in range(5, 8)]
     node = with_slices(NodeGPUs.of("x", gpus), [GPUSlice(f"x-GPU-{i}", 15000, 0) for i in range(5, 8)])
     p = pod(container(mem=4000), annotations={"nvidia.com/use-gputype": "t4"})
     result = filter_pod(names_args(p, ["x"]), view(node), CONFIG)
     assert result["NodeNames"] == []
-    assert result["FailedNodes"] == {"x": "5/8 CardTypeMismatch, 3/8 CardInsufficientMemory"}
+    assert result["FailedNodes"] == {"x": "3/8 CardInsufficientMemory, 5/8 CardTypeMismatch"}
     assert result["FailedAndUnresolvableNodes"] == {}
 
 
@@ -253,7 +253,7 @@ def test_nodes_that_can_never_fit_are_unresolvable() -> None:
     result = filter_pod(names_args(p, ["small", "wrong", "busy", "a100"]), v, CONFIG)
     assert result["NodeNames"] == ["wrong"]
     assert result["FailedAndUnresolvableNodes"] == {
-        "small": "2/2 NodeInsufficientDevice",
+        "small": "NodeInsufficientDevice",  # HAMi checks the GPU count before Fit: no counts
         "a100": "4/4 CardTypeMismatch",
     }
     assert result["FailedNodes"] == {"busy": "4/4 CardInsufficientMemory"}  # eviction can help here
@@ -272,7 +272,7 @@ def test_unregistered_nodes() -> None:
 
 def test_node_without_gpus_is_unresolvable() -> None:
     result = filter_pod(names_args(pod(container()), ["cpu"]), view(NodeGPUs("cpu")), CONFIG)
-    assert result["FailedAndUnresolvableNodes"] == {"cpu": "0/0 NodeInsufficientDevice"}
+    assert result["FailedAndUnresolvableNodes"] == {"cpu": "NodeInsufficientDevice"}
 
 
 # --- policies and quota -----------------------------------------------------------------------------------
@@ -324,6 +324,23 @@ def test_quota_is_checked_per_gpu_and_can_be_switched_off() -> None:
     assert filter_pod(names_args(pod(container(cores=30)), ["a"]), v, CONFIG, cores)["FailedNodes"] == {
         "a": "2/2 ResourceQuotaNotFit"
     }
+
+
+def test_quota_failure_text_is_hamis_for_its_resource_quota_test() -> None:
+    # HAMi scheduler_test.go Test_ResourceQuota, "multi device Resourcequota deny": GPUs of 2000, 8000,
+    # 4000 and 6000 MiB, a pod of 2 x 3000 MiB / 60 cores, a quota of 4000 MiB and 200 cores.
+    node = NodeGPUs.of("node1", [gpu("node1", i, devmem=m) for i, m in enumerate((2000, 8000, 4000, 6000))])
+    quota = Quota(QuotaLimits(memory=4000, cores=200))
+    result = filter_pod(
+        names_args(pod(container(gpus=2, mem=3000, cores=60)), ["node1"]), view(node), CONFIG, quota
+    )
+    assert result["FailedNodes"] == {
+        "node1": "1/4 AllocatedCardsInsufficientRequest, 3/4 ResourceQuotaNotFit"
+    }
+    passing = filter_pod(
+        names_args(pod(container(gpus=2, mem=2000, cores=100)), ["node1"]), view(node), CONFIG, quota
+    )
+    assert passing["NodeNames"] == ["node1"]
 
 
 # --- prioritize -------------------------------------------------------------------------------------------

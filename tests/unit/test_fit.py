@@ -198,10 +198,12 @@ def test_numa_bind_keeps_a_container_on_one_numa_node() -> None:
     assert sorted(uuids(got)[0]) == ["GPU-1", "GPU-2"]
 
 
-def test_numa_bind_fails_with_numa_not_fit() -> None:
+def test_numa_bind_counts_the_abandoned_run_as_numa_not_fit_and_the_last_as_allocated_insufficient() -> None:
+    # HAMi's score_test "numa not fit": GPU-1 (NUMA 1) is found first, GPU-0 (NUMA 0) starts a new run.
     n = node(gpu(0, numa=0), gpu(1, numa=1))
     got = failure(fit_pod(n, one(req(nums=2)), selector=DeviceSelector(numa_bind=True)))
-    assert got.reasons == ((Reason.NUMA_NOT_FIT, 2),)
+    assert got.reasons == ((Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST, 1), (Reason.NUMA_NOT_FIT, 1))
+    assert got.message == "1/2 AllocatedCardsInsufficientRequest, 1/2 NumaNotFit"
     assert isinstance(fit_pod(n, one(req(nums=2))), Fit)
 
 
@@ -211,7 +213,8 @@ def test_numa_bind_fails_with_numa_not_fit() -> None:
 def test_binpack_picks_busiest_spread_idlest() -> None:
     n = used(node(gpu(0), gpu(1), gpu(2)), "GPU-1", 1, 8000, 30)
     assert uuids(fit_pod(n, one(req()), policy=(GPUPolicy.BINPACK,))) == [("GPU-1",)]
-    assert uuids(fit_pod(n, one(req()), policy=(GPUPolicy.SPREAD,)))[0][0] in ("GPU-0", "GPU-2")
+    # GPU-0 and GPU-2 tie: HAMi walks the sorted list from the end, so the later one
+    assert uuids(fit_pod(n, one(req()), policy=(GPUPolicy.SPREAD,))) == [("GPU-2",)]
 
 
 def test_binpack_counts_the_request_on_gpus_of_different_size() -> None:
@@ -221,10 +224,77 @@ def test_binpack_counts_the_request_on_gpus_of_different_size() -> None:
     assert uuids(fit_pod(n, one(req(mem=4000)), policy=(GPUPolicy.SPREAD,))) == [("GPU-0",)]
 
 
-def test_numa_policy_chain_orders_by_numa_first() -> None:
-    n = used(node(gpu(0, numa=1), gpu(1, numa=0)), "GPU-0", 1, 8000)
+def test_numa_policy_chain_sorts_by_numa_first_and_hami_tries_the_highest_numa_node_first() -> None:
+    # lessByChain sorts NUMA ascending; Fit walks from the end, so NUMA 1 is tried before NUMA 0.
+    n = used(node(gpu(0, numa=0), gpu(1, numa=1)), "GPU-0", 1, 8000)
     assert uuids(fit_pod(n, one(req()), policy=(GPUPolicy.NUMA, GPUPolicy.BINPACK))) == [("GPU-1",)]
     assert uuids(fit_pod(n, one(req()), policy=(GPUPolicy.BINPACK, GPUPolicy.NUMA))) == [("GPU-0",)]
+
+
+@pytest.mark.parametrize("policy", [(GPUPolicy.SPREAD,), (GPUPolicy.BINPACK,), (GPUPolicy.TOPOLOGY_AWARE,)])
+def test_equal_gpus_are_taken_from_the_end_of_the_list_and_listed_in_the_order_found(
+    policy: tuple[GPUPolicy, ...],
+) -> None:
+    # HAMi's Fit walks the sorted GPUs from the end; equal GPUs keep inventory order (a stable sort).
+    n = node(*(gpu(i) for i in range(4)))
+    assert uuids(fit_pod(n, one(req()), policy=policy))[0] in (("GPU-3",), ("GPU-0",))
+    if policy != (GPUPolicy.TOPOLOGY_AWARE,):  # topology-aware: the least-linked one, see below
+        assert uuids(fit_pod(n, one(req()), policy=policy)) == [("GPU-3",)]
+        assert uuids(fit_pod(n, one(req(nums=2)), policy=policy)) == [("GPU-3", "GPU-2")]
+    assert uuids(fit_pod(n, one(req(nums=3)), policy=(GPUPolicy.SPREAD,))) == [("GPU-3", "GPU-2", "GPU-1")]
+
+
+def test_equal_scores_are_broken_by_numa_node_then_inventory_order() -> None:
+    # score ties sort NUMA ascending, so from the end: the highest NUMA node, then the last GPU.
+    n = node(gpu(0, numa=1), gpu(1, numa=0), gpu(2, numa=1), gpu(3, numa=0))
+    assert uuids(fit_pod(n, one(req(nums=2)), policy=(GPUPolicy.SPREAD,))) == [("GPU-2", "GPU-0")]
+    assert uuids(fit_pod(n, one(req(nums=2)), policy=(GPUPolicy.BINPACK,))) == [("GPU-2", "GPU-0")]
+
+
+def test_mutex_takes_idle_gpus_highest_numa_node_first() -> None:
+    n = used(node(gpu(0, numa=0), gpu(1, numa=1), gpu(2, numa=0), gpu(3, numa=1)), "GPU-3", 1, 1000)
+    assert uuids(fit_pod(n, one(req(nums=2)), policy=(GPUPolicy.MUTEX,))) == [("GPU-1", "GPU-2")]
+
+
+def test_numa_bind_binpack_takes_the_lowest_numa_group_spread_the_highest() -> None:
+    # HAMi's numa-bind sort: binpack = NUMA descending (walked from the end: NUMA 0 first), spread = NUMA
+    # ascending (NUMA 1 first); the group order wins over the scores (GPU-2 on NUMA 1 is the busiest).
+    n = used(node(gpu(0, numa=0), gpu(1, numa=0), gpu(2, numa=1), gpu(3, numa=1)), "GPU-2", 1, 8000)
+    bind = DeviceSelector(numa_bind=True)
+    binpack = fit_pod(n, one(req(nums=2)), selector=bind, policy=(GPUPolicy.BINPACK,))
+    assert uuids(binpack) == [("GPU-1", "GPU-0")]
+    spread = fit_pod(n, one(req(nums=2)), selector=bind, policy=(GPUPolicy.SPREAD,))
+    assert uuids(spread) == [("GPU-3", "GPU-2")]
+    # in a chain, NUMA goes first under numa-bind, and NUMA ascending is tried from the end
+    chain = fit_pod(n, one(req(nums=2)), selector=bind, policy=(GPUPolicy.BINPACK, GPUPolicy.NUMA))
+    assert uuids(chain) == [("GPU-2", "GPU-3")]
+
+
+def test_numa_bind_fills_a_group_found_later_and_counts_the_abandoned_runs() -> None:
+    # spread walks NUMA 1 (one free GPU), then NUMA 0 (two free): the NUMA 1 run is abandoned.
+    n = used(node(gpu(0, numa=0), gpu(1, numa=0), gpu(2, numa=1), gpu(3, numa=1)), "GPU-3", 1, 16000)
+    got = fit_pod(n, one(req(nums=2)), selector=DeviceSelector(numa_bind=True))
+    assert uuids(got) == [("GPU-1", "GPU-0")]
+    n = used(n, "GPU-0", 1, 16000)
+    got = failure(fit_pod(n, one(req(nums=2)), selector=DeviceSelector(numa_bind=True)))
+    assert got.message == "1/4 AllocatedCardsInsufficientRequest, 1/4 NumaNotFit, 2/4 CardInsufficientMemory"
+
+
+def test_reason_text_sorts_as_text_like_go() -> None:
+    # "10/12" sorts before "2/12": HAMi's GenReason sorts the formatted strings.
+    gpus = [gpu(i, type="NVIDIA-A100") for i in range(10)] + [gpu(i, devmem=1000) for i in range(10, 12)]
+    got = failure(fit_pod(node(*gpus), one(req(mem=2000)), selector=DeviceSelector(use_types=("T4",))))
+    assert got.message == "10/12 CardTypeMismatch, 2/12 CardInsufficientMemory"
+
+
+def test_a_container_asking_more_gpus_than_the_node_has_says_node_insufficient_device_without_counts() -> (
+    None
+):
+    got = failure(fit_pod(TWO, one(req(nums=3))))
+    assert (got.message, got.unresolvable) == ("NodeInsufficientDevice", True)
+    # an earlier container that does not fit is what HAMi reports; the node stays unresolvable
+    got = failure(fit_pod(TWO, [(req(mem=20000), True), (req(nums=3), False)]))
+    assert (got.message, got.unresolvable, got.container) == ("2/2 CardInsufficientMemory", True, 0)
 
 
 def test_topology_aware_picks_best_linked_set() -> None:
@@ -236,9 +306,10 @@ def test_topology_aware_picks_best_linked_set() -> None:
     ]
     n = NodeGPUs.of("n1", [gpu(i) for i in range(4)], (), pairs)
     topo = (GPUPolicy.TOPOLOGY_AWARE,)
-    assert sorted(uuids(fit_pod(n, one(req(nums=2)), policy=topo))[0]) == ["GPU-1", "GPU-2"]
-    # One GPU: the least linked, keeping the good pair free.
-    assert uuids(fit_pod(n, one(req(nums=1)), policy=topo))[0][0] in ("GPU-0", "GPU-3")
+    # In the order found (walking from the end): GPU-2 before GPU-1.
+    assert uuids(fit_pod(n, one(req(nums=2)), policy=topo)) == [("GPU-2", "GPU-1")]
+    # One GPU: the least linked, keeping the good pair free; GPU-3 and GPU-0 tie, GPU-3 is found first.
+    assert uuids(fit_pod(n, one(req(nums=1)), policy=topo)) == [("GPU-3",)]
 
 
 # --- containers ------------------------------------------------------------------------------------------
@@ -284,7 +355,7 @@ def test_quota_rejects_per_gpu() -> None:
         return usage.memory <= 1500
 
     got = failure(fit_pod(TWO, one(req(nums=2, mem=1000)), quota=limit))
-    assert got.reasons == ((Reason.RESOURCE_QUOTA_NOT_FIT, 1),)
+    assert got.message == "1/2 AllocatedCardsInsufficientRequest, 1/2 ResourceQuotaNotFit"
     assert QuotaUsage(2000, 0) in asked
     assert isinstance(fit_pod(TWO, one(req(nums=1, mem=1000)), quota=limit), Fit)
 

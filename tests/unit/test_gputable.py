@@ -214,7 +214,9 @@ def test_table_follows_the_cache_through_drain_changed() -> None:
     result = filter_pod(args, cache, CONFIG, table=table)
     assert result == filter_pod(args, cache, CONFIG)
     assert result["NodeNames"] == ["n0"]
-    assert result["FailedNodes"] == {"n1": "1/2 CardInsufficientMemory"}
+    assert result["FailedNodes"] == {
+        "n1": "1/2 AllocatedCardsInsufficientRequest, 1/2 CardInsufficientMemory"
+    }
     assert "n2" in result["FailedAndUnresolvableNodes"]
     cache.pod_deleted("ns", "a", "a")
     table.sync(cache.drain_changed(), cache.node_gpus)
@@ -246,3 +248,49 @@ def test_group_rows_equals_numpy_unique(rows: list[list[int]]) -> None:
     patterns, which = group_rows(array)
     assert (patterns[which] == array).all()
     assert len({tuple(p) for p in patterns.tolist()}) == len(patterns)
+
+
+def register_health(name: str, healthy: tuple[bool, ...]) -> dict[str, Any]:
+    obj = register(name, len(healthy))
+    infos = [
+        GPUInfo(f"{name}-g{i}", i, 4, 16000, 100, "NVIDIA-T4", 0, "hami-core", up)
+        for i, up in enumerate(healthy)
+    ]
+    obj["metadata"]["annotations"]["hami.io/node-nvidia-register"] = encode_node_register(infos)
+    return obj
+
+
+def test_slices_on_a_gpu_stay_counted_through_its_xid_and_recovery_so_it_is_never_overbooked() -> None:
+    cache, table = ClusterCache(), GPUTable()
+    cache.node_upserted(register_health("n1", (True, True)))
+    for uid in ("a", "b"):
+        cache.pod_upserted(bound_pod(uid, "n1", "n1-g0", 6000))  # 12000 of g0's 16000 MiB
+    pinned = pods_simple(1, 6000)
+    pinned["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": "n1-g0"}
+    args = {"Pod": pinned, "NodeNames": ["n1"]}
+    for healthy in ((False, True), (True, True)):  # an Xid marks g0 unhealthy, then it recovers
+        cache.node_upserted(register_health("n1", healthy))
+        table.sync(cache.drain_changed(), cache.node_gpus)
+        node = cache.node_gpus("n1")
+        assert node is not None and (node.gpus[0].used, node.gpus[0].usedmem) == (2, 12000)
+        result = filter_pod(args, cache, CONFIG, table=table)
+        assert result == filter_pod(args, cache, CONFIG)
+        word = "CardNotHealth" if not healthy[0] else "CardInsufficientMemory"
+        assert result["FailedNodes"] == {"n1": f"1/2 {word}, 1/2 CardUuidMismatch"}, result
+    # After recovery a pod that fits what is left lands there, and the node score counts both GPUs.
+    small = pods_simple(1, 4000)
+    small["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": "n1-g0"}
+    assert filter_pod({"Pod": small, "NodeNames": ["n1"]}, cache, CONFIG, table=table)["NodeNames"] == ["n1"]
+
+
+def test_node_score_counts_an_unhealthy_gpu_and_its_slices_like_hami() -> None:
+    cache, table = ClusterCache(), GPUTable()
+    cache.node_upserted(register_health("n1", (False, True)))
+    cache.pod_upserted(bound_pod("a", "n1", "n1-g0", 16000))
+    table.sync(cache.drain_changed(), cache.node_gpus)
+    args = {"Pod": pods_simple(1, 8000), "NodeNames": ["n1"]}
+    fast = prioritize_pod(args, cache, CONFIG, table=table)
+    assert fast == prioritize_pod(args, cache, CONFIG)
+    # HAMi's ComputeDefaultScore over both GPUs: slots 2/8, cores 0/200, memory 24000/32000 -> 10/3,
+    # binpack 3 (healthy GPU alone: slots 1/4, memory 8000/16000 -> 2.5, rounds to 2)
+    assert fast == [{"Host": "n1", "Score": 3}]

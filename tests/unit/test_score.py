@@ -52,10 +52,12 @@ def test_the_pods_own_slices_count() -> None:
     assert node_score(small, s, NodePolicy.SPREAD) < node_score(large, s, NodePolicy.SPREAD)
 
 
-def test_unhealthy_gpus_and_empty_nodes() -> None:
+def test_unhealthy_gpus_and_their_slices_count_in_node_usage_like_hami_and_empty_nodes_are_idle() -> None:
     assert node_usage(NodeGPUs("empty")) == 0
     n = NodeGPUs.of("n", [gpu(0), gpu(1, health=False)])
-    n = with_slices(n, [GPUSlice("GPU-0", 10000, 100)] * 10)
+    n = with_slices(n, [GPUSlice("GPU-0", 1000, 10)] * 10)
+    assert node_usage(n) == pytest.approx(5)  # HAMi's ComputeDefaultScore sums every GPU
+    n = with_slices(n, [GPUSlice("GPU-1", 1000, 10)] * 10)
     assert node_usage(n) == pytest.approx(10)
 
 
