@@ -10,6 +10,7 @@ import dataclasses
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -76,10 +77,18 @@ class Harness:
         self.backend = backend
 
     def edit(self, change: Edit, how: str = "atomic") -> None:
-        """Change the file and wait until the backend has read it."""
-        before = self.backend.reloads
-        WRITERS[how](self.path, change(load_inventory(self.path)))
-        assert self.backend.wait_for_reload(before, DEADLINE), "the edit was not picked up"
+        """Change the file and wait until the backend has applied it. An in-place write truncates the
+        file first: on a loaded machine the truncated file may outlast the settle time and be read (and
+        rejected) on its own, so a reload alone does not mean the new content is in force."""
+        target = change(load_inventory(self.path))
+        WRITERS[how](self.path, target)
+        deadline = time.monotonic() + DEADLINE
+        while self.backend.inventory != target:
+            seen = self.backend.reloads
+            if self.backend.inventory == target:
+                break
+            left = deadline - time.monotonic()
+            assert left > 0 and self.backend.wait_for_reload(seen, left), "the edit was not picked up"
 
     def write_text(self, text: str) -> None:
         before = self.backend.reloads
