@@ -101,29 +101,49 @@ class InvalidDeviceID(ValueError):
         super().__init__(f"device ID {device_id!r} {reason}")
 
 
+_NVIDIA_REPLICA_SEPARATOR = "::"
+"""NVIDIA's k8s-device-plugin names a time-slicing replica `<GPU-UUID>::<n>` (`rm.NewAnnotatedID`)."""
+
+
 def virtual_device_id(gpu_uuid: str, replica: int) -> str:
-    """`<GPU-UUID>-<replica>`, HAMi's virtual device ID."""
+    """`<GPU-UUID>-<replica>`, HAMi's virtual device ID (the only form this plugin advertises)."""
     return f"{gpu_uuid}-{replica}"
 
 
+def _decimal(text: str) -> int | None:
+    """A plain ASCII decimal without leading zeros ("0" itself is fine), else None."""
+    if not text.isascii() or not text.isdigit() or (len(text) > 1 and text[0] == "0"):
+        return None
+    return int(text)
+
+
 def split_virtual_device_id(device_id: str) -> tuple[str, int] | None:
-    """(GPU UUID, replica) of an ID shaped `<uuid>-<n>` (n plain decimal), else None. Syntax only."""
-    uuid, sep, replica = device_id.rpartition("-")
-    if not sep or not uuid or not replica.isascii() or not replica.isdigit():
+    """(GPU UUID, replica) of an ID shaped `<uuid>::<n>` (NVIDIA's plugin's replica ID, which kubelet's
+    checkpoint may still hold on a node moved from it) or `<uuid>-<n>` (HAMi's), else None. Syntax
+    only; n is plain ASCII decimal without leading zeros and the UUID is non-empty.
+
+    An ID with `::` is read only as NVIDIA's form, split at its first `::` as NVIDIA's plugin does
+    (`AnnotatedID.Split`): tried first because a UUID contains `-`, so `GPU-x::-1` is not `GPU-x::`'s
+    replica 1. Otherwise the replica follows the last `-`.
+    """
+    uuid, sep, replica = device_id.partition(_NVIDIA_REPLICA_SEPARATOR)
+    if not sep:
+        uuid, sep, replica = device_id.rpartition("-")
+    number = _decimal(replica)
+    if not sep or not uuid or number is None:
         return None
-    if len(replica) > 1 and replica[0] == "0":
-        return None
-    return uuid, int(replica)
+    return uuid, number
 
 
 def parse_virtual_device_id(
     device_id: str, known_gpus: Collection[str], split_count: int | None = None
 ) -> tuple[str, int]:
-    """(GPU UUID, replica) of one of this node's virtual device IDs; `InvalidDeviceID` otherwise.
-    With `split_count`, the replica must also be below it."""
+    """(GPU UUID, replica) of one of this node's virtual device IDs, in HAMi's `<GPU-UUID>-<n>` or
+    NVIDIA's `<GPU-UUID>::<n>` form (`split_virtual_device_id`); `InvalidDeviceID` otherwise. With
+    `split_count`, the replica must also be below it."""
     parts = split_virtual_device_id(device_id)
     if parts is None:
-        raise InvalidDeviceID(device_id, "is not of the form <GPU-UUID>-<n>")
+        raise InvalidDeviceID(device_id, "is not of the form <GPU-UUID>-<n> or <GPU-UUID>::<n>")
     uuid, replica = parts
     if uuid not in known_gpus:
         raise InvalidDeviceID(device_id, f"names GPU {uuid}, which this node does not have")
@@ -673,6 +693,7 @@ def container_cache_dir(config: NodeConfig, pod_uid: str, container_name: str) -
 
 
 def _gpu_of(device_id: str) -> str:
+    """The GPU of a `<GPU-UUID>-<n>` or `<GPU-UUID>::<n>` ID (an ID of neither form is its own GPU)."""
     parts = split_virtual_device_id(device_id)
     return device_id if parts is None else parts[0]
 

@@ -14,6 +14,11 @@ a user would, without a schedulerName.
   spread over the node's other GPUs, and a pod that asks for that GPU by UUID stays Pending with
   FailedScheduling. Once the GPU answers again it recovers, the waiting pod runs on it and new pods
   land on it again.
+- Node usage counts the slices on an unhealthy GPU: pods pinned to one GPU hold most of its memory when
+  an Xid makes it unhealthy. They keep running and hami-control keeps counting them (its /metrics)
+  while the GPU is out and after it recovers, so no new pod lands on it while it is unhealthy and,
+  after recovery, it is never given more memory than it has: a pod pinned to it that asks one MiB more
+  than is left stays Pending with FailedScheduling naming CardInsufficientMemory.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+import urllib3
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from hami_api.annotations import (
     BIND_PHASE,
@@ -38,8 +45,9 @@ from hami_api.annotations import (
 )
 from hami_api.types import GPUInfo
 from hami_node.gpu.backend import GpuEventKind
-from hami_node.gpu.inventory import FakeEvent, load_inventory, write_inventory
+from hami_node.gpu.inventory import FakeEvent, Inventory, load_inventory, write_inventory
 from hami_sim.cluster import Cluster, ClusterSpec
+from hami_sim.tls import client_ssl_context
 from tests.e2e.e2e_util import core_v1, wait_for
 
 SPLIT = 10
@@ -60,8 +68,8 @@ def core(cluster: Cluster) -> Iterator[Any]:
         yield api
 
 
-def gpu_pod(name: str, *, node: str | None = None, uuid: str | None = None) -> client.V1Pod:
-    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}
+def gpu_pod(name: str, *, node: str | None = None, uuid: str | None = None, mem: int = 1000) -> client.V1Pod:
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem)}
     return client.V1Pod(
         metadata=client.V1ObjectMeta(name=name, annotations={USE_GPU_UUID: uuid} if uuid else None),
         spec=client.V1PodSpec(
@@ -301,3 +309,175 @@ def test_an_xid_keeps_new_pods_off_the_gpu_until_it_recovers(cluster: Cluster, c
     pods = wait_running(core, after, 60)
     assert any(sick in {u for u, _m, _c in slices(p)} for p in pods.values())
     assert_within_limits(core, list(pods_named(core, [*spread, "pinned", *after]).values()))
+
+
+def with_gpu_fault(base: Inventory, uuid: str, xids: Sequence[str], failing: bool) -> Inventory:
+    """`base` with an Xid 79 on GPU `uuid` for each id in `xids`, the GPU failing its probe if `failing`."""
+    events = tuple(FakeEvent(i, GpuEventKind.XID, uuid, 79) for i in xids)
+    gpus = tuple(dataclasses.replace(g, healthy=not failing) if g.uuid == uuid else g for g in base.gpus)
+    return dataclasses.replace(base, gpus=gpus, events=events)
+
+
+def held_on(core: Any, uuid: str) -> tuple[int, int]:
+    """(slices, MiB) that the pods holding an allocation hold on GPU `uuid`, from their annotations."""
+    count = mem = 0
+    for pod in core.list_namespaced_pod("default").items:
+        if pod.status.phase in ("Succeeded", "Failed") or DEVICES_ALLOCATED not in (
+            pod.metadata.annotations or {}
+        ):
+            continue
+        for gpu, used, _cores in slices(pod):
+            if gpu == uuid:
+                count += 1
+                mem += used
+    return count, mem
+
+
+def counted_by_control(cluster: Cluster, uuid: str) -> tuple[int, int]:
+    """(slices, MiB) hami-control counts on GPU `uuid`: its hami_gpu_shared_count and
+    hami_gpu_memory_allocated_bytes."""
+    context = client_ssl_context(cluster.ca_file.read_bytes())
+    with urllib3.PoolManager(ssl_context=context) as pool:
+        response = pool.request("GET", cluster.control_url + "/metrics", timeout=10.0, retries=False)
+    assert response.status == 200, response.status
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(response.data.decode()):
+        for sample in family.samples:
+            if sample.labels.get("device_uuid") == uuid:
+                values[sample.name] = sample.value
+    return int(values["hami_gpu_shared_count"]), int(values["hami_gpu_memory_allocated_bytes"]) // 2**20
+
+
+def wait_counted(cluster: Cluster, core: Any, uuid: str, what: str) -> None:
+    """Wait until hami-control counts on GPU `uuid` exactly what the pods' annotations hold there."""
+
+    def agree() -> bool:
+        return counted_by_control(cluster, uuid) == held_on(core, uuid)
+
+    try:
+        wait_for(agree, 10, what)
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}: hami-control counts {counted_by_control(cluster, uuid)} (slices, MiB), "
+            f"the pods hold {held_on(core, uuid)}"
+        ) from None
+
+
+def failed_scheduling(core: Any, name: str) -> list[str]:
+    events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items
+    return [e.message for e in events if e.reason == "FailedScheduling"]
+
+
+@pytest.fixture
+def own_pods(cluster: Cluster, core: Any) -> Iterator[list[str]]:
+    """The names of the pods a test creates; afterwards they are deleted (and waited for) and NODE_1's
+    inventory file is written back as it was, so later tests in the module find the cluster as before."""
+    path = cluster.inventory_path(NODE_1)
+    before = load_inventory(path)
+    names: list[str] = []
+    yield names
+    for name in pods_named(core, names):
+        core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+    wait_for(lambda: not pods_named(core, names), 30, f"the test's {len(names)} pods to go")
+    write_inventory(path, before)
+    health = {g.uuid: g.healthy for g in before.gpus}
+    wait_for(
+        lambda: {g.id: g.health for g in registered_on(core, NODE_1)} == health,
+        30,
+        f"{NODE_1}'s GPUs to be as healthy as its restored inventory says",
+    )
+
+
+def test_pods_on_a_gpu_stay_counted_through_its_xid_so_it_is_never_overcommitted_after_recovery(
+    cluster: Cluster, core: Any, own_pods: list[str]
+) -> None:
+    path = cluster.inventory_path(NODE_1)
+    base = load_inventory(path)
+    full = allocatable_gpus(core, NODE_1)
+    assert full == 4 * SPLIT
+    # The GPU of NODE_1 holding the fewest slices (earlier tests of the module may have left pods).
+    gpu = min(base.gpus, key=lambda g: (held_on(core, g.uuid)[0], g.index)).uuid
+    devmem = registered(core)[gpu].devmem
+    assert gpu_health(core, NODE_1, gpu)
+    slots_held, mem_held = held_on(core, gpu)
+    # Room for the four pinned pods that land on it below and a free slot when the fifth asks, so that
+    # one is refused for its memory, not for the GPU's slots.
+    assert slots_held + 4 < SPLIT, slots_held
+    free = devmem - mem_held
+
+    def create_own(names: Sequence[str], **options: Any) -> None:
+        own_pods.extend(names)
+        create(core, names, **options)
+
+    # Before the Xid: three pods pinned to the GPU together take 90% of its free memory.
+    placed = [f"counted-before-{i}" for i in range(3)]
+    create_own(placed, uuid=gpu, mem=free * 3 // 10)
+    pods = wait_running(core, placed, 30)
+    assert all([u for u, _m, _c in slices(p)] == [gpu] for p in pods.values())
+    wait_counted(cluster, core, gpu, "hami-control to count the pods placed on the GPU")
+    left = devmem - held_on(core, gpu)[1]
+    assert 0 < left <= free // 10 + 3, left
+
+    # An Xid, and the GPU failing its probe: it stays unhealthy.
+    write_inventory(path, with_gpu_fault(base, gpu, ["counted-xid-79-a"], failing=True))
+    wait_for(lambda: not gpu_health(core, NODE_1, gpu), 10, "the Xid to mark the GPU unhealthy")
+    wait_for(lambda: allocatable_gpus(core, NODE_1) == full - SPLIT, 10, "kubelet's allocatable without it")
+    wait_counted(cluster, core, gpu, "hami-control to count the pods on the unhealthy GPU")
+    pods = pods_named(core, placed)
+    assert {n: p.status.phase for n, p in pods.items()} == dict.fromkeys(placed, "Running")
+
+    # While it is unhealthy, new pods on NODE_1 land on the other GPUs; one pinned to it waits.
+    while_sick = [f"counted-while-sick-{i}" for i in range(3)]
+    create_own(while_sick, node=NODE_1, mem=1000)
+    create_own(["counted-pinned-fits"], uuid=gpu, mem=left // 2)
+    pods = wait_running(core, while_sick, 30)
+    assert all(gpu not in {u for u, _m, _c in slices(p)} for p in pods.values())
+    refusals = wait_for(
+        lambda: failed_scheduling(core, "counted-pinned-fits"), 30, "the pinned pod's FailedScheduling"
+    )
+    assert all("CardNotHealth" in m for m in refusals), refusals
+    waiting = core.read_namespaced_pod("counted-pinned-fits", "default")
+    assert waiting.status.phase == "Pending" and not waiting.spec.node_name
+    assert not gpu_health(core, NODE_1, gpu)  # still unhealthy when the pinned pod was refused
+
+    # It answers again and recovers; the pods placed before the Xid are still running and counted.
+    write_inventory(path, with_gpu_fault(base, gpu, ["counted-xid-79-a"], failing=False))
+    wait_for(lambda: gpu_health(core, NODE_1, gpu), 30, "the GPU to recover")
+    wait_for(lambda: allocatable_gpus(core, NODE_1) == full, 10, "kubelet's allocatable back to full")
+    fits = wait_running(core, ["counted-pinned-fits"], 30)["counted-pinned-fits"]
+    assert [u for u, _m, _c in slices(fits)] == [gpu]
+    assert held_on(core, gpu)[1] <= devmem
+    pods = pods_named(core, placed)
+    assert {n: p.status.phase for n, p in pods.items()} == dict.fromkeys(placed, "Running")
+    wait_counted(cluster, core, gpu, "hami-control to count the pods on the recovered GPU")
+
+    # New pods that each ask one MiB more than the GPU has left: pinned to it, one waits; unpinned on
+    # NODE_1, they run on the other GPUs.
+    over = devmem - held_on(core, gpu)[1] + 1
+    create_own(["counted-pinned-too-big"], uuid=gpu, mem=over)
+    after = [f"counted-after-recovery-{i}" for i in range(3)]
+    create_own(after, node=NODE_1, mem=over)
+    pods = wait_running(core, after, 30)
+    assert all(gpu not in {u for u, _m, _c in slices(p)} for p in pods.values())
+
+    def insufficient_memory() -> list[str]:
+        return [m for m in failed_scheduling(core, "counted-pinned-too-big") if "CardInsufficientMemory" in m]
+
+    try:
+        wait_for(insufficient_memory, 30, "FailedScheduling naming CardInsufficientMemory")
+    except AssertionError as exc:
+        pod = core.read_namespaced_pod("counted-pinned-too-big", "default")
+        raise AssertionError(
+            f"{exc}: the pod asking {over} MiB is {pod.status.phase} on node {pod.spec.node_name!r}, "
+            f"the GPU's pods hold {held_on(core, gpu)[1]} of {devmem} MiB; FailedScheduling: "
+            f"{failed_scheduling(core, 'counted-pinned-too-big')}"
+        ) from None
+    too_big = core.read_namespaced_pod("counted-pinned-too-big", "default")
+    assert too_big.status.phase == "Pending" and not too_big.spec.node_name
+    assert held_on(core, gpu)[1] <= devmem
+    bound = [
+        p
+        for p in core.list_namespaced_pod("default").items
+        if p.spec.node_name and p.status.phase not in ("Succeeded", "Failed")
+    ]
+    assert_within_limits(core, bound)

@@ -139,14 +139,13 @@ def test_parse_virtual_device_ids() -> None:
     assert parse_virtual_device_id(f"{A}-0", known) == (A, 0)
     assert parse_virtual_device_id(f"{B}-12", known, split_count=13) == (B, 12)
     for bad, reason in [
-        (A, "is not of the form <GPU-UUID>-<n>"),
+        (A, "is not of the form <GPU-UUID>-<n> or <GPU-UUID>::<n>"),
         ("GPU-1-2-3", "names GPU GPU-1-2, which this node does not have"),
         (f"{C}-1", f"names GPU {C}, which this node does not have"),
-        (f"{A}-x", "is not of the form <GPU-UUID>-<n>"),
-        (f"{A}-01", "is not of the form <GPU-UUID>-<n>"),
+        (f"{A}-x", "is not of the form <GPU-UUID>-<n> or <GPU-UUID>::<n>"),
+        (f"{A}-01", "is not of the form <GPU-UUID>-<n> or <GPU-UUID>::<n>"),
         (f"{A}--1", f"names GPU {A}-, which this node does not have"),
-        ("7", "is not of the form <GPU-UUID>-<n>"),
-        (f"{A}::1", "is not of the form <GPU-UUID>-<n>"),
+        ("7", "is not of the form <GPU-UUID>-<n> or <GPU-UUID>::<n>"),
         (f"{A}-10", "has replica 10, but each GPU has 10"),
     ]:
         with pytest.raises(InvalidDeviceID) as info:
@@ -155,11 +154,41 @@ def test_parse_virtual_device_ids() -> None:
         assert str(info.value) == f"device ID {bad!r} {reason}"
 
 
-@given(st.sampled_from([A, B, C, "GPU-1", "MIG-x-y"]), st.integers(min_value=0, max_value=10**4))
-def test_virtual_ids_round_trip(uuid: str, replica: int) -> None:
-    device_id = virtual_device_id(uuid, replica)
+def test_split_and_parse_read_nvidia_replica_ids_as_gpu_uuid_and_replica() -> None:
+    # NVIDIA's k8s-device-plugin names a time-slicing replica `<GPU-UUID>::<n>` (rm.NewAnnotatedID)
+    known = {A, B}
+    assert split_virtual_device_id(f"{A}::3") == (A, 3)
+    assert split_virtual_device_id("MIG-x-y::0") == ("MIG-x-y", 0)
+    assert parse_virtual_device_id(f"{A}::0", known) == (A, 0)
+    assert parse_virtual_device_id(f"{B}::12", known, split_count=13) == (B, 12)
+    for bad, reason in [
+        ("::1", "is not of the form <GPU-UUID>-<n> or <GPU-UUID>::<n>"),
+        (f"{A}::", "is not of the form <GPU-UUID>-<n> or <GPU-UUID>::<n>"),
+        (f"{A}::x", "is not of the form <GPU-UUID>-<n> or <GPU-UUID>::<n>"),
+        (f"{A}::01", "is not of the form <GPU-UUID>-<n> or <GPU-UUID>::<n>"),
+        (f"{A}::-1", "is not of the form <GPU-UUID>-<n> or <GPU-UUID>::<n>"),
+        (f"{A}::+1", "is not of the form <GPU-UUID>-<n> or <GPU-UUID>::<n>"),
+        (f"{A}::\u0663", "is not of the form <GPU-UUID>-<n> or <GPU-UUID>::<n>"),  # Arabic-Indic 3
+        (f"{A}::1::2", "is not of the form <GPU-UUID>-<n> or <GPU-UUID>::<n>"),
+        (f"{C}::1", f"names GPU {C}, which this node does not have"),
+        (f"{A}::10", "has replica 10, but each GPU has 10"),
+    ]:
+        with pytest.raises(InvalidDeviceID) as info:
+            parse_virtual_device_id(bad, known, split_count=10)
+        assert info.value.reason == reason, bad
+        assert str(info.value) == f"device ID {bad!r} {reason}"
+
+
+@given(
+    st.sampled_from([A, B, C, "GPU-1", "MIG-x-y"]),
+    st.integers(min_value=0, max_value=10**4),
+    st.sampled_from(["-", "::"]),
+)
+def test_hami_and_nvidia_virtual_ids_round_trip(uuid: str, replica: int, separator: str) -> None:
+    device_id = f"{uuid}{separator}{replica}"
     assert split_virtual_device_id(device_id) == (uuid, replica)
     assert parse_virtual_device_id(device_id, {uuid}) == (uuid, replica)
+    assert virtual_device_id(uuid, replica) == f"{uuid}-{replica}"  # ours keep HAMi's form
 
 
 # --- HAMi's envs and mounts -------------------------------------------------------------------------------
@@ -406,6 +435,21 @@ def test_grant_keeps_the_scheduler_slices_on_kubelets_gpus_in_kubelets_order() -
     assert granted == ContainerAllocation((GPUSlice(B, 2000, 20), GPUSlice(A, 1000, 10)))
 
 
+def test_allocate_with_nvidia_replica_ids_on_the_scheduled_gpus_gives_those_gpus() -> None:
+    # a node moved from NVIDIA's plugin: kubelet's checkpoint may still hold `<GPU-UUID>::<n>` IDs
+    pod = make_pod(["c"])
+    annotation = f"{A},NVIDIA,1000,10:{B},NVIDIA,2000,20:;"
+    pending_pod = PendingPod("team", "train", UID, decode_pod_allocation(annotation))
+    granted = grant_container(pod, pending_pod, 0, [f"{B}::3", f"{A}::0"], gpus=GPUS)
+    assert granted == ContainerAllocation((GPUSlice(B, 2000, 20), GPUSlice(A, 1000, 10)))
+    response = respond(pod, annotation, 0, [f"{B}::3", f"{A}::0"])
+    assert response.envs["NVIDIA_VISIBLE_DEVICES"] == f"{A},{B}"
+    assert (response.envs["CUDA_DEVICE_MEMORY_LIMIT_0"], response.envs["CUDA_DEVICE_MEMORY_LIMIT_1"]) == (
+        "1000m",
+        "2000m",
+    )
+
+
 INIT_ON_A_B = f"{A},NVIDIA,4000,10:{B},NVIDIA,4000,10:;{A},NVIDIA,3000,10:;"
 """An init container on A and B, then an app container planned on A (kubelet may reuse A or B)."""
 
@@ -487,7 +531,7 @@ def test_unknown_device_id() -> None:
         "pod team/train, container 'main': kubelet device ID 'GPU-ffff-0' names GPU GPU-ffff, "
         "which this node does not have"
     )
-    with pytest.raises(UnknownDeviceError, match="is not of the form <GPU-UUID>-<n>"):
+    with pytest.raises(UnknownDeviceError, match="is not of the form <GPU-UUID>-<n> or <GPU-UUID>::<n>"):
         respond(make_pod(["main"]), f"{A},NVIDIA,1,1:;", 0, [A])
 
 
@@ -631,6 +675,26 @@ def test_preferred_falls_back_to_spread_when_the_desired_gpu_is_full() -> None:
     assert preferred_allocation(available, [], 2, desired_gpus=[C, A]) == (f"{A}-0", f"{B}-0")
 
 
+def nvidia_ids(gpu: str, *replicas: int) -> list[str]:
+    return [f"{gpu}::{r}" for r in replicas]
+
+
+def test_preferred_steers_nvidia_replica_ids_to_the_scheduled_gpus() -> None:
+    available = nvidia_ids(A, 0, 1, 2) + nvidia_ids(B, 0, 1) + nvidia_ids(C, 5)
+    assert preferred_allocation(available, [], 1, desired_gpus=[B]) == (f"{B}::0",)
+    assert preferred_allocation(available, [], 2, desired_gpus=[C, B]) == (f"{C}::5", f"{B}::0")
+
+
+def test_preferred_spreads_nvidia_replica_ids_counting_the_replicas_of_one_gpu_together() -> None:
+    available = nvidia_ids(A, 0, 1, 2, 3) + nvidia_ids(B, 0, 1) + nvidia_ids(C, 0, 1, 2)
+    # distinct GPUs first, the one with the most free replicas first
+    assert preferred_allocation(available, [], 2) == (f"{A}::0", f"{C}::0")
+    assert preferred_allocation(available, [f"{A}::2"], 3) == (f"{A}::2", f"{C}::0", f"{B}::0")
+    listed = nvidia_ids(A, *range(10)) + nvidia_ids(B, *range(2)) + nvidia_ids(C, *range(3))
+    # against the advertised list: B and C have nothing in use, A has 6
+    assert preferred_allocation(available, [], 2, listed=listed) == (f"{B}::0", f"{C}::0")
+
+
 def test_preferred_rejects_impossible_requests() -> None:
     with pytest.raises(PreferredAllocationError):
         preferred_allocation(ids(A, 0), [], 2)
@@ -640,10 +704,16 @@ def test_preferred_rejects_impossible_requests() -> None:
         preferred_allocation(ids(A, 0, 1), ids(A, 0, 1), 1)
 
 
+def gpu_of_id(device_id: str) -> str:
+    """The GPU of a generated `<gpu>::<n>` or `<gpu>-<n>` ID (the test's own reading)."""
+    return device_id.split("::", 1)[0] if "::" in device_id else device_id.rsplit("-", 1)[0]
+
+
 @st.composite
 def preferred_requests(draw: st.DrawFn) -> tuple[list[str], list[str], int, list[str], list[str]]:
     gpus = draw(st.lists(st.sampled_from([A, B, C, "GPU-d", "odd"]), min_size=1, max_size=5, unique=True))
-    listed = [virtual_device_id(g, r) for g in gpus for r in range(draw(st.integers(1, 6)))]
+    separator = draw(st.sampled_from(["-", "::"]))  # HAMi's IDs or NVIDIA's replica IDs
+    listed = [f"{g}{separator}{r}" for g in gpus for r in range(draw(st.integers(1, 6)))]
     available = draw(st.lists(st.sampled_from(listed), min_size=1, unique=True))
     available = available + draw(st.lists(st.sampled_from(available), max_size=3))  # duplicates too
     unique = list(dict.fromkeys(available))
@@ -673,13 +743,13 @@ def test_preferred_honours_the_scheduled_gpus_when_they_have_room(
     available, _, _, desired, _ = request
     by_gpu: dict[str, int] = {}
     for device_id in dict.fromkeys(available):
-        gpu = device_id.rsplit("-", 1)[0]
+        gpu = gpu_of_id(device_id)
         by_gpu[gpu] = by_gpu.get(gpu, 0) + 1
     wanted = [g for g in dict.fromkeys(desired) if g in by_gpu][:3]
     if not wanted:
         return
     chosen = preferred_allocation(available, [], len(wanted), desired_gpus=wanted)
-    assert sorted(c.rsplit("-", 1)[0] for c in chosen) == sorted(wanted)
+    assert sorted(gpu_of_id(c) for c in chosen) == sorted(wanted)
 
 
 def test_plain_pod_allocation_helpers_agree() -> None:
