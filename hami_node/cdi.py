@@ -374,6 +374,22 @@ class CdiSpecWriter:
             self._cond.notify_all()
 
 
+def cdi_spec_writer(
+    state: DeviceState, spec_dir: Path, device_exists: Callable[[str], bool], *, enabled: bool
+) -> CdiSpecWriter | None:
+    """The spec writer when a cdi-* device-list strategy is `enabled`. Without one, a spec a CDI run of
+    this daemon left is removed (it would define the GPUs for nothing; a failure to remove it is logged,
+    never fatal) and None is returned."""
+    if enabled:
+        return CdiSpecWriter(state, spec_dir, device_exists)
+    try:
+        for path in remove_stale(spec_dir, spec_too=True):
+            log.info("removed the CDI spec %s: no cdi-* device-list strategy is configured", path)
+    except OSError as exc:
+        log.warning("cannot remove a stale CDI spec from %s: %s", spec_dir, exc)
+    return None
+
+
 __all__ = [
     "CDI_CLASS",
     "CDI_KIND",
@@ -388,6 +404,7 @@ __all__ = [
     "CdiSpecWriter",
     "SpecGpu",
     "build_spec",
+    "cdi_spec_writer",
     "common_device_nodes",
     "device_node",
     "encode_spec",

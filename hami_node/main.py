@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from hami_node.cdi import CdiError, CdiSpecWriter, remove_stale
+from hami_node.cdi import CdiError, cdi_spec_writer
 from hami_node.config import (
     ConfigError,
     GPUBackend,
@@ -117,7 +117,10 @@ def start_daemon(config: NodeConfig) -> NodeDaemon:
         ("inventory publisher", publisher.start, publisher.stop),
         ("kubelet plugin", plugin.start, plugin.stop),
     ]
-    cdi = _cdi_spec_writer(config, state)
+    # The fake backend's device nodes do not exist here: name the control nodes a real node has.
+    exists = (lambda _path: True) if config.gpu_backend is GPUBackend.FAKE else os.path.exists
+    enabled = any(s.is_cdi for s in config.device_list_strategy)
+    cdi = cdi_spec_writer(state, config.cdi_spec_dir, exists, enabled=enabled)
     if cdi is not None:  # the spec is written before the plugin hands out a CDI name
         steps.insert(-1, ("CDI spec writer", cdi.start, cdi.stop))
     if (endpoint := daemon.health_endpoint) is not None:
@@ -134,21 +137,6 @@ def start_daemon(config: NodeConfig) -> NodeDaemon:
         daemon.stop()
         raise
     return daemon
-
-
-def _cdi_spec_writer(config: NodeConfig, state: DeviceState) -> CdiSpecWriter | None:
-    """The CDI spec writer with a cdi-* device-list strategy. Without one, a spec a CDI run of this
-    daemon left is removed (it would define the GPUs for nothing) and None is returned."""
-    if any(s.is_cdi for s in config.device_list_strategy):
-        # The fake backend's device nodes do not exist here: name the control nodes a real node has.
-        exists = (lambda _path: True) if config.gpu_backend is GPUBackend.FAKE else os.path.exists
-        return CdiSpecWriter(state, config.cdi_spec_dir, exists)
-    try:
-        for path in remove_stale(config.cdi_spec_dir, spec_too=True):
-            log.info("removed the CDI spec %s: no cdi-* device-list strategy is configured", path)
-    except OSError as exc:
-        log.warning("cannot remove a stale CDI spec from %s: %s", config.cdi_spec_dir, exc)
-    return None
 
 
 def _health_endpoint(config: NodeConfig, plugin: PluginManager, reporter: NodeReporter) -> HealthServer:
