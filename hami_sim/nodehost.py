@@ -30,7 +30,7 @@ memory: 32Gi
 pods: "110"
 nodes:
   - name: gpu-node-1
-    kubeletDir: /tmp/hami-sim-0a1b2c3d4e/1      # keep <dir>/kubelet.sock under 100 bytes
+    kubeletDir: /tmp/hami-sim-0a1b2c3d4e/1      # keep <dir>/pod-resources/kubelet.sock under 100 bytes
     nodeArgs: [--gpu-backend, fake, --fake-inventory, /path/gpus.yaml, --device-split-count, "10"]
 ```
 
@@ -76,6 +76,10 @@ READY_MARKER = "hami-sim nodes ready"
 """What the host logs once every hosted part has started (the local cluster waits for it)."""
 
 _MAX_SOCKET_PATH = 100
+KUBELET_LONGEST_SOCKET = Path("pod-resources", "kubelet.sock")
+"""The longest socket path of a kubelet stand-in, relative to its directory (the PodResources socket,
+`KubeletConfig.pod_resources_socket`; spelled out here so that a host of node daemons does not import
+the kubelet stand-in)."""
 _START_CONCURRENCY = 2
 """Node daemons started at once. Starting is CPU-bound under one GIL shared with every daemon already
 running: 300 daemons were all registered after 28 s with 2, 41 s with 4, 69 s with 8 and 171 s with 16
@@ -134,7 +138,7 @@ class HostSpec:
             if node.name in seen:
                 raise SpecError(f"{where}.name: node {node.name!r} is listed twice")
             seen.add(node.name)
-            sock = node.kubelet_dir / "kubelet.sock"
+            sock = node.kubelet_dir / KUBELET_LONGEST_SOCKET
             if not node.kubelet_dir.is_absolute():
                 raise SpecError(
                     f"{where}.kubeletDir: expected an absolute path, got {str(node.kubelet_dir)!r}"

@@ -36,7 +36,15 @@ from hami_api.annotations import NODE_REGISTER
 from hami_node.gpu.inventory import write_inventory
 from hami_sim.cluster.process import Proc, stop_all
 from hami_sim.cluster.spec import ClusterSpec, SpecError, node_inventory
-from hami_sim.nodehost import READY_MARKER, HostedNode, HostSpec, daemon_argv, host_command, write_host_spec
+from hami_sim.nodehost import (
+    KUBELET_LONGEST_SOCKET,
+    READY_MARKER,
+    HostedNode,
+    HostSpec,
+    daemon_argv,
+    host_command,
+    write_host_spec,
+)
 from hami_sim.tls import client_ssl_context, generate_ca, generate_serving_cert
 
 log = logging.getLogger("hami_sim.cluster")
@@ -294,7 +302,8 @@ class Cluster:
             old._remove_files()
 
     def _prepare(self) -> None:
-        if len(str(self.run_dir)) + 12 > 100:
+        longest = self.kubelet_dir(self.node_names[-1]) / KUBELET_LONGEST_SOCKET
+        if len(str(self.run_dir)) + 12 > 100 or len(str(longest)) > 100:
             raise ClusterError(f"the socket directory {self.run_dir} is too long for Unix sockets")
         shutil.rmtree(self.run_dir, ignore_errors=True)
         self.run_dir.mkdir(mode=0o700, parents=True)

@@ -20,7 +20,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "kubelet",
         help="run a kubelet stand-in (device plugins, pod admission, node status)",
         description="Run the kubelet stand-in for one node: Registration on DIR/kubelet.sock, "
-        "ListAndWatch, Allocate at pod admission, the device checkpoint, node capacity. "
+        "ListAndWatch, Allocate at pod admission, the device checkpoint, node capacity, and the "
+        "PodResources API on DIR/pod-resources/kubelet.sock. "
         "SIGHUP restarts it as kubelet restarts; SIGTERM stops it.",
     )
     parser.add_argument("--node-name", required=True, help="the Node this stand-in plays")
@@ -66,7 +67,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from hami_sim.kubelet.config import KubeletConfig
+    from hami_sim.kubelet.config import (
+        MAX_SOCKET_PATH,
+        POD_RESOURCES_DIR,
+        POD_RESOURCES_SOCKET,
+        KubeletConfig,
+    )
 
     for flag in ("cpu", "memory", "pods"):
         try:
@@ -80,9 +86,14 @@ def run(args: argparse.Namespace) -> int:
     if args.create_node and args.kubeconfig is None:
         log.error("--create-node needs --kubeconfig")
         return 2
-    socket = args.dir.resolve() / "kubelet.sock"
-    if len(str(socket)) > 100:
-        log.error("--dir: %s is too long for Unix sockets (keep %s under 100 characters)", args.dir, socket)
+    socket = args.dir.resolve() / POD_RESOURCES_DIR / POD_RESOURCES_SOCKET  # the longest socket path
+    if len(str(socket)) > MAX_SOCKET_PATH:
+        log.error(
+            "--dir: %s is too long for Unix sockets (keep %s under %d characters)",
+            args.dir,
+            socket,
+            MAX_SOCKET_PATH,
+        )
         return 2
     try:
         config = KubeletConfig(
@@ -118,7 +129,12 @@ async def _serve(config: Any) -> None:
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, restarts.put_nowait, None)
     await kubelet.start()
-    log.info("hami-sim kubelet ready: node %s, Registration on %s", config.node_name, config.kubelet_socket)
+    log.info(
+        "hami-sim kubelet ready: node %s, Registration on %s, PodResources on %s",
+        config.node_name,
+        config.kubelet_socket,
+        config.pod_resources_socket,
+    )
     try:
         while not stop.is_set():
             stopping = asyncio.ensure_future(stop.wait())

@@ -13,6 +13,15 @@ ENDPOINT_STOP_GRACE_SECONDS = 300.0
 DIAL_TIMEOUT_SECONDS = 10.0
 """Kubelet dials a registering plugin with WithBlock and this timeout."""
 
+POD_RESOURCES_DIR = "pod-resources"
+"""Kubelet's DefaultKubeletPodResourcesDirName: `<root-dir>/pod-resources` holds the PodResources socket."""
+
+POD_RESOURCES_SOCKET = "kubelet.sock"
+"""The PodResources socket: kubelet's podresources.Socket ("kubelet") as a local endpoint."""
+
+MAX_SOCKET_PATH = 100
+"""Longest socket path the stand-in accepts (Unix socket paths are limited to about 107 bytes)."""
+
 
 @dataclass(frozen=True)
 class KubeletConfig:
@@ -56,3 +65,10 @@ class KubeletConfig:
     @property
     def checkpoint_path(self) -> Path:
         return self.directory / constants.CHECKPOINT_FILE
+
+    @property
+    def pod_resources_socket(self) -> Path:
+        """Where the PodResources API is served. Kubelet serves it on `<root-dir>/pod-resources/kubelet.sock`,
+        next to `<root-dir>/device-plugins/`; the stand-in keeps it inside `directory` (which plays
+        device-plugins/) so that nodes sharing a parent directory do not share the socket."""
+        return self.directory / POD_RESOURCES_DIR / POD_RESOURCES_SOCKET

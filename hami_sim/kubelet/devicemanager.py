@@ -178,8 +178,9 @@ class DeviceManager:
         self._checkpoint_encoder = CheckpointEncoder()
         self._reuse: dict[str, dict[str, set[str]]] = {}
         self._reserved: dict[str, set[str]] = {}
-        seed = config.seed if config.seed is not None else zlib.crc32(config.node_name.encode())
-        self._rng = random.Random(seed)
+        self.seed = config.seed if config.seed is not None else zlib.crc32(config.node_name.encode())
+        """The seed of the Go map order the device manager walks device sets in."""
+        self._rng = random.Random(self.seed)
         self._registrations: dict[str, int] = {}
         self._updates: dict[str, int] = {}
         self._changed: asyncio.Condition | None = None
@@ -482,6 +483,30 @@ class DeviceManager:
         return {
             name: tuple(sorted(held.ids))
             for name, held in self._pod_devices.container_resources(pod_uid, container).items()
+        }
+
+    def container_devices_by_numa(
+        self, pod_uid: str, container: str
+    ) -> dict[str, dict[int, tuple[str, ...]]]:
+        """Kubelet's GetDevices(podUID, containerName) as the PodResources API reads it: per resource, the
+        container's devices by NUMA node (`NO_TOPOLOGY` for none) as recorded at Allocate, i.e. the
+        checkpoint's DeviceIDs. A resource recorded with no device is left out, as kubelet's
+        getContainerDevices leaves it out (kubernetes pkg/kubelet/cm/devicemanager/pod_devices.go)."""
+        return {
+            name: dict(held.device_ids)
+            for name, held in self._pod_devices.container_resources(pod_uid, container).items()
+            if held.device_ids
+        }
+
+    def allocatable_devices(self) -> dict[str, list[api_pb2.Device]]:
+        """Kubelet's GetAllocatableDevices: every device a plugin listed that is healthy now, as the
+        plugin sent it (topology included), per resource; `allDevices.Filter(healthyDevices)`
+        (kubernetes pkg/kubelet/cm/devicemanager/manager.go). A resource whose plugin is gone has no
+        healthy device left, so it lists none."""
+        return {
+            name: [device for device_id, device in self._all_devices[name].items() if device_id in healthy]
+            for name, healthy in self._healthy.items()
+            if name in self._all_devices
         }
 
     def pod_response(

@@ -118,6 +118,25 @@ class PodAdmitter:
         """Wait until the first list of this node's pods has been read."""
         await asyncio.wait_for(self._synced.wait(), seconds)
 
+    @property
+    def synced(self) -> bool:
+        """Whether the first list of this node's pods has been read (kubelet's sourcesReady)."""
+        return self._synced.is_set()
+
+    def active_pods(self) -> list[JSON]:
+        """Kubelet's GetActivePods: the pods handed to admission that are not rejected and not terminal
+        (kubelet's filterOutInactivePods), a pod still being admitted included. Deleted pods are gone
+        at once here (the API server stand-in has no graceful deletion)."""
+        return [self._pods[uid] for uid in self._active if uid in self._pods]
+
+    def pod_by_name(self, namespace: str, name: str) -> JSON | None:
+        """Kubelet's podManager.GetPodByName: any pod of this node handed to admission, rejected and
+        terminal ones included (until deleted); None for an unknown one or one still queued."""
+        for uid, pod in self._pods.items():
+            if uid not in self._pending and _key(pod) == (namespace, name):
+                return pod
+        return None
+
     def result(self, namespace: str, name: str) -> AdmissionResult | None:
         return self._results.get((namespace, name))
 

@@ -1,5 +1,6 @@
-"""One kubelet stand-in: the device manager, the Node status writer and the pod admitter of one node,
-all on the caller's asyncio loop. Many can share a loop (and, optionally, one API client)."""
+"""One kubelet stand-in: the device manager, the Node status writer, the pod admitter and the
+PodResources API of one node, all on the caller's asyncio loop. Many can share a loop (and, optionally,
+one API client)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hami_sim.kubelet.config import KubeletConfig
 from hami_sim.kubelet.devicemanager import DeviceManager
 from hami_sim.kubelet.kube import KubeApi, client_from_kubeconfig
 from hami_sim.kubelet.node import NodeStatusReporter
+from hami_sim.kubelet.podresources.server import PodResourcesServer
 from hami_sim.kubelet.pods import PodAdmitter
 
 log = logging.getLogger(__name__)
@@ -29,6 +31,7 @@ class Kubelet:
         self._owns_client = False
         self.node_status: NodeStatusReporter | None = None
         self.pods: PodAdmitter | None = None
+        self.pod_resources: PodResourcesServer | None = None
 
     async def start(self) -> None:
         await self.device_manager.start()
@@ -42,17 +45,31 @@ class Kubelet:
                 await self.node_status.start()
                 self.pods = PodAdmitter(self.config, self.device_manager, api)
                 await self.pods.start()
+            self.pod_resources = PodResourcesServer(
+                self.config.pod_resources_socket,
+                self.device_manager,
+                self.pods,
+                seed=f"podresources/{self.device_manager.seed}",
+            )
+            await self.pod_resources.start()
         except BaseException:
             await self.stop()
             raise
         log.info("node %s: kubelet stand-in started", self.config.node_name)
 
     async def restart(self) -> None:
-        """A kubelet restart as device plugins see it (see DeviceManager.restart); pods keep running."""
+        """A kubelet restart as device plugins see it (see DeviceManager.restart) and as PodResources
+        clients see it (the socket goes away and comes back); pods keep running."""
         log.info("node %s: restarting the kubelet stand-in", self.config.node_name)
+        if self.pod_resources is not None:
+            await self.pod_resources.stop()
         await self.device_manager.restart()
+        if self.pod_resources is not None:
+            await self.pod_resources.start()
 
     async def stop(self) -> None:
+        if self.pod_resources is not None:
+            await self.pod_resources.stop()
         if self.pods is not None:
             await self.pods.stop()
         if self.node_status is not None:

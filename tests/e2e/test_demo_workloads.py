@@ -1,8 +1,8 @@
 """End to end on `hami-sim` (every component a real process, real protocols): the demo's workloads,
 created through the official client as a user would, land exactly as expected (node, GPUs, annotations,
-the env in the kubelet stand-in's checkpoint, Running), the quota and privileged pods are refused with
-their messages, every GPU stays within its limits, and deleting pods frees capacity so a pending pod
-runs within seconds."""
+the env in the kubelet stand-in's checkpoint, what its PodResources API lists, Running), the quota and
+privileged pods are refused with their messages, every GPU stays within its limits, and deleting pods
+frees capacity so a pending pod runs within seconds."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from kubernetes import client
 
@@ -25,6 +26,9 @@ from hami_node.plugin.api.constants import CHECKPOINT_FILE
 from hami_sim.cluster import Cluster, ClusterSpec, GpuSpec, NodeSpec
 from hami_sim.demo import EXAMPLES, _create, _documents, container_env
 from hami_sim.kubelet.checkpoint import read_checkpoint
+from hami_sim.kubelet.config import KubeletConfig
+from hami_sim.kubelet.podresources import api_pb2 as podresources_pb2
+from hami_sim.kubelet.podresources import api_pb2_grpc as podresources_grpc
 from tests.e2e.e2e_util import core_v1, wait_for
 
 
@@ -49,6 +53,21 @@ def allocation_of(pod: Any) -> list[list[tuple[str, int, int]]]:
     return [
         [(s.uuid, s.usedmem, s.usedcores) for s in c.devices] for c in decode_pod_allocation(text).containers
     ]
+
+
+def pod_resources(cluster: Cluster, node: str) -> dict[tuple[str, str], dict[str, list[str]]]:
+    """What the node's kubelet stand-in lists on its PodResources socket, as a node agent (dcgm-exporter)
+    reads it: per pod, per listed container, its device IDs."""
+    socket = KubeletConfig(node, cluster.kubelet_dir(node)).pod_resources_socket
+    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        stub = podresources_grpc.PodResourcesListerStub(channel)
+        response = stub.List(podresources_pb2.ListPodResourcesRequest(), timeout=30, wait_for_ready=True)
+    return {
+        (p.namespace, p.name): {
+            c.name: sorted({i for d in c.devices for i in d.device_ids}) for c in p.containers
+        }
+        for p in response.pod_resources
+    }
 
 
 def test_demo_workloads_land_as_expected(cluster: Cluster, core: Any) -> None:
@@ -106,22 +125,44 @@ def test_demo_workloads_land_as_expected(cluster: Cluster, core: Any) -> None:
     # the app container gets a new one.
     assert agent[1][0][0] == agent[0][0][0]
 
-    # For every container: the GPU kubelet recorded (checkpoint) = the GPU it sees (env from Allocate) =
-    # the GPU the scheduler accounted (the pod's allocation annotation).
+    # Kubelet's PodResources List on each node: exactly the demo pods, each on its node, with its sidecars
+    # and app containers (plain init containers are not listed, as in kubelet).
+    listed: dict[tuple[str, str], tuple[str, dict[str, list[str]]]] = {}
+    for node in cluster.node_names:
+        for key, containers in pod_resources(cluster, node).items():
+            assert key not in listed, f"{key} listed on {listed[key][0]} and {node}"
+            listed[key] = (node, containers)
+    assert set(listed) == expected
+
+    # For every container: what PodResources lists (device IDs -> GPU UUIDs) = the GPU kubelet recorded
+    # (checkpoint) = the GPU it sees (env from Allocate) = the GPU the scheduler accounted (the pod's
+    # allocation annotation).
     for (namespace, name), pod in pods.items():
         if (namespace, name) not in expected:
             continue
         checkpoint = read_checkpoint(cluster.kubelet_dir(pod.spec.node_name) / CHECKPOINT_FILE)
-        names = [c.name for c in (pod.spec.init_containers or [])] + [c.name for c in pod.spec.containers]
+        inits = pod.spec.init_containers or []
+        sidecars = [c.name for c in inits if c.restart_policy == "Always"]
+        node, reported = listed[(namespace, name)]
+        assert node == pod.spec.node_name, name
+        assert list(reported) == sidecars + [c.name for c in pod.spec.containers], name
+        names = [c.name for c in inits] + [c.name for c in pod.spec.containers]
         for container, entry in zip(names, allocation_of(pod), strict=True):
             held = checkpoint.for_container(pod.metadata.uid, container)
+            listed_gpus = (
+                sorted(i.rsplit("-", 1)[0] for i in reported[container]) if container in reported else None
+            )
             if not entry:
-                assert held == [], (name, container)
+                assert held == [] and listed_gpus in (None, []), (name, container)
                 continue
             (record,) = held
             recorded = sorted(i.rsplit("-", 1)[0] for i in record.all_device_ids)
             seen = sorted(record.response.envs["NVIDIA_VISIBLE_DEVICES"].split(","))
             assert recorded == seen == sorted(g for g, _, _ in entry), (name, container)
+            if container in reported:
+                assert listed_gpus == recorded, (name, container)
+            else:
+                assert container in {c.name for c in inits} and container not in sidecars, (name, container)
 
     env = container_env(cluster, core, "ai-team", "inference-a", "server")
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "8000m" and env["CUDA_DEVICE_SM_LIMIT"] == "25"

@@ -1,5 +1,6 @@
 """`hami-sim kubelet` as a process: ready line, Node created, a plugin registers, SIGHUP restarts
-(sockets deleted, kubelet.sock back), SIGTERM stops and removes kubelet.sock."""
+(sockets deleted, kubelet.sock back), SIGTERM stops and removes kubelet.sock and the PodResources
+socket."""
 
 from __future__ import annotations
 
@@ -78,6 +79,7 @@ def test_cli_runs_restarts_on_sighup_and_stops_on_sigterm(
     try:
         ready = _wait_line(lines, "hami-sim kubelet ready")
         assert f"Registration on {directory}/kubelet.sock" in ready
+        assert f"PodResources on {directory}/pod-resources/kubelet.sock" in ready
         assert core_v1.read_node("cli-node").status.capacity["cpu"] == "8"
         plugin.serve()
         plugin.register("example.com/dev")
@@ -92,6 +94,7 @@ def test_cli_runs_restarts_on_sighup_and_stops_on_sigterm(
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
         assert not (directory / "kubelet.sock").exists()
+        assert not (directory / "pod-resources" / "kubelet.sock").exists()
         assert (directory / "kubelet_internal_checkpoint").is_file()
     finally:
         plugin.stop()
