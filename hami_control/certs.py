@@ -9,7 +9,7 @@ new serving certificate from the kept CA (a new CA only when the CA itself is mi
 its own end), so rotating the serving certificate never invalidates the caBundle already published.
 `hami-control serve` reloads the mounted files when the Secret changes (server.CertificateReloader).
 
-The plan (`plan_secret`) is pure; `bootstrap` does the reads and writes through kube.KubeApi.
+The plan (`plan_secret`) is pure; `bootstrap` does the reads and writes through hami_kube's KubeApi.
 """
 
 from __future__ import annotations
@@ -287,8 +287,8 @@ def _decoded(secret: Mapping[str, object] | None) -> dict[str, bytes] | None:
 
 async def bootstrap(api: Any, options: CertOptions, now: datetime.datetime | None = None) -> list[str]:
     """Make the Secret and the webhook configurations right; returns what it did, one line per change.
-    `api` is a kube.KubeApi. Raises kube.KubeApiError."""
-    from hami_control.kube import KubeApiError
+    `api` is a hami_kube KubeApi. Raises KubeApiError."""
+    from hami_kube.errors import KubeApiError
 
     now = now or datetime.datetime.now(datetime.UTC)
     done: list[str] = []
@@ -314,11 +314,11 @@ async def bootstrap(api: Any, options: CertOptions, now: datetime.datetime | Non
             "data": encoded,
         }
         if secret is None:
-            await api.send("POST", f"/api/v1/namespaces/{options.namespace}/secrets", body)
+            await api.request("POST", f"/api/v1/namespaces/{options.namespace}/secrets", body)
             done.append(f"created Secret {options.namespace}/{options.secret} ({plan.reason})")
         else:
             body["metadata"]["resourceVersion"] = (secret.get("metadata") or {}).get("resourceVersion")
-            await api.send("PUT", path, body)
+            await api.request("PUT", path, body)
             done.append(f"renewed Secret {options.namespace}/{options.secret} ({plan.reason})")
     bundle = base64.b64encode(plan.ca).decode("ascii")
     for name in options.webhook_configs:
@@ -330,6 +330,6 @@ async def bootstrap(api: Any, options: CertOptions, now: datetime.datetime | Non
             if (webhook.get("clientConfig") or {}).get("caBundle") != bundle
         ]
         if patch:
-            await api.send("PATCH", config_path, patch, content_type="application/json-patch+json")
+            await api.request("PATCH", config_path, patch, content_type="application/json-patch+json")
             done.append(f"set the caBundle of {len(patch)} webhook(s) in MutatingWebhookConfiguration {name}")
     return done

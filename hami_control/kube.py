@@ -1,17 +1,9 @@
-"""hami-control's only link to the Kubernetes API: a small asyncio client, list+watch reflectors, and the
-watch-driven caches the webhook (and later the extender) read: pods and ResourceQuotas.
+"""hami-control's watch-driven caches and writers over the one access layer (`hami_kube`: client,
+reflector, errors, backoff): the caches the webhook and the extender read (pods, ResourceQuotas, the
+cluster's GPUs), the Binding writer and the event recorder.
 
-Client. Credentials come from `kubernetes.aio.config` (a kubeconfig file, or the pod's service account
-in a cluster), so every way of authenticating the official client knows (tokens, client certificates,
-exec plugins, token refresh) works. The requests themselves go over one plain `aiohttp` session and the
-answers are parsed with orjson into plain Kubernetes JSON dicts: the official client's pydantic models
-would cost ~70 µs per pod and an object graph the pure modules do not want (they take dicts).
-
-Reflectors. Each cache is fed by a `Reflector`: list (all namespaces), then watch from the list's
-resourceVersion with bookmarks. A watch that ends (server timeout, dropped connection) resumes from the
-last resourceVersion seen; 410 Gone (that version left the server's history) relists at once; any
-other error waits with exponential backoff and jitter. `synced` is set after the first list; /readyz
-waits for it.
+Reflectors. Each cache is fed by a `hami_kube.reflector.Reflector` (list, then watch with bookmarks;
+resume, relist on 410, backoff). `synced` is set after the first list; /readyz waits for it.
 
 Quota usage (`PodCache`, `ClusterQuotaView`). Each pod's quota usage is computed once per watch event
 (`quota.pod_quota_usage`) and added to / removed from its namespace's running total, so a quota check
@@ -34,20 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import datetime
 import logging
-import random
-import ssl
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from types import TracebackType
-from typing import Any, Protocol
-
-import aiohttp
-import orjson
+from typing import Any
 
 from hami_api import annotations as ann
 from hami_api.resources import ContainerRequest, pod_requests
@@ -62,420 +46,12 @@ from hami_control.quota import (
     limits_from_resource_quota,
     pod_quota_usage,
 )
+from hami_kube.backoff import DEFAULT_RETRY, RetryPolicy
+from hami_kube.client import JSONDict, KubeApi
+from hami_kube.errors import KubeApiError
+from hami_kube.reflector import Lister, Reflector, WatchSink, replace_all
 
 log = logging.getLogger(__name__)
-
-JSONDict = dict[str, Any]
-
-
-# --- errors and backoff -----------------------------------------------------------------------------------
-
-
-class KubeConfigError(RuntimeError):
-    """No usable client configuration (bad kubeconfig, not in a cluster); the message says which."""
-
-
-class KubeApiError(Exception):
-    """A failed API call: `status` is the HTTP status, 0 when no response came back; `reason` the
-    Status reason ("NotFound", "Expired") or the transport error's class; `message` what was said."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        self.status = status
-        self.reason = reason
-        self.message = message
-        super().__init__(f"{status or 'no response'} {reason}: {message}" if reason else message)
-
-    @property
-    def gone(self) -> bool:
-        """410: the resourceVersion asked for is older than the server's history (relist)."""
-        return self.status == 410
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Exponential backoff with jitter: the n-th failure in a row waits
-    `min(maximum, initial * factor**(n-1))`, shortened by up to `jitter` (a random fraction)."""
-
-    initial: float = 0.5
-    maximum: float = 30.0
-    factor: float = 2.0
-    jitter: float = 0.2
-
-    def __post_init__(self) -> None:
-        if not 0 < self.initial <= self.maximum:
-            raise ValueError(f"retry policy: need 0 < initial <= maximum, got {self.initial}, {self.maximum}")
-        if self.factor < 1 or not 0 <= self.jitter < 1:
-            raise ValueError(f"retry policy: need factor >= 1 and 0 <= jitter < 1, got {self}")
-
-    def delay(self, failures: int, rng: random.Random) -> float:
-        """The wait after `failures` (>= 1) failures in a row."""
-        base = min(self.maximum, self.initial * self.factor ** min(failures - 1, 64))
-        return base * (1 - self.jitter * rng.random())
-
-
-DEFAULT_RETRY = RetryPolicy()
-
-
-# --- the client -------------------------------------------------------------------------------------------
-
-
-def _status_of(body: bytes) -> tuple[str, str]:
-    """(reason, message) of a metav1.Status body, or ("", the text)."""
-    try:
-        status = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return "", body.decode(errors="replace")[:500]
-    if isinstance(status, dict):
-        return str(status.get("reason") or ""), str(status.get("message") or "")
-    return "", str(status)[:500]
-
-
-class KubeApi:
-    """GET and watch against the API server with plain JSON dicts. Create with `await
-    KubeApi.connect(kubeconfig)` inside the event loop that will use it; `await close()` at the end."""
-
-    def __init__(
-        self,
-        host: str,
-        ssl_context: ssl.SSLContext | None,
-        *,
-        configuration: Any = None,
-        request_timeout_s: float = 30.0,
-        connect_timeout_s: float = 5.0,
-    ) -> None:
-        self.host = host.rstrip("/")
-        self._configuration = configuration
-        self._request_timeout_s = request_timeout_s
-        self._connect_timeout_s = connect_timeout_s
-        connector = aiohttp.TCPConnector(limit=16, ssl=ssl_context if ssl_context is not None else False)
-        self._session = aiohttp.ClientSession(connector=connector, headers={"Accept": "application/json"})
-
-    @classmethod
-    async def connect(cls, kubeconfig: Path | None, **options: Any) -> KubeApi:
-        """A client from a kubeconfig file, or from the in-cluster service account when None.
-        Raises `KubeConfigError`."""
-        from kubernetes.aio import config as kube_config
-        from kubernetes.aio.client.configuration import Configuration
-
-        if kubeconfig is not None and not kubeconfig.is_file():  # noqa: ASYNC240 - start-up only
-            raise KubeConfigError(f"kubeconfig {kubeconfig} (--kubeconfig): no such file")
-        configuration: Any = Configuration()
-        loader: Any = kube_config
-        try:
-            if kubeconfig is None:
-                loader.load_incluster_config(client_configuration=configuration)
-            else:
-                await loader.load_kube_config(
-                    config_file=str(kubeconfig), client_configuration=configuration, persist_config=False
-                )
-        except (loader.ConfigException, OSError, ValueError, TypeError, KeyError) as err:
-            where = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config (no --kubeconfig)"
-            raise KubeConfigError(f"cannot build a Kubernetes client from {where}: {err}") from None
-        host = str(configuration.host or "")
-        if not host.startswith(("http://", "https://")):
-            raise KubeConfigError(f"kubeconfig {kubeconfig}: server {host!r} is not an http(s) URL")
-        context: ssl.SSLContext | None = None
-        if host.startswith("https://"):
-            try:
-                context = ssl.create_default_context(
-                    cafile=configuration.ssl_ca_cert, cadata=configuration.ca_cert_data
-                )
-                if configuration.cert_file:
-                    context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
-            except (OSError, ssl.SSLError, ValueError) as err:
-                raise KubeConfigError(f"kubeconfig {kubeconfig}: TLS settings unusable: {err}") from None
-            if not configuration.verify_ssl:
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-        return cls(host, context, configuration=configuration, **options)
-
-    async def _headers(self) -> dict[str, str]:
-        configuration = self._configuration
-        if configuration is None:
-            return {}
-        token = await configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
-        if token:
-            return {"Authorization": str(token)}
-        basic = configuration.get_basic_auth_token()
-        return {"Authorization": str(basic)} if basic else {}
-
-    @property
-    def configuration(self) -> Any:
-        """The official client's Configuration this was built from (None when built by hand)."""
-        return self._configuration
-
-    async def close(self) -> None:
-        await self._session.close()
-
-    async def __aenter__(self) -> KubeApi:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSONDict:
-        """GET `path` (e.g. /api/v1/pods) as a JSON object; raises `KubeApiError`."""
-        timeout = aiohttp.ClientTimeout(total=self._request_timeout_s, connect=self._connect_timeout_s)
-        try:
-            async with self._session.get(
-                self.host + path, params=params, headers=await self._headers(), timeout=timeout
-            ) as response:
-                data = await response.read()
-                if response.status != 200:
-                    reason, message = _status_of(data)
-                    raise KubeApiError(response.status, reason or str(response.reason), message)
-        except (aiohttp.ClientError, OSError, TimeoutError) as err:
-            raise KubeApiError(0, type(err).__name__, str(err) or type(err).__name__) from None
-        try:
-            body = orjson.loads(data)
-        except orjson.JSONDecodeError as err:
-            raise KubeApiError(0, "BadResponse", f"GET {path}: response is not JSON: {err}") from None
-        if not isinstance(body, dict):
-            raise KubeApiError(0, "BadResponse", f"GET {path}: response is not a JSON object")
-        return body
-
-    async def send(
-        self,
-        method: str,
-        path: str,
-        body: object,
-        *,
-        content_type: str = "application/json",
-        params: Mapping[str, str] | None = None,
-    ) -> JSONDict:
-        """POST/PUT/PATCH `body` to `path`; the answer as a JSON object. Raises `KubeApiError` (status 0
-        for a network failure)."""
-        timeout = aiohttp.ClientTimeout(total=self._request_timeout_s, connect=self._connect_timeout_s)
-        headers = {**await self._headers(), "Content-Type": content_type}
-        try:
-            async with self._session.request(
-                method,
-                self.host + path,
-                data=orjson.dumps(body),
-                params=params,
-                headers=headers,
-                timeout=timeout,
-            ) as response:
-                data = await response.read()
-                if response.status >= 300:
-                    reason, message = _status_of(data)
-                    raise KubeApiError(response.status, reason or str(response.reason), message)
-        except (aiohttp.ClientError, OSError, TimeoutError) as err:
-            raise KubeApiError(0, type(err).__name__, str(err) or type(err).__name__) from None
-        try:
-            answer = orjson.loads(data) if data else {}
-        except orjson.JSONDecodeError:
-            answer = {}
-        return answer if isinstance(answer, dict) else {}
-
-    @contextlib.asynccontextmanager
-    async def watch(
-        self, path: str, resource_version: str, timeout_s: int
-    ) -> AsyncIterator[AsyncIterator[JSONDict]]:
-        """Open a watch of `path` after `resource_version` (bookmarks on); the server ends it after
-        `timeout_s`. Yields an async iterator of events (`{"type", "object"}` dicts). A stream silent far
-        beyond the bookmark interval counts as dead (read timeout)."""
-        params = {
-            "watch": "true",
-            "resourceVersion": resource_version,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(timeout_s),
-        }
-        timeout = aiohttp.ClientTimeout(
-            total=None, connect=self._connect_timeout_s, sock_read=timeout_s + 30.0
-        )
-        try:
-            async with self._session.get(
-                self.host + path, params=params, headers=await self._headers(), timeout=timeout
-            ) as response:
-                if response.status != 200:
-                    reason, message = _status_of(await response.read())
-                    raise KubeApiError(response.status, reason or str(response.reason), message)
-                yield _events(response, path)
-        except (aiohttp.ClientError, OSError, TimeoutError) as err:
-            raise KubeApiError(0, type(err).__name__, str(err) or type(err).__name__) from None
-
-
-async def _events(response: aiohttp.ClientResponse, path: str) -> AsyncIterator[JSONDict]:
-    """Split the watch stream into JSON lines (objects may be larger than aiohttp's line limit, so the
-    split is done here)."""
-    buffer = b""
-    async for chunk in response.content.iter_any():
-        buffer += chunk
-        while (end := buffer.find(b"\n")) >= 0:
-            line, buffer = buffer[:end], buffer[end + 1 :]
-            if line.strip():
-                yield _decode_event(line, path)
-    if buffer.strip():
-        yield _decode_event(buffer, path)
-
-
-def _decode_event(line: bytes, path: str) -> JSONDict:
-    try:
-        event = orjson.loads(line)
-    except orjson.JSONDecodeError as err:
-        raise KubeApiError(0, "BadWatchEvent", f"watch {path}: event is not JSON ({err})") from None
-    if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
-        raise KubeApiError(0, "BadWatchEvent", f"watch {path}: event has no object: {line[:200]!r}")
-    return event
-
-
-# --- reflectors -------------------------------------------------------------------------------------------
-
-
-class WatchSink(Protocol):
-    """What a reflector feeds (called on the event loop)."""
-
-    def begin_replace(self) -> None:
-        """A list starts: the pages that follow are the complete set of objects now."""
-        ...
-
-    def add_page(self, items: Sequence[JSONDict]) -> None:
-        """One page of the list (a paged list never holds all objects parsed at once)."""
-        ...
-
-    def end_replace(self) -> None:
-        """The list is complete: whatever it did not name is gone."""
-        ...
-
-    def apply(self, kind: str, obj: JSONDict) -> None:
-        """One change: `kind` is ADDED, MODIFIED or DELETED."""
-        ...
-
-
-def replace_all(sink: WatchSink, items: Sequence[JSONDict]) -> None:
-    """A whole list in one page."""
-    sink.begin_replace()
-    sink.add_page(items)
-    sink.end_replace()
-
-
-class Lister(Protocol):
-    async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSONDict: ...
-
-    def watch(
-        self, path: str, resource_version: str, timeout_s: int
-    ) -> contextlib.AbstractAsyncContextManager[AsyncIterator[JSONDict]]: ...
-
-
-class Reflector:
-    """List, then watch, one resource across all namespaces into a `WatchSink`, until cancelled."""
-
-    def __init__(
-        self,
-        api: Lister,
-        name: str,
-        path: str,
-        sink: WatchSink,
-        *,
-        retry: RetryPolicy = DEFAULT_RETRY,
-        watch_timeout_s: int = 300,
-        rng: random.Random | None = None,
-        page_size: int = 500,
-    ) -> None:
-        self.api = api
-        self.page_size = page_size
-        """Objects per list page (kube-apiserver's `limit`; kubectl and client-go use 500)."""
-        self.name = name
-        self.path = path
-        self.sink = sink
-        self.retry = retry
-        self.watch_timeout_s = watch_timeout_s
-        self.synced = asyncio.Event()
-        self.resource_version: str | None = None
-        """The last version seen (list, event or bookmark); None before the first list and after a 410."""
-        self.lists = 0
-        self.watches = 0
-        self.failures = 0
-        """Failed attempts in a row (0 while healthy)."""
-        self._rng = rng or random.Random()
-
-    async def run(self) -> None:
-        while True:
-            started = time.monotonic()
-            try:
-                progressed = await self._attempt()
-            except KubeApiError as err:
-                progressed = False
-                if err.gone:
-                    log.info("%s watch: %s; relisting", self.name, err.message or "resourceVersion too old")
-                    self.resource_version = None
-                    continue
-                self._log_failure(err)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                progressed = False
-                log.exception("%s watch failed unexpectedly", self.name)
-            if progressed or time.monotonic() - started >= 1.0:
-                if self.failures > 1:
-                    log.info("%s watch: working again after %d failed attempts", self.name, self.failures)
-                self.failures = 0
-            else:
-                self.failures += 1
-                await asyncio.sleep(self.retry.delay(self.failures, self._rng))
-
-    def _log_failure(self, err: KubeApiError) -> None:
-        n = self.failures + 1  # warn on the 1st, 2nd, 4th, 8th ... failure in a row
-        level = logging.WARNING if n & (n - 1) == 0 else logging.DEBUG
-        log.log(level, "%s watch failed (%d in a row): %s", self.name, n, err)
-
-    async def _attempt(self) -> bool:
-        """One list (when needed) and one watch; True when something was delivered."""
-        progressed = False
-        if self.resource_version is None:
-            self.sink.begin_replace()
-            token = ""
-            while True:
-                params = {"limit": str(self.page_size)}
-                if token:
-                    params["continue"] = token
-                body = await self.api.get(self.path, params)
-                items = body.get("items")
-                metadata = body.get("metadata") or {}
-                version = metadata.get("resourceVersion")
-                if not isinstance(items, list) or not isinstance(version, str) or not version:
-                    raise KubeApiError(0, "BadResponse", f"list {self.path} without items or resourceVersion")
-                self.sink.add_page([item for item in items if isinstance(item, dict)])
-                del body, items
-                token = str(metadata.get("continue") or "")
-                if not token:
-                    break
-            self.sink.end_replace()
-            self.resource_version = version
-            self.lists += 1
-            self.synced.set()
-            progressed = True
-        timeout = int(self.watch_timeout_s * self._rng.uniform(1.0, 1.5))
-        async with self.api.watch(self.path, self.resource_version, timeout) as events:
-            self.watches += 1
-            async for event in events:
-                progressed = self._on_event(event) or progressed
-        return progressed
-
-    def _on_event(self, event: JSONDict) -> bool:
-        kind = event.get("type")
-        obj: JSONDict = event["object"]
-        if kind == "ERROR":
-            code = obj.get("code")
-            raise KubeApiError(
-                code if isinstance(code, int) else 0, str(obj.get("reason") or ""), str(obj.get("message"))
-            )
-        version = (obj.get("metadata") or {}).get("resourceVersion")
-        if kind in ("ADDED", "MODIFIED", "DELETED"):
-            try:
-                self.sink.apply(kind, obj)
-            except Exception:
-                log.exception("%s watch: the cache failed on a %s event", self.name, kind)
-        elif kind != "BOOKMARK":
-            log.warning("%s watch: ignoring an event of type %r", self.name, kind)
-            return False
-        if isinstance(version, str) and version:
-            self.resource_version = version
-        return bool(kind != "BOOKMARK")
-
 
 # --- the pod cache ----------------------------------------------------------------------------------------
 
@@ -915,7 +491,7 @@ class KubeBindingWriter:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         try:
-            await self.api.send("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", body)
+            await self.api.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", body)
         except KubeApiError as err:
             raise BindRejected(err.status, err.reason, err.message) from None
 
@@ -1026,7 +602,7 @@ class KubeEventRecorder:
             event = await self._queue.get()
             namespace = event["metadata"]["namespace"]
             try:
-                await self.api.send("POST", f"/api/v1/namespaces/{namespace}/events", event)
+                await self.api.request("POST", f"/api/v1/namespaces/{namespace}/events", event)
                 self.sent += 1
             except KubeApiError as err:
                 self.failed += 1
@@ -1273,7 +849,6 @@ class ClusterCaches:
 
 
 __all__ = [
-    "DEFAULT_RETRY",
     "KEPT_ANNOTATIONS",
     "TERMINAL_PHASES",
     "ClusterCaches",
@@ -1282,18 +857,11 @@ __all__ = [
     "FanoutSink",
     "GPUNodeSink",
     "GPUPodSink",
-    "KubeApi",
-    "KubeApiError",
     "KubeBindingWriter",
-    "KubeConfigError",
     "KubeEventRecorder",
-    "Lister",
     "PodCache",
     "PodListener",
     "PodRecord",
     "QuotaCache",
-    "Reflector",
-    "RetryPolicy",
-    "WatchSink",
     "pod_record",
 ]

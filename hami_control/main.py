@@ -32,10 +32,7 @@ from hami_control.kube import (
     TERMINAL_PHASES,
     ClusterCaches,
     ClusterQuotaView,
-    KubeApi,
-    KubeApiError,
     KubeBindingWriter,
-    KubeConfigError,
     KubeEventRecorder,
 )
 from hami_control.leader import LEADER_LABEL, LEADER_VALUE, ElectionSettings, LeaderElector
@@ -55,6 +52,8 @@ from hami_control.server import (
     webhook_route,
 )
 from hami_control.webhook import handle_admission_review
+from hami_kube.client import KubeApi
+from hami_kube.errors import KubeApiError, KubeConfigError
 
 log = logging.getLogger("hami_control")
 
@@ -261,7 +260,7 @@ class ControlPlane:
             body = {"metadata": {"labels": {LEADER_LABEL: value}}}
             try:
                 path = f"/api/v1/namespaces/{pod_namespace}/pods/{pod_name}"
-                await api.send("PATCH", path, body, content_type="application/merge-patch+json")
+                await api.request("PATCH", path, body, content_type="application/merge-patch+json")
             except KubeApiError as err:
                 log.warning(
                     "cannot label pod %s/%s %s=%s: %s", pod_namespace, pod_name, LEADER_LABEL, value, err
@@ -305,7 +304,7 @@ class ControlPlane:
             spec["holderIdentity"] = ""
             spec["leaseDurationSeconds"] = 1
             lease["spec"] = spec
-            await api.send("PUT", path, lease)
+            await api.request("PUT", path, lease)
             log.info("released the lease %s/%s", s.namespace, s.lease_name)
         except KubeApiError as err:
             log.warning("could not release the lease %s/%s: %s", s.namespace, s.lease_name, err)

@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: Any, args: argparse.Namespace) -> int:
+    from hami_kube.errors import KubeConfigError
     from hami_sim.scheduler.config import ConfigError
-    from hami_sim.scheduler.kube import KubeConfigError
     from hami_sim.scheduler.standin import SchedulerStandIn, SchedulerStartError
 
     standin = SchedulerStandIn(

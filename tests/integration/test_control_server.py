@@ -9,7 +9,7 @@ import json
 import logging
 import ssl
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from hami_control.config import ControlConfig
-from hami_control.kube import ClusterCaches, KubeApi, RetryPolicy
+from hami_control.kube import ClusterCaches
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.server import (
     CertificateError,
@@ -29,6 +29,8 @@ from hami_control.server import (
     health_routes,
     webhook_route,
 )
+from hami_kube.backoff import RetryPolicy
+from hami_kube.client import KubeApi
 from hami_sim.apiserver import ApiServerRunner
 from tests.integration.control_server_util import (
     CA,
@@ -316,10 +318,10 @@ class GatedApi(KubeApi):
 
     @contextlib.asynccontextmanager
     async def watch(
-        self, path: str, resource_version: str, timeout_s: int
+        self, path: str, resource_version: str, timeout_s: int, params: Mapping[str, str] | None = None
     ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
         await self.gate.wait()
-        async with super().watch(path, resource_version, timeout_s) as events:
+        async with super().watch(path, resource_version, timeout_s, params) as events:
             yield events
 
 

@@ -354,6 +354,8 @@ def test_extender_error_backs_off_and_retries_without_events(
     core_v1: Any, stub: ExtenderStub, scheduler: SchedulerRunner
 ) -> None:
     core_v1.create_node(make_node("n1"))
+    # The node and pod watches race; the pod must find n1 known (else "no nodes available" is right).
+    scheduler.wait_for(lambda s: any(n.name == "n1" for n in s.cache.candidates()))
     failures = [2]
 
     def flaky(pod: str, names: list[str]) -> dict[str, Any]:
