@@ -330,7 +330,7 @@ class NodeHost:
         self._nodes = {n.name: n for n in spec.nodes}
         self._concurrency = max(1, concurrency)
         self._pool = ThreadPoolExecutor(self._concurrency, thread_name_prefix="hami-nodehost")
-        self._api_client: Any = None
+        self._api: Any = None
         self._kubelets: dict[str, Any] = {}
         self._daemons: dict[str, Any] = {}
         self._node_locks = {name: asyncio.Lock() for name in self._nodes}
@@ -352,7 +352,7 @@ class NodeHost:
             share_inotify_instance()
         try:
             if self.role.kubelets:
-                self._api_client = await self._shared_client()
+                self._api = await self._shared_client()
                 await self._each(self._start_kubelet, concurrency=_KUBELET_CONCURRENCY)
             if self.role.daemons:
                 await self._each(self._start_daemon)
@@ -372,9 +372,9 @@ class NodeHost:
                 await self._each(stop, names=daemons, strict=False, concurrency=stopping)
         kubelets = list(self._kubelets)
         await self._each(self._stop_kubelet, names=kubelets, strict=False, concurrency=_KUBELET_CONCURRENCY)
-        if self._api_client is not None:
-            await self._api_client.close()
-            self._api_client = None
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
         self._pool.shutdown(wait=True)
 
     async def command(self, line: str) -> str:
@@ -434,19 +434,14 @@ class NodeHost:
             raise errors[0]
 
     async def _shared_client(self) -> Any:
-        from kubernetes.aio import client as aclient
-        from kubernetes.aio import config as aconfig
+        from hami_kube.client import KubeApi
+        from hami_kube.errors import KubeConfigError
 
-        configuration = aclient.Configuration()
         try:
-            await aconfig.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=str(self.kubeconfig), client_configuration=configuration, persist_config=False
-            )
-        except Exception as exc:
+            # Each kubelet holds one pod watch open; leave room for status patches and events.
+            return await KubeApi.connect(self.kubeconfig, max_connections=2 * len(self._nodes) + 32)
+        except KubeConfigError as exc:
             raise HostError(f"cannot load the kubeconfig {self.kubeconfig}: {exc}") from None
-        # Each kubelet holds one pod watch open; leave room for status patches and events.
-        configuration.connection_pool_maxsize = 2 * len(self._nodes) + 32
-        return aclient.ApiClient(configuration)
 
     def _kubelet_config(self, name: str) -> Any:
         from hami_sim.kubelet.config import KubeletConfig
@@ -466,7 +461,7 @@ class NodeHost:
         from hami_sim.kubelet.standin import Kubelet
 
         try:
-            kubelet = Kubelet(self._kubelet_config(name), self._api_client)
+            kubelet = Kubelet(self._kubelet_config(name), self._api)
             await kubelet.start()
         except (OSError, ValueError) as exc:
             raise HostError(f"node {name}: cannot start the kubelet stand-in: {exc}") from None

@@ -8,15 +8,32 @@ import contextlib
 import logging
 from datetime import UTC, datetime
 
+from hami_kube.client import JSONDict as JSON
+from hami_kube.client import KubeApi
+from hami_kube.errors import KubeApiError
 from hami_sim.kubelet.config import KubeletConfig
 from hami_sim.kubelet.devicemanager import DeviceManager
-from hami_sim.kubelet.kube import JSON, ApiError, KubeApi
 from hami_sim.kubelet.resources import is_extended_resource_name
 
 log = logging.getLogger(__name__)
 
 KUBELET_VERSION = "v1.33.0-hami-sim"
 _RETRY_MAX_SECONDS = 10.0
+MERGE_PATCH = "application/merge-patch+json"
+
+
+async def read_node(api: KubeApi, name: str) -> JSON | None:
+    """The Node, or None when it does not exist."""
+    try:
+        return await api.get(f"/api/v1/nodes/{name}")
+    except KubeApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+async def patch_node_status(api: KubeApi, name: str, patch: JSON) -> None:
+    await api.request("PATCH", f"/api/v1/nodes/{name}/status", patch, content_type=MERGE_PATCH)
 
 
 def now_rfc3339() -> str:
@@ -97,18 +114,18 @@ class NodeStatusReporter:
     async def _ensure_node(self) -> None:
         name = self.config.node_name
         try:
-            node = await self._api.get_node(name)
+            node = await read_node(self._api, name)
             if node is None and self.config.create_node:
                 try:
-                    node = await self._api.create_node(node_object(self.config))
+                    node = await self._api.request("POST", "/api/v1/nodes", node_object(self.config))
                     log.info("node %s: created the Node", name)
-                except ApiError as exc:
+                except KubeApiError as exc:
                     if exc.status != 409:
                         raise
-                    node = await self._api.get_node(name)
+                    node = await read_node(self._api, name)
             if node is not None and not self._manager.had_checkpoint:
                 await self._reset_extended_resources(node)
-        except ApiError as exc:
+        except KubeApiError as exc:
             log.warning("node %s: cannot prepare the Node: %s (will keep trying to write status)", name, exc)
 
     async def _reset_extended_resources(self, node: JSON) -> None:
@@ -119,7 +136,7 @@ class NodeStatusReporter:
             for key in ("capacity", "allocatable")
         }
         if zeroed["capacity"] or zeroed["allocatable"]:
-            await self._api.patch_node_status(self.config.node_name, {"status": zeroed})
+            await patch_node_status(self._api, self.config.node_name, {"status": zeroed})
 
     async def _run(self) -> None:
         delay = 0.1
@@ -137,8 +154,8 @@ class NodeStatusReporter:
                 }
             }
             try:
-                await self._api.patch_node_status(self.config.node_name, patch)
-            except ApiError as exc:
+                await patch_node_status(self._api, self.config.node_name, patch)
+            except KubeApiError as exc:
                 log.warning(
                     "node %s: node status patch failed: %s; retrying in %.1fs",
                     self.config.node_name,

@@ -9,22 +9,29 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hami_api.errors import QuantityError
 from hami_api.quantity import quantity_value
+from hami_kube.backoff import RetryPolicy
+from hami_kube.client import JSONDict as JSON
+from hami_kube.client import KubeApi
+from hami_kube.errors import KubeApiError
+from hami_kube.reflector import ListSink, Reflector
 from hami_sim.kubelet import resources as msg
 from hami_sim.kubelet.config import KubeletConfig
 from hami_sim.kubelet.devicemanager import AllocationError, DeviceManager, PreStartError
-from hami_sim.kubelet.kube import JSON, ApiError, KubeApi
-from hami_sim.kubelet.node import now_rfc3339
+from hami_sim.kubelet.node import MERGE_PATCH, now_rfc3339, read_node
 
 log = logging.getLogger(__name__)
 
 _TERMINAL = ("Succeeded", "Failed")
-_RETRY_MAX_SECONDS = 10.0
+WATCH_SECONDS = 240
+"""Server-side timeout of one pod watch; the reflector re-watches from the last resourceVersion."""
+_RETRY = RetryPolicy(initial=0.1, maximum=10.0)
+"""The pod watch's backoff: 0.1 s doubling to 10 s."""
 _WRITE_ATTEMPTS = 5
 
 
@@ -156,30 +163,34 @@ class PodAdmitter:
     # ------------------------------------------------------------------------------ watch
 
     async def _follow(self) -> None:
-        delay = 0.1
+        """Kubelet's pod source: this node's pods (`spec.nodeName=<node>`) through one reflector."""
         node = self.config.node_name
-        while True:
-            try:
-                items, version = await self._api.list_pods(node)
-                self._replace(items)
-                self._synced.set()
-                delay = 0.1
-                while True:
-                    async for etype, obj in self._api.watch_pods(node, version):
-                        version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-                        if etype == "DELETED":
-                            self._forget(obj)
-                        elif etype in ("ADDED", "MODIFIED"):
-                            self._upsert(obj)
-            except ApiError as exc:
-                if exc.status == 410:
-                    log.info("node %s: pod watch expired, listing again", node)
-                    continue
-                log.warning("node %s: pod list/watch failed: %s; retrying in %.1fs", node, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX_SECONDS)
+        reflector = Reflector(
+            self._api,
+            f"node {node}: pods",
+            "/api/v1/pods",
+            ListSink(self._replace, self._apply),
+            retry=_RETRY,
+            params={"fieldSelector": f"spec.nodeName={node}"},
+            watch_timeout_s=WATCH_SECONDS,
+        )
+        watching = asyncio.create_task(reflector.run(), name=f"pods-{node}-reflector")
+        try:
+            await reflector.synced.wait()
+            self._synced.set()
+            await watching
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
 
-    def _replace(self, items: list[JSON]) -> None:
+    def _apply(self, kind: str, obj: JSON) -> None:
+        if kind == "DELETED":
+            self._forget(obj)
+        else:
+            self._upsert(obj)
+
+    def _replace(self, items: Sequence[JSON]) -> None:
         current = {str(p["metadata"]["uid"]) for p in items}
         for uid in list(self._pods):
             if uid not in current:
@@ -292,8 +303,8 @@ class PodAdmitter:
         if not need:
             return
         try:
-            node = await self._api.get_node(self.config.node_name) or {}
-        except ApiError:
+            node = await read_node(self._api, self.config.node_name) or {}
+        except KubeApiError:
             node = {}
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         for resource, requested in sorted(need.items()):
@@ -348,9 +359,14 @@ class PodAdmitter:
         delay = 0.1
         for attempt in range(_WRITE_ATTEMPTS):
             try:
-                await self._api.patch_pod_status(namespace, name, {"status": status})
+                await self._api.request(
+                    "PATCH",
+                    f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+                    {"status": status},
+                    content_type=MERGE_PATCH,
+                )
                 return
-            except ApiError as exc:
+            except KubeApiError as exc:
                 if exc.status == 404 or attempt == _WRITE_ATTEMPTS - 1:
                     log.warning(
                         "node %s: cannot write status of %s/%s: %s",
@@ -390,8 +406,8 @@ class PodAdmitter:
             "reportingInstance": self.config.node_name,
         }
         try:
-            await self._api.create_event(namespace, event)
-        except ApiError as exc:
+            await self._api.request("POST", f"/api/v1/namespaces/{namespace}/events", event)
+        except KubeApiError as exc:
             log.warning(
                 "node %s: cannot record event %s for %s/%s: %s",
                 self.config.node_name,

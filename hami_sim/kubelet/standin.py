@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import logging
 
-from kubernetes.aio import client as aclient
-
+from hami_kube.client import KubeApi
 from hami_sim.kubelet.config import KubeletConfig
 from hami_sim.kubelet.devicemanager import DeviceManager
-from hami_sim.kubelet.kube import KubeApi, client_from_kubeconfig
 from hami_sim.kubelet.node import NodeStatusReporter
 from hami_sim.kubelet.podresources.server import PodResourcesServer
 from hami_sim.kubelet.pods import PodAdmitter
@@ -21,13 +19,13 @@ log = logging.getLogger(__name__)
 class Kubelet:
     """`await start()`, then `restart()` at will, `stop()` at the end.
 
-    With neither `config.kubeconfig` nor `api_client` it runs the device manager alone (no Node,
-    no pods). A given `api_client` is shared, not closed; one made from the kubeconfig is owned."""
+    With neither `config.kubeconfig` nor `api` it runs the device manager alone (no Node,
+    no pods). A given `api` (hami_kube) is shared, not closed; one made from the kubeconfig is owned."""
 
-    def __init__(self, config: KubeletConfig, api_client: aclient.ApiClient | None = None) -> None:
+    def __init__(self, config: KubeletConfig, api: KubeApi | None = None) -> None:
         self.config = config
         self.device_manager = DeviceManager(config)
-        self._api_client = api_client
+        self._api = api
         self._owns_client = False
         self.node_status: NodeStatusReporter | None = None
         self.pods: PodAdmitter | None = None
@@ -36,11 +34,11 @@ class Kubelet:
     async def start(self) -> None:
         await self.device_manager.start()
         try:
-            if self._api_client is None and self.config.kubeconfig is not None:
-                self._api_client = await client_from_kubeconfig(self.config.kubeconfig)
+            if self._api is None and self.config.kubeconfig is not None:
+                self._api = await KubeApi.connect(self.config.kubeconfig)
                 self._owns_client = True
-            if self._api_client is not None:
-                api = KubeApi(self._api_client)
+            if self._api is not None:
+                api = self._api
                 self.node_status = NodeStatusReporter(self.config, self.device_manager, api)
                 await self.node_status.start()
                 self.pods = PodAdmitter(self.config, self.device_manager, api)
@@ -75,7 +73,7 @@ class Kubelet:
         if self.node_status is not None:
             await self.node_status.stop()
         await self.device_manager.stop()
-        if self._owns_client and self._api_client is not None:
-            await self._api_client.close()  # type: ignore[no-untyped-call]
-            self._api_client = None
+        if self._owns_client and self._api is not None:
+            await self._api.close()
+            self._api = None
             self._owns_client = False
