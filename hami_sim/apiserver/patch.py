@@ -400,19 +400,44 @@ def _merge_list(original: list[Any], patch: list[Any], schema: _Field, where: st
     if not original and not patch:
         return original
     if not schema.key:
-        for item in (*original, *patch):
-            if not _is_scalar(item):
-                raise _smp(where, f"expected a list of scalars, got {_short(item)}")
-        merged: list[Any] = []
-        for item in (*original, *patch):
-            if not any(json_equal(item, seen) for seen in merged):
-                merged.append(item)
-        return merged
+        return _merge_scalar_list(original, patch, where)
     key = schema.key
     for item in patch:
         if not isinstance(item, dict):
             raise _smp(where, f"list items must be objects, got {_short(item)}")
-    result = list(original)
+    result, keep, replace = _list_directives(list(original), patch, key, where)
+    if replace:
+        return [_merge_map({}, item, schema, where) for item in keep]
+    for item in keep:
+        if key not in item:
+            raise _smp(where, f"list item does not contain the merge key {key!r}: {_short(item)}")
+        label = f"{where}[{key}={item[key]}]"
+        for index, current in enumerate(result):
+            if isinstance(current, dict) and json_equal(current.get(key), item[key]):
+                result[index] = _merge_map(current, item, schema, label)
+                break
+        else:
+            result.append(_merge_map({}, item, schema, label))
+    return result
+
+
+def _merge_scalar_list(original: list[Any], patch: list[Any], where: str) -> list[Any]:
+    """A merge list without a merge key: the union, in order, of scalars."""
+    for item in (*original, *patch):
+        if not _is_scalar(item):
+            raise _smp(where, f"expected a list of scalars, got {_short(item)}")
+    merged: list[Any] = []
+    for item in (*original, *patch):
+        if not any(json_equal(item, seen) for seen in merged):
+            merged.append(item)
+    return merged
+
+
+def _list_directives(
+    result: list[Any], patch: list[dict[str, Any]], key: str, where: str
+) -> tuple[list[Any], list[dict[str, Any]], bool]:
+    """Apply the `$patch` directives of a keyed list: the list after deletions, the items to merge, and
+    whether the list is replaced."""
     keep: list[dict[str, Any]] = []
     replace = False
     for item in patch:
@@ -431,19 +456,7 @@ def _merge_list(original: list[Any], patch: list[Any], schema: _Field, where: st
             raise _smp(
                 where, f"unknown $patch directive {_short(directive)} (expected replace, delete or merge)"
             )
-    if replace:
-        return [_merge_map({}, item, schema, where) for item in keep]
-    for item in keep:
-        if key not in item:
-            raise _smp(where, f"list item does not contain the merge key {key!r}: {_short(item)}")
-        label = f"{where}[{key}={item[key]}]"
-        for index, current in enumerate(result):
-            if isinstance(current, dict) and json_equal(current.get(key), item[key]):
-                result[index] = _merge_map(current, item, schema, label)
-                break
-        else:
-            result.append(_merge_map({}, item, schema, label))
-    return result
+    return result, keep, replace
 
 
 def _set_element_order(

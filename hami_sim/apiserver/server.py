@@ -364,9 +364,9 @@ class ApiServer:
             return _json_response(errors.success_status())
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
 
-    async def _route_api(
-        self, request: web.BaseRequest, ctx: _Ctx, parts: list[str], method: str
-    ) -> web.StreamResponse:
+    def _discovery(self, parts: list[str]) -> web.StreamResponse | tuple[str, str, list[str]]:
+        """A discovery document for /api, /apis, /apis/<group> and /api(s)/.../<version>; otherwise the
+        (group, version, rest of the path) of a resource request."""
         if parts[0] == "api":
             group = ""
             if len(parts) == 1:
@@ -383,10 +383,19 @@ class ApiServer:
                 return _json_response(doc)
             version, rest = parts[2], parts[3:]
         if not rest:
-            doc = discovery.resource_list(group, version)
-            if doc is None:
+            listing = discovery.resource_list(group, version)
+            if listing is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
-            return _json_response(doc)
+            return _json_response(listing)
+        return group, version, rest
+
+    async def _route_api(
+        self, request: web.BaseRequest, ctx: _Ctx, parts: list[str], method: str
+    ) -> web.StreamResponse:
+        located = self._discovery(parts)
+        if isinstance(located, web.StreamResponse):
+            return located
+        group, version, rest = located
         legacy_watch = rest[0] == "watch"
         if legacy_watch:
             rest = rest[1:]
@@ -412,8 +421,22 @@ class ApiServer:
         ):
             ctx.verb = method.lower()
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        query = request.query
-        watching = legacy_watch or query.get("watch", "") in ("1", "true", "True")
+        watching = legacy_watch or request.query.get("watch", "") in ("1", "true", "True")
+        return await self._dispatch(request, ctx, info, namespace, name, sub, method, watching)
+
+    async def _dispatch(  # noqa: PLR0917 - the parts of one routed request
+        self,
+        request: web.BaseRequest,
+        ctx: _Ctx,
+        info: ResourceInfo,
+        namespace: str | None,
+        name: str,
+        sub: str,
+        method: str,
+        watching: bool,
+    ) -> web.StreamResponse:
+        """The verb of a routed resource request (kube-apiserver's request info: get, list, watch, create,
+        update, patch, delete, deletecollection)."""
         if method == "GET":
             if watching:
                 ctx.verb = "watch"
