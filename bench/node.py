@@ -65,7 +65,7 @@ from benchlib import cpu_seconds, start_apiserver
 
 from hami_api import annotations as ann
 from hami_api.types import ContainerAllocation, GPUSlice, PodAllocation
-from hami_node.gpu.backend import GpuEventKind
+from hami_node.gpu.backend import GPUEventKind
 from hami_node.gpu.inventory import FakeEvent, Inventory, generate_inventory, write_inventory
 from hami_node.plugin.api import api_pb2, api_pb2_grpc
 from hami_node.plugin.api.constants import UNHEALTHY
@@ -561,7 +561,7 @@ def xid_phase(c: Cluster, args: argparse.Namespace, report: Report) -> None:
         for i in range(args.xid_rounds):
             uuid = c.uuids[i % len(c.uuids)]
             ids = {f"{uuid}-{r}" for r in range(args.split)}
-            event = FakeEvent(id=f"bench-xid-{i}", kind=GpuEventKind.XID, gpu=uuid, xid=79)
+            event = FakeEvent(id=f"bench-xid-{i}", kind=GPUEventKind.XID, gpu=uuid, xid=79)
             inventory = replace(c.inventory, events=(event,))
             t0 = time.perf_counter()
             write_inventory(c.inventory_path, inventory)

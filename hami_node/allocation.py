@@ -58,7 +58,7 @@ _CDI_NAME = re.compile(r"[A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?")
 
 
 class GPULike(Protocol):
-    """What this module needs to know of a physical GPU (`hami_node.gpu.GpuInfo` fits, as does
+    """What this module needs to know of a physical GPU (`hami_node.gpu.PhysicalGPU` fits, as does
     `NodeGPU`): its UUID, whether it is healthy now, and its NUMA node (None when unknown)."""
 
     @property

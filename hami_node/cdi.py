@@ -77,7 +77,7 @@ class CdiError(Exception):
 
 
 class CdiGpu(Protocol):
-    """What the spec needs of a GPU (`hami_node.devices.GpuStatus` fits): its UUID and the N of
+    """What the spec needs of a GPU (`hami_node.devices.GPUStatus` fits): its UUID and the N of
     /dev/nvidiaN."""
 
     @property

@@ -43,6 +43,7 @@ from hami_api.settings import parse_enum as _enum
 from hami_api.settings import parse_int as _int
 from hami_api.settings import shown as _shown
 from hami_api.settings import suggest as _suggest
+from hami_node.gpu.select import GPUBackendKind
 
 # --- values --------------------------------------------------------------------------------------------
 
@@ -76,11 +77,6 @@ class DeviceListStrategy(StrEnum):
     @property
     def is_cdi(self) -> bool:
         return self in (DeviceListStrategy.CDI_ANNOTATIONS, DeviceListStrategy.CDI_CRI)
-
-
-class GPUBackend(StrEnum):
-    NVML = "nvml"
-    FAKE = "fake"
 
 
 DEFAULT_IGNORED_XIDS: frozenset[int] = frozenset({13, 31, 43, 45, 68, 109})
@@ -207,7 +203,7 @@ class NodeConfig:
     kubelet_dir: Path = Path(DEFAULT_KUBELET_DIR)
     resource_name: str = "nvidia.com/gpu"
     socket_name: str = "hami-nvidia-gpu.sock"
-    gpu_backend: GPUBackend = GPUBackend.NVML
+    gpu_backend: GPUBackendKind = GPUBackendKind.NVML
     fake_inventory: Path | None = None
     kubeconfig: Path | None = None
     """None: in-cluster config."""
@@ -515,7 +511,7 @@ _SETTINGS: tuple[_Setting, ...] = (
              "the resource advertised to kubelet", "NAME"),
     _Setting("socket_name", "--socket-name", "HAMI_SOCKET_NAME", "socketName", None, _socket_name,
              "the plugin's socket file name inside the kubelet directory", "NAME"),
-    _Setting("gpu_backend", "--gpu-backend", "HAMI_GPU_BACKEND", "gpuBackend", None, _enum(GPUBackend),
+    _Setting("gpu_backend", "--gpu-backend", "HAMI_GPU_BACKEND", "gpuBackend", None, _enum(GPUBackendKind),
              "nvml (the real driver) or fake (an inventory file)", "BACKEND"),
     _Setting("fake_inventory", "--fake-inventory", "HAMI_FAKE_INVENTORY", "fakeInventory", None, _path,
              "inventory file of the fake backend (YAML or JSON)", "FILE"),
@@ -805,15 +801,15 @@ def load_config(argv: Sequence[str], env: Mapping[str, str], read_file: Callable
     merged: dict[str, _Value] = {**layer.top, **layer.node_entries.get(node.value, {}), **envs, **flags}
 
     values = {name: v.value for name, v in merged.items()}
-    backend = values.get("gpu_backend", GPUBackend.NVML)
-    if backend is GPUBackend.FAKE and "fake_inventory" not in values:
+    backend = values.get("gpu_backend", GPUBackendKind.NVML)
+    if backend is GPUBackendKind.FAKE and "fake_inventory" not in values:
         where = merged["gpu_backend"].describe()
         raise ConfigError(
             "configuration", "fake_inventory",
             f"the fake GPU backend ({where}) needs an inventory file: pass --fake-inventory or set "
             "HAMI_FAKE_INVENTORY",
         )  # fmt: skip
-    if backend is GPUBackend.NVML and "fake_inventory" in values:
+    if backend is GPUBackendKind.NVML and "fake_inventory" in values:
         raise ConfigError(
             "configuration", "gpu_backend",
             f"a fake inventory ({merged['fake_inventory'].describe()}) is only used with the fake GPU "
@@ -877,7 +873,6 @@ __all__ = [
     "ConfigError",
     "DeviceListStrategy",
     "FilterDevices",
-    "GPUBackend",
     "HealthBind",
     "HealthChecks",
     "HelpRequested",

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from hami_api.types import GPUInfo
 from hami_node.allocation import VirtualDevice, list_virtual_devices
 from hami_node.config import FilterDevices, NodeConfig
-from hami_node.gpu.backend import GpuInfo
+from hami_node.gpu.backend import PhysicalGPU
 from hami_node.ports import InventorySink
 
 log = logging.getLogger(__name__)
@@ -37,14 +37,14 @@ REPORTED_UNHEALTHY = "reported unhealthy by the GPU backend"
 
 
 @dataclass(frozen=True, slots=True)
-class GpuStatus:
+class GPUStatus:
     """One physical GPU of this node with its health (an `allocation.GPULike`).
 
     `fault` is the GPU's own fault (None when it has none) and `fault_at` the clock time of its last
     sign; `fenced` is the node-wide NVML failure, None when NVML answers.
     """
 
-    info: GpuInfo
+    info: PhysicalGPU
     fault: str | None = None
     fault_at: float | None = None
     fenced: str | None = None
@@ -76,7 +76,7 @@ class GpuStatus:
 # --- pure conversions --------------------------------------------------------------------------------
 
 
-def filter_gpus(gpus: Iterable[GpuInfo], rule: FilterDevices) -> tuple[GpuInfo, ...]:
+def filter_gpus(gpus: Iterable[PhysicalGPU], rule: FilterDevices) -> tuple[PhysicalGPU, ...]:
     """The GPUs this node advertises: all but those HAMi's `filterdevices` excludes (by UUID or index)."""
     return tuple(gpu for gpu in gpus if not rule.excludes(gpu.uuid, gpu.index))
 
@@ -86,7 +86,7 @@ def gpu_type(model: str) -> str:
     return model if model.startswith("NVIDIA") else f"NVIDIA-{model}"
 
 
-def inventory_entry(gpu: GpuStatus, config: NodeConfig) -> GPUInfo:
+def inventory_entry(gpu: GPUStatus, config: NodeConfig) -> GPUInfo:
     """One GPU as `hami.io/node-nvidia-register` carries it (HAMi's getAPIDevices).
 
     devmem = MiB x device_memory_scaling, truncated; a GPU whose memory the backend cannot tell
@@ -114,7 +114,7 @@ def inventory_entry(gpu: GpuStatus, config: NodeConfig) -> GPUInfo:
 
 @dataclass(frozen=True, slots=True)
 class _Gpu:
-    info: GpuInfo
+    info: PhysicalGPU
     fault: str | None = None
     fault_at: float | None = None
 
@@ -137,7 +137,7 @@ class DeviceState:
 
     # --- writers (the health loop) --------------------------------------------------------------
 
-    def set_gpus(self, gpus: Iterable[GpuInfo], at: float) -> bool:
+    def set_gpus(self, gpus: Iterable[PhysicalGPU], at: float) -> bool:
         """Replace the GPU list with a fresh listing (filtered by `filter_devices`). GPUs already known
         keep their faults; a GPU the backend lists as unhealthy gets `REPORTED_UNHEALTHY` (at `at`)
         unless it has a fault already. Returns whether anything changed."""
@@ -247,25 +247,25 @@ class DeviceState:
         with self._cond:
             return self._listed
 
-    def gpus(self) -> tuple[GpuStatus, ...]:
+    def gpus(self) -> tuple[GPUStatus, ...]:
         """Every GPU in backend order with its health."""
         with self._cond:
             return self._snapshot()
 
-    def snapshot(self) -> tuple[int, tuple[GpuStatus, ...]]:
+    def snapshot(self) -> tuple[int, tuple[GPUStatus, ...]]:
         """(version, gpus), read together."""
         with self._cond:
             return self._version, self._snapshot()
 
-    def gpu(self, uuid: str) -> GpuStatus | None:
+    def gpu(self, uuid: str) -> GPUStatus | None:
         with self._cond:
             gpu = self._gpus.get(uuid)
-            return None if gpu is None else GpuStatus(gpu.info, gpu.fault, gpu.fault_at, self._fenced)
+            return None if gpu is None else GPUStatus(gpu.info, gpu.fault, gpu.fault_at, self._fenced)
 
-    def _snapshot(self) -> tuple[GpuStatus, ...]:
-        return tuple(GpuStatus(g.info, g.fault, g.fault_at, self._fenced) for g in self._gpus.values())
+    def _snapshot(self) -> tuple[GPUStatus, ...]:
+        return tuple(GPUStatus(g.info, g.fault, g.fault_at, self._fenced) for g in self._gpus.values())
 
-    def virtual_devices(self, gpus: Iterable[GpuStatus] | None = None) -> tuple[VirtualDevice, ...]:
+    def virtual_devices(self, gpus: Iterable[GPUStatus] | None = None) -> tuple[VirtualDevice, ...]:
         """What kubelet is told: `device_split_count` devices per GPU with its health (NUMA when
         enabled), of `gpus` or of the current GPUs."""
         if gpus is not None:
@@ -281,7 +281,7 @@ class DeviceState:
                 cached = self._devices_cache = (self._version, devices)
             return cached[1]
 
-    def inventory(self, gpus: Iterable[GpuStatus] | None = None) -> tuple[GPUInfo, ...]:
+    def inventory(self, gpus: Iterable[GPUStatus] | None = None) -> tuple[GPUInfo, ...]:
         """What the scheduler is told (`hami.io/node-nvidia-register`), of `gpus` or the current GPUs."""
         listed = self.gpus() if gpus is None else gpus
         return tuple(inventory_entry(gpu, self._config) for gpu in listed)
@@ -363,7 +363,7 @@ class InventoryPublisher:
 __all__ = [
     "REPORTED_UNHEALTHY",
     "DeviceState",
-    "GpuStatus",
+    "GPUStatus",
     "InventoryPublisher",
     "filter_gpus",
     "gpu_type",

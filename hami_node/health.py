@@ -36,10 +36,10 @@ from collections.abc import Callable
 from hami_node.config import NodeConfig
 from hami_node.devices import DeviceState
 from hami_node.gpu.backend import (
-    GpuBackend,
-    GpuBackendError,
-    GpuEvent,
-    GpuEventKind,
+    GPUBackend,
+    GPUBackendError,
+    GPUEvent,
+    GPUEventKind,
     LibraryNotFound,
     NvmlFailed,
 )
@@ -63,7 +63,7 @@ class HealthMonitor:
 
     def __init__(
         self,
-        backend: GpuBackend,
+        backend: GPUBackend,
         state: DeviceState,
         config: NodeConfig,
         *,
@@ -186,7 +186,7 @@ class HealthMonitor:
         try:
             self._backend.init()
             gpus = self._backend.list_gpus()
-        except GpuBackendError as err:
+        except GPUBackendError as err:
             self._backend.shutdown()
             self._failed_attempt(err)
             return self._delay()
@@ -206,7 +206,7 @@ class HealthMonitor:
             log.info("GPU backend ready: %d GPUs (%d healthy)", len(gpus), healthy)
         return 0.0
 
-    def _failed_attempt(self, err: GpuBackendError) -> None:
+    def _failed_attempt(self, err: GPUBackendError) -> None:
         reason = str(err)
         self._failures += 1
         delay = self._backoff_s
@@ -240,15 +240,15 @@ class HealthMonitor:
 
     # --- events, re-listing, recovery ----------------------------------------------------------------
 
-    def _handle(self, event: GpuEvent, now: float) -> None:
-        if event.kind is GpuEventKind.XID:
+    def _handle(self, event: GPUEvent, now: float) -> None:
+        if event.kind is GPUEventKind.XID:
             if event.xid is None or not self._config.health_checks.acts_on(event.xid):
                 log.info("%s: ignored (application error or health checks off for it)", event)
                 return
             reason = xid_reason(event.xid)
-        elif event.kind is GpuEventKind.DEVICE_LOST:
+        elif event.kind is GPUEventKind.DEVICE_LOST:
             reason = DEVICE_LOST_REASON
-        elif event.kind is GpuEventKind.MONITORING_FAILED:
+        elif event.kind is GPUEventKind.MONITORING_FAILED:
             reason = MONITORING_FAILED_REASON
         else:
             log.info("%s: noted (not a health event)", event)
@@ -278,7 +278,7 @@ class HealthMonitor:
                 self._backend.probe(gpu.uuid)
             except NvmlFailed:
                 raise
-            except GpuBackendError as err:
+            except GPUBackendError as err:
                 self._state.note_fault(gpu.uuid, now)
                 log.debug("GPU %s still failing its probe (%s): quiet period starts again", gpu.uuid, err)
                 continue

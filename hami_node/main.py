@@ -21,7 +21,6 @@ from pathlib import Path
 from hami_node.cdi import CdiError, cdi_spec_writer
 from hami_node.config import (
     ConfigError,
-    GPUBackend,
     HelpRequested,
     MigStrategy,
     NodeConfig,
@@ -31,6 +30,7 @@ from hami_node.config import (
 from hami_node.devices import DeviceState, InventoryPublisher
 from hami_node.gpu import BackendConfigError, open_backend
 from hami_node.gpu.inventory import InventoryError
+from hami_node.gpu.select import GPUBackendKind
 from hami_node.gpu.topology import read_pair_scores
 from hami_node.health import HealthMonitor
 from hami_node.healthz import HealthServer, HealthServerError, Probe
@@ -118,7 +118,7 @@ def start_daemon(config: NodeConfig) -> NodeDaemon:
         ("kubelet plugin", plugin.start, plugin.stop),
     ]
     # The fake backend's device nodes do not exist here: name the control nodes a real node has.
-    exists = (lambda _path: True) if config.gpu_backend is GPUBackend.FAKE else os.path.exists
+    exists = (lambda _path: True) if config.gpu_backend is GPUBackendKind.FAKE else os.path.exists
     enabled = any(s.is_cdi for s in config.device_list_strategy)
     cdi = cdi_spec_writer(state, config.cdi_spec_dir, exists, enabled=enabled)
     if cdi is not None:  # the spec is written before the plugin hands out a CDI name

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from hami_api import annotations as ann
 from hami_api.types import GPUInfo
-from hami_node.gpu.backend import GpuBackendError
+from hami_node.gpu.backend import GPUBackendError
 from hami_node.gpu.topology import AsymmetricPair, TopologyScores
 from hami_node.kube import DEFAULT_RETRY, KubeApiError, RetryPolicy
 
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 TopologyReader = Callable[[Sequence[str]], TopologyScores]
 """The pair scores of these GPUs (`hami_node.gpu.topology.read_pair_scores` over the backend). Raises
-`GpuBackendError` when the links cannot be read."""
+`GPUBackendError` when the links cannot be read."""
 
 ASYMMETRIC_LINK_REASON = "AsymmetricGPUP2PLink"
 ASYMMETRIC_LINK_MESSAGE = (
@@ -239,7 +239,7 @@ class NodeReporter:
         try:
             scores = self._topology(uuids)
         except Exception as err:  # a backend bug must not stop the inventory: log it like a failure
-            if not isinstance(err, GpuBackendError):
+            if not isinstance(err, GPUBackendError):
                 log.exception("node %s: reading the GPU links failed unexpectedly", self.node_name)
             reason = str(err)
             level = logging.DEBUG if reason == self._topology_error else logging.WARNING

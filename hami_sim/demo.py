@@ -203,10 +203,10 @@ def container_env(cluster: Any, core: Any, namespace: str, name: str, container:
 def run(args: argparse.Namespace) -> int:
     from kubernetes import client, config
 
-    from hami_sim.cluster import Cluster, ClusterError, ClusterSpec, GpuSpec, NodeSpec
+    from hami_sim.cluster import Cluster, ClusterError, ClusterSpec, GPUSpec, NodeSpec
 
     started = time.monotonic()
-    a100, t4 = GpuSpec("NVIDIA A100-SXM4-80GB"), GpuSpec("NVIDIA Tesla T4", 15360)
+    a100, t4 = GPUSpec("NVIDIA A100-SXM4-80GB"), GPUSpec("NVIDIA Tesla T4", 15360)
     spec = ClusterSpec(
         nodes=(
             NodeSpec("gpu-a", (a100,) * 4),

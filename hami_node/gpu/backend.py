@@ -2,16 +2,16 @@
 
 Two implementations: `hami_node.gpu.nvml.NvmlBackend` (the real driver through NVML) and
 `hami_node.gpu.fake.FakeBackend` (an inventory file with fault injection). Nothing of NVML leaks past
-this interface: callers see `GpuInfo`, `GpuEvent`, `TopologyLevel`, `GpuLink` and the errors below.
+this interface: callers see `PhysicalGPU`, `GPUEvent`, `TopologyLevel`, `GPULink` and the errors below.
 
 Errors, from the caller's point of view:
 
 - `NvmlFailed`: the backend as a whole does not answer (init failed, every call failing, the event wait
   broke). The node's GPUs cannot be trusted: fence them all and retry `init()` with backoff.
 - `LibraryNotFound` (a `NvmlFailed`): there is no GPU driver on this node at all.
-- `GpuFailed`: a call about one GPU failed; that GPU is not usable now, the others may be.
-- `DeviceLost` (a `GpuFailed`): NVML says the GPU is lost (fell off the bus, Xid 79).
-- `GpuNotFound` (a `GpuFailed`): no GPU with that UUID.
+- `GPUFailed`: a call about one GPU failed; that GPU is not usable now, the others may be.
+- `DeviceLost` (a `GPUFailed`): NVML says the GPU is lost (fell off the bus, Xid 79).
+- `GPUNotFound` (a `GPUFailed`): no GPU with that UUID.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
-class GpuInfo:
+class PhysicalGPU:
     """One physical GPU as its backend sees it.
 
     `memory_mib` is the total memory in MiB, `minor` the N of /dev/nvidiaN, `numa_node` the host NUMA
@@ -44,11 +44,11 @@ class GpuInfo:
     healthy: bool = True
 
 
-class GpuEventKind(StrEnum):
+class GPUEventKind(StrEnum):
     """What an event reports. The value is the name used in the fake inventory file and in logs."""
 
     XID = "xid"
-    """An Xid critical error; `GpuEvent.xid` holds the code (e.g. 79: fallen off the bus)."""
+    """An Xid critical error; `GPUEvent.xid` holds the code (e.g. 79: fallen off the bus)."""
     ECC_DOUBLE_BIT = "ecc-double-bit"
     """An uncorrectable (double bit) ECC error."""
     ECC_SINGLE_BIT = "ecc-single-bit"
@@ -61,22 +61,22 @@ class GpuEventKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class GpuEvent:
+class GPUEvent:
     """One health event. `uuid` None means "all GPUs" (the event could not be tied to one GPU).
 
-    `xid` is set only for `GpuEventKind.XID`. `gpu_instance_id` / `compute_instance_id` name the MIG
+    `xid` is set only for `GPUEventKind.XID`. `gpu_instance_id` / `compute_instance_id` name the MIG
     instance the event is about, None for the whole GPU.
     """
 
     uuid: str | None
-    kind: GpuEventKind
+    kind: GPUEventKind
     xid: int | None = None
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
 
     def __str__(self) -> str:
         where = self.uuid or "all GPUs"
-        what = f"Xid {self.xid}" if self.kind is GpuEventKind.XID else self.kind.value
+        what = f"Xid {self.xid}" if self.kind is GPUEventKind.XID else self.kind.value
         if self.gpu_instance_id is not None:
             where += f" (GI {self.gpu_instance_id}, CI {self.compute_instance_id})"
         return f"{what} on {where}"
@@ -84,7 +84,7 @@ class GpuEvent:
 
 class TopologyLevel(IntEnum):
     """The PCIe path between two GPUs: NVML's common-ancestor level (nvmlGpuTopologyLevel_t), closest
-    first. The integers are ours, not NVML's; NVLink is counted apart (`GpuLink.nvlinks`)."""
+    first. The integers are ours, not NVML's; NVLink is counted apart (`GPULink.nvlinks`)."""
 
     SAME_BOARD = 10
     """On the same board (NVML_TOPOLOGY_INTERNAL)."""
@@ -116,7 +116,7 @@ class TopologyLevel(IntEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class GpuLink:
+class GPULink:
     """How one GPU reaches another, as seen from the first (what HAMi's device plugin reads per pair).
 
     `level` is the PCIe common ancestor (None: NVML could not tell). `nvlinks` is the number of this
@@ -132,7 +132,7 @@ class GpuLink:
 # --- errors ---------------------------------------------------------------------------------------
 
 
-class GpuBackendError(Exception):
+class GPUBackendError(Exception):
     """Base of every error a GPU backend raises at run time.
 
     `code` is the NVML return code behind it, when there is one (for logs).
@@ -143,7 +143,7 @@ class GpuBackendError(Exception):
         self.code = code
 
 
-class NvmlFailed(GpuBackendError):
+class NvmlFailed(GPUBackendError):
     """NVML as a whole does not answer: fence every GPU and retry `init()` with backoff."""
 
 
@@ -159,7 +159,7 @@ class LibraryNotFound(NvmlFailed):
         super().__init__(message, code=code)
 
 
-class GpuFailed(GpuBackendError):
+class GPUFailed(GPUBackendError):
     """A call about one GPU (`uuid`) failed; that GPU is not usable now, the others may be."""
 
     def __init__(self, uuid: str, message: str, *, code: int | None = None) -> None:
@@ -167,18 +167,18 @@ class GpuFailed(GpuBackendError):
         self.uuid = uuid
 
 
-class DeviceLost(GpuFailed):
+class DeviceLost(GPUFailed):
     """The GPU is lost: it fell off the bus or stopped answering (NVML_ERROR_GPU_IS_LOST)."""
 
 
-class GpuNotFound(GpuFailed):
+class GPUNotFound(GPUFailed):
     """No GPU with this UUID."""
 
 
 # --- the interface --------------------------------------------------------------------------------
 
 
-class GpuBackend(Protocol):
+class GPUBackend(Protocol):
     """What the node daemon needs from its GPUs.
 
     Life cycle: `init()`, then any of the queries, then `shutdown()`. After `NvmlFailed` the caller
@@ -201,11 +201,11 @@ class GpuBackend(Protocol):
         """Release everything `init` took. Idempotent, safe after a failed `init`; never raises."""
         ...
 
-    def list_gpus(self) -> list[GpuInfo]:
+    def list_gpus(self) -> list[PhysicalGPU]:
         """Every physical GPU, ordered by index. Raises `NvmlFailed`."""
         ...
 
-    def wait_event(self, timeout_s: float) -> GpuEvent | None:
+    def wait_event(self, timeout_s: float) -> GPUEvent | None:
         """Block until the next health event, or return None after `timeout_s` seconds without one.
 
         Events that happened since `init()` are queued, none is lost between calls.
@@ -213,15 +213,15 @@ class GpuBackend(Protocol):
         """
         ...
 
-    def links(self, uuids: Sequence[str]) -> dict[tuple[str, str], GpuLink]:
+    def links(self, uuids: Sequence[str]) -> dict[tuple[str, str], GPULink]:
         """The link from each of these GPUs to each other one: a key (a, b) for every ordered pair of
-        different UUIDs, the link as GPU a sees it. Raises `GpuFailed` (and subclasses) when one of the
+        different UUIDs, the link as GPU a sees it. Raises `GPUFailed` (and subclasses) when one of the
         GPUs cannot be read, `NvmlFailed`, `ValueError` when a UUID is listed twice."""
         ...
 
     def probe(self, uuid: str) -> None:
         """A cheap health check: returns when the GPU answers NVML normally, raises otherwise.
 
-        Raises `DeviceLost`, `GpuNotFound`, `GpuFailed` (this GPU is not fine) or `NvmlFailed`.
+        Raises `DeviceLost`, `GPUNotFound`, `GPUFailed` (this GPU is not fine) or `NvmlFailed`.
         """
         ...

@@ -46,14 +46,14 @@ from watchdog.observers.api import BaseObserver, ObservedWatch
 
 from hami_node.gpu.backend import (
     DeviceLost,
-    GpuEvent,
-    GpuEventKind,
-    GpuFailed,
-    GpuInfo,
-    GpuLink,
-    GpuNotFound,
+    GPUEvent,
+    GPUEventKind,
+    GPUFailed,
+    GPULink,
+    GPUNotFound,
     LibraryNotFound,
     NvmlFailed,
+    PhysicalGPU,
 )
 from hami_node.gpu.inventory import FakeGpu, Inventory, InventoryError, NvmlMode, parse_inventory_text
 
@@ -65,7 +65,7 @@ _CLOSE_EVENTS = sys.platform.startswith("linux")
 
 
 class FakeBackend:
-    """The `GpuBackend` of a node without GPUs (tests, the local cluster, demos).
+    """The `GPUBackend` of a node without GPUs (tests, the local cluster, demos).
 
     `source` is the inventory file, or an `Inventory` for in-process tests (then nothing is watched).
     `watch=False` reads the file only at construction and at `init()`. A watched edit that does not
@@ -83,7 +83,7 @@ class FakeBackend:
         self._raw: bytes | None = None
         self._missing_logged = False
         self._fired: set[str] = set()
-        self._queue: deque[GpuEvent] = deque()
+        self._queue: deque[GPUEvent] = deque()
         self._initialised = False
         self._in_process_failing = False
         self._in_process_lost: set[str] = set()
@@ -107,7 +107,7 @@ class FakeBackend:
         self._lost = self._effective_lost(self._inventory)
         self._queue_new_events(self._inventory)
 
-    # --- GpuBackend ---------------------------------------------------------------------------------
+    # --- GPUBackend ---------------------------------------------------------------------------------
 
     def init(self) -> None:
         with self._cond:
@@ -139,12 +139,12 @@ class FakeBackend:
             self._cond.notify_all()
         self._stop_watcher()
 
-    def list_gpus(self) -> list[GpuInfo]:
+    def list_gpus(self) -> list[PhysicalGPU]:
         with self._cond:
             self._raise_if_unusable()
             return [gpu.info(lost=gpu.uuid in self._in_process_lost) for gpu in self._inventory.gpus]
 
-    def wait_event(self, timeout_s: float) -> GpuEvent | None:
+    def wait_event(self, timeout_s: float) -> GPUEvent | None:
         deadline = time.monotonic() + max(0.0, timeout_s)
         with self._cond:
             while True:
@@ -156,7 +156,7 @@ class FakeBackend:
                     return None
                 self._cond.wait(remaining)
 
-    def links(self, uuids: Sequence[str]) -> dict[tuple[str, str], GpuLink]:
+    def links(self, uuids: Sequence[str]) -> dict[tuple[str, str], GPULink]:
         if len(set(uuids)) != len(uuids):
             raise ValueError(f"links: a GPU is listed twice in {list(uuids)}")
         with self._cond:
@@ -175,9 +175,9 @@ class FakeBackend:
 
     def inject_xid(self, uuid: str | None, code: int) -> None:
         """Queue an Xid event (uuid None: "all GPUs")."""
-        self.inject_event(GpuEvent(uuid, GpuEventKind.XID, xid=code))
+        self.inject_event(GPUEvent(uuid, GPUEventKind.XID, xid=code))
 
-    def inject_event(self, event: GpuEvent) -> None:
+    def inject_event(self, event: GPUEvent) -> None:
         with self._cond:
             self._queue.append(event)
             self._cond.notify_all()
@@ -186,7 +186,7 @@ class FakeBackend:
         """Mark a GPU lost (queues a DEVICE_LOST event once) or clear the in-process mark."""
         with self._cond:
             if self._inventory.gpu(uuid) is None:
-                raise GpuNotFound(uuid, f"no GPU {uuid} in the fake inventory")
+                raise GPUNotFound(uuid, f"no GPU {uuid} in the fake inventory")
             if lost:
                 self._in_process_lost.add(uuid)
             else:
@@ -240,11 +240,11 @@ class FakeBackend:
     def _usable_gpu(self, uuid: str, *, check_health: bool) -> FakeGpu:
         gpu = self._inventory.gpu(uuid)
         if gpu is None:
-            raise GpuNotFound(uuid, f"no GPU {uuid} in the fake inventory", code=6)
+            raise GPUNotFound(uuid, f"no GPU {uuid} in the fake inventory", code=6)
         if uuid in self._lost:
             raise DeviceLost(uuid, f"GPU {uuid} is lost (fake inventory)", code=15)
         if check_health and not gpu.healthy:
-            raise GpuFailed(uuid, f"GPU {uuid} is unhealthy (fake inventory: health: false)", code=999)
+            raise GPUFailed(uuid, f"GPU {uuid} is unhealthy (fake inventory: health: false)", code=999)
         return gpu
 
     def _effective_lost(self, inventory: Inventory) -> set[str]:
@@ -254,7 +254,7 @@ class FakeBackend:
         """Recompute lost GPUs; each GPU that became lost queues one DEVICE_LOST event."""
         lost = self._effective_lost(inventory)
         for uuid in sorted(lost - self._lost):
-            self._queue.append(GpuEvent(uuid, GpuEventKind.DEVICE_LOST))
+            self._queue.append(GPUEvent(uuid, GPUEventKind.DEVICE_LOST))
         self._lost = lost
 
     def _queue_new_events(self, inventory: Inventory) -> None:
@@ -262,7 +262,7 @@ class FakeBackend:
             if event.id in self._fired:
                 continue
             self._fired.add(event.id)
-            self._queue.append(GpuEvent(event.gpu, event.kind, xid=event.xid))
+            self._queue.append(GPUEvent(event.gpu, event.kind, xid=event.xid))
 
     def _read(self) -> bytes | None:
         assert self._path is not None

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import yaml
 
-from hami_node.gpu.backend import GpuEventKind, GpuInfo, GpuLink, TopologyLevel
+from hami_node.gpu.backend import GPUEventKind, GPULink, PhysicalGPU, TopologyLevel
 
 DEFAULT_MODEL = "NVIDIA A100-SXM4-80GB"
 DEFAULT_MEMORY_MIB = 81920
@@ -55,9 +55,9 @@ class FakeGpu:
     healthy: bool = True
     lost: bool = False
 
-    def info(self, *, lost: bool = False) -> GpuInfo:
-        """The `GpuInfo` a backend lists for this GPU (`lost` adds an in-process fault)."""
-        return GpuInfo(
+    def info(self, *, lost: bool = False) -> PhysicalGPU:
+        """The `PhysicalGPU` a backend lists for this GPU (`lost` adds an in-process fault)."""
+        return PhysicalGPU(
             index=self.index,
             uuid=self.uuid,
             model=self.model,
@@ -96,7 +96,7 @@ class FakeEvent:
     """
 
     id: str
-    kind: GpuEventKind
+    kind: GPUEventKind
     gpu: str | None = None
     xid: int | None = None
 
@@ -117,7 +117,7 @@ class Inventory:
     def gpu(self, uuid: str) -> FakeGpu | None:
         return self._by_uuid.get(uuid)
 
-    def link(self, uuid_a: str, uuid_b: str) -> GpuLink:
+    def link(self, uuid_a: str, uuid_b: str) -> GPULink:
         """The link from one GPU to another: for each field, the last `links` entry holding both GPUs
         that sets it. NVLinks default to 0; the PCIe level to NUMA_NODE when both GPUs sit on the same
         known NUMA node, else SYSTEM."""
@@ -135,7 +135,7 @@ class Inventory:
         if level is None:
             same_numa = a.numa_node is not None and a.numa_node == b.numa_node
             level = TopologyLevel.NUMA_NODE if same_numa else TopologyLevel.SYSTEM
-        return GpuLink(level, nvlinks or 0)
+        return GPULink(level, nvlinks or 0)
 
 
 class InventoryError(ValueError):
@@ -375,9 +375,9 @@ def _parse_event(errors: _Errors, position: int, value: object, by_uuid: Mapping
     if kind_text is None:
         raise fields.fail("kind", "is required")
     try:
-        kind = GpuEventKind(str(kind_text))
+        kind = GPUEventKind(str(kind_text))
     except ValueError:
-        choices = ", ".join(k.value for k in GpuEventKind)
+        choices = ", ".join(k.value for k in GPUEventKind)
         raise fields.fail("kind", f"expected one of {choices}, got {_shown(kind_text)}") from None
     gpu = None
     if fields.has("gpu"):
@@ -385,7 +385,7 @@ def _parse_event(errors: _Errors, position: int, value: object, by_uuid: Mapping
     else:
         fields.raw("gpu")
     xid: int | None = None
-    if kind is GpuEventKind.XID:
+    if kind is GPUEventKind.XID:
         xid = fields.integer("xid", "a positive integer (the Xid code)", minimum=1)
     elif fields.has("xid"):
         raise fields.fail("xid", f"only allowed with kind xid, got {_shown(fields.raw('xid'))}")

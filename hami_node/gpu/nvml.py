@@ -3,8 +3,8 @@
 The only module of the project that imports pynvml. NVML errors become `hami_node.gpu.backend` errors:
 the library missing -> `LibraryNotFound`; NVML as a whole failing (uninitialised, driver not loaded,
 driver/library mismatch, a function missing from an old driver, the event wait failing) ->
-`NvmlFailed`; a call about one GPU failing -> `DeviceLost` (NVML_ERROR_GPU_IS_LOST), `GpuNotFound` or
-`GpuFailed`.
+`NvmlFailed`; a call about one GPU failing -> `DeviceLost` (NVML_ERROR_GPU_IS_LOST), `GPUNotFound` or
+`GPUFailed`.
 
 Events, as NVIDIA's device plugin: one event set for XidCriticalError | DoubleBitEcc | SingleBitEcc,
 intersected with what each GPU supports. A GPU that supports none of them (NOT_SUPPORTED) is logged as
@@ -46,15 +46,15 @@ import pynvml
 
 from hami_node.gpu.backend import (
     DeviceLost,
-    GpuBackendError,
-    GpuEvent,
-    GpuEventKind,
-    GpuFailed,
-    GpuInfo,
-    GpuLink,
-    GpuNotFound,
+    GPUBackendError,
+    GPUEvent,
+    GPUEventKind,
+    GPUFailed,
+    GPULink,
+    GPUNotFound,
     LibraryNotFound,
     NvmlFailed,
+    PhysicalGPU,
     TopologyLevel,
 )
 from hami_node.gpu.topology import MAX_NVLINKS, NvLinkPorts, nvlink_count
@@ -107,7 +107,7 @@ def _code(err: pynvml.NVMLError) -> int:
 
 def _mapped(
     err: pynvml.NVMLError, what: str, uuid: str | None = None, *, lookup: bool = False
-) -> GpuBackendError:
+) -> GPUBackendError:
     """Our error for an NVML error raised by `what`; `uuid` names the GPU the call was about,
     `lookup` says the call looked the GPU up by UUID (so NOT_FOUND means "no such GPU")."""
     code = _code(err)
@@ -119,8 +119,8 @@ def _mapped(
     if code == pynvml.NVML_ERROR_GPU_IS_LOST:
         return DeviceLost(uuid, message, code=code)
     if lookup and code in (pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
-        return GpuNotFound(uuid, f"no GPU {uuid}: {message}", code=code)
-    return GpuFailed(uuid, message, code=code)
+        return GPUNotFound(uuid, f"no GPU {uuid}: {message}", code=code)
+    return GPUFailed(uuid, message, code=code)
 
 
 def _text(value: object) -> str:
@@ -139,7 +139,7 @@ def sysfs_pci_address(bus_id: str) -> str | None:
 
 
 class NvmlBackend:
-    """The `GpuBackend` on a node with NVIDIA GPUs. `sysfs_root` is for tests (default /sys)."""
+    """The `GPUBackend` on a node with NVIDIA GPUs. `sysfs_root` is for tests (default /sys)."""
 
     def __init__(self, *, sysfs_root: Path = Path("/sys")) -> None:
         self._sysfs_root = sysfs_root
@@ -147,9 +147,9 @@ class NvmlBackend:
         self._initialised = False
         self._event_set: Any = None
         self._watched = 0
-        self._pending: deque[GpuEvent] = deque()
+        self._pending: deque[GPUEvent] = deque()
         self._stopped = threading.Event()
-        self._last_seen: dict[int, GpuInfo] = {}
+        self._last_seen: dict[int, PhysicalGPU] = {}
 
     # --- life cycle ---------------------------------------------------------------------------------
 
@@ -163,7 +163,7 @@ class NvmlBackend:
                 raise _mapped(err, "nvmlInit") from None
             try:
                 self._event_set, self._watched, pending = self._register_events()
-            except GpuBackendError:
+            except GPUBackendError:
                 self._shutdown_nvml()
                 raise
             self._pending = deque(pending)
@@ -199,7 +199,7 @@ class NvmlBackend:
         except pynvml.NVMLError as err:
             return f"driver version unknown ({err})"
 
-    def _register_events(self) -> tuple[Any, int, list[GpuEvent]]:
+    def _register_events(self) -> tuple[Any, int, list[GPUEvent]]:
         """Create the event set and register every GPU on it. Returns (set, GPUs watched, events
         for GPUs that cannot be watched). Raises NvmlFailed when NVML as a whole fails."""
         try:
@@ -208,7 +208,7 @@ class NvmlBackend:
         except pynvml.NVMLError as err:
             raise _mapped(err, "event set creation") from None
         watched = 0
-        pending: list[GpuEvent] = []
+        pending: list[GPUEvent] = []
         try:
             for index in range(count):
                 try:
@@ -221,7 +221,7 @@ class NvmlBackend:
                     continue
                 if self._register_one(event_set, handle, uuid, pending):
                     watched += 1
-        except GpuBackendError:
+        except GPUBackendError:
             try:
                 pynvml.nvmlEventSetFree(event_set)
             except pynvml.NVMLError as err:
@@ -230,7 +230,7 @@ class NvmlBackend:
         return event_set, watched, pending
 
     @staticmethod
-    def _register_one(event_set: Any, handle: Any, uuid: str, pending: list[GpuEvent]) -> bool:
+    def _register_one(event_set: Any, handle: Any, uuid: str, pending: list[GPUEvent]) -> bool:
         try:
             supported = int(pynvml.nvmlDeviceGetSupportedEventTypes(handle))
             mask = HEALTH_EVENT_MASK & supported
@@ -245,11 +245,11 @@ class NvmlBackend:
                 raise _mapped(err, f"event registration of {uuid}") from None
             log.error("%s: cannot watch its events (%s); it will be reported unhealthy", uuid, err)
             kind = (
-                GpuEventKind.DEVICE_LOST
+                GPUEventKind.DEVICE_LOST
                 if code == pynvml.NVML_ERROR_GPU_IS_LOST
-                else GpuEventKind.MONITORING_FAILED
+                else GPUEventKind.MONITORING_FAILED
             )
-            pending.append(GpuEvent(uuid, kind))
+            pending.append(GPUEvent(uuid, kind))
             return False
         if not mask:
             log.warning("%s is too old to support health checking (no Xid or ECC events)", uuid)
@@ -264,13 +264,13 @@ class NvmlBackend:
                 "NVML is not initialised (call init() first)", code=pynvml.NVML_ERROR_UNINITIALIZED
             )
 
-    def list_gpus(self) -> list[GpuInfo]:
+    def list_gpus(self) -> list[PhysicalGPU]:
         self._require_init()
         try:
             count = int(pynvml.nvmlDeviceGetCount())
         except pynvml.NVMLError as err:
             raise _mapped(err, "nvmlDeviceGetCount") from None
-        gpus: list[GpuInfo] = []
+        gpus: list[PhysicalGPU] = []
         for index in range(count):
             try:
                 info = self._read_gpu(index)
@@ -289,10 +289,10 @@ class NvmlBackend:
             gpus.append(info)
         return gpus
 
-    def _read_gpu(self, index: int) -> GpuInfo:
+    def _read_gpu(self, index: int) -> PhysicalGPU:
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         pci_bus_id = _text(pynvml.nvmlDeviceGetPciInfo(handle).busId)
-        return GpuInfo(
+        return PhysicalGPU(
             index=index,
             uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
             model=_text(pynvml.nvmlDeviceGetName(handle)),
@@ -347,7 +347,7 @@ class NvmlBackend:
         except pynvml.NVMLError as err:
             raise _mapped(err, "nvmlDeviceGetMemoryInfo", uuid) from None
 
-    def links(self, uuids: Sequence[str]) -> dict[tuple[str, str], GpuLink]:
+    def links(self, uuids: Sequence[str]) -> dict[tuple[str, str], GPULink]:
         """HAMi's per-pair reading (links.go): the PCIe common ancestor of each pair, and each GPU's
         enabled NVLinks (state, remote PCI device, remote device type; a link NVML answers NOT_SUPPORTED
         or INVALID_ARGUMENT for is skipped), matched to the peer's bus id or counted through NVSwitches.
@@ -359,12 +359,12 @@ class NvmlBackend:
             handles = {uuid: self._handle(uuid) for uuid in uuids}
             bus_ids = {uuid: self._bus_id(uuid, handle) for uuid, handle in handles.items()}
             ports = {uuid: self._nvlink_ports(uuid, handle) for uuid, handle in handles.items()}
-            links: dict[tuple[str, str], GpuLink] = {}
+            links: dict[tuple[str, str], GPULink] = {}
             for a in uuids:
                 for b in uuids:
                     if a != b:
                         level = self._common_ancestor(a, handles[a], b, handles[b])
-                        links[(a, b)] = GpuLink(level, nvlink_count(ports[a], bus_ids[b], ports[b]))
+                        links[(a, b)] = GPULink(level, nvlink_count(ports[a], bus_ids[b], ports[b]))
             return links
 
     @staticmethod
@@ -420,7 +420,7 @@ class NvmlBackend:
 
     # --- events -------------------------------------------------------------------------------------
 
-    def wait_event(self, timeout_s: float) -> GpuEvent | None:
+    def wait_event(self, timeout_s: float) -> GPUEvent | None:
         deadline = time.monotonic() + max(0.0, timeout_s)
         while True:
             with self._lock:
@@ -449,14 +449,14 @@ class NvmlBackend:
                 return None
 
     @staticmethod
-    def _decode(data: Any) -> GpuEvent | None:
+    def _decode(data: Any) -> GPUEvent | None:
         event_type = int(data.eventType)
         if event_type == pynvml.nvmlEventTypeXidCriticalError:
-            kind = GpuEventKind.XID
+            kind = GPUEventKind.XID
         elif event_type == pynvml.nvmlEventTypeDoubleBitEccError:
-            kind = GpuEventKind.ECC_DOUBLE_BIT
+            kind = GPUEventKind.ECC_DOUBLE_BIT
         elif event_type == pynvml.nvmlEventTypeSingleBitEccError:
-            kind = GpuEventKind.ECC_SINGLE_BIT
+            kind = GPUEventKind.ECC_SINGLE_BIT
         else:
             log.debug("ignoring NVML event type 0x%x", event_type)
             return None
@@ -467,10 +467,10 @@ class NvmlBackend:
             log.warning("NVML event %s: its GPU cannot be identified (%s); applies to all GPUs", kind, err)
             uuid = None
         gi, ci = int(data.gpuInstanceId), int(data.computeInstanceId)
-        return GpuEvent(
+        return GPUEvent(
             uuid,
             kind,
-            xid=int(data.eventData) if kind is GpuEventKind.XID else None,
+            xid=int(data.eventData) if kind is GPUEventKind.XID else None,
             gpu_instance_id=None if gi == _NO_INSTANCE else gi,
             compute_instance_id=None if ci == _NO_INSTANCE else ci,
         )

@@ -3,20 +3,24 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
-from typing import Literal
 
-from hami_node.gpu.backend import GpuBackend
+from hami_node.gpu.backend import GPUBackend
 
-BACKEND_KINDS = ("nvml", "fake")
-BackendKind = Literal["nvml", "fake"]
+
+class GPUBackendKind(StrEnum):
+    """Which GPU backend (`--gpu-backend`): NVML on a real node, or the fake inventory file."""
+
+    NVML = "nvml"
+    FAKE = "fake"
 
 
 class BackendConfigError(ValueError):
     """A backend choice that cannot work (unknown kind, fake without inventory, nvml with one)."""
 
 
-def open_backend(kind: str, fake_inventory: Path | None = None) -> GpuBackend:
+def open_backend(kind: GPUBackendKind | str, fake_inventory: Path | None = None) -> GPUBackend:
     """The backend named `kind`, not yet initialised (call `init()`).
 
     Raises `BackendConfigError` for a bad combination and, for "fake", `InventoryError` when the
@@ -40,4 +44,6 @@ def open_backend(kind: str, fake_inventory: Path | None = None) -> GpuBackend:
         from hami_node.gpu.fake import FakeBackend
 
         return FakeBackend(fake_inventory)
-    raise BackendConfigError(f"gpu backend: expected one of {', '.join(BACKEND_KINDS)}, got {kind!r}")
+    raise BackendConfigError(
+        f"gpu backend: expected one of {', '.join(k.value for k in GPUBackendKind)}, got {kind!r}"
+    )

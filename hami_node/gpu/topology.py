@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hami_api.types import GPUPairScore
-from hami_node.gpu.backend import GpuBackend, GpuLink, TopologyLevel
+from hami_node.gpu.backend import GPUBackend, GPULink, TopologyLevel
 
 LEVEL_SCORES: Mapping[TopologyLevel, int] = {
     TopologyLevel.SYSTEM: 10,
@@ -44,7 +44,7 @@ NVLINK_SCORE = 100
 MAX_NVLINKS = 18
 """The most NVLinks HAMi has a link type for; a larger count is no NVLink entry at all."""
 
-NO_LINK = GpuLink(None, 0)
+NO_LINK = GPULink(None, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,26 +77,26 @@ def nvlink_entry_score(count: int) -> int:
     return NVLINK_SCORE * count if 1 <= count <= MAX_NVLINKS else 0
 
 
-def link_entries(link: GpuLink) -> int:
+def link_entries(link: GPULink) -> int:
     """How many P2P link entries HAMi lists for this direction: the PCIe level (when known) and NVLink
     (when 1..18 links)."""
     return (link.level is not None) + (1 <= link.nvlinks <= MAX_NVLINKS)
 
 
-def link_score(link: GpuLink) -> int:
+def link_score(link: GPULink) -> int:
     """The sum over this direction's entries."""
     level = 0 if link.level is None else LEVEL_SCORES[link.level]
     return level + nvlink_entry_score(link.nvlinks)
 
 
-def pair_score(ab: GpuLink, ba: GpuLink) -> tuple[int, bool]:
+def pair_score(ab: GPULink, ba: GPULink) -> tuple[int, bool]:
     """(score from a to b, asymmetric): HAMi's calculateGPUPairScore for a's link `ab` and b's `ba`."""
     if link_entries(ab) != link_entries(ba):
         return 0, True
     return link_score(ab), False
 
 
-def gpu_pair_scores(uuids: Sequence[str], links: Mapping[tuple[str, str], GpuLink]) -> TopologyScores:
+def gpu_pair_scores(uuids: Sequence[str], links: Mapping[tuple[str, str], GPULink]) -> TopologyScores:
     """HAMi's calculateGPUScore: for each GPU, its score to every other one. `links[(a, b)]` is the link
     as a sees it; a missing direction counts as no link at all."""
     scores: list[GPUPairScore] = []
@@ -114,8 +114,8 @@ def gpu_pair_scores(uuids: Sequence[str], links: Mapping[tuple[str, str], GpuLin
     return TopologyScores(tuple(scores), tuple(asymmetric))
 
 
-def read_pair_scores(backend: GpuBackend, uuids: Sequence[str]) -> TopologyScores:
-    """The scores of these GPUs from the backend's links. Raises what `GpuBackend.links` raises."""
+def read_pair_scores(backend: GPUBackend, uuids: Sequence[str]) -> TopologyScores:
+    """The scores of these GPUs from the backend's links. Raises what `GPUBackend.links` raises."""
     return gpu_pair_scores(uuids, backend.links(uuids))
 
 

@@ -24,7 +24,7 @@ from hami_sim.cluster.cluster import (
 from hami_sim.cluster.spec import (
     SCALE_THRESHOLD,
     ClusterSpec,
-    GpuSpec,
+    GPUSpec,
     NodeSpec,
     SpecError,
     load_inventory_spec,
@@ -47,7 +47,7 @@ __all__ = [
     "ClusterSpec",
     "ClusterStatus",
     "ComponentStatus",
-    "GpuSpec",
+    "GPUSpec",
     "NoCluster",
     "NodeSpec",
     "NodeStatus",

@@ -162,7 +162,7 @@ def _error(message: str) -> None:
 
 def run_up(args: argparse.Namespace) -> int:
     from hami_sim.cluster.cluster import Cluster, ClusterError
-    from hami_sim.cluster.spec import ClusterSpec, GpuSpec, NodeSpec, SpecError, load_inventory_spec
+    from hami_sim.cluster.spec import ClusterSpec, GPUSpec, NodeSpec, SpecError, load_inventory_spec
 
     node_policy = gpu_policy = None
     if args.policy is not None:
@@ -197,7 +197,7 @@ def run_up(args: argparse.Namespace) -> int:
                 raise SpecError(f"--gpus-per-node: expected an integer >= 1, got {args.gpus_per_node}")
             if args.gpu_memory < 0:
                 raise SpecError(f"--gpu-memory: expected a positive number of MiB, got {args.gpu_memory}")
-            gpu = GpuSpec(args.gpu_model, args.gpu_memory)
+            gpu = GPUSpec(args.gpu_model, args.gpu_memory)
             nodes = tuple(
                 NodeSpec(f"gpu-node-{i}", (gpu,) * args.gpus_per_node) for i in range(1, args.nodes + 1)
             )

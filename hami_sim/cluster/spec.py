@@ -88,7 +88,7 @@ def model_memory_mib(model: str) -> int:
 
 
 @dataclass(frozen=True)
-class GpuSpec:
+class GPUSpec:
     model: str = DEFAULT_MODEL
     memory_mib: int = 0
     """0: from the model's name (`model_memory_mib`)."""
@@ -105,7 +105,7 @@ class GpuSpec:
 @dataclass(frozen=True)
 class NodeSpec:
     name: str
-    gpus: tuple[GpuSpec, ...]
+    gpus: tuple[GPUSpec, ...]
     links: tuple[LinkGroup, ...] | None = None
     """The links between the GPUs (by index; see docs/fake-gpus.md). None: GPUs of one model all
     NVLinked, a mixed node none."""
@@ -183,7 +183,7 @@ class ClusterSpec:
             raise SpecError(f"nodes: expected an integer >= 1, got {nodes!r}")
         if isinstance(gpus_per_node, bool) or gpus_per_node < 1:
             raise SpecError(f"gpus_per_node: expected an integer >= 1, got {gpus_per_node!r}")
-        gpu = GpuSpec(model, memory_mib)
+        gpu = GPUSpec(model, memory_mib)
         specs = tuple(NodeSpec(f"{name_prefix}{i}", (gpu,) * gpus_per_node) for i in range(1, nodes + 1))
         return cls(specs, **options)
 
@@ -241,7 +241,7 @@ class ClusterSpec:
     def from_data(cls, data: Mapping[str, Any]) -> ClusterSpec:
         try:
             nodes = tuple(
-                _node_from_data(n["name"], tuple(GpuSpec(g["model"], int(g["memory"])) for g in n["gpus"]), n)
+                _node_from_data(n["name"], tuple(GPUSpec(g["model"], int(g["memory"])) for g in n["gpus"]), n)
                 for n in data["nodes"]
             )
             config = data.get("schedulerConfig")
@@ -264,7 +264,7 @@ class ClusterSpec:
             raise SpecError(f"cluster spec: malformed ({exc!r})") from None
 
 
-def _node_from_data(name: str, gpus: tuple[GpuSpec, ...], data: Mapping[str, Any]) -> NodeSpec:
+def _node_from_data(name: str, gpus: tuple[GPUSpec, ...], data: Mapping[str, Any]) -> NodeSpec:
     links = data.get("links")
     return NodeSpec(name, gpus, None if links is None else _parse_node_links(name, len(gpus), links))
 
@@ -296,9 +296,9 @@ def node_inventory(node: NodeSpec) -> Inventory:
     return Inventory(gpus, base.nvml, links)
 
 
-def _gpu_entry(value: object, where: str) -> GpuSpec:
+def _gpu_entry(value: object, where: str) -> GPUSpec:
     if isinstance(value, str):
-        return GpuSpec(value)
+        return GPUSpec(value)
     if isinstance(value, Mapping):
         unknown = sorted(set(value) - {"model", "memory"})
         if unknown:
@@ -308,7 +308,7 @@ def _gpu_entry(value: object, where: str) -> GpuSpec:
             raise SpecError(f"{where}.model: expected a GPU model name, got {model!r}")
         if isinstance(memory, bool) or not isinstance(memory, int) or memory < 0:
             raise SpecError(f"{where}.memory: expected a positive number of MiB, got {memory!r}")
-        return GpuSpec(model, memory)
+        return GPUSpec(model, memory)
     raise SpecError(f"{where}: expected a model name or {{model, memory}}, got {value!r}")
 
 

@@ -44,7 +44,7 @@ from hami_api.annotations import (
     decode_pod_allocation,
 )
 from hami_api.types import GPUInfo
-from hami_node.gpu.backend import GpuEventKind
+from hami_node.gpu.backend import GPUEventKind
 from hami_node.gpu.inventory import FakeEvent, Inventory, load_inventory, write_inventory
 from hami_sim.cluster import Cluster, ClusterSpec
 from hami_sim.tls import client_ssl_context
@@ -258,7 +258,7 @@ def test_an_xid_keeps_new_pods_off_the_gpu_until_it_recovers(cluster: Cluster, c
     assert full == 4 * SPLIT and gpu_health(core, NODE_1, sick)
 
     def inventory(xids: Sequence[str], failing: bool) -> None:
-        events = tuple(FakeEvent(i, GpuEventKind.XID, sick, 79) for i in xids)
+        events = tuple(FakeEvent(i, GPUEventKind.XID, sick, 79) for i in xids)
         gpus = tuple(
             dataclasses.replace(g, healthy=not failing) if g.uuid == sick else g for g in healthy.gpus
         )
@@ -313,7 +313,7 @@ def test_an_xid_keeps_new_pods_off_the_gpu_until_it_recovers(cluster: Cluster, c
 
 def with_gpu_fault(base: Inventory, uuid: str, xids: Sequence[str], failing: bool) -> Inventory:
     """`base` with an Xid 79 on GPU `uuid` for each id in `xids`, the GPU failing its probe if `failing`."""
-    events = tuple(FakeEvent(i, GpuEventKind.XID, uuid, 79) for i in xids)
+    events = tuple(FakeEvent(i, GPUEventKind.XID, uuid, 79) for i in xids)
     gpus = tuple(dataclasses.replace(g, healthy=not failing) if g.uuid == uuid else g for g in base.gpus)
     return dataclasses.replace(base, gpus=gpus, events=events)
 

@@ -23,7 +23,7 @@ from hami_api.annotations import (
     decode_pod_allocation,
 )
 from hami_node.plugin.api.constants import CHECKPOINT_FILE
-from hami_sim.cluster import Cluster, ClusterSpec, GpuSpec, NodeSpec
+from hami_sim.cluster import Cluster, ClusterSpec, GPUSpec, NodeSpec
 from hami_sim.demo import EXAMPLES, _create, _documents, container_env
 from hami_sim.kubelet.checkpoint import read_checkpoint
 from hami_sim.kubelet.config import KubeletConfig
@@ -34,7 +34,7 @@ from tests.e2e.e2e_util import core_v1, wait_for
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    a100, t4 = GpuSpec("NVIDIA A100-SXM4-80GB"), GpuSpec("NVIDIA Tesla T4", 15360)
+    a100, t4 = GPUSpec("NVIDIA A100-SXM4-80GB"), GPUSpec("NVIDIA Tesla T4", 15360)
     spec = ClusterSpec(
         nodes=(NodeSpec("gpu-a", (a100,) * 4), NodeSpec("gpu-b", (a100,) * 4), NodeSpec("gpu-t4", (t4,) * 4))
     )

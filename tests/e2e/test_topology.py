@@ -21,7 +21,7 @@ from hami_api.annotations import (
 )
 from hami_node.gpu import TopologyLevel
 from hami_node.gpu.inventory import LinkGroup, load_inventory
-from hami_sim.cluster import Cluster, ClusterSpec, GpuSpec, NodeSpec
+from hami_sim.cluster import Cluster, ClusterSpec, GPUSpec, NodeSpec
 from tests.e2e.e2e_util import core_v1, wait_for
 
 NODE = "gpu-topo"
@@ -37,7 +37,7 @@ SCORES = {(0, 1): 50, (2, 3): 50, (1, 2): 410, (0, 2): 10, (0, 3): 10, (1, 3): 1
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    spec = ClusterSpec((NodeSpec(NODE, (GpuSpec("NVIDIA A100-SXM4-80GB"),) * 4, LINKS),))
+    spec = ClusterSpec((NodeSpec(NODE, (GPUSpec("NVIDIA A100-SXM4-80GB"),) * 4, LINKS),))
     with Cluster.up(spec, tmp_path_factory.mktemp("topo") / ".hami-sim") as running:
         yield running
 

@@ -30,7 +30,7 @@ from kubernetes import watch
 
 from hami_api import annotations as ann
 from hami_api.types import ContainerAllocation, GPUInfo, GPUSlice, PodAllocation
-from hami_node.gpu.backend import GpuEventKind
+from hami_node.gpu.backend import GPUEventKind
 from hami_node.gpu.inventory import FakeEvent, Inventory, NvmlMode, write_inventory
 from hami_sim.kubelet import KubeletConfig, KubeletRunner, Snapshot
 from tests.apiserver_util import bind
@@ -183,7 +183,7 @@ class NodeRig:
         write_inventory(self.inventory_path, inventory)
 
     def emit_xid(self, event_id: str, gpu: str, xid: int) -> None:
-        event = FakeEvent(event_id, GpuEventKind.XID, gpu, xid)
+        event = FakeEvent(event_id, GPUEventKind.XID, gpu, xid)
         self.write_inventory(replace(self.inventory, events=(*self.inventory.events, event)))
 
     def set_nvml(self, mode: NvmlMode) -> None:

@@ -19,11 +19,11 @@ import pytest
 from hami_node.gpu import (
     BackendConfigError,
     DeviceLost,
-    GpuEvent,
-    GpuEventKind,
-    GpuFailed,
-    GpuLink,
-    GpuNotFound,
+    GPUEvent,
+    GPUEventKind,
+    GPUFailed,
+    GPULink,
+    GPUNotFound,
     LibraryNotFound,
     NvmlFailed,
     TopologyLevel,
@@ -125,7 +125,7 @@ def test_mark_lost_and_bring_back(harness: Harness, how: str) -> None:
     backend, lost = harness.backend, harness.uuids[1]
     assert all(g.healthy for g in backend.list_gpus())
     harness.edit(lambda inv: with_gpu(inv, 1, lost=True), how)
-    assert backend.wait_event(DEADLINE) == GpuEvent(lost, GpuEventKind.DEVICE_LOST)
+    assert backend.wait_event(DEADLINE) == GPUEvent(lost, GPUEventKind.DEVICE_LOST)
     assert [g.healthy for g in backend.list_gpus()] == [True, False, True, True]
     with pytest.raises(DeviceLost) as info:
         backend.probe(lost)
@@ -143,21 +143,21 @@ def test_mark_lost_and_bring_back(harness: Harness, how: str) -> None:
 @pytest.mark.parametrize("how", ["atomic", "in-place"])
 def test_xid_fires_exactly_once(harness: Harness, how: str) -> None:
     backend, target = harness.backend, harness.uuids[2]
-    harness.edit(lambda inv: with_events(inv, FakeEvent("x1", GpuEventKind.XID, target, 79)), how)
-    assert backend.wait_event(DEADLINE) == GpuEvent(target, GpuEventKind.XID, xid=79)
+    harness.edit(lambda inv: with_events(inv, FakeEvent("x1", GPUEventKind.XID, target, 79)), how)
+    assert backend.wait_event(DEADLINE) == GPUEvent(target, GPUEventKind.XID, xid=79)
     # Re-reading a file that still holds x1 (plus another change) does not fire it again ...
     harness.edit(lambda inv: with_gpu(inv, 0, model="NVIDIA H100 80GB HBM3"), how)
     assert backend.list_gpus()[0].model == "NVIDIA H100 80GB HBM3"
     assert backend.wait_event(0) is None
     # ... a new id does, and an event for all GPUs has no uuid.
-    harness.edit(lambda inv: with_events(inv, FakeEvent("x2", GpuEventKind.XID, None, 48)), how)
-    assert backend.wait_event(DEADLINE) == GpuEvent(None, GpuEventKind.XID, xid=48)
+    harness.edit(lambda inv: with_events(inv, FakeEvent("x2", GPUEventKind.XID, None, 48)), how)
+    assert backend.wait_event(DEADLINE) == GPUEvent(None, GPUEventKind.XID, xid=48)
     assert backend.wait_event(0) is None
 
 
 def test_nvml_fails_entirely_and_comes_back(harness: Harness) -> None:
     backend = harness.backend
-    outcome: list[BaseException | GpuEvent | None] = []
+    outcome: list[BaseException | GPUEvent | None] = []
 
     def wait() -> None:
         try:
@@ -235,7 +235,7 @@ def test_directory_removed_and_recreated(harness: Harness) -> None:
     harness.path.parent.mkdir()
     write_inventory(harness.path, with_gpu(inventory, 2, lost=True))
     assert backend.wait_for_reload(before, DEADLINE), "the recreated directory is not watched"
-    assert backend.wait_event(DEADLINE) == GpuEvent(harness.uuids[2], GpuEventKind.DEVICE_LOST)
+    assert backend.wait_event(DEADLINE) == GPUEvent(harness.uuids[2], GPUEventKind.DEVICE_LOST)
     # and the new directory's watch works for later edits
     harness.edit(lambda inv: with_gpu(inv, 2, lost=False), "in-place")
     backend.probe(harness.uuids[2])
@@ -281,12 +281,12 @@ def test_events_in_the_file_at_start_fire_once(tmp_path: Path) -> None:
     path = tmp_path / "gpus.json"
     inventory = generate_inventory(2, "n")
     write_inventory(
-        path, with_events(inventory, FakeEvent("boot", GpuEventKind.ECC_DOUBLE_BIT, inventory.gpus[0].uuid))
+        path, with_events(inventory, FakeEvent("boot", GPUEventKind.ECC_DOUBLE_BIT, inventory.gpus[0].uuid))
     )
     backend = open_backend("fake", path)
     backend.init()
     try:
-        assert backend.wait_event(0) == GpuEvent(inventory.gpus[0].uuid, GpuEventKind.ECC_DOUBLE_BIT)
+        assert backend.wait_event(0) == GPUEvent(inventory.gpus[0].uuid, GPUEventKind.ECC_DOUBLE_BIT)
         assert backend.wait_event(0) is None
     finally:
         backend.shutdown()
@@ -331,12 +331,12 @@ def in_process() -> Iterator[FakeBackend]:
 
 def test_inject_xid_wakes_a_waiter(in_process: FakeBackend) -> None:
     uuid = in_process.inventory.gpus[0].uuid
-    got: list[GpuEvent | None] = []
+    got: list[GPUEvent | None] = []
     waiter = threading.Thread(target=lambda: got.append(in_process.wait_event(60)))
     waiter.start()
     in_process.inject_xid(uuid, 79)
     waiter.join(DEADLINE)
-    assert got == [GpuEvent(uuid, GpuEventKind.XID, xid=79)]
+    assert got == [GPUEvent(uuid, GPUEventKind.XID, xid=79)]
     assert str(got[0]) == f"Xid 79 on {uuid}"
 
 
@@ -344,13 +344,13 @@ def test_set_lost_and_set_failing(in_process: FakeBackend) -> None:
     uuid = in_process.inventory.gpus[1].uuid
     in_process.set_lost(uuid, True)
     in_process.set_lost(uuid, True)  # already lost: no second event
-    assert in_process.wait_event(0) == GpuEvent(uuid, GpuEventKind.DEVICE_LOST)
+    assert in_process.wait_event(0) == GPUEvent(uuid, GPUEventKind.DEVICE_LOST)
     assert in_process.wait_event(0) is None
     with pytest.raises(DeviceLost):
         in_process.probe(uuid)
     in_process.set_lost(uuid, False)
     in_process.probe(uuid)
-    with pytest.raises(GpuNotFound):
+    with pytest.raises(GPUNotFound):
         in_process.set_lost("GPU-nope", True)
 
     in_process.set_failing(True)
@@ -367,18 +367,18 @@ def test_set_lost_and_set_failing(in_process: FakeBackend) -> None:
 def test_unhealthy_gpu_and_links(in_process: FakeBackend) -> None:
     uuids = [g.uuid for g in in_process.inventory.gpus]
     assert [g.healthy for g in in_process.list_gpus()] == [True, True, True, False]
-    with pytest.raises(GpuFailed, match="health: false") as info:
+    with pytest.raises(GPUFailed, match="health: false") as info:
         in_process.probe(uuids[3])
-    assert type(info.value) is GpuFailed
+    assert type(info.value) is GPUFailed
     links = in_process.links(uuids)
     assert len(links) == 12 and all(a != b for a, b in links)
-    assert links[(uuids[0], uuids[1])] == GpuLink(TopologyLevel.NUMA_NODE, 0)
-    assert links[(uuids[0], uuids[2])] == GpuLink(TopologyLevel.SYSTEM, 0)
-    assert links[(uuids[2], uuids[3])] == GpuLink(TopologyLevel.NUMA_NODE, 0)  # unhealthy still answers
+    assert links[(uuids[0], uuids[1])] == GPULink(TopologyLevel.NUMA_NODE, 0)
+    assert links[(uuids[0], uuids[2])] == GPULink(TopologyLevel.SYSTEM, 0)
+    assert links[(uuids[2], uuids[3])] == GPULink(TopologyLevel.NUMA_NODE, 0)  # unhealthy still answers
     assert in_process.links(uuids[:1]) == {} and in_process.links([]) == {}
-    with pytest.raises(GpuNotFound):
+    with pytest.raises(GPUNotFound):
         in_process.links([uuids[0], "GPU-nope"])
-    with pytest.raises(GpuNotFound):
+    with pytest.raises(GPUNotFound):
         in_process.probe("GPU-nope")
     with pytest.raises(ValueError, match="twice"):
         in_process.links([uuids[0], uuids[0]])
@@ -386,12 +386,12 @@ def test_unhealthy_gpu_and_links(in_process: FakeBackend) -> None:
 
 def test_an_edit_of_the_links_applies(harness: Harness) -> None:
     backend, uuids = harness.backend, harness.uuids
-    assert backend.links(uuids[:2])[(uuids[0], uuids[1])] == GpuLink(TopologyLevel.NUMA_NODE, 12)
+    assert backend.links(uuids[:2])[(uuids[0], uuids[1])] == GPULink(TopologyLevel.NUMA_NODE, 12)
     one_sided = LinkGroup((0, 1), nvlinks=4, level=TopologyLevel.SINGLE_SWITCH, reverse_nvlinks=0)
     harness.edit(lambda inv: dataclasses.replace(inv, links=(*inv.links, one_sided)))
     assert backend.links(uuids[:2]) == {
-        (uuids[0], uuids[1]): GpuLink(TopologyLevel.SINGLE_SWITCH, 4),
-        (uuids[1], uuids[0]): GpuLink(TopologyLevel.SINGLE_SWITCH, 0),
+        (uuids[0], uuids[1]): GPULink(TopologyLevel.SINGLE_SWITCH, 4),
+        (uuids[1], uuids[0]): GPULink(TopologyLevel.SINGLE_SWITCH, 0),
     }
 
 

@@ -23,7 +23,7 @@ from hami_sim.cluster import (
     Cluster,
     ClusterError,
     ClusterSpec,
-    GpuSpec,
+    GPUSpec,
     SpecError,
     model_memory_mib,
     node_inventory,
@@ -265,7 +265,7 @@ def test_cluster_specs_check_their_fields() -> None:
     assert ClusterSpec.from_data(spec.to_data()) == ClusterSpec(
         spec.nodes, gpu_scheduler_policy="binpack", scale=False
     )
-    assert spec.nodes[0].gpus[0] == GpuSpec("NVIDIA A100-SXM4-80GB", 1000)
+    assert spec.nodes[0].gpus[0] == GPUSpec("NVIDIA A100-SXM4-80GB", 1000)
 
 
 def test_host_specs_name_the_bad_field() -> None:

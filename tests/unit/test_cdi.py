@@ -33,7 +33,7 @@ from hami_node.cdi import (
 )
 from hami_node.config import DeviceListStrategy, NodeConfig
 from hami_node.devices import DeviceState
-from hami_node.gpu import GpuInfo
+from hami_node.gpu import PhysicalGPU
 from tests.cdi_util import RELEASED, SCHEMA_DIR, cdi_library_errors, schema_errors, spec_problems
 
 A = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"
@@ -43,8 +43,10 @@ COMMON = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 TIMEOUT = 5.0
 
 
-def gpu(uuid: str, index: int, minor: int | None = None) -> GpuInfo:
-    return GpuInfo(index, uuid, "NVIDIA A100-SXM4-80GB", 81920, index if minor is None else minor, 0, "0:0")
+def gpu(uuid: str, index: int, minor: int | None = None) -> PhysicalGPU:
+    return PhysicalGPU(
+        index, uuid, "NVIDIA A100-SXM4-80GB", 81920, index if minor is None else minor, 0, "0:0"
+    )
 
 
 # --- the checker checks --------------------------------------------------------------------------------

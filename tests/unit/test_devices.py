@@ -12,13 +12,13 @@ from hami_node.config import FilterDevices, NodeConfig, OperatingMode
 from hami_node.devices import (
     REPORTED_UNHEALTHY,
     DeviceState,
-    GpuStatus,
+    GPUStatus,
     InventoryPublisher,
     filter_gpus,
     gpu_type,
     inventory_entry,
 )
-from hami_node.gpu import GpuInfo
+from hami_node.gpu import PhysicalGPU
 
 TIMEOUT = 5.0
 A = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"
@@ -26,8 +26,10 @@ B = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"
 C = "GPU-3d8e1f2a-1111-2222-3333-444455556666"
 
 
-def gpu(uuid: str, index: int, *, numa: int | None = 0, healthy: bool = True, memory: int = 81920) -> GpuInfo:
-    return GpuInfo(
+def gpu(
+    uuid: str, index: int, *, numa: int | None = 0, healthy: bool = True, memory: int = 81920
+) -> PhysicalGPU:
+    return PhysicalGPU(
         index=index,
         uuid=uuid,
         model="NVIDIA A100-SXM4-80GB",
@@ -42,7 +44,7 @@ def gpu(uuid: str, index: int, *, numa: int | None = 0, healthy: bool = True, me
 GPUS = (gpu(A, 0, numa=0), gpu(B, 1, numa=1), gpu(C, 2, numa=None))
 
 
-def state_with(gpus: Sequence[GpuInfo] = GPUS, **config: object) -> DeviceState:
+def state_with(gpus: Sequence[PhysicalGPU] = GPUS, **config: object) -> DeviceState:
     state = DeviceState(NodeConfig(node_name="node-a", **config))  # type: ignore[arg-type]
     state.set_gpus(gpus, at=0.0)
     return state
@@ -181,8 +183,8 @@ def test_inventory_values_as_hami_computes_them() -> None:
         device_cores_scaling=1.5,
         operating_mode=OperatingMode.MPS,
     )
-    status = GpuStatus(
-        GpuInfo(
+    status = GPUStatus(
+        PhysicalGPU(
             index=3,
             uuid=A,
             model="Tesla V100-PCIE-16GB",
@@ -207,9 +209,9 @@ def test_inventory_values_as_hami_computes_them() -> None:
 
 def test_inventory_preconfigured_memory_for_gpus_without_a_memory_size() -> None:
     config = NodeConfig(node_name="n", preconfigured_device_memory=98304)
-    status = GpuStatus(gpu(A, 0, memory=0))
+    status = GPUStatus(gpu(A, 0, memory=0))
     assert inventory_entry(status, config).devmem == 98304
-    assert inventory_entry(GpuStatus(gpu(A, 0)), config).devmem == 81920
+    assert inventory_entry(GPUStatus(gpu(A, 0)), config).devmem == 81920
 
 
 def test_inventory_of_the_state_with_health_in_hamis_json() -> None:

@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami_node.gpu import GpuEventKind, GpuInfo, GpuLink, TopologyLevel
+from hami_node.gpu import GPUEventKind, GPULink, PhysicalGPU, TopologyLevel
 from hami_node.gpu.inventory import (
     DEFAULT_MEMORY_MIB,
     DEFAULT_MODEL,
@@ -64,7 +64,7 @@ def test_minimal_file_gets_defaults() -> None:
         FakeGpu("GPU-0", "NVIDIA A100-SXM4-80GB", 81920, 0, 0, None, "00000000:07:00.0"),
         FakeGpu("GPU-1", "NVIDIA A100-SXM4-80GB", 81920, 1, 1, 1, "00000000:0F:00.0"),
     )
-    assert inventory.gpus[1].info() == GpuInfo(
+    assert inventory.gpus[1].info() == PhysicalGPU(
         1, "GPU-1", "NVIDIA A100-SXM4-80GB", 81920, 1, 1, "00000000:0F:00.0"
     )
 
@@ -109,9 +109,9 @@ def test_faults_topology_and_events_parse() -> None:
         LinkGroup((2, 0, 1), nvlinks=0, level=TopologyLevel.SYSTEM),
     )
     assert inventory.events == (
-        FakeEvent("a", GpuEventKind.XID, "GPU-2", 79),
-        FakeEvent("7", GpuEventKind.ECC_DOUBLE_BIT),
-        FakeEvent("c", GpuEventKind.DEVICE_LOST, "GPU-0"),
+        FakeEvent("a", GPUEventKind.XID, "GPU-2", 79),
+        FakeEvent("7", GPUEventKind.ECC_DOUBLE_BIT),
+        FakeEvent("c", GPUEventKind.DEVICE_LOST, "GPU-0"),
     )
 
 
@@ -129,14 +129,14 @@ def test_links_each_field_from_the_last_entry_setting_it_then_numa_then_system()
             ],
         )
     )
-    assert inventory.link("GPU-0", "GPU-1") == GpuLink(TopologyLevel.NUMA_NODE, 12)
-    assert inventory.link("GPU-2", "GPU-1") == GpuLink(TopologyLevel.HOST_BRIDGE, 12)
-    assert inventory.link("GPU-0", "GPU-2") == GpuLink(TopologyLevel.SYSTEM, 0)
-    assert inventory.link("GPU-0", "GPU-3") == GpuLink(TopologyLevel.SYSTEM, 0)
+    assert inventory.link("GPU-0", "GPU-1") == GPULink(TopologyLevel.NUMA_NODE, 12)
+    assert inventory.link("GPU-2", "GPU-1") == GPULink(TopologyLevel.HOST_BRIDGE, 12)
+    assert inventory.link("GPU-0", "GPU-2") == GPULink(TopologyLevel.SYSTEM, 0)
+    assert inventory.link("GPU-0", "GPU-3") == GPULink(TopologyLevel.SYSTEM, 0)
     plain = parse_inventory(doc(gpu(0, numa=0), gpu(1, numa=0), gpu(2, numa=1), gpu(3), gpu(4)))
-    assert plain.link("GPU-0", "GPU-1") == GpuLink(TopologyLevel.NUMA_NODE, 0)
-    assert plain.link("GPU-0", "GPU-2") == GpuLink(TopologyLevel.SYSTEM, 0)
-    assert plain.link("GPU-3", "GPU-4") == GpuLink(TopologyLevel.SYSTEM, 0)  # unknown NUMA is not "the same"
+    assert plain.link("GPU-0", "GPU-1") == GPULink(TopologyLevel.NUMA_NODE, 0)
+    assert plain.link("GPU-0", "GPU-2") == GPULink(TopologyLevel.SYSTEM, 0)
+    assert plain.link("GPU-3", "GPU-4") == GPULink(TopologyLevel.SYSTEM, 0)  # unknown NUMA is not "the same"
 
 
 def test_links_one_sided_nvlink_is_seen_from_the_first_gpu_only() -> None:
@@ -375,10 +375,10 @@ def test_generate_eight_a100s() -> None:
     assert [g.index for g in inventory.gpus] == [g.minor for g in inventory.gpus] == list(range(8))
     pattern = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
     assert all(pattern.match(g.uuid) for g in inventory.gpus)
-    assert inventory.link(inventory.gpus[0].uuid, inventory.gpus[7].uuid) == GpuLink(
+    assert inventory.link(inventory.gpus[0].uuid, inventory.gpus[7].uuid) == GPULink(
         TopologyLevel.SYSTEM, DEFAULT_NVLINKS
     )
-    assert inventory.link(inventory.gpus[0].uuid, inventory.gpus[1].uuid) == GpuLink(
+    assert inventory.link(inventory.gpus[0].uuid, inventory.gpus[1].uuid) == GPULink(
         TopologyLevel.NUMA_NODE, DEFAULT_NVLINKS
     )
     assert generate_inventory(8, seed="node-1") == inventory  # deterministic
@@ -467,9 +467,9 @@ def inventories(draw: st.DrawFn) -> Inventory:
             links.append(LinkGroup(members, nvlinks, level, reverse))
     ids = draw(st.lists(_TEXT, max_size=4, unique=True))
     for event_id in ids:
-        kind = draw(st.sampled_from(GpuEventKind))
+        kind = draw(st.sampled_from(GPUEventKind))
         target = draw(st.none() | st.sampled_from(uuids)) if uuids else None
-        xid = draw(st.integers(1, 200)) if kind is GpuEventKind.XID else None
+        xid = draw(st.integers(1, 200)) if kind is GPUEventKind.XID else None
         events.append(FakeEvent(event_id, kind, target, xid))
     return Inventory(tuple(gpus), draw(st.sampled_from(NvmlMode)), tuple(links), tuple(events))
 

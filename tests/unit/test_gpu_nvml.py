@@ -22,14 +22,14 @@ import pytest
 
 from hami_node.gpu import (
     DeviceLost,
-    GpuEvent,
-    GpuEventKind,
-    GpuFailed,
-    GpuInfo,
-    GpuLink,
-    GpuNotFound,
+    GPUEvent,
+    GPUEventKind,
+    GPUFailed,
+    GPULink,
+    GPUNotFound,
     LibraryNotFound,
     NvmlFailed,
+    PhysicalGPU,
     TopologyLevel,
 )
 from hami_node.gpu.nvml import HEALTH_EVENT_MASK, NvmlBackend, sysfs_pci_address
@@ -382,7 +382,7 @@ def write_numa(sysfs: Path, address: str, value: str) -> None:
 
 def test_lists_every_gpu_with_its_properties(backend: NvmlBackend) -> None:
     gpus = backend.list_gpus()
-    assert gpus[0] == GpuInfo(
+    assert gpus[0] == PhysicalGPU(
         index=0,
         uuid=UUIDS[0],
         model="NVIDIA A100-SXM4-80GB",
@@ -464,13 +464,13 @@ def test_probe_answers_normally_then_raises_device_lost(backend: NvmlBackend, li
 
 
 def test_probe_maps_other_errors(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
-    with pytest.raises(GpuNotFound) as not_found:
+    with pytest.raises(GPUNotFound) as not_found:
         backend.probe("GPU-nope")
     assert not_found.value.uuid == "GPU-nope"
     lib.devices[2].fail["nvmlDeviceGetMemoryInfo"] = pynvml.NVML_ERROR_UNKNOWN
-    with pytest.raises(GpuFailed) as failed:
+    with pytest.raises(GPUFailed) as failed:
         backend.probe(UUIDS[2])
-    assert type(failed.value) is GpuFailed
+    assert type(failed.value) is GPUFailed
     assert failed.value.code == pynvml.NVML_ERROR_UNKNOWN
 
 
@@ -492,13 +492,13 @@ def test_links_pcie_levels_and_direct_nvlinks(backend: NvmlBackend, lib: FakeNvm
     links = backend.links(UUIDS)
     assert len(links) == 12
     assert (
-        links[(UUIDS[0], UUIDS[1])] == links[(UUIDS[1], UUIDS[0])] == GpuLink(TopologyLevel.SINGLE_SWITCH, 4)
+        links[(UUIDS[0], UUIDS[1])] == links[(UUIDS[1], UUIDS[0])] == GPULink(TopologyLevel.SINGLE_SWITCH, 4)
     )
-    assert links[(UUIDS[2], UUIDS[0])] == GpuLink(TopologyLevel.NUMA_NODE, 0)
-    assert links[(UUIDS[1], UUIDS[2])] == GpuLink(TopologyLevel.MULTI_SWITCH, 0)
-    assert links[(UUIDS[3], UUIDS[2])] == GpuLink(TopologyLevel.HOST_BRIDGE, 0)
-    assert links[(UUIDS[1], UUIDS[3])] == GpuLink(TopologyLevel.SAME_BOARD, 0)
-    assert links[(UUIDS[0], UUIDS[3])] == GpuLink(TopologyLevel.SYSTEM, 0)
+    assert links[(UUIDS[2], UUIDS[0])] == GPULink(TopologyLevel.NUMA_NODE, 0)
+    assert links[(UUIDS[1], UUIDS[2])] == GPULink(TopologyLevel.MULTI_SWITCH, 0)
+    assert links[(UUIDS[3], UUIDS[2])] == GPULink(TopologyLevel.HOST_BRIDGE, 0)
+    assert links[(UUIDS[1], UUIDS[3])] == GPULink(TopologyLevel.SAME_BOARD, 0)
+    assert links[(UUIDS[0], UUIDS[3])] == GPULink(TopologyLevel.SYSTEM, 0)
     assert backend.links(UUIDS[:1]) == {} and backend.links([]) == {}
     with pytest.raises(ValueError, match="twice"):
         backend.links([UUIDS[0], UUIDS[0]])
@@ -516,9 +516,9 @@ def test_links_read_at_most_hamis_18_link_indexes(backend: NvmlBackend, lib: Fak
 def test_links_without_nvlink_or_with_an_old_driver(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
     """NOT_SUPPORTED (no NVLink) and FUNCTION_NOT_FOUND (an old driver) mean no NVLinks, not an error."""
     lib.topology[(0, 1)] = pynvml.NVML_TOPOLOGY_SYSTEM
-    assert backend.links(UUIDS[:2])[(UUIDS[0], UUIDS[1])] == GpuLink(TopologyLevel.SYSTEM, 0)
+    assert backend.links(UUIDS[:2])[(UUIDS[0], UUIDS[1])] == GPULink(TopologyLevel.SYSTEM, 0)
     lib.missing.add("nvmlDeviceGetNvLinkState")
-    assert backend.links(UUIDS[:2])[(UUIDS[1], UUIDS[0])] == GpuLink(TopologyLevel.SYSTEM, 0)
+    assert backend.links(UUIDS[:2])[(UUIDS[1], UUIDS[0])] == GPULink(TopologyLevel.SYSTEM, 0)
 
 
 def test_links_pair_without_a_common_ancestor_has_no_pcie_entry(
@@ -526,8 +526,8 @@ def test_links_pair_without_a_common_ancestor_has_no_pcie_entry(
 ) -> None:
     lib.devices[2].fail["topology"] = NOT_SUPPORTED
     links = backend.links(UUIDS[:3])
-    assert links[(UUIDS[0], UUIDS[2])] == GpuLink(None, 0)
-    assert links[(UUIDS[0], UUIDS[1])] == GpuLink(TopologyLevel.SYSTEM, 0)
+    assert links[(UUIDS[0], UUIDS[2])] == GPULink(None, 0)
+    assert links[(UUIDS[0], UUIDS[1])] == GPULink(TopologyLevel.SYSTEM, 0)
 
 
 def test_links_errors_name_the_gpu(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
@@ -536,10 +536,10 @@ def test_links_errors_name_the_gpu(backend: NvmlBackend, lib: FakeNvmlLib) -> No
         backend.links(UUIDS[:2])
     assert lost.value.uuid == UUIDS[1]
     lib.devices[1].lost = False
-    with pytest.raises(GpuNotFound):
+    with pytest.raises(GPUNotFound):
         backend.links([UUIDS[0], "GPU-nope"])
     lib.devices[0].nvlinks = [FakeNvLink(state_ret=pynvml.NVML_ERROR_UNKNOWN)]
-    with pytest.raises(GpuFailed, match="nvmlDeviceGetNvLinkState") as failed:
+    with pytest.raises(GPUFailed, match="nvmlDeviceGetNvLinkState") as failed:
         backend.links(UUIDS[:2])
     assert failed.value.uuid == UUIDS[0]
     lib.broken = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
@@ -637,11 +637,11 @@ def test_nvlink_count_in_hamis_cases(
     nvml.init()
     try:
         if expected is None:
-            with pytest.raises(GpuFailed) as info:
+            with pytest.raises(GPUFailed) as info:
                 nvml.links(UUIDS[:2])
             assert info.value.code == UNKNOWN_ERROR
         else:
-            assert nvml.links(UUIDS[:2])[(UUIDS[0], UUIDS[1])] == GpuLink(TopologyLevel.SYSTEM, expected)
+            assert nvml.links(UUIDS[:2])[(UUIDS[0], UUIDS[1])] == GPULink(TopologyLevel.SYSTEM, expected)
     finally:
         nvml.shutdown()
 
@@ -669,27 +669,27 @@ def test_registers_health_events_intersected_with_supported(lib: FakeNvmlLib, sy
 
 def test_xid_79_arrives_through_event_set_wait(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
     lib.emit(2, pynvml.nvmlEventTypeXidCriticalError, 79)
-    assert backend.wait_event(5) == GpuEvent(UUIDS[2], GpuEventKind.XID, xid=79)
+    assert backend.wait_event(5) == GPUEvent(UUIDS[2], GPUEventKind.XID, xid=79)
     assert "nvmlEventSetWait_v2" in lib.calls
 
 
 def test_event_from_another_thread_wakes_the_waiter(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
-    got: list[GpuEvent | None] = []
+    got: list[GPUEvent | None] = []
     waiter = threading.Thread(target=lambda: got.append(backend.wait_event(10)))
     waiter.start()
     try:
         lib.emit(0, pynvml.nvmlEventTypeDoubleBitEccError)
     finally:
         waiter.join(10)
-    assert got == [GpuEvent(UUIDS[0], GpuEventKind.ECC_DOUBLE_BIT)]
+    assert got == [GPUEvent(UUIDS[0], GPUEventKind.ECC_DOUBLE_BIT)]
 
 
 def test_ecc_and_mig_instance_fields(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
     lib.emit(1, pynvml.nvmlEventTypeSingleBitEccError)
     lib.emit(2, pynvml.nvmlEventTypeXidCriticalError, 48, gi=1, ci=0)
-    assert backend.wait_event(5) == GpuEvent(UUIDS[1], GpuEventKind.ECC_SINGLE_BIT)
+    assert backend.wait_event(5) == GPUEvent(UUIDS[1], GPUEventKind.ECC_SINGLE_BIT)
     event = backend.wait_event(5)
-    assert event == GpuEvent(UUIDS[2], GpuEventKind.XID, xid=48, gpu_instance_id=1, compute_instance_id=0)
+    assert event == GPUEvent(UUIDS[2], GPUEventKind.XID, xid=48, gpu_instance_id=1, compute_instance_id=0)
     assert str(event) == f"Xid 48 on {UUIDS[2]} (GI 1, CI 0)"
 
 
@@ -702,7 +702,7 @@ def test_timeout_returns_none(backend: NvmlBackend) -> None:
 def test_event_whose_gpu_cannot_be_read_applies_to_all(backend: NvmlBackend, lib: FakeNvmlLib) -> None:
     lib.emit(3, pynvml.nvmlEventTypeXidCriticalError, 79)
     lib.devices[3].lost = True
-    assert backend.wait_event(5) == GpuEvent(None, GpuEventKind.XID, xid=79)
+    assert backend.wait_event(5) == GPUEvent(None, GPUEventKind.XID, xid=79)
 
 
 def test_registration_failure_marks_that_gpu(lib: FakeNvmlLib, sysfs: Path) -> None:
@@ -711,8 +711,8 @@ def test_registration_failure_marks_that_gpu(lib: FakeNvmlLib, sysfs: Path) -> N
     nvml = NvmlBackend(sysfs_root=sysfs)
     nvml.init()
     try:
-        assert nvml.wait_event(0) == GpuEvent(UUIDS[0], GpuEventKind.MONITORING_FAILED)
-        assert nvml.wait_event(0) == GpuEvent(UUIDS[1], GpuEventKind.DEVICE_LOST)
+        assert nvml.wait_event(0) == GPUEvent(UUIDS[0], GPUEventKind.MONITORING_FAILED)
+        assert nvml.wait_event(0) == GPUEvent(UUIDS[1], GPUEventKind.DEVICE_LOST)
         assert nvml.wait_event(0) is None
     finally:
         nvml.shutdown()

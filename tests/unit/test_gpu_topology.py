@@ -14,7 +14,7 @@ from hami_api.annotations import decode_pair_scores, encode_pair_scores
 from hami_api.settings import ConfigError
 from hami_api.types import GPUPairScore
 from hami_node.config import load_config
-from hami_node.gpu import GpuLink, TopologyLevel
+from hami_node.gpu import GPULink, TopologyLevel
 from hami_node.gpu.fake import FakeBackend
 from hami_node.gpu.inventory import parse_inventory
 from hami_node.gpu.topology import (
@@ -35,9 +35,9 @@ from hami_node.gpu.topology import (
 L = TopologyLevel
 
 
-def nv(count: int) -> GpuLink:
+def nv(count: int) -> GPULink:
     """Only an NVLink entry (HAMi's test devices list no PCIe entry)."""
-    return GpuLink(None, count)
+    return GPULink(None, count)
 
 
 # --- HAMi's values ---------------------------------------------------------------------------------
@@ -55,9 +55,9 @@ def test_level_scores_are_hamis() -> None:
 
 
 def test_a_pair_scores_its_pcie_level_plus_100_per_nvlink() -> None:
-    assert pair_score(GpuLink(L.NUMA_NODE, 4), GpuLink(L.NUMA_NODE, 4)) == (420, False)
-    assert pair_score(GpuLink(L.SYSTEM, 0), GpuLink(L.SYSTEM, 0)) == (10, False)
-    assert pair_score(GpuLink(L.SINGLE_SWITCH, 18), GpuLink(L.SINGLE_SWITCH, 18)) == (1850, False)
+    assert pair_score(GPULink(L.NUMA_NODE, 4), GPULink(L.NUMA_NODE, 4)) == (420, False)
+    assert pair_score(GPULink(L.SYSTEM, 0), GPULink(L.SYSTEM, 0)) == (10, False)
+    assert pair_score(GPULink(L.SINGLE_SWITCH, 18), GPULink(L.SINGLE_SWITCH, 18)) == (1850, False)
     assert pair_score(NO_LINK, NO_LINK) == (0, False)
 
 
@@ -73,7 +73,7 @@ def test_nvlink_count_to_type_as_hamis_cases(count: int, score: int) -> None:
 
 # Test_calculateGPUPairScore_asymmetric: dev0 lists SameCPU + FourNVLINKLinks to dev1, dev1 only SameCPU.
 def test_asymmetric_pair_as_hamis_case_scores_zero_and_is_flagged() -> None:
-    dev0_to_dev1, dev1_to_dev0 = GpuLink(L.NUMA_NODE, 4), GpuLink(L.NUMA_NODE, 0)
+    dev0_to_dev1, dev1_to_dev0 = GPULink(L.NUMA_NODE, 4), GPULink(L.NUMA_NODE, 0)
     assert pair_score(dev0_to_dev1, dev1_to_dev0) == (0, True)
     assert pair_score(dev1_to_dev0, dev0_to_dev1) == (0, True)
     links = {("gpu0", "gpu1"): dev0_to_dev1, ("gpu1", "gpu0"): dev1_to_dev0}
@@ -120,16 +120,16 @@ def test_one_gpu_and_no_gpu() -> None:
 
 
 def test_a_direction_missing_from_the_links_counts_as_no_link() -> None:
-    scores = gpu_pair_scores(["a", "b"], {("a", "b"): GpuLink(L.SYSTEM, 0)})
+    scores = gpu_pair_scores(["a", "b"], {("a", "b"): GPULink(L.SYSTEM, 0)})
     assert [s.as_dict() for s in scores.scores] == [{"b": 0}, {"a": 0}]
     assert scores.asymmetric == (AsymmetricPair("a", "b", 1, 0),)
 
 
-_LINKS = st.builds(GpuLink, st.none() | st.sampled_from(TopologyLevel), st.integers(-1, 20))
+_LINKS = st.builds(GPULink, st.none() | st.sampled_from(TopologyLevel), st.integers(-1, 20))
 
 
 @given(st.lists(st.lists(_LINKS, min_size=4, max_size=4), min_size=4, max_size=4))
-def test_scores_follow_hamis_rule_for_any_links(matrix: list[list[GpuLink]]) -> None:
+def test_scores_follow_hamis_rule_for_any_links(matrix: list[list[GPULink]]) -> None:
     uuids = ["a", "b", "c", "d"]
     links = {(uuids[i], uuids[j]): matrix[i][j] for i in range(4) for j in range(4) if i != j}
     scores = gpu_pair_scores(uuids, links)

@@ -13,7 +13,7 @@ import pytest
 
 from hami_node.config import FilterDevices, NodeConfig, load_config
 from hami_node.devices import REPORTED_UNHEALTHY, DeviceState
-from hami_node.gpu import GpuEvent, GpuEventKind, GpuFailed, GpuInfo, NvmlFailed
+from hami_node.gpu import GPUEvent, GPUEventKind, GPUFailed, NvmlFailed, PhysicalGPU
 from hami_node.gpu.fake import FakeBackend
 from hami_node.gpu.inventory import Inventory, NvmlMode, generate_inventory, write_inventory
 from hami_node.health import DEVICE_LOST_REASON, MONITORING_FAILED_REASON, HealthMonitor
@@ -116,9 +116,9 @@ def test_xid_without_a_gpu_marks_every_gpu(rig: Rig) -> None:
 
 def test_device_lost_and_monitoring_failed_mark_the_gpu_ecc_does_not(rig: Rig) -> None:
     rig.backend.set_lost(A, True)
-    rig.backend.inject_event(GpuEvent(B, GpuEventKind.MONITORING_FAILED))
-    rig.backend.inject_event(GpuEvent(C, GpuEventKind.ECC_DOUBLE_BIT))
-    rig.backend.inject_event(GpuEvent(D, GpuEventKind.ECC_SINGLE_BIT))
+    rig.backend.inject_event(GPUEvent(B, GPUEventKind.MONITORING_FAILED))
+    rig.backend.inject_event(GPUEvent(C, GPUEventKind.ECC_DOUBLE_BIT))
+    rig.backend.inject_event(GPUEvent(D, GPUEventKind.ECC_SINGLE_BIT))
     for _ in range(4):
         rig.step()
     assert rig.health() == {A: DEVICE_LOST_REASON, B: MONITORING_FAILED_REASON, C: None, D: None}
@@ -235,13 +235,13 @@ class ListsUnhealthy(FakeBackend):
         super().__init__(inventory)
         self.bad: set[str] = set()
 
-    def list_gpus(self) -> list[GpuInfo]:
+    def list_gpus(self) -> list[PhysicalGPU]:
         return [dataclasses.replace(g, healthy=g.uuid not in self.bad) for g in super().list_gpus()]
 
     def probe(self, uuid: str) -> None:
         super().probe(uuid)
         if uuid in self.bad:
-            raise GpuFailed(uuid, f"GPU {uuid} reports an error")
+            raise GPUFailed(uuid, f"GPU {uuid} reports an error")
 
 
 def test_relisting_catches_a_gpu_the_backend_lists_unhealthy() -> None:
@@ -330,7 +330,7 @@ class Broken(FakeBackend):
         super().__init__(inventory)
         self.raise_once = True
 
-    def wait_event(self, timeout_s: float) -> GpuEvent | None:
+    def wait_event(self, timeout_s: float) -> GPUEvent | None:
         if self.raise_once:
             self.raise_once = False
             raise KeyError("bug")

@@ -15,7 +15,6 @@ from hami_node.config import (
     ConfigError,
     DeviceListStrategy,
     FilterDevices,
-    GPUBackend,
     HealthBind,
     HealthChecks,
     HelpRequested,
@@ -26,6 +25,7 @@ from hami_node.config import (
     build_argument_parser,
     load_config,
 )
+from hami_node.gpu.select import GPUBackendKind
 
 CONFIG = Path("/etc/hami/node-config.yaml")
 
@@ -81,7 +81,7 @@ def test_defaults() -> None:
     assert config.socket_name == "hami-nvidia-gpu.sock"
     assert config.socket_path == Path("/var/lib/kubelet/device-plugins/hami-nvidia-gpu.sock")
     assert config.kubelet_socket == Path("/var/lib/kubelet/device-plugins/kubelet.sock")
-    assert config.gpu_backend is GPUBackend.NVML
+    assert config.gpu_backend is GPUBackendKind.NVML
     assert config.fake_inventory is None and config.kubeconfig is None and config.config_file is None
     assert config.health_recovery_seconds == 60
     assert config.register_interval_seconds == 30
@@ -124,7 +124,7 @@ def test_every_setting_from_flags() -> None:
         kubelet_dir=Path("/tmp/kubelet"),
         resource_name="hami.io/gpu",
         socket_name="x.sock",
-        gpu_backend=GPUBackend.FAKE,
+        gpu_backend=GPUBackendKind.FAKE,
         fake_inventory=Path("/tmp/inv.yaml"),
         kubeconfig=Path("/tmp/kc"),
         health_recovery_seconds=0.0,
@@ -193,7 +193,7 @@ def test_every_setting_from_environment() -> None:
     assert config.kubelet_dir == Path("/k")
     assert config.resource_name == "nvidia.com/vgpu"
     assert config.socket_path == Path("/k/s.sock")
-    assert config.gpu_backend is GPUBackend.FAKE and config.fake_inventory == Path("/inv.json")
+    assert config.gpu_backend is GPUBackendKind.FAKE and config.fake_inventory == Path("/inv.json")
     assert config.kubeconfig == Path("/kc")
     assert config.health_recovery_seconds == 10
     assert config.register_interval_seconds == 1

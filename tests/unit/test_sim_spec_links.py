@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from hami_node.gpu import GpuLink, TopologyLevel
+from hami_node.gpu import GPULink, TopologyLevel
 from hami_node.gpu.inventory import DEFAULT_NVLINKS, LinkGroup, parse_inventory_text, render_inventory
 from hami_sim.cluster.spec import (
     ClusterSpec,
-    GpuSpec,
+    GPUSpec,
     NodeSpec,
     SpecError,
     node_inventory,
@@ -38,9 +38,9 @@ def test_links_in_the_count_form_and_in_the_gpus_form() -> None:
 
     inventory = node_inventory(a)
     uuids = [g.uuid for g in inventory.gpus]
-    assert inventory.link(uuids[1], uuids[2]) == GpuLink(TopologyLevel.SYSTEM, 4)  # NUMA 0 and 1
-    assert inventory.link(uuids[0], uuids[1]) == GpuLink(TopologyLevel.SINGLE_SWITCH, 0)
-    assert inventory.link(uuids[2], uuids[3]) == GpuLink(
+    assert inventory.link(uuids[1], uuids[2]) == GPULink(TopologyLevel.SYSTEM, 4)  # NUMA 0 and 1
+    assert inventory.link(uuids[0], uuids[1]) == GPULink(TopologyLevel.SINGLE_SWITCH, 0)
+    assert inventory.link(uuids[2], uuids[3]) == GPULink(
         TopologyLevel.NUMA_NODE, 0
     )  # given links: only those
     # The file hami-node reads back is valid and the same.
@@ -84,7 +84,7 @@ def test_bad_links_name_the_node_entry_and_field(value: object, error: str) -> N
 
 
 def test_links_survive_cluster_json_and_are_checked_in_code() -> None:
-    a100 = GpuSpec("NVIDIA A100-SXM4-80GB")
+    a100 = GPUSpec("NVIDIA A100-SXM4-80GB")
     spec = ClusterSpec(
         (
             NodeSpec("n1", (a100,) * 3, (LinkGroup((0, 1), nvlinks=4, reverse_nvlinks=0),)),
