@@ -657,25 +657,24 @@ def container_allocate_response(
         raise ValueError(f"CDI annotation id {cdi!r} does not make a valid annotation key")
     envs, mounts, annotations, cdi_devices = _visible_devices(uuids, config, cdi)
 
-    if config.operating_mode is not OperatingMode.MIG:
-        vgpu = posixpath.join(config.hook_path, "vgpu")
-        for i, s in enumerate(slices):
-            envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{s.usedmem}m"
-        envs["CUDA_DEVICE_SM_LIMIT"] = str(slices[0].usedcores)
-        envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{vgpu}/{cache_id}.cache"
-        if config.device_memory_scaling > 1:
-            envs["CUDA_OVERSUBSCRIBE"] = "true"
-        envs["LIBCUDA_LOG_LEVEL"] = str(config.lib_cuda_log_level)
-        if config.disable_core_limit:
-            envs["GPU_CORE_UTILIZATION_POLICY"] = "disable"
-        mounts.append(Mount(f"{vgpu}/libvgpu.so", lib_path or f"{vgpu}/libvgpu.so", True))
-        mounts.append(Mount(vgpu, f"{vgpu}/containers/{uid}_{name}", False))
-        mounts.append(Mount(VGPU_LOCK_DIR, VGPU_LOCK_DIR, False))
-        if not _disables_control(container):
-            mounts.append(Mount(LD_SO_PRELOAD, f"{vgpu}/ld.so.preload", True))
-        if license_present:
-            mounts.append(Mount("/tmp/license", f"{vgpu}/license", True))
-            mounts.append(Mount("/usr/bin/vgpuvalidator", f"{vgpu}/vgpuvalidator", True))
+    vgpu = posixpath.join(config.hook_path, "vgpu")
+    for i, s in enumerate(slices):
+        envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{s.usedmem}m"
+    envs["CUDA_DEVICE_SM_LIMIT"] = str(slices[0].usedcores)
+    envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{vgpu}/{cache_id}.cache"
+    if config.device_memory_scaling > 1:
+        envs["CUDA_OVERSUBSCRIBE"] = "true"
+    envs["LIBCUDA_LOG_LEVEL"] = str(config.lib_cuda_log_level)
+    if config.disable_core_limit:
+        envs["GPU_CORE_UTILIZATION_POLICY"] = "disable"
+    mounts.append(Mount(f"{vgpu}/libvgpu.so", lib_path or f"{vgpu}/libvgpu.so", True))
+    mounts.append(Mount(vgpu, f"{vgpu}/containers/{uid}_{name}", False))
+    mounts.append(Mount(VGPU_LOCK_DIR, VGPU_LOCK_DIR, False))
+    if not _disables_control(container):
+        mounts.append(Mount(LD_SO_PRELOAD, f"{vgpu}/ld.so.preload", True))
+    if license_present:
+        mounts.append(Mount("/tmp/license", f"{vgpu}/license", True))
+        mounts.append(Mount("/usr/bin/vgpuvalidator", f"{vgpu}/vgpuvalidator", True))
     if config.operating_mode is OperatingMode.MPS:
         mps_envs, mps_mounts = _mps_client(config, mps_started, req.what, req.key)
         envs.update(mps_envs)

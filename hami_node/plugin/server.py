@@ -48,7 +48,7 @@ from hami_node.allocation import (
     to_proto,
     virtual_devices_to_proto,
 )
-from hami_node.config import NodeConfig, OperatingMode
+from hami_node.config import NodeConfig
 from hami_node.devices import DeviceState
 from hami_node.mps import daemon_started
 from hami_node.plugin.api import api_pb2, api_pb2_grpc
@@ -216,8 +216,7 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
                 license_present=os.path.exists(license_file),
                 mps_started=daemon_started(self._config.mps_root, self._config.resource_name),
             )
-            if self._config.operating_mode is not OperatingMode.MIG:
-                self._make_cache_dir(pod_object, match.entry)
+            self._make_cache_dir(pod_object, match.entry)
             self._pods.allocated(match, granted)
         except DeviceMismatchError as err:
             message, event_reason = err.message, REASON_GPU_MISMATCH

@@ -288,12 +288,6 @@ def test_log_level_core_limit_hook_path_library_and_license() -> None:
     assert container_cache_dir(config, UID, "c") == f"/opt/hami/vgpu/containers/{UID}_c"
 
 
-def test_mig_mode_gets_only_the_visible_devices() -> None:
-    config = replace(CONFIG, operating_mode=OperatingMode.MIG)
-    response = respond(make_pod(["c"]), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"], config)
-    assert response == ContainerResponse(envs={"NVIDIA_VISIBLE_DEVICES": A})
-
-
 MPS = replace(CONFIG, operating_mode=OperatingMode.MPS, mps_root="/run/nvidia/mps")
 
 
