@@ -2,7 +2,7 @@
 
 Input is plain Kubernetes JSON (`pod["spec"]["containers"][i]["resources"]["limits"]`). Each resource is
 read from `limits`, falling back to `requests`, one resource at a time, as HAMi does. The values are
-then normalised the way HAMi's scheduler does it (reference §4 "Request normalisation"):
+then normalised the way HAMi's scheduler does it (pkg/device/nvidia/device.go `GenerateResourceRequests`):
 
 - no `nvidia.com/gpu` (or 0): the container asks for no GPU -> None;
 - `memreq` = gpumem x memoryFactor (MiB);

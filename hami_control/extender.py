@@ -1,7 +1,7 @@
 """kube-scheduler extender v1 `/filter` and `/prioritize`: request JSON in, response JSON out. Pure.
 
 The wire types are `k8s.io/kube-scheduler/extender/v1`, which have no json tags, so the keys are the Go
-field names (reference §4):
+field names (k8s.io/kube-scheduler/extender/v1 `types.go`):
 
 - `ExtenderArgs{Pod, Nodes, NodeNames}`: `Nodes` is a full NodeList (`{"items": [Node, ...]}`) and
   `NodeNames` a list of names (`nodeCacheCapable: true`); kube-scheduler sends one of them.

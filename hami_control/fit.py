@@ -1,4 +1,4 @@
-"""Which GPUs of one node a pod gets, HAMi's NVIDIA Fit (reference §4; HAMi pkg/device/nvidia/device.go
+"""Which GPUs of one node a pod gets, HAMi's NVIDIA Fit (HAMi pkg/device/nvidia/device.go
 `Fit`, pkg/scheduler/policy/gpu_policy.go `Less`, pkg/device/common/common.go `GenReason`), pure.
 
 Per container, HAMi sorts the node's GPUs by the GPU policy and then walks the sorted list *from the

@@ -1,4 +1,4 @@
-"""Node and GPU scores, HAMi's formulas (reference §4 "Scoring"), pure.
+"""Node and GPU scores, HAMi's formulas (pkg/scheduler/policy: `ComputeDefaultScore`, `ComputeScore`), pure.
 
 Node score (Prioritize): HAMi computes `10 x (sum Used/sum Count + sum Usedcores/sum Totalcore +
 sum Usedmem/sum Totalmem)` over the node's GPUs, 0..30, and binpack prefers the highest, spread the

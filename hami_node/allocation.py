@@ -5,7 +5,7 @@ Nothing here reads the clock, the environment, files or the network: the caller 
 decoded `hami.io/vgpu-devices-to-allocate`, the GPUs and their health, the config, and the random ids
 (the shared-cache file name, the CDI annotation id), and gets data back.
 
-How Allocate is answered (reference/hami.md §2):
+How Allocate is answered (HAMi's device plugin, nvinternal/plugin/server.go `Allocate`):
 
 1. `match_pending_pod(pending, len(request.devices_ids))` names the pod whose next unallocated device
    container asks for exactly that many GPUs (kubelet calls Allocate once per container, init containers

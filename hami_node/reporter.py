@@ -21,8 +21,8 @@ the inventory, `hami.io/node-nvidia-register`, and the GPU pair scores, `hami.io
   annotation is left as it is (HAMi does the same).
 - `hami.io/node-handshake`: not written. HAMi v2.10's device plugin no longer writes it: its scheduler
   writes `Requesting_<time>` itself and judges the node by its allocatable `nvidia.com/gpu` and by this
-  register annotation (reference/hami.md §1). Writing the legacy `Reported <time>` heartbeat would cost
-  a Node write every 30 s on every GPU node for nothing.
+  register annotation (HAMi pkg/scheduler/scheduler.go, node registration). Writing the legacy
+  `Reported <time>` heartbeat would cost a Node write every 30 s on every GPU node for nothing.
 """
 
 from __future__ import annotations
