@@ -40,7 +40,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -58,8 +58,9 @@ from hami_api.annotations import (
     encode_unix_time,
     encode_vgpu_node,
 )
+from hami_api.resources import ContainerRequest
 from hami_api.types import BindPhase, NodeLock, PodAllocation
-from hami_control.cache import ClusterCache
+from hami_control.cache import TERMINAL_PHASES, ClusterCache
 from hami_control.extender import ExtenderArgsError, PodAsk, failure_reason
 from hami_control.fit import Fit
 
@@ -87,6 +88,25 @@ class BindRejected(Exception):
 
     def __reduce__(self) -> tuple[type[BindRejected], tuple[int, str, str]]:
         return (type(self), (self.status, self.reason, self.message))
+
+
+class AllocatingPod(Protocol):
+    """What `Binder.adopt_allocating` reads of a watched pod (`kube.PodRecord` is one)."""
+
+    @property
+    def uid(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def node_name(self) -> str: ...
+    @property
+    def terminal(self) -> bool: ...
+    @property
+    def annotations(self) -> Mapping[str, str]: ...
+    @property
+    def requests(self) -> Sequence[ContainerRequest | None]: ...
 
 
 class BindingWriter(Protocol):
@@ -352,10 +372,31 @@ class Binder:
         log.info("pod %s on node %s allocated (%s); node window released", entry.who, entry.node, why)
         self._wake(entry.node)
 
+    def pod_event(self, uid: str, pod: Mapping[str, Any], deleted: bool) -> None:
+        """A watched pod (the GPU pod hook): its bind phase, or its end, may release its node's window. A
+        pod kubelet rejected (Failed before any Allocate) never gets a bind-phase answer: its window is
+        released as for a deleted pod."""
+        phase = ((pod.get("metadata") or {}).get("annotations") or {}).get(BIND_PHASE)
+        finished = (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+        self.pod_changed(uid, phase if isinstance(phase, str) else None, deleted or finished)
+
     def adopt(self, node: str, uid: str, counts: frozenset[int], who: str = "") -> None:
         """Put a pod bound by someone else (the previous leader) and not yet answered by its node daemon
         into the node's pending window, as if bound here just now."""
         self.window.enter(node, uid, counts, self._clock(), who)
+
+    def adopt_allocating(self, pods: Iterable[AllocatingPod]) -> int:
+        """A new leader takes over the pods the previous one bound that their node daemons have not
+        answered yet (`hami.io/bind-phase=allocating`): each enters its node's pending window. Returns
+        how many."""
+        adopted = 0
+        for pod in pods:
+            if pod.terminal or not pod.node_name or pod.annotations.get(BIND_PHASE) != BindPhase.ALLOCATING:
+                continue
+            counts = frozenset(r.nums for r in pod.requests if r is not None and r.nums > 0)
+            self.adopt(pod.node_name, pod.uid, counts, f"{pod.namespace}/{pod.name}")
+            adopted += 1
+        return adopted
 
     def reset(self) -> None:
         """Forget every pending window (this replica stopped leading); waiting binds are woken."""

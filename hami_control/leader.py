@@ -29,6 +29,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hami_kube.client import KubeApi
+from hami_kube.errors import KubeApiError
+
 log = logging.getLogger(__name__)
 
 LEADER_LABEL = "hami.io/scheduler-role"
@@ -46,6 +49,19 @@ class ElectionSettings:
 
     def who(self) -> str:
         return self.identity or default_identity()
+
+
+async def label_pod(api: KubeApi, namespace: str, name: str, value: str | None) -> None:
+    """Set (or, with None, remove) HAMi's leader label on this replica's pod (`namespace`/`name` from the
+    downward API; nothing to do without them). A failure is logged: the label is informational."""
+    if not name or not namespace:
+        return
+    body = {"metadata": {"labels": {LEADER_LABEL: value}}}
+    try:
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        await api.request("PATCH", path, body, content_type="application/merge-patch+json")
+    except KubeApiError as err:
+        log.warning("cannot label pod %s/%s %s=%s: %s", namespace, name, LEADER_LABEL, value, err)
 
 
 def default_identity() -> str:

@@ -24,18 +24,16 @@ from typing import Any
 
 from aiohttp import web
 
-from hami_api.annotations import BIND_PHASE
 from hami_control.binder import Binder
 from hami_control.certs import CertOptions, bootstrap
 from hami_control.config import ConfigError, ControlConfig, HelpRequested, load_config
 from hami_control.kube import (
-    TERMINAL_PHASES,
     ClusterCaches,
     ClusterQuotaView,
     KubeBindingWriter,
     KubeEventRecorder,
 )
-from hami_control.leader import LEADER_LABEL, LEADER_VALUE, ElectionSettings, LeaderElector
+from hami_control.leader import LEADER_VALUE, ElectionSettings, LeaderElector, label_pod
 from hami_control.metrics import ControlMetrics
 from hami_control.scheduling import Extender
 from hami_control.server import (
@@ -200,14 +198,7 @@ class ControlPlane:
         )
         extender.binder = binder
 
-        def pod_event(uid: str, pod: dict[str, Any], deleted: bool) -> None:
-            phase = ((pod.get("metadata") or {}).get("annotations") or {}).get(BIND_PHASE)
-            # A pod kubelet rejected (Failed before any Allocate) never gets a bind-phase answer: its
-            # node's window is released as for a deleted pod.
-            finished = (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
-            binder.pod_changed(uid, phase if isinstance(phase, str) else None, deleted or finished)
-
-        caches.gpu_pods.hooks.append(pod_event)
+        caches.gpu_pods.hooks.append(binder.pod_event)
         caches.gpu_nodes.hooks.append(binder.node_changed)
         self._tasks.append(asyncio.create_task(binder.run_sweeper(), name="bind-sweeper"))
 
@@ -254,36 +245,16 @@ class ControlPlane:
         self._election_client = ApiClient(api.configuration)
         pod_name, pod_namespace = os.environ.get("POD_NAME", ""), os.environ.get("POD_NAMESPACE", "")
 
-        async def label(value: str | None) -> None:
-            if not pod_name or not pod_namespace:
-                return
-            body = {"metadata": {"labels": {LEADER_LABEL: value}}}
-            try:
-                path = f"/api/v1/namespaces/{pod_namespace}/pods/{pod_name}"
-                await api.request("PATCH", path, body, content_type="application/merge-patch+json")
-            except KubeApiError as err:
-                log.warning(
-                    "cannot label pod %s/%s %s=%s: %s", pod_namespace, pod_name, LEADER_LABEL, value, err
-                )
-
         async def elected() -> None:
             await caches.resync()
-            adopted = 0
-            for record in caches.pods.pods():
-                if record.terminal or not record.node_name:
-                    continue
-                if record.annotations.get(BIND_PHASE) != "allocating":
-                    continue
-                counts = frozenset(r.nums for r in record.requests if r is not None and r.nums > 0)
-                binder.adopt(record.node_name, record.uid, counts, f"{record.namespace}/{record.name}")
-                adopted += 1
+            adopted = binder.adopt_allocating(caches.pods.pods())
             if adopted:
                 log.info("took over %d pods still being allocated into the pending windows", adopted)
-            await label(LEADER_VALUE)
+            await label_pod(api, pod_namespace, pod_name, LEADER_VALUE)
 
         async def deposed() -> None:
             binder.reset()
-            await label(None)
+            await label_pod(api, pod_namespace, pod_name, None)
 
         self.elector = LeaderElector(settings, self._election_client, on_elected=elected, on_deposed=deposed)
         self._tasks.append(asyncio.create_task(self.elector.run(), name="leader-election"))

@@ -32,6 +32,7 @@ from hami_api.annotations import (
     encode_node_register,
 )
 from hami_api.containers import footprint_slices, init_kinds
+from hami_api.resources import ContainerRequest
 from hami_api.types import BindPhase, GPUInfo, GPUSlice, NodeLock, PodAllocation
 from hami_control.binder import (
     Binder,
@@ -878,3 +879,62 @@ def test_concurrent_binds_never_overcommit_a_gpu(
         )
         expected = with_slices(expected, peak(allocation, 0))
     assert w.cache.node_gpus("n1") == expected
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A watched pod as `Binder.adopt_allocating` reads it (the fields of kube.PodRecord it uses)."""
+
+    uid: str
+    node_name: str
+    phase: str = "allocating"
+    terminal: bool = False
+    requests: tuple[ContainerRequest | None, ...] = (
+        ContainerRequest(nums=2, memreq=1000, mem_percentage=None, coresreq=0),
+    )
+    namespace: str = "default"
+
+    @property
+    def name(self) -> str:
+        return f"pod-{self.uid}"
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        return {"hami.io/bind-phase": self.phase} if self.phase else {}
+
+
+def test_a_new_leader_adopts_only_the_pods_still_allocating_on_a_node() -> None:
+    w = world()
+    pods = [
+        Watched("a", "n1"),
+        Watched("b", "n1", phase="success"),
+        Watched("c", "n1", terminal=True),
+        Watched("d", ""),
+        Watched("e", "n1", phase=""),
+        Watched(
+            "f", "n1", requests=(None, ContainerRequest(nums=1, memreq=0, mem_percentage=50, coresreq=0))
+        ),
+    ]
+    assert w.binder.adopt_allocating(pods) == 2
+    assert w.binder.window.pending("n1") == ("a", "f")
+    assert {e.uid: e.counts for e in w.binder.window} == {"a": frozenset({2}), "f": frozenset({1})}
+
+
+@pytest.mark.parametrize(
+    ("pod", "deleted", "released"),
+    [
+        ({"metadata": {"annotations": {"hami.io/bind-phase": "success"}}}, False, True),
+        ({"metadata": {"annotations": {"hami.io/bind-phase": "failed"}}}, False, True),
+        ({"metadata": {"annotations": {"hami.io/bind-phase": "allocating"}}}, False, False),
+        ({"metadata": {}, "status": {"phase": "Failed"}}, False, True),  # kubelet rejected it
+        ({"metadata": {}, "status": {"phase": "Running"}}, False, False),
+        ({"metadata": {}}, True, True),
+    ],
+)
+def test_pod_events_release_the_window_on_an_answer_a_rejection_or_a_deletion(
+    pod: dict[str, Any], deleted: bool, released: bool
+) -> None:
+    w = world()
+    w.binder.adopt("n1", "u", frozenset({1}), "default/p")
+    w.binder.pod_event("u", pod, deleted)
+    assert (w.binder.window.pending("n1") == ()) is released
