@@ -37,6 +37,7 @@ from hami_node.healthz import HealthServer, HealthServerError, Probe
 from hami_node.kube import KubeClient, KubeConfigError, PodWatch
 from hami_node.plugin.manager import PluginManager, install_signal_handlers
 from hami_node.pods import PodTracker
+from hami_node.ports import ObserverFactory
 from hami_node.reporter import NodeReporter
 
 log = logging.getLogger("hami_node")
@@ -67,8 +68,9 @@ def _read_file(path: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def start_daemon(config: NodeConfig) -> NodeDaemon:
-    """Build and start every part; raises `StartupError` for what the user must fix."""
+def start_daemon(config: NodeConfig, *, observer_factory: ObserverFactory | None = None) -> NodeDaemon:
+    """Build and start every part; raises `StartupError` for what the user must fix. `observer_factory`
+    makes the file watches' observers (watchdog's own when None)."""
     if config.operating_mode is OperatingMode.MIG or config.mig_strategy is not MigStrategy.NONE:
         raise StartupError(
             f"operating mode {config.operating_mode.value!r} / MIG strategy {config.mig_strategy.value!r}: "
@@ -76,7 +78,7 @@ def start_daemon(config: NodeConfig) -> NodeDaemon:
             "none"
         )
     try:
-        backend = open_backend(config.gpu_backend.value, config.fake_inventory)
+        backend = open_backend(config.gpu_backend, config.fake_inventory, observer_factory=observer_factory)
     except (BackendConfigError, InventoryError) as exc:
         raise StartupError(str(exc)) from None
     try:
@@ -98,7 +100,10 @@ def start_daemon(config: NodeConfig) -> NodeDaemon:
     )
     publisher = InventoryPublisher(state, reporter)
     health = HealthMonitor(backend, state, config)
-    plugin = PluginManager(config, state, tracker)
+    if observer_factory is None:
+        plugin = PluginManager(config, state, tracker)
+    else:
+        plugin = PluginManager(config, state, tracker, observer_factory=observer_factory)
     daemon = NodeDaemon(config, plugin)
     if config.health_bind is not None:
         daemon.health_endpoint = _health_endpoint(config, plugin, reporter)

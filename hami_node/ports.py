@@ -4,11 +4,18 @@ Kubernetes side needs from the GPU side. The plugin and health code depend on th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from hami_api.types import ContainerAllocation, GPUInfo
 from hami_node.allocation import PendingPod, PodMatch
+
+if TYPE_CHECKING:
+    from watchdog.observers.api import BaseObserver
+
+ObserverFactory = Callable[[], "BaseObserver"]
+"""Makes the watchdog observer a file watch runs on (watchdog's `Observer` by default; a host running
+many daemons in one process passes observers that share inotify instances, see hami_sim.nodehost)."""
 
 
 class PodSource(Protocol):

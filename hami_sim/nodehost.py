@@ -13,10 +13,10 @@ hundreds of nodes that is too much for a laptop. The host runs the very same obj
 
 One thing differs, on Linux: watchdog's `Observer` takes an inotify instance of its own, and a node
 daemon makes two (the fake GPU inventory's watch and the kubelet directory's), while the kernel allows
-128 instances per user (fs.inotify.max_user_instances) - some 60 daemons. The host therefore swaps, in
-`hami_node.gpu.fake` and `hami_node.plugin.manager`, `Observer` for an observer of the same inotify
-emitters sharing a few instances of the process (`share_inotify_instance`): same events, at most 8
-instances.
+128 instances per user (fs.inotify.max_user_instances) - some 60 daemons. The host therefore gives each
+daemon (`start_daemon(config, observer_factory=...)`, the daemon's seam for it) observers of the same
+inotify emitters sharing a few instances of the process (`shared_inotify_observers`): same events, at
+most 8 instances.
 
 `--role` picks what the process hosts: `kubelets`, `daemons` or `all`. The local cluster runs two
 hosts (one per role), so a kubelet and its node daemon still talk gRPC across processes.
@@ -69,6 +69,7 @@ from typing import Any, TypeVar
 import yaml
 
 from hami_api.settings import DNS_SUBDOMAIN
+from hami_node.ports import ObserverFactory
 
 log = logging.getLogger("hami_sim.nodehost")
 
@@ -247,17 +248,14 @@ def write_host_spec(path: Path, spec: HostSpec) -> None:
 # --- inotify --------------------------------------------------------------------------------------
 
 
-def share_inotify_instance() -> bool:
-    """Make the node daemons of this process share a few inotify instances (see the module
-    docstring). Returns whether it did (Linux only)."""
+def shared_inotify_observers() -> ObserverFactory | None:
+    """Observers for the node daemons of this process that share a few inotify instances (see the
+    module docstring); None off Linux (watchdog's own observers then)."""
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     from watchdog.observers.api import BaseObserver
     from watchdog.observers.inotify import InotifyEmitter
     from watchdog.observers.inotify_c import InotifyFD
-
-    import hami_node.gpu.fake
-    import hami_node.plugin.manager
 
     instances: list[InotifyFD] = []
     lock = threading.Lock()
@@ -283,9 +281,7 @@ def share_inotify_instance() -> bool:
         def __init__(self, *, timeout: float = _OBSERVER_TIMEOUT_S) -> None:
             super().__init__(InotifyEmitter, timeout=timeout, inotify_fd=next_instance())
 
-    for module in (hami_node.gpu.fake, hami_node.plugin.manager):
-        module.Observer = SharedInotifyObserver  # type: ignore[attr-defined]
-    return True
+    return SharedInotifyObserver
 
 
 # --- the host ------------------------------------------------------------------------------------
@@ -331,6 +327,7 @@ class NodeHost:
         self._concurrency = max(1, concurrency)
         self._pool = ThreadPoolExecutor(self._concurrency, thread_name_prefix="hami-nodehost")
         self._api: Any = None
+        self._observers: ObserverFactory | None = None
         self._kubelets: dict[str, Any] = {}
         self._daemons: dict[str, Any] = {}
         self._node_locks = {name: asyncio.Lock() for name in self._nodes}
@@ -348,8 +345,8 @@ class NodeHost:
     async def start(self) -> None:
         """Start every hosted part (kubelets first, so daemons find kubelet.sock); on any failure stop
         what started and raise `HostError`."""
-        if self.role.daemons:
-            share_inotify_instance()
+        if self.role.daemons and self._observers is None:
+            self._observers = shared_inotify_observers()
         try:
             if self.role.kubelets:
                 self._api = await self._shared_client()
@@ -489,7 +486,10 @@ class NodeHost:
 
         config = self._daemon_config(name)
         try:
-            self._daemons[name] = await self._in_pool(lambda: start_daemon(config))
+            observers = self._observers
+            self._daemons[name] = await self._in_pool(
+                lambda: start_daemon(config, observer_factory=observers)
+            )
         except StartupError as exc:
             raise HostError(f"node {name}: hami-node: {exc}") from None
 

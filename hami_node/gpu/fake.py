@@ -72,7 +72,15 @@ class FakeBackend:
     parse is rejected only when the file still holds it `settle_s` later (it may be half-written).
     """
 
-    def __init__(self, source: Path | Inventory, *, watch: bool = True, settle_s: float = 0.1) -> None:
+    def __init__(
+        self,
+        source: Path | Inventory,
+        *,
+        watch: bool = True,
+        settle_s: float = 0.1,
+        observer_factory: Callable[[], BaseObserver] = Observer,
+    ) -> None:
+        self._observer_factory = observer_factory
         self._path = Path(os.path.abspath(source)) if isinstance(source, Path) else None
         self._watch = watch and self._path is not None
         self._cond = threading.Condition()
@@ -115,7 +123,7 @@ class FakeBackend:
                 return
         if self._watch and self._watcher is None:
             assert self._path is not None
-            watcher = _DirWatcher(self._path, self._on_file_event)
+            watcher = _DirWatcher(self._path, self._on_file_event, self._observer_factory)
             try:
                 watcher.start()
             except OSError as exc:  # e.g. the inotify watch limit
@@ -365,12 +373,14 @@ class FakeBackend:
 class _DirWatcher(FileSystemEventHandler):
     """Calls `on_change` when something in the file's directory may have changed the file."""
 
-    def __init__(self, path: Path, on_change: Callable[[], None]) -> None:
+    def __init__(
+        self, path: Path, on_change: Callable[[], None], observer_factory: Callable[[], BaseObserver]
+    ) -> None:
         self._file = str(path)
         self._dir = os.path.dirname(self._file)
         self._parent = os.path.dirname(self._dir)
         self._on_change = on_change
-        self._observer: BaseObserver = Observer()
+        self._observer: BaseObserver = observer_factory()
         self._observer.daemon = True
         self._dir_watch: ObservedWatch | None = None
         self._lock = threading.Lock()

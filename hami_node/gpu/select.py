@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hami_node.gpu.backend import GPUBackend
+
+if TYPE_CHECKING:
+    from watchdog.observers.api import BaseObserver
 
 
 class GPUBackendKind(StrEnum):
@@ -20,7 +25,12 @@ class BackendConfigError(ValueError):
     """A backend choice that cannot work (unknown kind, fake without inventory, nvml with one)."""
 
 
-def open_backend(kind: GPUBackendKind | str, fake_inventory: Path | None = None) -> GPUBackend:
+def open_backend(
+    kind: GPUBackendKind | str,
+    fake_inventory: Path | None = None,
+    *,
+    observer_factory: Callable[[], BaseObserver] | None = None,
+) -> GPUBackend:
     """The backend named `kind`, not yet initialised (call `init()`).
 
     Raises `BackendConfigError` for a bad combination and, for "fake", `InventoryError` when the
@@ -43,7 +53,9 @@ def open_backend(kind: GPUBackendKind | str, fake_inventory: Path | None = None)
             )
         from hami_node.gpu.fake import FakeBackend
 
-        return FakeBackend(fake_inventory)
+        if observer_factory is None:
+            return FakeBackend(fake_inventory)
+        return FakeBackend(fake_inventory, observer_factory=observer_factory)
     raise BackendConfigError(
         f"gpu backend: expected one of {', '.join(k.value for k in GPUBackendKind)}, got {kind!r}"
     )

@@ -92,6 +92,7 @@ class PluginManager:
         pods: PodSource,
         *,
         server_factory: Callable[[], PluginServer] | None = None,
+        observer_factory: Callable[[], BaseObserver] = Observer,
         retry_initial_s: float = 1.0,
         retry_max_s: float = 30.0,
         stop_grace_s: float = 0.5,
@@ -129,6 +130,7 @@ class PluginManager:
         self._next_attempt = -math.inf
         self._waiting_logged = False
 
+        self._observer_factory = observer_factory
         self._observer: BaseObserver | None = None
         self._handler = _KubeletDirHandler(self)
         self._parent_watch: ObservedWatch | None = None
@@ -141,7 +143,7 @@ class PluginManager:
         """Start watching and the manager thread; serving and registering happen in that thread."""
         if self._thread is not None:
             raise RuntimeError("plugin manager already started")
-        observer = Observer()
+        observer = self._observer_factory()
         observer.daemon = True
         self._observer = observer
         self._schedule_watches()
