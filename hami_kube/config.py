@@ -488,12 +488,11 @@ class TlsSettings:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         if self.cert_file is not None:
+            for key, path in (("client-certificate", self.cert_file), ("client-key", self.key_file)):
+                if path is not None and not path.is_file():
+                    raise KubeConfigError(f"{self.user_where}: {key}: {path}: no such file")
             try:
                 context.load_cert_chain(self.cert_file, self.key_file)
-            except FileNotFoundError as err:
-                raise KubeConfigError(
-                    f"{self.user_where}: client-certificate/client-key: {err.filename or err}: no such file"
-                ) from None
             except (OSError, ssl.SSLError) as err:
                 problem = f"not a matching PEM certificate and key ({err})"
                 raise KubeConfigError(
