@@ -221,6 +221,18 @@ def test_https_with_ca_and_client_certificate_data_authenticates_with_the_certif
     run(main)
 
 
+def test_username_and_password_are_sent_as_basic_auth(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with peer() as server:
+            user = {"username": "admin", "password": "s3cret"}
+            async with await KubeApi.connect(
+                kubeconfig(tmp_path / "kubeconfig", {"server": server.url}, user)
+            ) as api:
+                assert (await api.get("/"))["authorization"] == "Basic YWRtaW46czNjcmV0"
+
+    run(main)
+
+
 def test_https_without_the_right_ca_fails_as_a_transport_error_and_insecure_skip_tls_verify_connects(
     tmp_path: Path,
 ) -> None:
