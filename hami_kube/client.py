@@ -1,15 +1,18 @@
 """One HTTP client for the Kubernetes API, asyncio, answers as plain JSON dicts.
 
-Credentials come from `kubernetes.aio.config` (a kubeconfig file, or the pod's service account in a
-cluster), so every way of authenticating the official client knows (tokens, client certificates, exec
-plugins, token refresh) works. The requests themselves go over one plain `aiohttp` session and the
-answers are parsed with orjson into plain Kubernetes JSON dicts: the official client's pydantic models
-would cost ~70 µs per pod and an object graph the pure modules do not want (they take dicts).
+Credentials come from `hami_kube.config` (a kubeconfig file, the files in $KUBECONFIG, or the pod's
+service account in a cluster): tokens, token files, client certificates, basic auth and exec plugins,
+refreshed as they expire, without importing the official `kubernetes` package (only an `auth-provider`
+user falls back to its loader). The requests go over one plain `aiohttp` session and the answers are
+parsed with orjson into plain Kubernetes JSON dicts: the official client's pydantic models would cost
+~70 µs per pod and an object graph the pure modules do not want (they take dicts).
 
 Every call has a timeout (total and connect); a watch has a read timeout far beyond the bookmark
-interval instead, so a silent dead stream ends. Failures are `KubeApiError`: the HTTP status and the
-metav1.Status reason and message, or status 0 and the transport error for no answer. Create the client
-inside the event loop that will use it (`await KubeApi.connect(...)`), `await close()` at the end.
+interval instead, so a silent dead stream ends. A 401 makes the credentials refresh (an exec plugin
+re-runs, a token file is re-read) and the call is retried once with the new ones. Failures are
+`KubeApiError`: the HTTP status and the metav1.Status reason and message, or status 0 and the transport
+error for no answer. Create the client inside the event loop that will use it
+(`await KubeApi.connect(...)`), `await close()` at the end.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from hami_kube.config import Credentials, load_credentials
 from hami_kube.errors import KubeApiError, KubeConfigError
 
 JSONDict = dict[str, Any]
@@ -52,13 +56,14 @@ class KubeApi:
         host: str,
         ssl_context: ssl.SSLContext | None,
         *,
-        configuration: Any = None,
+        credentials: Credentials | None = None,
         request_timeout_s: float = 30.0,
         connect_timeout_s: float = 5.0,
         max_connections: int = 16,
     ) -> None:
         self.host = host.rstrip("/")
-        self._configuration = configuration
+        self._credentials = credentials
+        self._server_hostname = credentials.server_hostname if credentials is not None else None
         self._request_timeout_s = request_timeout_s
         self._connect_timeout_s = connect_timeout_s
         connector = aiohttp.TCPConnector(
@@ -68,62 +73,51 @@ class KubeApi:
 
     @classmethod
     async def connect(
-        cls, kubeconfig: str | Path | None, *, flag: str = "--kubeconfig", **options: Any
+        cls,
+        kubeconfig: str | Path | None,
+        *,
+        flag: str = "--kubeconfig",
+        context: str | None = None,
+        **options: Any,
     ) -> KubeApi:
-        """A client from a kubeconfig file, or from the in-cluster service account when None. Raises
-        `KubeConfigError` naming the file (`flag` is how the caller's user gave it)."""
-        from kubernetes.aio import config as kube_config
-        from kubernetes.aio.client.configuration import Configuration
+        """A client from a kubeconfig file (its current-context, or `context`); when None, from the files
+        in $KUBECONFIG, else from the in-cluster service account. Raises `KubeConfigError` naming the
+        file, entry and key (`flag` is how the caller's user gave the file)."""
+        credentials = await load_credentials(kubeconfig, context=context, flag=flag)
+        return cls(credentials.server, credentials.ssl_context, credentials=credentials, **options)
 
-        if kubeconfig is not None and not Path(kubeconfig).is_file():  # noqa: ASYNC240 - start-up only
-            raise KubeConfigError(f"kubeconfig {kubeconfig} ({flag}): no such file")
-        configuration: Any = Configuration()
-        loader: Any = kube_config
-        try:
-            if kubeconfig is None:
-                loader.load_incluster_config(client_configuration=configuration)
-            else:
-                await loader.load_kube_config(
-                    config_file=str(kubeconfig), client_configuration=configuration, persist_config=False
-                )
-        except (loader.ConfigException, OSError, ValueError, TypeError, KeyError) as err:
-            where = f"kubeconfig {kubeconfig}" if kubeconfig else f"in-cluster config (no {flag})"
-            raise KubeConfigError(f"cannot build a Kubernetes client from {where}: {err}") from None
-        host = str(configuration.host or "")
-        if not host.startswith(("http://", "https://")):
-            raise KubeConfigError(f"kubeconfig {kubeconfig}: server {host!r} is not an http(s) URL")
-        context: ssl.SSLContext | None = None
-        if host.startswith("https://"):
-            try:
-                context = ssl.create_default_context(
-                    cafile=configuration.ssl_ca_cert, cadata=configuration.ca_cert_data
-                )
-                if configuration.cert_file:
-                    context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
-            except (OSError, ssl.SSLError, ValueError) as err:
-                raise KubeConfigError(f"kubeconfig {kubeconfig}: TLS settings unusable: {err}") from None
-            if not configuration.verify_ssl:
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-        return cls(host, context, configuration=configuration, **options)
+    @property
+    def credentials(self) -> Credentials | None:
+        return self._credentials
 
     async def _headers(self) -> dict[str, str]:
-        configuration = self._configuration
-        if configuration is None:
+        if self._credentials is None:
             return {}
-        token = await configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
-        if token:
-            return {"Authorization": str(token)}
-        basic = configuration.get_basic_auth_token()
-        return {"Authorization": str(basic)} if basic else {}
+        try:
+            return await self._credentials.headers()
+        except KubeConfigError as err:
+            raise KubeApiError(0, "NoCredentials", str(err)) from None
+
+    async def _retry_after_401(self, sent: Mapping[str, str]) -> bool:
+        """The server refused `sent`: refresh the credentials; True when a retry makes sense."""
+        if self._credentials is None:
+            return False
+        try:
+            return await self._credentials.unauthorized(sent)
+        except KubeConfigError as err:
+            raise KubeApiError(401, "Unauthorized", f"and refreshing the credentials failed: {err}") from None
 
     @property
     def configuration(self) -> Any:
-        """The official client's Configuration this was built from (None when built by hand)."""
-        return self._configuration
+        """The official `kubernetes.aio` client's Configuration for the same server and credentials (for
+        its leader election), built on first use, when `kubernetes` gets imported; None when this client
+        was built by hand without credentials."""
+        return self._credentials.official_configuration() if self._credentials is not None else None
 
     async def close(self) -> None:
         await self._session.close()
+        if self._credentials is not None:
+            self._credentials.close()
 
     async def __aenter__(self) -> KubeApi:
         return self
@@ -148,21 +142,33 @@ class KubeApi:
         (status 0 for no answer or an answer that is not a JSON object)."""
         total = self._request_timeout_s if timeout_s is None else timeout_s
         timeout = aiohttp.ClientTimeout(total=total, connect=self._connect_timeout_s)
-        headers = await self._headers()
-        data: bytes | None = None
-        if body is not None:
-            data = orjson.dumps(body)
-            headers["Content-Type"] = content_type
-        try:
-            async with self._session.request(
-                method, self.host + path, params=params, data=data, headers=headers, timeout=timeout
-            ) as response:
-                raw = await response.read()
-                if response.status >= 300:
-                    reason, message = _status_of(raw)
-                    raise KubeApiError(response.status, reason or str(response.reason), message)
-        except (aiohttp.ClientError, OSError, TimeoutError) as err:
-            raise _transport(err) from None
+        data = orjson.dumps(body) if body is not None else None
+        for attempt in (1, 2):
+            headers = await self._headers()
+            sent = dict(headers)
+            if data is not None:
+                headers["Content-Type"] = content_type
+            try:
+                async with self._session.request(
+                    method,
+                    self.host + path,
+                    params=params,
+                    data=data,
+                    headers=headers,
+                    timeout=timeout,
+                    server_hostname=self._server_hostname,
+                ) as response:
+                    raw = await response.read()
+                    status = response.status
+                    reason = str(response.reason)
+            except (aiohttp.ClientError, OSError, TimeoutError) as err:
+                raise _transport(err) from None
+            if status == 401 and attempt == 1 and await self._retry_after_401(sent):
+                continue
+            if status >= 300:
+                status_reason, message = _status_of(raw)
+                raise KubeApiError(status, status_reason or reason, message)
+            break
         if not raw:
             return {}
         try:
@@ -195,13 +201,22 @@ class KubeApi:
             total=None, connect=self._connect_timeout_s, sock_read=timeout_s + 30.0
         )
         try:
-            async with self._session.get(
-                self.host + path, params=query, headers=await self._headers(), timeout=timeout
-            ) as response:
-                if response.status != 200:
-                    reason, message = _status_of(await response.read())
-                    raise KubeApiError(response.status, reason or str(response.reason), message)
-                yield _events(response, path)
+            for attempt in (1, 2):
+                headers = await self._headers()
+                async with self._session.get(
+                    self.host + path,
+                    params=query,
+                    headers=headers,
+                    timeout=timeout,
+                    server_hostname=self._server_hostname,
+                ) as response:
+                    if response.status == 401 and attempt == 1 and await self._retry_after_401(headers):
+                        continue
+                    if response.status != 200:
+                        reason, message = _status_of(await response.read())
+                        raise KubeApiError(response.status, reason or str(response.reason), message)
+                    yield _events(response, path)
+                    return
         except (aiohttp.ClientError, OSError, TimeoutError) as err:
             raise _transport(err) from None
 

@@ -154,7 +154,7 @@ def test_connect_names_a_missing_kubeconfig_and_the_flag_it_came_from(rig: Rig, 
         rig.loop.call(lambda: KubeApi.connect(missing))
     bad = tmp_path / "bad"
     bad.write_text("apiVersion: v1\nclusters: 7\n")
-    with pytest.raises(KubeConfigError, match=f"cannot build a Kubernetes client from kubeconfig {bad}"):
+    with pytest.raises(KubeConfigError, match=f"kubeconfig {bad}: clusters: not a list, got int 7"):
         rig.loop.call(lambda: KubeApi.connect(bad, flag="HAMI_KUBECONFIG"))
 
 
