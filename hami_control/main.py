@@ -25,16 +25,12 @@ from typing import Any
 from aiohttp import web
 
 from hami_control.binder import Binder
+from hami_control.caches import ClusterCaches
 from hami_control.certs import CertOptions, bootstrap
 from hami_control.config import ConfigError, ControlConfig, HelpRequested, load_config
-from hami_control.kube import (
-    ClusterCaches,
-    ClusterQuotaView,
-    KubeBindingWriter,
-    KubeEventRecorder,
-)
 from hami_control.leader import LEADER_VALUE, ElectionSettings, LeaderElector, label_pod
 from hami_control.metrics import ControlMetrics
+from hami_control.quota_store import ClusterQuotaView
 from hami_control.scheduling import Extender
 from hami_control.server import (
     EXTENDER_MAX_BODY,
@@ -50,6 +46,7 @@ from hami_control.server import (
     webhook_route,
 )
 from hami_control.webhook import handle_admission_review
+from hami_control.writers import KubeBindingWriter, KubeEventRecorder
 from hami_kube.client import KubeApi
 from hami_kube.errors import KubeApiError, KubeConfigError
 
@@ -69,7 +66,7 @@ def admission_handler(
     config: ControlConfig, view: ClusterQuotaView, metrics: ControlMetrics | None = None
 ) -> AdmissionHandler:
     """`POST /webhook` bodies -> `webhook.handle_admission_review` against the cluster's quota view; an
-    admitted GPU pod's usage (from the decision) is assumed until the watch sees the pod (kube.py).
+    admitted GPU pod's usage (from the decision) is assumed until the watch sees the pod (pod_store.py).
     Runs without an await, so no other review can slip in between a check and its assumption."""
 
     def admit(body: bytes) -> WebhookAnswer:

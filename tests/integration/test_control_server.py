@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from hami_control.caches import ClusterCaches
 from hami_control.config import ControlConfig
-from hami_control.kube import ClusterCaches
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.server import (
     CertificateError,

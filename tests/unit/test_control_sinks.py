@@ -1,5 +1,5 @@
-"""hami_control.kube: the watch sinks that feed the extender's GPU cache (pods and nodes, relists, the
-node lock annotation, hooks) and the event recorder's rate limits."""
+"""hami_control.gpu_sinks and .writers: the watch sinks that feed the extender's GPU cache (pods and
+nodes, relists, the node lock annotation, hooks) and the event recorder's rate limits."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 from hami_api.annotations import NODE_LOCK, NODE_REGISTER, encode_node_register
 from hami_api.types import GPUInfo
 from hami_control.cache import ClusterCache
-from hami_control.kube import EventLimits, FanoutSink, GPUNodeSink, GPUPodSink, KubeEventRecorder
+from hami_control.gpu_sinks import FanoutSink, GPUNodeSink, GPUPodSink
+from hami_control.writers import EventLimits, KubeEventRecorder
 
 
 def node(name: str, lock: str | None = None) -> dict[str, Any]:

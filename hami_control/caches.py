@@ -1,0 +1,123 @@
+"""Everything hami-control watches, wired once: one `hami_kube` reflector per resource (pods, nodes,
+ResourceQuotas; list, then watch with bookmarks; resume, relist on 410, backoff), each feeding its
+stores (the pod store, the quota cache, the extender's GPU cache). `synced` is set after the first
+lists; /readyz waits for it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+
+from hami_control.cache import ClusterCache
+from hami_control.config import ControlConfig
+from hami_control.gpu_sinks import FanoutSink, GPUNodeSink, GPUPodSink
+from hami_control.pod_store import PodCache
+from hami_control.quota_store import ClusterQuotaView, QuotaCache
+from hami_kube.backoff import DEFAULT_RETRY, RetryPolicy
+from hami_kube.reflector import Lister, Reflector
+
+log = logging.getLogger(__name__)
+
+
+class ClusterCaches:
+    """The reflectors and caches hami-control runs: pods always, ResourceQuotas when quotas are enforced.
+    `start()` launches them on the running loop; `readiness()` is what /readyz reports."""
+
+    def __init__(
+        self,
+        api: Lister,
+        config: ControlConfig,
+        *,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        watch_timeout_s: int = 300,
+    ) -> None:
+        self.config = config
+        self.pods = PodCache(config)
+        self.quotas = QuotaCache(config) if config.enforce_quota else None
+        self.quota_view = ClusterQuotaView(self.pods, self.quotas)
+        self.gpus = ClusterCache(config.resource_names)
+        self.gpu_pods = GPUPodSink(self.gpus)
+        self.gpu_nodes = GPUNodeSink(self.gpus)
+        self.reflectors = [
+            Reflector(
+                api,
+                "pods",
+                "/api/v1/pods",
+                FanoutSink(self.pods, self.gpu_pods),
+                retry=retry,
+                watch_timeout_s=watch_timeout_s,
+            ),
+            Reflector(
+                api, "nodes", "/api/v1/nodes", self.gpu_nodes, retry=retry, watch_timeout_s=watch_timeout_s
+            ),
+        ]
+        if self.quotas is not None:
+            self.reflectors.append(
+                Reflector(
+                    api,
+                    "resourcequotas",
+                    "/api/v1/resourcequotas",
+                    self.quotas,
+                    retry=retry,
+                    watch_timeout_s=watch_timeout_s,
+                )
+            )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        if self._tasks:
+            return
+        started = time.monotonic()
+        for reflector in self.reflectors:
+            self._tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.name}"))
+        self._tasks.append(asyncio.create_task(self._report_synced(started), name="watch-synced"))
+
+    async def _report_synced(self, started: float) -> None:
+        await self.wait_synced()
+        quotas = f", {len(self.quotas)} ResourceQuotas" if self.quotas is not None else ""
+        log.info(
+            "caches synced in %.0f ms: %d pods, %d GPU nodes%s",
+            (time.monotonic() - started) * 1000,
+            len(self.pods),
+            self.gpus.stats().nodes,
+            quotas,
+        )
+
+    async def wait_synced(self) -> None:
+        await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
+
+    async def resync(self, names: Sequence[str] = ("pods", "nodes")) -> None:
+        """Rebuild the named caches from a fresh list (a new leader does, before it answers): their
+        reflectors are restarted without a resourceVersion, and this returns once they have listed."""
+        for reflector in self.reflectors:
+            if reflector.name not in names:
+                continue
+            task = next((t for t in self._tasks if t.get_name() == f"watch-{reflector.name}"), None)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                self._tasks.remove(task)
+            reflector.resource_version = None
+            reflector.synced.clear()
+            self._tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.name}"))
+        await asyncio.gather(*(r.synced.wait() for r in self.reflectors if r.name in names))
+
+    @property
+    def synced(self) -> bool:
+        return all(r.synced.is_set() for r in self.reflectors)
+
+    def readiness(self) -> dict[str, bool]:
+        return {r.name: r.synced.is_set() for r in self.reflectors}
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+__all__ = [
+    "ClusterCaches",
+]

@@ -1,0 +1,155 @@
+"""The watch sinks that feed the extender's GPU cache (`cache.ClusterCache`) from the same pod and node
+watches: GPU pods and registered nodes, relists included, with hooks for the binder."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from hami_api import annotations as ann
+from hami_control.cache import ClusterCache
+from hami_kube.client import JSONDict
+from hami_kube.reflector import WatchSink, replace_all
+
+log = logging.getLogger(__name__)
+
+
+class FanoutSink:
+    """One reflector feeding several sinks (the pods watch feeds the quota cache and the GPU cache)."""
+
+    def __init__(self, *sinks: WatchSink) -> None:
+        self.sinks = sinks
+
+    def replace(self, items: Sequence[JSONDict]) -> None:
+        replace_all(self, items)
+
+    def begin_replace(self) -> None:
+        for sink in self.sinks:
+            sink.begin_replace()
+
+    def add_page(self, items: Sequence[JSONDict]) -> None:
+        for sink in self.sinks:
+            sink.add_page(items)
+
+    def end_replace(self) -> None:
+        for sink in self.sinks:
+            sink.end_replace()
+
+    def apply(self, kind: str, obj: JSONDict) -> None:
+        for sink in self.sinks:
+            sink.apply(kind, obj)
+
+
+PodHook = Callable[[str, JSONDict, bool], None]
+"""(uid, pod, deleted) after the GPU cache took a pod event: the binder's window watches bind-phase."""
+NodeHook = Callable[[str], None]
+"""(node name) after the GPU cache took a node event."""
+
+
+class GPUPodSink:
+    """Pods -> `ClusterCache` (their GPU slices), then the hooks."""
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+        self.hooks: list[PodHook] = []
+        self._listed: set[str] = set()
+
+    def replace(self, items: Sequence[JSONDict]) -> None:
+        replace_all(self, items)
+
+    def begin_replace(self) -> None:
+        self._listed = set()
+
+    def add_page(self, items: Sequence[JSONDict]) -> None:
+        self._listed |= self.cache.pods_listed(items)
+        for pod in items:
+            self._notify(pod, False)
+
+    def end_replace(self) -> None:
+        listed, self._listed = self._listed, set()
+        self.cache.pods_not_listed(listed)
+
+    def apply(self, kind: str, obj: JSONDict) -> None:
+        if kind == "DELETED":
+            meta = obj.get("metadata") or {}
+            self.cache.pod_deleted(
+                str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or "")
+            )
+        else:
+            self.cache.pod_upserted(obj)
+        self._notify(obj, kind == "DELETED")
+
+    def _notify(self, pod: JSONDict, deleted: bool) -> None:
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        for hook in self.hooks:
+            try:
+                hook(uid, pod, deleted)
+            except Exception:
+                log.exception("a pod hook failed")
+
+
+class GPUNodeSink:
+    """Nodes -> `ClusterCache` (their GPUs), HAMi's node lock annotation kept per node, then the hooks."""
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+        self.locks: dict[str, str] = {}
+        """node -> raw `hami.io/mutex.lock` value, for nodes that carry one."""
+        self.hooks: list[NodeHook] = []
+        self._listed: set[str] = set()
+        self._locks: dict[str, str] = {}
+
+    def _note_lock(self, name: str, obj: JSONDict | None) -> None:
+        value = ((obj or {}).get("metadata") or {}).get("annotations", {}) or {}
+        lock = value.get(ann.NODE_LOCK) if isinstance(value, dict) else None
+        if isinstance(lock, str) and lock:
+            self.locks[name] = lock
+        else:
+            self.locks.pop(name, None)
+
+    def replace(self, items: Sequence[JSONDict]) -> None:
+        replace_all(self, items)
+
+    def begin_replace(self) -> None:
+        self._listed = set()
+        self._locks = {}
+
+    def add_page(self, items: Sequence[JSONDict]) -> None:
+        self._listed |= self.cache.nodes_listed(items)
+        for node in items:
+            name = str((node.get("metadata") or {}).get("name") or "")
+            lock = ((node.get("metadata") or {}).get("annotations") or {}).get(ann.NODE_LOCK)
+            if isinstance(lock, str) and lock:
+                self._locks[name] = lock
+            self._notify(name)
+
+    def end_replace(self) -> None:
+        listed, self._listed = self._listed, set()
+        self.cache.nodes_not_listed(listed)
+        self.locks.clear()
+        self.locks.update(self._locks)
+        self._locks = {}
+
+    def apply(self, kind: str, obj: JSONDict) -> None:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        if kind == "DELETED":
+            self.cache.node_deleted(name)
+            self._note_lock(name, None)
+        else:
+            self.cache.node_upserted(obj)
+            self._note_lock(name, obj)
+        self._notify(name)
+
+    def _notify(self, name: str) -> None:
+        for hook in self.hooks:
+            try:
+                hook(name)
+            except Exception:
+                log.exception("a node hook failed")
+
+
+__all__ = [
+    "FanoutSink",
+    "GPUNodeSink",
+    "GPUPodSink",
+]
