@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from datetime import UTC, datetime
 
+from hami_kube.backoff import RetryPolicy
 from hami_kube.client import JSONDict as JSON
 from hami_kube.client import KubeApi
 from hami_kube.errors import KubeApiError
@@ -18,7 +20,9 @@ from hami_sim.kubelet.resources import is_extended_resource_name
 log = logging.getLogger(__name__)
 
 KUBELET_VERSION = "v1.33.0-hami-sim"
-_RETRY_MAX_SECONDS = 10.0
+RETRY = RetryPolicy(initial=0.1, maximum=10.0)
+"""The stand-in's backoff (its pod watch, node and pod status writes): 0.1 s doubling to 10 s."""
+_RNG = random.Random()
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -139,7 +143,7 @@ class NodeStatusReporter:
             await patch_node_status(self._api, self.config.node_name, {"status": zeroed})
 
     async def _run(self) -> None:
-        delay = 0.1
+        failures = 0
         while True:
             await self._dirty.wait()
             self._dirty.clear()
@@ -156,6 +160,8 @@ class NodeStatusReporter:
             try:
                 await patch_node_status(self._api, self.config.node_name, patch)
             except KubeApiError as exc:
+                failures += 1
+                delay = RETRY.delay(failures, _RNG)
                 log.warning(
                     "node %s: node status patch failed: %s; retrying in %.1fs",
                     self.config.node_name,
@@ -163,9 +169,8 @@ class NodeStatusReporter:
                     delay,
                 )
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX_SECONDS)
                 self._dirty.set()
                 continue
-            delay = 0.1
+            failures = 0
             self._written.update(changed)
             self.patches += 1

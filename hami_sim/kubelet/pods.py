@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,7 +16,6 @@ from typing import Any
 
 from hami_api.errors import QuantityError
 from hami_api.quantity import quantity_value
-from hami_kube.backoff import RetryPolicy
 from hami_kube.client import JSONDict as JSON
 from hami_kube.client import KubeApi
 from hami_kube.errors import KubeApiError
@@ -23,15 +23,13 @@ from hami_kube.reflector import ListSink, Reflector
 from hami_sim.kubelet import resources as msg
 from hami_sim.kubelet.config import KubeletConfig
 from hami_sim.kubelet.devicemanager import AllocationError, DeviceManager, PreStartError
-from hami_sim.kubelet.node import MERGE_PATCH, now_rfc3339, read_node
+from hami_sim.kubelet.node import MERGE_PATCH, RETRY, now_rfc3339, read_node
 
 log = logging.getLogger(__name__)
 
 _TERMINAL = ("Succeeded", "Failed")
 WATCH_SECONDS = 240
 """Server-side timeout of one pod watch; the reflector re-watches from the last resourceVersion."""
-_RETRY = RetryPolicy(initial=0.1, maximum=10.0)
-"""The pod watch's backoff: 0.1 s doubling to 10 s."""
 _WRITE_ATTEMPTS = 5
 
 
@@ -105,6 +103,7 @@ class PodAdmitter:
         self._results_changed = asyncio.Condition()
         self._synced = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._rng = random.Random()
 
     async def start(self) -> None:
         node = self.config.node_name
@@ -170,7 +169,7 @@ class PodAdmitter:
             f"node {node}: pods",
             "/api/v1/pods",
             ListSink(self._replace, self._apply),
-            retry=_RETRY,
+            retry=RETRY,
             params={"fieldSelector": f"spec.nodeName={node}"},
             watch_timeout_s=WATCH_SECONDS,
         )
@@ -356,7 +355,6 @@ class PodAdmitter:
 
     async def _write_status(self, pod: JSON, status: JSON) -> None:
         namespace, name = _key(pod)
-        delay = 0.1
         for attempt in range(_WRITE_ATTEMPTS):
             try:
                 await self._api.request(
@@ -376,8 +374,7 @@ class PodAdmitter:
                         exc,
                     )
                     return
-            await asyncio.sleep(delay)
-            delay *= 2
+            await asyncio.sleep(RETRY.delay(attempt + 1, self._rng))
 
     async def _event(self, pod: JSON, reason: str, message: str) -> None:
         namespace, name = _key(pod)
