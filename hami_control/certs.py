@@ -14,12 +14,14 @@ The plan (`plan_secret`) is pure; `bootstrap` does the reads and writes through 
 
 from __future__ import annotations
 
+import argparse
 import base64
 import datetime
 import ipaddress
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cryptography import x509
@@ -333,3 +335,63 @@ async def bootstrap(api: Any, options: CertOptions, now: datetime.datetime | Non
             await api.request("PATCH", config_path, patch, content_type="application/json-patch+json")
             done.append(f"set the caBundle of {len(patch)} webhook(s) in MutatingWebhookConfiguration {name}")
     return done
+
+
+def _certs_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hami-control certs",
+        description="Create or renew the TLS Secret of the webhook and extender Services (a CA and a serving "
+        "certificate for every Service DNS name) and patch the CA into the MutatingWebhookConfiguration's "
+        "caBundle. Idempotent: nothing changes while the certificates are valid beyond --renew-before-days.",
+    )
+    parser.add_argument(
+        "--kubeconfig", type=Path, help="kubeconfig file (default: in-cluster service account)"
+    )
+    parser.add_argument(
+        "--namespace",
+        default=env.get("POD_NAMESPACE") or "hami-system",
+        help="namespace of the Secret and Services (default: POD_NAMESPACE, else %(default)s)",
+    )
+    parser.add_argument("--secret", default="hami-tls", help="Secret to keep (default: %(default)s)")
+    parser.add_argument(
+        "--service",
+        action="append",
+        dest="services",
+        metavar="NAME",
+        help="Service the certificate names (repeat)",
+    )
+    parser.add_argument(
+        "--webhook-config", action="append", dest="webhook_configs", default=[], metavar="NAME",
+        help="MutatingWebhookConfiguration whose caBundle to set (repeat)",
+    )  # fmt: skip
+    parser.add_argument("--valid-days", type=int, default=365)
+    parser.add_argument("--ca-valid-days", type=int, default=3650)
+    parser.add_argument("--renew-before-days", type=int, default=30)
+    return parser
+
+
+def certs_options(argv: Sequence[str], env: Mapping[str, str]) -> tuple[CertOptions, Path | None]:
+    """`hami-control certs`'s command line (and POD_NAMESPACE from `env`) as options and the kubeconfig
+    (None: in-cluster). A bad value exits with argparse's usage message naming the flag."""
+    parser = _certs_parser(env)
+    ns = parser.parse_args(list(argv))
+    if not ns.services:
+        parser.error("name at least one Service with --service")
+    for flag in ("valid_days", "ca_valid_days", "renew_before_days"):
+        if getattr(ns, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(ns, flag)}")
+    if ns.renew_before_days >= ns.valid_days:
+        parser.error(
+            f"--renew-before-days ({ns.renew_before_days}) must be below --valid-days ({ns.valid_days})"
+        )
+    options = CertOptions(
+        namespace=ns.namespace,
+        secret=ns.secret,
+        services=tuple(ns.services),
+        webhook_configs=tuple(ns.webhook_configs),
+        valid_days=ns.valid_days,
+        ca_valid_days=ns.ca_valid_days,
+        renew_before_days=ns.renew_before_days,
+    )
+    kubeconfig: Path | None = ns.kubeconfig
+    return options, kubeconfig

@@ -129,6 +129,11 @@ class ControlConfig:
     leader_elect_lease_duration_s: float = 15.0
     leader_elect_renew_deadline_s: float = 10.0
     leader_elect_retry_period_s: float = 2.0
+    pod_name: str = ""
+    """This replica's pod (the downward API's POD_NAME): the leader label goes on it, events name it as
+    their source instance and the Lease holder starts with it; "" outside a pod."""
+    pod_namespace: str = ""
+    """This replica's namespace (the downward API's POD_NAMESPACE); "" outside a pod."""
     warnings: tuple[str, ...] = ()
     """Settings given that have no effect in this configuration, one message each; logged at start-up."""
     request_defaults: RequestDefaults = field(init=False, repr=False, compare=False)
@@ -351,6 +356,11 @@ _SETTINGS: tuple[_Setting, ...] = (
     _Setting("leader_elect_namespace", "--leader-elect-namespace", "POD_NAMESPACE", "leaderElectNamespace",
              _object_name, "namespace of the leader Lease (the downward API's POD_NAMESPACE)", "NAMESPACE",
              False, "hami-system"),
+    _Setting("pod_name", "--pod-name", "POD_NAME", "", _object_name,
+             "this replica's pod (the downward API's POD_NAME): the leader label, event source", "NAME",
+             False, "none"),
+    _Setting("pod_namespace", "--pod-namespace", "POD_NAMESPACE", "", _object_name,
+             "this replica's namespace (the downward API's POD_NAMESPACE)", "NAMESPACE", False, "none"),
     _Setting("leader_elect_lease", "--leader-elect-lease", "HAMI_LEADER_ELECT_LEASE", "leaderElectLease",
              _object_name, "name of the leader Lease", "NAME", False, "hami-control"),
     _Setting("leader_elect_lease_duration_s", "--leader-elect-lease-duration",

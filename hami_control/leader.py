@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
@@ -48,7 +47,7 @@ class ElectionSettings:
     identity: str = ""
 
     def who(self) -> str:
-        return self.identity or default_identity()
+        return self.identity or default_identity("")
 
 
 async def label_pod(api: KubeApi, namespace: str, name: str, value: str | None) -> None:
@@ -64,10 +63,10 @@ async def label_pod(api: KubeApi, namespace: str, name: str, value: str | None) 
         log.warning("cannot label pod %s/%s %s=%s: %s", namespace, name, LEADER_LABEL, value, err)
 
 
-def default_identity() -> str:
-    """POD_NAME when set (the downward API), else host name; plus a random suffix so a restarted
-    process never renews its predecessor's lease by accident."""
-    base = os.environ.get("POD_NAME") or socket.gethostname()
+def default_identity(pod_name: str) -> str:
+    """The pod's name when given (the downward API's POD_NAME, `ControlConfig.pod_name`), else the host
+    name; plus a random suffix so a restarted process never renews its predecessor's lease by accident."""
+    base = pod_name or socket.gethostname()
     return f"{base}_{uuid.uuid4().hex[:8]}"
 
 

@@ -9,7 +9,6 @@ one line naming what to fix and exit 2; they never print a traceback."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import gc
@@ -26,9 +25,9 @@ from aiohttp import web
 
 from hami_control.binder import Binder
 from hami_control.caches import ClusterCaches
-from hami_control.certs import CertOptions, bootstrap
+from hami_control.certs import CertOptions, bootstrap, certs_options
 from hami_control.config import ConfigError, ControlConfig, HelpRequested, load_config
-from hami_control.leader import LEADER_VALUE, ElectionSettings, LeaderElector, label_pod
+from hami_control.leader import LEADER_VALUE, ElectionSettings, LeaderElector, default_identity, label_pod
 from hami_control.metrics import ControlMetrics
 from hami_control.quota_store import ClusterQuotaView
 from hami_control.scheduling import Extender
@@ -169,7 +168,7 @@ class ControlPlane:
         """The scheduler extender on the watch-fed GPU cache: filter/prioritize, the binder (bindings,
         its pending window fed by pod and node events, the sweeper), events and metrics."""
         config = self.config
-        self.events = events = KubeEventRecorder(api, instance=os.environ.get("POD_NAME", ""))
+        self.events = events = KubeEventRecorder(api, instance=config.pod_name)
         events.start()
         self.metrics = metrics = ControlMetrics(caches.gpus, caches.quota_view)
 
@@ -238,9 +237,10 @@ class ControlPlane:
             lease_duration_s=config.leader_elect_lease_duration_s,
             renew_deadline_s=config.leader_elect_renew_deadline_s,
             retry_period_s=config.leader_elect_retry_period_s,
+            identity=default_identity(config.pod_name),
         )
         self._election_client = ApiClient(api.configuration)
-        pod_name, pod_namespace = os.environ.get("POD_NAME", ""), os.environ.get("POD_NAMESPACE", "")
+        pod_name, pod_namespace = config.pod_name, config.pod_namespace
 
         async def elected() -> None:
             await caches.resync()
@@ -348,35 +348,6 @@ def split_command(args: Sequence[str]) -> tuple[str, list[str]]:
     return "serve", list(args)
 
 
-def _certs_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hami-control certs",
-        description="Create or renew the TLS Secret of the webhook and extender Services (a CA and a serving "
-        "certificate for every Service DNS name) and patch the CA into the MutatingWebhookConfiguration's "
-        "caBundle. Idempotent: nothing changes while the certificates are valid beyond --renew-before-days.",
-    )
-    parser.add_argument(
-        "--kubeconfig", type=Path, help="kubeconfig file (default: in-cluster service account)"
-    )
-    parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE") or "hami-system")
-    parser.add_argument("--secret", default="hami-tls", help="Secret to keep (default: %(default)s)")
-    parser.add_argument(
-        "--service",
-        action="append",
-        dest="services",
-        metavar="NAME",
-        help="Service the certificate names (repeat)",
-    )
-    parser.add_argument(
-        "--webhook-config", action="append", dest="webhook_configs", default=[], metavar="NAME",
-        help="MutatingWebhookConfiguration whose caBundle to set (repeat)",
-    )  # fmt: skip
-    parser.add_argument("--valid-days", type=int, default=365)
-    parser.add_argument("--ca-valid-days", type=int, default=3650)
-    parser.add_argument("--renew-before-days", type=int, default=30)
-    return parser
-
-
 async def _run_certs(options: CertOptions, kubeconfig: Path | None) -> int:
     try:
         api = await KubeApi.connect(kubeconfig)
@@ -396,28 +367,9 @@ async def _run_certs(options: CertOptions, kubeconfig: Path | None) -> int:
 
 
 def certs_main(args: Sequence[str]) -> int:
-    parser = _certs_parser()
-    ns = parser.parse_args(list(args))
-    if not ns.services:
-        parser.error("name at least one Service with --service")
-    for flag in ("valid_days", "ca_valid_days", "renew_before_days"):
-        if getattr(ns, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(ns, flag)}")
-    if ns.renew_before_days >= ns.valid_days:
-        parser.error(
-            f"--renew-before-days ({ns.renew_before_days}) must be below --valid-days ({ns.valid_days})"
-        )
-    options = CertOptions(
-        namespace=ns.namespace,
-        secret=ns.secret,
-        services=tuple(ns.services),
-        webhook_configs=tuple(ns.webhook_configs),
-        valid_days=ns.valid_days,
-        ca_valid_days=ns.ca_valid_days,
-        renew_before_days=ns.renew_before_days,
-    )
+    options, kubeconfig = certs_options(args, os.environ)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return asyncio.run(_run_certs(options, ns.kubeconfig))
+    return asyncio.run(_run_certs(options, kubeconfig))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -483,3 +483,14 @@ def test_leader_election_settings_without_leader_elect_are_named_in_warnings() -
     )
     assert load(["--leader-elect", "--leader-elect-lease", "other"]).warnings == ()
     assert load().warnings == ()
+
+
+def test_the_pods_own_name_and_namespace_come_from_the_downward_api_or_flags() -> None:
+    config = load(env={"POD_NAME": "hami-control-7d9f-abcde", "POD_NAMESPACE": "gpu-system"})
+    assert (config.pod_name, config.pod_namespace) == ("hami-control-7d9f-abcde", "gpu-system")
+    assert config.leader_elect_namespace == "gpu-system"  # the Lease defaults to the pod's namespace
+    flagged = load(["--pod-name", "a", "--pod-namespace", "b"], env={"POD_NAME": "x"})
+    assert (flagged.pod_name, flagged.pod_namespace) == ("a", "b")
+    assert (load().pod_name, load().pod_namespace) == ("", "")
+    with pytest.raises(ConfigError, match="POD_NAME"):
+        load(env={"POD_NAME": "Not_A_Name"})
