@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes import client
 
 from tests.conftest import ApiServerHandle
-from tests.integration.test_control_webhook_e2e import control_env
+from tests.integration.control_process_util import control_env
 
 FLAGS = ("--namespace", "hami-system", "--service", "hami-webhook", "--service", "hami-scheduler-extender")
 

@@ -28,8 +28,8 @@ from hami_api.annotations import (
 )
 from hami_api.types import GPUInfo
 from tests.conftest import ApiServerHandle
+from tests.integration.control_process_util import ControlProcess, pod, raw_pod, start_control
 from tests.integration.control_server_util import KeepAliveClient, wait_for
-from tests.integration.test_control_webhook_e2e import ControlProcess, pod, raw_pod, start_control
 
 GPU_MEM = 16000
 

@@ -16,8 +16,8 @@ import pytest
 from kubernetes import client
 
 from tests.conftest import ApiServerHandle
+from tests.integration.control_process_util import ControlProcess, start_control
 from tests.integration.control_server_util import KeepAliveClient, wait_for
-from tests.integration.test_control_webhook_e2e import ControlProcess, start_control
 
 TIMING = (
     "--leader-elect-lease-duration",
