@@ -87,6 +87,11 @@ class KubeApi:
         return cls(credentials.server, credentials.ssl_context, credentials=credentials, **options)
 
     @property
+    def request_timeout_s(self) -> float:
+        """The total timeout of a call that names none."""
+        return self._request_timeout_s
+
+    @property
     def credentials(self) -> Credentials | None:
         return self._credentials
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from hami_kube.errors import KubeConfigError
+from hami_node import kubeapi
 from hami_node.cdi import CdiError, cdi_spec_writer
 from hami_node.config import (
     ConfigError,
@@ -34,7 +36,6 @@ from hami_node.gpu.select import GPUBackendKind
 from hami_node.gpu.topology import read_pair_scores
 from hami_node.health import HealthMonitor
 from hami_node.healthz import HealthServer, HealthServerError, Probe
-from hami_node.kube import KubeClient, KubeConfigError, PodWatch
 from hami_node.plugin.manager import PluginManager, install_signal_handlers
 from hami_node.pods import PodTracker
 from hami_node.ports import ObserverFactory
@@ -82,55 +83,58 @@ def start_daemon(config: NodeConfig, *, observer_factory: ObserverFactory | None
     except (BackendConfigError, InventoryError) as exc:
         raise StartupError(str(exc)) from None
     try:
-        kube = KubeClient.from_config(config.kubeconfig)
+        kube = kubeapi.NodeApi.connect(config.kubeconfig)
     except KubeConfigError as exc:
         raise StartupError(str(exc)) from None
+    try:  # until the steps own it, the client's loop thread is closed here on any error
+        state = DeviceState(config)
+        tracker = PodTracker(
+            config.node_name,
+            kube,
+            read_timeout_s=config.allocate_wait_seconds,
+            resource_name=config.resource_name,
+        )
+        watch = kubeapi.watch_node_pods(kube.bridge, config.node_name, tracker, start=False)
+        topology = partial(read_pair_scores, backend) if config.enable_topology_score else None
+        reporter = NodeReporter(
+            kube, config.node_name, check_interval_s=config.register_interval_seconds, topology=topology
+        )
+        publisher = InventoryPublisher(state, reporter)
+        health = HealthMonitor(backend, state, config)
+        if observer_factory is None:
+            plugin = PluginManager(config, state, tracker)
+        else:
+            plugin = PluginManager(config, state, tracker, observer_factory=observer_factory)
+        daemon = NodeDaemon(config, plugin)
+        if config.health_bind is not None:
+            daemon.health_endpoint = _health_endpoint(config, plugin, reporter)
 
-    state = DeviceState(config)
-    tracker = PodTracker(
-        config.node_name,
-        kube,
-        read_timeout_s=config.allocate_wait_seconds,
-        resource_name=config.resource_name,
-    )
-    watch = PodWatch(kube, config.node_name, tracker)
-    topology = partial(read_pair_scores, backend) if config.enable_topology_score else None
-    reporter = NodeReporter(
-        kube, config.node_name, check_interval_s=config.register_interval_seconds, topology=topology
-    )
-    publisher = InventoryPublisher(state, reporter)
-    health = HealthMonitor(backend, state, config)
-    if observer_factory is None:
-        plugin = PluginManager(config, state, tracker)
-    else:
-        plugin = PluginManager(config, state, tracker, observer_factory=observer_factory)
-    daemon = NodeDaemon(config, plugin)
-    if config.health_bind is not None:
-        daemon.health_endpoint = _health_endpoint(config, plugin, reporter)
+        def stop_tracker() -> None:
+            tracker.flush(2.0)  # let the last bind-phase patches out
+            tracker.stop()
 
-    def stop_tracker() -> None:
-        tracker.flush(2.0)  # let the last bind-phase patches out
-        tracker.stop()
-
-    steps: list[tuple[str, Callable[[], object], Callable[[], object]]] = [
-        ("kubernetes client", lambda: None, kube.close),
-        ("pod tracker", tracker.start, stop_tracker),
-        ("pod watch", watch.start, watch.stop),
-        ("inventory reporter", reporter.start, reporter.stop),
-        # The health monitor lists the GPUs (or fences them) before the plugin first serves kubelet.
-        ("health monitor", health.start, health.stop),
-        ("inventory publisher", publisher.start, publisher.stop),
-        ("kubelet plugin", plugin.start, plugin.stop),
-    ]
-    # The fake backend's device nodes do not exist here: name the control nodes a real node has.
-    exists = (lambda _path: True) if config.gpu_backend is GPUBackendKind.FAKE else os.path.exists
-    enabled = any(s.is_cdi for s in config.device_list_strategy)
-    cdi = cdi_spec_writer(state, config.cdi_spec_dir, exists, enabled=enabled)
-    if cdi is not None:  # the spec is written before the plugin hands out a CDI name
-        steps.insert(-1, ("CDI spec writer", cdi.start, cdi.stop))
-    if (endpoint := daemon.health_endpoint) is not None:
-        # Early, so a port in use fails start-up before the other threads run; it answers 503 until ready.
-        steps.insert(1, ("health endpoint", endpoint.start, endpoint.stop))
+        steps: list[tuple[str, Callable[[], object], Callable[[], object]]] = [
+            ("kubernetes client", lambda: None, kube.close),
+            ("pod tracker", tracker.start, stop_tracker),
+            ("pod watch", watch.start, watch.stop),
+            ("inventory reporter", reporter.start, reporter.stop),
+            # The health monitor lists the GPUs (or fences them) before the plugin first serves kubelet.
+            ("health monitor", health.start, health.stop),
+            ("inventory publisher", publisher.start, publisher.stop),
+            ("kubelet plugin", plugin.start, plugin.stop),
+        ]
+        # The fake backend's device nodes do not exist here: name the control nodes a real node has.
+        exists = (lambda _path: True) if config.gpu_backend is GPUBackendKind.FAKE else os.path.exists
+        enabled = any(s.is_cdi for s in config.device_list_strategy)
+        cdi = cdi_spec_writer(state, config.cdi_spec_dir, exists, enabled=enabled)
+        if cdi is not None:  # the spec is written before the plugin hands out a CDI name
+            steps.insert(-1, ("CDI spec writer", cdi.start, cdi.stop))
+        if (endpoint := daemon.health_endpoint) is not None:
+            # Early, so a port in use fails start-up before the other threads run; it answers 503 until ready.
+            steps.insert(1, ("health endpoint", endpoint.start, endpoint.stop))
+    except BaseException:
+        kube.close()
+        raise
     try:
         for name, start, stop in steps:
             start()

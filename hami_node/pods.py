@@ -41,6 +41,8 @@ from hami_api.errors import QuantityError, WireFormatError
 from hami_api.quantity import quantity_value
 from hami_api.resources import pod_container_names
 from hami_api.types import BindPhase, ContainerAllocation
+from hami_kube.backoff import DEFAULT_RETRY, RetryPolicy
+from hami_kube.errors import KubeApiError
 from hami_node.allocation import (
     REASON_GPU_REASSIGNED,
     AllocationError,
@@ -51,7 +53,6 @@ from hami_node.allocation import (
     match_pending_pod,
     same_slices,
 )
-from hami_node.kube import DEFAULT_RETRY, KubeApiError, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ JSONDict = dict[str, Any]
 
 
 class PodPatcher(Protocol):
-    """The API calls the tracker's writer makes (`kube.KubeClient` is one). Errors: `KubeApiError`."""
+    """The API calls the tracker's writer makes (`kubeapi.NodeApi` is one). Errors: `KubeApiError`."""
 
     def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]
@@ -256,7 +257,7 @@ class _Write:
 
 
 class PodTracker:
-    """`ports.PodSource` fed by `kube.PodWatch` (it is a `kube.PodEventHandler`). Thread-safe.
+    """`ports.PodSource` fed by `kubeapi.watch_node_pods` (it is a `kubeapi.PodEventHandler`). Thread-safe.
 
     `start()` starts the writer thread; `stop()` ends it (queued writes not yet sent are logged and
     dropped; `flush()` first to wait for them)."""
@@ -346,7 +347,7 @@ class PodTracker:
                 self._cond.wait(remaining)
         return True
 
-    # -- the watch side (kube.PodEventHandler) --------------------------------------------------------
+    # -- the watch side (kubeapi.PodEventHandler) ----------------------------------------------------
 
     def pods_listed(self, pods: Sequence[JSONDict]) -> None:
         with self._cond:

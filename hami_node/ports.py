@@ -1,6 +1,6 @@
 """The seams inside the node daemon: what the gRPC plugin needs from the Kubernetes side, and what the
 Kubernetes side needs from the GPU side. The plugin and health code depend on these protocols, not on
-`kube.py`, so they are tested with plain in-memory implementations and never touch the network."""
+`kubeapi.py`, so they are tested with plain in-memory implementations and never touch the network."""
 
 from __future__ import annotations
 

@@ -36,9 +36,10 @@ from typing import Any, Protocol
 
 from hami_api import annotations as ann
 from hami_api.types import GPUInfo
+from hami_kube.backoff import DEFAULT_RETRY, RetryPolicy
+from hami_kube.errors import KubeApiError
 from hami_node.gpu.backend import GPUBackendError
 from hami_node.gpu.topology import AsymmetricPair, TopologyScores
-from hami_node.kube import DEFAULT_RETRY, KubeApiError, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ EVENT_SOURCE = "hami-device-plugin"
 
 
 class NodeAnnotationClient(Protocol):
-    """The API calls the reporter makes (`kube.KubeClient` is one). Errors: `KubeApiError`."""
+    """The API calls the reporter makes (`kubeapi.NodeApi` is one). Errors: `KubeApiError`."""
 
     def get_node(self, name: str) -> Mapping[str, Any]: ...
 

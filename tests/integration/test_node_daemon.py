@@ -6,7 +6,10 @@ pod to match."""
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -22,11 +25,13 @@ from hami_sim.kubelet import read_checkpoint
 from tests.conftest import ApiServerHandle
 from tests.integration.node_daemon_util import (
     NAMESPACE,
+    REPO_ROOT,
     RESOURCE,
     NodeRig,
     allocation,
     bind_phase,
     create_and_bind,
+    daemon_env,
     gpu_container,
     healthy_ids,
     inventory_health,
@@ -627,3 +632,46 @@ def test_a_pod_no_hami_scheduler_placed_is_refused_at_once_and_the_pod_behind_it
     assert not result.admitted and result.reason == "UnexpectedAdmissionError", result
     assert f"for pod {NAMESPACE}/foreign, which is bound to node {NODE} without a" in result.message
     assert rig.kubelet.wait_for_pod(NAMESPACE, "behind", timeout=10).admitted
+
+
+# --- the Kubernetes side's footprint -------------------------------------------------------------------
+
+_NO_KUBERNETES_CHILD = """
+import json, sys
+from pathlib import Path
+from hami_node.config import load_config
+from hami_node.main import start_daemon
+daemon = start_daemon(load_config(sys.argv[1:], {}, lambda p: Path(p).read_text(encoding="utf-8")))
+try:
+    print("started", flush=True)
+    sys.stdin.readline()
+    loaded = sorted(m for m in sys.modules if m == "kubernetes" or m.startswith("kubernetes."))
+    print(json.dumps({"kubernetes": loaded, "hami_kube": "hami_kube.blocking" in sys.modules}), flush=True)
+finally:
+    daemon.stop()
+"""
+
+
+def test_a_running_daemon_has_imported_no_kubernetes_module(rig: NodeRig, core_v1: Any) -> None:
+    args = [*rig.base_args(), "--device-split-count", "10"]
+    child = subprocess.Popen(
+        [sys.executable, "-c", _NO_KUBERNETES_CHILD, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=daemon_env(),
+        cwd=REPO_ROOT,
+    )
+    try:
+        # Up and using the API: registered with kubelet, the inventory written on the Node.
+        rig.wait_devices(lambda r: r.connected and r.allocatable == 40, 30.0)
+        wait_registered_annotation(rig, core_v1, timeout=30.0)
+        out, err = child.communicate("\n", timeout=30.0)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate(timeout=10.0)
+    assert child.returncode == 0, err
+    assert out.splitlines()[0] == "started"
+    assert json.loads(out.splitlines()[-1]) == {"kubernetes": [], "hami_kube": True}

@@ -14,7 +14,10 @@ import pytest
 
 from hami_api import annotations as ann
 from hami_api.types import GPUInfo
-from hami_node.kube import KubeApiError, KubeClient, KubeConfigError, PodWatch, RetryPolicy
+from hami_kube.backoff import RetryPolicy
+from hami_kube.blocking import ThreadedReflector
+from hami_kube.errors import KubeApiError, KubeConfigError
+from hami_node.kubeapi import NodeApi, watch_node_pods
 from hami_node.pods import PodTracker
 from hami_node.reporter import NodeReporter
 from hami_sim.apiserver import ApiServerRunner
@@ -63,23 +66,23 @@ class RecordingHandler:
 @dataclass
 class Stack:
     runner: ApiServerRunner
-    kube: KubeClient
+    kube: NodeApi
     tracker: PodTracker
     handler: RecordingHandler
-    watch: PodWatch
+    watch: ThreadedReflector
 
 
 @pytest.fixture
 def stack(apiserver: Any) -> Iterator[Stack]:
-    s = start_stack(apiserver.runner, KubeClient.from_config(apiserver.kubeconfig))
+    s = start_stack(apiserver.runner, NodeApi.connect(apiserver.kubeconfig))
     yield s
     stop_stack(s)
 
 
-def start_stack(runner: ApiServerRunner, kube: KubeClient) -> Stack:
+def start_stack(runner: ApiServerRunner, kube: NodeApi) -> Stack:
     tracker = PodTracker(NODE, kube, retry=FAST)
     handler = RecordingHandler(tracker)
-    watch = PodWatch(kube, NODE, handler, retry=FAST)
+    watch = watch_node_pods(kube.bridge, NODE, handler, retry=FAST)
     tracker.start()
     watch.start()
     assert watch.wait_synced(10)
@@ -215,7 +218,7 @@ def test_watch_resumes_after_the_stream_drops(stack: Stack, core_v1: Any) -> Non
 def test_watch_relists_after_410_gone(tmp_path: Any) -> None:
     with ApiServerRunner(history_size=3, bookmark_interval=60.0) as runner:
         kubeconfig = runner.write_kubeconfig(tmp_path / "kubeconfig")
-        s = start_stack(runner, KubeClient.from_config(kubeconfig))
+        s = start_stack(runner, NodeApi.connect(kubeconfig))
         try:
             from kubernetes import client
 
@@ -249,14 +252,14 @@ def test_watch_relists_after_410_gone(tmp_path: Any) -> None:
 
 
 @pytest.fixture
-def kube(apiserver: Any) -> Iterator[KubeClient]:
-    k = KubeClient.from_config(apiserver.kubeconfig)
+def kube(apiserver: Any) -> Iterator[NodeApi]:
+    k = NodeApi.connect(apiserver.kubeconfig)
     yield k
     k.close()
 
 
 @pytest.fixture
-def reporter(kube: KubeClient) -> Iterator[NodeReporter]:
+def reporter(kube: NodeApi) -> Iterator[NodeReporter]:
     r = NodeReporter(kube, NODE, check_interval_s=0.2, retry=FAST)
     r.start()
     yield r
@@ -288,9 +291,7 @@ def test_reporter_writes_once_and_restores_a_wiped_annotation(
     assert reporter.writes == 2
 
 
-def test_reporter_writes_a_health_change_before_its_next_periodic_check(
-    kube: KubeClient, core_v1: Any
-) -> None:
+def test_reporter_writes_a_health_change_before_its_next_periodic_check(kube: NodeApi, core_v1: Any) -> None:
     core_v1.create_node(node(NODE))
     r = NodeReporter(kube, NODE, check_interval_s=30.0, retry=FAST)
     r.start()
@@ -354,13 +355,13 @@ def test_api_server_down_then_back(stack: Stack, core_v1: Any) -> None:
 def test_client_configuration_errors(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(KubeConfigError, match="in-cluster config"):
-        KubeClient.from_config(None)
+        NodeApi.connect(None)
     missing = tmp_path / "nope"
     with pytest.raises(KubeConfigError, match=f"kubeconfig {missing}"):
-        KubeClient.from_config(missing)
+        NodeApi.connect(missing)
 
 
-def test_client_errors_are_typed(kube: KubeClient, apiserver: Any) -> None:
+def test_client_errors_are_typed(kube: NodeApi, apiserver: Any) -> None:
     with pytest.raises(KubeApiError) as err:
         kube.get_node("absent")
     assert (err.value.status, err.value.reason, err.value.not_found, err.value.retriable) == (

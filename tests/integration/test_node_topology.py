@@ -15,11 +15,13 @@ import pytest
 
 from hami_api import annotations as ann
 from hami_api.types import GPUInfo
+from hami_kube.backoff import RetryPolicy
+from hami_kube.errors import KubeApiError
 from hami_node.gpu import TopologyLevel
 from hami_node.gpu.fake import FakeBackend
 from hami_node.gpu.inventory import Inventory, LinkGroup, generate_inventory, write_inventory
 from hami_node.gpu.topology import read_pair_scores
-from hami_node.kube import KubeApiError, KubeClient, RetryPolicy
+from hami_node.kubeapi import NodeApi
 from hami_node.reporter import ASYMMETRIC_LINK_MESSAGE, ASYMMETRIC_LINK_REASON, NodeReporter
 from tests.apiserver_util import node
 from tests.conftest import ApiServerHandle
@@ -70,7 +72,7 @@ def asymmetry_events(core_v1: Any) -> list[Any]:
 class Rig:
     path: Path
     backend: FakeBackend
-    kube: KubeClient
+    kube: NodeApi
     reporter: NodeReporter
 
     @property
@@ -91,7 +93,7 @@ def rig(apiserver: ApiServerHandle, core_v1: Any, tmp_path: Path) -> Iterator[Ri
     write_inventory(path, linked())
     backend = FakeBackend(path)
     backend.init()
-    kube = KubeClient.from_config(apiserver.kubeconfig)
+    kube = NodeApi.connect(apiserver.kubeconfig)
     reporter = NodeReporter(
         kube, NODE, check_interval_s=0.2, retry=FAST, topology=partial(read_pair_scores, backend)
     )
@@ -186,7 +188,7 @@ def test_unreadable_links_never_hold_up_the_inventory(rig: Rig, core_v1: Any) ->
 
 def test_a_failing_link_reader_never_stops_the_inventory(apiserver: ApiServerHandle, core_v1: Any) -> None:
     core_v1.create_node(node(NODE))
-    kube = KubeClient.from_config(apiserver.kubeconfig)
+    kube = NodeApi.connect(apiserver.kubeconfig)
 
     def broken(uuids: Any) -> Any:
         raise RuntimeError("a bug in a backend")
@@ -207,7 +209,7 @@ def test_a_failing_link_reader_never_stops_the_inventory(apiserver: ApiServerHan
 class EventsRefused:
     """A client whose Events are refused (403, as without the RBAC rule); everything else passes."""
 
-    def __init__(self, kube: KubeClient) -> None:
+    def __init__(self, kube: NodeApi) -> None:
         self.kube = kube
         self.refused = 0
 
@@ -226,7 +228,7 @@ class EventsRefused:
 
 def test_a_refused_event_never_holds_up_the_annotations(rig: Rig, apiserver: ApiServerHandle) -> None:
     rig.edit(dataclasses.replace(linked(), links=(LinkGroup((0, 1), nvlinks=4, reverse_nvlinks=0),)))
-    client = EventsRefused(KubeClient.from_config(apiserver.kubeconfig))
+    client = EventsRefused(NodeApi.connect(apiserver.kubeconfig))
     reporter = NodeReporter(
         client, NODE, check_interval_s=0.2, retry=FAST, topology=partial(read_pair_scores, rig.backend)
     )
@@ -245,7 +247,7 @@ def test_reporter_without_a_topology_reader_writes_no_scores(
     apiserver: ApiServerHandle, core_v1: Any
 ) -> None:
     core_v1.create_node(node(NODE))
-    kube = KubeClient.from_config(apiserver.kubeconfig)
+    kube = NodeApi.connect(apiserver.kubeconfig)
     reporter = NodeReporter(kube, NODE, check_interval_s=0.2, retry=FAST)
     reporter.start()
     try:

@@ -13,6 +13,8 @@ import pytest
 
 from hami_api import annotations as ann
 from hami_api.types import ContainerAllocation, GPUSlice
+from hami_kube.backoff import RetryPolicy
+from hami_kube.errors import KubeApiError
 from hami_node.allocation import (
     AmbiguousPodError,
     CountMismatchError,
@@ -20,7 +22,6 @@ from hami_node.allocation import (
     NoPendingPodError,
     PendingPod,
 )
-from hami_node.kube import KubeApiError, RetryPolicy
 from hami_node.pods import PodTracker, Rejected, foreign_gpu_counts, waiting_pod
 
 NODE = "n1"

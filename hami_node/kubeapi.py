@@ -1,0 +1,136 @@
+"""The node daemon's calls to the Kubernetes API, as paths and patch types over hami_kube's blocking
+bridge (`hami_kube.blocking.BlockingKubeApi`: one asyncio loop on a daemon thread): `NodeApi` is the
+`pods.PodPatcher` of the bind-phase writer and the `reporter.NodeAnnotationClient` of the inventory
+reporter, and `watch_node_pods` runs the `hami_kube` reflector of the pods bound to this node into a
+`PodEventHandler` (`pods.PodTracker`).
+
+Threading. The writers and the Allocate miss path call `NodeApi` from their own threads and block
+until the answer or the call's timeout; the reflector's deliveries run on the loop's thread (the
+tracker locks its table). Nothing here is called from an RPC handler except the miss path's one read
+of the node's pods, bounded by `--allocate-wait-seconds`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from hami_kube.backoff import DEFAULT_RETRY, RetryPolicy
+from hami_kube.blocking import BlockingKubeApi, ThreadedReflector
+from hami_kube.client import JSONDict
+from hami_kube.errors import KubeApiError
+from hami_kube.reflector import ListSink
+
+MERGE_PATCH = "application/merge-patch+json"
+REQUEST_TIMEOUT_S = 15.0
+
+
+def connect(kubeconfig: Path | None, *, request_timeout_s: float = REQUEST_TIMEOUT_S) -> BlockingKubeApi:
+    """The daemon's client: from the kubeconfig file `--kubeconfig` / `KUBECONFIG` named (resolved by the
+    daemon's config), or from the in-cluster service account when None. Raises `KubeConfigError`."""
+    environ = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}  # None means in-cluster here
+    return BlockingKubeApi.connect(
+        kubeconfig, environ=environ, name="hami-node-kube", request_timeout_s=request_timeout_s
+    )
+
+
+def _name(name: str) -> str:
+    return quote(name, safe="")
+
+
+class NodeApi:
+    """The few calls the node daemon makes, each returning plain Kubernetes JSON or raising
+    `KubeApiError`. Thread-safe (every call goes through the bridge's loop)."""
+
+    def __init__(self, bridge: BlockingKubeApi) -> None:
+        self.bridge = bridge
+
+    @classmethod
+    def connect(cls, kubeconfig: Path | None, *, request_timeout_s: float = REQUEST_TIMEOUT_S) -> NodeApi:
+        """Calls over a bridge of their own (`connect()`); `close()` ends it. Raises `KubeConfigError`."""
+        return cls(connect(kubeconfig, request_timeout_s=request_timeout_s))
+
+    def close(self) -> None:
+        """Close the bridge: its reflectors, the client and the loop's thread."""
+        self.bridge.close()
+
+    def get_node(self, name: str) -> JSONDict:
+        return self.bridge.get(f"/api/v1/nodes/{_name(name)}")
+
+    def patch_node_annotations(
+        self, name: str, annotations: Mapping[str, str | None], resource_version: str | None = None
+    ) -> JSONDict:
+        """Merge-patch the Node's annotations (None deletes a key). With `resource_version` the patch
+        applies only to that version of the Node (409 Conflict otherwise)."""
+        meta: JSONDict = {"annotations": dict(annotations)}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        return self.bridge.request(
+            "PATCH", f"/api/v1/nodes/{_name(name)}", {"metadata": meta}, content_type=MERGE_PATCH
+        )
+
+    def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> JSONDict:
+        """Merge-patch a pod's annotations (None deletes a key)."""
+        return self.bridge.request(
+            "PATCH",
+            f"/api/v1/namespaces/{_name(namespace)}/pods/{_name(name)}",
+            {"metadata": {"annotations": dict(annotations)}},
+            content_type=MERGE_PATCH,
+        )
+
+    def list_pods(self, field_selector: str, timeout_s: float | None = None) -> tuple[list[JSONDict], str]:
+        """Pods of all namespaces matching `field_selector`, and the list's resourceVersion (`timeout_s`
+        bounds the call instead of the client's request timeout)."""
+        body = self.bridge.get("/api/v1/pods", {"fieldSelector": field_selector}, timeout_s=timeout_s)
+        items = body.get("items")
+        version = (body.get("metadata") or {}).get("resourceVersion") or ""
+        if not isinstance(items, list) or not version:
+            raise KubeApiError(0, "BadResponse", "pod list without items or resourceVersion")
+        return [item for item in items if isinstance(item, dict)], str(version)
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> JSONDict:
+        """Create a core/v1 Event."""
+        return self.bridge.request("POST", f"/api/v1/namespaces/{_name(namespace)}/events", dict(body))
+
+
+class PodEventHandler(Protocol):
+    """Receives the pods bound to this node (`pods.PodTracker` is one). Called on the loop's thread."""
+
+    def pods_listed(self, pods: Sequence[JSONDict]) -> None:
+        """The complete set of pods now (after a list or relist): replaces what was known."""
+        ...
+
+    def pod_event(self, kind: str, pod: JSONDict) -> None:
+        """One change: `kind` is ADDED, MODIFIED or DELETED."""
+        ...
+
+
+def watch_node_pods(
+    bridge: BlockingKubeApi,
+    node_name: str,
+    handler: PodEventHandler,
+    *,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    watch_timeout_s: int = 300,
+    start: bool = True,
+) -> ThreadedReflector:
+    """List, then watch, the pods with `spec.nodeName=<node>` into `handler`, until stopped: a dropped
+    watch resumes from the last version seen, 410 Gone relists, other errors back off (`Reflector`).
+    Returns at once (with `start` False, before it runs); `wait_synced()` waits for the first list."""
+    return bridge.start_reflector(
+        f"pods on {node_name}",
+        "/api/v1/pods",
+        ListSink(handler.pods_listed, handler.pod_event),
+        retry=retry,
+        watch_timeout_s=watch_timeout_s,
+        params={"fieldSelector": f"spec.nodeName={node_name}"},
+        start=start,
+    )
+
+
+__all__ = ["MERGE_PATCH", "NodeApi", "PodEventHandler", "connect", "watch_node_pods"]
