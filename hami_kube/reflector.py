@@ -118,9 +118,13 @@ class Reflector:
         """The last version seen (list, event or bookmark); None before the first list and after a 410."""
         self.lists = 0
         self.watches = 0
-        self.failures = 0
-        """Failed attempts in a row (0 while healthy)."""
         self._rng = rng or random.Random()
+        self._backoff = retry.backoff(self._rng)
+
+    @property
+    def failures(self) -> int:
+        """Failed attempts in a row (0 while healthy)."""
+        return self._backoff.failures
 
     async def run(self) -> None:
         while True:
@@ -142,19 +146,18 @@ class Reflector:
             if progressed or time.monotonic() - started >= 1.0:
                 self._working()
             else:
-                self.failures += 1
-                await asyncio.sleep(self.retry.delay(self.failures, self._rng))
+                await asyncio.sleep(self._backoff.next())
 
     def _working(self) -> None:
         """A list or a change came through: the failures in a row are over."""
-        if self.failures > 1:
-            log.info("%s watch: working again after %d failed attempts", self.name, self.failures)
-        self.failures = 0
+        failures = self._backoff.reset()
+        if failures > 1:
+            log.info("%s watch: working again after %d failed attempts", self.name, failures)
 
     def _log_failure(self, err: KubeApiError) -> None:
-        n = self.failures + 1  # warn on the 1st, 2nd, 4th, 8th ... failure in a row
-        level = logging.WARNING if n & (n - 1) == 0 else logging.DEBUG
-        log.log(level, "%s watch failed (%d in a row): %s", self.name, n, err)
+        """Warn on the 1st, 2nd, 4th, 8th ... failure in a row (`Backoff.report_level`)."""
+        n = self.failures + 1
+        log.log(self._backoff.report_level(), "%s watch failed (%d in a row): %s", self.name, n, err)
 
     async def list(self) -> None:
         """One list, page by page, into the sink; then the watch resumes from its resourceVersion.

@@ -143,7 +143,7 @@ class NodeStatusReporter:
             await patch_node_status(self._api, self.config.node_name, {"status": zeroed})
 
     async def _run(self) -> None:
-        failures = 0
+        backoff = RETRY.backoff(_RNG)
         while True:
             await self._dirty.wait()
             self._dirty.clear()
@@ -160,8 +160,7 @@ class NodeStatusReporter:
             try:
                 await patch_node_status(self._api, self.config.node_name, patch)
             except KubeApiError as exc:
-                failures += 1
-                delay = RETRY.delay(failures, _RNG)
+                delay = backoff.next()
                 log.warning(
                     "node %s: node status patch failed: %s; retrying in %.1fs",
                     self.config.node_name,
@@ -171,6 +170,6 @@ class NodeStatusReporter:
                 await asyncio.sleep(delay)
                 self._dirty.set()
                 continue
-            failures = 0
+            backoff.reset()
             self._written.update(changed)
             self.patches += 1
