@@ -297,6 +297,10 @@ class PodTracker:
         self._deleted: collections.OrderedDict[str, None] = collections.OrderedDict()
         """UIDs of the last pods the watch saw deleted: a read of the node's pods that raced with the
         deletion must not bring them back."""
+        self._finished: collections.OrderedDict[str, None] = collections.OrderedDict()
+        """UIDs of the last pods this daemon finished (bind-phase success or failed): a read of the node's
+        pods answered before the watch showed our patch must not make them wait again (a pod's outcome
+        is final for its UID)."""
         self._writes: collections.deque[_Write] = collections.deque()
         self._writing = False
         self._stopping = False
@@ -501,7 +505,7 @@ class PodTracker:
             known = {e.pod.uid for e in self._pending.values()}
             for obj in pods:
                 uid = _meta(obj).get("uid")
-                if uid not in known and uid not in self._deleted:
+                if uid not in known and uid not in self._deleted and uid not in self._finished:
                     self._observe(obj, None)
             self._cond.notify_all()
         return pods, ""
@@ -596,6 +600,9 @@ class PodTracker:
             del self._pending[pod.key]
         if pod.uid:
             self._done[pod.uid] = pod.key
+            self._finished[pod.uid] = None
+            while len(self._finished) > _DELETED_KEPT:
+                self._finished.popitem(last=False)
         extra: dict[str, str] = {}
         if phase is BindPhase.SUCCESS and pod.granted is not None and pod.granted != pod.allocation:
             text = ann.encode_pod_allocation(pod.granted)

@@ -514,6 +514,20 @@ def test_a_read_of_the_node_pods_racing_a_deletion_does_not_bring_the_pod_back(
     assert names(tracker) == []
 
 
+def test_a_read_of_the_node_pods_older_than_our_own_outcome_does_not_make_the_pod_wait_again(
+    tracker: PodTracker, patcher: FakePatcher
+) -> None:
+    stale = pod_obj("one", alloc((GPU_A,)))  # bind-phase allocating
+    tracker.pod_event("ADDED", stale)
+    tracker.allocated(tracker.match(1))
+    assert tracker.flush(5.0)
+    tracker.pod_event("MODIFIED", pod_obj("one", alloc((GPU_A,)), bind_phase="success"))
+    patcher.api_pods = [stale]  # a list answered before our success patch, processed after the watch
+    with pytest.raises(NoPendingPodError):
+        tracker.match(1)
+    assert names(tracker) == []
+
+
 # --- GPU pods the HAMi scheduler did not place ----------------------------------------------------------
 
 
