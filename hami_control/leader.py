@@ -1,8 +1,8 @@
 """Leader election for the extender: only one replica filters, scores and binds at a time, because the
 binder's assumptions and pending windows live in one process's memory. Every replica serves the webhook.
 
-The election itself is the `kubernetes` client's (`kubernetes.aio.leaderelection` on a
-`coordination.k8s.io/v1` Lease), not a hand-written one. Around it:
+The election itself is `hami_kube.election` (client-go's algorithm on a `coordination.k8s.io/v1` Lease).
+Around it:
 
 - On winning: the watch caches are rebuilt from the API (a fresh list), the pending window is rebuilt
   from the pods still `bind-phase=allocating` (bound by the previous leader, not yet answered by their
@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from hami_kube.client import KubeApi
+from hami_kube.election import LeaseElection, LeaseSettings
 from hami_kube.errors import KubeApiError
 
 log = logging.getLogger(__name__)
@@ -78,14 +77,24 @@ class LeaderElector:
     def __init__(
         self,
         settings: ElectionSettings,
-        api_client: Any,
+        api: KubeApi,
         *,
         on_elected: Callable[[], Awaitable[None]],
         on_deposed: Callable[[], Awaitable[None]],
     ) -> None:
         self.settings = settings
         self.identity = settings.who()
-        self.api_client = api_client
+        self.election = LeaseElection(
+            api,
+            LeaseSettings(
+                settings.namespace,
+                settings.lease_name,
+                self.identity,
+                settings.lease_duration_s,
+                settings.renew_deadline_s,
+                settings.retry_period_s,
+            ),
+        )
         self.on_elected = on_elected
         self.on_deposed = on_deposed
         self.leading = False
@@ -125,22 +134,11 @@ class LeaderElector:
             log.exception("stepping down as leader failed")
 
     async def run(self) -> None:
-        from kubernetes.aio.leaderelection import electionconfig, leaderelection
-
         s = self.settings
         try:
             while True:
-                lock = _lease_lock(s.lease_name, s.namespace, self.identity, self.api_client)
-                config = electionconfig.Config(
-                    lock,
-                    lease_duration=max(1, math.ceil(s.lease_duration_s)),  # the Lease holds whole seconds
-                    renew_deadline=s.renew_deadline_s,
-                    retry_period=s.retry_period_s,
-                    onstarted_leading=self._lead,
-                    onstopped_leading=self._deposed,
-                )
                 try:
-                    await leaderelection.LeaderElection(config).run()
+                    await self.election.run(self._lead, self._deposed)
                     # run() returns after losing the lease (callbacks done): stand again.
                 except asyncio.CancelledError:
                     raise
@@ -154,29 +152,11 @@ class LeaderElector:
                 self.leading = False
                 await asyncio.shield(self._deposed())
 
-
-def _lease_lock(name: str, namespace: str, identity: str, api_client: Any) -> Any:
-    """The client's `LeaseLock`, with its `create` fixed: it passes `pretty=True`, which the client's own
-    strict request models (kubernetes 37) reject with a ValidationError the election does not catch, so
-    the Lease would never be created."""
-    from kubernetes.aio.client.exceptions import ApiException
-    from kubernetes.aio.leaderelection.resourcelock.leaselock import LeaseLock
-
-    class Lock(LeaseLock):
-        async def create(self, name: str, namespace: str, election_record: Any) -> bool:
-            from kubernetes.aio import client
-
-            body = client.V1Lease(
-                metadata=client.V1ObjectMeta(name=name), spec=self.update_lease(election_record)
-            )
-            try:
-                await self.api_instance.create_namespaced_lease(namespace, body)
-            except ApiException as err:
-                log.debug("creating the lease %s/%s failed: %s", namespace, name, err.reason)
-                return False
-            return True
-
-    return Lock(name, namespace, identity, api_client)
+    async def release(self) -> None:
+        """On a clean stop, hand the lease back so a follower takes over at once (client-go's
+        ReleaseOnCancel)."""
+        if await self.election.release():
+            log.info("released the lease %s/%s", self.settings.namespace, self.settings.lease_name)
 
 
 __all__ = ["LEADER_LABEL", "LEADER_VALUE", "ElectionSettings", "LeaderElector", "default_identity"]

@@ -100,7 +100,6 @@ class ControlPlane:
         self.events: KubeEventRecorder | None = None
         self.metrics: ControlMetrics | None = None
         self.elector: LeaderElector | None = None
-        self._election_client: Any = None
         self.server: ControlServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -228,8 +227,6 @@ class ControlPlane:
         """Leader election for the extender (leader.py): a new leader relists, adopts the pods still
         being allocated into its pending windows and labels its pod; a deposed one forgets its windows
         and drops the label."""
-        from kubernetes.aio.client import ApiClient
-
         config = self.config
         settings = ElectionSettings(
             namespace=config.leader_elect_namespace,
@@ -239,7 +236,6 @@ class ControlPlane:
             retry_period_s=config.leader_elect_retry_period_s,
             identity=default_identity(config.pod_name),
         )
-        self._election_client = ApiClient(api.configuration)
         pod_name, pod_namespace = config.pod_name, config.pod_namespace
 
         async def elected() -> None:
@@ -253,29 +249,8 @@ class ControlPlane:
             binder.reset()
             await label_pod(api, pod_namespace, pod_name, None)
 
-        self.elector = LeaderElector(settings, self._election_client, on_elected=elected, on_deposed=deposed)
+        self.elector = LeaderElector(settings, api, on_elected=elected, on_deposed=deposed)
         self._tasks.append(asyncio.create_task(self.elector.run(), name="leader-election"))
-
-    async def _release_lease(self) -> None:
-        """On a clean stop, hand the lease back (holder emptied, 1 s duration) so a follower takes over at
-        once instead of after the lease duration, as client-go's ReleaseOnCancel does."""
-        elector, api = self.elector, self.api
-        if elector is None or api is None:
-            return
-        s = elector.settings
-        path = f"/apis/coordination.k8s.io/v1/namespaces/{s.namespace}/leases/{s.lease_name}"
-        try:
-            lease = await api.get(path)
-            spec = lease.get("spec") or {}
-            if spec.get("holderIdentity") != elector.identity:
-                return
-            spec["holderIdentity"] = ""
-            spec["leaseDurationSeconds"] = 1
-            lease["spec"] = spec
-            await api.request("PUT", path, lease)
-            log.info("released the lease %s/%s", s.namespace, s.lease_name)
-        except KubeApiError as err:
-            log.warning("could not release the lease %s/%s: %s", s.namespace, s.lease_name, err)
 
     async def stop(self) -> None:
         """Stop serving (requests in flight finish), then the reloader and the watches, then the client."""
@@ -286,10 +261,8 @@ class ControlPlane:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self._release_lease()
-        election_client, self._election_client = self._election_client, None
-        if election_client is not None:
-            await election_client.close()
+        if self.elector is not None and self.api is not None:
+            await self.elector.release()
         caches, self.caches = self.caches, None
         if caches is not None:
             await caches.stop()
