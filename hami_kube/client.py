@@ -112,17 +112,8 @@ class KubeApi:
         except KubeConfigError as err:
             raise KubeApiError(401, "Unauthorized", f"and refreshing the credentials failed: {err}") from None
 
-    @property
-    def configuration(self) -> Any:
-        """The official `kubernetes.aio` client's Configuration for the same server and credentials (for
-        its leader election), built on first use, when `kubernetes` gets imported; None when this client
-        was built by hand without credentials."""
-        return self._credentials.official_configuration() if self._credentials is not None else None
-
     async def close(self) -> None:
         await self._session.close()
-        if self._credentials is not None:
-            self._credentials.close()
 
     async def __aenter__(self) -> KubeApi:
         return self

@@ -460,7 +460,7 @@ def join_host_port(host: str, port: str) -> str:
 
 @dataclass(slots=True)
 class TlsSettings:
-    """What the SSL context is built from (kept to build the official Configuration when asked)."""
+    """What the SSL context is built from."""
 
     where: str
     ca_file: Path | None = None
@@ -737,7 +737,6 @@ class Credentials:
         auth: Auth,
         tls: TlsSettings | None = None,
         ssl_context: ssl.SSLContext | None = None,
-        official: Any = None,
     ) -> None:
         self.server = server
         self.source = source
@@ -745,8 +744,6 @@ class Credentials:
         self.tls = tls
         self.ssl_context = ssl_context
         self.server_hostname = tls.server_name if tls is not None else None
-        self._official = official
-        self._temp: tempfile.TemporaryDirectory[str] | None = None
 
     async def headers(self) -> dict[str, str]:
         """The Authorization header for the next request (none without credentials). Raises
@@ -757,49 +754,6 @@ class Credentials:
     async def unauthorized(self, sent: Mapping[str, str]) -> bool:
         """The server answered 401 to `sent`: refresh the credential; True when retrying makes sense."""
         return await self.auth.unauthorized(sent.get("Authorization"))
-
-    def official_configuration(self) -> Any:
-        """The official `kubernetes.aio` client's Configuration for the same server and credentials
-        (for its leader election), built on first use: only then is `kubernetes` imported. Its token
-        comes from this object's `headers()` on every request, so refreshes reach it too."""
-        if self._official is not None:
-            return self._official
-        from kubernetes.aio.client.configuration import Configuration
-
-        configuration: Any = Configuration(host=self.server)
-        tls = self.tls
-        if tls is not None:
-            configuration.ssl_ca_cert = str(tls.ca_file) if tls.ca_file is not None else None
-            configuration.ca_cert_data = tls.ca_data.decode() if tls.ca_data is not None else None
-            configuration.verify_ssl = not tls.insecure
-            configuration.tls_server_name = tls.server_name
-            if tls.cert_file is not None:
-                configuration.cert_file, configuration.key_file = str(tls.cert_file), str(tls.key_file)
-            elif tls.cert_pem is not None and tls.key_pem is not None:
-                self._temp = tempfile.TemporaryDirectory(prefix="hami-kube-")  # removed by close()
-                cert, key = Path(self._temp.name) / "client.crt", Path(self._temp.name) / "client.key"
-                for path, data in ((cert, tls.cert_pem), (key, tls.key_pem)):
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                    with os.fdopen(fd, "wb") as out:
-                        out.write(data)
-                configuration.cert_file, configuration.key_file = str(cert), str(key)
-        auth = self.auth
-        if auth.current:
-            configuration.api_key["BearerToken"] = auth.current  # the client asks the hook only when set
-
-            async def refresh(target: Any) -> None:
-                value = await auth.header()
-                if value:
-                    target.api_key["BearerToken"] = value
-
-            configuration.refresh_api_key_hook = refresh
-        self._official = configuration
-        return configuration
-
-    def close(self) -> None:
-        if self._temp is not None:
-            self._temp.cleanup()
-            self._temp = None
 
 
 async def load_credentials(
@@ -982,7 +936,6 @@ async def _official_credentials(files: Sequence[Path], context: str, where: str)
         auth=OfficialAuth(configuration),
         tls=tls,
         ssl_context=context_ssl,
-        official=configuration,
     )
 
 
