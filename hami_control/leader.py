@@ -24,7 +24,6 @@ import logging
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from hami_kube.client import KubeApi
 from hami_kube.election import LeaseElection, LeaseSettings
@@ -34,19 +33,6 @@ log = logging.getLogger(__name__)
 
 LEADER_LABEL = "hami.io/scheduler-role"
 LEADER_VALUE = "leader"
-
-
-@dataclass(frozen=True, slots=True)
-class ElectionSettings:
-    namespace: str
-    lease_name: str = "hami-control"
-    lease_duration_s: float = 15.0
-    renew_deadline_s: float = 10.0
-    retry_period_s: float = 2.0
-    identity: str = ""
-
-    def who(self) -> str:
-        return self.identity or default_identity("")
 
 
 async def label_pod(api: KubeApi, namespace: str, name: str, value: str | None) -> None:
@@ -76,25 +62,15 @@ class LeaderElector:
 
     def __init__(
         self,
-        settings: ElectionSettings,
+        settings: LeaseSettings,
         api: KubeApi,
         *,
         on_elected: Callable[[], Awaitable[None]],
         on_deposed: Callable[[], Awaitable[None]],
     ) -> None:
         self.settings = settings
-        self.identity = settings.who()
-        self.election = LeaseElection(
-            api,
-            LeaseSettings(
-                settings.namespace,
-                settings.lease_name,
-                self.identity,
-                settings.lease_duration_s,
-                settings.renew_deadline_s,
-                settings.retry_period_s,
-            ),
-        )
+        self.identity = settings.identity
+        self.election = LeaseElection(api, settings)
         self.on_elected = on_elected
         self.on_deposed = on_deposed
         self.leading = False
@@ -113,7 +89,7 @@ class LeaderElector:
             "%s leads the extender (lease %s/%s)",
             self.identity,
             self.settings.namespace,
-            self.settings.lease_name,
+            self.settings.name,
         )
         await asyncio.Event().wait()  # until the election cancels this task on losing the lease
 
@@ -124,7 +100,7 @@ class LeaderElector:
             log.warning(
                 "%s lost the lease %s: no longer answering the extender",
                 self.identity,
-                self.settings.lease_name,
+                self.settings.name,
             )
         try:
             await self.on_deposed()
@@ -156,7 +132,7 @@ class LeaderElector:
         """On a clean stop, hand the lease back so a follower takes over at once (client-go's
         ReleaseOnCancel)."""
         if await self.election.release():
-            log.info("released the lease %s/%s", self.settings.namespace, self.settings.lease_name)
+            log.info("released the lease %s/%s", self.settings.namespace, self.settings.name)
 
 
-__all__ = ["LEADER_LABEL", "LEADER_VALUE", "ElectionSettings", "LeaderElector", "default_identity"]
+__all__ = ["LEADER_LABEL", "LEADER_VALUE", "LeaderElector", "default_identity", "label_pod"]

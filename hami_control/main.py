@@ -27,7 +27,7 @@ from hami_control.binder import Binder
 from hami_control.caches import ClusterCaches
 from hami_control.certs import CertOptions, bootstrap, certs_options
 from hami_control.config import ConfigError, ControlConfig, HelpRequested, load_config
-from hami_control.leader import LEADER_VALUE, ElectionSettings, LeaderElector, default_identity, label_pod
+from hami_control.leader import LEADER_VALUE, LeaderElector, default_identity, label_pod
 from hami_control.metrics import ControlMetrics
 from hami_control.quota_store import ClusterQuotaView
 from hami_control.scheduling import Extender
@@ -47,6 +47,7 @@ from hami_control.server import (
 from hami_control.webhook import handle_admission_review
 from hami_control.writers import KubeBindingWriter, KubeEventRecorder
 from hami_kube.client import KubeApi
+from hami_kube.election import LeaseSettings
 from hami_kube.errors import KubeApiError, KubeConfigError
 
 log = logging.getLogger("hami_control")
@@ -228,13 +229,13 @@ class ControlPlane:
         being allocated into its pending windows and labels its pod; a deposed one forgets its windows
         and drops the label."""
         config = self.config
-        settings = ElectionSettings(
+        settings = LeaseSettings(
             namespace=config.leader_elect_namespace,
-            lease_name=config.leader_elect_lease,
+            name=config.leader_elect_lease,
+            identity=default_identity(config.pod_name),
             lease_duration_s=config.leader_elect_lease_duration_s,
             renew_deadline_s=config.leader_elect_renew_deadline_s,
             retry_period_s=config.leader_elect_retry_period_s,
-            identity=default_identity(config.pod_name),
         )
         pod_name, pod_namespace = config.pod_name, config.pod_namespace
 

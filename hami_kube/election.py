@@ -91,7 +91,6 @@ class LeaseElection:
         self._observed: JSONDict | None = None
         """The Lease's spec as last read, and when (on `clock`) it last changed."""
         self._observed_at = 0.0
-        self.leading = False
 
     # --- one attempt ---------------------------------------------------------------------------------
 
@@ -186,12 +185,10 @@ class LeaseElection:
         self, on_started: Callable[[], Coroutine[Any, Any, None]], on_stopped: Callable[[], Awaitable[None]]
     ) -> None:
         await self.acquire()
-        self.leading = True
         leading: asyncio.Task[None] = asyncio.create_task(on_started(), name="leader-election-lead")
         try:
             await self.renew()
         finally:
-            self.leading = False
             leading.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await leading
