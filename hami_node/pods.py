@@ -282,8 +282,6 @@ class PodTracker:
         self._retry = retry
         self._cond = threading.Condition()
         self._pending: dict[str, _Entry] = {}
-        self._done: dict[str, str] = {}
-        """uid -> key of pods whose outcome we reported while the watch may still show them allocating."""
         self._rejected: dict[str, tuple[str, str]] = {}
         """uid -> (key, reason) of pods marked allocating here with unusable annotations."""
         self._foreign: dict[str, tuple[str, frozenset[int]]] = {}
@@ -298,9 +296,9 @@ class PodTracker:
         """UIDs of the last pods the watch saw deleted: a read of the node's pods that raced with the
         deletion must not bring them back."""
         self._finished: collections.OrderedDict[str, None] = collections.OrderedDict()
-        """UIDs of the last pods this daemon finished (bind-phase success or failed): a read of the node's
-        pods answered before the watch showed our patch must not make them wait again (a pod's outcome
-        is final for its UID)."""
+        """UIDs of the last pods this daemon finished (bind-phase success or failed). A pod's outcome is
+        final for its UID: a copy that still shows it allocating (the watch has not shown our patch yet,
+        or a read of the node's pods raced it) never makes it wait again."""
         self._writes: collections.deque[_Write] = collections.deque()
         self._writing = False
         self._stopping = False
@@ -363,8 +361,6 @@ class PodTracker:
                 if isinstance(uid, str):
                     present.add(uid)
                 self._observe(obj, old.get(pod_key(obj)))
-            for uid in [u for u in self._done if u not in present]:
-                del self._done[uid]
             for uid in [u for u in self._rejected if u not in present]:
                 del self._rejected[uid]
             for uid in [u for u in self._foreign if u not in present]:
@@ -381,7 +377,6 @@ class PodTracker:
                 if entry is not None and (not uid or entry.pod.uid == uid):
                     del self._pending[key]
                 if isinstance(uid, str):
-                    self._done.pop(uid, None)
                     self._rejected.pop(uid, None)
                     self._foreign.pop(uid, None)
                     self._arrival.pop(uid, None)
@@ -405,10 +400,8 @@ class PodTracker:
         verdict = waiting_pod(obj, self.node_name)
         if not isinstance(verdict, PendingPod) and uid not in self._foreign:
             self._arrival.pop(uid, None)
-        if uid in self._done:
-            if isinstance(verdict, PendingPod):
-                return  # our bind-phase patch has not shown up yet
-            del self._done[uid]
+        if uid in self._finished and isinstance(verdict, PendingPod):
+            return  # a copy from before our bind-phase patch (the watch's, or a read that raced it)
         if isinstance(verdict, Rejected):
             if self._rejected.get(uid) != (key, verdict.reason):
                 log.warning(
@@ -505,7 +498,7 @@ class PodTracker:
             known = {e.pod.uid for e in self._pending.values()}
             for obj in pods:
                 uid = _meta(obj).get("uid")
-                if uid not in known and uid not in self._deleted and uid not in self._finished:
+                if uid not in known and uid not in self._deleted:
                     self._observe(obj, None)
             self._cond.notify_all()
         return pods, ""
@@ -599,7 +592,6 @@ class PodTracker:
         if entry is not None and entry.pod.uid == pod.uid:
             del self._pending[pod.key]
         if pod.uid:
-            self._done[pod.uid] = pod.key
             self._finished[pod.uid] = None
             while len(self._finished) > _DELETED_KEPT:
                 self._finished.popitem(last=False)
