@@ -142,13 +142,9 @@ class _Ask:
     init: bool
 
 
-def _static_reason(gpu: GPUUsage, selector: DeviceSelector) -> Reason | None:
-    """Rules no change in usage can lift."""
-    if not selector.type_allowed(gpu.info.type) or not selector.mode_allowed(gpu.info.mode):
-        return Reason.CARD_TYPE_MISMATCH
-    if not selector.uuid_allowed(gpu.id):
-        return Reason.CARD_UUID_MISMATCH
-    return None
+def _type_allowed(gpu: GPUUsage, selector: DeviceSelector) -> bool:
+    """`nvidia.com/use-gputype`/`nouse-gputype` and `nvidia.com/vgpu-mode`."""
+    return selector.type_allowed(gpu.info.type) and selector.mode_allowed(gpu.info.mode)
 
 
 def _service_reason(gpu: GPUUsage, selector: DeviceSelector) -> Reason | None:
@@ -157,7 +153,7 @@ def _service_reason(gpu: GPUUsage, selector: DeviceSelector) -> Reason | None:
         return Reason.CARD_NOT_HEALTH
     if gpu.cordoned:
         return Reason.CARD_CORDONED
-    if not selector.type_allowed(gpu.info.type) or not selector.mode_allowed(gpu.info.mode):
+    if not _type_allowed(gpu, selector):
         return Reason.CARD_TYPE_MISMATCH
     return None
 
@@ -515,7 +511,8 @@ def fit_pod(
     kinds = kinds_of([init for _, init in requests], sidecars)
     # The quota counts every init container at its peak, sidecars included (HAMi's fitQuota).
     asks = [None if r is None else _Ask(r, init) for r, init in requests]
-    eligible = sum(1 for g in node.gpus if _static_reason(g, selector) is None)
+    # GPUs no change in usage can rule out for the pod (type, mode, UUID).
+    eligible = sum(1 for g in node.gpus if _type_allowed(g, selector) and selector.uuid_allowed(g.id))
     # No change in usage helps a container asking more GPUs than the node has, or than pass its rules.
     unresolvable = any(a is not None and a.request.nums > eligible for a in asks)
     excluded: dict[int, dict[str, Reason]] = {}
