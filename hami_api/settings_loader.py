@@ -136,7 +136,8 @@ class SettingsLoader:
     """Reads a table of settings from flags, environment and an optional config file (module doc).
 
     `prog` and `description` make the --help; `defaults` (name -> value, e.g. `dataclass_defaults(X)`)
-    give the defaults it shows; `file_setting` names the setting that names the config file;
+    give the defaults it shows; `file_setting` names the setting that names the config file (None: a
+    command line and environment only, no file);
     `mapping_example` follows "expected a mapping of settings" when the file is not a mapping.
     Raises `ValueError` for a table that cannot work (two settings with one name, flag or key).
     """
@@ -148,7 +149,7 @@ class SettingsLoader:
         prog: str,
         description: str,
         defaults: Mapping[str, object] | None = None,
-        file_setting: str = "config_file",
+        file_setting: str | None = "config_file",
         mapping_example: str = "",
         overrides: Overrides | None = None,
     ) -> None:
@@ -165,8 +166,10 @@ class SettingsLoader:
         self._by_override_key = _unique(
             [s for s in self.settings if s.override_key], "override key", lambda s: s.override_key
         )
-        if file_setting not in self._by_name:
+        if file_setting is not None and file_setting not in self._by_name:
             raise ValueError(f"the file setting {file_setting!r} is not in the table")
+        if file_setting is None and (self._by_key or overrides is not None):
+            raise ValueError("settings have file keys but the loader reads no file")
         if overrides is not None:
             if overrides.selector not in self._by_name:
                 raise ValueError(f"the overrides' selector {overrides.selector!r} is not in the table")
@@ -215,9 +218,15 @@ class SettingsLoader:
 
     # --- loading ---------------------------------------------------------------------------------------
 
-    def load(self, argv: Sequence[str], env: Mapping[str, str], read_file: Callable[[Path], str]) -> Loaded:
+    def load(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        read_file: Callable[[Path], str] | None = None,
+    ) -> Loaded:
         """Every setting given by `argv` (without the program name), `env` and the config file (read with
-        `read_file`). Raises `ConfigError` for the first bad value and `HelpRequested` for --help."""
+        `read_file`, which a loader without a file setting does not need). Raises `ConfigError` for the
+        first bad value and `HelpRequested` for --help."""
         parsed = vars(self.argument_parser().parse_args(list(argv)))
         flags = {name: self._parse_flag(self._by_name[name], raw) for name, raw in parsed.items()}
         envs = {
@@ -225,10 +234,13 @@ class SettingsLoader:
             for s in self.settings
             if s.env and env.get(s.env, "").strip()
         }
-        config_file = flags.get(self.file_setting) or envs.get(self.file_setting)
+        file_setting = self.file_setting
+        config_file = (flags.get(file_setting) or envs.get(file_setting)) if file_setting else None
         top: dict[str, Given] = {}
         entries: dict[Any, dict[str, Given]] = {}
         if config_file is not None:
+            if read_file is None:
+                raise ValueError("a config file is named but load() was given no read_file")
             top, entries = self._read_file(Path(config_file.value), read_file)
         entry: dict[str, Given] = {}
         if self.overrides is not None:

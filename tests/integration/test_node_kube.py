@@ -370,13 +370,12 @@ def test_the_in_cluster_address_comes_from_the_environ_given_not_the_process(
     address = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
     for name, value in address.items():
         monkeypatch.setenv(name, value)
-    with pytest.raises(
-        KubeConfigError, match="KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set"
-    ):
-        NodeApi.connect(None)  # the daemon's config hands the address over (NodeConfig.in_cluster_env)
-    with pytest.raises(
-        KubeConfigError, match=r"serviceaccount/(token|ca\.crt)"
-    ):  # past the address: the service account's files
+    # The process environment is not read: the daemon's config hands the address over
+    # (NodeConfig.in_cluster_env).
+    with pytest.raises(KubeConfigError, match="KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not"):
+        NodeApi.connect(None)
+    # Given the address, the loader goes on to the service account's files (absent here).
+    with pytest.raises(KubeConfigError, match=r"serviceaccount/(token|ca\.crt)"):
         NodeApi.connect(None, environ=address)
 
 

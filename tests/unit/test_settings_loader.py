@@ -332,6 +332,22 @@ def test_a_table_that_cannot_work_is_refused() -> None:
         SettingsLoader(SETTINGS, prog="p", description="")
     with pytest.raises(ValueError, match="selector"):
         SettingsLoader(SETTINGS, prog="p", description="", overrides=Overrides("i", "nope", parse_path, "x"))
+    with pytest.raises(ValueError, match="reads no file"):
+        SettingsLoader(SETTINGS[1:3], prog="p", description="", file_setting=None)
+    with pytest.raises(ValueError, match="no read_file"):
+        loader().load(["--config-file", "/f"], {})
+
+
+def test_a_loader_without_a_file_reads_flags_and_environment() -> None:
+    only = SettingsLoader(
+        [Setting("n", "--n", "N", "", parse_int(0), "a number", "N")],
+        prog="p",
+        description="",
+        file_setting=None,
+    )
+    assert only.load([], {"N": "2"})["n"].value == 2
+    assert only.load(["--n", "3"], {"N": "2"})["n"].value == 3
+    assert "n" not in only.load([], {})
 
 
 # --- the shared value parsers -------------------------------------------------------------------------------
