@@ -1,19 +1,28 @@
-"""Building blocks of the two processes' config loaders (`hami_node.config`, `hami_control.config`):
-the one error type, value parsers with Go's spellings, and the "did you mean" hint. Pure.
+"""Values of the two processes' settings (`hami_node.config`, `hami_control.config`): the one error type,
+the value parsers both use (Go's spellings where HAMi's and NVIDIA's flags are Go's), and the "did you
+mean" hint. Pure. The sources (flags, environment, file) are read by `hami_api.settings_loader`.
 
-Each loader keeps its own settings table, sources and file handling; only what is the same lives here.
+A parser takes the value as written (a string from a flag or the environment, or what YAML made of it)
+and returns the typed value, or raises `Invalid` with what it would accept; the loader turns that into a
+`ConfigError` naming the source, the key and the value.
 """
 
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
+import math
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
 _E = TypeVar("_E", bound=StrEnum)
+Parser = Callable[[object], Any]
+"""A setting's parser: the value as written -> the typed value, or `Invalid`."""
 
 INT_PATTERN = re.compile(r"[+-]?[0-9]+")
 GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
@@ -22,6 +31,9 @@ GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS_SUBDOMAIN = re.compile(rf"{DNS_LABEL}(\.{DNS_LABEL})*")
 RESOURCE_NAME = re.compile(rf"({DNS_LABEL}(\.{DNS_LABEL})*)/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+HOSTNAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*")
+PATH_MAX = 4096
+"""Linux's PATH_MAX: no longer path names a file."""
 
 
 class LogLevel(StrEnum):
@@ -138,6 +150,95 @@ def parse_enum(kind: type[_E]) -> Callable[[object], _E]:
         raise Invalid(expected)
 
     return parse
+
+
+def parse_text(
+    expected: str, pattern: re.Pattern[str] | None = None, max_len: int | None = None
+) -> Callable[[object], str]:
+    """A non-blank string (stripped), matching `pattern` when given, at most `max_len` characters."""
+
+    def parse(value: object) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise Invalid(expected)
+        text = value.strip()
+        if pattern is not None and not pattern.fullmatch(text):
+            raise Invalid(expected)
+        if max_len is not None and len(text) > max_len:
+            raise Invalid(expected)
+        return text
+
+    return parse
+
+
+def parse_path(value: object) -> Path:
+    """A path on this machine (not blank, at most PATH_MAX characters)."""
+    return Path(parse_text("a path", max_len=PATH_MAX)(value))
+
+
+def parse_number(low: float, *, inclusive: bool, expected: str | None = None) -> Callable[[object], float]:
+    """A finite number (or its decimal text) >= low (`inclusive`) or > low."""
+    text = expected or f"a number {'>=' if inclusive else '>'} {low:g}"
+
+    def parse(value: object) -> float:
+        if isinstance(value, bool):
+            raise Invalid(text)
+        if isinstance(value, int | float):
+            number = float(value)
+        elif isinstance(value, str):
+            try:
+                number = float(value.strip())
+            except ValueError:
+                raise Invalid(text) from None
+        else:
+            raise Invalid(text)
+        if not math.isfinite(number) or number < low or (number == low and not inclusive):
+            raise Invalid(text)
+        return number
+
+    return parse
+
+
+def parse_resource_name(value: object) -> str:
+    """An extended resource name outside kubernetes.io (`nvidia.com/gpu`), at most 253 characters."""
+    text = parse_text("an extended resource name such as nvidia.com/gpu", RESOURCE_NAME, 253)(value)
+    domain = text.split("/", 1)[0]
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        raise Invalid("an extended resource name outside kubernetes.io, such as nvidia.com/gpu")
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class ListenAddress:
+    """Where a server listens. `host` "" means every address; port 0 picks a free port."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+LISTEN_ADDRESS = "HOST:PORT, [IPv6]:PORT or :PORT with a port from 0 to 65535"
+
+
+def parse_listen_address(value: object, expected: str = LISTEN_ADDRESS) -> ListenAddress:
+    """`host:port`, `[ipv6]:port` or `:port`, port 0..65535 (Go's net.SplitHostPort forms)."""
+    if not isinstance(value, str):
+        raise Invalid(expected)
+    text = value.strip()
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise Invalid(expected) from None
+    else:
+        host, sep, port = text.rpartition(":")
+        if host and not HOSTNAME.fullmatch(host):
+            raise Invalid(expected)
+    if not sep or not port.isascii() or not port.isdigit() or int(port) > 65535:
+        raise Invalid(expected)
+    return ListenAddress(host, int(port))
 
 
 def suggest(key: str, known: Sequence[str]) -> str:

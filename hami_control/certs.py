@@ -14,7 +14,6 @@ The plan (`plan_secret`) is pure; `bootstrap` does the reads and writes through 
 
 from __future__ import annotations
 
-import argparse
 import base64
 import datetime
 import ipaddress
@@ -29,6 +28,16 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from hami_api.settings import (
+    DNS_SUBDOMAIN,
+    ConfigError,
+    Invalid,
+    parse_int,
+    parse_path,
+    parse_text,
+)
+from hami_api.settings_loader import Setting, SettingsLoader, dataclass_defaults
 
 log = logging.getLogger(__name__)
 
@@ -156,9 +165,9 @@ CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
 
 @dataclass(frozen=True, slots=True)
 class CertOptions:
-    namespace: str
-    secret: str
-    services: tuple[str, ...]
+    namespace: str = "hami-system"
+    secret: str = "hami-tls"
+    services: tuple[str, ...] = ()
     webhook_configs: tuple[str, ...] = ()
     valid_days: int = 365
     ca_valid_days: int = 3650
@@ -337,61 +346,68 @@ async def bootstrap(api: Any, options: CertOptions, now: datetime.datetime | Non
     return done
 
 
-def _certs_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hami-control certs",
-        description="Create or renew the TLS Secret of the webhook and extender Services (a CA and a serving "
+# --- the command line --------------------------------------------------------------------------------------
+
+_object_name = parse_text("a lowercase DNS subdomain such as hami-system", DNS_SUBDOMAIN, 253)
+
+
+def _object_names(value: object) -> tuple[str, ...]:
+    """Names from a repeated flag (joined with ","), each a lowercase DNS subdomain."""
+    expected = "lowercase DNS subdomains such as hami-webhook"
+    if not isinstance(value, str):
+        raise Invalid(expected)
+    names = tuple(dict.fromkeys(name.strip() for name in value.split(",")))
+    if not all(DNS_SUBDOMAIN.fullmatch(name) and len(name) <= 253 for name in names):
+        raise Invalid(expected)
+    return names
+
+
+_SETTINGS = (
+    Setting("kubeconfig", "--kubeconfig", "", "", parse_path, "kubeconfig file", "FILE",
+            default_text="$KUBECONFIG, else the in-cluster service account"),
+    Setting("namespace", "--namespace", "POD_NAMESPACE", "", _object_name,
+            "namespace of the Secret and Services", "NAMESPACE"),
+    Setting("secret", "--secret", "", "", _object_name, "Secret to keep", "NAME"),
+    Setting("services", "--service", "", "", _object_names,
+            "a Service the certificate names; repeat for more", "NAME", repeatable=True,
+            default_text="none; at least one is required"),
+    Setting("webhook_configs", "--webhook-config", "", "", _object_names,
+            "a MutatingWebhookConfiguration whose caBundle to set; repeat for more", "NAME", repeatable=True,
+            default_text="none"),
+    Setting("valid_days", "--valid-days", "", "", parse_int(1), "days a serving certificate is valid",
+            "DAYS"),
+    Setting("ca_valid_days", "--ca-valid-days", "", "", parse_int(1), "days the CA is valid", "DAYS"),
+    Setting("renew_before_days", "--renew-before-days", "", "", parse_int(1),
+            "days before its end a certificate is renewed", "DAYS"),
+)  # fmt: skip
+
+_LOADER = SettingsLoader(
+    _SETTINGS,
+    prog="hami-control certs",
+    description=(
+        "Create or renew the TLS Secret of the webhook and extender Services (a CA and a serving "
         "certificate for every Service DNS name) and patch the CA into the MutatingWebhookConfiguration's "
-        "caBundle. Idempotent: nothing changes while the certificates are valid beyond --renew-before-days.",
-    )
-    parser.add_argument(
-        "--kubeconfig", type=Path, help="kubeconfig file (default: in-cluster service account)"
-    )
-    parser.add_argument(
-        "--namespace",
-        default=env.get("POD_NAMESPACE") or "hami-system",
-        help="namespace of the Secret and Services (default: POD_NAMESPACE, else %(default)s)",
-    )
-    parser.add_argument("--secret", default="hami-tls", help="Secret to keep (default: %(default)s)")
-    parser.add_argument(
-        "--service",
-        action="append",
-        dest="services",
-        metavar="NAME",
-        help="Service the certificate names (repeat)",
-    )
-    parser.add_argument(
-        "--webhook-config", action="append", dest="webhook_configs", default=[], metavar="NAME",
-        help="MutatingWebhookConfiguration whose caBundle to set (repeat)",
-    )  # fmt: skip
-    parser.add_argument("--valid-days", type=int, default=365)
-    parser.add_argument("--ca-valid-days", type=int, default=3650)
-    parser.add_argument("--renew-before-days", type=int, default=30)
-    return parser
+        "caBundle. Idempotent: nothing changes while the certificates are valid beyond --renew-before-days."
+    ),
+    defaults=dataclass_defaults(CertOptions),
+    file_setting=None,
+)
 
 
 def certs_options(argv: Sequence[str], env: Mapping[str, str]) -> tuple[CertOptions, Path | None]:
     """`hami-control certs`'s command line (and POD_NAMESPACE from `env`) as options and the kubeconfig
-    (None: in-cluster). A bad value exits with argparse's usage message naming the flag."""
-    parser = _certs_parser(env)
-    ns = parser.parse_args(list(argv))
-    if not ns.services:
-        parser.error("name at least one Service with --service")
-    for flag in ("valid_days", "ca_valid_days", "renew_before_days"):
-        if getattr(ns, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(ns, flag)}")
-    if ns.renew_before_days >= ns.valid_days:
-        parser.error(
-            f"--renew-before-days ({ns.renew_before_days}) must be below --valid-days ({ns.valid_days})"
+    (None: $KUBECONFIG, else in-cluster). Raises `ConfigError` naming the flag and the value, and
+    `HelpRequested` for --help."""
+    given = _LOADER.load(argv, env).values_by_name()
+    kubeconfig: Path | None = given.pop("kubeconfig", None)
+    options = CertOptions(**given)
+    if not options.services:
+        raise ConfigError("configuration", "services", "name at least one Service with --service")
+    if options.renew_before_days >= options.valid_days:
+        raise ConfigError(
+            "configuration",
+            "renew_before_days",
+            f"--renew-before-days ({options.renew_before_days}) must be below --valid-days "
+            f"({options.valid_days})",
         )
-    options = CertOptions(
-        namespace=ns.namespace,
-        secret=ns.secret,
-        services=tuple(ns.services),
-        webhook_configs=tuple(ns.webhook_configs),
-        valid_days=ns.valid_days,
-        ca_valid_days=ns.ca_valid_days,
-        renew_before_days=ns.renew_before_days,
-    )
-    kubeconfig: Path | None = ns.kubeconfig
     return options, kubeconfig

@@ -20,30 +20,39 @@ or file and line), the key and the value, e.g.
 
 from __future__ import annotations
 
-import argparse
-import ipaddress
-import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, NoReturn
-
-import yaml
 
 from hami_api.annotations import decode_gpu_policy
 from hami_api.errors import QuantityError, WireFormatError
 from hami_api.quantity import parse_quantity
 from hami_api.resources import RequestDefaults, ResourceNames
-from hami_api.settings import DNS_SUBDOMAIN as _DNS_SUBDOMAIN
-from hami_api.settings import RESOURCE_NAME as _RESOURCE_NAME
-from hami_api.settings import ConfigError, HelpRequested, LogLevel, parse_int
-from hami_api.settings import Invalid as _Invalid
+from hami_api.settings import (
+    DNS_SUBDOMAIN,
+    ConfigError,
+    HelpRequested,
+    Invalid,
+    ListenAddress,
+    LogLevel,
+    Parser,
+    parse_int,
+    parse_listen_address,
+    parse_number,
+    parse_path,
+    parse_resource_name,
+    parse_text,
+)
 from hami_api.settings import parse_bool as _bool
 from hami_api.settings import parse_enum as _enum
-from hami_api.settings import shown as _shown
-from hami_api.settings import suggest as _suggest
+from hami_api.settings_loader import (
+    Loaded,
+    Setting,
+    SettingsArgumentParser,
+    SettingsLoader,
+    dataclass_defaults,
+)
 from hami_api.types import CorePolicy, GPUPolicy, NodePolicy
 
 # --- values ----------------------------------------------------------------------------------------------
@@ -61,15 +70,10 @@ class PrivilegedPolicy(StrEnum):
     SKIP = "skip"
 
 
-@dataclass(frozen=True, slots=True)
-class BindAddress:
-    """Where the HTTPS server listens. `host` "" means every address; port 0 picks a free port."""
+BindAddress = ListenAddress
+"""Where the HTTPS server listens (`--bind`)."""
 
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+DEFAULT_BIND = ListenAddress("0.0.0.0", 9443)
 
 
 MIB = 1024 * 1024
@@ -82,7 +86,7 @@ a 1.5 MiB etcd object stay below it)."""
 class ControlConfig:
     """Everything the control plane (webhook and scheduler extender) can be told."""
 
-    bind: BindAddress = BindAddress("0.0.0.0", 9443)
+    bind: BindAddress = DEFAULT_BIND
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     insecure_http: bool = False
@@ -150,231 +154,159 @@ class ControlConfig:
         object.__setattr__(self, "request_defaults", defaults)
 
 
-# --- errors ----------------------------------------------------------------------------------------------
+# --- parsers ---------------------------------------------------------------------------------------------
 
-
-_Parser = Callable[[object], Any]
-
-_HOSTNAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*")
 _INT32_MAX = 2**31 - 1
 
 
-def _int(low: int, high: int = _INT32_MAX) -> _Parser:
+def _int(low: int, high: int = _INT32_MAX) -> Parser:
     return parse_int(low, high)
 
 
-def _text(expected: str, pattern: re.Pattern[str] | None = None, max_len: int = 253) -> _Parser:
-    def parse(value: object) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise _Invalid(expected)
-        text = value.strip()
-        if (pattern is not None and not pattern.fullmatch(text)) or len(text) > max_len:
-            raise _Invalid(expected)
-        return text
-
-    return parse
-
-
-_object_name = _text("a lowercase DNS subdomain such as hami-system", _DNS_SUBDOMAIN)
-_scheduler_name = _text("a scheduler name (a lowercase DNS subdomain such as hami-scheduler)", _DNS_SUBDOMAIN)
+_object_name = parse_text("a lowercase DNS subdomain such as hami-system", DNS_SUBDOMAIN, 253)
+_scheduler_name = parse_text(
+    "a scheduler name (a lowercase DNS subdomain such as hami-scheduler)", DNS_SUBDOMAIN, 253
+)
+_runtime_class_name = parse_text(
+    "a RuntimeClass name (a lowercase DNS subdomain), or empty for none", DNS_SUBDOMAIN, 253
+)
 
 
 def _runtime_class(value: object) -> str | None:
     """A RuntimeClass name; "" (HAMi's default in the file) or null means none."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
-    parsed: str = _text("a RuntimeClass name (a lowercase DNS subdomain), or empty for none", _DNS_SUBDOMAIN)(
-        value
-    )
+    parsed: str = _runtime_class_name(value)
     return parsed
-
-
-def _path(value: object) -> Path:
-    return Path(_text("a path", max_len=4096)(value))
-
-
-def _resource_name(value: object) -> str:
-    expected = "an extended resource name outside kubernetes.io, such as nvidia.com/gpu"
-    text: str = _text(expected, _RESOURCE_NAME)(value)
-    domain = text.split("/", 1)[0]
-    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
-        raise _Invalid(expected)
-    return text
-
-
-def _bind(value: object) -> BindAddress:
-    """`host:port`, `[ipv6]:port` or `:port`; port 0..65535."""
-    expected = "HOST:PORT, [IPv6]:PORT or :PORT with a port from 0 to 65535"
-    if not isinstance(value, str):
-        raise _Invalid(expected)
-    text = value.strip()
-    if text.startswith("["):
-        host, sep, port = text[1:].partition("]:")
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise _Invalid(expected) from None
-    else:
-        host, sep, port = text.rpartition(":")
-        if host and not _HOSTNAME.fullmatch(host):
-            raise _Invalid(expected)
-    if not sep or not port.isascii() or not port.isdigit() or int(port) > 65535:
-        raise _Invalid(expected)
-    return BindAddress(host, int(port))
 
 
 def _gpu_policy(value: object) -> tuple[GPUPolicy, ...]:
     expected = "one or a comma chain of " + ", ".join(p.value for p in GPUPolicy)
     if not isinstance(value, str):
-        raise _Invalid(expected)
+        raise Invalid(expected)
     try:
         return decode_gpu_policy(value)
     except WireFormatError:
-        raise _Invalid(expected) from None
+        raise Invalid(expected) from None
 
 
-def _seconds(value: object) -> float:
-    """A positive, finite number of seconds, as a number or its decimal text ("30", "2.5")."""
-    expected = "a number of seconds > 0, such as 30 or 2.5"
-    if isinstance(value, bool):
-        raise _Invalid(expected)
-    if isinstance(value, int | float):
-        number = float(value)
-    elif isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
-            raise _Invalid(expected) from None
-    else:
-        raise _Invalid(expected)
-    if not math.isfinite(number) or number <= 0:
-        raise _Invalid(expected)
-    return number
+_path = parse_path
+_bind = parse_listen_address
+_resource_name = parse_resource_name
+_seconds = parse_number(0, inclusive=False, expected="a number of seconds > 0, such as 30 or 2.5")
+"""A positive, finite number of seconds, as a number or its decimal text ("30", "2.5")."""
 
 
 def _byte_size(value: object) -> int:
     """Bytes as an integer or a quantity ("3Mi", "4M"): 1 KiB to 1 GiB."""
     expected = "a size in bytes from 1Ki to 1Gi, such as 3Mi or 3145728"
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise _Invalid(expected)
+        raise Invalid(expected)
     try:
         size = parse_quantity(value.strip() if isinstance(value, str) else value)
     except QuantityError:
-        raise _Invalid(expected) from None
+        raise Invalid(expected) from None
     if size.denominator != 1 or not 1024 <= size <= 1024 * MIB:
-        raise _Invalid(expected)
+        raise Invalid(expected)
     return size.numerator
 
 
 # --- the settings ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Setting:
-    name: str
-    """ControlConfig field, or `resource_<field>` for one of the five ResourceNames."""
-    flag: str
-    env: str
-    key: str
-    """Key in the config file ("" = not allowed there)."""
-    parse: _Parser
-    help: str
-    metavar: str = "VALUE"
-    optional_bool: bool = False
-    default_text: str = ""
-
-
-_SETTINGS: tuple[_Setting, ...] = (
-    _Setting("config_file", "--config-file", "CONFIG_FILE", "", _path,
-             "config file (YAML or JSON) with the settings below under their file keys", "FILE", False,
-             "none"),
-    _Setting("bind", "--bind", "HAMI_BIND", "bind", _bind, "address the HTTPS server listens on",
-             "HOST:PORT"),
-    _Setting("tls_cert_file", "--tls-cert-file", "HAMI_TLS_CERT_FILE", "tlsCertFile", _path,
-             "TLS certificate (PEM); reloaded when it changes", "FILE", False, "none"),
-    _Setting("tls_key_file", "--tls-key-file", "HAMI_TLS_KEY_FILE", "tlsKeyFile", _path,
-             "TLS private key (PEM); reloaded when it changes", "FILE", False, "none"),
-    _Setting("insecure_http", "--insecure-http", "HAMI_INSECURE_HTTP", "insecureHttp", _bool,
-             "serve plain HTTP instead of HTTPS (local use only)", "BOOL", True),
-    _Setting("scheduler_name", "--scheduler-name", "HAMI_SCHEDULER_NAME", "schedulerName", _scheduler_name,
-             "schedulerName given to GPU pods", "NAME"),
-    _Setting("force_overwrite_default_scheduler", "--force-overwrite-default-scheduler",
-             "HAMI_FORCE_OVERWRITE_DEFAULT_SCHEDULER", "forceOverwriteDefaultScheduler", _bool,
-             "also take over GPU pods that name default-scheduler", "BOOL", True),
-    _Setting("default_gpu_num", "--default-gpu", "HAMI_DEFAULT_GPU", "defaultGPUNum", _int(1),
-             "nvidia.com/gpu added to containers asking only for GPU memory or cores", "N"),
-    _Setting("default_memory", "--default-mem", "HAMI_DEFAULT_MEM", "defaultMemory", _int(0),
-             "MiB per GPU when a container names no GPU memory; 0 = the whole GPU", "MIB"),
-    _Setting("default_cores", "--default-cores", "HAMI_DEFAULT_CORES", "defaultCores", _int(0, 100),
-             "percent of a GPU's compute when a container names no gpucores", "PERCENT"),
-    _Setting("memory_factor", "--memory-factor", "HAMI_MEMORY_FACTOR", "memoryFactor", _int(1),
-             "gpumem is counted in units of this many MiB", "N"),
-    _Setting("core_policy", "--gpu-core-policy", "HAMI_GPU_CORE_POLICY", "gpuCorePolicy", _enum(CorePolicy),
-             "GPU_CORE_UTILIZATION_POLICY of GPU containers: default, force or disable", "POLICY"),
-    _Setting("runtime_class_name", "--runtime-class-name", "HAMI_RUNTIME_CLASS_NAME", "runtimeClassName",
-             _runtime_class, "runtimeClassName given to GPU pods that have none", "NAME", False, "none"),
-    _Setting("overwrite_env", "--overwrite-env", "HAMI_OVERWRITE_ENV", "overwriteEnv", _bool,
-             "give containers without a GPU NVIDIA_VISIBLE_DEVICES=none", "BOOL", True),
-    _Setting("privileged_policy", "--privileged-policy", "HAMI_PRIVILEGED_POLICY", "privilegedPolicy",
-             _enum(PrivilegedPolicy),
-             "privileged containers asking for GPUs: deny the pod, or skip the container (HAMi <= 2.4)",
-             "POLICY"),
-    _Setting("resource_count", "--resource-name", "HAMI_RESOURCE_NAME", "resourceCountName", _resource_name,
-             "resource counting GPUs", "NAME", False, "nvidia.com/gpu"),
-    _Setting("resource_memory", "--resource-mem", "HAMI_RESOURCE_MEM", "resourceMemoryName",
-             _resource_name, "resource for GPU memory in MiB", "NAME", False, "nvidia.com/gpumem"),
-    _Setting("resource_memory_percentage", "--resource-mem-percentage", "HAMI_RESOURCE_MEM_PERCENTAGE",
-             "resourceMemoryPercentageName", _resource_name, "resource for GPU memory in percent", "NAME",
-             False, "nvidia.com/gpumem-percentage"),
-    _Setting("resource_cores", "--resource-cores", "HAMI_RESOURCE_CORES", "resourceCoreName",
-             _resource_name, "resource for GPU compute in percent", "NAME", False, "nvidia.com/gpucores"),
-    _Setting("resource_priority", "--resource-priority", "HAMI_RESOURCE_PRIORITY", "resourcePriorityName",
-             _resource_name, "resource for the task priority (CUDA_TASK_PRIORITY)", "NAME", False,
-             "nvidia.com/priority"),
-    _Setting("enforce_quota", "--enforce-quota", "HAMI_ENFORCE_QUOTA", "enforceQuota", _bool,
-             "check namespace ResourceQuotas limits.<gpumem> and limits.<gpucores>", "BOOL", True),
-    _Setting("node_scheduler_policy", "--node-scheduler-policy", "HAMI_NODE_SCHEDULER_POLICY",
-             "nodeSchedulerPolicy", _enum(NodePolicy), "binpack or spread", "POLICY"),
-    _Setting("gpu_scheduler_policy", "--gpu-scheduler-policy", "HAMI_GPU_SCHEDULER_POLICY",
-             "gpuSchedulerPolicy", _gpu_policy,
-             "binpack, spread, topology-aware, numa or mutex (or a comma chain)", "POLICY", False, "spread"),
-    _Setting("kubeconfig", "--kubeconfig", "KUBECONFIG", "kubeconfig", _path, "kubeconfig file", "FILE",
-             False, "in-cluster config"),
-    _Setting("log_level", "--log-level", "HAMI_LOG_LEVEL", "logLevel", _enum(LogLevel),
-             "debug, info, warning or error", "LEVEL"),
-    _Setting("max_request_body", "--max-request-body", "HAMI_MAX_REQUEST_BODY", "maxRequestBody", _byte_size,
-             "largest request body accepted (bytes or a quantity such as 3Mi)", "SIZE", False, "3Mi"),
-    _Setting("allocate_timeout_s", "--allocate-timeout", "HAMI_ALLOCATE_TIMEOUT", "allocateTimeout", _seconds,
-             "seconds a bound pod may wait for the node daemon's Allocate before its node takes the "
-             "next pod with the same GPU count", "SECONDS", False, "30"),
-    _Setting("bind_wait_s", "--bind-wait-timeout", "HAMI_BIND_WAIT_TIMEOUT", "bindWaitTimeout",
-             _seconds, "seconds a bind waits for its node to be free before kube-scheduler retries it",
-             "SECONDS", False, "10"),
-    _Setting("leader_elect", "--leader-elect", "HAMI_LEADER_ELECT", "leaderElect", _bool,
-             "elect one replica (a Lease) to answer the extender; all replicas serve the webhook",
-             "BOOL", True, "false"),
-    _Setting("leader_elect_namespace", "--leader-elect-namespace", "POD_NAMESPACE", "leaderElectNamespace",
-             _object_name, "namespace of the leader Lease (the downward API's POD_NAMESPACE)", "NAMESPACE",
-             False, "hami-system"),
-    _Setting("pod_name", "--pod-name", "POD_NAME", "", _object_name,
-             "this replica's pod (the downward API's POD_NAME): the leader label, event source", "NAME",
-             False, "none"),
-    _Setting("pod_namespace", "--pod-namespace", "POD_NAMESPACE", "", _object_name,
-             "this replica's namespace (the downward API's POD_NAMESPACE)", "NAMESPACE", False, "none"),
-    _Setting("leader_elect_lease", "--leader-elect-lease", "HAMI_LEADER_ELECT_LEASE", "leaderElectLease",
-             _object_name, "name of the leader Lease", "NAME", False, "hami-control"),
-    _Setting("leader_elect_lease_duration_s", "--leader-elect-lease-duration",
-             "HAMI_LEADER_ELECT_LEASE_DURATION", "leaderElectLeaseDuration", _seconds,
-             "seconds a lease lasts without renewal", "SECONDS", False, "15"),
-    _Setting("leader_elect_renew_deadline_s", "--leader-elect-renew-deadline",
-             "HAMI_LEADER_ELECT_RENEW_DEADLINE", "leaderElectRenewDeadline", _seconds,
-             "seconds the leader keeps trying to renew before it steps down", "SECONDS", False, "10"),
-    _Setting("leader_elect_retry_period_s", "--leader-elect-retry-period", "HAMI_LEADER_ELECT_RETRY_PERIOD",
-             "leaderElectRetryPeriod", _seconds, "seconds between election attempts", "SECONDS", False, "2"),
+_SETTINGS: tuple[Setting, ...] = (
+    Setting("config_file", "--config-file", "CONFIG_FILE", "", _path,
+            "config file (YAML or JSON) with the settings below under their file keys", "FILE",
+            default_text="none"),
+    Setting("bind", "--bind", "HAMI_BIND", "bind", _bind, "address the HTTPS server listens on", "HOST:PORT"),
+    Setting("tls_cert_file", "--tls-cert-file", "HAMI_TLS_CERT_FILE", "tlsCertFile", _path,
+            "TLS certificate (PEM); reloaded when it changes", "FILE", default_text="none",
+            relative_to_file=True),
+    Setting("tls_key_file", "--tls-key-file", "HAMI_TLS_KEY_FILE", "tlsKeyFile", _path,
+            "TLS private key (PEM); reloaded when it changes", "FILE", default_text="none",
+            relative_to_file=True),
+    Setting("insecure_http", "--insecure-http", "HAMI_INSECURE_HTTP", "insecureHttp", _bool,
+            "serve plain HTTP instead of HTTPS (local use only)", "BOOL", optional_bool=True),
+    Setting("scheduler_name", "--scheduler-name", "HAMI_SCHEDULER_NAME", "schedulerName", _scheduler_name,
+            "schedulerName given to GPU pods", "NAME"),
+    Setting("force_overwrite_default_scheduler", "--force-overwrite-default-scheduler",
+            "HAMI_FORCE_OVERWRITE_DEFAULT_SCHEDULER", "forceOverwriteDefaultScheduler", _bool,
+            "also take over GPU pods that name default-scheduler", "BOOL", optional_bool=True),
+    Setting("default_gpu_num", "--default-gpu", "HAMI_DEFAULT_GPU", "defaultGPUNum", _int(1),
+            "nvidia.com/gpu added to containers asking only for GPU memory or cores", "N"),
+    Setting("default_memory", "--default-mem", "HAMI_DEFAULT_MEM", "defaultMemory", _int(0),
+            "MiB per GPU when a container names no GPU memory; 0 = the whole GPU", "MIB"),
+    Setting("default_cores", "--default-cores", "HAMI_DEFAULT_CORES", "defaultCores", _int(0, 100),
+            "percent of a GPU's compute when a container names no gpucores", "PERCENT"),
+    Setting("memory_factor", "--memory-factor", "HAMI_MEMORY_FACTOR", "memoryFactor", _int(1),
+            "gpumem is counted in units of this many MiB", "N"),
+    Setting("core_policy", "--gpu-core-policy", "HAMI_GPU_CORE_POLICY", "gpuCorePolicy", _enum(CorePolicy),
+            "GPU_CORE_UTILIZATION_POLICY of GPU containers: default, force or disable", "POLICY"),
+    Setting("runtime_class_name", "--runtime-class-name", "HAMI_RUNTIME_CLASS_NAME", "runtimeClassName",
+            _runtime_class, "runtimeClassName given to GPU pods that have none", "NAME", default_text="none"),
+    Setting("overwrite_env", "--overwrite-env", "HAMI_OVERWRITE_ENV", "overwriteEnv", _bool,
+            "give containers without a GPU NVIDIA_VISIBLE_DEVICES=none", "BOOL", optional_bool=True),
+    Setting("privileged_policy", "--privileged-policy", "HAMI_PRIVILEGED_POLICY", "privilegedPolicy",
+            _enum(PrivilegedPolicy),
+            "privileged containers asking for GPUs: deny the pod, or skip the container (HAMi <= 2.4)",
+            "POLICY"),
+    Setting("resource_count", "--resource-name", "HAMI_RESOURCE_NAME", "resourceCountName", _resource_name,
+            "resource counting GPUs", "NAME", default_text="nvidia.com/gpu"),
+    Setting("resource_memory", "--resource-mem", "HAMI_RESOURCE_MEM", "resourceMemoryName", _resource_name,
+            "resource for GPU memory in MiB", "NAME", default_text="nvidia.com/gpumem"),
+    Setting("resource_memory_percentage", "--resource-mem-percentage", "HAMI_RESOURCE_MEM_PERCENTAGE",
+            "resourceMemoryPercentageName", _resource_name, "resource for GPU memory in percent", "NAME",
+            default_text="nvidia.com/gpumem-percentage"),
+    Setting("resource_cores", "--resource-cores", "HAMI_RESOURCE_CORES", "resourceCoreName", _resource_name,
+            "resource for GPU compute in percent", "NAME", default_text="nvidia.com/gpucores"),
+    Setting("resource_priority", "--resource-priority", "HAMI_RESOURCE_PRIORITY", "resourcePriorityName",
+            _resource_name, "resource for the task priority (CUDA_TASK_PRIORITY)", "NAME",
+            default_text="nvidia.com/priority"),
+    Setting("enforce_quota", "--enforce-quota", "HAMI_ENFORCE_QUOTA", "enforceQuota", _bool,
+            "check namespace ResourceQuotas limits.<gpumem> and limits.<gpucores>", "BOOL",
+            optional_bool=True),
+    Setting("node_scheduler_policy", "--node-scheduler-policy", "HAMI_NODE_SCHEDULER_POLICY",
+            "nodeSchedulerPolicy", _enum(NodePolicy), "binpack or spread", "POLICY"),
+    Setting("gpu_scheduler_policy", "--gpu-scheduler-policy", "HAMI_GPU_SCHEDULER_POLICY",
+            "gpuSchedulerPolicy", _gpu_policy,
+            "binpack, spread, topology-aware, numa or mutex (or a comma chain)", "POLICY",
+            default_text="spread"),
+    Setting("kubeconfig", "--kubeconfig", "KUBECONFIG", "kubeconfig", _path, "kubeconfig file", "FILE",
+            default_text="in-cluster config", relative_to_file=True),
+    Setting("log_level", "--log-level", "HAMI_LOG_LEVEL", "logLevel", _enum(LogLevel),
+            "debug, info, warning or error", "LEVEL"),
+    Setting("max_request_body", "--max-request-body", "HAMI_MAX_REQUEST_BODY", "maxRequestBody", _byte_size,
+            "largest request body accepted (bytes or a quantity such as 3Mi)", "SIZE", default_text="3Mi"),
+    Setting("allocate_timeout_s", "--allocate-timeout", "HAMI_ALLOCATE_TIMEOUT", "allocateTimeout", _seconds,
+            "seconds a bound pod may wait for the node daemon's Allocate before its node takes the "
+            "next pod with the same GPU count", "SECONDS", default_text="30"),
+    Setting("bind_wait_s", "--bind-wait-timeout", "HAMI_BIND_WAIT_TIMEOUT", "bindWaitTimeout", _seconds,
+            "seconds a bind waits for its node to be free before kube-scheduler retries it", "SECONDS",
+            default_text="10"),
+    Setting("leader_elect", "--leader-elect", "HAMI_LEADER_ELECT", "leaderElect", _bool,
+            "elect one replica (a Lease) to answer the extender; all replicas serve the webhook", "BOOL",
+            optional_bool=True, default_text="false"),
+    Setting("leader_elect_namespace", "--leader-elect-namespace", "POD_NAMESPACE", "leaderElectNamespace",
+            _object_name, "namespace of the leader Lease (the downward API's POD_NAMESPACE)", "NAMESPACE",
+            default_text="hami-system"),
+    Setting("pod_name", "--pod-name", "POD_NAME", "", _object_name,
+            "this replica's pod (the downward API's POD_NAME): the leader label, event source", "NAME",
+            default_text="none"),
+    Setting("pod_namespace", "--pod-namespace", "POD_NAMESPACE", "", _object_name,
+            "this replica's namespace (the downward API's POD_NAMESPACE)", "NAMESPACE", default_text="none"),
+    Setting("leader_elect_lease", "--leader-elect-lease", "HAMI_LEADER_ELECT_LEASE", "leaderElectLease",
+            _object_name, "name of the leader Lease", "NAME", default_text="hami-control"),
+    Setting("leader_elect_lease_duration_s", "--leader-elect-lease-duration",
+            "HAMI_LEADER_ELECT_LEASE_DURATION", "leaderElectLeaseDuration", _seconds,
+            "seconds a lease lasts without renewal", "SECONDS", default_text="15"),
+    Setting("leader_elect_renew_deadline_s", "--leader-elect-renew-deadline",
+            "HAMI_LEADER_ELECT_RENEW_DEADLINE", "leaderElectRenewDeadline", _seconds,
+            "seconds the leader keeps trying to renew before it steps down", "SECONDS", default_text="10"),
+    Setting("leader_elect_retry_period_s", "--leader-elect-retry-period", "HAMI_LEADER_ELECT_RETRY_PERIOD",
+            "leaderElectRetryPeriod", _seconds, "seconds between election attempts", "SECONDS",
+            default_text="2"),
 )  # fmt: skip
 
-_BY_NAME = {s.name: s for s in _SETTINGS}
-_BY_FILE_KEY = {s.key: s for s in _SETTINGS if s.key}
 _RESOURCE_FIELDS = {
     "resource_count": "count",
     "resource_memory": "memory",
@@ -382,137 +314,24 @@ _RESOURCE_FIELDS = {
     "resource_cores": "cores",
     "resource_priority": "priority",
 }
-_PATHS_RELATIVE_TO_FILE = frozenset({"tls_cert_file", "tls_key_file", "kubeconfig"})
+
+_LOADER = SettingsLoader(
+    _SETTINGS,
+    prog="hami-control",
+    description=(
+        "hami-control: the mutating admission webhook and scheduler extender of hami-py. "
+        "Precedence: flags > environment > config file > defaults."
+    ),
+    defaults=dataclass_defaults(ControlConfig),
+    mapping_example="schedulerName: hami-scheduler, ...",
+)
 
 
-def _default_text(setting: _Setting) -> str:
-    if setting.default_text:
-        return setting.default_text
-    value = ControlConfig.__dataclass_fields__[setting.name].default
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-# --- command line ----------------------------------------------------------------------------------------
-
-
-class ControlArgumentParser(argparse.ArgumentParser):
-    """argparse that raises instead of printing and exiting: `ConfigError` for a bad command line,
-    `HelpRequested` for --help."""
-
-    def error(self, message: str) -> NoReturn:
-        raise ConfigError("command line", "", message)
-
-    def print_help(self, file: Any = None) -> None:
-        raise HelpRequested(self.format_help())
-
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        raise ConfigError("command line", "", message or f"exit {status}")
-
-
-def build_argument_parser(prog: str = "hami-control") -> ControlArgumentParser:
+def build_argument_parser(prog: str = "hami-control") -> SettingsArgumentParser:
     """The control plane's flags. Every flag defaults to "not given", so `load_config` can tell a flag
     from a default; the help shows each flag's environment variable and default. Boolean flags take an
     optional value (`--overwrite-env`, `--enforce-quota=false`)."""
-    parser = ControlArgumentParser(
-        prog=prog,
-        description=(
-            "hami-control: the mutating admission webhook and scheduler extender of hami-py. "
-            "Precedence: flags > environment > config file > defaults."
-        ),
-        allow_abbrev=False,
-        argument_default=argparse.SUPPRESS,
-    )
-    for s in _SETTINGS:
-        help_text = f"{s.help} (env {s.env}; default {_default_text(s)})".replace("%", "%%")
-        if s.optional_bool:
-            parser.add_argument(
-                s.flag, dest=s.name, nargs="?", const="true", metavar=s.metavar, help=help_text
-            )
-        else:
-            parser.add_argument(s.flag, dest=s.name, metavar=s.metavar, help=help_text)
-    return parser
-
-
-# --- config file -----------------------------------------------------------------------------------------
-
-
-def _key_lines(source: str, node: yaml.Node) -> dict[str, int]:
-    """Line (1-based) of every top-level key; a repeated key is an error (YAML would keep the last)."""
-    lines: dict[str, int] = {}
-    if not isinstance(node, yaml.MappingNode):
-        return lines
-    for key_node, _ in node.value:
-        if not isinstance(key_node, yaml.ScalarNode):
-            continue
-        line = key_node.start_mark.line + 1
-        if key_node.value in lines:
-            raise ConfigError(
-                source, key_node.value, f"appears twice (also on line {lines[key_node.value]})", line
-            )
-        lines[key_node.value] = line
-    return lines
-
-
-@dataclass(frozen=True, slots=True)
-class _Value:
-    value: Any
-    where: str
-    """Where it came from, for cross-field errors ("flag --x", "environment X", "file line N: key")."""
-
-
-def _read_file_layer(path: Path, read_file: Callable[[Path], str]) -> dict[str, _Value]:
-    source = str(path)
-    try:
-        text = read_file(path)
-    except OSError as err:
-        raise ConfigError(source, "", f"cannot be read: {err.strerror or err}") from None
-    except UnicodeDecodeError as err:
-        raise ConfigError(source, "", f"is not UTF-8 text ({err.reason})") from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        lines = _key_lines(source, node) if node is not None else {}
-        document = yaml.constructor.SafeConstructor().construct_document(node) if node is not None else {}
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        problem = getattr(err, "problem", None) or str(err)
-        line = mark.line + 1 if mark is not None else None
-        raise ConfigError(source, "", f"is not valid YAML or JSON: {problem}", line) from None
-    if document is None:
-        document = {}
-    if not isinstance(document, dict):
-        raise ConfigError(source, "", f"expected a mapping of settings, got {_shown(document)}", 1)
-    values: dict[str, _Value] = {}
-    for key, raw in document.items():
-        if not isinstance(key, str):
-            raise ConfigError(source, str(key), "keys must be strings")
-        line = lines.get(key)
-        setting = _BY_FILE_KEY.get(key)
-        if setting is None:
-            raise ConfigError(source, key, "unknown key" + _suggest(key, list(_BY_FILE_KEY)), line)
-        try:
-            value = setting.parse(raw)
-        except _Invalid as bad:
-            shown = _shown(raw)
-            raise ConfigError(source, key, f"expected {bad.expected}, got {shown}", line, shown) from None
-        if setting.name in _PATHS_RELATIVE_TO_FILE and not value.is_absolute():
-            value = path.parent / value
-        values[setting.name] = _Value(value, f"{source} line {line}: {key}")
-    return values
-
-
-# --- load ------------------------------------------------------------------------------------------------
-
-
-def _parse_given(setting: _Setting, raw: object, source: str) -> _Value:
-    key = setting.flag if source == "command line" else setting.env
-    try:
-        value = setting.parse(raw)
-    except _Invalid as bad:
-        shown = _shown(raw)
-        raise ConfigError(source, key, f"expected {bad.expected}, got {shown}", None, shown) from None
-    return _Value(value, f"flag {setting.flag}" if source == "command line" else f"environment {key}")
+    return _LOADER.argument_parser(prog)
 
 
 def load_config(
@@ -523,24 +342,21 @@ def load_config(
 
     Raises `ConfigError` for any bad value or combination and `HelpRequested` for --help.
     """
-    given = vars(build_argument_parser().parse_args(list(argv)))
-    flags = {name: _parse_given(_BY_NAME[name], raw, "command line") for name, raw in given.items()}
-    envs = {
-        s.name: _parse_given(s, env[s.env], "environment") for s in _SETTINGS if env.get(s.env, "").strip()
-    }
-    config_file = flags.get("config_file") or envs.get("config_file")
-    file_values = _read_file_layer(config_file.value, read_file) if config_file else {}
-    merged: dict[str, _Value] = {**file_values, **envs, **flags}
-    return _validated(merged)
+    return _validated(_LOADER.load(argv, env, read_file))
 
 
-def _validated(merged: Mapping[str, _Value]) -> ControlConfig:
-    values = {name: v.value for name, v in merged.items() if name not in _RESOURCE_FIELDS}
+def _validated(given: Loaded) -> ControlConfig:
+    """The typed config, once the settings that must fit together do."""
+    values = {name: v for name, v in given.values_by_name().items() if name not in _RESOURCE_FIELDS}
+    resource_names = parse_resource_names(given)
+    _check_tls(given)
+    _check_leader_timing(given)
+    return ControlConfig(**values, resource_names=resource_names, warnings=_ignored_settings(given))
 
-    names: dict[str, str] = {}
-    for name, attribute in _RESOURCE_FIELDS.items():
-        if name in merged:
-            names[attribute] = merged[name].value
+
+def parse_resource_names(given: Loaded) -> ResourceNames:
+    """The five resource names, which must differ."""
+    names = {attribute: given[name].value for name, attribute in _RESOURCE_FIELDS.items() if name in given}
     resource_names = ResourceNames(**names)
     by_value: dict[str, str] = {}
     for name, attribute in _RESOURCE_FIELDS.items():
@@ -549,21 +365,25 @@ def _validated(merged: Mapping[str, _Value]) -> ControlConfig:
             raise ConfigError(
                 "configuration",
                 name,
-                f"{_describe(merged, name)} and {_describe(merged, by_value[value])} both name the resource "
+                f"{given.describe(name)} and {given.describe(by_value[value])} both name the resource "
                 f"{value}; the five GPU resources need five different names",
             )
         by_value[value] = name
+    return resource_names
 
-    insecure = values.get("insecure_http", False)
-    cert, key = merged.get("tls_cert_file"), merged.get("tls_key_file")
+
+def _check_tls(given: Loaded) -> None:
+    """Both TLS files, or plain HTTP."""
+    insecure = "insecure_http" in given and given["insecure_http"].value
+    cert, key = given.get("tls_cert_file"), given.get("tls_key_file")
     if insecure and (cert or key):
-        given = cert or key
-        assert given is not None
+        tls_file = cert or key
+        assert tls_file is not None
         raise ConfigError(
             "configuration",
             "insecure_http",
-            f"plain HTTP ({_describe(merged, 'insecure_http')}) was asked for together with a TLS file "
-            f"({given.where}): choose one",
+            f"plain HTTP ({given.describe('insecure_http')}) was asked for together with a TLS file "
+            f"({tls_file.where}): choose one",
         )
     if not insecure and (cert is None or key is None):
         if cert is None and key is None:
@@ -575,56 +395,51 @@ def _validated(merged: Mapping[str, _Value]) -> ControlConfig:
             have, missing = ("certificate", "--tls-key-file") if cert else ("key", "--tls-cert-file")
             reason = f"a TLS {have} without its pair: pass {missing} too"
         raise ConfigError("configuration", "tls_cert_file", reason)
-    defaults = ControlConfig.__dataclass_fields__
-    timing = {
-        key: values.get(key, defaults[key].default)
-        for key in (
-            "leader_elect_lease_duration_s",
-            "leader_elect_renew_deadline_s",
-            "leader_elect_retry_period_s",
-        )
-    }
-    lease, renew, retry = timing.values()
-    if not lease > renew > 1.2 * retry or retry < 1:
-        raise ConfigError(
-            "configuration",
-            "leader_elect_lease_duration_s",
-            f"leader election needs lease duration > renew deadline > 1.2 x retry period and a retry period "
-            f"of at least 1 s; got {_describe(merged, 'leader_elect_lease_duration_s')} = {lease}, "
-            f"{_describe(merged, 'leader_elect_renew_deadline_s')} = {renew}, "
-            f"{_describe(merged, 'leader_elect_retry_period_s')} = {retry}",
-        )
-    return ControlConfig(**values, resource_names=resource_names, warnings=_ignored_settings(merged))
 
 
-_LEADER_SETTINGS = (
-    "leader_elect_namespace",
-    "leader_elect_lease",
+_LEADER_TIMING = (
     "leader_elect_lease_duration_s",
     "leader_elect_renew_deadline_s",
     "leader_elect_retry_period_s",
 )
 
 
-def _ignored_settings(merged: Mapping[str, _Value]) -> tuple[str, ...]:
+def _check_leader_timing(given: Loaded) -> None:
+    """client-go's rules (tools/leaderelection/leaderelection.go, NewLeaderElector: lease duration >
+    renew deadline > JitterFactor 1.2 x retry period), and a retry period of at least 1 s. Checked even
+    without --leader-elect, so turning it on cannot fail."""
+    defaults = dataclass_defaults(ControlConfig)
+    lease, renew, retry = (given[n].value if n in given else defaults[n] for n in _LEADER_TIMING)
+    if not lease > renew > 1.2 * retry or retry < 1:
+        duration, deadline, period = (given.describe(n) for n in _LEADER_TIMING)
+        raise ConfigError(
+            "configuration",
+            "leader_elect_lease_duration_s",
+            f"leader election needs lease duration > renew deadline > 1.2 x retry period and a retry period "
+            f"of at least 1 s; got {duration} = {lease}, {deadline} = {renew}, {period} = {retry}",
+        )
+
+
+_LEADER_SETTINGS = ("leader_elect_namespace", "leader_elect_lease", *_LEADER_TIMING)
+
+
+def _ignored_settings(given: Loaded) -> tuple[str, ...]:
     """Settings given that change nothing: the leader election's without --leader-elect (its timings are
     still checked, so turning it on later cannot fail). POD_NAMESPACE is not named: the downward API sets
     it in every pod."""
-    leader = merged.get("leader_elect")
-    if leader is not None and leader.value:
+    if "leader_elect" in given and given["leader_elect"].value:
         return ()
     out: list[str] = []
     for name in _LEADER_SETTINGS:
-        given = merged.get(name)
-        if given is None or given.where == "environment POD_NAMESPACE":
+        setting = given.get(name)
+        if setting is None or setting.where == "environment POD_NAMESPACE":
             continue
-        out.append(f"{given.where}: has no effect without --leader-elect")
+        out.append(f"{setting.where}: has no effect without --leader-elect")
     return tuple(out)
 
 
-def _describe(merged: Mapping[str, _Value], name: str) -> str:
-    return merged[name].where if name in merged else f"the default of {_BY_NAME[name].flag}"
-
+ControlArgumentParser = SettingsArgumentParser
+"""The parser `build_argument_parser` returns (the settings loader's)."""
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_BODY",

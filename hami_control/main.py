@@ -341,7 +341,14 @@ async def _run_certs(options: CertOptions, kubeconfig: Path | None) -> int:
 
 
 def certs_main(args: Sequence[str]) -> int:
-    options, kubeconfig = certs_options(args, os.environ)
+    try:
+        options, kubeconfig = certs_options(args, os.environ)
+    except HelpRequested as help_text:
+        print(help_text.text)
+        return 0
+    except ConfigError as exc:
+        print(f"hami-control certs: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return asyncio.run(_run_certs(options, kubeconfig))
 

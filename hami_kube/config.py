@@ -52,6 +52,8 @@ from hami_kube.errors import KubeConfigError
 log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+IN_CLUSTER_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
+"""The variables rest.InClusterConfig reads: the API server's address, which kubelet gives every pod."""
 TOKEN_REREAD_S = 60.0  # client-go's cachingTokenSource period for token files
 EXEC_TIMEOUT_S = 60.0
 EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
@@ -878,7 +880,7 @@ def in_cluster_credentials(
 ) -> Credentials:
     """The pod's service account (rest.InClusterConfig). Raises KubeConfigError."""
     where = f"in-cluster config (no {flag})"
-    host, port = environ.get("KUBERNETES_SERVICE_HOST", ""), environ.get("KUBERNETES_SERVICE_PORT", "")
+    host, port = (environ.get(name, "") for name in IN_CLUSTER_ENV)
     if not host or not port:
         raise KubeConfigError(
             f"{where}: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set (not in a pod?); "
@@ -940,6 +942,7 @@ async def _official_credentials(files: Sequence[Path], context: str, where: str)
 
 
 __all__ = [
+    "IN_CLUSTER_ENV",
     "SERVICE_ACCOUNT_DIR",
     "ClusterSettings",
     "Credentials",

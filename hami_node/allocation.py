@@ -651,7 +651,7 @@ def container_allocate_response(
     if not cache_id or "/" in cache_id:
         raise ValueError(f"cache id {cache_id!r} is not a file name")
     cdi = cache_id if cdi_id is None else cdi_id
-    if any(s.is_cdi for s in config.device_list_strategy) and (
+    if config.uses_cdi and (
         not _CDI_NAME.fullmatch(f"{CDI_PLUGIN_NAME}_{cdi}") or len(CDI_PLUGIN_NAME) + 1 + len(cdi) > 63
     ):
         raise ValueError(f"CDI annotation id {cdi!r} does not make a valid annotation key")

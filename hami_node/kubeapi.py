@@ -12,7 +12,6 @@ of the node's pods, bounded by `--allocate-wait-seconds`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,12 +27,17 @@ MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT_S = 15.0
 
 
-def connect(kubeconfig: Path | None, *, request_timeout_s: float = REQUEST_TIMEOUT_S) -> BlockingKubeApi:
+def connect(
+    kubeconfig: Path | None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    request_timeout_s: float = REQUEST_TIMEOUT_S,
+) -> BlockingKubeApi:
     """The daemon's client: from the kubeconfig file `--kubeconfig` / `KUBECONFIG` named (resolved by the
-    daemon's config), or from the in-cluster service account when None. Raises `KubeConfigError`."""
-    environ = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}  # None means in-cluster here
+    daemon's config), or, when None, from the in-cluster service account and the API server's address
+    in `environ` (`NodeConfig.in_cluster_env`; none when None). Raises `KubeConfigError`."""
     return BlockingKubeApi.connect(
-        kubeconfig, environ=environ, name="hami-node-kube", request_timeout_s=request_timeout_s
+        kubeconfig, environ=dict(environ or {}), name="hami-node-kube", request_timeout_s=request_timeout_s
     )
 
 
@@ -49,9 +53,15 @@ class NodeApi:
         self.bridge = bridge
 
     @classmethod
-    def connect(cls, kubeconfig: Path | None, *, request_timeout_s: float = REQUEST_TIMEOUT_S) -> NodeApi:
+    def connect(
+        cls,
+        kubeconfig: Path | None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> NodeApi:
         """Calls over a bridge of their own (`connect()`); `close()` ends it. Raises `KubeConfigError`."""
-        return cls(connect(kubeconfig, request_timeout_s=request_timeout_s))
+        return cls(connect(kubeconfig, environ=environ, request_timeout_s=request_timeout_s))
 
     def close(self) -> None:
         """Close the bridge: its reflectors, the client and the loop's thread."""

@@ -21,18 +21,11 @@ from pathlib import Path
 from hami_kube.errors import KubeConfigError
 from hami_node import kubeapi
 from hami_node.cdi import CdiError, cdi_spec_writer
-from hami_node.config import (
-    ConfigError,
-    HelpRequested,
-    MigStrategy,
-    NodeConfig,
-    OperatingMode,
-    load_config,
-)
+from hami_node.config import ConfigError, HelpRequested, NodeConfig, load_config
 from hami_node.devices import DeviceState, InventoryPublisher
 from hami_node.gpu import BackendConfigError, open_backend
 from hami_node.gpu.inventory import InventoryError
-from hami_node.gpu.select import GPUBackendKind
+from hami_node.gpu.select import device_node_exists
 from hami_node.gpu.topology import read_pair_scores
 from hami_node.health import HealthMonitor
 from hami_node.healthz import HealthServer, HealthServerError, Probe
@@ -72,18 +65,14 @@ def _read_file(path: Path) -> str:
 def start_daemon(config: NodeConfig, *, observer_factory: ObserverFactory | None = None) -> NodeDaemon:
     """Build and start every part; raises `StartupError` for what the user must fix. `observer_factory`
     makes the file watches' observers (watchdog's own when None)."""
-    if config.operating_mode is OperatingMode.MIG or config.mig_strategy is not MigStrategy.NONE:
-        raise StartupError(
-            f"operating mode {config.operating_mode.value!r} / MIG strategy {config.mig_strategy.value!r}: "
-            "MIG is not supported by hami-node yet; use operating mode hami-core (or mps) and MIG strategy "
-            "none"
-        )
+    if config.unsupported is not None:
+        raise StartupError(config.unsupported)
     try:
         backend = open_backend(config.gpu_backend, config.fake_inventory, observer_factory=observer_factory)
     except (BackendConfigError, InventoryError) as exc:
         raise StartupError(str(exc)) from None
     try:
-        kube = kubeapi.NodeApi.connect(config.kubeconfig)
+        kube = kubeapi.NodeApi.connect(config.kubeconfig, environ=dict(config.in_cluster_env))
     except KubeConfigError as exc:
         raise StartupError(str(exc)) from None
     try:  # until the steps own it, the client's loop thread is closed here on any error
@@ -123,10 +112,8 @@ def start_daemon(config: NodeConfig, *, observer_factory: ObserverFactory | None
             ("inventory publisher", publisher.start, publisher.stop),
             ("kubelet plugin", plugin.start, plugin.stop),
         ]
-        # The fake backend's device nodes do not exist here: name the control nodes a real node has.
-        exists = (lambda _path: True) if config.gpu_backend is GPUBackendKind.FAKE else os.path.exists
-        enabled = any(s.is_cdi for s in config.device_list_strategy)
-        cdi = cdi_spec_writer(state, config.cdi_spec_dir, exists, enabled=enabled)
+        exists = device_node_exists(config.gpu_backend)
+        cdi = cdi_spec_writer(state, config.cdi_spec_dir, exists, enabled=config.uses_cdi)
         if cdi is not None:  # the spec is written before the plugin hands out a CDI name
             steps.insert(-1, ("CDI spec writer", cdi.start, cdi.stop))
         if (endpoint := daemon.health_endpoint) is not None:

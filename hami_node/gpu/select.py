@@ -1,8 +1,10 @@
-"""Choose and build the GPU backend. Pure of the environment: `main` reads `--gpu-backend` /
-`HAMI_GPU_BACKEND` and `--fake-inventory` / `HAMI_FAKE_INVENTORY` and passes them here."""
+"""Choose and build the GPU backend. Pure of the environment: the config (`hami_node.config`) reads
+`--gpu-backend` / `HAMI_GPU_BACKEND` and `--fake-inventory` / `HAMI_FAKE_INVENTORY`; `main` passes them
+here."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
@@ -23,6 +25,14 @@ class GPUBackendKind(StrEnum):
 
 class BackendConfigError(ValueError):
     """A backend choice that cannot work (unknown kind, fake without inventory, nvml with one)."""
+
+
+def device_node_exists(kind: GPUBackendKind) -> Callable[[str], bool]:
+    """Whether a device node (`/dev/nvidiactl`, ...) exists, for the CDI spec. The fake backend's GPUs
+    have no device nodes here: it names the control nodes a real node has."""
+    if kind is GPUBackendKind.FAKE:
+        return lambda _path: True
+    return os.path.exists
 
 
 def open_backend(

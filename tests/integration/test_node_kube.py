@@ -16,6 +16,7 @@ from hami_api import annotations as ann
 from hami_api.types import GPUInfo
 from hami_kube.backoff import RetryPolicy
 from hami_kube.blocking import ThreadedReflector
+from hami_kube.config import SERVICE_ACCOUNT_DIR
 from hami_kube.errors import KubeApiError, KubeConfigError
 from hami_node.kubeapi import NodeApi, watch_node_pods
 from hami_node.pods import PodTracker
@@ -359,6 +360,23 @@ def test_client_configuration_errors(tmp_path: Any, monkeypatch: pytest.MonkeyPa
     missing = tmp_path / "nope"
     with pytest.raises(KubeConfigError, match=f"kubeconfig {missing}"):
         NodeApi.connect(missing)
+
+
+def test_the_in_cluster_address_comes_from_the_environ_given_not_the_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if SERVICE_ACCOUNT_DIR.exists():
+        pytest.skip("running in a pod: the in-cluster credentials would load")
+    address = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    for name, value in address.items():
+        monkeypatch.setenv(name, value)
+    # The process environment is not read: the daemon's config hands the address over
+    # (NodeConfig.in_cluster_env).
+    with pytest.raises(KubeConfigError, match="KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not"):
+        NodeApi.connect(None)
+    # Given the address, the loader goes on to the service account's files (absent here).
+    with pytest.raises(KubeConfigError, match=r"serviceaccount/(token|ca\.crt)"):
+        NodeApi.connect(None, environ=address)
 
 
 def test_client_errors_are_typed(kube: NodeApi, apiserver: Any) -> None:

@@ -1,19 +1,22 @@
 """hami_control.certs: what the TLS Secret must hold (new, kept, renewed, CA rotated) for the
-`hami-control certs` bootstrap."""
+`hami-control certs` bootstrap, and its command line."""
 
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
 
 import pytest
 from cryptography import x509
 
+from hami_api.settings import ConfigError, HelpRequested
 from hami_control.certs import (
     CA_CERT,
     CA_KEY,
     TLS_CERT,
     TLS_KEY,
     CertOptions,
+    certs_options,
     generate_ca,
     generate_serving_cert,
     plan_secret,
@@ -108,3 +111,69 @@ def test_a_certificate_from_another_ca_is_replaced() -> None:
     cert, key = generate_serving_cert(other_ca, other_key, names, now=NOW)
     plan = plan_secret({**first.data, TLS_CERT: cert, TLS_KEY: key}, OPTIONS, NOW)
     assert plan.data is not None and "not signed by the CA" in plan.reason
+
+
+# --- the command line ------------------------------------------------------------------------------------
+
+
+def test_certs_command_line_and_defaults() -> None:
+    options, kubeconfig = certs_options(["--service", "hami-webhook"], {})
+    assert options == CertOptions("hami-system", "hami-tls", ("hami-webhook",))
+    assert kubeconfig is None
+    options, kubeconfig = certs_options(
+        [
+            "--kubeconfig", "/k", "--namespace=gpu", "--secret", "tls", "--service", "a",
+            "--service=b", "--webhook-config", "w", "--valid-days", "90", "--ca-valid-days", "900",
+            "--renew-before-days", "10",
+        ],
+        {"POD_NAMESPACE": "ignored"},
+    )  # fmt: skip
+    assert options == CertOptions("gpu", "tls", ("a", "b"), ("w",), 90, 900, 10)
+    assert kubeconfig == Path("/k")
+    assert certs_options(["--service", "a"], {"POD_NAMESPACE": "from-pod"})[0].namespace == "from-pod"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        ([], {}, "configuration: name at least one Service with --service"),
+        (
+            ["--service", "a", "--valid-days", "0"],
+            {},
+            'command line --valid-days: expected an integer >= 1, got "0"',
+        ),
+        (
+            ["--service", "a", "--renew-before-days", "365"],
+            {},
+            "configuration: --renew-before-days (365) must be below --valid-days (365)",
+        ),
+        (
+            ["--service", "Web_Hook"],
+            {},
+            'command line --service: expected lowercase DNS subdomains such as hami-webhook, got "Web_Hook"',
+        ),
+        (
+            ["--service", "a"],
+            {"POD_NAMESPACE": "Bad"},
+            'environment POD_NAMESPACE: expected a lowercase DNS subdomain such as hami-system, got "Bad"',
+        ),
+        (["--servic", "a"], {}, "command line: unrecognized arguments: --servic a"),
+    ],
+)
+def test_certs_command_line_errors_name_the_flag_and_the_value(
+    argv: list[str], env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        certs_options(argv, env)
+    assert str(info.value) == message
+
+
+def test_certs_help_is_returned() -> None:
+    with pytest.raises(HelpRequested) as info:
+        certs_options(["--help"], {})
+    text = " ".join(info.value.text.split())
+    assert text.startswith("usage: hami-control certs")
+    assert (
+        "--namespace NAMESPACE namespace of the Secret and Services (env POD_NAMESPACE; default hami-system)"
+        in text
+    )

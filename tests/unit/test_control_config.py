@@ -204,6 +204,7 @@ def test_json_file_and_empty_file() -> None:
     assert load_file('{"defaultCores": 5}').default_cores == 5
     assert load_file("").default_cores == 0
     assert load_file("# only a comment\n").scheduler_name == "hami-scheduler"
+    assert load_file("null\n") == ControlConfig(insecure_http=True, config_file=CONFIG)
 
 
 def test_precedence_flags_over_env_over_file_over_defaults() -> None:
@@ -341,7 +342,11 @@ def test_file_problems() -> None:
     assert "is not valid YAML or JSON" in str(bad_yaml)
     assert bad_yaml.line is not None
     assert "expected a mapping of settings" in str(file_error("- 1\n- 2\n"))
+    assert str(file_error("# settings\n- 1\n- 2\n")) == (
+        f"{CONFIG} line 2: expected a mapping of settings (schedulerName: hami-scheduler, ...), got [1, 2]"
+    )
     assert "keys must be strings" in str(file_error("1: 2\n"))
+    assert str(file_error("defaultCores: 1\n2: 2\n")) == f"{CONFIG} line 2: 2: keys must be strings"
     assert "overwriteEnv: expected true or false" in str(file_error("overwriteEnv: maybe\n"))
 
 

@@ -308,6 +308,7 @@ def test_config_file_from_environment_and_empty_variables_are_unset() -> None:
 
 def test_empty_file_and_json_file() -> None:
     assert load_file("") == NodeConfig("node-a", config_file=CONFIG)
+    assert load_file("null\n") == NodeConfig("node-a", config_file=CONFIG)  # YAML's empty document
     assert load_file('{"deviceSplitCount": 20, "hookPath": "/h"}').device_split_count == 20
 
 
@@ -867,3 +868,29 @@ def test_enable_get_preferred_allocation_is_accepted_with_a_warning_that_it_chan
     assert warning.startswith("flag --enable-get-preferred-allocation: HAMi's switch")
     assert "has no effect" in warning and "answers with the GPUs kubelet records" in warning
     assert load().warnings == ()
+
+
+# --- what the daemon takes from the config ------------------------------------------------------------------
+
+
+def test_the_in_cluster_api_server_address_comes_from_the_environment_through_the_config() -> None:
+    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "HOME": "/root"}
+    assert load(env=env).in_cluster_env == (
+        ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+        ("KUBERNETES_SERVICE_PORT", "443"),
+    )
+    assert load(env={"KUBERNETES_SERVICE_HOST": ""}).in_cluster_env == ()
+
+
+def test_mig_is_accepted_in_the_settings_but_named_unsupported() -> None:
+    assert load().unsupported is None
+    for argv in (["--operating-mode", "mig"], ["--mig-strategy", "single"]):
+        reason = load(argv).unsupported
+        assert reason is not None and "MIG is not supported by hami-node yet" in reason
+
+
+def test_uses_cdi_follows_the_device_list_strategy() -> None:
+    assert not load().uses_cdi
+    assert not load(["--device-list-strategy", "envvar,volume-mounts"]).uses_cdi
+    assert load(["--device-list-strategy", "envvar,cdi-cri"]).uses_cdi
+    assert load(["--device-list-strategy", "cdi-annotations"]).uses_cdi
