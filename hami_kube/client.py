@@ -25,8 +25,10 @@ Client-side rate limiting and retries, as client-go's rest client (rest/request.
   past the call's timeout. Without the header the answer is final, as in client-go.
 - A GET whose connection was reset or closed before the answer (EOF-like: client-go's
   `IsConnectionReset`/`IsProbableEOF`) is retried after 1 s (client-go's artificial `Retry-After: 1`);
-  the opening of a watch also on a timeout (`IsProbableEOF || IsTimeout`). Writes are never retried on
-  a transport error: the server may have applied them.
+  the opening of a watch also on a timeout (`IsProbableEOF || IsTimeout`). Writes are not retried on a
+  transport error: the server may have applied them. Below this, aiohttp sends an idempotent request
+  (GET, PUT, DELETE) again at once when its connection was closed under it, once, as Go's transport
+  does for a replayable request on a connection the server closed.
 """
 
 from __future__ import annotations
