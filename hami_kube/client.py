@@ -90,6 +90,11 @@ def probable_eof(err: BaseException) -> bool:
     return isinstance(err, OSError) and err.errno in _RESET_ERRNOS
 
 
+async def _throttle(limiter: RateLimiter | None) -> None:
+    if limiter is not None:
+        await limiter.wait()
+
+
 def _is_timeout(err: BaseException) -> bool:
     return isinstance(err, TimeoutError | aiohttp.ServerTimeoutError)
 
@@ -209,12 +214,16 @@ class KubeApi:
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         timeout_s: float | None = None,
+        limiter: RateLimiter | None = None,
     ) -> JSONDict:
         """One call (`body`, when given, is sent as JSON with `content_type`: a merge, strategic or JSON
         patch type for PATCH); the answer as a JSON object ({} for an empty one). Waits for the rate
-        limiter first; `timeout_s` (the client's request timeout when None) then bounds the call with its
-        retries. Raises `KubeApiError` (status 0 for no answer or an answer that is not a JSON object)."""
-        await self._throttle()
+        limiter first (the client's, or `limiter`: a bucket of its own, as client-go components give their
+        Events a client of their own); `timeout_s` (the client's request timeout when None) then bounds
+        the call with its retries. Raises `KubeApiError` (status 0 for no answer or an answer that is not
+        a JSON object)."""
+        limiter = limiter or self.limiter
+        await _throttle(limiter)
         total = self._request_timeout_s if timeout_s is None else timeout_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + total
@@ -258,7 +267,7 @@ class KubeApi:
             if wait is None or retries >= self.max_retries or loop.time() + wait >= deadline:
                 raise error
             retries += 1
-            await self._retry_wait(method, path, error, wait, retries)
+            await self._retry_wait(method, path, error, wait, retries, limiter)
         if not raw:
             return {}
         try:
@@ -269,19 +278,21 @@ class KubeApi:
             raise KubeApiError(0, "BadResponse", f"{method} {path}: response is not a JSON object")
         return answer
 
-    async def _throttle(self) -> None:
-        if self.limiter is not None:
-            await self.limiter.wait()
-
-    async def _retry_wait(
-        self, method: str, path: str, error: KubeApiError, wait: float, retries: int
+    async def _retry_wait(  # noqa: PLR0917
+        self,
+        method: str,
+        path: str,
+        error: KubeApiError,
+        wait: float,
+        retries: int,
+        limiter: RateLimiter | None,
     ) -> None:
         """Wait `wait` seconds and for the rate limiter before retry number `retries` (with_retry.go
         `Before`: a retry is throttled too)."""
         self.retries += 1
         log.debug("%s %s: %s; retry %d in %.1fs", method, path, error, retries, wait)
         await self._sleep(wait)
-        await self._throttle()
+        await _throttle(limiter)
 
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSONDict:
         """GET `path` (e.g. /api/v1/pods) as a JSON object; raises `KubeApiError`."""
@@ -336,7 +347,7 @@ class KubeApi:
                 if wait is None or retries >= self.max_retries:
                     raise error
                 retries += 1
-                await self._retry_wait("WATCH", path, error, wait, retries)
+                await self._retry_wait("WATCH", path, error, wait, retries, self.limiter)
         except (aiohttp.ClientError, OSError, TimeoutError) as err:
             raise _transport(err) from None
 

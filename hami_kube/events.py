@@ -17,6 +17,9 @@ writes it:
   events refilled one per 5 minutes; an event over it is skipped.
 - A write that gets no answer is tried again (12 tries in all, as `maxTriesPerEvent`, waiting between
   tries up to client-go's 10 s); one the server refuses (any HTTP status) is abandoned and logged.
+- The writes take tokens of a bucket of their own (50 a second, bursts of 100), not of the client's:
+  kubelet and kube-scheduler write Events through a client of their own, so Events never hold back
+  the calls that do the work (a Binding, a status patch).
 
 An Event is named `<object name>.<wall-clock nanoseconds in hex>` (tools/record/util
 `GenerateEventName`; a UUID when that is not a valid name), in the object's namespace ("default" for
@@ -45,7 +48,7 @@ from typing import Generic, TypeVar
 from hami_kube.backoff import RetryPolicy
 from hami_kube.client import JSONDict, KubeApi
 from hami_kube.errors import KubeApiError
-from hami_kube.flowcontrol import TokenBucket
+from hami_kube.flowcontrol import RateLimiter, TokenBucket, rate_limiter
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,11 @@ MESSAGE_LIMIT = 1024
 """Messages are cut to this many characters (the bound events.k8s.io/v1 puts on `note`)."""
 MAX_TRIES = 12
 """event.go maxTriesPerEvent."""
+EVENTS_QPS = 50.0
+EVENTS_BURST = 100
+"""The writes of Events take tokens of a bucket of their own, not of the client's: kubelet and
+kube-scheduler write Events through a client of their own (kubelet's eventRecordQPS/eventBurst
+defaults), so Events never hold back the calls that do the work."""
 EVENT_RETRY = RetryPolicy(initial=1.0, maximum=10.0, factor=2.0, jitter=0.5)
 """The wait between tries of an unanswered write, capped at event.go's 10 s sleep (whose first sleep is
 randomised, as the jitter does here)."""
@@ -452,8 +460,10 @@ class _Broadcaster:
         clock: Callable[[], float],
         wall_clock: Callable[[], float],
         rng: random.Random,
+        limiter: RateLimiter | None,
     ) -> None:
         self.api = api
+        self.limiter = limiter
         self.limits = limits
         self.correlator = correlator
         self.retry = retry
@@ -494,11 +504,13 @@ class EventRecorder:
         wall_clock: Callable[[], float] = time.time,
         event_time: bool = False,
         rng: random.Random | None = None,
+        qps: float = EVENTS_QPS,
+        burst: int = EVENTS_BURST,
         _shared: _Broadcaster | None = None,
     ) -> None:
         """`clock` (monotonic seconds) times the limits and the correlator; `wall_clock` (Unix seconds)
         stamps and names the events. `event_time` also sets `eventTime` (as events written through
-        events.k8s.io read back)."""
+        events.k8s.io read back). `qps`/`burst`: the writes' own token bucket (qps <= 0: the client's)."""
         if max_tries < 1:
             raise ValueError(f"event recorder: max_tries must be >= 1, got {max_tries}")
         self.source = source
@@ -512,6 +524,7 @@ class EventRecorder:
             clock,
             wall_clock,
             rng or random.Random(),
+            rate_limiter(qps, burst),
         )
 
     def with_source(self, source: EventSource, *, event_time: bool | None = None) -> EventRecorder:
@@ -728,14 +741,18 @@ class EventRecorder:
             if result.patch is not None:
                 try:
                     answer = await b.api.request(
-                        "PATCH", f"{path}/{event.name}", result.patch, content_type=STRATEGIC_MERGE_PATCH
+                        "PATCH",
+                        f"{path}/{event.name}",
+                        result.patch,
+                        content_type=STRATEGIC_MERGE_PATCH,
+                        limiter=b.limiter,
                     )
                 except KubeApiError as err:
                     if not err.not_found:
                         raise
             if answer is None:
                 event = replace(event, resource_version="")
-                answer = await b.api.request("POST", path, event.body())
+                answer = await b.api.request("POST", path, event.body(), limiter=b.limiter)
             else:
                 b.patched += 1
         except KubeApiError as err:

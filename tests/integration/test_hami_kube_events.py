@@ -16,9 +16,11 @@ from hami_kube.backoff import RetryPolicy
 from hami_kube.blocking import BlockingKubeApi
 from hami_kube.client import KubeApi
 from hami_kube.events import COMBINED_PREFIX, EventRecorder, EventSource
+from hami_kube.flowcontrol import RateLimiter
 from tests.conftest import ApiServerHandle
 from tests.integration.control_server_util import LoopThread, wait_for
 from tests.integration.scripted_http import Answer, ScriptedServer
+from tests.integration.test_hami_kube_flow import FakeTime
 
 SOURCE = EventSource("hami-node", "node-1")
 FAST = RetryPolicy(initial=0.01, maximum=0.02)
@@ -163,6 +165,25 @@ def test_an_unanswered_write_is_tried_again_and_every_try_is_bounded(rig: Rig) -
 
     methods, sent, failed, gave_up = rig.loop.call(main)
     assert methods == ["POST"] * 6 and (sent, failed, gave_up) == (1, 0, 1)
+
+
+def test_events_take_tokens_of_their_own_not_the_clients(apiserver: ApiServerHandle, rig: Rig) -> None:
+    time = FakeTime()
+
+    async def main() -> tuple[int, bool]:
+        limiter = RateLimiter(1.0, 1, clock=time.clock, sleep=time.sleep)
+        async with await KubeApi.connect(apiserver.kubeconfig, limiter=limiter) as api:
+            recorder = EventRecorder(api, SOURCE, qps=1000.0, burst=2)
+            recorder.start()
+            for i in range(4):
+                recorder.record(*pod_event(reason=f"R{i}"))
+            assert await recorder.wait_idle(10.0)
+            await recorder.stop()
+            await api.get("/api/v1/namespaces/default/events")  # the client's one token is still there
+            own = recorder._b.limiter
+            return recorder.sent, own is not None and own is not limiter
+
+    assert rig.loop.call(main) == (4, True) and time.slept == []
 
 
 def test_stop_lets_the_queued_events_out_first(rig: Rig) -> None:
