@@ -757,8 +757,7 @@ class EventRecorder:
                 b.patched += 1
         except KubeApiError as err:
             if err.status == 0:
-                log.log(
-                    logging.DEBUG,
+                log.debug(
                     "event %s about %s: no answer (%s), will try again",
                     event.reason,
                     event.regarding.name,
@@ -766,9 +765,16 @@ class EventRecorder:
                 )
                 return False
             b.failed += 1
-            level = logging.DEBUG if err.status == 409 else logging.WARNING
+            # AlreadyExists quietly, as event.go; the others at the 1st, 2nd, 4th, 8th ... refusal, so an
+            # API server that refuses every Event (no RBAC rule) does not flood the log.
+            loud = err.status != 409 and b.failed & (b.failed - 1) == 0
             log.log(
-                level, "event %s about %s refused (not retried): %s", event.reason, event.regarding.name, err
+                logging.WARNING if loud else logging.DEBUG,
+                "event %s about %s refused (not retried; %d refused so far): %s",
+                event.reason,
+                event.regarding.name,
+                b.failed,
+                err,
             )
             return True
         b.sent += 1
