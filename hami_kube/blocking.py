@@ -130,7 +130,8 @@ class BlockingKubeApi:
         timeout_s: float | None = None,
     ) -> JSONDict:
         """`KubeApi.request`, blocking: the answer as a JSON object, or `KubeApiError`. `timeout_s` bounds
-        the call (the client's request timeout when None)."""
+        the call (the client's request timeout when None); a wait for the rate limiter beyond `GRACE_S`
+        ends it too (status 0, "TimeoutError")."""
         total = self.api.request_timeout_s if timeout_s is None else timeout_s
         call = self.api.request(method, path, body, params=params, content_type=content_type, timeout_s=total)
         return self.run(call, total + GRACE_S)
