@@ -1,21 +1,14 @@
-"""hami-control's writes to the API: Bindings (with the allocation annotations) and Events, the latter
-rate-limited and written by a background task like client-go's event recorder."""
+"""hami-control's writes to the API: Bindings (with the allocation annotations), and how its Events are
+recorded (`hami_kube.events.EventRecorder`, client-go's event recorder, with hami-control's limits)."""
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import datetime
-import logging
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 from hami_control.binder import BindRejected
 from hami_kube.client import JSONDict, KubeApi
 from hami_kube.errors import KubeApiError
-
-log = logging.getLogger(__name__)
+from hami_kube.events import EventLimits, EventRecorder, EventSource
 
 
 class KubeBindingWriter:
@@ -46,123 +39,19 @@ class KubeBindingWriter:
             raise BindRejected(err.status, err.reason, err.message) from None
 
 
-@dataclass(frozen=True, slots=True)
-class EventLimits:
-    """Event rate limits: per pod and reason at most one event per `per_object_s`; overall a token
-    bucket of `burst` events refilled at `per_second`. Dropped events are counted, never queued."""
+EVENT_COMPONENT = "hami-scheduler"
+"""The `source.component` and `reportingComponent` of hami-control's Events (HAMi's scheduler name)."""
 
-    per_object_s: float = 10.0
-    per_second: float = 20.0
-    burst: int = 50
-    queue: int = 1000
+EVENT_LIMITS = EventLimits(per_object_s=10.0, per_second=20.0, burst=50, queue=1000)
+"""hami-control's events on top of client-go's correlation: per pod and reason at most one per 10 s, 20
+a second overall (burst 50), so a storm of unschedulable pods never competes with the binds for the
+client's rate limit."""
 
 
-class KubeEventRecorder:
-    """`binder.EventRecorder` over the API: core/v1 Events on the pod, written by one background task so
-    a slow API server never delays a bind. Rate-limited (`EventLimits`); `sent`/`dropped` count them."""
-
-    def __init__(
-        self,
-        api: KubeApi,
-        *,
-        component: str = "hami-scheduler",
-        instance: str = "",
-        limits: EventLimits = EventLimits(),
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.api = api
-        self.component = component
-        self.instance = instance
-        self.limits = limits
-        self.clock = clock
-        self.wall_clock = wall_clock
-        self.sent = 0
-        self.dropped = 0
-        self.failed = 0
-        self._last: collections.OrderedDict[tuple[str, str, str], float] = collections.OrderedDict()
-        self._tokens = float(limits.burst)
-        self._refilled = clock()
-        self._queue: asyncio.Queue[JSONDict] = asyncio.Queue(limits.queue)
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="events")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    def _admit(self, key: tuple[str, str, str]) -> bool:
-        now = self.clock()
-        last = self._last.get(key)
-        if last is not None and now - last < self.limits.per_object_s:
-            return False
-        self._tokens = min(
-            float(self.limits.burst), self._tokens + (now - self._refilled) * self.limits.per_second
-        )
-        self._refilled = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        self._last[key] = now
-        self._last.move_to_end(key)
-        while len(self._last) > 10_000:
-            self._last.popitem(last=False)
-        return True
-
-    def record(self, namespace: str, name: str, uid: str, type_: str, reason: str, message: str) -> None:  # noqa: PLR0917
-        if not self._admit((namespace, name, reason)):
-            self.dropped += 1
-            return
-        stamp = datetime.datetime.fromtimestamp(self.wall_clock(), datetime.UTC).strftime(
-            "%Y-%m-%dT%H:%M:%SZ"
-        )
-        event: JSONDict = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": namespace,
-                "name": name,
-                "uid": uid,
-            },
-            "type": type_,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
-            "reportingInstance": self.instance,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        try:
-            self._queue.put_nowait(event)
-        except asyncio.QueueFull:
-            self.dropped += 1
-
-    async def _run(self) -> None:
-        while True:
-            event = await self._queue.get()
-            namespace = event["metadata"]["namespace"]
-            try:
-                await self.api.request("POST", f"/api/v1/namespaces/{namespace}/events", event)
-                self.sent += 1
-            except KubeApiError as err:
-                self.failed += 1
-                log.debug(
-                    "event %s on %s not written: %s", event["reason"], event["involvedObject"]["name"], err
-                )
+def event_recorder(api: KubeApi, instance: str) -> EventRecorder:
+    """hami-control's `binder.EventRecorder`: core/v1 Events on the pods from `hami-scheduler`,
+    `reportingInstance` this pod, with `EVENT_LIMITS` (not started)."""
+    return EventRecorder(api, EventSource(EVENT_COMPONENT, reporting_instance=instance), limits=EVENT_LIMITS)
 
 
-__all__ = [
-    "EventLimits",
-    "KubeBindingWriter",
-    "KubeEventRecorder",
-]
+__all__ = ["EVENT_COMPONENT", "EVENT_LIMITS", "KubeBindingWriter", "event_recorder"]

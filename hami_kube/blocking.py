@@ -6,14 +6,18 @@ event loop on a daemon thread, with one `KubeApi` on it, and blocking calls into
 call's timeout and raise `KubeApiError` as the async client does (status 0, "TimeoutError" when the loop
 gave no answer in time). `start_reflector()` runs a `Reflector` on the loop: its sink is called on the
 loop's thread, so a sink shared with other threads must lock (and never call back into this bridge,
-which would wait on its own thread). `close()` stops the reflectors, closes the client and joins the
-thread. Never call the blocking methods from the loop's own thread (a sink): they raise RuntimeError.
+which would wait on its own thread). `event_recorder()` runs a `hami_kube.events.EventRecorder` on the
+loop: its `record()` may be called from any thread, and hands the event to the loop without waiting.
+`close()` stops the recorders (letting queued events out for up to a second) and the reflectors, closes
+the client and joins the thread. Never call the blocking methods from the loop's own thread (a sink):
+they raise RuntimeError.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import random
 import threading
@@ -25,6 +29,7 @@ from hami_kube.backoff import DEFAULT_RETRY, RetryPolicy
 from hami_kube.client import JSONDict, KubeApi
 from hami_kube.config import load_credentials
 from hami_kube.errors import KubeApiError
+from hami_kube.events import EventRecorder, EventSource, ObjectRef
 from hami_kube.reflector import Reflector, WatchSink
 
 log = logging.getLogger(__name__)
@@ -33,6 +38,8 @@ T = TypeVar("T")
 
 GRACE_S = 5.0
 """How much longer than a call's own timeout a thread waits for the loop's answer."""
+EVENTS_GRACE_S = 1.0
+"""How long `close()` lets queued events out."""
 
 
 class BlockingKubeApi:
@@ -52,6 +59,7 @@ class BlockingKubeApi:
         self._lock = threading.Lock()
         self._closed = False
         self._reflectors: list[ThreadedReflector] = []
+        self._recorders: list[ThreadedEventRecorder] = []
         self._thread.start()
         try:
             self.api: KubeApi = self._run(make_api(), connect_timeout_s)
@@ -122,7 +130,8 @@ class BlockingKubeApi:
         timeout_s: float | None = None,
     ) -> JSONDict:
         """`KubeApi.request`, blocking: the answer as a JSON object, or `KubeApiError`. `timeout_s` bounds
-        the call (the client's request timeout when None)."""
+        the call (the client's request timeout when None); a wait for the rate limiter beyond `GRACE_S`
+        ends it too (status 0, "TimeoutError")."""
         total = self.api.request_timeout_s if timeout_s is None else timeout_s
         call = self.api.request(method, path, body, params=params, content_type=content_type, timeout_s=total)
         return self.run(call, total + GRACE_S)
@@ -169,15 +178,35 @@ class BlockingKubeApi:
             reflector.start()
         return reflector
 
+    # -- events -----------------------------------------------------------------------------------------
+
+    def event_recorder(self, source: EventSource, **options: Any) -> ThreadedEventRecorder:
+        """A started `EventRecorder` (`options` as its constructor takes them) on the loop, for threads;
+        `close()` stops it."""
+
+        async def make() -> EventRecorder:
+            recorder = EventRecorder(self.api, source, **options)
+            recorder.start()
+            return recorder
+
+        recorder = ThreadedEventRecorder(self, self.run(make(), GRACE_S))
+        with self._lock:
+            self._recorders.append(recorder)
+        return recorder
+
     # -- the end ------------------------------------------------------------------------------------------
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the reflectors, close the client and end the loop's thread (idempotent)."""
+        """Stop the event recorders and the reflectors, close the client and end the loop's thread
+        (idempotent)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             reflectors, self._reflectors = self._reflectors, []
+            recorders, self._recorders = self._recorders, []
+        for recorder in recorders:
+            recorder.stop(min(EVENTS_GRACE_S, timeout_s))
         for reflector in reflectors:
             reflector.stop(timeout_s)
         try:
@@ -270,4 +299,80 @@ class ThreadedReflector:
         return self.bridge.run(synced(), None if timeout_s is None else timeout_s + GRACE_S)
 
 
-__all__ = ["BlockingKubeApi", "ThreadedReflector"]
+class ThreadedEventRecorder:
+    """An `EventRecorder` running on a `BlockingKubeApi`'s loop, fed from any thread: `record()` hands
+    the event to the loop and returns at once; it never blocks and never raises (a closed loop drops
+    the event). The counters are the recorder's."""
+
+    def __init__(self, bridge: BlockingKubeApi, recorder: EventRecorder) -> None:
+        self.bridge = bridge
+        self.recorder = recorder
+
+    def with_source(self, source: EventSource) -> ThreadedEventRecorder:
+        """A recorder for another source sharing this one's queue and task."""
+        return ThreadedEventRecorder(self.bridge, self.recorder.with_source(source))
+
+    def record(  # noqa: PLR0917
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        type_: str,
+        reason: str,
+        message: str,
+        *,
+        kind: str = "Pod",
+        api_version: str = "v1",
+        resource_version: str = "",
+        action: str = "",
+    ) -> None:
+        """`EventRecorder.record`, from any thread."""
+        ref = ObjectRef(kind, name, namespace, uid, api_version, resource_version)
+        self.emit(ref, type_, reason, message, action=action)
+
+    def emit(self, regarding: ObjectRef, type_: str, reason: str, message: str, *, action: str = "") -> None:
+        """`EventRecorder.emit`, from any thread."""
+        call = functools.partial(self.recorder.emit, regarding, type_, reason, message, action=action)
+        try:
+            self.bridge.loop.call_soon_threadsafe(call)
+        except RuntimeError:  # the loop is closed
+            log.debug("event %s about %s dropped: the Kubernetes client is closed", reason, regarding.name)
+
+    @property
+    def sent(self) -> int:
+        return self.recorder.sent
+
+    @property
+    def patched(self) -> int:
+        return self.recorder.patched
+
+    @property
+    def dropped(self) -> int:
+        return self.recorder.dropped
+
+    @property
+    def skipped(self) -> int:
+        return self.recorder.skipped
+
+    @property
+    def failed(self) -> int:
+        return self.recorder.failed
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Whether the events recorded so far have all been handled within `timeout_s` (the ones still
+        on their way to the loop included)."""
+
+        async def idle() -> bool:
+            return await self.recorder.wait_idle(timeout_s)
+
+        return self.bridge.run(idle(), timeout_s + GRACE_S)
+
+    def stop(self, grace_s: float = EVENTS_GRACE_S) -> None:
+        """Let the queued events out for up to `grace_s`, then stop the recorder's task."""
+        try:
+            self.bridge._run(self.recorder.stop(grace_s), grace_s + GRACE_S)
+        except KubeApiError as err:
+            log.warning("stopping the event recorder: %s", err)
+
+
+__all__ = ["BlockingKubeApi", "ThreadedEventRecorder", "ThreadedReflector"]

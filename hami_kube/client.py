@@ -7,19 +7,38 @@ user falls back to its loader). The requests go over one plain `aiohttp` session
 parsed with orjson into plain Kubernetes JSON dicts: the official client's pydantic models would cost
 ~70 µs per pod and an object graph the pure modules do not want (they take dicts).
 
-Every call has a timeout (total and connect); a watch has a read timeout far beyond the bookmark
-interval instead, so a silent dead stream ends. A 401 makes the credentials refresh (an exec plugin
-re-runs, a token file is re-read) and the call is retried once with the new ones. Failures are
-`KubeApiError`: the HTTP status and the metav1.Status reason and message, or status 0 and the transport
-error for no answer. Create the client inside the event loop that will use it
+Every call has a timeout (total and connect) that covers its retries; a watch has a read timeout far
+beyond the bookmark interval instead, so a silent dead stream ends. A 401 makes the credentials refresh
+(an exec plugin re-runs, a token file is re-read) and the call is retried once with the new ones.
+Failures are `KubeApiError`: the HTTP status and the metav1.Status reason and message, or status 0 and
+the transport error for no answer. Create the client inside the event loop that will use it
 (`await KubeApi.connect(...)`), `await close()` at the end.
+
+Client-side rate limiting and retries, as client-go's rest client (rest/request.go, rest/with_retry.go):
+
+- Every request waits for a token of one token bucket (`qps` a second, `burst` at once; client-go's
+  defaults 5 and 10; qps <= 0 turns it off) before its timeout starts, so a throttled caller never
+  times out before its first try. Opening a watch takes no token (request.go `Watch`: "We specifically
+  don't want to rate limit watches"); every retry, of a request or of a watch's opening, takes one.
+- A 429 or any 5xx whose `Retry-After` header is a whole number of seconds is retried after that long,
+  for every verb (the body is bytes, so it can be sent again), up to `max_retries` (10) times and never
+  past the call's timeout. Without the header the answer is final, as in client-go.
+- A GET whose connection was reset or closed before the answer (EOF-like: client-go's
+  `IsConnectionReset`/`IsProbableEOF`) is retried after 1 s (client-go's artificial `Retry-After: 1`);
+  the opening of a watch also on a timeout (`IsProbableEOF || IsTimeout`). Writes are not retried on a
+  transport error: the server may have applied them. Below this, aiohttp sends an idempotent request
+  (GET, PUT, DELETE) again at once when its connection was closed under it, once, as Go's transport
+  does for a replayable request on a connection the server closed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import errno
+import logging
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -29,8 +48,17 @@ import orjson
 
 from hami_kube.config import Credentials, load_credentials
 from hami_kube.errors import KubeApiError, KubeConfigError
+from hami_kube.flowcontrol import DEFAULT_BURST, DEFAULT_QPS, RateLimiter, rate_limiter
+
+log = logging.getLogger(__name__)
 
 JSONDict = dict[str, Any]
+
+MAX_RETRIES = 10
+"""client-go's rest.Request maxRetries: how many times a call is sent again after a Retry-After."""
+TRANSPORT_RETRY_AFTER_S = 1.0
+"""The wait before a GET lost to a reset connection is sent again (client-go with_retry.go
+`retryAfterResponse`: an artificial `Retry-After: 1`)."""
 
 
 def _status_of(body: bytes) -> tuple[str, str]:
@@ -48,6 +76,44 @@ def _transport(err: BaseException) -> KubeApiError:
     return KubeApiError(0, type(err).__name__, str(err) or type(err).__name__)
 
 
+_RESET_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
+
+
+def probable_eof(err: BaseException) -> bool:
+    """The connection was reset or closed before the whole answer came (apimachinery util/net
+    `IsConnectionReset` / `IsProbableEOF`): the server went away mid-call, e.g. a kube-apiserver shutting
+    down. A refused connection or a timeout is not."""
+    if isinstance(err, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return True
+    if isinstance(err, ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
+        return True
+    return isinstance(err, OSError) and err.errno in _RESET_ERRNOS
+
+
+async def _throttle(limiter: RateLimiter | None) -> None:
+    if limiter is not None:
+        await limiter.wait()
+
+
+def _is_timeout(err: BaseException) -> bool:
+    return isinstance(err, TimeoutError | aiohttp.ServerTimeoutError)
+
+
+def retry_after(status: int, headers: Mapping[str, str]) -> float | None:
+    """The seconds to wait before sending a call again whose answer was `status` with `headers`, or None
+    when it is final: only a 429 or 5xx carrying `Retry-After` as whole seconds is retried
+    (client-go with_retry.go `checkWait`, request.go `retryAfterSeconds`; an HTTP date is not read)."""
+    if status != 429 and status < 500:
+        return None
+    text = headers.get("Retry-After")
+    if text is None:
+        return None
+    text = text.strip()
+    if not text.isdigit():
+        return None
+    return float(int(text))
+
+
 class KubeApi:
     """Requests and watches against the API server with plain JSON dicts."""
 
@@ -60,12 +126,28 @@ class KubeApi:
         request_timeout_s: float = 30.0,
         connect_timeout_s: float = 5.0,
         max_connections: int = 16,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
+        limiter: RateLimiter | None = None,
+        max_retries: int = MAX_RETRIES,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        """`qps`/`burst`: the client-side rate limit (qps <= 0: none), or `limiter` to give one (its
+        clock and sleep injectable); `max_retries`: retries after a Retry-After or a lost GET; `sleep`:
+        how those retries wait (injectable for tests). Raises ValueError naming a bad value."""
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
         self.host = host.rstrip("/")
         self._credentials = credentials
         self._server_hostname = credentials.server_hostname if credentials is not None else None
         self._request_timeout_s = request_timeout_s
         self._connect_timeout_s = connect_timeout_s
+        self.limiter: RateLimiter | None = limiter if limiter is not None else rate_limiter(qps, burst)
+        """The client-side rate limiter (None: no limit); its counters say how much calls waited."""
+        self.max_retries = max_retries
+        self._sleep = sleep
+        self.retries = 0
+        """Calls sent again (after a Retry-After, or a GET lost to a reset connection)."""
         connector = aiohttp.TCPConnector(
             limit=max_connections, ssl=ssl_context if ssl_context is not None else False
         )
@@ -132,18 +214,29 @@ class KubeApi:
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         timeout_s: float | None = None,
+        limiter: RateLimiter | None = None,
     ) -> JSONDict:
         """One call (`body`, when given, is sent as JSON with `content_type`: a merge, strategic or JSON
-        patch type for PATCH); the answer as a JSON object ({} for an empty one). Raises `KubeApiError`
-        (status 0 for no answer or an answer that is not a JSON object)."""
+        patch type for PATCH); the answer as a JSON object ({} for an empty one). Waits for the rate
+        limiter first (the client's, or `limiter`: a bucket of its own, as client-go components give their
+        Events a client of their own); `timeout_s` (the client's request timeout when None) then bounds
+        the call with its retries. Raises `KubeApiError` (status 0 for no answer or an answer that is not
+        a JSON object)."""
+        limiter = limiter or self.limiter
+        await _throttle(limiter)
         total = self._request_timeout_s if timeout_s is None else timeout_s
-        timeout = aiohttp.ClientTimeout(total=total, connect=self._connect_timeout_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + total
         data = orjson.dumps(body) if body is not None else None
-        for attempt in (1, 2):
+        retries = 0
+        refreshed = False
+        while True:
             headers = await self._headers()
             sent = dict(headers)
             if data is not None:
                 headers["Content-Type"] = content_type
+            remaining = max(deadline - loop.time(), 0.001)
+            timeout = aiohttp.ClientTimeout(total=remaining, connect=min(self._connect_timeout_s, remaining))
             try:
                 async with self._session.request(
                     method,
@@ -157,14 +250,24 @@ class KubeApi:
                     raw = await response.read()
                     status = response.status
                     reason = str(response.reason)
+                    wait = retry_after(status, response.headers)
             except (aiohttp.ClientError, OSError, TimeoutError) as err:
-                raise _transport(err) from None
-            if status == 401 and attempt == 1 and await self._retry_after_401(sent):
-                continue
-            if status >= 300:
+                # request.go: only a GET is sent again after a reset connection; a write may have landed.
+                if method != "GET" or not probable_eof(err):
+                    raise _transport(err) from None
+                error, wait = _transport(err), TRANSPORT_RETRY_AFTER_S
+            else:
+                if status == 401 and not refreshed and await self._retry_after_401(sent):
+                    refreshed = True
+                    continue
+                if status < 300:
+                    break
                 status_reason, message = _status_of(raw)
-                raise KubeApiError(status, status_reason or reason, message)
-            break
+                error = KubeApiError(status, status_reason or reason, message)
+            if wait is None or retries >= self.max_retries or loop.time() + wait >= deadline:
+                raise error
+            retries += 1
+            await self._retry_wait(method, path, error, wait, retries, limiter)
         if not raw:
             return {}
         try:
@@ -174,6 +277,22 @@ class KubeApi:
         if not isinstance(answer, dict):
             raise KubeApiError(0, "BadResponse", f"{method} {path}: response is not a JSON object")
         return answer
+
+    async def _retry_wait(  # noqa: PLR0917
+        self,
+        method: str,
+        path: str,
+        error: KubeApiError,
+        wait: float,
+        retries: int,
+        limiter: RateLimiter | None,
+    ) -> None:
+        """Wait `wait` seconds and for the rate limiter before retry number `retries` (with_retry.go
+        `Before`: a retry is throttled too)."""
+        self.retries += 1
+        log.debug("%s %s: %s; retry %d in %.1fs", method, path, error, retries, wait)
+        await self._sleep(wait)
+        await _throttle(limiter)
 
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSONDict:
         """GET `path` (e.g. /api/v1/pods) as a JSON object; raises `KubeApiError`."""
@@ -196,23 +315,39 @@ class KubeApi:
         timeout = aiohttp.ClientTimeout(
             total=None, connect=self._connect_timeout_s, sock_read=timeout_s + 30.0
         )
+        retries = 0
+        refreshed = False
+        opened = False
         try:
-            for attempt in (1, 2):
+            while True:
                 headers = await self._headers()
-                async with self._session.get(
-                    self.host + path,
-                    params=query,
-                    headers=headers,
-                    timeout=timeout,
-                    server_hostname=self._server_hostname,
-                ) as response:
-                    if response.status == 401 and attempt == 1 and await self._retry_after_401(headers):
-                        continue
-                    if response.status != 200:
+                try:
+                    async with self._session.get(
+                        self.host + path,
+                        params=query,
+                        headers=headers,
+                        timeout=timeout,
+                        server_hostname=self._server_hostname,
+                    ) as response:
+                        if response.status == 401 and not refreshed and await self._retry_after_401(headers):
+                            refreshed = True
+                            continue
+                        if response.status == 200:
+                            opened = True
+                            yield _events(response, path)
+                            return
                         reason, message = _status_of(await response.read())
-                        raise KubeApiError(response.status, reason or str(response.reason), message)
-                    yield _events(response, path)
-                    return
+                        error = KubeApiError(response.status, reason or str(response.reason), message)
+                        wait = retry_after(response.status, response.headers)
+                except (aiohttp.ClientError, OSError, TimeoutError) as err:
+                    # request.go Watch: a reset, closed or timed-out opening is tried again.
+                    if opened or not (probable_eof(err) or _is_timeout(err)):
+                        raise
+                    error, wait = _transport(err), TRANSPORT_RETRY_AFTER_S
+                if wait is None or retries >= self.max_retries:
+                    raise error
+                retries += 1
+                await self._retry_wait("WATCH", path, error, wait, retries, self.limiter)
         except (aiohttp.ClientError, OSError, TimeoutError) as err:
             raise _transport(err) from None
 
@@ -241,4 +376,4 @@ def _decode_event(line: bytes, path: str) -> JSONDict:
     return event
 
 
-__all__ = ["JSONDict", "KubeApi"]
+__all__ = ["MAX_RETRIES", "JSONDict", "KubeApi", "probable_eof", "retry_after"]

@@ -1,7 +1,8 @@
 """The node daemon's calls to the Kubernetes API, as paths and patch types over hami_kube's blocking
 bridge (`hami_kube.blocking.BlockingKubeApi`: one asyncio loop on a daemon thread): `NodeApi` is the
 `pods.PodPatcher` of the bind-phase writer and the `reporter.NodeAnnotationClient` of the inventory
-reporter, and `watch_node_pods` runs the `hami_kube` reflector of the pods bound to this node into a
+reporter, `NodeApi.event_recorder` the daemon's one `hami_kube.events` recorder on that loop, and
+`watch_node_pods` runs the `hami_kube` reflector of the pods bound to this node into a
 `PodEventHandler` (`pods.PodTracker`).
 
 Threading. The writers and the Allocate miss path call `NodeApi` from their own threads and block
@@ -14,17 +15,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import quote
 
 from hami_kube.backoff import DEFAULT_RETRY, RetryPolicy
-from hami_kube.blocking import BlockingKubeApi, ThreadedReflector
+from hami_kube.blocking import BlockingKubeApi, ThreadedEventRecorder, ThreadedReflector
 from hami_kube.client import JSONDict
 from hami_kube.errors import KubeApiError
+from hami_kube.events import EventSource
 from hami_kube.reflector import ListSink
 
 MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT_S = 15.0
+KUBE_API_QPS = 50.0
+KUBE_API_BURST = 100
+"""The client-side rate limit of the daemon's Kubernetes client (to become --kube-api-qps /
+--kube-api-burst): kubelet's (KubeletConfiguration kubeAPIQPS/kubeAPIBurst), whose per-pod path the
+daemon shares. A GPU pod costs the daemon two calls (the bind-phase patch, the read of the Node for
+HAMi's lock): client-go's default 5/10, which HAMi's device plugin runs with, held an 80-pod burst on one
+node back for 14 s (10/20 did too); at 50/100 it takes as long as without a limit."""
+EVENT_COMPONENT = "hami-node"
+"""The `source.component` of the daemon's Events about pods; the host is the node, as kubelet's."""
 
 
 def connect(
@@ -32,13 +43,26 @@ def connect(
     *,
     environ: Mapping[str, str] | None = None,
     request_timeout_s: float = REQUEST_TIMEOUT_S,
+    qps: float = KUBE_API_QPS,
+    burst: int = KUBE_API_BURST,
 ) -> BlockingKubeApi:
     """The daemon's client: from the kubeconfig file `--kubeconfig` / `KUBECONFIG` named (resolved by the
     daemon's config), or, when None, from the in-cluster service account and the API server's address
     in `environ` (`NodeConfig.in_cluster_env`; none when None). Raises `KubeConfigError`."""
     return BlockingKubeApi.connect(
-        kubeconfig, environ=dict(environ or {}), name="hami-node-kube", request_timeout_s=request_timeout_s
+        kubeconfig,
+        environ=dict(environ or {}),
+        name="hami-node-kube",
+        request_timeout_s=request_timeout_s,
+        qps=qps,
+        burst=burst,
     )
+
+
+def event_source(node_name: str) -> EventSource:
+    """The source of the daemon's Events about pods: `hami-node` on this node (reportingInstance the
+    node, as kubelet's Events)."""
+    return EventSource(EVENT_COMPONENT, node_name)
 
 
 def _name(name: str) -> str:
@@ -59,13 +83,22 @@ class NodeApi:
         *,
         environ: Mapping[str, str] | None = None,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
+        qps: float = KUBE_API_QPS,
+        burst: int = KUBE_API_BURST,
     ) -> NodeApi:
         """Calls over a bridge of their own (`connect()`); `close()` ends it. Raises `KubeConfigError`."""
-        return cls(connect(kubeconfig, environ=environ, request_timeout_s=request_timeout_s))
+        return cls(
+            connect(kubeconfig, environ=environ, request_timeout_s=request_timeout_s, qps=qps, burst=burst)
+        )
 
     def close(self) -> None:
-        """Close the bridge: its reflectors, the client and the loop's thread."""
+        """Close the bridge: its event recorders, its reflectors, the client and the loop's thread."""
         self.bridge.close()
+
+    def event_recorder(self, node_name: str) -> ThreadedEventRecorder:
+        """The daemon's event recorder, running on the bridge's loop (`close()` stops it): Events about
+        pods from `event_source(node_name)`; `with_source` gives the other sources the same queue."""
+        return self.bridge.event_recorder(event_source(node_name))
 
     def get_node(self, name: str) -> JSONDict:
         return self.bridge.get(f"/api/v1/nodes/{_name(name)}")
@@ -103,10 +136,6 @@ class NodeApi:
             raise KubeApiError(0, "BadResponse", "pod list without items or resourceVersion")
         return [item for item in items if isinstance(item, dict)], str(version)
 
-    def create_event(self, namespace: str, body: Mapping[str, Any]) -> JSONDict:
-        """Create a core/v1 Event."""
-        return self.bridge.request("POST", f"/api/v1/namespaces/{_name(namespace)}/events", dict(body))
-
 
 class PodEventHandler(Protocol):
     """Receives the pods bound to this node (`pods.PodTracker` is one). Called on the loop's thread."""
@@ -143,4 +172,14 @@ def watch_node_pods(
     )
 
 
-__all__ = ["MERGE_PATCH", "NodeApi", "PodEventHandler", "connect", "watch_node_pods"]
+__all__ = [
+    "EVENT_COMPONENT",
+    "KUBE_API_BURST",
+    "KUBE_API_QPS",
+    "MERGE_PATCH",
+    "NodeApi",
+    "PodEventHandler",
+    "connect",
+    "event_source",
+    "watch_node_pods",
+]

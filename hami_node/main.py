@@ -19,6 +19,7 @@ from functools import partial
 from pathlib import Path
 
 from hami_kube.errors import KubeConfigError
+from hami_kube.events import EventSource
 from hami_node import kubeapi
 from hami_node.cdi import CdiError, cdi_spec_writer
 from hami_node.config import ConfigError, HelpRequested, NodeConfig, load_config
@@ -32,6 +33,7 @@ from hami_node.healthz import HealthServer, HealthServerError, Probe
 from hami_node.plugin.manager import PluginManager, install_signal_handlers
 from hami_node.pods import PodTracker
 from hami_node.ports import ObserverFactory
+from hami_node.reporter import EVENT_SOURCE as REPORTER_EVENT_SOURCE
 from hami_node.reporter import NodeReporter
 
 log = logging.getLogger("hami_node")
@@ -77,16 +79,22 @@ def start_daemon(config: NodeConfig, *, observer_factory: ObserverFactory | None
         raise StartupError(str(exc)) from None
     try:  # until the steps own it, the client's loop thread is closed here on any error
         state = DeviceState(config)
+        events = kube.event_recorder(config.node_name)
         tracker = PodTracker(
             config.node_name,
             kube,
+            events=events,
             read_timeout_s=config.allocate_wait_seconds,
             resource_name=config.resource_name,
         )
         watch = kubeapi.watch_node_pods(kube.bridge, config.node_name, tracker, start=False)
         topology = partial(read_pair_scores, backend) if config.enable_topology_score else None
         reporter = NodeReporter(
-            kube, config.node_name, check_interval_s=config.register_interval_seconds, topology=topology
+            kube,
+            config.node_name,
+            check_interval_s=config.register_interval_seconds,
+            topology=topology,
+            events=events.with_source(EventSource(REPORTER_EVENT_SOURCE)),
         )
         publisher = InventoryPublisher(state, reporter)
         health = HealthMonitor(backend, state, config)

@@ -22,7 +22,8 @@ order, retrying with backoff while the API server is unreachable. Per pod it sen
 its pod than planned, see `allocation.grant_container`), then releases HAMi's node lock
 (`hami.io/mutex.lock` = `<time>,<ns>,<pod>`) if, and only if, it names that pod: a GET of the Node and a
 patch guarded by the Node's resourceVersion, so a lock taken meanwhile by another pod is never removed.
-Events (a container moved to another GPU of its pod, a refused mismatch) go through the same writer.
+Events (a container moved to another GPU of its pod, a refused mismatch) go to the daemon's event
+recorder (`hami_kube.events`, on the client's loop), which writes them on its own.
 """
 
 from __future__ import annotations
@@ -31,9 +32,8 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from hami_api import annotations as ann
@@ -76,7 +76,18 @@ class PodPatcher(Protocol):
         self, field_selector: str, timeout_s: float | None = None
     ) -> tuple[list[JSONDict], str]: ...
 
-    def create_event(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]: ...
+
+class PodEvents(Protocol):
+    """Where the tracker's Events about pods go (`hami_kube.blocking.ThreadedEventRecorder` is one):
+    called with the tracker's lock held, so it must neither block nor raise."""
+
+    def record(  # noqa: PLR0917
+        self, namespace: str, name: str, uid: str, type_: str, reason: str, message: str, *, action: str = ""
+    ) -> None: ...
+
+
+EVENT_ACTION = "Allocate"
+"""The `action` of the tracker's Events."""
 
 
 # --- which pods wait (pure) ------------------------------------------------------------------------------
@@ -192,39 +203,6 @@ def foreign_gpu_counts(obj: Mapping[str, Any], node: str, resource: str) -> froz
     return frozenset(counts) or None
 
 
-def event_body(
-    pod: PendingPod, node: str, *, event_type: str, reason: str, message: str, now: datetime
-) -> JSONDict:
-    """A core/v1 Event about `pod` from hami-node on `node` (kubelet's fields: source, reporting
-    controller and instance, first and last timestamp, count 1)."""
-    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "namespace": pod.namespace,
-            "name": pod.name,
-            "uid": pod.uid,
-        },
-        "type": event_type,
-        "reason": reason,
-        "message": message[:1024],
-        "source": {"component": EVENT_COMPONENT, "host": node},
-        "reportingComponent": EVENT_COMPONENT,
-        "reportingInstance": node,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-        "action": "Allocate",
-    }
-
-
-EVENT_COMPONENT = "hami-node"
-
-
 # --- the tracker -----------------------------------------------------------------------------------------
 
 
@@ -244,16 +222,15 @@ this write before it binds the next pod with the same GPU count there."""
 
 @dataclass(slots=True)
 class _Write:
-    """A pod's outcome (`phase`, with `annotations` patched along), or, with `event`, one Event."""
+    """A pod's outcome (`phase`, with `annotations` patched along)."""
 
     namespace: str
     name: str
     uid: str
-    phase: BindPhase | None
+    phase: BindPhase
     queued_at: float = 0.0
     pod_patched: bool = False
     annotations: dict[str, str] = field(default_factory=dict)
-    event: JSONDict | None = None
 
 
 class PodTracker:
@@ -267,17 +244,18 @@ class PodTracker:
         node_name: str,
         patcher: PodPatcher,
         *,
+        events: PodEvents | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
         write_delay_s: float = WRITE_DELAY_S,
         read_timeout_s: float = 5.0,
-        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         resource_name: str = "nvidia.com/gpu",
     ) -> None:
+        """`events` records the Events about pods (None: they are only logged)."""
         self.node_name = node_name
         self._resource_name = resource_name
         self._write_delay_s = write_delay_s
         self._read_timeout_s = read_timeout_s
-        self._wall_clock = wall_clock
+        self._events = events
         self._patcher = patcher
         self._retry = retry
         self._cond = threading.Condition()
@@ -306,7 +284,6 @@ class PodTracker:
         self.patches_sent = 0
         """bind-phase patches that succeeded."""
         self.locks_released = 0
-        self.events_sent = 0
         self.misses = 0
         """Requests the watch could not answer (each cost one read of the node's pods)."""
 
@@ -559,7 +536,7 @@ class PodTracker:
                     f"{ann.DEVICES_ALLOCATED} will say so"
                 )
                 log.info("pod %s: %s", match.pod.key, message)
-                self._queue_event(current, "Normal", REASON_GPU_REASSIGNED, message)
+                self._event(current, "Normal", REASON_GPU_REASSIGNED, message)
             if updated.next_entry() is not None:
                 if entry is not None and entry.pod.uid == match.pod.uid:
                     entry.pod = updated
@@ -575,16 +552,15 @@ class PodTracker:
         log.warning("Allocate failed for pod %s on node %s: %s", pod.key, self.node_name, reason)
         with self._cond:
             if event_reason:
-                self._queue_event(pod, "Warning", event_reason, reason)
+                self._event(pod, "Warning", event_reason, reason)
             self._finish(pod, BindPhase.FAILED)
 
-    def _queue_event(self, pod: PendingPod, event_type: str, reason: str, message: str) -> None:
-        """Queue an Event about `pod`; lock held."""
-        body = event_body(
-            pod, self.node_name, event_type=event_type, reason=reason, message=message, now=self._wall_clock()
-        )
-        self._writes.append(_Write(pod.namespace, pod.name, pod.uid, None, time.monotonic(), event=body))
-        self._cond.notify_all()
+    def _event(self, pod: PendingPod, event_type: str, reason: str, message: str) -> None:
+        """Record an Event about `pod` (lock held: the recorder neither blocks nor raises)."""
+        if self._events is not None:
+            self._events.record(
+                pod.namespace, pod.name, pod.uid, event_type, reason, message, action=EVENT_ACTION
+            )
 
     def _finish(self, pod: PendingPod, phase: BindPhase) -> None:
         """Take `pod` out of the table and queue its outcome; lock held."""
@@ -647,9 +623,6 @@ class PodTracker:
     def _send(self, write: _Write, level: int) -> bool:
         """One try at `write`; True when it is finished (sent, or pointless to retry)."""
         key = f"{write.namespace}/{write.name}"
-        if write.event is not None:
-            return self._send_event(write.namespace, key, write.event, level)
-        assert write.phase is not None
         if not write.pod_patched:
             try:
                 self._patcher.patch_pod_annotations(
@@ -672,18 +645,6 @@ class PodTracker:
                 log.info("pod %s: %s=%s", key, ann.BIND_PHASE, write.phase)
             write.pod_patched = True
         return self._release_node_lock(write, level)
-
-    def _send_event(self, namespace: str, key: str, body: JSONDict, level: int) -> bool:
-        try:
-            self._patcher.create_event(namespace, body)
-        except KubeApiError as err:
-            if err.retriable:
-                log.log(level, "pod %s: writing event %s failed, will retry: %s", key, body["reason"], err)
-                return False
-            log.error("pod %s: cannot write event %s: %s", key, body["reason"], err)
-            return True
-        self.events_sent += 1
-        return True
 
     def _release_node_lock(self, write: _Write, level: int) -> bool:
         """Remove HAMi's node lock if it names the pod; True when finished."""
@@ -729,4 +690,4 @@ class PodTracker:
         return True
 
 
-__all__ = ["PodPatcher", "PodTracker", "Rejected", "pod_key", "waiting_pod"]
+__all__ = ["EVENT_ACTION", "PodEvents", "PodPatcher", "PodTracker", "Rejected", "pod_key", "waiting_pod"]

@@ -16,8 +16,9 @@ the inventory, `hami.io/node-nvidia-register`, and the GPU pair scores, `hami.io
   and the failure is logged; nothing is written before the first read. Asymmetric pairs (an NVLink
   seen from one side only) score 0, as in HAMi; each new set of them is logged and reported once as a
   Warning Event `AsymmetricGPUP2PLink` on the Node (namespace default, source hami-device-plugin, as
-  HAMi's device plugin writes it). An Event that cannot be written is retried at the next check and
-  never holds up the annotations. With the option off nothing is written and an existing score
+  HAMi's device plugin writes it), handed to the daemon's event recorder (`hami_kube.events`), which
+  writes it on its own and never holds up the annotations; a recorder that raises is tried again at
+  the next check. With the option off nothing is written and an existing score
   annotation is left as it is (HAMi does the same).
 - `hami.io/node-handshake`: not written. HAMi v2.10's device plugin no longer writes it: its scheduler
   writes `Requesting_<time>` itself and judges the node by its allocatable `nvidia.com/gpu` and by this
@@ -27,7 +28,6 @@ the inventory, `hami.io/node-nvidia-register`, and the GPU pair scores, `hami.io
 
 from __future__ import annotations
 
-import datetime
 import logging
 import threading
 import time
@@ -53,8 +53,9 @@ ASYMMETRIC_LINK_MESSAGE = (
     "(possible NVLink hardware or driver issue)"
 )
 """HAMi's Event reason and message (register.go); the pairs follow the message."""
-EVENT_NAMESPACE = "default"
 EVENT_SOURCE = "hami-device-plugin"
+"""The `source.component` of the Event (HAMi's device plugin); it goes to namespace default, as a Node
+is not namespaced."""
 
 
 class NodeAnnotationClient(Protocol):
@@ -66,14 +67,22 @@ class NodeAnnotationClient(Protocol):
         self, name: str, annotations: Mapping[str, str | None], resource_version: str | None = None
     ) -> Mapping[str, Any]: ...
 
-    def create_event(self, namespace: str, event: Mapping[str, Any]) -> Mapping[str, Any]: ...
+
+class NodeEvents(Protocol):
+    """Where the Event goes (`hami_kube.blocking.ThreadedEventRecorder` with source `EVENT_SOURCE` is
+    one): fire and forget."""
+
+    def record(  # noqa: PLR0917
+        self, namespace: str, name: str, uid: str, type_: str, reason: str, message: str, *, kind: str = "Pod"
+    ) -> None: ...
 
 
 class NodeReporter:
     """`ports.InventorySink`: `publish()` the inventory on every change; a thread of its own writes it.
 
     `start()` / `stop()`; `wait_synced()` waits until the Node carries the latest published value.
-    `topology` reads the pair scores (None: `hami.io/node-nvidia-score` is not written)."""
+    `topology` reads the pair scores (None: `hami.io/node-nvidia-score` is not written); `events`
+    records the Event about asymmetric links (None: they are only logged)."""
 
     def __init__(
         self,
@@ -84,7 +93,7 @@ class NodeReporter:
         coalesce_s: float = 0.1,
         retry: RetryPolicy = DEFAULT_RETRY,
         topology: TopologyReader | None = None,
-        wall_clock: Callable[[], float] = time.time,
+        events: NodeEvents | None = None,
     ) -> None:
         if check_interval_s <= 0 or coalesce_s < 0:
             raise ValueError(
@@ -96,7 +105,7 @@ class NodeReporter:
         self.coalesce_s = coalesce_s
         self._retry = retry
         self._topology = topology
-        self._wall_clock = wall_clock
+        self._events = events
         self._cond = threading.Condition()
         self._desired: str | None = None
         self._uuids: tuple[str, ...] = ()
@@ -122,7 +131,7 @@ class NodeReporter:
         self.writes = 0
         """Patches sent."""
         self.events = 0
-        """Events written."""
+        """Events handed to the recorder."""
 
     def publish(self, gpus: Sequence[GPUInfo]) -> None:
         text = ann.encode_node_register(gpus)
@@ -279,8 +288,8 @@ class NodeReporter:
             self._report_asymmetric(meta if isinstance(meta, Mapping) else {}, asymmetric)
 
     def _report_asymmetric(self, meta: Mapping[str, Any], pairs: tuple[AsymmetricPair, ...]) -> None:
-        """Log a new set of asymmetric pairs and raise HAMi's Warning Event on the Node; an Event that
-        cannot be written is tried again at the next check, and never fails the sync."""
+        """Log a new set of asymmetric pairs and raise HAMi's Warning Event on the Node; an Event the
+        recorder does not take is tried again at the next check, and never fails the sync."""
         if not pairs:
             log.info("node %s: no asymmetric GPU links any more", self.node_name)
             self._reported = self._logged = pairs
@@ -290,36 +299,21 @@ class NodeReporter:
             self._logged = pairs
             log.warning("node %s: asymmetric P2P link data, scored 0 (possible NVLink hardware or driver "
                         "issue): %s", self.node_name, listed)  # fmt: skip
-        stamp = datetime.datetime.fromtimestamp(self._wall_clock(), datetime.UTC)
-        when = stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{self.node_name}-", "namespace": EVENT_NAMESPACE},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "name": self.node_name,
-                "uid": str(meta.get("uid") or ""),
-            },
-            "type": "Warning",
-            "reason": ASYMMETRIC_LINK_REASON,
-            "message": f"{ASYMMETRIC_LINK_MESSAGE}: {listed}"[:1024],
-            "source": {"component": EVENT_SOURCE},
-            "count": 1,
-            "firstTimestamp": when,
-            "lastTimestamp": when,
-        }
-        try:
-            self.client.create_event(EVENT_NAMESPACE, event)
-        except KubeApiError as err:
-            level = logging.DEBUG if str(err) == self._event_error else logging.WARNING
-            self._event_error = str(err)
-            log.log(level, "node %s: Event %s not written (tried again at the next check): %s",
-                    self.node_name, ASYMMETRIC_LINK_REASON, err)  # fmt: skip
-            return
-        with self._cond:
-            self.events += 1
+        if self._events is not None:
+            uid = str(meta.get("uid") or "")
+            message = f"{ASYMMETRIC_LINK_MESSAGE}: {listed}"
+            try:
+                self._events.record(
+                    "", self.node_name, uid, "Warning", ASYMMETRIC_LINK_REASON, message, kind="Node"
+                )
+            except Exception as err:
+                level = logging.DEBUG if str(err) == self._event_error else logging.WARNING
+                self._event_error = str(err)
+                log.log(level, "node %s: Event %s not recorded (tried again at the next check): %s",
+                        self.node_name, ASYMMETRIC_LINK_REASON, err)  # fmt: skip
+                return
+            with self._cond:
+                self.events += 1
         self._reported = pairs
         self._event_error = None
 
@@ -327,7 +321,9 @@ class NodeReporter:
 __all__ = [
     "ASYMMETRIC_LINK_MESSAGE",
     "ASYMMETRIC_LINK_REASON",
+    "EVENT_SOURCE",
     "NodeAnnotationClient",
+    "NodeEvents",
     "NodeReporter",
     "TopologyReader",
 ]

@@ -433,10 +433,18 @@ class NodeHost:
     async def _shared_client(self) -> Any:
         from hami_kube.client import KubeApi
         from hami_kube.errors import KubeConfigError
+        from hami_sim.kubelet.standin import KUBE_API_BURST, KUBE_API_QPS
 
+        nodes = len(self._nodes)
         try:
-            # Each kubelet holds one pod watch open; leave room for status patches and events.
-            return await KubeApi.connect(self.kubeconfig, max_connections=2 * len(self._nodes) + 32)
+            # Each kubelet holds one pod watch open; leave room for status patches and events. Each
+            # kubelet has its own rate limit: the shared client has all of theirs together.
+            return await KubeApi.connect(
+                self.kubeconfig,
+                max_connections=2 * nodes + 32,
+                qps=KUBE_API_QPS * max(nodes, 1),
+                burst=KUBE_API_BURST * max(nodes, 1),
+            )
         except KubeConfigError as exc:
             raise HostError(f"cannot load the kubeconfig {self.kubeconfig}: {exc}") from None
 

@@ -9,7 +9,6 @@ import contextlib
 import itertools
 import logging
 import random
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from hami_api.quantity import quantity_value
 from hami_kube.client import JSONDict as JSON
 from hami_kube.client import KubeApi
 from hami_kube.errors import KubeApiError
+from hami_kube.events import EventRecorder, EventSource
 from hami_kube.reflector import ListSink, Reflector
 from hami_sim.kubelet import resources as msg
 from hami_sim.kubelet.config import KubeletConfig
@@ -31,6 +31,8 @@ _TERMINAL = ("Succeeded", "Failed")
 WATCH_SECONDS = 240
 """Server-side timeout of one pod watch; the reflector re-watches from the last resourceVersion."""
 _WRITE_ATTEMPTS = 5
+EVENTS_GRACE_S = 1.0
+"""How long `stop()` lets queued Events out."""
 
 
 @dataclass(frozen=True)
@@ -104,9 +106,12 @@ class PodAdmitter:
         self._synced = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._rng = random.Random()
+        self._events = EventRecorder(api, EventSource("kubelet", config.node_name))
+        """Kubelet's event recorder: source kubelet, host (and reportingInstance) the node."""
 
     async def start(self) -> None:
         node = self.config.node_name
+        self._events.start()
         self._tasks = [
             asyncio.create_task(self._follow(), name=f"pods-{node}"),
             asyncio.create_task(self._work(), name=f"admit-{node}"),
@@ -119,6 +124,7 @@ class PodAdmitter:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self._events.stop(EVENTS_GRACE_S)
 
     async def wait_synced(self, seconds: float) -> None:
         """Wait until the first list of this node's pods has been read."""
@@ -332,7 +338,7 @@ class PodAdmitter:
         )
         status = {"phase": "Failed", "reason": reason, "message": msg.REJECTED_PREFIX + message}
         await self._write_status(pod, status)
-        await self._event(pod, reason, message)
+        self._event(pod, reason, message)
         await self._record(
             AdmissionResult(namespace, name, uid, False, reason, msg.REJECTED_PREFIX + message)
         )
@@ -350,7 +356,7 @@ class PodAdmitter:
         )
         status = _waiting_status(pod, container, reason, message)
         await self._write_status(pod, status)
-        await self._event(pod, "Failed", f"Error: {message}")
+        self._event(pod, "Failed", f"Error: {message}")
         await self._record(AdmissionResult(namespace, name, uid, False, reason, message))
 
     async def _write_status(self, pod: JSON, status: JSON) -> None:
@@ -376,43 +382,19 @@ class PodAdmitter:
                     return
             await asyncio.sleep(RETRY.delay(attempt + 1, self._rng))
 
-    async def _event(self, pod: JSON, reason: str, message: str) -> None:
+    def _event(self, pod: JSON, reason: str, message: str) -> None:
+        """A Warning Event about the pod, as kubelet's recorder writes it (source kubelet on this node)."""
         namespace, name = _key(pod)
         meta = pod.get("metadata") or {}
-        now = now_rfc3339()
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": namespace,
-                "name": name,
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "reason": reason,
-            "message": message,
-            "type": "Warning",
-            "source": {"component": "kubelet", "host": self.config.node_name},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "reportingComponent": "kubelet",
-            "reportingInstance": self.config.node_name,
-        }
-        try:
-            await self._api.request("POST", f"/api/v1/namespaces/{namespace}/events", event)
-        except KubeApiError as exc:
-            log.warning(
-                "node %s: cannot record event %s for %s/%s: %s",
-                self.config.node_name,
-                reason,
-                namespace,
-                name,
-                exc,
-            )
+        self._events.record(
+            namespace,
+            name,
+            str(meta.get("uid") or ""),
+            "Warning",
+            reason,
+            message,
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
 
 
 def _conditions(pod: JSON, ready: bool, initialized: bool = True) -> list[JSON]:

@@ -15,6 +15,10 @@ from hami_sim.kubelet.pods import PodAdmitter
 
 log = logging.getLogger(__name__)
 
+KUBE_API_QPS = 50.0
+KUBE_API_BURST = 100
+"""Kubelet's client-side rate limit (KubeletConfiguration kubeAPIQPS / kubeAPIBurst defaults)."""
+
 
 class Kubelet:
     """`await start()`, then `restart()` at will, `stop()` at the end.
@@ -35,7 +39,9 @@ class Kubelet:
         await self.device_manager.start()
         try:
             if self._api is None and self.config.kubeconfig is not None:
-                self._api = await KubeApi.connect(self.config.kubeconfig)
+                self._api = await KubeApi.connect(
+                    self.config.kubeconfig, qps=KUBE_API_QPS, burst=KUBE_API_BURST
+                )
                 self._owns_client = True
             if self._api is not None:
                 api = self._api

@@ -9,8 +9,9 @@ that node and bound in the background (extender `bind`, or a Binding POSTed by t
 
 Failures: no fitting node -> the unschedulable pool (kube's FitError message as a `FailedScheduling`
 Warning event and the `PodScheduled=False/Unschedulable` condition); an extender error or a failed bind
--> backoffQ (event and `SchedulerError`). A successful bind writes kube's `Scheduled` event. Events and
-condition patches are written by background workers so they never slow the cycle.
+-> backoffQ (event and `SchedulerError`). A successful bind writes kube's `Scheduled` event. Events go
+to the one event recorder (`hami_kube.events`: client-go's aggregation, counting and spam filter) and
+condition patches to background workers, so neither slows the cycle.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 from hami_kube.backoff import RetryPolicy
 from hami_kube.client import KubeApi
 from hami_kube.errors import KubeApiError
+from hami_kube.events import EventLimits, EventRecorder, EventSource
 from hami_kube.reflector import ListSink, Reflector
 from hami_sim.scheduler.cache import ClusterCache
 from hami_sim.scheduler.config import SchedulerConfig
@@ -55,6 +57,9 @@ JSON = dict[str, Any]
 POD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 """kube-scheduler's pod informer leaves terminal pods out."""
 _RETRY = RetryPolicy(initial=0.2, maximum=10.0)
+KUBE_API_QPS = 50.0
+KUBE_API_BURST = 100
+"""kube-scheduler's client-side rate limit (the ClientConnection defaults of its configuration)."""
 """The watches' backoff: 0.2 s doubling to 10 s (the stand-in reconnects fast after an API restart)."""
 
 
@@ -72,9 +77,10 @@ class SchedulerCounters:
     errors: int = 0
     """Attempts that failed with an error (extender filter error)."""
     bind_failures: int = 0
-    events_written: int = 0
     writes_failed: int = 0
+    """Status writes (PodScheduled conditions) that failed."""
     writes_dropped: int = 0
+    """Status writes dropped with their queue full."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +97,6 @@ class Decision:
 
 def _now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _now_micro() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class SchedulerStandIn:
@@ -137,6 +139,7 @@ class SchedulerStandIn:
         self._wakeup: asyncio.Event | None = None
         self._progress: asyncio.Event | None = None
         self._writes: asyncio.Queue[Callable[[], Awaitable[None]]] | None = None
+        self._events: EventRecorder | None = None
         self._next_start = 0
         self._running = False
 
@@ -152,8 +155,17 @@ class SchedulerStandIn:
         self._wakeup = asyncio.Event()
         self._progress = asyncio.Event()
         self._writes = asyncio.Queue(maxsize=10_000)
-        client = await KubeApi.connect(self.kubeconfig, max_connections=64)
+        client = await KubeApi.connect(
+            self.kubeconfig, max_connections=64, qps=KUBE_API_QPS, burst=KUBE_API_BURST
+        )
         self._client = client
+        self._events = EventRecorder(
+            client,
+            EventSource(self.config.scheduler_name, reporting_instance=self.instance),
+            limits=EventLimits(queue=10_000),
+            event_time=True,
+        )
+        self._events.start()
         nodes = Reflector(
             client, "nodes", "/api/v1/nodes", ListSink(self._replace_nodes, self._on_node), retry=_RETRY
         )
@@ -219,7 +231,9 @@ class SchedulerStandIn:
             try:
                 await asyncio.wait_for(self._writes.join(), grace_s)
             except TimeoutError:
-                log.warning("stopping with %d event/status writes not done", self._writes.qsize())
+                log.warning("stopping with %d status writes not done", self._writes.qsize())
+        if self._events is not None:
+            await self._events.stop(grace_s)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -228,6 +242,8 @@ class SchedulerStandIn:
         log.info("scheduler %s stopped", self.config.scheduler_name)
 
     async def _close(self) -> None:
+        if self._events is not None:
+            await self._events.stop()
         await close_all(self.extenders)
         if self._client is not None:
             await self._client.close()
@@ -237,8 +253,11 @@ class SchedulerStandIn:
 
     def snapshot(self) -> dict[str, Any]:
         """Counters, queue lengths, in-flight binds and extender latencies (seconds)."""
+        events = self._events
         return {
             **asdict(self.counters),
+            "events_written": events.sent if events is not None else 0,
+            "events_dropped": events.dropped if events is not None else 0,
             "queue": self.queue.lengths(),
             "binds_in_flight": len(self._binds),
             "extenders": {
@@ -570,40 +589,20 @@ class SchedulerStandIn:
             self.counters.writes_dropped += 1
 
     def _event(self, pod: JSON, kind: str, reason: str, action: str, message: str) -> None:
+        """An Event about the pod through the scheduler's event recorder (`hami_kube.events`)."""
+        if self._events is None or not self.record_events:
+            return
         meta = pod.get("metadata") or {}
-        namespace = meta.get("namespace") or "default"
-        now = _now_rfc3339()
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{meta.get('name')}.{time.time_ns():x}", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": namespace,
-                "name": meta.get("name"),
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "reason": reason,
-            "message": truncate_message(message),
-            "type": kind,
-            "action": action,
-            "source": {"component": self.config.scheduler_name},
-            "reportingComponent": self.config.scheduler_name,
-            "reportingInstance": self.instance,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "eventTime": _now_micro(),
-            "count": 1,
-        }
-
-        async def write() -> None:
-            assert self._client is not None
-            await self._client.request("POST", f"/api/v1/namespaces/{namespace}/events", event)
-            self.counters.events_written += 1
-
-        self._submit(write)
+        self._events.record(
+            str(meta.get("namespace") or "default"),
+            str(meta.get("name") or ""),
+            str(meta.get("uid") or ""),
+            kind,
+            reason,
+            truncate_message(message),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            action=action,
+        )
 
     def _condition(self, pod: JSON, reason: str, message: str) -> None:
         """PodScheduled=False with the reason and message, when it differs from what the pod shows."""

@@ -19,6 +19,7 @@ from hami_sim.kubelet import CheckpointError, KubeletConfig, KubeletRunner, Snap
 from hami_sim.kubelet.checkpoint import encode_checkpoint
 from tests.apiserver_util import bind
 from tests.conftest import ApiServerHandle
+from tests.integration.control_server_util import wait_for
 from tests.integration.kubelet_plugin import TIMEOUT, FakePlugin, devices
 
 RES = "example.com/dev"
@@ -244,7 +245,11 @@ def test_allocate_error_fails_the_pod_with_kubelets_message_and_an_event(
         "UnexpectedAdmissionError",
         "Pod was rejected: " + expected,
     )
-    events = core_v1.list_namespaced_event(NS, field_selector="involvedObject.name=bad").items
+    # Kubelet's event recorder writes on its own, after the status.
+    events = wait_for(
+        lambda: core_v1.list_namespaced_event(NS, field_selector="involvedObject.name=bad").items,
+        what="the pod's Event",
+    )
     assert [(e.type, e.reason, e.message, e.source.component) for e in events] == [
         ("Warning", "UnexpectedAdmissionError", expected, "kubelet")
     ]

@@ -248,8 +248,14 @@ def test_a_container_kubelet_hands_a_gpu_its_pod_was_not_accounted_for_is_refuse
     assert f"pod {NAMESPACE}/swap, container 'c1': kubelet chose device(s) on GPU(s) {g0}" in result.message
     assert f"the scheduler placed the container on {g1}" in result.message
     pod = wait_pod(core_v1, "swap", lambda p: bind_phase(p) == "failed")
-    events = core_v1.list_namespaced_event(NAMESPACE, field_selector="involvedObject.name=swap").items
-    mismatch = [e for e in events if e.reason == "AllocateGPUMismatch"]
+
+    def mismatch_events() -> list[Any]:
+        events = core_v1.list_namespaced_event(NAMESPACE, field_selector="involvedObject.name=swap").items
+        return [e for e in events if e.reason == "AllocateGPUMismatch"]
+
+    # The event recorder writes on its own, not in step with the bind-phase patch.
+    wait_until(lambda: bool(mismatch_events()), 10, "the AllocateGPUMismatch Event")
+    mismatch = mismatch_events()
     assert len(mismatch) == 1 and mismatch[0].type == "Warning"
     assert g0 in mismatch[0].message and g1 in mismatch[0].message and "'c1'" in mismatch[0].message
     assert mismatch[0].source.component == "hami-node" and mismatch[0].involved_object.uid == pod.metadata.uid
@@ -287,12 +293,15 @@ def test_an_app_container_kubelet_gives_another_init_device_of_its_pod_moves_the
         assert envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
         if kubelet_gpu == g1:
             moved += 1
-            events = core_v1.list_namespaced_event(
-                NAMESPACE, field_selector=f"involvedObject.name={name}"
-            ).items
-            assert [e.reason for e in events if e.source.component == "hami-node"] == [
-                "AllocateGPUReassigned"
-            ]
+
+            def own_events(name: str = name) -> list[str]:
+                events = core_v1.list_namespaced_event(
+                    NAMESPACE, field_selector=f"involvedObject.name={name}"
+                ).items
+                return [e.reason for e in events if e.source.component == "hami-node"]
+
+            wait_until(lambda: bool(own_events()), 10, f"an Event from hami-node about {name}")
+            assert own_events() == ["AllocateGPUReassigned"]
         core_v1.delete_namespaced_pod(name, NAMESPACE)
     assert 0 < moved < 8
 

@@ -1,5 +1,5 @@
 """hami_control.gpu_sinks and .writers: the watch sinks that feed the extender's GPU cache (pods and
-nodes, relists, the node lock annotation, hooks) and the event recorder's rate limits."""
+nodes, relists, the node lock annotation, hooks) and hami-control's event limits on the recorder."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from hami_api.annotations import NODE_LOCK, NODE_REGISTER, encode_node_register
 from hami_api.types import GPUInfo
 from hami_control.cache import ClusterCache
 from hami_control.gpu_sinks import FanoutSink, GPUNodeSink, GPUPodSink
-from hami_control.writers import EventLimits, KubeEventRecorder
+from hami_control.writers import EVENT_COMPONENT, event_recorder
+from hami_kube.events import EventLimits, EventRecorder, EventSource
 
 
 def node(name: str, lock: str | None = None) -> dict[str, Any]:
@@ -88,8 +89,9 @@ def test_fanout_feeds_every_sink() -> None:
 
 def test_event_recorder_limits_per_pod_reason_and_overall() -> None:
     now = [0.0]
-    recorder = KubeEventRecorder(
+    recorder = EventRecorder(
         None,  # type: ignore[arg-type]  # nothing is sent: the queue is only filled
+        EventSource(EVENT_COMPONENT, reporting_instance="hami-control-0"),
         limits=EventLimits(per_object_s=10.0, per_second=1.0, burst=3, queue=100),
         clock=lambda: now[0],
         wall_clock=lambda: 1_800_000_000.0,
@@ -99,11 +101,11 @@ def test_event_recorder_limits_per_pod_reason_and_overall() -> None:
     recorder.record("ns", "p", "u", "Warning", "BindingFailed", "other reason")
     recorder.record("ns", "q", "u2", "Normal", "BindingSucceed", "ok")
     recorder.record("ns", "r", "u3", "Normal", "BindingSucceed", "burst spent")  # no token left
-    assert (recorder._queue.qsize(), recorder.dropped) == (3, 2)
+    assert (recorder.queued, recorder.dropped) == (3, 2)
     now[0] = 10.0  # tokens refilled, the per-pod window passed
     recorder.record("ns", "p", "u", "Normal", "BindingSucceed", "later")
-    assert recorder._queue.qsize() == 4
-    event = recorder._queue.get_nowait()
+    assert recorder.queued == 4
+    event = recorder._b.queue.get_nowait().body()
     assert event["involvedObject"] == {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -111,5 +113,14 @@ def test_event_recorder_limits_per_pod_reason_and_overall() -> None:
         "name": "p",
         "uid": "u",
     }
-    assert event["metadata"] == {"generateName": "p.", "namespace": "ns"}
+    # Named as client-go names events: the object's name and the time in nanoseconds, in hex.
+    assert event["metadata"] == {"name": f"p.{1_800_000_000 * 10**9:x}", "namespace": "ns"}
     assert event["firstTimestamp"] == "2027-01-15T08:00:00Z"
+    assert event["source"] == {"component": "hami-scheduler"}
+    assert (event["reportingComponent"], event["reportingInstance"]) == ("hami-scheduler", "hami-control-0")
+
+
+def test_hami_controls_recorder_keeps_its_limits() -> None:
+    recorder = event_recorder(None, "hami-control-0")  # type: ignore[arg-type]
+    assert recorder._b.limits == EventLimits(per_object_s=10.0, per_second=20.0, burst=50, queue=1000)
+    assert recorder.source == EventSource("hami-scheduler", reporting_instance="hami-control-0")

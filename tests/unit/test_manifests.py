@@ -291,19 +291,19 @@ def _grants(*rules: tuple[str, str, str, str | None]) -> frozenset[Grant]:
 
 
 ALLOWED_ROLES: dict[tuple[str, str], frozenset[Grant]] = {
-    # The node daemon: its Node (the name is enforced in code), the pods bound to its node, and the
-    # Warning Event HAMi's device plugin raises on the Node (AsymmetricGPUP2PLink).
+    # The node daemon: its Node (the name is enforced in code), the pods bound to its node, and Events
+    # on them (AsymmetricGPUP2PLink as HAMi's device plugin raises it); patch counts a repeated Event.
     ("ClusterRole", "hami-node"): _grants(
         ("", "nodes", "get patch", None),
         ("", "pods", "get list watch patch", None),
-        ("", "events", "create", None),
+        ("", "events", "create patch", None),
     ),
     # The control plane: caches, HAMi's pod annotations and the leader label, Bindings, events.
     ("ClusterRole", "hami-control"): _grants(
         ("", "pods", "get list watch patch", None),
         ("", "pods/binding", "create", None),
         ("", "nodes resourcequotas", "get list watch", None),
-        ("", "events", "create", None),
+        ("", "events", "create patch", None),
     ),
     # Leader election of hami-control and of kube-scheduler (create cannot be limited by name).
     ("Role", f"{NAMESPACE}/hami-control-leases"): _grants(

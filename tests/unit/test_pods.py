@@ -15,6 +15,7 @@ from hami_api import annotations as ann
 from hami_api.types import ContainerAllocation, GPUSlice
 from hami_kube.backoff import RetryPolicy
 from hami_kube.errors import KubeApiError
+from hami_kube.events import ObjectRef, new_event
 from hami_node.allocation import (
     AmbiguousPodError,
     CountMismatchError,
@@ -22,6 +23,7 @@ from hami_node.allocation import (
     NoPendingPodError,
     PendingPod,
 )
+from hami_node.kubeapi import event_source
 from hami_node.pods import PodTracker, Rejected, foreign_gpu_counts, waiting_pod
 
 NODE = "n1"
@@ -114,11 +116,14 @@ class FakePatcher:
             self._maybe_fail(("list-pods", field_selector))
             return [dict(p) for p in self.api_pods], "7"
 
-    def create_event(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+    def record(  # noqa: PLR0917
+        self, namespace: str, name: str, uid: str, type_: str, reason: str, message: str, *, action: str = ""
+    ) -> None:
+        """The tracker's `PodEvents`: the Event the daemon's recorder (source `event_source(NODE)`) makes."""
+        ref = ObjectRef("Pod", name, namespace, uid)
+        event = new_event(ref, type_, reason, message, event_source(NODE), time.time(), action=action)
         with self.lock:
-            self._maybe_fail(("create-event", namespace, str(body["reason"])))
-            self.events.append(body)
-            return dict(body)
+            self.events.append(event.body())
 
     def get_node(self, name: str) -> Mapping[str, Any]:
         with self.lock:
@@ -158,7 +163,7 @@ def patcher() -> FakePatcher:
 
 @pytest.fixture
 def tracker(patcher: FakePatcher) -> Iterator[PodTracker]:
-    t = PodTracker(NODE, patcher, retry=FAST)
+    t = PodTracker(NODE, patcher, events=patcher, retry=FAST)
     t.start()
     yield t
     t.stop()
@@ -445,7 +450,7 @@ def test_relist_keeps_partial_progress(tracker: PodTracker) -> None:
 
 
 def test_stop_drops_unsent_writes(patcher: FakePatcher) -> None:
-    tracker = PodTracker(NODE, patcher, retry=RetryPolicy(initial=30, maximum=30))
+    tracker = PodTracker(NODE, patcher, events=patcher, retry=RetryPolicy(initial=30, maximum=30))
     tracker.start()
     patcher.failures = [KubeApiError(0, "ConnectionRefused", "down")]
     tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
