@@ -1,7 +1,5 @@
-"""Builders and raw-HTTP helpers shared by the API server tests.
-
-Builders return official-client models typed `Any`: every model field is Optional, which strict
-mypy would make tests assert at each step."""
+"""Raw-HTTP helpers shared by the API server tests, and `bind` (a pods/binding through the official
+client). The objects they send come from `tests.builders`."""
 
 from __future__ import annotations
 
@@ -9,57 +7,14 @@ import json
 from typing import Any
 
 import urllib3
-from kubernetes import client
 
-
-def pod(
-    name: str,
-    *,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    gpus: str | None = None,
-    namespace: str | None = None,
-) -> Any:
-    limits = {"nvidia.com/gpu": gpus} if gpus is not None else None
-    return client.V1Pod(
-        api_version="v1",
-        kind="Pod",
-        metadata=client.V1ObjectMeta(name=name, labels=labels, annotations=annotations, namespace=namespace),
-        spec=client.V1PodSpec(
-            containers=[
-                client.V1Container(
-                    name="main", image="busybox:1.36", resources=client.V1ResourceRequirements(limits=limits)
-                )
-            ]
-        ),
-    )
-
-
-def node(name: str, *, labels: dict[str, str] | None = None, ready: bool = True) -> Any:
-    return client.V1Node(
-        api_version="v1",
-        kind="Node",
-        metadata=client.V1ObjectMeta(name=name, labels=labels),
-        status=client.V1NodeStatus(
-            conditions=[client.V1NodeCondition(type="Ready", status="True" if ready else "False")],
-            capacity={"cpu": "8", "nvidia.com/gpu": "4"},
-            allocatable={"cpu": "8", "nvidia.com/gpu": "4"},
-        ),
-    )
-
-
-def binding(pod_name: str, node_name: str, **meta: Any) -> Any:
-    return client.V1Binding(
-        api_version="v1",
-        kind="Binding",
-        metadata=client.V1ObjectMeta(name=pod_name, **meta),
-        target=client.V1ObjectReference(api_version="v1", kind="Node", name=node_name),
-    )
+from tests.builders import binding
 
 
 def bind(core_v1: Any, namespace: str, pod_name: str, node_name: str, **meta: Any) -> dict[str, Any]:
-    """POST pods/binding; the official client cannot decode the Status kube answers (it expects a
-    Binding), exactly as against a real kube-apiserver, so read the raw body."""
+    """POST pods/binding (`meta`: `tests.builders.binding`'s keyword arguments); the official client
+    cannot decode the Status kube answers (it expects a Binding), exactly as against a real
+    kube-apiserver, so read the raw body."""
     response = core_v1.create_namespaced_pod_binding(
         pod_name, namespace, binding(pod_name, node_name, **meta), _preload_content=False
     )

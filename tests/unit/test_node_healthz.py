@@ -20,7 +20,7 @@ from hami_node.gpu.inventory import generate_inventory
 from hami_node.healthz import HealthServer, HealthServerError, Probe, evaluate
 from hami_node.main import NodeDaemon, StartupError, start_daemon
 from tests.conftest import ApiServerHandle
-from tests.integration.node_daemon_util import NodeRig, make_rig
+from tests.node_daemon_util import NodeRig, make_rig
 
 NODE = "healthz-node"
 
