@@ -57,6 +57,7 @@ def container(
     gpumem: int | str | None = None,
     gpumem_percentage: int | str | None = None,
     gpucores: int | str | None = None,
+    priority: int | str | None = None,
     limits: Mapping[str, str] | None = None,
     requests: Mapping[str, str] | None = None,
     image: str | None = IMAGE,
@@ -72,7 +73,9 @@ def container(
     if image is not None:
         body["image"] = image
     all_limits = {
-        **gpu_limits(gpus, gpumem=gpumem, gpumem_percentage=gpumem_percentage, gpucores=gpucores),
+        **gpu_limits(
+            gpus, gpumem=gpumem, gpumem_percentage=gpumem_percentage, gpucores=gpucores, priority=priority
+        ),
         **(limits or {}),
     }
     resources: Json = {}
@@ -150,13 +153,19 @@ def gpu_pod(
     gpumem: int | str | None = None,
     gpumem_percentage: int | str | None = None,
     gpucores: int | str | None = None,
+    priority: int | str | None = None,
     image: str | None = IMAGE,
     **fields: Any,
 ) -> Json:
-    """A pod of one container `main` asking for `gpus` GPUs (and the GPU memory, percentage and
-    cores given); `fields` are `pod`'s keyword arguments."""
+    """A pod of one container `main` asking for `gpus` GPUs (and the GPU memory, percentage, cores and
+    priority given); `fields` are `pod`'s keyword arguments."""
     main = container(
-        gpus=gpus, gpumem=gpumem, gpumem_percentage=gpumem_percentage, gpucores=gpucores, image=image
+        gpus=gpus,
+        gpumem=gpumem,
+        gpumem_percentage=gpumem_percentage,
+        gpucores=gpucores,
+        priority=priority,
+        image=image,
     )
     return pod(name, main, **fields)
 
