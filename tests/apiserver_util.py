@@ -1,14 +1,19 @@
-"""Raw-HTTP helpers shared by the API server tests, and `bind` (a pods/binding through the official
-client). The objects they send come from `tests.builders`."""
+"""Raw-HTTP helpers shared by the API server tests, `bind` (a pods/binding through the official client)
+and `create_and_bind` (a pod placed as a scheduler places it). The objects they send come from
+`tests.builders`."""
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import urllib3
 
-from tests.builders import binding
+from hami_api.types import PodAllocation
+from hami_control.binder import binding_annotations
+from tests.builders import binding, pod
 
 
 def bind(core_v1: Any, namespace: str, pod_name: str, node_name: str, **meta: Any) -> dict[str, Any]:
@@ -20,6 +25,28 @@ def bind(core_v1: Any, namespace: str, pod_name: str, node_name: str, **meta: An
     )
     body: dict[str, Any] = json.loads(response.data)
     return body
+
+
+def create_and_bind(
+    core_v1: Any,
+    name: str,
+    node: str,
+    containers: Sequence[dict[str, Any]],
+    choice: PodAllocation | None = None,
+    *,
+    init: Sequence[dict[str, Any]] = (),
+    annotations: dict[str, str] | None = None,
+    namespace: str = "default",
+) -> str:
+    """Create the pod, then bind it to `node` as hami-control does: with `choice`, the Binding carries
+    hami-control's own annotations for it (`binding_annotations`), else `annotations` as given (none:
+    a pod some other scheduler placed). Returns the pod's UID."""
+    created = core_v1.create_namespaced_pod(namespace, pod(name, *containers, init=init))
+    if choice is not None:
+        annotations = binding_annotations(choice, node, int(time.time()))
+    status = bind(core_v1, namespace, name, node, annotations=annotations)
+    assert status.get("status") == "Success", status
+    return str(created.metadata.uid)
 
 
 def http(  # noqa: PLR0917

@@ -5,9 +5,8 @@ process is stopped, so pytest shows it with a failing test), waits for condition
 stops it with SIGTERM, then SIGKILL after a deadline. `NodeRig` bundles one node: a short socket
 directory, a fake GPU inventory file, a hook directory, the kubelet stand-in and the daemon.
 
-`create_and_bind` creates a pod and binds it the way the extender does (the GPU choice rides on the
-Binding's annotations); the readers below decode what hami-node wrote. Pods come from `tests.builders`,
-waits from `tests.waiting`.
+The readers below decode what hami-node wrote. Pods come from `tests.builders`, waits from
+`tests.waiting`, `create_and_bind` from `tests.apiserver_util`.
 """
 
 from __future__ import annotations
@@ -19,20 +18,16 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
 from hami_api import annotations as ann
-from hami_api.types import GPUInfo, PodAllocation
-from hami_control.binder import binding_annotations
+from hami_api.types import GPUInfo
 from hami_node.gpu.backend import GPUEventKind
 from hami_node.gpu.inventory import FakeEvent, Inventory, NvmlMode, write_inventory
 from hami_sim.kubelet import KubeletConfig, KubeletRunner, Snapshot
-from tests.apiserver_util import bind
-from tests.builders import pod
 
 RESOURCE = "nvidia.com/gpu"
 NAMESPACE = "default"
@@ -276,27 +271,6 @@ def node_rig(
 
 
 # --- pods scheduled the way the extender binds them ------------------------------------------------------
-
-
-def create_and_bind(
-    core_v1: Any,
-    name: str,
-    node: str,
-    containers: Sequence[dict[str, Any]],
-    choice: PodAllocation | None = None,
-    *,
-    init: Sequence[dict[str, Any]] = (),
-    annotations: dict[str, str] | None = None,
-) -> str:
-    """Create the pod, then bind it to `node` as hami-control does: with `choice`, the Binding carries
-    hami-control's own annotations for it (`binding_annotations`), else `annotations` as given (none:
-    a pod some other scheduler placed). Returns the pod's UID."""
-    created = core_v1.create_namespaced_pod(NAMESPACE, pod(name, *containers, init=init))
-    if choice is not None:
-        annotations = binding_annotations(choice, node, int(time.time()))
-    status = bind(core_v1, NAMESPACE, name, node, annotations=annotations)
-    assert status.get("status") == "Success", status
-    return str(created.metadata.uid)
 
 
 # --- reading what hami-node wrote ----------------------------------------------------------------------

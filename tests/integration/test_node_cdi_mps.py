@@ -15,18 +15,11 @@ import pytest
 
 from hami_node.cdi import CDI_KIND, SPEC_FILE_NAME
 from hami_node.gpu.inventory import generate_inventory, write_inventory
+from tests.apiserver_util import create_and_bind
 from tests.builders import allocation, container
 from tests.cdi_util import spec_problems
 from tests.conftest import ApiServerHandle
-from tests.node_daemon_util import (
-    NAMESPACE,
-    NodeRig,
-    bind_phase,
-    create_and_bind,
-    make_rig,
-    node_inventory,
-    run_daemon_once,
-)
+from tests.node_daemon_util import NAMESPACE, NodeRig, bind_phase, make_rig, node_inventory, run_daemon_once
 from tests.waiting import wait_node, wait_pod
 
 NODE = "gpu-node-cdi"

@@ -23,6 +23,7 @@ from hami_api.types import GPUInfo
 from hami_control.binder import binding_annotations
 from hami_node.gpu.inventory import Inventory, NvmlMode, generate_inventory, write_inventory
 from hami_sim.kubelet import read_checkpoint
+from tests.apiserver_util import create_and_bind
 from tests.builders import allocation, container
 from tests.conftest import ApiServerHandle
 from tests.node_daemon_util import (
@@ -31,7 +32,6 @@ from tests.node_daemon_util import (
     RESOURCE,
     NodeRig,
     bind_phase,
-    create_and_bind,
     daemon_env,
     healthy_ids,
     inventory_health,
