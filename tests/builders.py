@@ -61,14 +61,15 @@ def container(
     limits: Mapping[str, str] | None = None,
     requests: Mapping[str, str] | None = None,
     image: str | None = IMAGE,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | Sequence[Mapping[str, Any]] | None = None,
     restart_policy: str | None = None,
     **fields: Any,
 ) -> Json:
     """A container. HAMi's resources go into `limits` (with any other `limits` given); `requests` as
-    given; `env` as name/value pairs; `restart_policy="Always"` makes an init container a sidecar;
-    `fields` are any other container fields, spelled as in the JSON (`args=[...]`, `ports=[...]`).
-    `image=None` leaves the image out. `resources` is present only when a limit or request is."""
+    given; `env` as name/value pairs from a mapping, or as given (a list of EnvVar objects);
+    `restart_policy="Always"` makes an init container a sidecar; `fields` are any other container
+    fields, spelled as in the JSON (`args=[...]`, `ports=[...]`). `image=None` leaves the image out.
+    `resources` is present only when a limit or request is."""
     body: Json = {"name": name}
     if image is not None:
         body["image"] = image
@@ -85,8 +86,10 @@ def container(
         resources["requests"] = dict(requests)
     if resources:
         body["resources"] = resources
-    if env:
+    if isinstance(env, Mapping):
         body["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    elif env is not None:
+        body["env"] = [dict(e) for e in env]
     if restart_policy is not None:
         body["restartPolicy"] = restart_policy
     body.update(fields)
@@ -110,10 +113,10 @@ def pod(
     deletion_timestamp: str | None = None,
     **spec: Any,
 ) -> Json:
-    """A Pod. Without `containers`, one plain `container()`; `init` are its init containers (a
-    sidecar is an init container with `restart_policy="Always"`); `phase` sets `status.phase`; `spec`
-    are any other pod spec fields, spelled as in the JSON (`tolerations=[...]`). `name=None` leaves the
-    name out (with `generate_name`, or to build an invalid pod)."""
+    """A Pod. Without `containers` and `init`, one plain `container()`; `init` are its init
+    containers (a sidecar is an init container with `restart_policy="Always"`); `phase` sets
+    `status.phase`; `spec` are any other pod spec fields, spelled as in the JSON (`tolerations=[...]`).
+    `name=None` leaves the name out (with `generate_name`, or to build an invalid pod)."""
     meta: Json = {}
     for key, value in (
         ("name", name),
@@ -138,7 +141,7 @@ def pod(
         body["nodeSelector"] = dict(node_selector)
     if init:
         body["initContainers"] = [dict(c) for c in init]
-    body["containers"] = [dict(c) for c in containers] or [container()]
+    body["containers"] = [dict(c) for c in containers] or ([] if init else [container()])
     body.update(spec)
     obj: Json = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
     if phase is not None:
@@ -239,7 +242,7 @@ def allocation_annotations(
 def gpu_info(
     index: int = 0,
     *,
-    uuid: str | None = None,
+    id: str | None = None,
     count: int = 10,
     devmem: int = 16000,
     devcore: int = 100,
@@ -249,10 +252,10 @@ def gpu_info(
     health: bool = True,
     mig_profiles: Sequence[MigProfile] = (),
 ) -> GPUInfo:
-    """One GPU as hami-node registers it: `GPU-<index>` (or `uuid`), split 10 ways, 16000 MiB, 100 %
+    """One GPU as hami-node registers it: `GPU-<index>` (or `id`), split 10 ways, 16000 MiB, 100 %
     of its cores, a healthy T4 in hami-core mode unless told otherwise."""
     return GPUInfo(
-        id=uuid if uuid is not None else f"GPU-{index}",
+        id=id if id is not None else f"GPU-{index}",
         index=index,
         count=count,
         devmem=devmem,
@@ -309,13 +312,13 @@ def node(
 
 
 def node_gpus(
+    *gpus: GPUInfo,
     name: str = "n1",
-    gpus: Iterable[GPUInfo] = (),
-    *,
     cordon: Iterable[str] = (),
     slices: Iterable[GPUSlice] = (),
 ) -> NodeGPUs:
-    """hami-control's view of a node: its GPUs, those cordoned (by UUID) and `slices` already placed."""
+    """hami-control's view of node `name`: its GPUs, those cordoned (by UUID) and `slices` already
+    placed on them."""
     return with_slices(NodeGPUs.of(name, gpus, cordon), slices)
 
 

@@ -46,7 +46,7 @@ def control(tmp_path: Path, apiserver: ApiServerHandle) -> Iterator[ControlProce
 
 def add_node(core_v1: Any, name: str, count: int, split: int = 4) -> None:
     """A node of `count` T4s (16000 MiB, split `split` ways) named GPU-<node>-<i>."""
-    gpus = [gpu_info(i, uuid=f"GPU-{name}-{i}", count=split, devmem=GPU_MEM) for i in range(count)]
+    gpus = [gpu_info(i, id=f"GPU-{name}-{i}", count=split, devmem=GPU_MEM) for i in range(count)]
     core_v1.create_node(node(name, gpus, allocatable={"cpu": "8", "memory": "32Gi"}))
 
 
