@@ -17,6 +17,7 @@ from hami_api import annotations as ann
 from hami_api.resources import ResourceNames
 from hami_api.types import ContainerAllocation, GPUInfo, GPUSlice, MigProfile, PodAllocation
 from hami_control.usage import NodeGPUs, with_slices
+from hami_node.gpu.backend import PhysicalGPU
 
 Json = dict[str, Any]
 
@@ -266,6 +267,42 @@ def gpu_info(
         health=health,
         mig_profiles=tuple(mig_profiles),
     )
+
+
+def physical_gpu(
+    uuid: str,
+    index: int = 0,
+    *,
+    model: str = "NVIDIA A100-SXM4-80GB",
+    memory_mib: int = 81920,
+    minor: int | None = None,
+    numa_node: int | None = 0,
+    pci_bus_id: str | None = None,
+    healthy: bool = True,
+) -> PhysicalGPU:
+    """One GPU as hami-node's GPU backend lists it: an 80 GB A100 on NUMA node 0, /dev/nvidia<index>
+    (or `minor`), at PCI bus `00000000:0<index>:00.0` unless told otherwise."""
+    return PhysicalGPU(
+        index=index,
+        uuid=uuid,
+        model=model,
+        memory_mib=memory_mib,
+        minor=index if minor is None else minor,
+        numa_node=numa_node,
+        pci_bus_id=pci_bus_id if pci_bus_id is not None else f"00000000:0{index}:00.0",
+        healthy=healthy,
+    )
+
+
+def fake_gpu(n: int, **fields: Any) -> Json:
+    """One GPU entry of a fake inventory document (hami_node's fake backend): `GPU-<n>`, model "M",
+    1024 MiB, and `fields` as the file spells them (`numa=1`, `health=False`)."""
+    return {"uuid": f"GPU-{n}", "model": "M", "memory": 1024, **fields}
+
+
+def fake_inventory(*gpus: Mapping[str, Any], **top: Any) -> Json:
+    """A fake inventory document: its `gpus`, and `top` for the other top-level keys (`nvml=...`)."""
+    return {"gpus": [dict(g) for g in gpus], **top}
 
 
 def node(
