@@ -59,15 +59,15 @@ def container(
     gpumem_percentage: int | str | None = None,
     gpucores: int | str | None = None,
     priority: int | str | None = None,
-    limits: Mapping[str, str] | None = None,
-    requests: Mapping[str, str] | None = None,
+    limits: Mapping[str, Any] | None = None,
+    requests: Mapping[str, Any] | None = None,
     image: str | None = IMAGE,
     env: Mapping[str, str] | Sequence[Mapping[str, Any]] | None = None,
     restart_policy: str | None = None,
     **fields: Any,
 ) -> Json:
-    """A container. HAMi's resources go into `limits` (with any other `limits` given); `requests` as
-    given; `env` as name/value pairs from a mapping, or as given (a list of EnvVar objects);
+    """A container. HAMi's resources go into `limits` (with any other `limits` given, values as given:
+    a test of quantity parsing may pass numbers); `requests` as given; `env` as name/value pairs from a mapping, or as given (a list of EnvVar objects);
     `restart_policy="Always"` makes an init container a sidecar; `fields` are any other container
     fields, spelled as in the JSON (`args=[...]`, `ports=[...]`). `image=None` leaves the image out.
     `resources` is present only when a limit or request is."""
