@@ -314,14 +314,16 @@ def node(
     annotations: Mapping[str, str] | None = None,
     allocatable: Mapping[str, str] | None = None,
     capacity: Mapping[str, str] | None = None,
-    ready: bool | None = True,
+    ready: bool | str | None = True,
     unschedulable: bool = False,
+    taints: Sequence[Mapping[str, str]] = (),
     resource_version: str | None = None,
 ) -> Json:
     """A Node. With `gpus`: their `hami.io/node-nvidia-register` annotation (or `register`, raw text)
     and `nvidia.com/gpu` allocatable as their slots (a value in `allocatable` wins); the Ready condition
-    True (or False with `ready=False`; none with `ready=None`); `capacity` as given, else the same as
-    `allocatable` (a kubelet that reserves nothing); `unschedulable` cordons the node."""
+    True (False with `ready=False`, a status as given with a string such as "Unknown", none with
+    `ready=None`); `capacity` as given, else the same as `allocatable` (a kubelet that reserves
+    nothing); `unschedulable` cordons the node; `taints` as given."""
     meta: Json = {"name": name}
     if resource_version is not None:
         meta["resourceVersion"] = resource_version
@@ -341,10 +343,16 @@ def node(
     if capacity is not None or "allocatable" in status:
         status["capacity"] = dict(capacity if capacity is not None else status["allocatable"])
     if ready is not None:
-        status["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
-    obj: Json = {"apiVersion": "v1", "kind": "Node", "metadata": meta, "status": status}
+        condition = ready if isinstance(ready, str) else ("True" if ready else "False")
+        status["conditions"] = [{"type": "Ready", "status": condition}]
+    spec: Json = {}
     if unschedulable:
-        obj["spec"] = {"unschedulable": True}
+        spec["unschedulable"] = True
+    if taints:
+        spec["taints"] = [dict(t) for t in taints]
+    obj: Json = {"apiVersion": "v1", "kind": "Node", "metadata": meta, "status": status}
+    if spec:
+        obj["spec"] = spec
     return obj
 
 
