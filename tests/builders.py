@@ -62,12 +62,13 @@ def container(
     limits: Mapping[str, Any] | None = None,
     requests: Mapping[str, Any] | None = None,
     image: str | None = IMAGE,
-    env: Mapping[str, str] | Sequence[Mapping[str, Any]] | None = None,
+    env: Mapping[str, str] | Sequence[Any] | None = None,
     restart_policy: str | None = None,
     **fields: Any,
 ) -> Json:
-    """A container. HAMi's resources go into `limits` (with any other `limits` given, values as given:
-    a test of quantity parsing may pass numbers); `requests` as given; `env` as name/value pairs from a mapping, or as given (a list of EnvVar objects);
+    """A container. HAMi's resources go into `limits` with any other `limits` given (values as given:
+    a test of quantity parsing may pass numbers); `requests` as given; `env` as name/value pairs from
+    a mapping, else as given (a list of EnvVar objects, or the bad input a test needs);
     `restart_policy="Always"` makes an init container a sidecar; `fields` are any other container
     fields, spelled as in the JSON (`args=[...]`, `ports=[...]`). `image=None` leaves the image out.
     `resources` is present only when a limit or request is."""
@@ -90,7 +91,7 @@ def container(
     if isinstance(env, Mapping):
         body["env"] = [{"name": k, "value": v} for k, v in env.items()]
     elif env is not None:
-        body["env"] = [dict(e) for e in env]
+        body["env"] = env
     if restart_policy is not None:
         body["restartPolicy"] = restart_policy
     body.update(fields)
