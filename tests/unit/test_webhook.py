@@ -709,7 +709,7 @@ def test_json_patch_diff(before: Any, after: Any, ops: list[dict[str, Any]]) -> 
 # --- the AdmissionReview envelope ------------------------------------------------------------------------
 
 
-def review_body(obj: Any, version: str = "v1", **request: Any) -> bytes:
+def team_review(obj: Any, version: str = "v1", **request: Any) -> bytes:
     """The AdmissionReview the API server sends for `obj` in namespace ai-team (`request` overrides)."""
     return as_body(admission_review(obj, version=version, **{"namespace": "ai-team", **request}))
 
@@ -723,7 +723,7 @@ def handle(body: bytes, config: ControlConfig = CONFIG, view: Any = NO_QUOTA) ->
 @pytest.mark.parametrize("version", ["v1", "v1beta1"])
 def test_envelope_answers_in_the_request_version_with_its_uid(version: str) -> None:
     the_pod = team_pod(container(limits={GPU: "1"}))
-    result = handle(review_body(the_pod, version))
+    result = handle(team_review(the_pod, version))
     assert result.status == 200
     assert result.body["apiVersion"] == f"admission.k8s.io/{version}"
     assert result.body["kind"] == "AdmissionReview"
@@ -742,7 +742,7 @@ def test_envelope_answers_in_the_request_version_with_its_uid(version: str) -> N
 @pytest.mark.parametrize("version", ["v1", "v1beta1"])
 def test_envelope_denial(version: str) -> None:
     view = View(QuotaLimits(memory=40000), QuotaUsage(38000, 0))
-    result = handle(review_body(team_pod(container(limits={GPU: "1", MEM: "4000"})), version), view=view)
+    result = handle(team_review(team_pod(container(limits={GPU: "1", MEM: "4000"})), version), view=view)
     assert result.status == 200
     response = result.body["response"]
     assert response["allowed"] is False
@@ -759,14 +759,14 @@ def test_envelope_denial(version: str) -> None:
 
 
 def test_envelope_allowed_without_patch_has_no_patch_fields() -> None:
-    result = handle(review_body(team_pod(container())))
+    result = handle(team_review(team_pod(container())))
     assert result.body["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
 
 
 def test_envelope_warnings() -> None:
     config = replace(CONFIG, privileged_policy=PrivilegedPolicy.SKIP)
     result = handle(
-        review_body(team_pod(container("p", limits={GPU: "1"}, securityContext={"privileged": True}))), config
+        team_review(team_pod(container("p", limits={GPU: "1"}, securityContext={"privileged": True}))), config
     )
     assert result.body["response"]["warnings"] == [
         "container 'p' is privileged: its GPU request is not shared or limited by HAMi"
@@ -786,13 +786,13 @@ def test_envelope_warnings() -> None:
 )
 def test_envelope_allows_what_it_does_not_mutate(request_fields: dict[str, Any]) -> None:
     obj = request_fields.pop("object", team_pod(container(limits={GPU: "1"})))
-    result = handle(review_body(obj, **request_fields))
+    result = handle(team_review(obj, **request_fields))
     assert result.status == 200
     assert result.body["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
 
 
 def bad_review(**changes: Any) -> bytes:
-    review_doc = json.loads(review_body(team_pod(container())))
+    review_doc = json.loads(team_review(team_pod(container())))
     for key, value in changes.items():
         if key.startswith("request_"):
             review_doc["request"][key.removeprefix("request_")] = value
@@ -837,16 +837,16 @@ def test_envelope_rejects_bad_reviews_with_400(body: bytes, fragment: str) -> No
 
 def test_envelope_rejects_large_bodies_with_413() -> None:
     config = replace(CONFIG, max_request_body=2048)
-    body = review_body(team_pod(container(env=[{"name": "X", "value": "y" * 4096}])))
+    body = team_review(team_pod(container(env=[{"name": "X", "value": "y" * 4096}])))
     result = handle(body, config)
     assert result.status == 413
     assert result.body["reason"] == "RequestEntityTooLarge"
     assert f"request body of {len(body)} bytes is over the limit of 2048 bytes" == result.body["message"]
-    assert handle(review_body(team_pod(container())), config).status == 200
+    assert handle(team_review(team_pod(container())), config).status == 200
 
 
 def test_an_exception_in_the_rules_denies_a_gpu_pod_without_a_traceback() -> None:
-    result = handle(review_body(team_pod(container(limits={GPU: "1"}))), view=BrokenView())
+    result = handle(team_review(team_pod(container(limits={GPU: "1"}))), view=BrokenView())
     assert result.status == 200
     response = result.body["response"]
     assert response["allowed"] is False
@@ -865,13 +865,13 @@ def test_an_exception_in_the_rules_allows_a_pod_without_gpu_resources(
         raise ZeroDivisionError("bug")
 
     monkeypatch.setattr(webhook, "review_pod", boom)
-    result = handle(review_body(team_pod(container(limits={"cpu": "1"}))))
+    result = handle(team_review(team_pod(container(limits={"cpu": "1"}))))
     assert result.body["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
     assert isinstance(result.summary.exception, ZeroDivisionError)
-    gpu = handle(review_body(team_pod(container(limits={"cpu": "1", MEM: "1"}))))
+    gpu = handle(team_review(team_pod(container(limits={"cpu": "1", MEM: "1"}))))
     assert gpu.body["response"]["allowed"] is False
     # a pod too broken to tell is treated as a GPU pod (fail closed)
-    broken = handle(review_body({"spec": {"containers": [5]}}))
+    broken = handle(team_review({"spec": {"containers": [5]}}))
     assert broken.body["response"]["allowed"] is False
 
 
@@ -880,7 +880,7 @@ def test_an_exception_in_the_envelope_is_a_500_status(monkeypatch: pytest.Monkey
         raise KeyError("oops")
 
     monkeypatch.setattr(webhook, "_parse_review", boom)
-    result = handle(review_body(team_pod(container())))
+    result = handle(team_review(team_pod(container())))
     assert result.status == 500
     assert result.body["reason"] == "InternalError"
     assert result.body["message"] == "internal error in hami-control (KeyError)"
@@ -889,7 +889,7 @@ def test_an_exception_in_the_envelope_is_a_500_status(monkeypatch: pytest.Monkey
 
 def test_decision_summary_for_the_log() -> None:
     the_pod = team_pod(container(limits={MEM: "4000"}))
-    allowed = handle(review_body(the_pod, dryRun=True)).summary
+    allowed = handle(team_review(the_pod, dryRun=True)).summary
     assert (allowed.namespace, allowed.name, allowed.allowed, allowed.dry_run) == ("ai-team", "p", True, True)
     assert allowed.patch_ops == 2
     assert allowed.patch_bytes > 0
@@ -906,11 +906,11 @@ def test_decision_summary_for_the_log() -> None:
 
     generated = copy.deepcopy(the_pod)
     generated["metadata"] = {"generateName": "job-"}
-    summary = handle(review_body(generated, namespace="")).summary
+    summary = handle(team_review(generated, namespace="")).summary
     assert (summary.name, summary.generate_name, summary.pod) == ("", "job-", "/job-*")
 
     view = View(QuotaLimits(memory=1), QuotaUsage())
-    denied_summary = handle(review_body(the_pod), view=view).summary
+    denied_summary = handle(team_review(the_pod), view=view).summary
     assert not denied_summary.allowed
     assert denied_summary.code == 403
     assert denied_summary.quota_usage is None
@@ -1076,7 +1076,7 @@ _VIEW = st.builds(
 @given(st.one_of(_PLAUSIBLE_POD, _POD), st.sampled_from(["v1", "v1beta1"]), _CONFIG, _VIEW)
 def test_any_pod_gets_a_valid_answer(the_pod: Pod, version: str, config: ControlConfig, view: View) -> None:
     before = copy.deepcopy(the_pod)
-    result = handle(review_body(the_pod, version), config, view)
+    result = handle(team_review(the_pod, version), config, view)
     assert result.summary.exception is None, repr(result.summary.exception)
     if result.status == 400:  # only a CREATE without an object dict; never for these pods
         pytest.fail(result.body["message"])
