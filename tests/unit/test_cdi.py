@@ -33,7 +33,7 @@ from hami_node.cdi import (
 )
 from hami_node.config import DeviceListStrategy, NodeConfig
 from hami_node.devices import DeviceState
-from tests.builders import physical_gpu
+from tests.builders import container, physical_gpu, pod
 from tests.cdi_util import RELEASED, SCHEMA_DIR, cdi_library_errors, schema_errors, spec_problems
 
 A = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"
@@ -100,9 +100,8 @@ def test_the_names_allocate_returns_are_the_names_the_spec_defines() -> None:
         node_name="n",
         device_list_strategy=(DeviceListStrategy.CDI_CRI, DeviceListStrategy.CDI_ANNOTATIONS),
     )
-    pod = {"metadata": {"namespace": "ns", "name": "p", "uid": "u"}, "spec": {"containers": [{"name": "c"}]}}
     response = container_allocate_response(
-        pod,
+        pod("p", container("c"), namespace="ns", uid="u"),
         decode_pod_allocation(f"{A},NVIDIA,1000,10:{C},NVIDIA,1000,10:;"),
         0,
         [f"{A}-0", f"{C}-0"],
