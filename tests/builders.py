@@ -1,10 +1,11 @@
-"""Builders for the objects the tests send and feed: pods, containers, nodes, GPUs, allocations and
-AdmissionReviews. This is the one place they are defined; tests call them with keyword arguments for
-what matters to them and leave the rest at the defaults below.
+"""Builders for the objects the tests send and feed: pods, containers, nodes, GPUs, allocations,
+AdmissionReviews, ResourceQuotas and ConfigMaps. This is the one place they are defined; tests call
+them with keyword arguments for what matters to them and leave the rest at the defaults below.
 
 Every Kubernetes object is plain JSON (a dict as the API server sends it): the pure functions take it
 as it is, `hami_kube` sends it as it is, and the official client sends a dict body unchanged.
-A field is left out unless a test asks for it, so a builder's output only holds what the test said.
+An optional field is left out unless a test asks for it, so a builder's output holds little more than
+what the test said.
 """
 
 from __future__ import annotations
@@ -201,6 +202,24 @@ def binding(
     }
 
 
+def resource_quota(hard: Mapping[str, Any], *, name: str = "gpu", namespace: str | None = None) -> Json:
+    """A ResourceQuota with `hard` limits (`{"limits.nvidia.com/gpumem": "40000"}`)."""
+    meta: Json = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta, "spec": {"hard": dict(hard)}}
+
+
+def config_map(name: str, data: Mapping[str, str] | None = None) -> Json:
+    """A ConfigMap (data `{"v": "1"}` unless given): the plainest object to create, watch and delete."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name},
+        "data": dict(data) if data is not None else {"v": "1"},
+    }
+
+
 # --- HAMi's allocation annotations ----------------------------------------------------------------------
 
 
@@ -386,10 +405,12 @@ def admission_review(
     kind: Mapping[str, str] = POD_KIND,
     resource: Mapping[str, str] | None = PODS_RESOURCE,
     dry_run: bool | None = None,
+    old_object: Any = None,
     **request: Any,
 ) -> Json:
     """An AdmissionReview request (`admission.k8s.io/<version>`) for `obj`, as the API server sends it
-    to a webhook; `request` are any other request fields (`oldObject=...`, `userInfo=...`)."""
+    to a webhook: CREATE unless told otherwise (an UPDATE carries `old_object`), `dryRun` when
+    `dry_run` is given; `request` are any other request fields (`userInfo=...`, `subResource=...`)."""
     body: Json = {"uid": uid, "kind": dict(kind)}
     if resource is not None:
         body["resource"] = dict(resource)
@@ -397,6 +418,8 @@ def admission_review(
         body["namespace"] = namespace
     body["operation"] = operation
     body["object"] = obj
+    if old_object is not None:
+        body["oldObject"] = old_object
     if dry_run is not None:
         body["dryRun"] = dry_run
     body.update(request)

@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
 
-from tests.builders import admission_review, as_body, container, gpu_pod, pod
+from tests.builders import admission_review, as_body, container, gpu_pod, pod, resource_quota
 from tests.conftest import ApiServerHandle
 from tests.integration.control_process_util import ControlProcess, control_env, raw_pod, start_control
 from tests.integration.control_server_util import KeepAliveClient
@@ -65,13 +65,7 @@ def create_namespace(core_v1: Any, name: str) -> None:
 
 
 def gpu_memory_quota(core_v1: Any, namespace: str, limit: str) -> None:
-    core_v1.create_namespaced_resource_quota(
-        namespace,
-        client.V1ResourceQuota(
-            metadata=client.V1ObjectMeta(name="gpu"),
-            spec=client.V1ResourceQuotaSpec(hard={"limits.nvidia.com/gpumem": limit}),
-        ),
-    )
+    core_v1.create_namespaced_resource_quota(namespace, resource_quota({"limits.nvidia.com/gpumem": limit}))
 
 
 def wait_quota_seen(core_v1: Any, namespace: str) -> None:
