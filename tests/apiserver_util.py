@@ -1,70 +1,52 @@
-"""Builders and raw-HTTP helpers shared by the API server tests.
-
-Builders return official-client models typed `Any`: every model field is Optional, which strict
-mypy would make tests assert at each step."""
+"""Raw-HTTP helpers shared by the API server tests, `bind` (a pods/binding through the official client)
+and `create_and_bind` (a pod placed as a scheduler places it). The objects they send come from
+`tests.builders`."""
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import urllib3
-from kubernetes import client
 
-
-def pod(
-    name: str,
-    *,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    gpus: str | None = None,
-    namespace: str | None = None,
-) -> Any:
-    limits = {"nvidia.com/gpu": gpus} if gpus is not None else None
-    return client.V1Pod(
-        api_version="v1",
-        kind="Pod",
-        metadata=client.V1ObjectMeta(name=name, labels=labels, annotations=annotations, namespace=namespace),
-        spec=client.V1PodSpec(
-            containers=[
-                client.V1Container(
-                    name="main", image="busybox:1.36", resources=client.V1ResourceRequirements(limits=limits)
-                )
-            ]
-        ),
-    )
-
-
-def node(name: str, *, labels: dict[str, str] | None = None, ready: bool = True) -> Any:
-    return client.V1Node(
-        api_version="v1",
-        kind="Node",
-        metadata=client.V1ObjectMeta(name=name, labels=labels),
-        status=client.V1NodeStatus(
-            conditions=[client.V1NodeCondition(type="Ready", status="True" if ready else "False")],
-            capacity={"cpu": "8", "nvidia.com/gpu": "4"},
-            allocatable={"cpu": "8", "nvidia.com/gpu": "4"},
-        ),
-    )
-
-
-def binding(pod_name: str, node_name: str, **meta: Any) -> Any:
-    return client.V1Binding(
-        api_version="v1",
-        kind="Binding",
-        metadata=client.V1ObjectMeta(name=pod_name, **meta),
-        target=client.V1ObjectReference(api_version="v1", kind="Node", name=node_name),
-    )
+from hami_api.types import PodAllocation
+from hami_control.binder import binding_annotations
+from tests.builders import binding, pod
 
 
 def bind(core_v1: Any, namespace: str, pod_name: str, node_name: str, **meta: Any) -> dict[str, Any]:
-    """POST pods/binding; the official client cannot decode the Status kube answers (it expects a
-    Binding), exactly as against a real kube-apiserver, so read the raw body."""
+    """POST pods/binding (`meta`: `tests.builders.binding`'s keyword arguments); the official client
+    cannot decode the Status kube answers (it expects a Binding), exactly as against a real
+    kube-apiserver, so read the raw body."""
     response = core_v1.create_namespaced_pod_binding(
         pod_name, namespace, binding(pod_name, node_name, **meta), _preload_content=False
     )
     body: dict[str, Any] = json.loads(response.data)
     return body
+
+
+def create_and_bind(
+    core_v1: Any,
+    name: str,
+    node: str,
+    containers: Sequence[dict[str, Any]],
+    choice: PodAllocation | None = None,
+    *,
+    init: Sequence[dict[str, Any]] = (),
+    annotations: dict[str, str] | None = None,
+    namespace: str = "default",
+) -> str:
+    """Create the pod, then bind it to `node` as hami-control does: with `choice`, the Binding carries
+    hami-control's own annotations for it (`binding_annotations`), else `annotations` as given (none:
+    a pod some other scheduler placed). Returns the pod's UID."""
+    created = core_v1.create_namespaced_pod(namespace, pod(name, *containers, init=init))
+    if choice is not None:
+        annotations = binding_annotations(choice, node, int(time.time()))
+    status = bind(core_v1, namespace, name, node, annotations=annotations)
+    assert status.get("status") == "Success", status
+    return str(created.metadata.uid)
 
 
 def http(  # noqa: PLR0917

@@ -1,30 +1,15 @@
-"""What the end-to-end tests on hami-sim share: waiting on a condition with a deadline, and the official
-client for a running local cluster."""
+"""What the end-to-end tests on hami-sim share: the official client for a running local cluster (pods
+come from `tests.builders`, waits from `tests.waiting`)."""
 
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 from kubernetes import client, config
 
 from hami_sim.cluster import Cluster
-
-T = TypeVar("T")
-
-
-def wait_for(condition: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
-    """Poll `condition` until it returns something truthy; fail after `timeout` seconds naming `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 @contextlib.contextmanager

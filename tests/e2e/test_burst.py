@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from hami_api.annotations import (
     BIND_PHASE,
@@ -33,7 +32,9 @@ from hami_api.annotations import (
     decode_pod_allocation,
 )
 from hami_sim.cluster import Cluster, ClusterSpec
-from tests.e2e.e2e_util import core_v1, wait_for
+from tests.builders import gpu_pod
+from tests.e2e.e2e_util import core_v1
+from tests.waiting import wait_for
 
 PODS = 80
 GPUS = 8
@@ -55,20 +56,6 @@ def core(cluster: Cluster) -> Iterator[Any]:
         yield api
 
 
-def gpu_pod(name: str) -> client.V1Pod:
-    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(POD_MEMORY_MIB)}
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name),
-        spec=client.V1PodSpec(
-            containers=[
-                client.V1Container(
-                    name="main", image="cuda:12", resources=client.V1ResourceRequirements(limits=limits)
-                )
-            ]
-        ),
-    )
-
-
 def request_log(core: Any) -> list[dict[str, Any]]:
     """The API server stand-in's latest requests (its debug path, through the official client)."""
     api_client = core.api_client
@@ -84,7 +71,7 @@ def test_a_burst_of_80_pods_fills_an_8_gpu_node(cluster: Cluster, core: Any) -> 
     names = [f"{PREFIX}{i:02d}" for i in range(PODS)]
     started = time.monotonic()
     for name in names:
-        core.create_namespaced_pod("default", gpu_pod(name))
+        core.create_namespaced_pod("default", gpu_pod(name, gpumem=POD_MEMORY_MIB))
     created = time.monotonic() - started
 
     def all_running() -> list[Any] | None:

@@ -31,7 +31,6 @@ from typing import Any
 
 import pytest
 import urllib3
-from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami_api.annotations import (
@@ -48,7 +47,9 @@ from hami_node.gpu.backend import GPUEventKind
 from hami_node.gpu.inventory import FakeEvent, Inventory, load_inventory, write_inventory
 from hami_sim.cluster import Cluster, ClusterSpec
 from hami_sim.tls import client_ssl_context
-from tests.e2e.e2e_util import core_v1, wait_for
+from tests.builders import gpu_pod
+from tests.e2e.e2e_util import core_v1
+from tests.waiting import wait_for
 
 SPLIT = 10
 RECOVERY_S = 3
@@ -68,24 +69,18 @@ def core(cluster: Cluster) -> Iterator[Any]:
         yield api
 
 
-def gpu_pod(name: str, *, node: str | None = None, uuid: str | None = None, mem: int = 1000) -> client.V1Pod:
-    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem)}
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, annotations={USE_GPU_UUID: uuid} if uuid else None),
-        spec=client.V1PodSpec(
-            node_selector={"kubernetes.io/hostname": node} if node else None,
-            containers=[
-                client.V1Container(
-                    name="main", image="cuda:12", resources=client.V1ResourceRequirements(limits=limits)
-                )
-            ],
-        ),
-    )
-
-
-def create(core: Any, names: Sequence[str], **options: Any) -> None:
+def create(
+    core: Any, names: Sequence[str], *, node: str | None = None, uuid: str | None = None, mem: int = 1000
+) -> None:
+    """One-GPU pods of `mem` MiB, on `node` (a node selector) and on GPU `uuid` (use-gpuuuid) if given."""
     for name in names:
-        core.create_namespaced_pod("default", gpu_pod(name, **options))
+        body = gpu_pod(
+            name,
+            gpumem=mem,
+            annotations={USE_GPU_UUID: uuid} if uuid else None,
+            node_selector={"kubernetes.io/hostname": node} if node else None,
+        )
+        core.create_namespaced_pod("default", body)
 
 
 def pods_named(core: Any, names: Sequence[str]) -> dict[str, Any]:
@@ -112,10 +107,7 @@ def wait_running(core: Any, names: Sequence[str], timeout: float) -> dict[str, A
             if p.status.phase != "Running"
         ) + (f"; missing {sorted(set(names) - set(pods))}" if len(pods) != len(names) else "")
 
-    try:
-        return wait_for(done, timeout, f"{len(names)} pods Running with bind-phase=success")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}: {state()}") from None
+    return wait_for(done, timeout, f"{len(names)} pods Running with bind-phase=success", detail=state)
 
 
 def delete_all(core: Any) -> None:
@@ -266,7 +258,9 @@ def test_an_xid_keeps_new_pods_off_the_gpu_until_it_recovers(cluster: Cluster, c
 
     # An Xid alone: unhealthy at once (annotation and kubelet), healthy again after the quiet period.
     inventory(["xid-79-a"], failing=False)
-    wait_for(lambda: not gpu_health(core, NODE_1, sick), 10, "the Xid to mark the GPU unhealthy", 0.05)
+    wait_for(
+        lambda: not gpu_health(core, NODE_1, sick), 10, "the Xid to mark the GPU unhealthy", interval=0.05
+    )
     marked = time.monotonic()
     wait_for(lambda: gpu_health(core, NODE_1, sick), 30, "the GPU to recover by itself")
     print(f"\nfaults: GPU unhealthy after its Xid for about {time.monotonic() - marked:.1f} s")
@@ -354,13 +348,13 @@ def wait_counted(cluster: Cluster, core: Any, uuid: str, what: str) -> None:
     def agree() -> bool:
         return counted_by_control(cluster, uuid) == held_on(core, uuid)
 
-    try:
-        wait_for(agree, 10, what)
-    except AssertionError as exc:
-        raise AssertionError(
-            f"{exc}: hami-control counts {counted_by_control(cluster, uuid)} (slices, MiB), "
+    def state() -> str:
+        return (
+            f"hami-control counts {counted_by_control(cluster, uuid)} (slices, MiB), "
             f"the pods hold {held_on(core, uuid)}"
-        ) from None
+        )
+
+    wait_for(agree, 10, what, detail=state)
 
 
 def failed_scheduling(core: Any, name: str) -> list[str]:

@@ -32,7 +32,8 @@ from hami_api.annotations import (
 )
 from hami_sim.cluster import Cluster, ClusterSpec
 from hami_sim.tls import client_ssl_context
-from tests.e2e.e2e_util import wait_for
+from tests.builders import gpu_pod
+from tests.waiting import wait_for
 
 LEASE = ("--leader-elect", "--leader-elect-namespace", "kube-system", "--leader-elect-lease-duration", "3",
          "--leader-elect-renew-deadline", "2", "--leader-elect-retry-period", "1")  # fmt: skip
@@ -142,26 +143,12 @@ def extender_ready(port: int, ca: Path) -> int:
         return 0
 
 
-def gpu_pod(name: str) -> client.V1Pod:
-    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name),
-        spec=client.V1PodSpec(
-            containers=[
-                client.V1Container(
-                    name="c", image="x", resources=client.V1ResourceRequirements(limits=limits)
-                )
-            ]
-        ),
-    )
-
-
 def create(core: Any, name: str) -> None:
     """Create, retrying while the webhook is unreachable (failurePolicy Fail refuses GPU pods then)."""
 
     def attempt() -> bool:
         try:
-            core.create_namespaced_pod("default", gpu_pod(name))
+            core.create_namespaced_pod("default", gpu_pod(name, gpumem=8000))
         except ApiException as err:
             return bool(err.status == 409)
         return True

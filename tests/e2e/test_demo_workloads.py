@@ -13,7 +13,6 @@ from typing import Any
 
 import grpc
 import pytest
-from kubernetes import client
 
 from hami_api.annotations import (
     BIND_PHASE,
@@ -29,7 +28,9 @@ from hami_sim.kubelet.checkpoint import read_checkpoint
 from hami_sim.kubelet.config import KubeletConfig
 from hami_sim.kubelet.podresources import api_pb2 as podresources_pb2
 from hami_sim.kubelet.podresources import api_pb2_grpc as podresources_grpc
-from tests.e2e.e2e_util import core_v1, wait_for
+from tests.builders import gpu_pod
+from tests.e2e.e2e_util import core_v1
+from tests.waiting import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -196,25 +197,13 @@ def test_deleting_pods_frees_capacity_for_a_pending_pod(cluster: Cluster, core: 
         core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
     wait_for(lambda: not core.list_pod_for_all_namespaces().items, 30, "the demo pods to go")
 
-    def whole_t4s(name: str) -> client.V1Pod:
-        limits = {"nvidia.com/gpu": "4"}
-        return client.V1Pod(
-            metadata=client.V1ObjectMeta(name=name, annotations={"nvidia.com/use-gputype": "T4"}),
-            spec=client.V1PodSpec(
-                containers=[
-                    client.V1Container(
-                        name="c", image="x", resources=client.V1ResourceRequirements(limits=limits)
-                    )
-                ]
-            ),
-        )
-
     def phase(name: str) -> str:
         return str(core.read_namespaced_pod(name, "default").status.phase)
 
-    core.create_namespaced_pod("default", whole_t4s("first"))
+    t4_only = {"nvidia.com/use-gputype": "T4"}
+    core.create_namespaced_pod("default", gpu_pod("first", gpus=4, annotations=t4_only))
     wait_for(lambda: phase("first") == "Running", 30, "the first pod to run")
-    core.create_namespaced_pod("default", whole_t4s("second"))
+    core.create_namespaced_pod("default", gpu_pod("second", gpus=4, annotations=t4_only))
 
     def refused() -> bool:
         events = core.list_namespaced_event("default", field_selector="involvedObject.name=second").items

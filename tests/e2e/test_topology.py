@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from hami_api.annotations import (
     BIND_PHASE,
@@ -22,9 +21,12 @@ from hami_api.annotations import (
 from hami_node.gpu import TopologyLevel
 from hami_node.gpu.inventory import LinkGroup, load_inventory
 from hami_sim.cluster import Cluster, ClusterSpec, GPUSpec, NodeSpec
-from tests.e2e.e2e_util import core_v1, wait_for
+from tests.builders import gpu_pod
+from tests.e2e.e2e_util import core_v1
+from tests.waiting import wait_for
 
 NODE = "gpu-topo"
+TOPOLOGY_AWARE = {GPU_SCHEDULER_POLICY: "topology-aware"}
 # Four GPUs on NUMA nodes 0, 0, 1, 1: 0-1 and 2-3 each under one PCIe switch, 1-2 joined by 4 NVLinks.
 LINKS = (
     LinkGroup((0, 1), level=TopologyLevel.SINGLE_SWITCH),
@@ -52,20 +54,6 @@ def uuids(cluster: Cluster) -> list[str]:
     return [g.uuid for g in load_inventory(cluster.inventory_path(NODE)).gpus]
 
 
-def topology_pod(name: str, gpus: int) -> client.V1Pod:
-    limits = {"nvidia.com/gpu": str(gpus)}
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, annotations={GPU_SCHEDULER_POLICY: "topology-aware"}),
-        spec=client.V1PodSpec(
-            containers=[
-                client.V1Container(
-                    name="main", image="cuda:12", resources=client.V1ResourceRequirements(limits=limits)
-                )
-            ]
-        ),
-    )
-
-
 def placed(core: Any, name: str) -> list[str]:
     """The GPUs the pod runs on, once it runs with bind-phase=success."""
 
@@ -91,9 +79,9 @@ def test_the_node_carries_hamis_pair_scores(cluster: Cluster, core: Any) -> None
 
 def test_topology_aware_pods_land_by_link(cluster: Cluster, core: Any) -> None:
     ids = uuids(cluster)
-    core.create_namespaced_pod("default", topology_pod("one-gpu", 1))
+    core.create_namespaced_pod("default", gpu_pod("one-gpu", gpus=1, annotations=TOPOLOGY_AWARE))
     one = placed(core, "one-gpu")
     # One GPU: the least-linked one (0 or 3), keeping the NVLink pair for multi-GPU pods.
     assert len(one) == 1 and one[0] in (ids[0], ids[3])
-    core.create_namespaced_pod("default", topology_pod("two-gpus", 2))
+    core.create_namespaced_pod("default", gpu_pod("two-gpus", gpus=2, annotations=TOPOLOGY_AWARE))
     assert sorted(placed(core, "two-gpus")) == sorted([ids[1], ids[2]])  # the NVLink pair

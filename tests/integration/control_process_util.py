@@ -1,5 +1,5 @@
 """hami-control as a real process for the integration tests (started with TLS and a kubeconfig, waited
-for until /readyz answers, stopped with SIGTERM), and the pods those tests create."""
+for until /readyz answers, stopped with SIGTERM), and `raw_pod` to read a pod back as JSON."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from kubernetes import client
-
-from tests.integration.control_server_util import CA, KeepAliveClient, wait_for, write_pair
+from tests.integration.control_server_util import CA, KeepAliveClient, write_pair
+from tests.waiting import wait_for
 
 _ENV_KEEP = ("PATH", "HOME", "LANG", "TMPDIR", "VIRTUAL_ENV")
 _SERVING = re.compile(r"on https://127\.0\.0\.1:(\d+)")
@@ -102,30 +101,8 @@ def start_control(
     return control
 
 
-def pod(
-    name: str,
-    limits: dict[str, str] | None = None,
-    *,
-    annotations: dict[str, str] | None = None,
-    generate_name: str | None = None,
-) -> Any:
-    return client.V1Pod(
-        api_version="v1",
-        kind="Pod",
-        metadata=client.V1ObjectMeta(name=name or None, generate_name=generate_name, annotations=annotations),
-        spec=client.V1PodSpec(
-            containers=[
-                client.V1Container(
-                    name="main",
-                    image="cuda:12",
-                    resources=client.V1ResourceRequirements(limits=limits),
-                )
-            ]
-        ),
-    )
-
-
 def raw_pod(core_v1: Any, namespace: str, name: str) -> dict[str, Any]:
+    """The pod as the API server stores it (JSON), not the official client's model of it."""
     response = core_v1.read_namespaced_pod(name, namespace, _preload_content=False)
     body: dict[str, Any] = json.loads(response.data)
     return body

@@ -10,7 +10,6 @@ import http.client
 import os
 import ssl
 import threading
-import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any, TypeVar
 from cryptography import x509
 
 from hami_sim.tls import client_ssl_context, generate_ca, generate_serving_cert
+from tests.waiting import wait_for  # for test_hami_kube.py until it imports tests.waiting
 
 T = TypeVar("T")
 
@@ -173,13 +173,13 @@ class LoopThread:
             self.loop.close()
 
 
-def wait_for(condition: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
-    """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(0.02)
+__all__ = [
+    "CA",
+    "KeepAliveClient",
+    "LoopThread",
+    "SecretVolume",
+    "common_name",
+    "peer_certificate",
+    "wait_for",
+    "write_pair",
+]

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from hami_sim.apiserver.admission import AdmissionAttributes, AdmissionRejected, WebhookDispatcher
 from hami_sim.tls import generate_ca, generate_serving_cert, server_ssl_context
+from tests.builders import gpu_pod
 
 SERVICE_HOST = "hami-webhook.kube-system.svc"
 SLOW_HANDLER_BOUND = 10.0  # seconds a slow handler may hang before giving up on its own
@@ -131,14 +132,7 @@ def configuration(name: str, *hooks: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-POD: dict[str, Any] = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "p", "namespace": "default", "labels": {"app": "x"}, "annotations": {}},
-    "spec": {
-        "containers": [{"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
-    },
-}
+POD = gpu_pod("p", namespace="default", labels={"app": "x"}, annotations={})
 
 
 def pod_attrs(**overrides: Any) -> AdmissionAttributes:

@@ -9,7 +9,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
 
-from tests.apiserver_util import bind, http, node, pod
+from tests.apiserver_util import bind, http
+from tests.builders import node, pod
 from tests.conftest import ApiServerHandle
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.apiserver_util import bind, http, pod
+from tests.apiserver_util import bind, http
+from tests.builders import pod
 from tests.conftest import ApiServerHandle
 
 

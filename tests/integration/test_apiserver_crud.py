@@ -11,7 +11,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
 
-from tests.apiserver_util import http, node, pod
+from tests.apiserver_util import http
+from tests.builders import gpu_pod, node, pod
 from tests.conftest import ApiServerHandle
 
 STALE = (
@@ -34,7 +35,7 @@ def test_startup_namespaces(core_v1: Any) -> None:
 
 
 def test_create_defaults_pod_like_kube(core_v1: Any) -> None:
-    created = core_v1.create_namespaced_pod("default", pod("p", gpus="1"))
+    created = core_v1.create_namespaced_pod("default", gpu_pod("p", gpus=1))
     meta = created.metadata
     assert meta.namespace == "default"
     assert re.fullmatch(r"[0-9a-f-]{36}", meta.uid)
@@ -56,19 +57,14 @@ def test_create_defaults_pod_like_kube(core_v1: Any) -> None:
 
 
 def test_generate_name(core_v1: Any) -> None:
-    body = pod("ignored")
-    body.metadata.name = None
-    body.metadata.generate_name = "job-"
-    created = core_v1.create_namespaced_pod("default", body)
+    created = core_v1.create_namespaced_pod("default", pod(None, generate_name="job-"))
     assert re.fullmatch(r"job-[a-z0-9]{5}", created.metadata.name)
     assert created.metadata.generate_name == "job-"
 
 
 def test_missing_name_is_invalid(core_v1: Any) -> None:
-    body = pod("x")
-    body.metadata.name = None
     with pytest.raises(ApiException) as err:
-        core_v1.create_namespaced_pod("default", body)
+        core_v1.create_namespaced_pod("default", pod(None))
     assert err.value.status == 422
     assert status_of(err.value)["reason"] == "Invalid"
     assert "name or generateName is required" in str(status_of(err.value)["message"])
@@ -181,7 +177,7 @@ def test_status_changes_ignored_on_main_resource(core_v1: Any) -> None:
     )
     assert patched.status.phase == "Pending"
     assert patched.metadata.labels == {"a": "b"}
-    core_v1.create_node(node("n1"))
+    core_v1.create_node(node("n1", capacity={"cpu": "8"}))
     patched_node = core_v1.patch_node(
         "n1", {"spec": {"unschedulable": True}, "status": {"capacity": {"cpu": "1"}}}
     )
@@ -431,8 +427,7 @@ def test_async_client(apiserver: ApiServerHandle) -> None:
         configuration = aclient.Configuration(host=apiserver.base_url)
         async with aclient.ApiClient(configuration) as api:
             v1: Any = aclient.CoreV1Api(api)
-            body = aclient.V1Pod.from_dict(pod("p", gpus="2").to_dict())
-            created = await v1.create_namespaced_pod("default", body)
+            created = await v1.create_namespaced_pod("default", gpu_pod("p", gpus=2))
             listed = await v1.list_namespaced_pod("default", label_selector="")
             patched = await v1.patch_namespaced_pod("p", "default", {"metadata": {"annotations": {"a": "b"}}})
             try:

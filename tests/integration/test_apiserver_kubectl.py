@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.apiserver_util import bind, http, node, pod
+from tests.apiserver_util import bind, http
+from tests.builders import gpu_pod, node, pod
 from tests.conftest import KUBECTL, ApiServerHandle
 
 pytestmark = pytest.mark.kubectl
@@ -77,8 +78,8 @@ def test_get_pods_output_formats(kubectl: Kubectl, core_v1: Any) -> None:
 
 
 def test_describe(kubectl: Kubectl, core_v1: Any) -> None:
-    core_v1.create_node(node("gpu-1"))
-    created = core_v1.create_namespaced_pod("default", pod("p", gpus="1"))
+    core_v1.create_node(node("gpu-1", allocatable={"cpu": "8", "nvidia.com/gpu": "4"}))
+    created = core_v1.create_namespaced_pod("default", gpu_pod("p", gpus=1))
     bind(core_v1, "default", "p", "gpu-1")
     core_v1.create_namespaced_event(
         "default",

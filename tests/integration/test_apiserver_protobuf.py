@@ -38,7 +38,8 @@ def send(apiserver: ApiServerHandle, method: str, path: str, data: bytes) -> tup
     )
 
 
-def gpu_pod(name: str, gpus: str) -> Any:
+def gpu_pod_message(name: str, gpus: str) -> Any:
+    """A one-container GPU pod as a protobuf message (the JSON one is `tests.builders.gpu_pod`)."""
     limits = {"nvidia.com/gpu": message("k8s.io.apimachinery.pkg.api.resource.Quantity", string=gpus)}
     container = message(
         f"{CORE}.Container",
@@ -55,7 +56,7 @@ def gpu_pod(name: str, gpus: str) -> Any:
 
 def test_create_update_bind_and_delete_with_protobuf_bodies(apiserver: ApiServerHandle, core_v1: Any) -> None:
     status, created = send(
-        apiserver, "POST", "/api/v1/namespaces/default/pods", body(gpu_pod("p", "1"), "v1", "Pod")
+        apiserver, "POST", "/api/v1/namespaces/default/pods", body(gpu_pod_message("p", "1"), "v1", "Pod")
     )
     assert status == 201, created
     pod = core_v1.read_namespaced_pod("p", "default")
@@ -155,7 +156,7 @@ def test_other_kinds_arrive_by_protobuf(apiserver: ApiServerHandle, api_client: 
 
 def test_protobuf_errors_are_kubes_400(apiserver: ApiServerHandle) -> None:
     status, answer = send(
-        apiserver, "POST", "/api/v1/namespaces/default/pods", body(gpu_pod("p", "lots"), "v1", "Pod")
+        apiserver, "POST", "/api/v1/namespaces/default/pods", body(gpu_pod_message("p", "lots"), "v1", "Pod")
     )
     assert status == 400, answer
     assert answer["message"].startswith(
@@ -178,7 +179,7 @@ def test_answers_to_protobuf_requests_are_json(apiserver: ApiServerHandle) -> No
         response = pool.request(
             "POST",
             apiserver.base_url + "/api/v1/namespaces/default/pods",
-            body=body(gpu_pod("p", "1"), "v1", "Pod"),
+            body=body(gpu_pod_message("p", "1"), "v1", "Pod"),
             headers={"Content-Type": PROTOBUF, "Accept": f"{PROTOBUF},application/json"},
         )
     assert response.status == 201

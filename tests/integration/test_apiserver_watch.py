@@ -14,7 +14,8 @@ from kubernetes.client import ApiException
 
 from hami_sim.apiserver import ApiServerRunner
 from hami_sim.apiserver.strategy import POD
-from tests.apiserver_util import bind, pod
+from tests.apiserver_util import bind
+from tests.builders import pod
 
 WATCH: Any = watch.Watch  # the client's watch module is untyped
 
@@ -239,8 +240,7 @@ def test_async_watch(apiserver: Any) -> None:
         async with aclient.ApiClient(aclient.Configuration(host=apiserver.base_url)) as api:
             v1: Any = aclient.CoreV1Api(api)
             start = (await v1.list_namespaced_pod("default")).metadata.resource_version
-            body = aclient.V1Pod.from_dict(pod("p").to_dict())
-            await v1.create_namespaced_pod("default", body)
+            await v1.create_namespaced_pod("default", pod("p"))
             await v1.delete_namespaced_pod("p", "default")
             seen: list[tuple[str, str]] = []
             async with AWATCH() as w:

@@ -17,7 +17,7 @@ from kubernetes import client
 from kubernetes.client import ApiException
 
 from hami_sim.tls import generate_ca, generate_serving_cert, server_ssl_context
-from tests.apiserver_util import pod
+from tests.builders import gpu_pod, pod
 
 
 @dataclass
@@ -115,7 +115,7 @@ def test_pod_comes_out_mutated(webhook: Webhook, api_client: client.ApiClient, c
     core_v1.create_namespaced_pod("default", pod("before"))
     assert webhook.calls == []  # no configuration yet: no call
     register(api_client, "hami", webhook.url + "/mutate", webhook.ca_bundle)
-    created = core_v1.create_namespaced_pod("default", pod("p", gpus="1"))
+    created = core_v1.create_namespaced_pod("default", gpu_pod("p", gpus=1))
     assert created.spec.scheduler_name == "hami-scheduler"
     assert created.metadata.annotations == {"hami.io/mutated": "yes"}
     assert created.spec.restart_policy == "Always"  # defaulting ran before (and after) admission

@@ -21,15 +21,14 @@ from hami_api.annotations import (
     BIND_PHASE,
     DEVICES_ALLOCATED,
     DEVICES_TO_ALLOCATE,
-    NODE_REGISTER,
     VGPU_NODE,
     decode_pod_allocation,
-    encode_node_register,
 )
-from hami_api.types import GPUInfo
+from tests.builders import gpu_info, gpu_pod, node
 from tests.conftest import ApiServerHandle
-from tests.integration.control_process_util import ControlProcess, pod, raw_pod, start_control
-from tests.integration.control_server_util import KeepAliveClient, wait_for
+from tests.integration.control_process_util import ControlProcess, raw_pod, start_control
+from tests.integration.control_server_util import KeepAliveClient
+from tests.waiting import wait_for
 
 GPU_MEM = 16000
 
@@ -45,24 +44,17 @@ def control(tmp_path: Path, apiserver: ApiServerHandle) -> Iterator[ControlProce
         assert code == 0, "hami-control did not stop cleanly on SIGTERM"
 
 
-def gpus(node: str, count: int, split: int = 4) -> list[GPUInfo]:
-    return [
-        GPUInfo(f"GPU-{node}-{i}", i, split, GPU_MEM, 100, "NVIDIA-Tesla T4", 0, "hami-core", True)
-        for i in range(count)
-    ]
-
-
 def add_node(core_v1: Any, name: str, count: int, split: int = 4) -> None:
-    annotations = {NODE_REGISTER: encode_node_register(gpus(name, count, split))}
-    core_v1.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, annotations=annotations)))
-    allocatable = {"nvidia.com/gpu": str(count * split), "cpu": "8", "memory": "32Gi"}
-    core_v1.patch_node_status(name, {"status": {"capacity": allocatable, "allocatable": allocatable}})
+    """A node of `count` T4s (16000 MiB, split `split` ways) named GPU-<node>-<i>."""
+    gpus = [gpu_info(i, id=f"GPU-{name}-{i}", count=split, devmem=GPU_MEM) for i in range(count)]
+    core_v1.create_node(node(name, gpus, allocatable={"cpu": "8", "memory": "32Gi"}))
 
 
-def gpu_pod(core_v1: Any, name: str, gpus_: int = 1, mem: int = 4000) -> dict[str, Any]:
-    body = pod(name, {"nvidia.com/gpu": str(gpus_), "nvidia.com/gpumem": str(mem)})
-    body.spec.scheduler_name = "hami-scheduler"
-    core_v1.create_namespaced_pod("default", body)
+def create_gpu_pod(core_v1: Any, name: str, gpus: int = 1, mem: int = 4000) -> dict[str, Any]:
+    """Create a pod for hami-scheduler and return it as the API server stored it."""
+    core_v1.create_namespaced_pod(
+        "default", gpu_pod(name, gpus=gpus, gpumem=mem, scheduler_name="hami-scheduler")
+    )
     return raw_pod(core_v1, "default", name)
 
 
@@ -84,7 +76,7 @@ def test_filter_prioritize_bind_through_https(control: ControlProcess, core_v1: 
     add_node(core_v1, "gpu-b", 1)
     c = KeepAliveClient(control.port, control.ca.client_context())
     with c:
-        p = gpu_pod(core_v1, "two", gpus_=2, mem=4000)
+        p = create_gpu_pod(core_v1, "two", gpus=2, mem=4000)
         names = ["gpu-a", "gpu-b", "ghost"]
 
         def filtered() -> dict[str, Any] | None:
@@ -133,7 +125,7 @@ def test_concurrent_binds_to_one_node_never_double_allocate(control: ControlProc
     fit (2 per GPU by memory). A node-daemon stand-in marks each bound pod allocated; binds of the same
     GPU count wait for it. Every answer is success or a clear no-fit, no GPU goes over its memory."""
     add_node(core_v1, "solo", 2)
-    pods = [gpu_pod(core_v1, f"p{i}", 1, 6000) for i in range(16)]
+    pods = [create_gpu_pod(core_v1, f"p{i}", 1, 6000) for i in range(16)]
     stop = threading.Event()
 
     def node_daemon() -> None:

@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.builders import container, pod
 from tests.conftest import ApiServerHandle
 from tests.integration.control_process_util import ControlProcess, start_control
-from tests.integration.control_server_util import KeepAliveClient, wait_for
+from tests.integration.control_server_util import KeepAliveClient
+from tests.waiting import wait_for
 
 TIMING = (
     "--leader-elect-lease-duration",
@@ -36,13 +38,8 @@ def replicas(tmp_path: Path, apiserver: ApiServerHandle, core_v1: Any) -> Iterat
     started: dict[str, ControlProcess] = {}
     try:
         for name in ("control-a", "control-b"):
-            core_v1.create_namespaced_pod(
-                NAMESPACE,
-                client.V1Pod(
-                    metadata=client.V1ObjectMeta(name=name, labels={"app": "hami-control"}),
-                    spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="hami")]),
-                ),
-            )
+            replica = pod(name, container("c", image="hami"), labels={"app": "hami-control"})
+            core_v1.create_namespaced_pod(NAMESPACE, replica)
             started[name] = start_control(
                 tmp_path,
                 apiserver.kubeconfig,

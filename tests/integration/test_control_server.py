@@ -8,7 +8,6 @@ import contextlib
 import json
 import logging
 import ssl
-import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,15 +31,16 @@ from hami_control.server import (
 from hami_kube.backoff import RetryPolicy
 from hami_kube.client import KubeApi
 from hami_sim.apiserver import ApiServerRunner
+from tests.builders import admission_review, as_body, gpu_pod
 from tests.integration.control_server_util import (
     CA,
     KeepAliveClient,
     LoopThread,
     SecretVolume,
     common_name,
-    wait_for,
     write_pair,
 )
+from tests.waiting import wait_for
 
 MAX_BODY = 3 * 1024 * 1024
 
@@ -111,16 +111,6 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     yield from _start(tmp_path, tls=True)
 
 
-def review(uid: str | None = None) -> bytes:
-    return json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {"uid": uid or str(uuid.uuid4()), "kind": {"kind": "Pod"}, "object": {}},
-        }
-    ).encode()
-
-
 def test_healthz_and_readyz_follow_the_caches(rig: Rig) -> None:
     rig.ready.update(pods=False, resourcequotas=False)
     with rig.client() as c:
@@ -152,7 +142,10 @@ def test_webhook_answers_json_and_logs_one_line_per_decision(
     with rig.client() as c:
         for i in range(3):
             status, body = c.request(
-                "POST", "/webhook", review(f"uid-{i}"), {"Content-Type": "application/json"}
+                "POST",
+                "/webhook",
+                as_body(admission_review({}, uid=f"uid-{i}")),
+                {"Content-Type": "application/json"},
             )
             assert status == 200
             answer = json.loads(body)
@@ -189,7 +182,7 @@ def test_webhook_body_over_3_mib_is_413(rig: Rig) -> None:
         assert response.status == 413
         response.read()
     # Exactly at the limit is read and handed over.
-    at_limit = review()
+    at_limit = as_body(admission_review({}))
     at_limit += b" " * (MAX_BODY - len(at_limit))
     with rig.client() as c:
         assert c.request("POST", "/webhook", at_limit)[0] == 200
@@ -220,7 +213,7 @@ def test_rotation_keeps_open_connections_and_serves_the_new_cert(rig: Rig, tmp_p
         assert second.serial_number != first.serial_number
         # The keep-alive connection opened before the rotation still works, on the same socket, and
         # still holds the certificate it was handed.
-        status, _ = old.request("POST", "/webhook", review())
+        status, _ = old.request("POST", "/webhook", as_body(admission_review({})))
         assert status == 200
         assert old.request("GET", "/healthz")[0] == 200
         assert old.same_socket
@@ -329,23 +322,6 @@ def control_config(**overrides: Any) -> ControlConfig:
     return ControlConfig(insecure_http=True, **overrides)
 
 
-def gpu_pod(name: str, memory: str = "4000", namespace: str = "default") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "cuda:12",
-                    "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": memory}},
-                }
-            ]
-        },
-    }
-
-
 def close_watches(runner: ApiServerRunner) -> None:
     """End every open watch stream from the server side (as an API server restart would)."""
 
@@ -406,7 +382,7 @@ def cache_rig(tmp_path: Path) -> Iterator[CacheRig]:
 
 
 def test_readyz_turns_ready_when_the_caches_have_synced(cache_rig: CacheRig) -> None:
-    cache_rig.core_v1.create_namespaced_pod("default", gpu_pod("before"))
+    cache_rig.core_v1.create_namespaced_pod("default", gpu_pod("before", gpumem=4000))
     with KeepAliveClient(cache_rig.port, None) as c:
         status, body = c.request("GET", "/readyz")
         assert (status, body) == (503, b"not ready: waiting for nodes, pods, resourcequotas\n")
@@ -423,13 +399,13 @@ def test_watch_resumes_from_its_version_and_relists_after_410(cache_rig: CacheRi
     pods_reflector = rig.caches.reflectors[0]
     wait_for(lambda: rig.caches.synced, what="the first list")
     assert pods_reflector.lists == 1
-    rig.core_v1.create_namespaced_pod("default", gpu_pod("a"))
+    rig.core_v1.create_namespaced_pod("default", gpu_pod("a", gpumem=4000))
     wait_for(lambda: rig.pods() == 1, what="pod a in the cache")
 
     # A dropped watch resumes from the last version seen: no relist, nothing missed.
     rig.loop.run_sync(rig.api.gate.clear)
     close_watches(rig.runner)
-    rig.core_v1.create_namespaced_pod("default", gpu_pod("b", "1000"))
+    rig.core_v1.create_namespaced_pod("default", gpu_pod("b", gpumem=1000))
     rig.core_v1.delete_namespaced_pod("a", "default")
     rig.loop.run_sync(rig.api.gate.set)
     wait_for(lambda: rig.pods() == 1 and rig.used() == QuotaUsage(1000, 0), what="b in, a out")
@@ -439,7 +415,7 @@ def test_watch_resumes_from_its_version_and_relists_after_410(cache_rig: CacheRi
     rig.loop.run_sync(rig.api.gate.clear)
     close_watches(rig.runner)
     for i in range(8):
-        rig.core_v1.create_namespaced_pod("default", gpu_pod(f"burst-{i}", "500"))
+        rig.core_v1.create_namespaced_pod("default", gpu_pod(f"burst-{i}", gpumem=500))
     rig.loop.run_sync(rig.api.gate.set)
     wait_for(lambda: pods_reflector.lists == 2, what="the relist after 410")
     wait_for(lambda: rig.pods() == 9, what="all pods after the relist")
@@ -462,7 +438,7 @@ def test_quota_cache_tracks_resource_quotas_and_terminal_pods(cache_rig: CacheRi
         lambda: rig.loop.run_sync(lambda: view.limits("default")) == QuotaLimits(8000, 150), what="limits"
     )
     assert rig.loop.run_sync(lambda: view.limits("other")).unlimited
-    rig.core_v1.create_namespaced_pod("default", gpu_pod("p", "3000"))
+    rig.core_v1.create_namespaced_pod("default", gpu_pod("p", gpumem=3000))
     wait_for(lambda: rig.used() == QuotaUsage(3000, 0), what="p counted")
     rig.core_v1.patch_namespaced_pod_status("p", "default", {"status": {"phase": "Succeeded"}})
     wait_for(lambda: rig.used() == QuotaUsage(0, 0), what="a finished pod no longer counted")
@@ -473,7 +449,7 @@ def test_quota_cache_tracks_resource_quotas_and_terminal_pods(cache_rig: CacheRi
 def test_lists_come_in_pages_into_the_caches(cache_rig: CacheRig) -> None:
     rig = cache_rig
     for i in range(5):
-        rig.core_v1.create_namespaced_pod("default", gpu_pod(f"p{i}"))
+        rig.core_v1.create_namespaced_pod("default", gpu_pod(f"p{i}", gpumem=4000))
     for reflector in rig.caches.reflectors:
         reflector.page_size = 2
     rig.loop.run_sync(rig.caches.start)

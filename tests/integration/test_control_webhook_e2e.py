@@ -17,9 +17,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
 
+from tests.builders import admission_review, as_body, container, gpu_pod, pod, resource_quota
 from tests.conftest import ApiServerHandle
-from tests.integration.control_process_util import ControlProcess, control_env, pod, raw_pod, start_control
-from tests.integration.control_server_util import KeepAliveClient, wait_for
+from tests.integration.control_process_util import ControlProcess, control_env, raw_pod, start_control
+from tests.integration.control_server_util import KeepAliveClient
+from tests.waiting import wait_for
 
 
 @pytest.fixture
@@ -63,13 +65,7 @@ def create_namespace(core_v1: Any, name: str) -> None:
 
 
 def gpu_memory_quota(core_v1: Any, namespace: str, limit: str) -> None:
-    core_v1.create_namespaced_resource_quota(
-        namespace,
-        client.V1ResourceQuota(
-            metadata=client.V1ObjectMeta(name="gpu"),
-            spec=client.V1ResourceQuotaSpec(hard={"limits.nvidia.com/gpumem": limit}),
-        ),
-    )
+    core_v1.create_namespaced_resource_quota(namespace, resource_quota({"limits.nvidia.com/gpumem": limit}))
 
 
 def wait_quota_seen(core_v1: Any, namespace: str) -> None:
@@ -78,9 +74,7 @@ def wait_quota_seen(core_v1: Any, namespace: str) -> None:
 
     def refused() -> bool:
         try:
-            core_v1.create_namespaced_pod(
-                namespace, pod("probe", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "999999999"})
-            )
+            core_v1.create_namespaced_pod(namespace, gpu_pod("probe", gpumem=999999999))
         except ApiException as err:
             return err.status == 403
         core_v1.delete_namespaced_pod("probe", namespace)
@@ -93,7 +87,7 @@ def test_gpu_pods_come_out_mutated(
     control: ControlProcess, api_client: client.ApiClient, core_v1: Any
 ) -> None:
     register(api_client, control)
-    core_v1.create_namespaced_pod("default", pod("whole", {"nvidia.com/gpu": "1"}))
+    core_v1.create_namespaced_pod("default", gpu_pod("whole"))
     whole = raw_pod(core_v1, "default", "whole")
     assert whole["spec"]["schedulerName"] == "hami-scheduler"
     assert whole["spec"]["containers"][0]["resources"]["limits"] == {
@@ -104,27 +98,23 @@ def test_gpu_pods_come_out_mutated(
 
     core_v1.create_namespaced_pod(
         "default",
-        pod(
-            "shared",
-            {"nvidia.com/gpumem": "4000", "nvidia.com/priority": "1"},
-            annotations={"hami.io/core-policy": "force"},
-        ),
+        gpu_pod("shared", gpus=None, gpumem=4000, priority=1, annotations={"hami.io/core-policy": "force"}),
     )
     shared = raw_pod(core_v1, "default", "shared")
-    container = shared["spec"]["containers"][0]
+    main = shared["spec"]["containers"][0]
     assert shared["spec"]["schedulerName"] == "hami-scheduler"
-    assert container["resources"]["limits"] == {
+    assert main["resources"]["limits"] == {
         "nvidia.com/gpumem": "4k",  # kube-apiserver writes Go's canonical quantity back
         "nvidia.com/priority": "1",
         "nvidia.com/gpu": "1",
     }
-    assert sorted((e["name"], e["value"]) for e in container["env"]) == [
+    assert sorted((e["name"], e["value"]) for e in main["env"]) == [
         ("CUDA_TASK_PRIORITY", "1"),
         ("GPU_CORE_UTILIZATION_POLICY", "force"),
     ]
 
     # A pod without GPU resources passes untouched.
-    core_v1.create_namespaced_pod("default", pod("plain", {"cpu": "1"}))
+    core_v1.create_namespaced_pod("default", pod("plain", container(limits={"cpu": "1"})))
     plain = raw_pod(core_v1, "default", "plain")
     assert plain["spec"]["schedulerName"] == "default-scheduler"
     assert plain["spec"]["containers"][0]["resources"] == {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}
@@ -142,13 +132,9 @@ def test_quota_denial_reaches_the_client_as_403(
     gpu_memory_quota(core_v1, "ai-team", "40000")
     register(api_client, control)
     wait_quota_seen(core_v1, "ai-team")
-    core_v1.create_namespaced_pod(
-        "ai-team", pod("big", {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "19000"})
-    )
+    core_v1.create_namespaced_pod("ai-team", gpu_pod("big", gpus=2, gpumem=19000))
     with pytest.raises(ApiException) as err:
-        core_v1.create_namespaced_pod(
-            "ai-team", pod("one-more", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"})
-        )
+        core_v1.create_namespaced_pod("ai-team", gpu_pod("one-more", gpumem=4000))
     assert err.value.status == 403
     message = json.loads(err.value.body)["message"]
     assert (
@@ -157,9 +143,7 @@ def test_quota_denial_reaches_the_client_as_403(
     )
     assert [p.metadata.name for p in core_v1.list_namespaced_pod("ai-team").items] == ["big"]
     # Other namespaces are not limited.
-    core_v1.create_namespaced_pod(
-        "default", pod("free", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "99999"})
-    )
+    core_v1.create_namespaced_pod("default", gpu_pod("free", gpumem=99999))
 
 
 def test_a_burst_cannot_overshoot_the_quota(
@@ -174,7 +158,7 @@ def test_a_burst_cannot_overshoot_the_quota(
 
     def create(i: int) -> int:
         # generateName: the final name is chosen after admission, the hardest case for the assumed usage.
-        body = pod("", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"}, generate_name="job-")
+        body = gpu_pod(None, gpumem=4000, generate_name="job-")
         try:
             burst_api.create_namespaced_pod("burst", body)
         except ApiException as err:
@@ -194,9 +178,7 @@ def test_a_burst_cannot_overshoot_the_quota(
 
     def admitted() -> bool:
         try:
-            core_v1.create_namespaced_pod(
-                "burst", pod("after", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"})
-            )
+            core_v1.create_namespaced_pod("burst", gpu_pod("after", gpumem=4000))
         except ApiException as err:
             assert err.status == 403
             return False
@@ -204,9 +186,7 @@ def test_a_burst_cannot_overshoot_the_quota(
 
     wait_for(admitted, 10, "a pod to fit after one was deleted")
     with pytest.raises(ApiException) as err:
-        core_v1.create_namespaced_pod(
-            "burst", pod("over", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"})
-        )
+        core_v1.create_namespaced_pod("burst", gpu_pod("over", gpumem=4000))
     assert err.value.status == 403
 
 
@@ -229,34 +209,12 @@ def test_start_up_errors_are_one_line_and_exit_2(tmp_path: Path, apiserver: ApiS
     assert "--tls-cert-file" in no_tls.stderr and "Traceback" not in no_tls.stderr
 
 
-def admission_review(namespace: str, name: str, gpumem: str, *, dry_run: bool = False) -> bytes:
-    pod_json = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"generateName": f"{name}-", "namespace": namespace},
-        "spec": {
-            "schedulerName": "default-scheduler",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "cuda:12",
-                    "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": gpumem}},
-                }
-            ],
-        },
-    }
-    request = {
-        "uid": f"{name}-{gpumem}",
-        "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"},
-        "namespace": namespace,
-        "operation": "CREATE",
-        "object": pod_json,
-        "dryRun": dry_run,
-    }
-    return json.dumps(
-        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    ).encode()
+def review_gpu_pod(namespace: str, name: str, gpumem: int, *, dry_run: bool = False) -> bytes:
+    """An AdmissionReview of a one-GPU pod asking `gpumem` MiB, sent straight to the webhook."""
+    obj = gpu_pod(
+        None, gpumem=gpumem, generate_name=f"{name}-", namespace=namespace, scheduler_name="default-scheduler"
+    )
+    return as_body(admission_review(obj, uid=f"{name}-{gpumem}", namespace=namespace, dry_run=dry_run))
 
 
 def test_admitted_pods_count_before_the_watch_sees_them(control: ControlProcess, core_v1: Any) -> None:
@@ -271,10 +229,8 @@ def test_admitted_pods_count_before_the_watch_sees_them(control: ControlProcess,
         assert status == 200
         return bool(json.loads(answer)["response"]["allowed"])
 
-    wait_for(lambda: not allowed(admission_review("assumed", "probe", "40001")), 10, "the quota to be seen")
-    assert all(allowed(admission_review("assumed", f"dry-{i}", "4000", dry_run=True)) for i in range(12))
+    wait_for(lambda: not allowed(review_gpu_pod("assumed", "probe", 40001)), 10, "the quota to be seen")
+    assert all(allowed(review_gpu_pod("assumed", f"dry-{i}", 4000, dry_run=True)) for i in range(12))
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        results = list(
-            pool.map(allowed, [admission_review("assumed", f"job-{i}", "4000") for i in range(24)])
-        )
+        results = list(pool.map(allowed, [review_gpu_pod("assumed", f"job-{i}", 4000) for i in range(24)]))
     assert results.count(True) == 10

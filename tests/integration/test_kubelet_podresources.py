@@ -27,7 +27,8 @@ from hami_sim.kubelet.devicemanager import DeviceManager
 from hami_sim.kubelet.podresources import api_pb2, api_pb2_grpc
 from hami_sim.kubelet.podresources.server import PodResourcesServer
 from hami_sim.nodehost import KUBELET_LONGEST_SOCKET
-from tests.apiserver_util import bind
+from tests.apiserver_util import create_and_bind
+from tests.builders import container
 from tests.conftest import ApiServerHandle
 from tests.integration.kubelet_plugin import TIMEOUT, FakePlugin, devices
 
@@ -88,28 +89,6 @@ def bound_name(path: Path) -> str:
         return Path(conn.getpeername()).name
 
 
-def container(name: str, count: int | None = None, *, restart_policy: str | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"name": name, "image": "busybox:1.36"}
-    if count is not None:
-        body["resources"] = {"limits": {RES: str(count)}}
-    if restart_policy:
-        body["restartPolicy"] = restart_policy
-    return body
-
-
-def run_pod(
-    core_v1: Any, name: str, containers: list[dict[str, Any]], init: list[dict[str, Any]] | None = None
-) -> str:
-    spec: dict[str, Any] = {"containers": containers}
-    if init:
-        spec["initContainers"] = init
-    created = core_v1.create_namespaced_pod(
-        NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-    )
-    bind(core_v1, NS, name, NODE)
-    return str(created.metadata.uid)
-
-
 def entries(devices_: Any) -> list[Entry]:
     result = []
     for d in devices_:
@@ -134,15 +113,15 @@ def by_name(response: Any) -> dict[tuple[str, str], Any]:
 
 # Takes all six devices: the sidecar reuses the init container's two, main takes the four others.
 SIDECAR_POD = (
-    [container("main", 4), container("nogpu")],
-    [container("init", 2), container("side", 2, restart_policy="Always")],
+    [container("main", limits={RES: "4"}), container("nogpu")],
+    [container("init", limits={RES: "2"}), container("side", limits={RES: "2"}, restart_policy="Always")],
 )
 
 
 def test_list_reports_the_checkpointed_devices_of_sidecars_and_app_containers_but_not_plain_inits(
     kubelet: KubeletRunner, plugin: FakePlugin, core_v1: Any
 ) -> None:
-    uid = run_pod(core_v1, "p", *SIDECAR_POD)
+    uid = create_and_bind(core_v1, "p", NODE, SIDECAR_POD[0], init=SIDECAR_POD[1])
     assert kubelet.wait_for_pod(NS, "p").admitted
     with lister(kubelet.config.pod_resources_socket) as stub:
         response = stub.List(api_pb2.ListPodResourcesRequest(), timeout=TIMEOUT)
@@ -169,8 +148,8 @@ def test_list_reports_the_checkpointed_devices_of_sidecars_and_app_containers_bu
 
 
 def test_get_answers_one_pod_as_list_does(kubelet: KubeletRunner, plugin: FakePlugin, core_v1: Any) -> None:
-    run_pod(core_v1, "p", *SIDECAR_POD)
-    run_pod(core_v1, "q", [container("main")])
+    create_and_bind(core_v1, "p", NODE, SIDECAR_POD[0], init=SIDECAR_POD[1])
+    create_and_bind(core_v1, "q", NODE, [container("main")])
     assert kubelet.wait_for_pod(NS, "p").admitted and kubelet.wait_for_pod(NS, "q").admitted
     with lister(kubelet.config.pod_resources_socket) as stub:
         listed = by_name(stub.List(api_pb2.ListPodResourcesRequest(), timeout=TIMEOUT))
@@ -193,9 +172,9 @@ def test_get_of_an_unknown_pod_fails_with_kubelets_error(kubelet: KubeletRunner)
 def test_list_leaves_out_rejected_and_deleted_pods_and_get_still_finds_the_rejected_one(
     kubelet: KubeletRunner, plugin: FakePlugin, core_v1: Any
 ) -> None:
-    run_pod(core_v1, "keep", [container("main", 2)])
-    run_pod(core_v1, "gone", [container("main", 1)])
-    run_pod(core_v1, "greedy", [container("main", 9)])
+    create_and_bind(core_v1, "keep", NODE, [container("main", limits={RES: "2"})])
+    create_and_bind(core_v1, "gone", NODE, [container("main", limits={RES: "1"})])
+    create_and_bind(core_v1, "greedy", NODE, [container("main", limits={RES: "9"})])
     assert kubelet.wait_for_pod(NS, "keep").admitted and kubelet.wait_for_pod(NS, "gone").admitted
     assert not kubelet.wait_for_pod(NS, "greedy").admitted
     core_v1.delete_namespaced_pod("gone", NS)
@@ -219,7 +198,7 @@ def test_allocatable_resources_are_the_healthy_devices_with_their_numa_nodes(
     both.topology.nodes.extend([dp.NUMANode(ID=0), dp.NUMANode(ID=1)])
     plugin.set_devices([*devices("a", "b", numa={"a": 0, "b": 1}), both, *devices("d", "e", unhealthy=["e"])])
     kubelet.wait_for_devices(lambda s: (r := s.resource(RES)) is not None and r.allocatable == 4)
-    run_pod(core_v1, "p", [container("main", 2)])
+    create_and_bind(core_v1, "p", NODE, [container("main", limits={RES: "2"})])
     assert kubelet.wait_for_pod(NS, "p").admitted
     with lister(kubelet.config.pod_resources_socket) as stub:
         response = stub.GetAllocatableResources(api_pb2.AllocatableResourcesRequest(), timeout=TIMEOUT)
@@ -251,7 +230,7 @@ def test_socket_is_made_in_pod_resources_remade_on_restart_and_removed_on_stop(
         try:
             fake.register(RES)
             kubelet.wait_for_devices(lambda s: (r := s.resource(RES)) is not None and r.allocatable == 2)
-            uid = run_pod(core_v1, "p", [container("main", 1)])
+            uid = create_and_bind(core_v1, "p", NODE, [container("main", limits={RES: "1"})])
             assert kubelet.wait_for_pod(NS, "p").admitted
             before = bound_name(path)
             kubelet.restart()

@@ -12,15 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from hami_node.plugin.api import api_pb2
 from hami_sim.kubelet import CheckpointError, KubeletConfig, KubeletRunner, Snapshot, read_checkpoint
 from hami_sim.kubelet.checkpoint import encode_checkpoint
-from tests.apiserver_util import bind
+from tests.apiserver_util import create_and_bind
+from tests.builders import container, node
 from tests.conftest import ApiServerHandle
 from tests.integration.control_server_util import wait_for
 from tests.integration.kubelet_plugin import TIMEOUT, FakePlugin, devices
+from tests.waiting import wait_node
 
 RES = "example.com/dev"
 NODE = "node-1"
@@ -61,32 +62,6 @@ def make_plugin(short_dir: Path, kubelet: KubeletRunner) -> Iterator[Callable[..
         plugin.stop()
 
 
-def container(
-    name: str, count: int | None = None, *, restart_policy: str | None = None, **limits: str
-) -> Any:
-    all_limits = dict(limits)
-    if count is not None:
-        all_limits[RES] = str(count)
-    body: dict[str, Any] = {"name": name, "image": "busybox:1.36"}
-    if all_limits:
-        body["resources"] = {"limits": all_limits}
-    if restart_policy:
-        body["restartPolicy"] = restart_policy
-    return body
-
-
-def run_pod(core_v1: Any, name: str, containers: list[Any], init: list[Any] | None = None) -> str:
-    """Create the pod, bind it to the node; returns its UID."""
-    spec: dict[str, Any] = {"containers": containers}
-    if init:
-        spec["initContainers"] = init
-    created = core_v1.create_namespaced_pod(
-        NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-    )
-    bind(core_v1, NS, name, NODE)
-    return str(created.metadata.uid)
-
-
 def allocated(snapshot: Snapshot) -> frozenset[str]:
     return snapshot.allocated.get(RES, frozenset())
 
@@ -100,35 +75,19 @@ def test_node_is_created_and_reports_capacity_and_allocatable(
     plugin = make_plugin("a", "b", "c", "d")
     plugin.set_devices(devices("a", "b", "c", "d", unhealthy=["d"]))
     kubelet.wait_for_devices(lambda s: (r := s.resource(RES)) is not None and r.allocatable == 3)
-    _wait_node(core_v1, lambda status: status.allocatable.get(RES) == "3")
+    wait_node(core_v1, NODE, lambda n: n.status.allocatable.get(RES) == "3")
     status = core_v1.read_node(NODE).status
     assert (status.capacity[RES], status.allocatable[RES]) == ("4", "3")
     plugin.stop()
-    _wait_node(core_v1, lambda status: status.allocatable.get(RES) == "0")
+    wait_node(core_v1, NODE, lambda n: n.status.allocatable.get(RES) == "0")
     assert core_v1.read_node(NODE).status.capacity[RES] == "4"
-
-
-def _wait_node(core_v1: Any, predicate: Callable[[Any], bool], timeout: int = 10) -> None:
-    from kubernetes import watch
-
-    if predicate(core_v1.read_node(NODE).status):
-        return
-    watcher: Any = watch.Watch()  # type: ignore[no-untyped-call]
-    stream = watcher.stream(
-        core_v1.list_node, field_selector=f"metadata.name={NODE}", timeout_seconds=timeout
-    )
-    for event in stream:
-        if predicate(event["object"].status):
-            stream.close()
-            return
-    raise AssertionError("the node status never matched")
 
 
 def test_single_container_pod_gets_devices_and_runs(
     kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
 ) -> None:
     plugin = make_plugin("a", "b", "c")
-    uid = run_pod(core_v1, "p", [container("main", 2)])
+    uid = create_and_bind(core_v1, "p", NODE, [container("main", limits={RES: "2"})])
     result = kubelet.wait_for_pod(NS, "p")
     assert result.admitted and result.uid == uid
     # Without GetPreferredAllocation kubelet takes free devices in Go map order: any two.
@@ -150,7 +109,7 @@ def test_pod_without_device_requests_just_runs(
     kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
 ) -> None:
     plugin = make_plugin("a")
-    run_pod(core_v1, "plain", [container("main", cpu="100m")])
+    create_and_bind(core_v1, "plain", NODE, [container("main", limits={"cpu": "100m"})])
     assert kubelet.wait_for_pod(NS, "plain").admitted
     assert plugin.calls.allocate == []
     assert core_v1.read_namespaced_pod("plain", NS).status.phase == "Running"
@@ -160,11 +119,12 @@ def test_init_container_devices_are_reused_by_app_containers(
     kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
 ) -> None:
     plugin = make_plugin("a", "b", "c", "d")
-    uid = run_pod(
+    uid = create_and_bind(
         core_v1,
         "multi",
-        [container("c1", 1), container("c2", 2), container("nogpu")],
-        init=[container("init", 2)],
+        NODE,
+        [container("c1", limits={RES: "1"}), container("c2", limits={RES: "2"}), container("nogpu")],
+        init=[container("init", limits={RES: "2"})],
     )
     assert kubelet.wait_for_pod(NS, "multi").admitted
     # One Allocate RPC per container, one ContainerAllocateRequest each, init first.
@@ -187,7 +147,13 @@ def test_restartable_init_container_keeps_its_devices(
     kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
 ) -> None:
     plugin = make_plugin("a", "b", "c")
-    run_pod(core_v1, "sidecar", [container("main", 1)], init=[container("side", 1, restart_policy="Always")])
+    create_and_bind(
+        core_v1,
+        "sidecar",
+        NODE,
+        [container("main", limits={RES: "1"})],
+        init=[container("side", limits={RES: "1"}, restart_policy="Always")],
+    )
     assert kubelet.wait_for_pod(NS, "sidecar").admitted
     (side,), (main,) = plugin.calls.allocate
     assert len(side) == len(main) == 1 and side != main  # the sidecar's device is not reused
@@ -198,14 +164,14 @@ def test_preferred_allocation_is_asked_and_intersected(
 ) -> None:
     plugin = make_plugin("a", "b", "c", "d", preferred=True)
     plugin.prefer = lambda avail, must, size: ["d", "c"]
-    run_pod(core_v1, "pref", [container("main", 2)])
+    create_and_bind(core_v1, "pref", NODE, [container("main", limits={RES: "2"})])
     assert kubelet.wait_for_pod(NS, "pref").admitted
     ((available, must, size),) = plugin.calls.preferred
     assert (sorted(available), must, size) == (["a", "b", "c", "d"], [], 2)
     assert [sorted(ids) for (ids,) in plugin.calls.allocate] == [["c", "d"]]
     # An answer naming unknown or busy devices is intersected with the free ones; kubelet fills the rest.
     plugin.prefer = lambda avail, must, size: ["ghost", "c", "b"]
-    run_pod(core_v1, "pref2", [container("main", 2)])
+    create_and_bind(core_v1, "pref2", NODE, [container("main", limits={RES: "2"})])
     assert kubelet.wait_for_pod(NS, "pref2").admitted
     available, must, size = plugin.calls.preferred[1]
     assert (sorted(available), must, size) == (["a", "b"], [], 2)
@@ -217,7 +183,13 @@ def test_preferred_allocation_with_init_reuse_passes_must_include(
 ) -> None:
     plugin = make_plugin("a", "b", "c", "d", preferred=True)
     plugin.prefer = lambda avail, must, size: [*must, *sorted(set(avail) - set(must), reverse=True)][:size]
-    run_pod(core_v1, "reuse", [container("main", 2)], init=[container("init", 1)])
+    create_and_bind(
+        core_v1,
+        "reuse",
+        NODE,
+        [container("main", limits={RES: "2"})],
+        init=[container("init", limits={RES: "1"})],
+    )
     assert kubelet.wait_for_pod(NS, "reuse").admitted
     # init: free choice (d); main: d reused, then the plugin is asked with d as must-include.
     assert [(sorted(a), m, n) for a, m, n in plugin.calls.preferred] == [
@@ -232,7 +204,7 @@ def test_allocate_error_fails_the_pod_with_kubelets_message_and_an_event(
 ) -> None:
     plugin = make_plugin("a", "b")
     plugin.allocate_error = "no pending pod asks for 1 device"
-    run_pod(core_v1, "bad", [container("main", 1)])
+    create_and_bind(core_v1, "bad", NODE, [container("main", limits={RES: "1"})])
     result = kubelet.wait_for_pod(NS, "bad")
     expected = (
         "Allocate failed due to rpc error: code = Unknown desc = no pending pod asks for 1 device, "
@@ -265,7 +237,7 @@ def test_a_plugin_gone_during_allocate_fails_that_pod_and_admission_goes_on(
     plugin = make_plugin("a", "b")
     gate = threading.Event()
     plugin.allocate_gate = gate
-    run_pod(core_v1, "caught", [container("main", 1)])
+    create_and_bind(core_v1, "caught", NODE, [container("main", limits={RES: "1"})])
     try:
         assert plugin.allocate_entered.wait(TIMEOUT), "Allocate was not called"
         plugin.end_streams()
@@ -280,7 +252,7 @@ def test_a_plugin_gone_during_allocate_fails_that_pod_and_admission_goes_on(
     plugin.allocate_gate = None
     plugin.register(RES)
     kubelet.wait_for_devices(lambda s: (r := s.resource(RES)) is not None and r.allocatable == 2)
-    run_pod(core_v1, "after", [container("main", 1)])
+    create_and_bind(core_v1, "after", NODE, [container("main", limits={RES: "1"})])
     assert kubelet.wait_for_pod(NS, "after").admitted
 
 
@@ -301,11 +273,11 @@ def test_an_unforeseen_admission_failure_rejects_that_pod_only(
         await real(pod_uid, container)
 
     manager.pre_start_container = failing_once  # type: ignore[method-assign]
-    run_pod(core_v1, "unlucky", [container("main", 1)])
+    create_and_bind(core_v1, "unlucky", NODE, [container("main", limits={RES: "1"})])
     result = kubelet.wait_for_pod(NS, "unlucky")
     assert not result.admitted and result.reason == "UnexpectedAdmissionError"
     assert "RuntimeError: boom" in result.message
-    run_pod(core_v1, "next", [container("main", 1)])
+    create_and_bind(core_v1, "next", NODE, [container("main", limits={RES: "1"})])
     assert kubelet.wait_for_pod(NS, "next").admitted
     assert len(allocated(kubelet.snapshot())) == 1  # the rejected pod's device was freed
 
@@ -315,7 +287,7 @@ def test_empty_allocate_response_is_an_error(
 ) -> None:
     plugin = make_plugin("a")
     plugin.empty_allocate = True
-    run_pod(core_v1, "empty", [container("main", 1)])
+    create_and_bind(core_v1, "empty", NODE, [container("main", limits={RES: "1"})])
     result = kubelet.wait_for_pod(NS, "empty")
     assert not result.admitted
     assert "no containers return in allocation response" in result.message
@@ -325,9 +297,9 @@ def test_not_enough_devices(
     kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
 ) -> None:
     make_plugin("a", "b", "c")
-    run_pod(core_v1, "first", [container("main", 2)])
+    create_and_bind(core_v1, "first", NODE, [container("main", limits={RES: "2"})])
     assert kubelet.wait_for_pod(NS, "first").admitted
-    run_pod(core_v1, "second", [container("main", 2)])
+    create_and_bind(core_v1, "second", NODE, [container("main", limits={RES: "2"})])
     result = kubelet.wait_for_pod(NS, "second")
     assert result.message == (
         "Pod was rejected: Allocate failed due to requested number of devices unavailable for "
@@ -342,7 +314,7 @@ def test_no_healthy_devices(
     plugin = make_plugin("a", "b")
     plugin.set_devices(devices("a", "b", unhealthy=["a", "b"]))
     kubelet.wait_for_devices(lambda s: (r := s.resource(RES)) is not None and r.allocatable == 0)
-    run_pod(core_v1, "sick", [container("main", 1)])
+    create_and_bind(core_v1, "sick", NODE, [container("main", limits={RES: "1"})])
     assert kubelet.wait_for_pod(NS, "sick").message == (
         "Pod was rejected: Allocate failed due to no healthy devices present; cannot allocate unhealthy "
         "devices example.com/dev, which is unexpected"
@@ -356,7 +328,7 @@ def test_extended_resource_the_node_does_not_list_is_ignored_like_kubelet(
     (`removeMissingExtendedResources`): HAMi's gpumem/gpucores pods depend on it."""
     make_plugin("a")
     extended: dict[str, Any] = {"other.example.com/thing": "1"}
-    run_pod(core_v1, "other", [container("main", **extended)])
+    create_and_bind(core_v1, "other", NODE, [container("main", limits=extended)])
     assert kubelet.wait_for_pod(NS, "other").admitted
 
 
@@ -366,7 +338,7 @@ def test_extended_resource_the_node_lists_too_little_of_is_rejected_like_kubelet
     make_plugin("a")
     core_v1.patch_node_status(NODE, {"status": {"allocatable": {"other.example.com/thing": "0"}}})
     extended: dict[str, Any] = {"other.example.com/thing": "1"}
-    run_pod(core_v1, "other", [container("main", **extended)])
+    create_and_bind(core_v1, "other", NODE, [container("main", limits=extended)])
     result = kubelet.wait_for_pod(NS, "other")
     assert (result.admitted, result.reason) == (False, "OutOfother.example.com/thing")
     assert result.message == (
@@ -379,11 +351,11 @@ def test_deleted_pod_frees_its_devices(
     kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
 ) -> None:
     make_plugin("a", "b")
-    run_pod(core_v1, "holder", [container("main", 2)])
+    create_and_bind(core_v1, "holder", NODE, [container("main", limits={RES: "2"})])
     assert kubelet.wait_for_pod(NS, "holder").admitted
     core_v1.delete_namespaced_pod("holder", NS)
     kubelet.wait_for_devices(lambda s: allocated(s) == frozenset())
-    run_pod(core_v1, "next", [container("main", 2)])
+    create_and_bind(core_v1, "next", NODE, [container("main", limits={RES: "2"})])
     assert kubelet.wait_for_pod(NS, "next").admitted
 
 
@@ -391,14 +363,16 @@ def test_pre_start_container_is_called_with_the_containers_devices(
     kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
 ) -> None:
     plugin = make_plugin("a", "b", "c", pre_start=True)
-    run_pod(core_v1, "ps", [container("c1", 1), container("c2", 2)])
+    create_and_bind(
+        core_v1, "ps", NODE, [container("c1", limits={RES: "1"}), container("c2", limits={RES: "2"})]
+    )
     assert kubelet.wait_for_pod(NS, "ps").admitted
     (c1,), (c2,) = plugin.calls.allocate
     assert [sorted(ids) for ids in plugin.calls.pre_start] == [sorted(c1), sorted(c2)]
     plugin.pre_start_error = "not ready"
     core_v1.delete_namespaced_pod("ps", NS)
     kubelet.wait_for_devices(lambda s: allocated(s) == frozenset())
-    run_pod(core_v1, "ps2", [container("main", 1)])
+    create_and_bind(core_v1, "ps2", NODE, [container("main", limits={RES: "1"})])
     result = kubelet.wait_for_pod(NS, "ps2")
     assert (result.admitted, result.reason) == (False, "CreateContainerConfigError")
     pod = core_v1.read_namespaced_pod("ps2", NS)
@@ -416,7 +390,7 @@ def test_checkpoint_holds_the_allocate_responses(
     plugin = make_plugin("a", "b")
     plugin.set_devices([*devices("a", "b", numa={"a": 0, "b": 1}), api_pb2.Device(ID="c", health="Healthy")])
     kubelet.wait_for_devices(lambda s: (r := s.resource(RES)) is not None and r.capacity == 3)
-    uid = run_pod(core_v1, "cp", [container("main", 3)])
+    uid = create_and_bind(core_v1, "cp", NODE, [container("main", limits={RES: "3"})])
     assert kubelet.wait_for_pod(NS, "cp").admitted
     path = kubelet.config.checkpoint_path
     checkpoint = read_checkpoint(path)
@@ -445,22 +419,22 @@ def test_restart_keeps_running_pods_devices(
     kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
 ) -> None:
     plugin = make_plugin("a", "b", "c")
-    uid = run_pod(core_v1, "keeper", [container("main", 2)])
+    uid = create_and_bind(core_v1, "keeper", NODE, [container("main", limits={RES: "2"})])
     assert kubelet.wait_for_pod(NS, "keeper").admitted
     ((kept,),) = plugin.calls.allocate
     kubelet.restart()
     snapshot = kubelet.snapshot()
     assert allocated(snapshot) == set(kept)
     assert snapshot.resources[RES].capacity == 0
-    _wait_node(core_v1, lambda status: status.capacity.get(RES) == "0")
+    wait_node(core_v1, NODE, lambda n: n.status.capacity.get(RES) == "0")
     # Before the plugin is back, a new pod is refused as kubelet refuses it after a reboot.
-    run_pod(core_v1, "early", [container("main", 1)])
+    create_and_bind(core_v1, "early", NODE, [container("main", limits={RES: "1"})])
     assert "no healthy devices present" in kubelet.wait_for_pod(NS, "early").message
     plugin.stop()
     plugin.serve()
     plugin.register(RES)
     kubelet.wait_for_devices(lambda s: (r := s.resource(RES)) is not None and r.allocatable == 3)
-    run_pod(core_v1, "late", [container("main", 1)])
+    create_and_bind(core_v1, "late", NODE, [container("main", limits={RES: "1"})])
     assert kubelet.wait_for_pod(NS, "late").admitted
     assert plugin.calls.allocate[-1] == [sorted({"a", "b", "c"} - set(kept))]
     entry = read_checkpoint(kubelet.config.checkpoint_path).for_container(uid, "main")[0]
@@ -471,8 +445,8 @@ def test_restart_keeps_running_pods_devices(
 def test_pods_bound_before_the_kubelet_starts_are_admitted(
     apiserver: ApiServerHandle, short_dir: Path, core_v1: Any
 ) -> None:
-    core_v1.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=NODE)))
-    run_pod(core_v1, "early-bird", [container("main")])
+    core_v1.create_node(node(NODE))
+    create_and_bind(core_v1, "early-bird", NODE, [container("main")])
     config = KubeletConfig(NODE, short_dir / "dp", kubeconfig=apiserver.kubeconfig)
     with KubeletRunner(config) as runner:
         assert runner.wait_for_pod(NS, "early-bird").admitted

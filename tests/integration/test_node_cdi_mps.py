@@ -15,22 +15,12 @@ import pytest
 
 from hami_node.cdi import CDI_KIND, SPEC_FILE_NAME
 from hami_node.gpu.inventory import generate_inventory, write_inventory
+from tests.apiserver_util import create_and_bind
+from tests.builders import allocation, container
 from tests.cdi_util import spec_problems
 from tests.conftest import ApiServerHandle
-from tests.integration.node_daemon_util import (
-    NAMESPACE,
-    NodeRig,
-    allocation,
-    bind_phase,
-    create_and_bind,
-    gpu_container,
-    make_rig,
-    node_inventory,
-    run_daemon_once,
-    scheduler_annotations,
-    wait_node,
-    wait_pod,
-)
+from tests.node_daemon_util import NAMESPACE, NodeRig, bind_phase, make_rig, node_inventory, run_daemon_once
+from tests.waiting import wait_node, wait_pod
 
 NODE = "gpu-node-cdi"
 
@@ -56,9 +46,7 @@ def test_cdi_strategy_writes_a_spec_defining_every_name_allocate_returns(rig: No
     assert spec_devices(spec_path) == [(g.uuid, f"/dev/nvidia{g.minor}") for g in gpus]
 
     choice = allocation([(gpus[0].uuid, 2000, 20), (gpus[2].uuid, 2000, 20)])
-    uid = create_and_bind(
-        core_v1, "cdi", NODE, [gpu_container("main", 2)], annotations=scheduler_annotations(NODE, choice)
-    )
+    uid = create_and_bind(core_v1, "cdi", NODE, [container("main", gpus=2)], choice)
     result = rig.kubelet.wait_for_pod(NAMESPACE, "cdi", timeout=20)
     assert result.admitted, result.message
     (entry,) = rig.kubelet.checkpoint().for_container(uid, "main")
@@ -124,8 +112,8 @@ def test_mps_mode_connects_containers_to_the_mps_daemon_only_while_it_runs(
     assert {g.mode for g in node_inventory(node) or ()} == {"mps"}
 
     gpu = rig.uuids[1]
-    choice = scheduler_annotations(NODE, allocation([(gpu, 3000, 30)]))
-    create_and_bind(core_v1, "early", NODE, [gpu_container("main", 1)], annotations=choice)
+    choice = allocation([(gpu, 3000, 30)])
+    create_and_bind(core_v1, "early", NODE, [container("main", gpus=1)], choice)
     result = rig.kubelet.wait_for_pod(NAMESPACE, "early", timeout=20)
     assert not result.admitted and result.reason == "UnexpectedAdmissionError", result
     message = core_v1.read_namespaced_pod("early", NAMESPACE).status.message
@@ -133,8 +121,7 @@ def test_mps_mode_connects_containers_to_the_mps_daemon_only_while_it_runs(
     assert str(root / "nvidia.com/gpu/.started") in message
 
     (root / "nvidia.com/gpu/.started").write_text("")  # what NVIDIA's mps-control-daemon writes
-    choice = scheduler_annotations(NODE, allocation([(gpu, 3000, 30)]))
-    uid = create_and_bind(core_v1, "shared", NODE, [gpu_container("main", 1)], annotations=choice)
+    uid = create_and_bind(core_v1, "shared", NODE, [container("main", gpus=1)], choice)
     assert rig.kubelet.wait_for_pod(NAMESPACE, "shared", timeout=20).admitted
     wait_pod(core_v1, "shared", lambda p: bind_phase(p) == "success")
     (entry,) = rig.kubelet.checkpoint().for_container(uid, "main")

@@ -20,19 +20,19 @@ import pytest
 
 from hami_api import annotations as ann
 from hami_api.types import GPUInfo
+from hami_control.binder import binding_annotations
 from hami_node.gpu.inventory import Inventory, NvmlMode, generate_inventory, write_inventory
 from hami_sim.kubelet import read_checkpoint
+from tests.apiserver_util import create_and_bind
+from tests.builders import allocation, container
 from tests.conftest import ApiServerHandle
-from tests.integration.node_daemon_util import (
+from tests.node_daemon_util import (
     NAMESPACE,
     REPO_ROOT,
     RESOURCE,
     NodeRig,
-    allocation,
     bind_phase,
-    create_and_bind,
     daemon_env,
-    gpu_container,
     healthy_ids,
     inventory_health,
     make_rig,
@@ -40,13 +40,10 @@ from tests.integration.node_daemon_util import (
     node_rig,
     pod_patches,
     run_daemon_once,
-    scheduler_annotations,
     unhealthy_ids,
     virtual_ids,
-    wait_node,
-    wait_pod,
-    wait_until,
 )
+from tests.waiting import wait_for, wait_node, wait_pod
 
 NODE = "gpu-node-1"
 
@@ -117,9 +114,7 @@ def test_single_container_pod_gets_hami_envs_and_mounts(
     rig.start_daemon()
     gpu = rig.uuids[1]
     choice = allocation([(gpu, 4000, 30)])
-    uid = create_and_bind(
-        core_v1, "one", NODE, [gpu_container("main", 1)], annotations=scheduler_annotations(NODE, choice)
-    )
+    uid = create_and_bind(core_v1, "one", NODE, [container("main", gpus=1)], choice)
     result = rig.kubelet.wait_for_pod(NAMESPACE, "one", timeout=20)
     assert result.admitted, result.message
     pod = wait_pod(core_v1, "one", lambda p: bind_phase(p) == "success")
@@ -175,12 +170,12 @@ def test_multi_container_pod_gets_each_container_its_slices_and_one_patch(
         "multi",
         NODE,
         [
-            gpu_container("c1", 1),
-            gpu_container("nogpu"),
-            gpu_container("c2", 2, env={"CUDA_DISABLE_CONTROL": "true"}),
+            container("c1", gpus=1),
+            container("nogpu"),
+            container("c2", gpus=2, env={"CUDA_DISABLE_CONTROL": "true"}),
         ],
-        init=[gpu_container("prepare", 1)],
-        annotations=scheduler_annotations(NODE, choice),
+        choice,
+        init=[container("prepare", gpus=1)],
     )
     result = rig.kubelet.wait_for_pod(NAMESPACE, "multi", timeout=20)
     assert result.admitted, result.message
@@ -239,9 +234,9 @@ def test_a_container_kubelet_hands_a_gpu_its_pod_was_not_accounted_for_is_refuse
         core_v1,
         "swap",
         NODE,
-        [gpu_container("c1", 1)],
-        init=[gpu_container("prepare", 1)],
-        annotations=scheduler_annotations(NODE, choice),
+        [container("c1", gpus=1)],
+        choice,
+        init=[container("prepare", gpus=1)],
     )
     result = rig.kubelet.wait_for_pod(NAMESPACE, "swap", timeout=20)
     assert not result.admitted and result.reason == "UnexpectedAdmissionError"
@@ -254,7 +249,7 @@ def test_a_container_kubelet_hands_a_gpu_its_pod_was_not_accounted_for_is_refuse
         return [e for e in events if e.reason == "AllocateGPUMismatch"]
 
     # The event recorder writes on its own, not in step with the bind-phase patch.
-    wait_until(lambda: bool(mismatch_events()), 10, "the AllocateGPUMismatch Event")
+    wait_for(lambda: bool(mismatch_events()), 10, "the AllocateGPUMismatch Event")
     mismatch = mismatch_events()
     assert len(mismatch) == 1 and mismatch[0].type == "Warning"
     assert g0 in mismatch[0].message and g1 in mismatch[0].message and "'c1'" in mismatch[0].message
@@ -277,9 +272,9 @@ def test_an_app_container_kubelet_gives_another_init_device_of_its_pod_moves_the
             core_v1,
             name,
             NODE,
-            [gpu_container("app", 1)],
-            init=[gpu_container("prepare", 2)],
-            annotations=scheduler_annotations(NODE, choice),
+            [container("app", gpus=1)],
+            choice,
+            init=[container("prepare", gpus=2)],
         )
         result = rig.kubelet.wait_for_pod(NAMESPACE, name, timeout=20)
         assert result.admitted, result.message
@@ -300,7 +295,7 @@ def test_an_app_container_kubelet_gives_another_init_device_of_its_pod_moves_the
                 ).items
                 return [e.reason for e in events if e.source.component == "hami-node"]
 
-            wait_until(lambda: bool(own_events()), 10, f"an Event from hami-node about {name}")
+            wait_for(lambda: bool(own_events()), 10, f"an Event from hami-node about {name}")
             assert own_events() == ["AllocateGPUReassigned"]
         core_v1.delete_namespaced_pod(name, NAMESPACE)
     assert 0 < moved < 8
@@ -340,7 +335,7 @@ def test_ignored_xid_changes_nothing(rig: NodeRig, core_v1: Any) -> None:
     since = node_rv(core_v1)
     rig.emit_xid("xid-13", rig.uuids[0], 13)  # a graphics engine exception: the application's fault
     # Proof the daemon read the edit: it logs the ignored event.
-    wait_until(
+    wait_for(
         lambda: any("Xid 13" in line and ": ignored" in line for line in rig.daemon.log_text().splitlines()),
         5.0,
         "the daemon to log the ignored Xid",
@@ -397,8 +392,8 @@ def test_kubelet_restart_re_registers(rig: NodeRig, core_v1: Any) -> None:
         core_v1,
         "after-restart",
         NODE,
-        [gpu_container("main", 1)],
-        annotations=scheduler_annotations(NODE, allocation([(gpu, 1000, 10)])),
+        [container("main", gpus=1)],
+        allocation([(gpu, 1000, 10)]),
     )
     result = rig.kubelet.wait_for_pod(NAMESPACE, "after-restart", timeout=20)
     assert result.admitted, result.message
@@ -417,7 +412,7 @@ def test_kubelet_restart_re_registers(rig: NodeRig, core_v1: Any) -> None:
 def test_kubelet_absent_at_start(apiserver: ApiServerHandle, core_v1: Any) -> None:
     with node_rig(NODE, apiserver.kubeconfig, node_gpus(), start_kubelet=False) as rig:
         daemon = rig.start_daemon(wait=False)
-        wait_until(lambda: "waiting for kubelet" in daemon.log_text(), 20.0, "the daemon to wait for kubelet")
+        wait_for(lambda: "waiting for kubelet" in daemon.log_text(), 20.0, "the daemon to wait for kubelet")
         assert not rig.kubelet_dir.exists()
         # kubelet comes up (its directory and kubelet.sock are created): the daemon registers.
         rig.kubelet.start()
@@ -461,8 +456,8 @@ def test_api_server_down_plugin_keeps_serving_and_catches_up(
         core_v1,
         "after-outage",
         NODE,
-        [gpu_container("main", 1)],
-        annotations=scheduler_annotations(NODE, allocation([(gpu, 2000, 20)])),
+        [container("main", gpus=1)],
+        allocation([(gpu, 2000, 20)]),
     )
     result = rig.kubelet.wait_for_pod(NAMESPACE, "after-outage", timeout=30)
     assert result.admitted, result.message
@@ -473,8 +468,8 @@ def test_api_server_down_plugin_keeps_serving_and_catches_up(
         core_v1,
         "on-sick-gpu",
         NODE,
-        [gpu_container("main", 1)],
-        annotations=scheduler_annotations(NODE, allocation([(sick, 2000, 20)])),
+        [container("main", gpus=1)],
+        allocation([(sick, 2000, 20)]),
     )
     result = rig.kubelet.wait_for_pod(NAMESPACE, "on-sick-gpu", timeout=20)
     assert not result.admitted and result.reason == "UnexpectedAdmissionError", result
@@ -496,8 +491,8 @@ def test_api_server_absent_at_start(apiserver: ApiServerHandle, core_v1: Any) ->
             core_v1,
             "late",
             NODE,
-            [gpu_container("main", 1)],
-            annotations=scheduler_annotations(NODE, allocation([(rig.uuids[0], 1000, 10)])),
+            [container("main", gpus=1)],
+            allocation([(rig.uuids[0], 1000, 10)]),
         )
         result = rig.kubelet.wait_for_pod(NAMESPACE, "late", timeout=30)
         assert result.admitted, result.message
@@ -588,7 +583,7 @@ def test_sigterm_stops_cleanly_and_removes_the_socket(rig: NodeRig) -> None:
 
 def test_allocate_without_a_matching_pod_fails_the_pod(rig: NodeRig, core_v1: Any) -> None:
     rig.start_daemon("--allocate-wait-seconds", "0.5")
-    create_and_bind(core_v1, "unscheduled", NODE, [gpu_container("main", 1)])  # no HAMi annotations
+    create_and_bind(core_v1, "unscheduled", NODE, [container("main", gpus=1)])  # no HAMi annotations
     result = rig.kubelet.wait_for_pod(NAMESPACE, "unscheduled", timeout=20)
     assert not result.admitted and result.reason == "UnexpectedAdmissionError", result
     pod = core_v1.read_namespaced_pod("unscheduled", NAMESPACE)
@@ -601,9 +596,9 @@ def test_allocate_without_a_matching_pod_fails_the_pod(rig: NodeRig, core_v1: An
     )
 
     # Marked allocating but without hami.io/vgpu-node: skipped, and the error says why.
-    annotations = scheduler_annotations(NODE, allocation([(rig.uuids[0], 1000, 10)]))
+    annotations = binding_annotations(allocation([(rig.uuids[0], 1000, 10)]), NODE, int(time.time()))
     del annotations[ann.VGPU_NODE]
-    create_and_bind(core_v1, "half-annotated", NODE, [gpu_container("main", 1)], annotations=annotations)
+    create_and_bind(core_v1, "half-annotated", NODE, [container("main", gpus=1)], annotations=annotations)
     result = rig.kubelet.wait_for_pod(NAMESPACE, "half-annotated", timeout=20)
     assert not result.admitted and result.reason == "UnexpectedAdmissionError", result
     message = core_v1.read_namespaced_pod("half-annotated", NAMESPACE).status.message
@@ -613,8 +608,8 @@ def test_allocate_without_a_matching_pod_fails_the_pod(rig: NodeRig, core_v1: An
         core_v1,
         "good",
         NODE,
-        [gpu_container("main", 1)],
-        annotations=scheduler_annotations(NODE, allocation([(rig.uuids[0], 1000, 10)])),
+        [container("main", gpus=1)],
+        allocation([(rig.uuids[0], 1000, 10)]),
     )
     assert rig.kubelet.wait_for_pod(NAMESPACE, "good", timeout=20).admitted
     checkpoint = read_checkpoint(rig.kubelet.config.checkpoint_path)
@@ -629,13 +624,13 @@ def test_a_pod_no_hami_scheduler_placed_is_refused_at_once_and_the_pod_behind_it
     and the HAMi pod bound right after it, asking as many GPUs, is not mistaken for it: it is admitted
     with its own GPU."""
     rig.start_daemon("--allocate-wait-seconds", "30")
-    create_and_bind(core_v1, "foreign", NODE, [gpu_container("main", 1)])  # no HAMi annotations
+    create_and_bind(core_v1, "foreign", NODE, [container("main", gpus=1)])  # no HAMi annotations
     create_and_bind(
         core_v1,
         "behind",
         NODE,
-        [gpu_container("main", 1)],
-        annotations=scheduler_annotations(NODE, allocation([(rig.uuids[1], 1000, 10)])),
+        [container("main", gpus=1)],
+        allocation([(rig.uuids[1], 1000, 10)]),
     )
     result = rig.kubelet.wait_for_pod(NAMESPACE, "foreign", timeout=10)
     assert not result.admitted and result.reason == "UnexpectedAdmissionError", result

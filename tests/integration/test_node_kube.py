@@ -22,7 +22,8 @@ from hami_node.kubeapi import NodeApi, watch_node_pods
 from hami_node.pods import PodTracker
 from hami_node.reporter import NodeReporter
 from hami_sim.apiserver import ApiServerRunner
-from tests.apiserver_util import bind, node, pod
+from tests.apiserver_util import bind
+from tests.builders import allocation_annotations, gpu_pod, node, pod
 
 NODE = "n1"
 GPU_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
@@ -98,16 +99,8 @@ def stop_stack(s: Stack) -> None:
 
 def scheduled(core_v1: Any, name: str, allocation: str, *, node_name: str = NODE, **extra: str) -> None:
     """Create a pod and bind it the way the extender does: the choice rides on the Binding."""
-    core_v1.create_namespaced_pod("default", pod(name, gpus="1"))
-    annotations = {
-        ann.DEVICES_TO_ALLOCATE: allocation,
-        ann.DEVICES_ALLOCATED: allocation,
-        ann.VGPU_NODE: node_name,
-        ann.VGPU_TIME: "1767225600",
-        ann.BIND_PHASE: "allocating",
-        ann.BIND_TIME: "1767225600",
-        **extra,
-    }
+    core_v1.create_namespaced_pod("default", gpu_pod(name, gpus=1))
+    annotations = {**allocation_annotations(node_name, allocation, bound_at=1767225600), **extra}
     bind(core_v1, "default", name, node_name, annotations=annotations)
 
 

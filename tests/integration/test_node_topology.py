@@ -24,9 +24,10 @@ from hami_node.gpu.inventory import Inventory, LinkGroup, generate_inventory, wr
 from hami_node.gpu.topology import read_pair_scores
 from hami_node.kubeapi import NodeApi
 from hami_node.reporter import ASYMMETRIC_LINK_MESSAGE, ASYMMETRIC_LINK_REASON, EVENT_SOURCE, NodeReporter
-from tests.apiserver_util import node
+from tests.builders import node
 from tests.conftest import ApiServerHandle
-from tests.integration.node_daemon_util import NodeRig, make_rig, wait_node, wait_until
+from tests.node_daemon_util import NodeRig, make_rig
+from tests.waiting import wait_for, wait_node
 
 NODE = "gpu-node-1"
 FAST = RetryPolicy(initial=0.05, maximum=0.3)
@@ -136,13 +137,13 @@ def test_reporter_follows_a_link_change_at_the_next_check(rig: Rig, core_v1: Any
     assert rig.reporter.wait_synced(DEADLINE)
     rig.edit(dataclasses.replace(linked(), links=(*linked().links, LinkGroup((0, 3), nvlinks=12))))
     table = {**LINKED_TABLE, (0, 3): 1210}
-    wait_until(
+    wait_for(
         lambda: node_annotations(core_v1).get(ann.NODE_PAIR_SCORE) == expected_scores(rig.uuids, table),
         DEADLINE,
         "the new score of GPUs 0 and 3",
     )
     # The patch is visible before the reporter counts it: wait for the count, then check it is one patch.
-    wait_until(lambda: rig.reporter.writes >= 2, DEADLINE, "the reporter to count its second write")
+    wait_for(lambda: rig.reporter.writes >= 2, DEADLINE, "the reporter to count its second write")
     assert rig.reporter.writes == 2
 
 
@@ -153,7 +154,7 @@ def test_asymmetric_pair_scores_zero_and_raises_one_warning_event(rig: Rig, core
     assert rig.reporter.wait_synced(DEADLINE)
     table = {**LINKED_TABLE, (2, 3): 0}
     assert node_annotations(core_v1)[ann.NODE_PAIR_SCORE] == expected_scores(rig.uuids, table)
-    wait_until(lambda: len(asymmetry_events(core_v1)) == 1, DEADLINE, "the AsymmetricGPUP2PLink Event")
+    wait_for(lambda: len(asymmetry_events(core_v1)) == 1, DEADLINE, "the AsymmetricGPUP2PLink Event")
     event = asymmetry_events(core_v1)[0]
     uid = core_v1.read_node(NODE).metadata.uid
     assert (event.type, event.involved_object.kind, event.involved_object.name) == ("Warning", "Node", NODE)
@@ -165,7 +166,7 @@ def test_asymmetric_pair_scores_zero_and_raises_one_warning_event(rig: Rig, core
     assert len(asymmetry_events(core_v1)) == 1 and rig.reporter.events == 1
     # Mended, then broken again: a new Event.
     rig.edit(linked())
-    wait_until(
+    wait_for(
         lambda: node_annotations(core_v1)[ann.NODE_PAIR_SCORE] == expected_scores(rig.uuids, LINKED_TABLE),
         DEADLINE,
         "the mended score",
@@ -173,7 +174,7 @@ def test_asymmetric_pair_scores_zero_and_raises_one_warning_event(rig: Rig, core
     rig.edit(dataclasses.replace(linked(), links=(*linked().links, one_sided)))
     # Reported again: the same Event counted twice (client-go's recorder patches the count of an
     # identical Event; HAMi's EmitNodeWarningEvent counts it too, within an hour).
-    wait_until(
+    wait_for(
         lambda: [e.count for e in asymmetry_events(core_v1)] == [2],
         DEADLINE,
         "the AsymmetricGPUP2PLink Event counted a second time",
@@ -188,7 +189,7 @@ def test_unreadable_links_never_hold_up_the_inventory(rig: Rig, core_v1: Any) ->
     assert ann.NODE_REGISTER in node_annotations(core_v1)
     assert ann.NODE_PAIR_SCORE not in node_annotations(core_v1)  # nothing read yet: nothing written
     rig.backend.set_failing(False)
-    wait_until(
+    wait_for(
         lambda: (
             node_annotations(core_v1).get(ann.NODE_PAIR_SCORE) == expected_scores(rig.uuids, LINKED_TABLE)
         ),

@@ -41,6 +41,7 @@ from hami_node.plugin.api import api_pb2, api_pb2_grpc, constants
 from hami_node.plugin.manager import PluginManager, SignalHandlers, install_signal_handlers
 from hami_node.plugin.registration import CHANNEL_OPTIONS, RegistrationError, check_serving, register
 from hami_node.plugin.server import PluginServer, PluginServerError, plugin_options
+from tests.builders import container, pod
 
 TIMEOUT = 10.0
 PROMPT_S = 5.0
@@ -81,18 +82,18 @@ class MemoryPods:
     ) -> PendingPod:
         """A pending pod; `watched=False`: only the API server has it (the watch lags)."""
         uid = f"uid-{name}"
-        pod = PendingPod("team", name, uid, decode_pod_allocation(annotation))
-        obj = {
-            "metadata": {"namespace": "team", "name": name, "uid": uid},
-            "spec": {
-                "initContainers": [{"name": c} for c in init],
-                "containers": [{"name": c} for c in containers],
-            },
-        }
+        pending = PendingPod("team", name, uid, decode_pod_allocation(annotation))
+        obj = pod(
+            name,
+            *(container(c) for c in containers),
+            namespace="team",
+            uid=uid,
+            init=[container(c) for c in init],
+        )
         with self._cond:
-            (self._pods if watched else self._api_only)[pod.key] = (pod, obj)
+            (self._pods if watched else self._api_only)[pending.key] = (pending, obj)
             self._cond.notify_all()
-        return pod
+        return pending
 
     def _pending(self) -> list[PendingPod]:
         return [pod for pod, _ in self._pods.values()]

@@ -32,7 +32,8 @@ from hami_sim.cluster import (
 from hami_sim.cluster.process import start_ticks
 from hami_sim.nodehost import SpecError as HostSpecError
 from hami_sim.nodehost import parse_host_spec
-from tests.e2e.e2e_util import wait_for
+from tests.builders import gpu_pod
+from tests.waiting import wait_for
 
 
 def identities(cluster: Cluster) -> dict[str, tuple[int, int]]:
@@ -57,23 +58,6 @@ def api(tmp_path: Path) -> Iterator[Callable[[Path], Any]]:
     yield make
     for c in clients:
         c.close()  # type: ignore[no-untyped-call]
-
-
-def gpu_pod(name: str) -> Any:
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name),
-        spec=client.V1PodSpec(
-            containers=[
-                client.V1Container(
-                    name="main",
-                    image="cuda:12",
-                    resources=client.V1ResourceRequirements(
-                        limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}
-                    ),
-                )
-            ]
-        ),
-    )
 
 
 def wait_running(core_v1: Any, name: str) -> Any:
@@ -103,7 +87,7 @@ def test_a_gpu_pod_runs_through_every_real_component(tmp_path: Path, api: Callab
 
         # No schedulerName: the webhook sets hami-scheduler, the stand-in schedules it through the
         # extender, kubelet's Allocate reaches hami-node, which marks the bind a success.
-        core_v1.create_namespaced_pod("default", gpu_pod("first"))
+        core_v1.create_namespaced_pod("default", gpu_pod("first", gpumem=1000))
         pod = wait_running(core_v1, "first")
         assert pod.spec.scheduler_name == "hami-scheduler"
         annotations = pod.metadata.annotations
@@ -132,7 +116,7 @@ def test_a_gpu_pod_runs_through_every_real_component(tmp_path: Path, api: Callab
             cluster.procs["hami-control"].pid,
             cluster.procs["hami-control"].ticks,
         )
-        core_v1.create_namespaced_pod("default", gpu_pod("second"))
+        core_v1.create_namespaced_pod("default", gpu_pod("second", gpumem=1000))
         wait_running(core_v1, "second")
         saved = json.loads((cluster.state_dir / "cluster.json").read_text())
         assert saved["components"]["hami-control"]["pid"] == cluster.procs["hami-control"].pid
@@ -196,7 +180,7 @@ def test_cli_up_status_down_in_scale_mode(tmp_path: Path, api: Callable[[Path], 
         cluster.restart("hami-node/gpu-node-1")
         assert "hami-node/gpu-node-1" in cluster.components
         core_v1 = api(cluster.kubeconfig)
-        core_v1.create_namespaced_pod("default", gpu_pod("after-restart"))
+        core_v1.create_namespaced_pod("default", gpu_pod("after-restart", gpumem=1000))
         wait_running(core_v1, "after-restart")
         with pytest.raises(ClusterError, match="a cluster is already running in"):
             Cluster.up(cluster.spec, state)

@@ -16,32 +16,23 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
-from kubernetes import client
 
 from hami_sim.scheduler import SchedulerRunner, load_scheduler_config
 from hami_sim.tls import generate_ca, generate_serving_cert, server_ssl_context
+from tests.builders import container, gpu_pod, node, pod
 from tests.conftest import ApiServerHandle
+from tests.waiting import wait_for
 
 SHIPPED = Path(__file__).resolve().parents[2] / "daemonset" / "scheduler" / "kube-scheduler-config.yaml"
 NS = "default"
-T = TypeVar("T")
-
-
-def wait_for(condition: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
-    """Poll `condition` until it returns something truthy; AssertionError after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
+HAMI = "hami-scheduler"
+RESOURCES = {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "4"}
+"""What each node offers (capacity and allocatable) unless a test says otherwise."""
 
 
 # --- the extender stub -------------------------------------------------------------------------------
@@ -214,51 +205,6 @@ def scheduler(
         yield runner
 
 
-def make_node(
-    name: str,
-    *,
-    cpu: str = "8",
-    labels: dict[str, str] | None = None,
-    ready: bool = True,
-    unschedulable: bool = False,
-) -> Any:
-    resources = {"cpu": cpu, "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "4"}
-    return client.V1Node(
-        api_version="v1",
-        kind="Node",
-        metadata=client.V1ObjectMeta(name=name, labels=labels),
-        spec=client.V1NodeSpec(unschedulable=unschedulable or None),
-        status=client.V1NodeStatus(
-            conditions=[client.V1NodeCondition(type="Ready", status="True" if ready else "False")],
-            capacity=resources,
-            allocatable=resources,
-        ),
-    )
-
-
-def make_pod(
-    name: str, *, gpus: str | None = "1", cpu: str | None = None, node_selector: dict[str, str] | None = None
-) -> Any:
-    limits = {"nvidia.com/gpu": gpus} if gpus is not None else None
-    requests = {"cpu": cpu} if cpu is not None else None
-    return client.V1Pod(
-        api_version="v1",
-        kind="Pod",
-        metadata=client.V1ObjectMeta(name=name),
-        spec=client.V1PodSpec(
-            scheduler_name="hami-scheduler",
-            node_selector=node_selector,
-            containers=[
-                client.V1Container(
-                    name="main",
-                    image="busybox:1.36",
-                    resources=client.V1ResourceRequirements(limits=limits, requests=requests),
-                )
-            ],
-        ),
-    )
-
-
 def node_of(core_v1: Any, name: str) -> str | None:
     node: str | None = core_v1.read_namespaced_pod(name, NS).spec.node_name
     return node
@@ -279,10 +225,10 @@ def test_gpu_pods_go_to_the_node_the_extender_prefers(
     core_v1: Any, stub: ExtenderStub, scheduler: SchedulerRunner
 ) -> None:
     for name in ("n1", "n2", "n3"):
-        core_v1.create_node(make_node(name))
+        core_v1.create_node(node(name, allocatable=RESOURCES))
     stub.scores = {"n2": 10, "n1": 3}
     for i in range(3):
-        core_v1.create_namespaced_pod(NS, make_pod(f"gpu-{i}"))
+        core_v1.create_namespaced_pod(NS, gpu_pod(f"gpu-{i}", scheduler_name=HAMI))
     scheduler.wait_for(lambda s: s.counters.scheduled == 3, 10)
     for i in range(3):
         pod = core_v1.read_namespaced_pod(f"gpu-{i}", NS)
@@ -312,7 +258,7 @@ def test_rejected_everywhere_then_rescheduled_after_backoff_and_node_update(
     core_v1: Any, stub: ExtenderStub, scheduler: SchedulerRunner
 ) -> None:
     for name in ("n1", "n2", "n3"):
-        core_v1.create_node(make_node(name))
+        core_v1.create_node(node(name, allocatable=RESOURCES))
 
     def reject(pod: str, names: list[str]) -> dict[str, Any]:
         return {
@@ -323,7 +269,7 @@ def test_rejected_everywhere_then_rescheduled_after_backoff_and_node_update(
         }
 
     stub.policy = reject
-    core_v1.create_namespaced_pod(NS, make_pod("picky"))
+    core_v1.create_namespaced_pod(NS, gpu_pod("picky", scheduler_name=HAMI))
     events = wait_for(lambda: events_of(core_v1, "picky", "FailedScheduling"), what="FailedScheduling event")
     assert events[0].type == "Warning"
     assert events[0].message == "0/3 nodes are available: 1 node unregistered, 2 CardInsufficientMemory."
@@ -353,7 +299,7 @@ def test_rejected_everywhere_then_rescheduled_after_backoff_and_node_update(
 def test_extender_error_backs_off_and_retries_without_events(
     core_v1: Any, stub: ExtenderStub, scheduler: SchedulerRunner
 ) -> None:
-    core_v1.create_node(make_node("n1"))
+    core_v1.create_node(node("n1", allocatable=RESOURCES))
     # The node and pod watches race; the pod must find n1 known (else "no nodes available" is right).
     scheduler.wait_for(lambda s: any(n.name == "n1" for n in s.cache.candidates()))
     failures = [2]
@@ -365,7 +311,7 @@ def test_extender_error_backs_off_and_retries_without_events(
         return accept_all(pod, names)
 
     stub.policy = flaky
-    core_v1.create_namespaced_pod(NS, make_pod("early"))
+    core_v1.create_namespaced_pod(NS, gpu_pod("early", scheduler_name=HAMI))
     wait_for(lambda: node_of(core_v1, "early") == "n1", timeout=15, what="early bound")
     calls = stub.calls_of("filter", "early")
     assert len(calls) == 3
@@ -379,13 +325,17 @@ def test_extender_error_backs_off_and_retries_without_events(
 def test_binds_run_concurrently_and_assumed_pods_hold_their_room(
     core_v1: Any, stub: ExtenderStub, scheduler: SchedulerRunner
 ) -> None:
-    core_v1.create_node(make_node("n1", cpu="1"))
-    core_v1.create_node(make_node("n2", cpu="1"))
+    core_v1.create_node(node("n1", allocatable={**RESOURCES, "cpu": "1"}))
+    core_v1.create_node(node("n2", allocatable={**RESOURCES, "cpu": "1"}))
     stub.scores = {"n1": 10}
     stub.hold_binds()
-    core_v1.create_namespaced_pod(NS, make_pod("first", cpu="1"))
+    core_v1.create_namespaced_pod(
+        NS, pod("first", container(gpus=1, requests={"cpu": "1"}), scheduler_name=HAMI)
+    )
     stub.wait_calls("bind", "first")
-    core_v1.create_namespaced_pod(NS, make_pod("second", cpu="1"))
+    core_v1.create_namespaced_pod(
+        NS, pod("second", container(gpus=1, requests={"cpu": "1"}), scheduler_name=HAMI)
+    )
     # The first bind is still held, yet the second pod is filtered (and only n2 is offered: the
     # first pod is assumed on n1) and its bind starts too.
     (second_filter,) = stub.wait_calls("filter", "second")
@@ -403,15 +353,19 @@ def test_binds_run_concurrently_and_assumed_pods_hold_their_room(
 def test_own_filters_node_selector_cpu_ready_unschedulable(
     core_v1: Any, stub: ExtenderStub, scheduler: SchedulerRunner
 ) -> None:
-    core_v1.create_node(make_node("small", cpu="2", labels={"zone": "a"}))
-    core_v1.create_node(make_node("big", cpu="16", labels={"zone": "b"}))
-    core_v1.create_node(make_node("down", labels={"zone": "a"}, ready=False))
-    core_v1.create_node(make_node("cordoned", labels={"zone": "a"}, unschedulable=True))
+    core_v1.create_node(node("small", allocatable={**RESOURCES, "cpu": "2"}, labels={"zone": "a"}))
+    core_v1.create_node(node("big", allocatable={**RESOURCES, "cpu": "16"}, labels={"zone": "b"}))
+    core_v1.create_node(node("down", allocatable=RESOURCES, labels={"zone": "a"}, ready=False))
+    core_v1.create_node(node("cordoned", allocatable=RESOURCES, labels={"zone": "a"}, unschedulable=True))
     for name in ("cpu-1", "cpu-2"):
-        core_v1.create_namespaced_pod(NS, make_pod(name, gpus=None, cpu="1", node_selector={"zone": "a"}))
+        core_v1.create_namespaced_pod(
+            NS, pod(name, container(requests={"cpu": "1"}), scheduler_name=HAMI, node_selector={"zone": "a"})
+        )
     scheduler.wait_for(lambda s: s.counters.scheduled == 2, 10)
     assert node_of(core_v1, "cpu-1") == node_of(core_v1, "cpu-2") == "small"
-    core_v1.create_namespaced_pod(NS, make_pod("cpu-3", gpus=None, cpu="1", node_selector={"zone": "a"}))
+    core_v1.create_namespaced_pod(
+        NS, pod("cpu-3", container(requests={"cpu": "1"}), scheduler_name=HAMI, node_selector={"zone": "a"})
+    )
     events = wait_for(lambda: events_of(core_v1, "cpu-3", "FailedScheduling"), what="FailedScheduling")
     assert events[0].message == (
         "0/4 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match Pod's node affinity/selector, "
@@ -431,9 +385,9 @@ def test_stop_is_clean_with_a_bind_in_flight(
     config = load_scheduler_config(SHIPPED, extender_url=stub.url, extender_ca_file=str(ca_file[0]))
     runner = SchedulerRunner(config, apiserver.kubeconfig)
     runner.start()
-    core_v1.create_node(make_node("n1"))
+    core_v1.create_node(node("n1", allocatable=RESOURCES))
     stub.hold_binds()
-    core_v1.create_namespaced_pod(NS, make_pod("late"))
+    core_v1.create_namespaced_pod(NS, gpu_pod("late", scheduler_name=HAMI))
     stub.wait_calls("bind", "late")
     stopper = threading.Thread(target=runner.stop)
     stopper.start()
@@ -475,7 +429,7 @@ def test_cli_bad_config_names_the_key(tmp_path: Path) -> None:
 def test_cli_runs_until_sigterm(
     apiserver: ApiServerHandle, stub: ExtenderStub, ca_file: tuple[Path, tuple[bytes, bytes]], core_v1: Any
 ) -> None:
-    core_v1.create_node(make_node("n1"))
+    core_v1.create_node(node("n1", allocatable=RESOURCES))
     proc = _cli(
         "--kubeconfig",
         str(apiserver.kubeconfig),
@@ -495,7 +449,7 @@ def test_cli_runs_until_sigterm(
             line = proc.stdout.readline()
             assert line, "".join(lines)
             lines.append(line)
-        core_v1.create_namespaced_pod(NS, make_pod("via-cli"))
+        core_v1.create_namespaced_pod(NS, gpu_pod("via-cli", scheduler_name=HAMI))
         wait_for(lambda: node_of(core_v1, "via-cli") == "n1", what="via-cli bound")
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)

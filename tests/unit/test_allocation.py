@@ -4,6 +4,7 @@ GetPreferredAllocation's choice."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -46,6 +47,7 @@ from hami_node.allocation import (
 )
 from hami_node.config import DeviceListStrategy, NodeConfig, OperatingMode
 from hami_node.plugin.api import api_pb2
+from tests.builders import container, pod
 
 A = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"
 B = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"
@@ -53,6 +55,8 @@ C = "GPU-3d8e1f2a-1111-2222-3333-444455556666"
 GPUS = (NodeGPU(A, numa_node=0), NodeGPU(B, numa_node=1), NodeGPU(C, numa_node=None))
 CACHE = "5a9c7c8e-7d1b-4c6e-9d7e-2f0b1c3d4e5f"
 UID = "8f1e5b2a-0000-4000-8000-000000000001"
+train_pod = functools.partial(pod, "train", namespace="team", uid=UID)
+"""The pod the allocation tests allocate for: team/train, with the given containers."""
 CONFIG = NodeConfig(node_name="node-a")
 
 LIB = Mount("/usr/local/vgpu/libvgpu.so", "/usr/local/vgpu/libvgpu.so", True)
@@ -62,21 +66,6 @@ PRELOAD = Mount("/etc/ld.so.preload", "/usr/local/vgpu/ld.so.preload", True)
 
 def cache_mount(container: str) -> Mount:
     return Mount("/usr/local/vgpu", f"/usr/local/vgpu/containers/{UID}_{container}", False)
-
-
-def make_pod(
-    containers: Sequence[str | Mapping[str, Any]], init: Sequence[str | Mapping[str, Any]] = ()
-) -> dict[str, Any]:
-    def container(c: str | Mapping[str, Any]) -> Mapping[str, Any]:
-        return {"name": c} if isinstance(c, str) else c
-
-    return {
-        "metadata": {"namespace": "team", "name": "train", "uid": UID},
-        "spec": {
-            "initContainers": [container(c) for c in init],
-            "containers": [container(c) for c in containers],
-        },
-    }
 
 
 def respond(
@@ -195,7 +184,7 @@ def test_hami_and_nvidia_virtual_ids_round_trip(uuid: str, replica: int, separat
 
 
 def test_single_gpu_container_exact_response() -> None:
-    response = respond(make_pod(["main"]), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-7"])
+    response = respond(train_pod(container("main")), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-7"])
     assert response == ContainerResponse(
         envs={
             "NVIDIA_VISIBLE_DEVICES": A,
@@ -209,7 +198,9 @@ def test_single_gpu_container_exact_response() -> None:
 
 
 def test_multi_gpu_container() -> None:
-    response = respond(make_pod(["main"]), f"{B},NVIDIA,5000,20:{A},NVIDIA,2000,0:;", 0, [f"{A}-1", f"{B}-2"])
+    response = respond(
+        train_pod(container("main")), f"{B},NVIDIA,5000,20:{A},NVIDIA,2000,0:;", 0, [f"{A}-1", f"{B}-2"]
+    )
     assert response.envs == {
         "NVIDIA_VISIBLE_DEVICES": f"{B},{A}",
         "CUDA_DEVICE_MEMORY_LIMIT_0": "5000m",
@@ -222,7 +213,7 @@ def test_multi_gpu_container() -> None:
 
 
 def test_init_containers_come_first() -> None:
-    pod = make_pod(["app", "sidecar"], init=["setup"])
+    pod = train_pod(container("app"), container("sidecar"), init=[container("setup")])
     annotation = f"{A},NVIDIA,1000,10:;{B},NVIDIA,2000,0:;;"
     first = respond(pod, annotation, 0, [f"{A}-0"])
     assert first.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1000m"
@@ -248,7 +239,7 @@ def test_init_containers_come_first() -> None:
     ],
 )
 def test_cuda_disable_control_skips_the_preload(env: list[dict[str, Any]], preload: bool) -> None:
-    response = respond(make_pod([{"name": "main", "env": env}]), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"])
+    response = respond(train_pod(container("main", env=env)), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"])
     # HAMi v2.10 skips only /etc/ld.so.preload; libvgpu.so stays mounted for an opt-in LD_PRELOAD
     expected = (LIB, cache_mount("main"), LOCK, PRELOAD) if preload else (LIB, cache_mount("main"), LOCK)
     assert response.mounts == expected
@@ -257,7 +248,7 @@ def test_cuda_disable_control_skips_the_preload(env: list[dict[str, Any]], prelo
 @pytest.mark.parametrize(("scaling", "oversubscribed"), [(1.0, False), (0.8, False), (1.01, True), (3, True)])
 def test_oversubscribe_iff_memory_scaling_above_one(scaling: float, oversubscribed: bool) -> None:
     config = replace(CONFIG, device_memory_scaling=scaling)
-    envs = respond(make_pod(["c"]), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"], config).envs
+    envs = respond(train_pod(container("c")), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"], config).envs
     assert ("CUDA_OVERSUBSCRIBE" in envs) is oversubscribed
     if oversubscribed:
         assert envs["CUDA_OVERSUBSCRIBE"] == "true"
@@ -266,7 +257,7 @@ def test_oversubscribe_iff_memory_scaling_above_one(scaling: float, oversubscrib
 def test_log_level_core_limit_hook_path_library_and_license() -> None:
     config = replace(CONFIG, lib_cuda_log_level=4, disable_core_limit=True, hook_path="/opt/hami")
     response = respond(
-        make_pod(["c"]),
+        train_pod(container("c")),
         f"{A},NVIDIA,3000,30:;",
         0,
         [f"{A}-0"],
@@ -292,8 +283,10 @@ MPS = replace(CONFIG, operating_mode=OperatingMode.MPS, mps_root="/run/nvidia/mp
 
 
 def test_mps_mode_is_hami_core_plus_the_mps_daemons_pipe_and_shm() -> None:
-    response = respond(make_pod(["c"]), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"], MPS, mps_started=True)
-    hami_core = respond(make_pod(["c"]), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"])
+    response = respond(
+        train_pod(container("c")), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"], MPS, mps_started=True
+    )
+    hami_core = respond(train_pod(container("c")), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"])
     # NVIDIA's device plugin's MPS client edits (internal/plugin/mps.go) on top of HAMi-core's.
     assert response.envs == {**hami_core.envs, "CUDA_MPS_PIPE_DIRECTORY": "/mps/nvidia.com/gpu/pipe"}
     assert response.mounts == (
@@ -302,13 +295,15 @@ def test_mps_mode_is_hami_core_plus_the_mps_daemons_pipe_and_shm() -> None:
         Mount("/dev/shm", "/run/nvidia/mps/shm", False),
     )
     renamed = replace(MPS, resource_name="hami.io/vgpu")
-    response = respond(make_pod(["c"]), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"], renamed, mps_started=True)
+    response = respond(
+        train_pod(container("c")), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"], renamed, mps_started=True
+    )
     assert response.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/hami.io/vgpu/pipe"
 
 
 def test_mps_mode_fails_allocate_while_the_mps_daemon_is_not_started() -> None:
     with pytest.raises(AllocationError) as info:
-        respond(make_pod(["c"]), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"], MPS, mps_started=False)
+        respond(train_pod(container("c")), f"{A},NVIDIA,3000,30:;", 0, [f"{A}-0"], MPS, mps_started=False)
     assert info.value.pod == "team/train"
     assert info.value.message == (
         "pod team/train, container 'c': operating mode mps, but the MPS control daemon for nvidia.com/gpu "
@@ -331,7 +326,7 @@ HAMI_CORE_KEYS = {
 
 def with_strategies(*strategies: DeviceListStrategy, prefix: str = "cdi.k8s.io/") -> ContainerResponse:
     config = replace(CONFIG, device_list_strategy=strategies, cdi_annotation_prefix=prefix)
-    return respond(make_pod(["c"]), TWO, 0, TWO_IDS, config, cdi_id="resp-1")
+    return respond(train_pod(container("c")), TWO, 0, TWO_IDS, config, cdi_id="resp-1")
 
 
 def test_strategy_envvar() -> None:
@@ -385,18 +380,26 @@ def test_strategies_combined() -> None:
 
 def test_cdi_annotation_id_defaults_to_the_cache_id_and_must_make_a_valid_key() -> None:
     config = replace(CONFIG, device_list_strategy=(DeviceListStrategy.CDI_ANNOTATIONS,))
-    response = respond(make_pod(["c"]), TWO, 0, TWO_IDS, config)
+    response = respond(train_pod(container("c")), TWO, 0, TWO_IDS, config)
     assert list(response.annotations) == [f"cdi.k8s.io/nvidia-device-plugin_{CACHE}"]
     with pytest.raises(ValueError, match="CDI annotation id"):
-        respond(make_pod(["c"]), TWO, 0, TWO_IDS, config, cdi_id="a/b")
+        respond(train_pod(container("c")), TWO, 0, TWO_IDS, config, cdi_id="a/b")
     with pytest.raises(ValueError, match="cache id"):
         container_allocate_response(
-            make_pod(["c"]), decode_pod_allocation(TWO), 0, TWO_IDS, gpus=GPUS, config=CONFIG, cache_id="../x"
+            train_pod(container("c")),
+            decode_pod_allocation(TWO),
+            0,
+            TWO_IDS,
+            gpus=GPUS,
+            config=CONFIG,
+            cache_id="../x",
         )
 
 
 def test_duplicate_gpus_are_listed_once_but_limited_per_slice() -> None:
-    response = respond(make_pod(["c"]), f"{A},NVIDIA,1000,10:{A},NVIDIA,2000,10:;", 0, [f"{A}-0", f"{A}-1"])
+    response = respond(
+        train_pod(container("c")), f"{A},NVIDIA,1000,10:{A},NVIDIA,2000,10:;", 0, [f"{A}-0", f"{A}-1"]
+    )
     assert response.envs["NVIDIA_VISIBLE_DEVICES"] == A
     assert response.envs["CUDA_DEVICE_MEMORY_LIMIT_1"] == "2000m"
 
@@ -407,7 +410,7 @@ def test_kubelet_devices_on_other_gpus_than_the_allocation_are_refused_in_every_
     # (enablegetpreferredallocation): either way kubelet's records and the container disagree.
     config = replace(CONFIG, enable_get_preferred_allocation=preferred)
     with pytest.raises(DeviceMismatchError) as info:
-        respond(make_pod(["c"]), f"{A},NVIDIA,3000,30:;", 0, [f"{B}-4"], config)
+        respond(train_pod(container("c")), f"{A},NVIDIA,3000,30:;", 0, [f"{B}-4"], config)
     assert info.value.message == (
         f"pod team/train, container 'c': kubelet chose device(s) on GPU(s) {B}, but the scheduler placed "
         f"the container on {A}; the allocation names other GPUs. Refusing to give the container GPUs "
@@ -421,7 +424,7 @@ def test_kubelet_devices_on_other_gpus_than_the_allocation_are_refused_in_every_
 
 
 def test_grant_keeps_the_scheduler_slices_on_kubelets_gpus_in_kubelets_order() -> None:
-    pod = make_pod(["c"])
+    pod = train_pod(container("c"))
     pending_pod = PendingPod(
         "team", "train", UID, decode_pod_allocation(f"{A},NVIDIA,1000,10:{B},NVIDIA,2000,20:;")
     )
@@ -431,7 +434,7 @@ def test_grant_keeps_the_scheduler_slices_on_kubelets_gpus_in_kubelets_order() -
 
 def test_allocate_with_nvidia_replica_ids_on_the_scheduled_gpus_gives_those_gpus() -> None:
     # a node moved from NVIDIA's plugin: kubelet's checkpoint may still hold `<GPU-UUID>::<n>` IDs
-    pod = make_pod(["c"])
+    pod = train_pod(container("c"))
     annotation = f"{A},NVIDIA,1000,10:{B},NVIDIA,2000,20:;"
     pending_pod = PendingPod("team", "train", UID, decode_pod_allocation(annotation))
     granted = grant_container(pod, pending_pod, 0, [f"{B}::3", f"{A}::0"], gpus=GPUS)
@@ -449,7 +452,7 @@ INIT_ON_A_B = f"{A},NVIDIA,4000,10:{B},NVIDIA,4000,10:;{A},NVIDIA,3000,10:;"
 
 
 def test_grant_moves_a_container_that_kubelet_gave_another_device_of_its_pod_within_the_footprint() -> None:
-    pod = make_pod(["app"], init=["prep"])
+    pod = train_pod(container("app"), init=[container("prep")])
     pending_pod = PendingPod("team", "train", UID, decode_pod_allocation(INIT_ON_A_B), frozenset({0}))
     granted = grant_container(pod, pending_pod, 1, [f"{B}-5"], gpus=GPUS)
     assert granted == ContainerAllocation((GPUSlice(B, 3000, 10),))
@@ -468,7 +471,7 @@ def test_grant_moves_a_container_that_kubelet_gave_another_device_of_its_pod_wit
 
 
 def test_grant_refuses_a_move_that_would_hold_more_than_the_scheduler_accounted() -> None:
-    pod = make_pod(["app"], init=["prep"])
+    pod = train_pod(container("app"), init=[container("prep")])
     bigger_app = f"{A},NVIDIA,4000,10:{B},NVIDIA,4000,10:;{A},NVIDIA,6000,10:;"
     pending_pod = PendingPod("team", "train", UID, decode_pod_allocation(bigger_app), frozenset({0}))
     with pytest.raises(DeviceMismatchError) as info:
@@ -481,7 +484,7 @@ def test_grant_refuses_a_move_that_would_hold_more_than_the_scheduler_accounted(
     )
     outside = PendingPod("team", "train", UID, decode_pod_allocation(f"{A},NVIDIA,1000,10:;"))
     with pytest.raises(DeviceMismatchError, match=f"{C}: nothing of the pod was accounted there"):
-        grant_container(make_pod(["c"]), outside, 0, [f"{C}-0"], gpus=GPUS)
+        grant_container(train_pod(container("c")), outside, 0, [f"{C}-0"], gpus=GPUS)
 
 
 # --- protobuf -------------------------------------------------------------------------------------------
@@ -511,7 +514,7 @@ def test_protobuf_conversion_round_trips_on_the_wire() -> None:
 
 def test_count_mismatch_names_pod_and_container() -> None:
     with pytest.raises(CountMismatchError) as info:
-        respond(make_pod(["main"]), TWO, 0, [f"{A}-0"])
+        respond(train_pod(container("main")), TWO, 0, [f"{A}-0"])
     assert str(info.value) == (
         "pod team/train, container 'main': the scheduler assigned 2 GPU(s) but kubelet asked for 1 device(s)"
     )
@@ -520,24 +523,24 @@ def test_count_mismatch_names_pod_and_container() -> None:
 
 def test_unknown_device_id() -> None:
     with pytest.raises(UnknownDeviceError) as info:
-        respond(make_pod(["main"]), f"{A},NVIDIA,1,1:;", 0, ["GPU-ffff-0"])
+        respond(train_pod(container("main")), f"{A},NVIDIA,1,1:;", 0, ["GPU-ffff-0"])
     assert str(info.value) == (
         "pod team/train, container 'main': kubelet device ID 'GPU-ffff-0' names GPU GPU-ffff, "
         "which this node does not have"
     )
     with pytest.raises(UnknownDeviceError, match="is not of the form <GPU-UUID>-<n> or <GPU-UUID>::<n>"):
-        respond(make_pod(["main"]), f"{A},NVIDIA,1,1:;", 0, [A])
+        respond(train_pod(container("main")), f"{A},NVIDIA,1,1:;", 0, [A])
 
 
 def test_assigned_gpu_missing_or_unhealthy() -> None:
     with pytest.raises(UnknownDeviceError) as info:
-        respond(make_pod(["main"]), "GPU-gone,NVIDIA,1,1:;", 0, [f"{A}-0"])
+        respond(train_pod(container("main")), "GPU-gone,NVIDIA,1,1:;", 0, [f"{A}-0"])
     assert str(info.value) == (
         "pod team/train, container 'main': assigned GPU GPU-gone, which this node does not have"
     )
     sick = (NodeGPU(A, healthy=False), NodeGPU(B))
     with pytest.raises(UnhealthyGPUError) as unhealthy:
-        respond(make_pod([], init=["prep"]), f"{A},NVIDIA,1,1:;", 0, [f"{B}-0"], gpus=sick)
+        respond(train_pod(init=[container("prep")]), f"{A},NVIDIA,1,1:;", 0, [f"{B}-0"], gpus=sick)
     assert (
         str(unhealthy.value) == f"pod team/train, init container 'prep': assigned GPU {A}, which is unhealthy"
     )
@@ -546,7 +549,7 @@ def test_assigned_gpu_missing_or_unhealthy() -> None:
 
 def test_entry_without_a_container() -> None:
     with pytest.raises(AllocationError) as info:
-        respond(make_pod(["only"]), f";{A},NVIDIA,1,1:;", 1, [f"{A}-0"])
+        respond(train_pod(container("only")), f";{A},NVIDIA,1,1:;", 1, [f"{A}-0"])
     assert str(info.value) == (
         "pod team/train: its allocation names GPUs for container #1, but the pod has only 1 containers"
     )
@@ -621,7 +624,7 @@ def test_ambiguous_pods_fail_loudly() -> None:
 
 
 def test_matched_pod_feeds_the_response() -> None:
-    pod = make_pod(["a", "b"])
+    pod = train_pod(container("a"), container("b"))
     annotation = f"{A},NVIDIA,1000,10:;{B},NVIDIA,2000,20:{C},NVIDIA,2000,20:;"
     state = PendingPod("team", "train", UID, decode_pod_allocation(annotation))
     for ids in ([f"{A}-0"], [f"{B}-0", f"{C}-0"]):

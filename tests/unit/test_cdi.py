@@ -33,7 +33,7 @@ from hami_node.cdi import (
 )
 from hami_node.config import DeviceListStrategy, NodeConfig
 from hami_node.devices import DeviceState
-from hami_node.gpu import PhysicalGPU
+from tests.builders import container, physical_gpu, pod
 from tests.cdi_util import RELEASED, SCHEMA_DIR, cdi_library_errors, schema_errors, spec_problems
 
 A = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"
@@ -41,12 +41,6 @@ B = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"
 C = "GPU-3d8e1f2a-1111-2222-3333-444455556666"
 COMMON = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 TIMEOUT = 5.0
-
-
-def gpu(uuid: str, index: int, minor: int | None = None) -> PhysicalGPU:
-    return PhysicalGPU(
-        index, uuid, "NVIDIA A100-SXM4-80GB", 81920, index if minor is None else minor, 0, "0:0"
-    )
 
 
 # --- the checker checks --------------------------------------------------------------------------------
@@ -106,9 +100,8 @@ def test_the_names_allocate_returns_are_the_names_the_spec_defines() -> None:
         node_name="n",
         device_list_strategy=(DeviceListStrategy.CDI_CRI, DeviceListStrategy.CDI_ANNOTATIONS),
     )
-    pod = {"metadata": {"namespace": "ns", "name": "p", "uid": "u"}, "spec": {"containers": [{"name": "c"}]}}
     response = container_allocate_response(
-        pod,
+        pod("p", container("c"), namespace="ns", uid="u"),
         decode_pod_allocation(f"{A},NVIDIA,1000,10:{C},NVIDIA,1000,10:;"),
         0,
         [f"{A}-0", f"{C}-0"],
@@ -212,7 +205,7 @@ def written(path: Path) -> list[tuple[str, str]]:
 
 def test_writer_follows_the_gpu_list_and_leaves_the_spec_when_stopped(tmp_path: Path) -> None:
     state = DeviceState(NodeConfig(node_name="n"))
-    state.set_gpus([gpu(A, 0), gpu(B, 1), gpu(C, 2, minor=7)], at=0.0)
+    state.set_gpus([physical_gpu(A, 0), physical_gpu(B, 1), physical_gpu(C, 2, minor=7)], at=0.0)
     (tmp_path / f".{SPEC_FILE_NAME}.old.tmp").write_text("{")
     writer = CdiSpecWriter(state, tmp_path, lambda p: True)
     writer.start()
@@ -223,7 +216,7 @@ def test_writer_follows_the_gpu_list_and_leaves_the_spec_when_stopped(tmp_path: 
         count = writer.writes
 
         state.mark_unhealthy(B, "Xid 79", at=1.0)  # health is not in the spec: nothing to write
-        state.set_gpus([gpu(A, 0), gpu(C, 2, minor=7)], at=2.0)  # B went away
+        state.set_gpus([physical_gpu(A, 0), physical_gpu(C, 2, minor=7)], at=2.0)  # B went away
         assert writer.wait_writes(count, TIMEOUT)
         assert written(writer.path) == [(A, "/dev/nvidia0"), (C, "/dev/nvidia7")]
         assert writer.writes == count + 1
@@ -232,7 +225,7 @@ def test_writer_follows_the_gpu_list_and_leaves_the_spec_when_stopped(tmp_path: 
         assert writer.wait_writes(count + 1, TIMEOUT)
         assert not writer.path.exists()
 
-        state.set_gpus([gpu(B, 1)], at=4.0)
+        state.set_gpus([physical_gpu(B, 1)], at=4.0)
         assert writer.wait_writes(count + 2, TIMEOUT)
         assert written(writer.path) == [(B, "/dev/nvidia1")]
     finally:
@@ -242,7 +235,7 @@ def test_writer_follows_the_gpu_list_and_leaves_the_spec_when_stopped(tmp_path: 
 
 def test_writer_start_fails_when_the_spec_cannot_be_written(tmp_path: Path) -> None:
     state = DeviceState(NodeConfig(node_name="n"))
-    state.set_gpus([gpu(A, 0)], at=0.0)
+    state.set_gpus([physical_gpu(A, 0)], at=0.0)
     blocker = tmp_path / "file"
     blocker.write_text("")
     writer = CdiSpecWriter(state, blocker / "cdi", lambda p: True)
@@ -257,7 +250,7 @@ def test_writer_waits_for_the_first_listing(tmp_path: Path) -> None:
     writer.start()
     try:
         assert not writer.path.exists()
-        state.set_gpus([gpu(A, 0)], at=0.0)
+        state.set_gpus([physical_gpu(A, 0)], at=0.0)
         assert writer.wait_writes(0, TIMEOUT)
         assert written(writer.path) == [(A, "/dev/nvidia0")]
     finally:

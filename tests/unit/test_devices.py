@@ -19,6 +19,7 @@ from hami_node.devices import (
     inventory_entry,
 )
 from hami_node.gpu import PhysicalGPU
+from tests.builders import physical_gpu
 
 TIMEOUT = 5.0
 A = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"
@@ -26,22 +27,7 @@ B = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"
 C = "GPU-3d8e1f2a-1111-2222-3333-444455556666"
 
 
-def gpu(
-    uuid: str, index: int, *, numa: int | None = 0, healthy: bool = True, memory: int = 81920
-) -> PhysicalGPU:
-    return PhysicalGPU(
-        index=index,
-        uuid=uuid,
-        model="NVIDIA A100-SXM4-80GB",
-        memory_mib=memory,
-        minor=index,
-        numa_node=numa,
-        pci_bus_id=f"00000000:0{index}:00.0",
-        healthy=healthy,
-    )
-
-
-GPUS = (gpu(A, 0, numa=0), gpu(B, 1, numa=1), gpu(C, 2, numa=None))
+GPUS = (physical_gpu(A, 0, numa_node=0), physical_gpu(B, 1, numa_node=1), physical_gpu(C, 2, numa_node=None))
 
 
 def state_with(gpus: Sequence[PhysicalGPU] = GPUS, **config: object) -> DeviceState:
@@ -88,7 +74,9 @@ def test_an_empty_first_listing_is_a_change() -> None:
 def test_a_gpu_listed_unhealthy_gets_a_fault_and_keeps_faults_across_listings() -> None:
     state = state_with()
     state.mark_unhealthy(A, "Xid 79", at=5.0)
-    state.set_gpus([gpu(A, 0), gpu(B, 1, healthy=False), gpu(C, 2, numa=None)], at=6.0)
+    state.set_gpus(
+        [physical_gpu(A, 0), physical_gpu(B, 1, healthy=False), physical_gpu(C, 2, numa_node=None)], at=6.0
+    )
     assert health(state) == [(A, False, "Xid 79"), (B, False, REPORTED_UNHEALTHY), (C, True, None)]
     status = state.gpu(B)
     assert status is not None and status.fault_at == 6.0
@@ -209,9 +197,9 @@ def test_inventory_values_as_hami_computes_them() -> None:
 
 def test_inventory_preconfigured_memory_for_gpus_without_a_memory_size() -> None:
     config = NodeConfig(node_name="n", preconfigured_device_memory=98304)
-    status = GPUStatus(gpu(A, 0, memory=0))
+    status = GPUStatus(physical_gpu(A, 0, memory_mib=0))
     assert inventory_entry(status, config).devmem == 98304
-    assert inventory_entry(GPUStatus(gpu(A, 0)), config).devmem == 81920
+    assert inventory_entry(GPUStatus(physical_gpu(A, 0)), config).devmem == 81920
 
 
 def test_inventory_of_the_state_with_health_in_hamis_json() -> None:

@@ -12,33 +12,16 @@ from hypothesis import strategies as st
 
 from hami_api.containers import footprint_slices, init_kinds
 from hami_api.resources import ContainerRequest
-from hami_api.types import DeviceSelector, GPUInfo, GPUPairScore, GPUPolicy, GPUSlice, PodAllocation
+from hami_api.types import DeviceSelector, GPUPairScore, GPUPolicy, GPUSlice, PodAllocation
 from hami_control.fit import Fit, FitFailure, Reason, fit_pod
 from hami_control.quota import QuotaUsage
 from hami_control.usage import GPUUsage, NodeGPUs, with_slices, without_slices
+from tests.builders import gpu_info, node_gpus
 
 
 def peak(allocation: PodAllocation, inits: int) -> tuple[GPUSlice, ...]:
     """The footprint of a pod whose first `inits` containers are plain init containers."""
     return footprint_slices(allocation, init_kinds(inits, len(allocation)))
-
-
-def gpu(index: int, **kw: object) -> GPUInfo:
-    base = GPUInfo(
-        id=f"GPU-{index}",
-        index=index,
-        count=10,
-        devmem=16000,
-        devcore=100,
-        type="NVIDIA-Tesla T4",
-        mode="hami-core",
-        health=True,
-    )
-    return replace(base, **kw)  # type: ignore[arg-type]
-
-
-def node(*gpus: GPUInfo, cordon: Sequence[str] = ()) -> NodeGPUs:
-    return NodeGPUs.of("n1", gpus, cordon)
 
 
 def req(nums: int = 1, mem: int = 1000, pct: int | None = None, cores: int = 0) -> ContainerRequest:
@@ -65,49 +48,49 @@ def uuids(result: object) -> list[tuple[str, ...]]:
 
 # --- one row per rule ------------------------------------------------------------------------------------
 
-TWO = node(gpu(0), gpu(1))
+TWO = node_gpus(gpu_info(0), gpu_info(1))
 
 REASON_CASES: list[tuple[str, NodeGPUs, ContainerRequest, DeviceSelector, Reason]] = [
-    ("unhealthy", node(gpu(0, health=False)), req(), DeviceSelector(), Reason.CARD_NOT_HEALTH),
-    ("cordoned", node(gpu(0), cordon=["GPU-0"]), req(), DeviceSelector(), Reason.CARD_CORDONED),
+    ("unhealthy", node_gpus(gpu_info(0, health=False)), req(), DeviceSelector(), Reason.CARD_NOT_HEALTH),
+    ("cordoned", node_gpus(gpu_info(0), cordon=["GPU-0"]), req(), DeviceSelector(), Reason.CARD_CORDONED),
     (
         "slots",
-        used(node(gpu(0, count=2)), "GPU-0", 2),
+        used(node_gpus(gpu_info(0, count=2)), "GPU-0", 2),
         req(),
         DeviceSelector(),
         Reason.CARD_TIME_SLICING_EXHAUSTED,
     ),
     (
         "memory",
-        used(node(gpu(0)), "GPU-0", 1, 15500),
+        used(node_gpus(gpu_info(0)), "GPU-0", 1, 15500),
         req(mem=1000),
         DeviceSelector(),
         Reason.CARD_INSUFFICIENT_MEMORY,
     ),
     (
         "percentage",
-        used(node(gpu(0)), "GPU-0", 1, 9000),
+        used(node_gpus(gpu_info(0)), "GPU-0", 1, 9000),
         req(mem=0, pct=50),
         DeviceSelector(),
         Reason.CARD_INSUFFICIENT_MEMORY,
     ),
     (
         "cores",
-        used(node(gpu(0)), "GPU-0", 1, 0, 70),
+        used(node_gpus(gpu_info(0)), "GPU-0", 1, 0, 70),
         req(cores=40),
         DeviceSelector(),
         Reason.CARD_INSUFFICIENT_CORE,
     ),
     (
         "exclusive",
-        used(node(gpu(0)), "GPU-0", 1, 100, 0),
+        used(node_gpus(gpu_info(0)), "GPU-0", 1, 100, 0),
         req(cores=100),
         DeviceSelector(),
         Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
     ),
     (
         "zero cores on full",
-        used(node(gpu(0)), "GPU-0", 1, 100, 100),
+        used(node_gpus(gpu_info(0)), "GPU-0", 1, 100, 100),
         req(cores=0),
         DeviceSelector(),
         Reason.CARD_COMPUTE_UNITS_EXHAUSTED,
@@ -144,7 +127,7 @@ def test_selector_mismatch_is_unresolvable(name: str, selector: DeviceSelector, 
 
 
 def test_type_match_is_case_insensitive_substring() -> None:
-    n = node(gpu(0, type="NVIDIA-A100-SXM4-80GB"), gpu(1))
+    n = node_gpus(gpu_info(0, type="NVIDIA-A100-SXM4-80GB"), gpu_info(1))
     assert uuids(fit_pod(n, one(req()), selector=DeviceSelector(use_types=("a100",)))) == [("GPU-0",)]
     assert uuids(fit_pod(n, one(req()), selector=DeviceSelector(nouse_types=("A100",)))) == [("GPU-1",)]
     assert uuids(fit_pod(n, one(req()), selector=DeviceSelector(use_uuids=("GPU-1",)))) == [("GPU-1",)]
@@ -164,7 +147,7 @@ def test_mutex_policy_skips_used_gpus() -> None:
 
 
 def test_reasons_are_counted_per_gpu_and_ranked() -> None:
-    n = node(gpu(0), gpu(1), gpu(2, health=False), cordon=["GPU-1"])
+    n = node_gpus(gpu_info(0), gpu_info(1), gpu_info(2, health=False), cordon=["GPU-1"])
     n = used(n, "GPU-0", 1, 16000)
     got = failure(fit_pod(n, one(req(nums=2))))
     assert got.message == "1/3 CardCordoned, 1/3 CardInsufficientMemory, 1/3 CardNotHealth"
@@ -172,12 +155,12 @@ def test_reasons_are_counted_per_gpu_and_ranked() -> None:
 
 
 def test_enough_memory_on_the_boundary() -> None:
-    n = used(node(gpu(0)), "GPU-0", 1, 15000, 60)
+    n = used(node_gpus(gpu_info(0)), "GPU-0", 1, 15000, 60)
     assert isinstance(fit_pod(n, one(req(mem=1000, cores=40))), Fit)
 
 
 def test_percentage_is_of_the_chosen_gpu() -> None:
-    n = node(gpu(0, devmem=8000), gpu(1, devmem=40000))
+    n = node_gpus(gpu_info(0, devmem=8000), gpu_info(1, devmem=40000))
     got = fit_pod(n, one(req(nums=2, mem=0, pct=25)))
     assert isinstance(got, Fit)
     assert {s.uuid: s.usedmem for s in got.allocation.slices()} == {"GPU-0": 2000, "GPU-1": 10000}
@@ -185,7 +168,7 @@ def test_percentage_is_of_the_chosen_gpu() -> None:
 
 def test_exclusive_needs_totalcore_100() -> None:
     # HAMi tests Totalcore == 100: with deviceCoreScaling 2 a 100-core ask may share.
-    n = used(node(gpu(0, devcore=200)), "GPU-0", 1, 100, 50)
+    n = used(node_gpus(gpu_info(0, devcore=200)), "GPU-0", 1, 100, 50)
     assert isinstance(fit_pod(n, one(req(cores=100))), Fit)
 
 
@@ -193,14 +176,14 @@ def test_exclusive_needs_totalcore_100() -> None:
 
 
 def test_numa_bind_keeps_a_container_on_one_numa_node() -> None:
-    n = node(gpu(0, numa=0), gpu(1, numa=1), gpu(2, numa=1))
+    n = node_gpus(gpu_info(0, numa=0), gpu_info(1, numa=1), gpu_info(2, numa=1))
     got = fit_pod(n, one(req(nums=2)), selector=DeviceSelector(numa_bind=True))
     assert sorted(uuids(got)[0]) == ["GPU-1", "GPU-2"]
 
 
 def test_numa_bind_counts_the_abandoned_run_as_numa_not_fit_and_the_last_as_allocated_insufficient() -> None:
     # HAMi's score_test "numa not fit": GPU-1 (NUMA 1) is found first, GPU-0 (NUMA 0) starts a new run.
-    n = node(gpu(0, numa=0), gpu(1, numa=1))
+    n = node_gpus(gpu_info(0, numa=0), gpu_info(1, numa=1))
     got = failure(fit_pod(n, one(req(nums=2)), selector=DeviceSelector(numa_bind=True)))
     assert got.reasons == ((Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST, 1), (Reason.NUMA_NOT_FIT, 1))
     assert got.message == "1/2 AllocatedCardsInsufficientRequest, 1/2 NumaNotFit"
@@ -211,7 +194,7 @@ def test_numa_bind_counts_the_abandoned_run_as_numa_not_fit_and_the_last_as_allo
 
 
 def test_binpack_picks_busiest_spread_idlest() -> None:
-    n = used(node(gpu(0), gpu(1), gpu(2)), "GPU-1", 1, 8000, 30)
+    n = used(node_gpus(gpu_info(0), gpu_info(1), gpu_info(2)), "GPU-1", 1, 8000, 30)
     assert uuids(fit_pod(n, one(req()), policy=(GPUPolicy.BINPACK,))) == [("GPU-1",)]
     # GPU-0 and GPU-2 tie: HAMi walks the sorted list from the end, so the later one
     assert uuids(fit_pod(n, one(req()), policy=(GPUPolicy.SPREAD,))) == [("GPU-2",)]
@@ -219,14 +202,14 @@ def test_binpack_picks_busiest_spread_idlest() -> None:
 
 def test_binpack_counts_the_request_on_gpus_of_different_size() -> None:
     # Same usage, different sizes: the request fills the small GPU more, so binpack prefers it.
-    n = node(gpu(0, devmem=80000), gpu(1, devmem=8000))
+    n = node_gpus(gpu_info(0, devmem=80000), gpu_info(1, devmem=8000))
     assert uuids(fit_pod(n, one(req(mem=4000)), policy=(GPUPolicy.BINPACK,))) == [("GPU-1",)]
     assert uuids(fit_pod(n, one(req(mem=4000)), policy=(GPUPolicy.SPREAD,))) == [("GPU-0",)]
 
 
 def test_numa_policy_chain_sorts_by_numa_first_and_hami_tries_the_highest_numa_node_first() -> None:
     # lessByChain sorts NUMA ascending; Fit walks from the end, so NUMA 1 is tried before NUMA 0.
-    n = used(node(gpu(0, numa=0), gpu(1, numa=1)), "GPU-0", 1, 8000)
+    n = used(node_gpus(gpu_info(0, numa=0), gpu_info(1, numa=1)), "GPU-0", 1, 8000)
     assert uuids(fit_pod(n, one(req()), policy=(GPUPolicy.NUMA, GPUPolicy.BINPACK))) == [("GPU-1",)]
     assert uuids(fit_pod(n, one(req()), policy=(GPUPolicy.BINPACK, GPUPolicy.NUMA))) == [("GPU-0",)]
 
@@ -236,7 +219,7 @@ def test_equal_gpus_are_taken_from_the_end_of_the_list_and_listed_in_the_order_f
     policy: tuple[GPUPolicy, ...],
 ) -> None:
     # HAMi's Fit walks the sorted GPUs from the end; equal GPUs keep inventory order (a stable sort).
-    n = node(*(gpu(i) for i in range(4)))
+    n = node_gpus(*(gpu_info(i) for i in range(4)))
     assert uuids(fit_pod(n, one(req()), policy=policy))[0] in (("GPU-3",), ("GPU-0",))
     if policy != (GPUPolicy.TOPOLOGY_AWARE,):  # topology-aware: the least-linked one, see below
         assert uuids(fit_pod(n, one(req()), policy=policy)) == [("GPU-3",)]
@@ -246,20 +229,30 @@ def test_equal_gpus_are_taken_from_the_end_of_the_list_and_listed_in_the_order_f
 
 def test_equal_scores_are_broken_by_numa_node_then_inventory_order() -> None:
     # score ties sort NUMA ascending, so from the end: the highest NUMA node, then the last GPU.
-    n = node(gpu(0, numa=1), gpu(1, numa=0), gpu(2, numa=1), gpu(3, numa=0))
+    n = node_gpus(gpu_info(0, numa=1), gpu_info(1, numa=0), gpu_info(2, numa=1), gpu_info(3, numa=0))
     assert uuids(fit_pod(n, one(req(nums=2)), policy=(GPUPolicy.SPREAD,))) == [("GPU-2", "GPU-0")]
     assert uuids(fit_pod(n, one(req(nums=2)), policy=(GPUPolicy.BINPACK,))) == [("GPU-2", "GPU-0")]
 
 
 def test_mutex_takes_idle_gpus_highest_numa_node_first() -> None:
-    n = used(node(gpu(0, numa=0), gpu(1, numa=1), gpu(2, numa=0), gpu(3, numa=1)), "GPU-3", 1, 1000)
+    n = used(
+        node_gpus(gpu_info(0, numa=0), gpu_info(1, numa=1), gpu_info(2, numa=0), gpu_info(3, numa=1)),
+        "GPU-3",
+        1,
+        1000,
+    )
     assert uuids(fit_pod(n, one(req(nums=2)), policy=(GPUPolicy.MUTEX,))) == [("GPU-1", "GPU-2")]
 
 
 def test_numa_bind_binpack_takes_the_lowest_numa_group_spread_the_highest() -> None:
     # HAMi's numa-bind sort: binpack = NUMA descending (walked from the end: NUMA 0 first), spread = NUMA
     # ascending (NUMA 1 first); the group order wins over the scores (GPU-2 on NUMA 1 is the busiest).
-    n = used(node(gpu(0, numa=0), gpu(1, numa=0), gpu(2, numa=1), gpu(3, numa=1)), "GPU-2", 1, 8000)
+    n = used(
+        node_gpus(gpu_info(0, numa=0), gpu_info(1, numa=0), gpu_info(2, numa=1), gpu_info(3, numa=1)),
+        "GPU-2",
+        1,
+        8000,
+    )
     bind = DeviceSelector(numa_bind=True)
     binpack = fit_pod(n, one(req(nums=2)), selector=bind, policy=(GPUPolicy.BINPACK,))
     assert uuids(binpack) == [("GPU-1", "GPU-0")]
@@ -272,7 +265,12 @@ def test_numa_bind_binpack_takes_the_lowest_numa_group_spread_the_highest() -> N
 
 def test_numa_bind_fills_a_group_found_later_and_counts_the_abandoned_runs() -> None:
     # spread walks NUMA 1 (one free GPU), then NUMA 0 (two free): the NUMA 1 run is abandoned.
-    n = used(node(gpu(0, numa=0), gpu(1, numa=0), gpu(2, numa=1), gpu(3, numa=1)), "GPU-3", 1, 16000)
+    n = used(
+        node_gpus(gpu_info(0, numa=0), gpu_info(1, numa=0), gpu_info(2, numa=1), gpu_info(3, numa=1)),
+        "GPU-3",
+        1,
+        16000,
+    )
     got = fit_pod(n, one(req(nums=2)), selector=DeviceSelector(numa_bind=True))
     assert uuids(got) == [("GPU-1", "GPU-0")]
     n = used(n, "GPU-0", 1, 16000)
@@ -282,8 +280,10 @@ def test_numa_bind_fills_a_group_found_later_and_counts_the_abandoned_runs() -> 
 
 def test_reason_text_sorts_as_text_like_go() -> None:
     # "10/12" sorts before "2/12": HAMi's GenReason sorts the formatted strings.
-    gpus = [gpu(i, type="NVIDIA-A100") for i in range(10)] + [gpu(i, devmem=1000) for i in range(10, 12)]
-    got = failure(fit_pod(node(*gpus), one(req(mem=2000)), selector=DeviceSelector(use_types=("T4",))))
+    gpus = [gpu_info(i, type="NVIDIA-A100") for i in range(10)] + [
+        gpu_info(i, devmem=1000) for i in range(10, 12)
+    ]
+    got = failure(fit_pod(node_gpus(*gpus), one(req(mem=2000)), selector=DeviceSelector(use_types=("T4",))))
     assert got.message == "10/12 CardTypeMismatch, 2/12 CardInsufficientMemory"
 
 
@@ -304,7 +304,7 @@ def test_topology_aware_picks_best_linked_set() -> None:
         GPUPairScore.of("GPU-2", {"GPU-0": 10, "GPU-1": 200, "GPU-3": 10}),
         GPUPairScore.of("GPU-3", {"GPU-0": 10, "GPU-1": 10, "GPU-2": 10}),
     ]
-    n = NodeGPUs.of("n1", [gpu(i) for i in range(4)], (), pairs)
+    n = NodeGPUs.of("n1", [gpu_info(i) for i in range(4)], (), pairs)
     topo = (GPUPolicy.TOPOLOGY_AWARE,)
     # In the order found (walking from the end): GPU-2 before GPU-1.
     assert uuids(fit_pod(n, one(req(nums=2)), policy=topo)) == [("GPU-2", "GPU-1")]
@@ -316,21 +316,21 @@ def test_topology_aware_picks_best_linked_set() -> None:
 
 
 def test_containers_share_gpus_but_not_within_a_container() -> None:
-    n = node(gpu(0, count=2), gpu(1, count=2))
+    n = node_gpus(gpu_info(0, count=2), gpu_info(1, count=2))
     got = fit_pod(n, [(req(nums=2), False), (req(nums=2), False)])
     assert [sorted(c) for c in uuids(got)] == [["GPU-0", "GPU-1"], ["GPU-0", "GPU-1"]]
     assert isinstance(fit_pod(n, [(req(nums=2), False)] * 3), FitFailure)
 
 
 def test_second_container_sees_the_first() -> None:
-    n = node(gpu(0))
+    n = node_gpus(gpu_info(0))
     got = failure(fit_pod(n, [(req(mem=10000), False), (req(mem=10000), False)]))
     assert got.reasons == ((Reason.CARD_INSUFFICIENT_MEMORY, 1),)
     assert got.container == 1
 
 
 def test_init_containers_fit_at_peak() -> None:
-    n = node(gpu(0))
+    n = node_gpus(gpu_info(0))
     got = fit_pod(n, [(req(mem=12000), True), (req(mem=10000), False), (None, False)])
     assert isinstance(got, Fit)
     assert uuids(got) == [("GPU-0",), ("GPU-0",), ()]
@@ -373,7 +373,7 @@ def test_quota_counts_init_at_peak() -> None:
 # --- properties ------------------------------------------------------------------------------------------
 
 gpu_infos = st.builds(
-    lambda i, count, mem, core, numa, health: gpu(
+    lambda i, count, mem, core, numa, health: gpu_info(
         i, count=count, devmem=mem, devcore=core, numa=numa, health=health
     ),
     st.just(0),
@@ -457,7 +457,7 @@ def test_fits_and_releases_keep_invariants(
 
 
 def test_gpu_usage_accessors() -> None:
-    g = GPUUsage(gpu(0), used=2, usedmem=1000, usedcores=30)
+    g = GPUUsage(gpu_info(0), used=2, usedmem=1000, usedcores=30)
     assert (g.free_slots, g.free_mem, g.free_cores, g.healthy) == (8, 15000, 70, True)
     assert not replace(g, unhealthy=True).healthy
     assert with_slices(TWO, [GPUSlice("GPU-x", 1, 1)]) == TWO

@@ -4,6 +4,7 @@ sidecars are counted beside the containers that run with them."""
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 
@@ -12,19 +13,16 @@ from hypothesis import strategies as st
 
 from hami_api.containers import ContainerKind, footprint, footprint_slices, kinds_of
 from hami_api.resources import ContainerRequest
-from hami_api.types import ContainerAllocation, GPUInfo, GPUPolicy, GPUSlice, PodAllocation
+from hami_api.types import ContainerAllocation, GPUPolicy, GPUSlice, PodAllocation
 from hami_control.fit import Fit, FitFailure, Reason, fit_pod
 from hami_control.usage import NodeGPUs, with_slices
+from tests.builders import gpu_info, node_gpus
 
 Pod = list[tuple[ContainerRequest | None, bool]]
 
 
-def gpu(index: int, mem: int = 40000, count: int = 10) -> GPUInfo:
-    return GPUInfo(f"GPU-{index}", index, count, mem, 100, "NVIDIA-A100", 0, "hami-core", True)
-
-
-def node(*gpus: GPUInfo) -> NodeGPUs:
-    return NodeGPUs.of("n1", gpus)
+a100 = functools.partial(gpu_info, devmem=40000, type="NVIDIA-A100")
+"""The GPUs these tests place on: A100s of 40000 MiB split 10 ways, `GPU-<index>`."""
 
 
 def req(mem: int, nums: int = 1, cores: int = 0) -> ContainerRequest:
@@ -72,7 +70,7 @@ def kubelet_gpus(
 
 def test_app_container_is_placed_on_the_gpu_its_init_container_held() -> None:
     # Binpack would put the app container on the busier GPU-0; kubelet hands it the init's GPU-1.
-    n = busy(node(gpu(0), gpu(1)), "GPU-0", 20000)
+    n = busy(node_gpus(a100(0), a100(1)), "GPU-0", 20000)
     pod: Pod = [(req(30000), True), (req(10000), False)]
     got = fit_pod(n, pod, policy=(GPUPolicy.BINPACK,))
     assert uuids(got) == [("GPU-1",), ("GPU-1",)]
@@ -81,14 +79,14 @@ def test_app_container_is_placed_on_the_gpu_its_init_container_held() -> None:
 def test_init_container_moves_to_a_gpu_its_app_container_can_follow_it_to() -> None:
     # Binpack tries GPU-0 first for the init container, but the app container (which kubelet makes
     # reuse the init's device) does not fit there: both go to GPU-1.
-    n = busy(node(gpu(0), gpu(1)), "GPU-0", 25000)
+    n = busy(node_gpus(a100(0), a100(1)), "GPU-0", 25000)
     pod: Pod = [(req(5000), True), (req(30000), False)]
     got = fit_pod(n, pod, policy=(GPUPolicy.BINPACK,))
     assert uuids(got) == [("GPU-1",), ("GPU-1",)]
 
 
 def test_pod_whose_app_container_fits_no_gpu_fails_with_its_reason_counted() -> None:
-    n = busy(busy(node(gpu(0), gpu(1)), "GPU-0", 25000), "GPU-1", 25000)
+    n = busy(busy(node_gpus(a100(0), a100(1)), "GPU-0", 25000), "GPU-1", 25000)
     got = fit_pod(n, [(req(5000), True), (req(30000), False)])
     assert isinstance(got, FitFailure)
     assert got.reasons == ((Reason.CARD_INSUFFICIENT_MEMORY, 2),)
@@ -96,20 +94,20 @@ def test_pod_whose_app_container_fits_no_gpu_fails_with_its_reason_counted() -> 
 
 
 def test_second_init_container_reuses_the_first_ones_gpu() -> None:
-    n = busy(node(gpu(0), gpu(1)), "GPU-0", 1000)
+    n = busy(node_gpus(a100(0), a100(1)), "GPU-0", 1000)
     pod: Pod = [(req(2000), True), (req(3000), True), (req(1000), False)]
     assert uuids(fit_pod(n, pod, policy=(GPUPolicy.SPREAD,))) == [("GPU-1",)] * 3
 
 
 def test_app_container_asking_more_gpus_than_the_init_takes_its_gpu_plus_new_ones() -> None:
-    n = node(gpu(0), gpu(1), gpu(2))
+    n = node_gpus(a100(0), a100(1), a100(2))
     got = fit_pod(n, [(req(1000), True), (req(1000, nums=2), False)], policy=(GPUPolicy.SPREAD,))
     init, app = uuids(got)
     assert init[0] in app and len(set(app)) == 2
 
 
 def test_second_app_container_is_free_once_the_first_took_the_reused_device() -> None:
-    n = busy(node(gpu(0), gpu(1)), "GPU-1", 30000)
+    n = busy(node_gpus(a100(0), a100(1)), "GPU-1", 30000)
     # The init container goes to the idle GPU-0 (spread) and app 1 reuses its device there; app 2 gets
     # a new device, and only GPU-0 still has room for it beside app 1.
     pod: Pod = [(req(1000), True), (req(20000), False), (req(15000), False)]
@@ -120,12 +118,14 @@ def test_second_app_container_is_free_once_the_first_took_the_reused_device() ->
 def test_sidecar_keeps_its_gpu_and_counts_beside_the_app_containers() -> None:
     # One 40000 MiB GPU: a plain init container of 25000 and an app container of 25000 take turns on
     # it, but a sidecar of 25000 runs beside the app container, so the two need two GPUs.
-    one_gpu = node(gpu(0))
+    one_gpu = node_gpus(a100(0))
     assert uuids(fit_pod(one_gpu, [(req(25000), True), (req(25000), False)])) == [("GPU-0",), ("GPU-0",)]
     got = fit_pod(one_gpu, [(req(25000), True), (req(25000), False)], sidecars={0})
     assert isinstance(got, FitFailure)
     assert got.reasons == ((Reason.CARD_INSUFFICIENT_MEMORY, 1),)
-    assert uuids(fit_pod(node(gpu(0), gpu(1)), [(req(25000), True), (req(25000), False)], sidecars={0})) in (
+    assert uuids(
+        fit_pod(node_gpus(a100(0), a100(1)), [(req(25000), True), (req(25000), False)], sidecars={0})
+    ) in (
         [("GPU-0",), ("GPU-1",)],
         [("GPU-1",), ("GPU-0",)],
     )
@@ -162,17 +162,17 @@ containers_st = st.lists(st.tuples(st.one_of(st.none(), requests_st), kinds_st),
 )
 
 
-def _node(gpus: list[tuple[int, int, int]]) -> NodeGPUs:
+def node_from_draw(gpus: list[tuple[int, int, int]]) -> NodeGPUs:
     """(slots, MiB, MiB already used by one other pod) per GPU."""
-    n = node(*(gpu(i, mem, count) for i, (count, mem, _) in enumerate(gpus)))
-    return with_slices(
-        n, [GPUSlice(f"GPU-{i}", min(used, mem), 0) for i, (_, mem, used) in enumerate(gpus) if used]
+    return node_gpus(
+        *(a100(i, devmem=mem, count=count) for i, (count, mem, _) in enumerate(gpus)),
+        slices=[GPUSlice(f"GPU-{i}", min(used, mem), 0) for i, (_, mem, used) in enumerate(gpus) if used],
     )
 
 
 nodes_st = st.lists(
     st.tuples(st.integers(2, 6), st.integers(8000, 40000), st.integers(0, 30000)), min_size=1, max_size=5
-).map(_node)
+).map(node_from_draw)
 
 
 @settings(max_examples=400, deadline=None)

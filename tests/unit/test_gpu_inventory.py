@@ -31,6 +31,7 @@ from hami_node.gpu.inventory import (
     render_inventory,
     write_inventory,
 )
+from tests.builders import fake_gpu, fake_inventory
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "fake-gpus.md"
 
@@ -44,14 +45,6 @@ gpus:
     memory: 81920
     numa: 1
 """
-
-
-def gpu(n: int, **extra: object) -> dict[str, object]:
-    return {"uuid": f"GPU-{n}", "model": "M", "memory": 1024, **extra}
-
-
-def doc(*gpus: dict[str, object], **top: object) -> dict[str, object]:
-    return {"gpus": list(gpus), **top}
 
 
 # --- good input ------------------------------------------------------------------------------------
@@ -77,16 +70,16 @@ def test_json_file_and_bare_list() -> None:
 
 
 def test_explicit_index_orders_gpus_and_sets_minor_default() -> None:
-    inventory = parse_inventory(doc(gpu(0, index=1), gpu(1, index=0, minor=7)))
+    inventory = parse_inventory(fake_inventory(fake_gpu(0, index=1), fake_gpu(1, index=0, minor=7)))
     assert [(g.uuid, g.index, g.minor) for g in inventory.gpus] == [("GPU-1", 0, 7), ("GPU-0", 1, 1)]
 
 
 def test_faults_topology_and_events_parse() -> None:
     inventory = parse_inventory(
-        doc(
-            gpu(0, numa=0),
-            gpu(1, numa=0, lost=True),
-            gpu(2, numa=1, health=False, mig=True),
+        fake_inventory(
+            fake_gpu(0, numa=0),
+            fake_gpu(1, numa=0, lost=True),
+            fake_gpu(2, numa=1, health=False, mig=True),
             nvml="failing",
             links=[
                 {"gpus": [0, "GPU-1"], "nvlinks": 4},
@@ -117,11 +110,11 @@ def test_faults_topology_and_events_parse() -> None:
 
 def test_links_each_field_from_the_last_entry_setting_it_then_numa_then_system() -> None:
     inventory = parse_inventory(
-        doc(
-            gpu(0, numa=0),
-            gpu(1, numa=0),
-            gpu(2, numa=1),
-            gpu(3),
+        fake_inventory(
+            fake_gpu(0, numa=0),
+            fake_gpu(1, numa=0),
+            fake_gpu(2, numa=1),
+            fake_gpu(3),
             links=[
                 {"gpus": [0, 1, 2], "nvlinks": 12},
                 {"gpus": [1, 2], "pcie": "host-bridge"},
@@ -133,18 +126,26 @@ def test_links_each_field_from_the_last_entry_setting_it_then_numa_then_system()
     assert inventory.link("GPU-2", "GPU-1") == GPULink(TopologyLevel.HOST_BRIDGE, 12)
     assert inventory.link("GPU-0", "GPU-2") == GPULink(TopologyLevel.SYSTEM, 0)
     assert inventory.link("GPU-0", "GPU-3") == GPULink(TopologyLevel.SYSTEM, 0)
-    plain = parse_inventory(doc(gpu(0, numa=0), gpu(1, numa=0), gpu(2, numa=1), gpu(3), gpu(4)))
+    plain = parse_inventory(
+        fake_inventory(
+            fake_gpu(0, numa=0), fake_gpu(1, numa=0), fake_gpu(2, numa=1), fake_gpu(3), fake_gpu(4)
+        )
+    )
     assert plain.link("GPU-0", "GPU-1") == GPULink(TopologyLevel.NUMA_NODE, 0)
     assert plain.link("GPU-0", "GPU-2") == GPULink(TopologyLevel.SYSTEM, 0)
     assert plain.link("GPU-3", "GPU-4") == GPULink(TopologyLevel.SYSTEM, 0)  # unknown NUMA is not "the same"
 
 
 def test_links_one_sided_nvlink_is_seen_from_the_first_gpu_only() -> None:
-    inventory = parse_inventory(doc(gpu(0), gpu(1), links=[{"gpus": [1, 0], "nvlinks": [4, 0]}]))
+    inventory = parse_inventory(
+        fake_inventory(fake_gpu(0), fake_gpu(1), links=[{"gpus": [1, 0], "nvlinks": [4, 0]}])
+    )
     assert inventory.links == (LinkGroup((1, 0), nvlinks=4, reverse_nvlinks=0),)
     assert inventory.link("GPU-1", "GPU-0").nvlinks == 4
     assert inventory.link("GPU-0", "GPU-1").nvlinks == 0
-    same = parse_inventory(doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "nvlinks": [3, 3]}]))
+    same = parse_inventory(
+        fake_inventory(fake_gpu(0), fake_gpu(1), links=[{"gpus": [0, 1], "nvlinks": [3, 3]}])
+    )
     assert same.links == (LinkGroup((0, 1), nvlinks=3),)
 
 
@@ -176,34 +177,34 @@ def test_every_yaml_example_in_the_docs_parses() -> None:
 # --- bad input: every field ------------------------------------------------------------------------
 
 BAD_GPU_FIELDS = [
-    (gpu(2, memory="80GB"), 'gpus[2].memory: expected a positive integer (MiB), got "80GB"'),
-    (gpu(2, memory=0), "gpus[2].memory: expected a positive integer (MiB), got 0"),
-    (gpu(2, memory=True), "gpus[2].memory: expected a positive integer (MiB), got true"),
-    (gpu(2, memory=1.5), "gpus[2].memory: expected a positive integer (MiB), got 1.5"),
+    (fake_gpu(2, memory="80GB"), 'gpus[2].memory: expected a positive integer (MiB), got "80GB"'),
+    (fake_gpu(2, memory=0), "gpus[2].memory: expected a positive integer (MiB), got 0"),
+    (fake_gpu(2, memory=True), "gpus[2].memory: expected a positive integer (MiB), got true"),
+    (fake_gpu(2, memory=1.5), "gpus[2].memory: expected a positive integer (MiB), got 1.5"),
     ({"uuid": "GPU-2", "model": "M"}, "gpus[2].memory: is required"),
     ({"model": "M", "memory": 1}, "gpus[2].uuid: is required"),
-    (gpu(2, uuid="abc"), 'gpus[2].uuid: expected "GPU-" followed by the GPU\'s id, got "abc"'),
-    (gpu(2, uuid="GPU-a b"), 'gpus[2].uuid: expected "GPU-" followed by the GPU\'s id, got "GPU-a b"'),
-    (gpu(2, uuid=5), "gpus[2].uuid: expected a non-empty string, got 5"),
+    (fake_gpu(2, uuid="abc"), 'gpus[2].uuid: expected "GPU-" followed by the GPU\'s id, got "abc"'),
+    (fake_gpu(2, uuid="GPU-a b"), 'gpus[2].uuid: expected "GPU-" followed by the GPU\'s id, got "GPU-a b"'),
+    (fake_gpu(2, uuid=5), "gpus[2].uuid: expected a non-empty string, got 5"),
     ({"uuid": "GPU-2", "memory": 1}, "gpus[2].model: is required"),
-    (gpu(2, model="  "), 'gpus[2].model: expected a non-empty string, got "  "'),
-    (gpu(2, index=-1), "gpus[2].index: expected an integer >= 0, got -1"),
-    (gpu(2, index="2"), 'gpus[2].index: expected an integer >= 0, got "2"'),
-    (gpu(2, minor=-3), "gpus[2].minor: expected an integer >= 0, got -3"),
-    (gpu(2, numa=-1), "gpus[2].numa: expected an integer >= 0 or null (unknown), got -1"),
-    (gpu(2, numa="0"), 'gpus[2].numa: expected an integer >= 0 or null (unknown), got "0"'),
-    (gpu(2, pci_bus_id=7), "gpus[2].pci_bus_id: expected a non-empty string, got 7"),
-    (gpu(2, mig="no"), 'gpus[2].mig: expected true or false, got "no"'),
-    (gpu(2, health="yes"), 'gpus[2].health: expected true or false, got "yes"'),
-    (gpu(2, lost=1), "gpus[2].lost: expected true or false, got 1"),
-    (gpu(2, memroy=5), "gpus[2].memroy: unknown field"),
+    (fake_gpu(2, model="  "), 'gpus[2].model: expected a non-empty string, got "  "'),
+    (fake_gpu(2, index=-1), "gpus[2].index: expected an integer >= 0, got -1"),
+    (fake_gpu(2, index="2"), 'gpus[2].index: expected an integer >= 0, got "2"'),
+    (fake_gpu(2, minor=-3), "gpus[2].minor: expected an integer >= 0, got -3"),
+    (fake_gpu(2, numa=-1), "gpus[2].numa: expected an integer >= 0 or null (unknown), got -1"),
+    (fake_gpu(2, numa="0"), 'gpus[2].numa: expected an integer >= 0 or null (unknown), got "0"'),
+    (fake_gpu(2, pci_bus_id=7), "gpus[2].pci_bus_id: expected a non-empty string, got 7"),
+    (fake_gpu(2, mig="no"), 'gpus[2].mig: expected true or false, got "no"'),
+    (fake_gpu(2, health="yes"), 'gpus[2].health: expected true or false, got "yes"'),
+    (fake_gpu(2, lost=1), "gpus[2].lost: expected true or false, got 1"),
+    (fake_gpu(2, memroy=5), "gpus[2].memroy: unknown field"),
     ("GPU-2", 'gpus[2]: expected a mapping, got "GPU-2"'),
 ]
 
 
 @pytest.mark.parametrize(("entry", "message"), BAD_GPU_FIELDS)
 def test_bad_gpu_field_names_file_entry_and_field(entry: object, message: str) -> None:
-    data = {"gpus": [gpu(0), gpu(1), entry]}
+    data = {"gpus": [fake_gpu(0), fake_gpu(1), entry]}
     with pytest.raises(InventoryError) as info:
         parse_inventory_text(yaml.safe_dump(data), "gpus.yaml")
     assert str(info.value).startswith(f"gpus.yaml: {message}")
@@ -211,7 +212,7 @@ def test_bad_gpu_field_names_file_entry_and_field(entry: object, message: str) -
 
 
 def test_the_example_message_exactly() -> None:
-    data = {"gpus": [gpu(0), gpu(1), gpu(2, memory="80GB")]}
+    data = {"gpus": [fake_gpu(0), fake_gpu(1), fake_gpu(2, memory="80GB")]}
     with pytest.raises(InventoryError) as info:
         parse_inventory_text(yaml.safe_dump(data), "gpus.yaml")
     assert str(info.value) == 'gpus.yaml: gpus[2].memory: expected a positive integer (MiB), got "80GB"'
@@ -222,96 +223,116 @@ def test_the_example_message_exactly() -> None:
 
 
 BAD_DOCUMENTS = [
-    (doc(gpu(0), gpu(0)), 'gpus[1].uuid: "GPU-0" is already used by gpus[0]'),
-    (doc(gpu(0), gpu(1, index=0)), "gpus[1].index: 0 is already used by gpus[0]"),
-    (doc(gpu(0, minor=1), gpu(1)), "gpus[1].minor: 1 is already used by gpus[0]"),
+    (fake_inventory(fake_gpu(0), fake_gpu(0)), 'gpus[1].uuid: "GPU-0" is already used by gpus[0]'),
+    (fake_inventory(fake_gpu(0), fake_gpu(1, index=0)), "gpus[1].index: 0 is already used by gpus[0]"),
+    (fake_inventory(fake_gpu(0, minor=1), fake_gpu(1)), "gpus[1].minor: 1 is already used by gpus[0]"),
     (
-        doc(gpu(0, pci_bus_id="0000:01:00.0"), gpu(1, pci_bus_id="0000:01:00.0")),
+        fake_inventory(fake_gpu(0, pci_bus_id="0000:01:00.0"), fake_gpu(1, pci_bus_id="0000:01:00.0")),
         'gpus[1].pci_bus_id: "0000:01:00.0" is already used by gpus[0]',
     ),
     ({"gpus": "GPU-0"}, 'gpus: expected a list, got "GPU-0"'),
     ({"gpus": [], "extra": 1}, "extra: unknown field"),
-    (doc(gpu(0), nvml="broken"), 'nvml: expected one of ok, failing, absent, got "broken"'),
-    (doc(gpu(0), nvml=False), "nvml: expected one of ok, failing, absent, got false"),
-    (doc(gpu(0), links=[{"gpus": [0], "nvlinks": 2}]), "links[0].gpus: expected a list of at least 2"),
-    (doc(gpu(0), links=[{"gpus": [0, 5], "nvlinks": 2}]), "links[0].gpus[1]: no GPU with index 5"),
+    (fake_inventory(fake_gpu(0), nvml="broken"), 'nvml: expected one of ok, failing, absent, got "broken"'),
+    (fake_inventory(fake_gpu(0), nvml=False), "nvml: expected one of ok, failing, absent, got false"),
     (
-        doc(gpu(0), links=[{"gpus": [0, "GPU-x"], "nvlinks": 2}]),
+        fake_inventory(fake_gpu(0), links=[{"gpus": [0], "nvlinks": 2}]),
+        "links[0].gpus: expected a list of at least 2",
+    ),
+    (
+        fake_inventory(fake_gpu(0), links=[{"gpus": [0, 5], "nvlinks": 2}]),
+        "links[0].gpus[1]: no GPU with index 5",
+    ),
+    (
+        fake_inventory(fake_gpu(0), links=[{"gpus": [0, "GPU-x"], "nvlinks": 2}]),
         'links[0].gpus[1]: no GPU with uuid "GPU-x" in gpus',
     ),
     (
-        doc(gpu(0), gpu(1), links=[{"gpus": [0, "GPU-0"], "nvlinks": 2}]),
+        fake_inventory(fake_gpu(0), fake_gpu(1), links=[{"gpus": [0, "GPU-0"], "nvlinks": 2}]),
         'links[0].gpus[1]: GPU "GPU-0" is listed twice',
     ),
     (
-        doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "pcie": "nvlink"}]),
+        fake_inventory(fake_gpu(0), fake_gpu(1), links=[{"gpus": [0, 1], "pcie": "nvlink"}]),
         "links[0].pcie: unknown topology level 'nvlink' (one of same-board, single-switch,",
     ),
-    (doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "pcie": 3}]), "links[0].pcie: expected one of same-board,"),
-    (doc(gpu(0), gpu(1), links=[{"gpus": [0, 1]}]), "links[0]: sets neither nvlinks nor pcie"),
     (
-        doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "nvlinks": 19}]),
+        fake_inventory(fake_gpu(0), fake_gpu(1), links=[{"gpus": [0, 1], "pcie": 3}]),
+        "links[0].pcie: expected one of same-board,",
+    ),
+    (
+        fake_inventory(fake_gpu(0), fake_gpu(1), links=[{"gpus": [0, 1]}]),
+        "links[0]: sets neither nvlinks nor pcie",
+    ),
+    (
+        fake_inventory(fake_gpu(0), fake_gpu(1), links=[{"gpus": [0, 1], "nvlinks": 19}]),
         "links[0].nvlinks: expected an integer from 0 to 18 (NVLinks between each pair), or [from the first",
     ),
     (
-        doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "nvlinks": "4"}]),
+        fake_inventory(fake_gpu(0), fake_gpu(1), links=[{"gpus": [0, 1], "nvlinks": "4"}]),
         "links[0].nvlinks: expected an integer from 0 to 18 (NVLinks between each pair), or [from the first "
         'GPU, from the second] for an NVLink seen from one side only, got "4"',
     ),
     (
-        doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "nvlinks": [4, -1]}]),
+        fake_inventory(fake_gpu(0), fake_gpu(1), links=[{"gpus": [0, 1], "nvlinks": [4, -1]}]),
         "links[0].nvlinks: expected an integer from 0 to 18",
     ),
     (
-        doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "nvlinks": [4, 0, 0]}]),
+        fake_inventory(fake_gpu(0), fake_gpu(1), links=[{"gpus": [0, 1], "nvlinks": [4, 0, 0]}]),
         "links[0].nvlinks: expected an integer from 0 to 18",
     ),
     (
-        doc(gpu(0), gpu(1), gpu(2), links=[{"gpus": [0, 1, 2], "nvlinks": [4, 0]}]),
+        fake_inventory(fake_gpu(0), fake_gpu(1), fake_gpu(2), links=[{"gpus": [0, 1, 2], "nvlinks": [4, 0]}]),
         "links[0].nvlinks: expected an integer from 0 to 18 (NVLinks between each pair), got [4, 0]",
     ),
     (
-        doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "nvlinks": True}]),
+        fake_inventory(fake_gpu(0), fake_gpu(1), links=[{"gpus": [0, 1], "nvlinks": True}]),
         "links[0].nvlinks: expected an integer from 0 to 18",
     ),
     (
-        doc(gpu(0), gpu(1), links=[{"gpus": [0, 1], "nvlinks": 2, "level": "nvlink"}]),
+        fake_inventory(fake_gpu(0), fake_gpu(1), links=[{"gpus": [0, 1], "nvlinks": 2, "level": "nvlink"}]),
         "links[0].level: unknown field",
     ),
-    (doc(gpu(0), links=[{"gpus": [0, True], "nvlinks": 2}]), "links[0].gpus[1]: expected a GPU uuid"),
-    (doc(gpu(0), gpu(1), links={"gpus": [0, 1]}), "links: expected a list, got {"),
     (
-        doc(gpu(0), gpu(1), topology=[{"gpus": [0, 1], "level": "nvlink"}]),
+        fake_inventory(fake_gpu(0), links=[{"gpus": [0, True], "nvlinks": 2}]),
+        "links[0].gpus[1]: expected a GPU uuid",
+    ),
+    (fake_inventory(fake_gpu(0), fake_gpu(1), links={"gpus": [0, 1]}), "links: expected a list, got {"),
+    (
+        fake_inventory(fake_gpu(0), fake_gpu(1), topology=[{"gpus": [0, 1], "level": "nvlink"}]),
         "topology: replaced by links (entries of gpus and nvlinks and/or pcie; see docs/fake-gpus.md)",
     ),
-    (doc(gpu(0), events=[{"kind": "xid", "xid": 79}]), "events[0].id: expected a non-empty string"),
     (
-        doc(gpu(0), events=[{"id": "a", "kind": "ecc-double-bit"}, {"id": "a", "kind": "ecc-double-bit"}]),
+        fake_inventory(fake_gpu(0), events=[{"kind": "xid", "xid": 79}]),
+        "events[0].id: expected a non-empty string",
+    ),
+    (
+        fake_inventory(
+            fake_gpu(0), events=[{"id": "a", "kind": "ecc-double-bit"}, {"id": "a", "kind": "ecc-double-bit"}]
+        ),
         'events[1].id: "a" is already used by events[0]',
     ),
     (
-        doc(gpu(0), events=[{"id": "a", "kind": "boom"}]),
+        fake_inventory(fake_gpu(0), events=[{"id": "a", "kind": "boom"}]),
         "events[0].kind: expected one of xid, ecc-double-bit,",
     ),
-    (doc(gpu(0), events=[{"id": "a"}]), "events[0].kind: is required"),
-    (doc(gpu(0), events=[{"id": "a", "kind": "xid"}]), "events[0].xid: is required"),
+    (fake_inventory(fake_gpu(0), events=[{"id": "a"}]), "events[0].kind: is required"),
+    (fake_inventory(fake_gpu(0), events=[{"id": "a", "kind": "xid"}]), "events[0].xid: is required"),
     (
-        doc(gpu(0), events=[{"id": "a", "kind": "xid", "xid": "79"}]),
+        fake_inventory(fake_gpu(0), events=[{"id": "a", "kind": "xid", "xid": "79"}]),
         'events[0].xid: expected a positive integer (the Xid code), got "79"',
     ),
     (
-        doc(gpu(0), events=[{"id": "a", "kind": "ecc-single-bit", "xid": 79}]),
+        fake_inventory(fake_gpu(0), events=[{"id": "a", "kind": "ecc-single-bit", "xid": 79}]),
         "events[0].xid: only allowed with kind xid, got 79",
     ),
     (
-        doc(gpu(0), events=[{"id": "a", "kind": "xid", "xid": 79, "gpu": 3}]),
+        fake_inventory(fake_gpu(0), events=[{"id": "a", "kind": "xid", "xid": 79, "gpu": 3}]),
         "events[0].gpu: no GPU with index 3",
     ),
     (
-        doc(gpu(0), events=[{"id": "a", "kind": "xid", "xid": 79, "at": 3}]),
+        fake_inventory(fake_gpu(0), events=[{"id": "a", "kind": "xid", "xid": 79, "at": 3}]),
         "events[0].at: unknown field",
     ),
-    (doc(gpu(0), events={"id": "a"}), 'events: expected a list, got {"id": "a"}'),
+    (fake_inventory(fake_gpu(0), events={"id": "a"}), 'events: expected a list, got {"id": "a"}'),
     (5, "whole file: expected a mapping, got 5"),
 ]
 
@@ -359,7 +380,7 @@ def test_load_names_the_path(tmp_path: Path) -> None:
 
 def test_long_values_are_shortened() -> None:
     with pytest.raises(InventoryError) as info:
-        parse_inventory(doc(gpu(0, model="x" * 5000, memory="y" * 5000)), "gpus.yaml")
+        parse_inventory(fake_inventory(fake_gpu(0, model="x" * 5000, memory="y" * 5000)), "gpus.yaml")
     assert len(str(info.value)) < 300 and "(5002 chars)" in str(info.value)
 
 

@@ -3,7 +3,9 @@ node (verdicts, reason texts, unresolvable nodes, scores), and the table follows
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,15 +13,27 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami_api.annotations import encode_node_register, encode_pod_allocation
-from hami_api.types import ContainerAllocation, GPUInfo, GPUSlice, PodAllocation
+from hami_api.annotations import DEVICES_ALLOCATED
+from hami_api.types import GPUInfo, GPUSlice
 from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig
 from hami_control.extender import filter_pod, prioritize_pod
 from hami_control.gputable import GPUTable
 from hami_control.quota import QuotaLimits, QuotaUsage
-from hami_control.usage import NodeGPUs, with_slices
+from hami_control.usage import NodeGPUs
+from tests.builders import (
+    allocation,
+    allocation_annotations,
+    container,
+    gpu_info,
+    gpu_pod,
+    node,
+    node_gpus,
+    pod,
+)
 
+the_pod = functools.partial(gpu_pod, "p", namespace="ns", uid="u")
+"""The pod whose filter and prioritize the tests compare: one container asking for GPUs."""
 CONFIG = ControlConfig()
 TYPES = ("NVIDIA-A100-SXM4-80GB", "NVIDIA-Tesla T4", "NVIDIA-H100")
 
@@ -53,9 +67,9 @@ def nodes(draw: st.DrawFn, name: str) -> NodeGPUs:
     gpus: list[GPUInfo] = []
     slices: list[GPUSlice] = []
     for i in range(count):
-        info = GPUInfo(
+        info = gpu_info(
+            i,
             id=f"{name}-g{i}",
-            index=i,
             count=draw(st.integers(1, 4)),
             devmem=draw(st.sampled_from((16000, 24000, 81920))),
             devcore=draw(st.sampled_from((100, 100, 200, 0))),
@@ -73,26 +87,20 @@ def nodes(draw: st.DrawFn, name: str) -> NodeGPUs:
                 )
             )
     cordoned = draw(st.lists(st.sampled_from([g.id for g in gpus]), max_size=1)) if gpus else []
-    return with_slices(NodeGPUs.of(name, gpus, cordoned), slices)
-
-
-def container(gpus: int, mem: int | None, pct: int | None, cores: int | None) -> dict[str, Any]:
-    limits: dict[str, str] = {"nvidia.com/gpu": str(gpus)}
-    if mem is not None:
-        limits["nvidia.com/gpumem"] = str(mem)
-    if pct is not None:
-        limits["nvidia.com/gpumem-percentage"] = str(pct)
-    if cores is not None:
-        limits["nvidia.com/gpucores"] = str(cores)
-    return {"name": "c", "image": "x", "resources": {"limits": limits}}
+    return node_gpus(*gpus, name=name, cordon=cordoned, slices=slices)
 
 
 @st.composite
 def pods(draw: st.DrawFn) -> dict[str, Any]:
     mem = draw(st.sampled_from((None, 1000, 8000, 20000)))
     pct = draw(st.sampled_from((None, 25, 50))) if mem is None else None
-    main = container(draw(st.integers(1, 3)), mem, pct, draw(st.sampled_from((None, 0, 30, 100))))
-    containers = [main, {"name": "side", "image": "x"}]
+    main = container(
+        "c",
+        gpus=draw(st.integers(1, 3)),
+        gpumem=mem,
+        gpumem_percentage=pct,
+        gpucores=draw(st.sampled_from((None, 0, 30, 100))),
+    )
     annotations: dict[str, str] = {}
     if draw(st.booleans()):
         annotations["nvidia.com/use-gputype"] = draw(st.sampled_from(("a100", "T4,H100", "h100")))
@@ -108,10 +116,7 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
         st.sampled_from(("spread", "binpack", "mutex", "topology-aware"))
     )
     annotations["hami.io/node-scheduler-policy"] = draw(st.sampled_from(("spread", "binpack")))
-    return {
-        "metadata": {"name": "p", "namespace": "ns", "uid": "u", "annotations": annotations},
-        "spec": {"containers": containers},
-    }
+    return pod("p", main, container("side"), namespace="ns", uid="u", annotations=annotations)
 
 
 @st.composite
@@ -145,68 +150,55 @@ def test_vectorised_filter_and_prioritize_equal_fit_pod(v: View, pod: dict[str, 
 def test_table_grows_in_width_and_rows_and_reuses_rows() -> None:
     v = View(
         {
-            f"n{i}": NodeGPUs.of(f"n{i}", [GPUInfo(f"n{i}-g0", 0, 1, 100, 100, "T", 0, "", True)])
+            f"n{i}": NodeGPUs.of(
+                f"n{i}", [gpu_info(0, id=f"n{i}-g0", count=1, devmem=100, type="T", mode="")]
+            )
             for i in range(100)
         }
     )
-    wide = [GPUInfo(f"w-g{i}", i, 2, 1000, 100, "T", 0, "", True) for i in range(20)]
+    wide = [gpu_info(i, id=f"w-g{i}", count=2, devmem=1000, type="T", mode="") for i in range(20)]
     v.nodes["w"] = NodeGPUs.of("w", wide)
     table = table_of(v)
     assert len(table) == 101 and table.width >= 20
     table.remove_node("n3")
     table.set_node(NodeGPUs.of("x", wide[:2]))
     assert table.row_of["x"] == 3 and len(table) == 101
-    args = {"Pod": pods_simple(1, 500), "NodeNames": ["w", "x", "n0", "n3"]}
+    args = {
+        "Pod": the_pod(gpus=1, gpumem=500),
+        "NodeNames": ["w", "x", "n0", "n3"],
+    }
     del v.nodes["n3"]
     v.nodes["x"] = NodeGPUs.of("x", wide[:2])
     assert filter_pod(args, v, CONFIG, table=table) == filter_pod(args, v, CONFIG)
 
 
-def pods_simple(gpus: int, mem: int) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
-        "spec": {"containers": [container(gpus, mem, None, None)]},
-    }
-
-
-def register(name: str, gpus: int) -> dict[str, Any]:
-    infos = [
-        GPUInfo(f"{name}-g{i}", i, 4, 16000, 100, "NVIDIA-T4", 0, "hami-core", True) for i in range(gpus)
+def t4_node(name: str, healthy: Sequence[bool]) -> dict[str, Any]:
+    """Node `name` with one T4 (split 4 ways) per entry of `healthy`, its health; `<name>-g<i>`."""
+    gpus = [
+        gpu_info(i, id=f"{name}-g{i}", count=4, type="NVIDIA-T4", health=up) for i, up in enumerate(healthy)
     ]
-    return {
-        "metadata": {
-            "name": name,
-            "annotations": {"hami.io/node-nvidia-register": encode_node_register(infos)},
-        },
-        "status": {"allocatable": {"nvidia.com/gpu": str(gpus * 4)}},
-    }
+    return node(name, gpus)
 
 
-def bound_pod(uid: str, node: str, gpu: str, mem: int) -> dict[str, Any]:
-    allocation = encode_pod_allocation(PodAllocation((ContainerAllocation((GPUSlice(gpu, mem, 0),)),)))
-    return {
-        "metadata": {
-            "name": uid,
-            "namespace": "ns",
-            "uid": uid,
-            "annotations": {
-                "hami.io/vgpu-node": node,
-                "hami.io/vgpu-devices-allocated": allocation,
-            },
-        },
-        "spec": {"containers": [container(1, mem, None, None)]},
-        "status": {"phase": "Running"},
-    }
+def bound_pod(uid: str, node_name: str, gpu: str, mem: int) -> dict[str, Any]:
+    """A running pod holding `mem` MiB of `gpu` on `node_name`, as hami-control's cache reads it."""
+    held = allocation_annotations(
+        node_name, allocation([(gpu, mem, 0)]), bind_phase=None, keys=(DEVICES_ALLOCATED,)
+    )
+    return gpu_pod(uid, gpumem=mem, namespace="ns", uid=uid, annotations=held, phase="Running")
 
 
 def test_table_follows_the_cache_through_drain_changed() -> None:
     cache = ClusterCache()
     table = GPUTable()
     for i in range(3):
-        cache.node_upserted(register(f"n{i}", 2))
+        cache.node_upserted(t4_node(f"n{i}", (True, True)))
     table.sync(cache.drain_changed(), cache.node_gpus)
     assert cache.drain_changed() == set()
-    args = {"Pod": pods_simple(2, 10000), "NodeNames": ["n0", "n1", "n2"]}
+    args = {
+        "Pod": the_pod(gpus=2, gpumem=10000),
+        "NodeNames": ["n0", "n1", "n2"],
+    }
     assert filter_pod(args, cache, CONFIG, table=table)["NodeNames"] == ["n0", "n1", "n2"]
     cache.pod_upserted(bound_pod("a", "n1", "n1-g0", 8000))
     cache.node_deleted("n2")
@@ -228,12 +220,12 @@ def test_many_nodes_patterns_share_texts(mem: int) -> None:
     v = View(
         {
             f"n{i}": NodeGPUs.of(
-                f"n{i}", [GPUInfo(f"n{i}-g{j}", j, 2, 16000, 100, "T", 0, "", True) for j in range(8)]
+                f"n{i}", [gpu_info(j, id=f"n{i}-g{j}", count=2, type="T", mode="") for j in range(8)]
             )
             for i in range(300)
         }
     )
-    args = {"Pod": pods_simple(1, mem), "NodeNames": list(v.nodes)}
+    args = {"Pod": the_pod(gpus=1, gpumem=mem), "NodeNames": list(v.nodes)}
     assert filter_pod(args, v, CONFIG, table=table_of(v)) == filter_pod(args, v, CONFIG)
 
 
@@ -250,26 +242,16 @@ def test_group_rows_equals_numpy_unique(rows: list[list[int]]) -> None:
     assert len({tuple(p) for p in patterns.tolist()}) == len(patterns)
 
 
-def register_health(name: str, healthy: tuple[bool, ...]) -> dict[str, Any]:
-    obj = register(name, len(healthy))
-    infos = [
-        GPUInfo(f"{name}-g{i}", i, 4, 16000, 100, "NVIDIA-T4", 0, "hami-core", up)
-        for i, up in enumerate(healthy)
-    ]
-    obj["metadata"]["annotations"]["hami.io/node-nvidia-register"] = encode_node_register(infos)
-    return obj
-
-
 def test_slices_on_a_gpu_stay_counted_through_its_xid_and_recovery_so_it_is_never_overbooked() -> None:
     cache, table = ClusterCache(), GPUTable()
-    cache.node_upserted(register_health("n1", (True, True)))
+    cache.node_upserted(t4_node("n1", (True, True)))
     for uid in ("a", "b"):
         cache.pod_upserted(bound_pod(uid, "n1", "n1-g0", 6000))  # 12000 of g0's 16000 MiB
-    pinned = pods_simple(1, 6000)
+    pinned = the_pod(gpus=1, gpumem=6000)
     pinned["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": "n1-g0"}
     args = {"Pod": pinned, "NodeNames": ["n1"]}
     for healthy in ((False, True), (True, True)):  # an Xid marks g0 unhealthy, then it recovers
-        cache.node_upserted(register_health("n1", healthy))
+        cache.node_upserted(t4_node("n1", healthy))
         table.sync(cache.drain_changed(), cache.node_gpus)
         node = cache.node_gpus("n1")
         assert node is not None and (node.gpus[0].used, node.gpus[0].usedmem) == (2, 12000)
@@ -278,17 +260,17 @@ def test_slices_on_a_gpu_stay_counted_through_its_xid_and_recovery_so_it_is_neve
         word = "CardNotHealth" if not healthy[0] else "CardInsufficientMemory"
         assert result["FailedNodes"] == {"n1": f"1/2 {word}, 1/2 CardUuidMismatch"}, result
     # After recovery a pod that fits what is left lands there, and the node score counts both GPUs.
-    small = pods_simple(1, 4000)
+    small = the_pod(gpus=1, gpumem=4000)
     small["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": "n1-g0"}
     assert filter_pod({"Pod": small, "NodeNames": ["n1"]}, cache, CONFIG, table=table)["NodeNames"] == ["n1"]
 
 
 def test_node_score_counts_an_unhealthy_gpu_and_its_slices_like_hami() -> None:
     cache, table = ClusterCache(), GPUTable()
-    cache.node_upserted(register_health("n1", (False, True)))
+    cache.node_upserted(t4_node("n1", (False, True)))
     cache.pod_upserted(bound_pod("a", "n1", "n1-g0", 16000))
     table.sync(cache.drain_changed(), cache.node_gpus)
-    args = {"Pod": pods_simple(1, 8000), "NodeNames": ["n1"]}
+    args = {"Pod": the_pod(gpus=1, gpumem=8000), "NodeNames": ["n1"]}
     fast = prioritize_pod(args, cache, CONFIG, table=table)
     assert fast == prioritize_pod(args, cache, CONFIG)
     # HAMi's ComputeDefaultScore over both GPUs: slots 2/8, cores 0/200, memory 24000/32000 -> 10/3,

@@ -337,8 +337,10 @@ class Broken(FakeBackend):
         return super().wait_event(timeout_s)
 
 
-def wait_until(state: DeviceState, condition: Callable[[], bool], timeout_s: float = TIMEOUT) -> bool:
-    """Wait for `condition` to hold, re-checking on every change of `state`. False on timeout."""
+def holds_within(state: DeviceState, condition: Callable[[], bool], timeout_s: float = TIMEOUT) -> bool:
+    """Whether `condition` holds within `timeout_s`, re-checked on every change of `state` (the
+    state's own change signal, so no polling: `tests.waiting.wait_for` is for state only a poll
+    can read)."""
     deadline = time.monotonic() + timeout_s
     version = state.version
     while not condition():
@@ -359,11 +361,11 @@ def test_an_unexpected_backend_error_fences_and_the_loop_recovers() -> None:
     try:
         assert state.listed
         # The first wait raises; the loop fences, and re-initialises when the backoff is over.
-        assert wait_until(state, lambda: state.fenced is not None)
+        assert holds_within(state, lambda: state.fenced is not None)
         reason = state.fenced
         assert reason is not None and "unexpected error" in reason
         monitor.retry_now()
-        assert wait_until(state, lambda: state.fenced is None)
+        assert holds_within(state, lambda: state.fenced is None)
         assert monitor.connected
     finally:
         monitor.stop()

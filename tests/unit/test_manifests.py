@@ -37,6 +37,7 @@ import yaml
 
 from hami_control.config import load_config as load_control_config
 from hami_node.config import load_config as load_node_config
+from tests.builders import container, pod
 
 REPO = Path(__file__).resolve().parents[2]
 DAEMONSET = REPO / "daemonset"
@@ -125,7 +126,7 @@ def pod_spec(doc: Doc) -> Doc:
     return spec
 
 
-def container(doc: Doc, name: str, init: bool = False) -> Doc:
+def container_named(doc: Doc, name: str, init: bool = False) -> Doc:
     hits: list[Doc] = [
         c for c in pod_spec(doc)["initContainers" if init else "containers"] if c["name"] == name
     ]
@@ -464,7 +465,7 @@ def test_node_daemonset() -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists"} in spec["tolerations"]
     assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
     assert ds["spec"]["template"]["metadata"]["labels"]["hami.io/webhook"] == "ignore"
-    daemon = container(ds, "hami-node")
+    daemon = container_named(ds, "hami-node")
     # Its flags, environment and config file parse with hami-node's own loader.
     env = env_of(daemon, {"spec.nodeName": "gpu-node-1"})
     config = load_node_config(daemon["args"], env, mounted_files(ds, daemon))
@@ -497,7 +498,7 @@ def test_node_daemonset() -> None:
     # Root (kubelet's socket directory), without capabilities.
     assert daemon["securityContext"]["runAsUser"] == 0
     # The init container installs HAMi-core into the same host paths.
-    init = container(ds, "install-hami-core", init=True)
+    init = container_named(ds, "install-hami-core", init=True)
     assert init["command"] == ["hami-core-install"]
     init_mounts = {m["mountPath"]: volumes[m["name"]]["hostPath"]["path"] for m in init["volumeMounts"]}
     assert init_mounts == {"/usr/local/vgpu": "/usr/local/vgpu", "/tmp/vgpulock": "/tmp/vgpulock"}
@@ -519,7 +520,7 @@ def test_node_values_file_parses_with_hami_node() -> None:
 
 def control_config() -> Any:
     deployment = find(source_docs(), "Deployment", "hami-control")
-    c = container(deployment, "hami-control")
+    c = container_named(deployment, "hami-control")
     assert c["args"][0] == "serve"
     env = env_of(c, {"metadata.name": "hami-control-abc", "metadata.namespace": NAMESPACE})
     return load_control_config(c["args"][1:], env, mounted_files(deployment, c))
@@ -545,7 +546,7 @@ def test_control_deployment() -> None:
     assert config.scheduler_name == "hami-scheduler"
     assert config.tls_cert_file is not None
     assert config.tls_key_file is not None
-    hami = container(deployment, "hami-control")
+    hami = container_named(deployment, "hami-control")
     ports = {p["name"]: p["containerPort"] for p in hami["ports"]}
     assert ports == {"https": config.bind.port}
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
@@ -560,7 +561,7 @@ def test_control_deployment() -> None:
         if "secret" in volume:
             assert "ca.key" not in {i["key"] for i in volume["secret"]["items"]}
     # kube-scheduler: the official image, pinned, reading the scheduler ConfigMap.
-    scheduler = container(deployment, "kube-scheduler")
+    scheduler = container_named(deployment, "kube-scheduler")
     assert re.fullmatch(r"registry\.k8s\.io/kube-scheduler:v1\.32\.\d+", scheduler["image"])
     config_arg = next(a for a in scheduler["command"] if a.startswith("--config="))
     config_path = Path(config_arg.removeprefix("--config="))
@@ -603,7 +604,7 @@ def test_kube_scheduler_config_matches_services_secret_leases_and_webhook() -> N
     assert extender["enableHTTPS"] is True
     assert extender["tlsConfig"].get("insecure") is not True
     ca_file = Path(extender["tlsConfig"]["caFile"])
-    scheduler_container = container(deployment, "kube-scheduler")
+    scheduler_container = container_named(deployment, "kube-scheduler")
     volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
     mount = next(m for m in scheduler_container["volumeMounts"] if m["mountPath"] == str(ca_file.parent))
     secret = volumes[mount["name"]]["secret"]
@@ -662,7 +663,7 @@ def test_webhook_configuration() -> None:
     assert "caBundle" not in hook["clientConfig"]  # written by the certs Job or cert-manager
     # The certs Job keeps exactly these: the Secret the pods mount, both Services, this configuration.
     for kind, name in (("Job", "hami-certs"), ("CronJob", "hami-certs-renew")):
-        args = container(find(docs, kind, name), "certs")["args"]
+        args = container_named(find(docs, kind, name), "certs")["args"]
         assert args == [
             "certs", f"--namespace={NAMESPACE}", "--secret=hami-tls", "--service=hami-webhook",
             "--service=hami-scheduler-extender", f"--webhook-config={config['metadata']['name']}",
@@ -676,7 +677,7 @@ def test_certs_job_arguments_parse_with_hami_control_certs(
     does not exist, it stops only at connecting (exit 2 naming the kubeconfig, no usage error)."""
     from hami_control.main import main as control_main
 
-    args = container(find(source_docs(), "Job", "hami-certs"), "certs")["args"]
+    args = container_named(find(source_docs(), "Job", "hami-certs"), "certs")["args"]
     missing = tmp_path / "no-kubeconfig"
     assert control_main([*args, "--kubeconfig", str(missing)]) == 2
     assert capsys.readouterr().err.startswith(f"hami-control certs: kubeconfig {missing}")
@@ -694,30 +695,18 @@ def test_webhook_match_condition_is_guarded() -> None:
     assert expression.count("[") == expression.count("]")
 
 
-def _pod(containers: list[Doc], init: list[Doc] | None = None) -> Doc:
-    spec: Doc = {"containers": containers}
-    if init is not None:
-        spec["initContainers"] = init
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
-
-
-def _asks(name: str, kind: str, resource: str, amount: str) -> Doc:
-    return {"name": name, "resources": {kind: {resource: amount}}}
-
-
 MATCH_CASES = [
-    ("no resources", _pod([{"name": "a"}]), False),
-    ("empty resources", _pod([{"name": "a", "resources": {}}]), False),
-    ("cpu only", _pod([{"name": "a", "resources": {"limits": {"cpu": "1"}, "requests": {"memory": "1Gi"}}}]),
-     False),
-    ("another vendor", _pod([_asks("a", "limits", "amd.com/gpu", "1")]), False),
+    ("no resources", pod("p", container("a")), False),
+    ("empty resources", pod("p", container("a", resources={})), False),
+    ("cpu only", pod("p", container("a", limits={"cpu": "1"}, requests={"memory": "1Gi"})), False),
+    ("another vendor", pod("p", container("a", limits={"amd.com/gpu": "1"})), False),
     ("no containers at all", {"apiVersion": "v1", "kind": "Pod", "spec": {}}, False),
-    ("gpu limit", _pod([_asks("a", "limits", "nvidia.com/gpu", "1")]), True),
-    ("gpumem request", _pod([_asks("a", "requests", "nvidia.com/gpumem", "3000")]), True),
-    ("second container", _pod([{"name": "a"}, _asks("b", "limits", "nvidia.com/priority", "1")]), True),
-    ("init container only", _pod([{"name": "a"}], [_asks("i", "limits", "nvidia.com/gpucores", "30")]),
-     True),
-    ("percentage", _pod([_asks("a", "limits", "nvidia.com/gpumem-percentage", "50")]), True),
+    ("gpu limit", pod("p", container("a", limits={"nvidia.com/gpu": "1"})), True),
+    ("gpumem request", pod("p", container("a", requests={"nvidia.com/gpumem": "3000"})), True),
+    ("second container", pod("p", container("a"), container("b", limits={"nvidia.com/priority": "1"})), True),
+    ("init container only",
+     pod("p", container("a"), init=[container("i", limits={"nvidia.com/gpucores": "30"})]), True),
+    ("percentage", pod("p", container("a", limits={"nvidia.com/gpumem-percentage": "50"})), True),
 ]  # fmt: skip
 
 

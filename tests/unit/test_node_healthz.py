@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,10 @@ from hami_node.config import load_config
 from hami_node.gpu.inventory import generate_inventory
 from hami_node.healthz import HealthServer, HealthServerError, Probe, evaluate
 from hami_node.main import NodeDaemon, StartupError, start_daemon
+from tests.builders import node
 from tests.conftest import ApiServerHandle
-from tests.integration.node_daemon_util import NodeRig, make_rig
+from tests.node_daemon_util import NodeRig, make_rig
+from tests.waiting import wait_for
 
 NODE = "healthz-node"
 
@@ -170,18 +171,18 @@ def daemon_config(rig: NodeRig, bind: str) -> Any:
 
 
 def wait_answer(port: int, path: str, expected: tuple[int, str], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    last = get(port, path)
-    while last != expected:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"GET {path}: still {last!r} after {timeout}s, expected {expected!r}")
-        time.sleep(0.02)
-        last = get(port, path)
+    """Until GET `path` answers `expected` (status, body)."""
+    wait_for(
+        lambda: get(port, path) == expected,
+        timeout,
+        f"GET {path} to answer {expected!r}",
+        detail=lambda: f"it answers {get(port, path)!r}",
+    )
 
 
 def test_daemon_is_unready_until_kubelet_registers_it(rig: NodeRig, core_v1: Any) -> None:
     # The Node exists (so the inventory annotation can be written) but kubelet is not running yet.
-    core_v1.create_node({"metadata": {"name": NODE}})
+    core_v1.create_node(node(NODE, ready=None))
     daemon: NodeDaemon = start_daemon(daemon_config(rig, "127.0.0.1:0"))
     try:
         assert daemon.health_endpoint is not None

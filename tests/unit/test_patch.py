@@ -242,7 +242,10 @@ def test_json_patch_test_and_copy_every_pointer(doc: Any) -> None:
 # ------------------------------------------------------------------------------ strategic merge patch
 
 
-def pod() -> dict[str, Any]:
+def merge_subject() -> dict[str, Any]:
+    """The document the strategic-merge tests patch: a pod with a list of each kind such a patch
+    treats differently (merged by a key, primitive, replaced). Written out whole on purpose: the
+    tests read its exact shape (`tests.builders.pod` builds pods to send)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -286,7 +289,7 @@ def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_smp_labels_and_annotations_merge_and_null_deletes() -> None:
     out = strategic_merge_patch(
-        pod(), {"metadata": {"labels": {"tier": None, "new": "y"}, "annotations": None}}
+        merge_subject(), {"metadata": {"labels": {"tier": None, "new": "y"}, "annotations": None}}
     )
     assert out["metadata"]["labels"] == {"app": "x", "new": "y"}
     assert "annotations" not in out["metadata"]
@@ -296,10 +299,10 @@ def test_smp_containers_merge_by_name_keeping_order() -> None:
     patch = {
         "spec": {"containers": [{"name": "sidecar", "image": "busybox:2"}, {"name": "extra", "image": "e"}]}
     }
-    out = strategic_merge_patch(pod(), patch)
+    out = strategic_merge_patch(merge_subject(), patch)
     assert [c["name"] for c in containers(out)] == ["main", "sidecar", "extra"]
     assert containers(out)[1] == {"name": "sidecar", "image": "busybox:2"}
-    assert containers(out)[0] == containers(pod())[0]
+    assert containers(out)[0] == containers(merge_subject())[0]
 
 
 def test_smp_env_merges_by_name_and_other_lists_replace() -> None:
@@ -314,7 +317,7 @@ def test_smp_env_merges_by_name_and_other_lists_replace() -> None:
             ]
         }
     }
-    main = containers(strategic_merge_patch(pod(), patch))[0]
+    main = containers(strategic_merge_patch(merge_subject(), patch))[0]
     assert main["env"] == [
         {"name": "A", "value": "1"},
         {"name": "B", "value": "3"},
@@ -339,7 +342,7 @@ def test_smp_ports_volume_mounts_volumes_owner_references() -> None:
             "volumes": [{"name": "cache", "emptyDir": {}}],
         },
     }
-    out = strategic_merge_patch(pod(), patch)
+    out = strategic_merge_patch(merge_subject(), patch)
     main = containers(out)[0]
     assert main["ports"] == [{"containerPort": 80, "protocol": "TCP", "name": "http"}, {"containerPort": 443}]
     assert main["volumeMounts"] == [{"mountPath": "/data", "name": "data", "readOnly": True}]
@@ -355,7 +358,7 @@ def test_smp_tolerations_and_container_statuses_are_replaced() -> None:
         "spec": {"tolerations": [{"key": "other", "operator": "Exists"}]},
         "status": {"containerStatuses": [{"name": "main", "ready": True}]},
     }
-    out = strategic_merge_patch(pod(), patch)
+    out = strategic_merge_patch(merge_subject(), patch)
     assert out["spec"]["tolerations"] == [{"key": "other", "operator": "Exists"}]
     assert out["status"]["containerStatuses"] == [{"name": "main", "ready": True}]
 
@@ -367,7 +370,7 @@ def test_smp_conditions_merge_by_type() -> None:
             "conditions": [{"type": "Ready", "status": "True"}, {"type": "Initialized", "status": "True"}],
         }
     }
-    out = strategic_merge_patch(pod(), patch)
+    out = strategic_merge_patch(merge_subject(), patch)
     assert out["status"]["phase"] == "Running"
     assert out["status"]["conditions"] == [
         {"type": "PodScheduled", "status": "True"},
@@ -408,9 +411,11 @@ def test_smp_node_status_conditions_and_addresses() -> None:
 
 
 def test_smp_finalizers_are_a_set_with_delete_list() -> None:
-    out = strategic_merge_patch(pod(), {"metadata": {"finalizers": ["three", "one"]}})
+    out = strategic_merge_patch(merge_subject(), {"metadata": {"finalizers": ["three", "one"]}})
     assert out["metadata"]["finalizers"] == ["one", "two", "three"]
-    out = strategic_merge_patch(pod(), {"metadata": {"$deleteFromPrimitiveList/finalizers": ["one", "zzz"]}})
+    out = strategic_merge_patch(
+        merge_subject(), {"metadata": {"$deleteFromPrimitiveList/finalizers": ["one", "zzz"]}}
+    )
     assert out["metadata"]["finalizers"] == ["two"]
 
 
@@ -423,24 +428,26 @@ def test_smp_patch_delete_on_list_items() -> None:
             ]
         }
     }
-    out = strategic_merge_patch(pod(), patch)
+    out = strategic_merge_patch(merge_subject(), patch)
     assert [c["name"] for c in containers(out)] == ["main"]
     assert containers(out)[0]["env"] == [{"name": "B", "value": "2"}]
 
 
 def test_smp_patch_replace_on_a_list() -> None:
     patch = {"spec": {"containers": [{"$patch": "replace"}, {"name": "only", "image": "i"}]}}
-    assert containers(strategic_merge_patch(pod(), patch)) == [{"name": "only", "image": "i"}]
+    assert containers(strategic_merge_patch(merge_subject(), patch)) == [{"name": "only", "image": "i"}]
 
 
 def test_smp_patch_replace_and_delete_on_maps() -> None:
-    out = strategic_merge_patch(pod(), {"metadata": {"labels": {"$patch": "replace", "only": "this"}}})
+    out = strategic_merge_patch(
+        merge_subject(), {"metadata": {"labels": {"$patch": "replace", "only": "this"}}}
+    )
     assert out["metadata"]["labels"] == {"only": "this"}
-    out = strategic_merge_patch(pod(), {"metadata": {"annotations": {"$patch": "delete"}}})
+    out = strategic_merge_patch(merge_subject(), {"metadata": {"annotations": {"$patch": "delete"}}})
     assert out["metadata"]["annotations"] == {}
-    out = strategic_merge_patch(pod(), {"metadata": {"labels": {"$patch": "merge", "b": "2"}}})
+    out = strategic_merge_patch(merge_subject(), {"metadata": {"labels": {"$patch": "merge", "b": "2"}}})
     assert out["metadata"]["labels"] == {"app": "x", "tier": "gpu", "b": "2"}
-    assert strategic_merge_patch(pod(), {"$patch": "replace", "kind": "Pod"}) == {"kind": "Pod"}
+    assert strategic_merge_patch(merge_subject(), {"$patch": "replace", "kind": "Pod"}) == {"kind": "Pod"}
 
 
 def test_smp_directives_in_new_fields_are_applied_not_stored() -> None:
@@ -465,16 +472,19 @@ def test_smp_set_element_order() -> None:
             "conditions": [{"type": "Ready", "status": "True"}],
         }
     }
-    out = strategic_merge_patch(pod(), patch)
+    out = strategic_merge_patch(merge_subject(), patch)
     assert out["status"]["conditions"] == [
         {"type": "Ready", "status": "True"},
         {"type": "PodScheduled", "status": "True"},
     ]
     # the order directive alone reorders; server-only items keep their place
     patch = {"spec": {"$setElementOrder/containers": [{"name": "sidecar"}, {"name": "main"}]}}
-    assert [c["name"] for c in containers(strategic_merge_patch(pod(), patch))] == ["sidecar", "main"]
+    assert [c["name"] for c in containers(strategic_merge_patch(merge_subject(), patch))] == [
+        "sidecar",
+        "main",
+    ]
     order: dict[str, Any] = {"metadata": {"$setElementOrder/finalizers": ["two", "one"]}}
-    assert strategic_merge_patch(pod(), order)["metadata"]["finalizers"] == ["two", "one"]
+    assert strategic_merge_patch(merge_subject(), order)["metadata"]["finalizers"] == ["two", "one"]
 
 
 def test_smp_retain_keys_clears_unlisted_fields() -> None:
@@ -483,7 +493,7 @@ def test_smp_retain_keys_clears_unlisted_fields() -> None:
             "volumes": [{"name": "data", "$retainKeys": ["name", "hostPath"], "hostPath": {"path": "/x"}}]
         }
     }
-    assert strategic_merge_patch(pod(), patch)["spec"]["volumes"] == [
+    assert strategic_merge_patch(merge_subject(), patch)["spec"]["volumes"] == [
         {"name": "data", "hostPath": {"path": "/x"}}
     ]
 
@@ -511,47 +521,59 @@ SMP_ERRORS = [
     ({"a": 1}, [{"op": "add"}], "strategic merge patch must be a JSON object"),
     ([1], {"a": 1}, "needs an object to patch"),
     (
-        pod(),
+        merge_subject(),
         {"metadata": {"$patch": "explode"}},
         "strategic merge patch at metadata: unknown $patch directive 'explode'",
     ),
     (
-        pod(),
+        merge_subject(),
         {"spec": {"containers": [{"image": "x"}]}},
         "spec.containers: list item does not contain the merge key 'name'",
     ),
-    (pod(), {"spec": {"containers": [{"$patch": "delete"}]}}, "$patch: delete item has no merge key 'name'"),
     (
-        pod(),
+        merge_subject(),
+        {"spec": {"containers": [{"$patch": "delete"}]}},
+        "$patch: delete item has no merge key 'name'",
+    ),
+    (
+        merge_subject(),
         {"spec": {"containers": [{"name": "main", "$patch": "nope"}]}},
         "unknown $patch directive 'nope'",
     ),
-    (pod(), {"spec": {"containers": ["main"]}}, "spec.containers: list items must be objects"),
+    (merge_subject(), {"spec": {"containers": ["main"]}}, "spec.containers: list items must be objects"),
     (
-        pod(),
+        merge_subject(),
         {"spec": {"containers": [{"name": "main", "env": [{"value": "1"}]}]}},
         "spec.containers[name=main].env",
     ),
-    (pod(), {"metadata": {"finalizers": [{"a": 1}]}}, "metadata.finalizers: expected a list of scalars"),
-    (pod(), {"metadata": {"$retainKeys": "name"}}, "$retainKeys must be a list"),
     (
-        pod(),
+        merge_subject(),
+        {"metadata": {"finalizers": [{"a": 1}]}},
+        "metadata.finalizers: expected a list of scalars",
+    ),
+    (merge_subject(), {"metadata": {"$retainKeys": "name"}}, "$retainKeys must be a list"),
+    (
+        merge_subject(),
         {"metadata": {"$retainKeys": ["name"], "labels": {}}},
         "field 'labels' is set but missing from $retainKeys",
     ),
     (
-        pod(),
+        merge_subject(),
         {"metadata": {"$deleteFromPrimitiveList/finalizers": "one"}},
         "must name a field and be a list of scalars",
     ),
-    (pod(), {"metadata": {"$deleteFromPrimitiveList/": ["one"]}}, "must name a field"),
+    (merge_subject(), {"metadata": {"$deleteFromPrimitiveList/": ["one"]}}, "must name a field"),
     (
-        pod(),
+        merge_subject(),
         {"status": {"$setElementOrder/conditions": {"type": "Ready"}}},
         "must name a field and be a list",
     ),
-    (pod(), {"status": {"$setElementOrder/conditions": ["Ready"]}}, "must be an object with 'type'"),
-    (pod(), {"metadata": {"$frobnicate": 1}}, "unknown directive '$frobnicate'"),
+    (
+        merge_subject(),
+        {"status": {"$setElementOrder/conditions": ["Ready"]}},
+        "must be an object with 'type'",
+    ),
+    (merge_subject(), {"metadata": {"$frobnicate": 1}}, "unknown directive '$frobnicate'"),
 ]
 
 
@@ -566,7 +588,7 @@ def test_smp_errors(target: Any, patch: Any, message: str) -> None:
 
 def test_smp_does_not_mutate_or_share_inputs() -> None:
     target, patch = (
-        pod(),
+        merge_subject(),
         {
             "metadata": {"labels": {"n": "1"}},
             "spec": {"containers": [{"name": "new", "env": [{"name": "E"}]}]},

@@ -25,6 +25,7 @@ from hami_node.allocation import (
 )
 from hami_node.kubeapi import event_source
 from hami_node.pods import PodTracker, Rejected, foreign_gpu_counts, waiting_pod
+from tests.builders import allocation_annotations, container, pod
 
 NODE = "n1"
 GPU_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
@@ -37,7 +38,7 @@ def alloc(*containers: tuple[str, ...]) -> str:
     return "".join("".join(f"{u},NVIDIA,1000,30:" for u in c) + ";" for c in containers)
 
 
-def pod_obj(
+def scheduled_pod(
     name: str,
     allocation: str | None = None,
     *,
@@ -49,32 +50,20 @@ def pod_obj(
     deleting: bool = False,
     containers: int = 1,
 ) -> dict[str, Any]:
-    annotations: dict[str, str] = {}
-    if allocation is not None:
-        annotations[ann.DEVICES_TO_ALLOCATE] = allocation
-        annotations[ann.DEVICES_ALLOCATED] = allocation
-    if bind_phase is not None:
-        annotations[ann.BIND_PHASE] = bind_phase
-    if vgpu_node is not None:
-        annotations[ann.VGPU_NODE] = vgpu_node
-    meta: dict[str, Any] = {
-        "name": name,
-        "namespace": namespace,
-        "uid": uid or f"uid-{namespace}-{name}",
-        "resourceVersion": "1",
-        "annotations": annotations,
-    }
-    if deleting:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    obj: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {"nodeName": NODE, "containers": [{"name": f"c{i}"} for i in range(containers)]},
-        "status": {},
-    }
-    if phase is not None:
-        obj["status"]["phase"] = phase
+    """A pod bound to NODE that hami-control scheduled: `allocation` (raw annotation text) in both
+    allocation annotations, `hami.io/bind-phase`, `hami.io/vgpu-node`; containers c0, c1, ..."""
+    obj = pod(
+        name,
+        *(container(f"c{i}", image=None) for i in range(containers)),
+        namespace=namespace,
+        uid=uid or f"uid-{namespace}-{name}",
+        resource_version="1",
+        annotations=allocation_annotations(vgpu_node, allocation, bind_phase=bind_phase),
+        node_name=NODE,
+        phase=phase,
+        deletion_timestamp="2026-01-01T00:00:00Z" if deleting else None,
+    )
+    obj.setdefault("status", {})
     return obj
 
 
@@ -178,27 +167,27 @@ def names(tracker: PodTracker) -> list[str]:
 
 def test_waiting_pod_rule() -> None:
     one = alloc((GPU_A,))
-    found = waiting_pod(pod_obj("p", one), NODE)
+    found = waiting_pod(scheduled_pod("p", one), NODE)
     assert isinstance(found, PendingPod)
     assert (found.key, found.uid, found.next_entry()) == ("default/p", "uid-default-p", 0)
-    assert waiting_pod(pod_obj("p", one, phase=None), NODE) is not None  # phase not set yet
+    assert waiting_pod(scheduled_pod("p", one, phase=None), NODE) is not None  # phase not set yet
     not_waiting = [
-        pod_obj("p", one, phase="Running"),
-        pod_obj("p", one, phase="Succeeded"),
-        pod_obj("p", one, bind_phase="success"),
-        pod_obj("p", one, bind_phase="failed"),
-        pod_obj("p", one, bind_phase=None),
-        pod_obj("p", one, deleting=True),
-        pod_obj("p", ";;"),  # every entry consumed
-        pod_obj("p", ""),
+        scheduled_pod("p", one, phase="Running"),
+        scheduled_pod("p", one, phase="Succeeded"),
+        scheduled_pod("p", one, bind_phase="success"),
+        scheduled_pod("p", one, bind_phase="failed"),
+        scheduled_pod("p", one, bind_phase=None),
+        scheduled_pod("p", one, deleting=True),
+        scheduled_pod("p", ";;"),  # every entry consumed
+        scheduled_pod("p", ""),
     ]
     for obj in not_waiting:
         assert waiting_pod(obj, NODE) is None, obj
     rejected = {
-        "other node": waiting_pod(pod_obj("p", one, vgpu_node="n2"), NODE),
-        "no node": waiting_pod(pod_obj("p", one, vgpu_node=None), NODE),
-        "no allocation": waiting_pod(pod_obj("p", None), NODE),
-        "bad allocation": waiting_pod(pod_obj("p", "GPU-a,NVIDIA,lots,0:;"), NODE),
+        "other node": waiting_pod(scheduled_pod("p", one, vgpu_node="n2"), NODE),
+        "no node": waiting_pod(scheduled_pod("p", one, vgpu_node=None), NODE),
+        "no allocation": waiting_pod(scheduled_pod("p", None), NODE),
+        "bad allocation": waiting_pod(scheduled_pod("p", "GPU-a,NVIDIA,lots,0:;"), NODE),
     }
     assert all(isinstance(r, Rejected) for r in rejected.values()), rejected
     assert "n2" in str(rejected["other node"])
@@ -210,33 +199,33 @@ def test_table_from_list_and_events(tracker: PodTracker) -> None:
     one = alloc((GPU_A,))
     tracker.pods_listed(
         [
-            pod_obj("waits", one),
-            pod_obj("running", one, phase="Running"),
-            pod_obj("done", one, bind_phase="success"),
-            pod_obj("plain", None, bind_phase=None, vgpu_node=None),
+            scheduled_pod("waits", one),
+            scheduled_pod("running", one, phase="Running"),
+            scheduled_pod("done", one, bind_phase="success"),
+            scheduled_pod("plain", None, bind_phase=None, vgpu_node=None),
         ]
     )
     assert names(tracker) == ["waits"]
-    tracker.pod_event("ADDED", pod_obj("second", alloc((GPU_A, GPU_B))))
+    tracker.pod_event("ADDED", scheduled_pod("second", alloc((GPU_A, GPU_B))))
     assert names(tracker) == ["second", "waits"]
-    tracker.pod_event("MODIFIED", pod_obj("waits", one, phase="Failed"))
+    tracker.pod_event("MODIFIED", scheduled_pod("waits", one, phase="Failed"))
     assert names(tracker) == ["second"]
-    tracker.pod_event("DELETED", pod_obj("second", alloc((GPU_A, GPU_B))))
+    tracker.pod_event("DELETED", scheduled_pod("second", alloc((GPU_A, GPU_B))))
     assert names(tracker) == []
     # A relist replaces everything.
-    tracker.pod_event("ADDED", pod_obj("gone", one))
-    tracker.pods_listed([pod_obj("new", one)])
+    tracker.pod_event("ADDED", scheduled_pod("gone", one))
+    tracker.pods_listed([scheduled_pod("new", one)])
     assert names(tracker) == ["new"]
 
 
 def test_pod_object_and_steering(tracker: PodTracker) -> None:
-    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A, GPU_B)), containers=1))
+    tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A, GPU_B)), containers=1))
     match = tracker.match(2)
     obj = tracker.pod_object(match.pod)
     assert obj["metadata"]["name"] == "p"
     assert tracker.steering_gpus(2) == (GPU_A, GPU_B)
     assert tracker.steering_gpus(1) == ()
-    tracker.pod_event("DELETED", pod_obj("p", alloc((GPU_A, GPU_B))))
+    tracker.pod_event("DELETED", scheduled_pod("p", alloc((GPU_A, GPU_B))))
     with pytest.raises(KeyError, match="default/p"):
         tracker.pod_object(match.pod)
 
@@ -246,7 +235,7 @@ def test_pod_object_and_steering(tracker: PodTracker) -> None:
 
 def test_match_walks_containers_init_first(tracker: PodTracker, patcher: FakePatcher) -> None:
     # init container: 1 GPU, a container without GPUs, then a container with 2 GPUs.
-    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,), (), (GPU_A, GPU_B)), containers=3))
+    tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A,), (), (GPU_A, GPU_B)), containers=3))
     first = tracker.match(1)
     assert (first.pod.key, first.entry, first.completes_pod) == ("default/p", 0, False)
     tracker.allocated(first)
@@ -265,7 +254,7 @@ def test_match_walks_containers_init_first(tracker: PodTracker, patcher: FakePat
 def test_a_pod_the_watch_has_not_shown_is_read_from_the_api_server_once(
     tracker: PodTracker, patcher: FakePatcher
 ) -> None:
-    patcher.api_pods = [pod_obj("late", alloc((GPU_A,)))]
+    patcher.api_pods = [scheduled_pod("late", alloc((GPU_A,)))]
     found = tracker.match(1)
     assert found.pod.key == "default/late"
     assert patcher.calls == [("list-pods", f"spec.nodeName={NODE}")]
@@ -279,12 +268,12 @@ def test_an_unknown_pod_fails_at_once_naming_the_waiting_pods_and_why_the_others
 ) -> None:
     with pytest.raises(NoPendingPodError, match=f"no pod bound to node {NODE}"):
         tracker.match(1)
-    tracker.pod_event("ADDED", pod_obj("two", alloc((GPU_A, GPU_B))))
+    tracker.pod_event("ADDED", scheduled_pod("two", alloc((GPU_A, GPU_B))))
     patcher.api_pods = [
-        pod_obj("two", alloc((GPU_A, GPU_B))),
-        pod_obj("plain", None, bind_phase=None, vgpu_node=None),
-        pod_obj("running", alloc((GPU_A,)), phase="Running"),
-        pod_obj("done", alloc((GPU_A,)), bind_phase="success"),
+        scheduled_pod("two", alloc((GPU_A, GPU_B))),
+        scheduled_pod("plain", None, bind_phase=None, vgpu_node=None),
+        scheduled_pod("running", alloc((GPU_A,)), phase="Running"),
+        scheduled_pod("done", alloc((GPU_A,)), bind_phase="success"),
     ]
     with pytest.raises(CountMismatchError) as err:
         tracker.match(1)
@@ -310,14 +299,14 @@ def test_a_miss_when_the_api_server_cannot_answer_fails_at_once_saying_so(
 def test_steering_reads_the_api_server_for_a_pod_the_watch_has_not_shown(
     tracker: PodTracker, patcher: FakePatcher
 ) -> None:
-    patcher.api_pods = [pod_obj("late", alloc((GPU_B,)))]
+    patcher.api_pods = [scheduled_pod("late", alloc((GPU_B,)))]
     assert tracker.steering_gpus(1) == (GPU_B,)
     assert tracker.steering_gpus(2) == ()
 
 
 def test_ambiguous_fails_without_waiting_out_the_match_timeout(tracker: PodTracker) -> None:
-    tracker.pod_event("ADDED", pod_obj("a", alloc((GPU_A,))))
-    tracker.pod_event("ADDED", pod_obj("b", alloc((GPU_B,))))
+    tracker.pod_event("ADDED", scheduled_pod("a", alloc((GPU_A,))))
+    tracker.pod_event("ADDED", scheduled_pod("b", alloc((GPU_B,))))
     started = time.monotonic()
     with pytest.raises(AmbiguousPodError) as err:
         tracker.match(1)
@@ -330,7 +319,7 @@ def test_ambiguous_fails_without_waiting_out_the_match_timeout(tracker: PodTrack
 
 
 def test_completion_patches_success_once(tracker: PodTracker, patcher: FakePatcher) -> None:
-    obj = pod_obj("p", alloc((GPU_A,)))
+    obj = scheduled_pod("p", alloc((GPU_A,)))
     tracker.pod_event("ADDED", obj)
     tracker.allocated(tracker.match(1))
     assert names(tracker) == []
@@ -343,20 +332,20 @@ def test_completion_patches_success_once(tracker: PodTracker, patcher: FakePatch
     assert tracker.patches_sent == 1
     assert [c[0] for c in patcher.calls] == ["patch-pod", "get-node"]  # no lock: no node write
     # Our patch shows up; then the pod is forgotten.
-    tracker.pod_event("MODIFIED", pod_obj("p", alloc((GPU_A,)), bind_phase="success"))
+    tracker.pod_event("MODIFIED", scheduled_pod("p", alloc((GPU_A,)), bind_phase="success"))
     assert names(tracker) == []
 
 
 def test_same_name_new_pod_waits_again(tracker: PodTracker) -> None:
-    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,)), uid="u1"))
+    tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A,)), uid="u1"))
     tracker.allocated(tracker.match(1))
-    tracker.pod_event("DELETED", pod_obj("p", alloc((GPU_A,)), uid="u1"))
-    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,)), uid="u2"))
+    tracker.pod_event("DELETED", scheduled_pod("p", alloc((GPU_A,)), uid="u1"))
+    tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A,)), uid="u2"))
     assert [p.uid for p in tracker.waiting()] == ["u2"]
 
 
 def test_failure_patches_failed(tracker: PodTracker, patcher: FakePatcher) -> None:
-    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
+    tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A,))))
     match = tracker.match(1)
     tracker.failed(match.pod, "GPU unhealthy")
     tracker.failed(None, "no pod at all")  # only logged
@@ -369,7 +358,7 @@ def test_writes_retry_until_the_api_answers(tracker: PodTracker, patcher: FakePa
     patcher.failures = [KubeApiError(0, "ConnectionRefused", "down")] * 3 + [
         KubeApiError(503, "ServiceUnavailable", "busy")
     ]
-    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
+    tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A,))))
     tracker.allocated(tracker.match(1))
     assert tracker.flush(10.0)
     assert patcher.pod_patches == [("default", "p", {ann.BIND_PHASE: "success"})]
@@ -378,9 +367,9 @@ def test_writes_retry_until_the_api_answers(tracker: PodTracker, patcher: FakePa
 
 def test_a_write_for_a_deleted_pod_is_dropped(tracker: PodTracker, patcher: FakePatcher) -> None:
     patcher.failures = [KubeApiError(404, "NotFound", 'pods "p" not found')]
-    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
+    tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A,))))
     tracker.allocated(tracker.match(1))
-    tracker.pod_event("ADDED", pod_obj("q", alloc((GPU_B,))))
+    tracker.pod_event("ADDED", scheduled_pod("q", alloc((GPU_B,))))
     tracker.allocated(tracker.match(1))
     assert tracker.flush(5.0)
     assert [c[:3] for c in patcher.calls if c[0] == "patch-pod"] == [
@@ -392,7 +381,7 @@ def test_a_write_for_a_deleted_pod_is_dropped(tracker: PodTracker, patcher: Fake
 
 def test_node_lock_released_only_when_it_names_the_pod(tracker: PodTracker, patcher: FakePatcher) -> None:
     patcher.node_annotations[ann.NODE_LOCK] = "2026-01-01T00:00:00Z,default,other"
-    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
+    tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A,))))
     tracker.allocated(tracker.match(1))
     assert tracker.flush(5.0)
     assert patcher.node_patches == []
@@ -400,7 +389,7 @@ def test_node_lock_released_only_when_it_names_the_pod(tracker: PodTracker, patc
 
     for legacy in ("2026-01-01T00:00:00Z", "garbage"):
         patcher.node_annotations[ann.NODE_LOCK] = legacy
-        tracker.pod_event("ADDED", pod_obj("legacy", alloc((GPU_A,)), uid=f"u-{legacy}"))
+        tracker.pod_event("ADDED", scheduled_pod("legacy", alloc((GPU_A,)), uid=f"u-{legacy}"))
         tracker.allocated(tracker.match(1))
         assert tracker.flush(5.0)
         assert patcher.node_patches == []
@@ -408,7 +397,7 @@ def test_node_lock_released_only_when_it_names_the_pod(tracker: PodTracker, patc
     patcher.node_annotations[ann.NODE_LOCK] = "2026-01-01T00:00:00Z,team,mine"
     patcher.node_annotations["keep"] = "me"
     patcher.bump_before_node_patch = True  # someone writes the Node between our GET and PATCH
-    tracker.pod_event("ADDED", pod_obj("mine", alloc((GPU_A,)), namespace="team"))
+    tracker.pod_event("ADDED", scheduled_pod("mine", alloc((GPU_A,)), namespace="team"))
     tracker.failed(tracker.match(1).pod, "count mismatch")
     assert tracker.flush(5.0)
     assert patcher.pod_patches[-1] == ("team", "mine", {ann.BIND_PHASE: "failed"})
@@ -421,7 +410,7 @@ def test_bad_annotation_is_skipped_with_a_logged_reason(
     tracker: PodTracker, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="hami_node.pods")
-    bad = pod_obj("bad", "GPU-a,NVIDIA,1000:;")
+    bad = scheduled_pod("bad", "GPU-a,NVIDIA,1000:;")
     tracker.pod_event("ADDED", bad)
     tracker.pod_event("MODIFIED", bad)
     assert names(tracker) == []
@@ -431,16 +420,16 @@ def test_bad_annotation_is_skipped_with_a_logged_reason(
     with pytest.raises(NoPendingPodError, match=r"default/bad: .*has 3 fields"):
         tracker.match(1)
     # Fixed by the scheduler: now it waits, and the error no longer mentions it.
-    tracker.pod_event("MODIFIED", pod_obj("bad", alloc((GPU_A,))))
+    tracker.pod_event("MODIFIED", scheduled_pod("bad", alloc((GPU_A,))))
     assert names(tracker) == ["bad"]
-    tracker.pod_event("DELETED", pod_obj("bad", alloc((GPU_A,))))
+    tracker.pod_event("DELETED", scheduled_pod("bad", alloc((GPU_A,))))
     with pytest.raises(NoPendingPodError) as err:
         tracker.match(1)
     assert "skipped" not in err.value.message
 
 
 def test_relist_keeps_partial_progress(tracker: PodTracker) -> None:
-    obj = pod_obj("p", alloc((GPU_A,), (GPU_A, GPU_B)), containers=2)
+    obj = scheduled_pod("p", alloc((GPU_A,), (GPU_A, GPU_B)), containers=2)
     tracker.pod_event("ADDED", obj)
     tracker.allocated(tracker.match(1))
     tracker.pods_listed([obj])
@@ -453,7 +442,7 @@ def test_stop_drops_unsent_writes(patcher: FakePatcher) -> None:
     tracker = PodTracker(NODE, patcher, events=patcher, retry=RetryPolicy(initial=30, maximum=30))
     tracker.start()
     patcher.failures = [KubeApiError(0, "ConnectionRefused", "down")]
-    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
+    tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A,))))
     tracker.allocated(tracker.match(1))
     assert not tracker.flush(0.2)  # the first try failed, the retry waits 30 s
     tracker.stop()
@@ -467,7 +456,7 @@ def test_a_container_moved_to_another_gpu_of_its_pod_is_recorded_with_the_succes
     tracker: PodTracker, patcher: FakePatcher
 ) -> None:
     # Init container on A and B; the app container was planned on A, kubelet reused B.
-    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A, GPU_B), (GPU_A,)), containers=2))
+    tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A, GPU_B), (GPU_A,)), containers=2))
     tracker.allocated(tracker.match(2))
     app = tracker.match(1)
     moved = ContainerAllocation((GPUSlice(GPU_B, 1000, 30),))
@@ -497,7 +486,7 @@ def test_a_container_moved_to_another_gpu_of_its_pod_is_recorded_with_the_succes
 def test_a_failure_with_an_event_reason_writes_a_warning_event_and_patches_failed(
     tracker: PodTracker, patcher: FakePatcher
 ) -> None:
-    tracker.pod_event("ADDED", pod_obj("p", alloc((GPU_A,))))
+    tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A,))))
     match = tracker.match(1)
     tracker.failed(match.pod, "pod default/p, container 'c0': kubelet chose ...", "AllocateGPUMismatch")
     assert tracker.flush(5.0)
@@ -510,7 +499,7 @@ def test_a_failure_with_an_event_reason_writes_a_warning_event_and_patches_faile
 def test_a_read_of_the_node_pods_racing_a_deletion_does_not_bring_the_pod_back(
     tracker: PodTracker, patcher: FakePatcher
 ) -> None:
-    gone = pod_obj("gone", alloc((GPU_A,)))
+    gone = scheduled_pod("gone", alloc((GPU_A,)))
     tracker.pod_event("ADDED", gone)
     tracker.pod_event("DELETED", gone)
     patcher.api_pods = [gone]  # the list was answered before the deletion
@@ -522,11 +511,11 @@ def test_a_read_of_the_node_pods_racing_a_deletion_does_not_bring_the_pod_back(
 def test_a_read_of_the_node_pods_older_than_our_own_outcome_does_not_make_the_pod_wait_again(
     tracker: PodTracker, patcher: FakePatcher
 ) -> None:
-    stale = pod_obj("one", alloc((GPU_A,)))  # bind-phase allocating
+    stale = scheduled_pod("one", alloc((GPU_A,)))  # bind-phase allocating
     tracker.pod_event("ADDED", stale)
     tracker.allocated(tracker.match(1))
     assert tracker.flush(5.0)
-    tracker.pod_event("MODIFIED", pod_obj("one", alloc((GPU_A,)), bind_phase="success"))
+    tracker.pod_event("MODIFIED", scheduled_pod("one", alloc((GPU_A,)), bind_phase="success"))
     patcher.api_pods = [stale]  # a list answered before our success patch, processed after the watch
     with pytest.raises(NoPendingPodError):
         tracker.match(1)
@@ -537,7 +526,7 @@ def test_a_read_of_the_node_pods_older_than_our_own_outcome_does_not_make_the_po
 
 
 def foreign(name: str, gpus: int = 1, **status: Any) -> dict[str, Any]:
-    obj = pod_obj(name, None, bind_phase=None, vgpu_node=None)
+    obj = scheduled_pod(name, None, bind_phase=None, vgpu_node=None)
     obj["spec"]["containers"] = [{"name": "c0", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]
     obj["status"].update(status)
     return obj
@@ -545,7 +534,7 @@ def foreign(name: str, gpus: int = 1, **status: Any) -> dict[str, Any]:
 
 def test_a_foreign_gpu_pod_bound_before_a_waiting_pod_is_the_one_kubelet_admits(tracker: PodTracker) -> None:
     tracker.pod_event("ADDED", foreign("stray"))
-    tracker.pod_event("ADDED", pod_obj("ours", alloc((GPU_A,))))
+    tracker.pod_event("ADDED", scheduled_pod("ours", alloc((GPU_A,))))
     assert tracker.steering_gpus(1) == ()  # steering does not take the stray pod out of the running
     with pytest.raises(ForeignPodError) as err:
         tracker.match(1)
@@ -562,7 +551,7 @@ def test_a_foreign_gpu_pod_bound_before_a_waiting_pod_is_the_one_kubelet_admits(
 def test_a_foreign_gpu_pod_bound_after_a_waiting_pod_or_asking_another_count_does_not_get_in_the_way(
     tracker: PodTracker,
 ) -> None:
-    tracker.pod_event("ADDED", pod_obj("ours", alloc((GPU_A,))))
+    tracker.pod_event("ADDED", scheduled_pod("ours", alloc((GPU_A,))))
     tracker.pod_event("ADDED", foreign("later"))
     tracker.pod_event("ADDED", foreign("pair", gpus=2))
     assert tracker.match(1).pod.key == "default/ours"
@@ -573,6 +562,6 @@ def test_only_foreign_pods_kubelet_has_not_admitted_yet_count() -> None:
     started = foreign("started", containerStatuses=[{"name": "c0"}])
     assert foreign_gpu_counts(started, NODE, "nvidia.com/gpu") is None
     assert foreign_gpu_counts(foreign("done", phase="Failed"), NODE, "nvidia.com/gpu") is None
-    assert foreign_gpu_counts(pod_obj("ours", alloc((GPU_A,))), NODE, "nvidia.com/gpu") is None
+    assert foreign_gpu_counts(scheduled_pod("ours", alloc((GPU_A,))), NODE, "nvidia.com/gpu") is None
     assert foreign_gpu_counts(foreign("other", gpus=0), NODE, "nvidia.com/gpu") is None
     assert foreign_gpu_counts(foreign("elsewhere"), "n2", "nvidia.com/gpu") is None

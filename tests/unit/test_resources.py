@@ -22,6 +22,7 @@ from hami_api.resources import (
     pod_has_hami_resource,
     pod_requests,
 )
+from tests.builders import container, pod
 
 GPU, MEM, PCT, CORES, PRIO = (
     "nvidia.com/gpu",
@@ -30,29 +31,6 @@ GPU, MEM, PCT, CORES, PRIO = (
     "nvidia.com/gpucores",
     "nvidia.com/priority",
 )
-
-
-def ctr(
-    name: str = "main", limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    resources: dict[str, Any] = {}
-    if limits is not None:
-        resources["limits"] = limits
-    if requests is not None:
-        resources["requests"] = requests
-    return {"name": name, "image": "busybox", "resources": resources}
-
-
-def pod(containers: list[dict[str, Any]], init: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": containers}
-    if init is not None:
-        spec["initContainers"] = init
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "default"},
-        "spec": spec,
-    }
 
 
 def req(nums: int, memreq: int = 0, pct: int | None = None, cores: int = 0) -> ContainerRequest:
@@ -129,7 +107,9 @@ def test_normalisation(
     defaults: RequestDefaults,
     expected: ContainerRequest,
 ) -> None:
-    assert container_request(ctr(limits=limits, requests=requests), ResourceNames(), defaults) == expected
+    assert (
+        container_request(container(limits=limits, requests=requests), ResourceNames(), defaults) == expected
+    )
 
 
 @pytest.mark.parametrize(
@@ -137,9 +117,9 @@ def test_normalisation(
     [
         {"name": "c"},
         {"name": "c", "resources": {}},
-        ctr(limits={"cpu": "1", "memory": "1Gi"}),
-        ctr(limits={GPU: 0, MEM: 1000}),
-        ctr(limits={MEM: 1000, CORES: 10}),  # no count: the webhook adds it, the parser does not
+        container(limits={"cpu": "1", "memory": "1Gi"}),
+        container(limits={GPU: 0, MEM: 1000}),
+        container(limits={MEM: 1000, CORES: 10}),  # no count: the webhook adds it, the parser does not
     ],
 )
 def test_no_gpu_count_is_none(container: dict[str, Any]) -> None:
@@ -166,7 +146,7 @@ def test_bad_values_name_container_resource_and_value(
     limits: dict[str, Any], resource: str, value: str, reason: str
 ) -> None:
     with pytest.raises(RequestError) as info:
-        container_request(ctr("trainer", limits=limits))
+        container_request(container("trainer", limits=limits))
     err = info.value
     assert (err.container, err.resource, err.value, err.init) == ("trainer", resource, value, False)
     assert reason in err.reason
@@ -175,7 +155,7 @@ def test_bad_values_name_container_resource_and_value(
 
 def test_memory_factor_overflow_is_an_error() -> None:
     with pytest.raises(RequestError, match="memoryFactor"):
-        container_request(ctr(limits={GPU: 1, MEM: 2**30}), defaults=RequestDefaults(memory_factor=4))
+        container_request(container(limits={GPU: 1, MEM: 2**30}), defaults=RequestDefaults(memory_factor=4))
 
 
 def test_malformed_container_shapes() -> None:
@@ -189,15 +169,18 @@ def test_malformed_container_shapes() -> None:
 
 def test_pod_requests_init_containers_first() -> None:
     p = pod(
-        containers=[ctr("app", {GPU: 1, MEM: 3000}), ctr("sidecar", {"cpu": "1"}), ctr("app2", {GPU: 2})],
-        init=[ctr("setup", {GPU: 1, MEM: 5000}), ctr("noop")],
+        "p",
+        container("app", limits={GPU: 1, MEM: 3000}),
+        container("sidecar", limits={"cpu": "1"}),
+        container("app2", limits={GPU: 2}),
+        init=[container("setup", limits={GPU: 1, MEM: 5000}), container("noop")],
     )
     assert pod_container_names(p) == ("setup", "noop", "app", "sidecar", "app2")
     assert pod_requests(p) == (req(1, memreq=5000), None, req(1, memreq=3000), None, req(2, pct=100))
 
 
 def test_pod_requests_errors_say_init_container() -> None:
-    p = pod(containers=[ctr("app", {GPU: 1})], init=[ctr("setup", {GPU: 1, MEM: "-1"})])
+    p = pod("p", container("app", limits={GPU: 1}), init=[container("setup", limits={GPU: 1, MEM: "-1"})])
     with pytest.raises(RequestError) as info:
         pod_requests(p)
     assert info.value.init and info.value.container == "setup"
@@ -211,10 +194,12 @@ def test_pod_without_containers() -> None:
 
 def test_custom_names() -> None:
     names = ResourceNames(count="example.com/vgpu", memory="example.com/vmem")
-    c = ctr(limits={"example.com/vgpu": 1, "example.com/vmem": 512, GPU: 4})
+    c = container(limits={"example.com/vgpu": 1, "example.com/vmem": 512, GPU: 4})
     assert container_request(c, names) == req(1, memreq=512)
     assert container_has_hami_resource(c, names)
-    assert not container_has_hami_resource(ctr(limits={GPU: 1}), ResourceNames(count="x/y", memory="x/m"))
+    assert not container_has_hami_resource(
+        container(limits={GPU: 1}), ResourceNames(count="x/y", memory="x/m")
+    )
 
 
 @pytest.mark.parametrize(
@@ -233,16 +218,16 @@ def test_custom_names() -> None:
 def test_container_has_hami_resource(
     limits: dict[str, Any] | None, requests: dict[str, Any] | None, expected: bool
 ) -> None:
-    assert container_has_hami_resource(ctr(limits=limits, requests=requests)) is expected
+    assert container_has_hami_resource(container(limits=limits, requests=requests)) is expected
 
 
 def test_pod_has_hami_resource_sees_init_containers() -> None:
-    assert pod_has_hami_resource(pod([ctr("a")], init=[ctr("i", {CORES: 10})]))
-    assert not pod_has_hami_resource(pod([ctr("a")]))
+    assert pod_has_hami_resource(pod("p", container("a"), init=[container("i", limits={CORES: 10})]))
+    assert not pod_has_hami_resource(pod("p", container("a")))
 
 
 def test_container_resource_raw_value() -> None:
-    c = ctr(limits={GPU: "2"}, requests={MEM: 100})
+    c = container(limits={GPU: "2"}, requests={MEM: 100})
     assert container_resource(c, GPU) == "2"
     assert container_resource(c, MEM) == 100
     assert container_resource(c, CORES) is None
@@ -250,13 +235,13 @@ def test_container_resource_raw_value() -> None:
 
 @pytest.mark.parametrize(("value", "expected"), [(1, 1), ("0", 0), ("1500m", 2), ("-1", -1)])
 def test_priority_uses_value_semantics(value: Any, expected: int) -> None:
-    assert container_priority(ctr(limits={PRIO: value})) == expected
+    assert container_priority(container(limits={PRIO: value})) == expected
 
 
 def test_priority_absent_and_bad() -> None:
-    assert container_priority(ctr(limits={GPU: 1})) is None
+    assert container_priority(container(limits={GPU: 1})) is None
     with pytest.raises(RequestError, match=PRIO):
-        container_priority(ctr(limits={PRIO: "high"}))
+        container_priority(container(limits={PRIO: "high"}))
 
 
 @pytest.mark.parametrize(
@@ -294,7 +279,7 @@ def test_normalisation_invariants(
         if value is not None:
             limits[name] = str(value)
     defaults = RequestDefaults(default_memory=default_memory, memory_factor=factor)
-    r = container_request(ctr(limits=limits), defaults=defaults)
+    r = container_request(container(limits=limits), defaults=defaults)
     assert r is not None and r.nums == nums
     assert 0 <= r.coresreq <= 100
     assert r.mem_percentage is None or 1 <= r.mem_percentage <= 100

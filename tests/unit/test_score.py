@@ -3,27 +3,18 @@ hami.io/device-scoring-weights."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami_api.annotations import decode_scoring_weights
 from hami_api.resources import ContainerRequest
-from hami_api.types import GPUInfo, GPUSlice, NodePolicy, ScoringWeights
+from hami_api.types import GPUSlice, NodePolicy, ScoringWeights
 from hami_control.score import MAX_SCORE, gpu_score, node_priority, node_score, node_usage
 from hami_control.usage import GPUUsage, NodeGPUs, with_slices
+from tests.builders import gpu_info
 
-
-def gpu(index: int, **kw: object) -> GPUInfo:
-    base = GPUInfo(
-        id=f"GPU-{index}", index=index, count=10, devmem=10000, devcore=100, type="T4", health=True
-    )
-    return replace(base, **kw)  # type: ignore[arg-type]
-
-
-TWO = NodeGPUs.of("n", [gpu(0), gpu(1)])
+TWO = NodeGPUs.of("n", [gpu_info(0, devmem=10000), gpu_info(1, devmem=10000)])
 
 
 def test_idle_and_full_node() -> None:
@@ -45,8 +36,8 @@ def test_the_pods_own_slices_count() -> None:
     assert node_score(TWO, pod, NodePolicy.BINPACK) > node_score(TWO, [], NodePolicy.BINPACK)
     assert node_score(TWO, pod, NodePolicy.SPREAD) < node_score(TWO, [], NodePolicy.SPREAD)
     # Small vs large node, same pod: binpack prefers where the pod fills more.
-    small = NodeGPUs.of("s", [gpu(0, devmem=8000)])
-    large = NodeGPUs.of("l", [gpu(0, devmem=80000)])
+    small = NodeGPUs.of("s", [gpu_info(0, devmem=8000)])
+    large = NodeGPUs.of("l", [gpu_info(0, devmem=80000)])
     s = [GPUSlice("GPU-0", 4000, 0)]
     assert node_score(small, s, NodePolicy.BINPACK) > node_score(large, s, NodePolicy.BINPACK)
     assert node_score(small, s, NodePolicy.SPREAD) < node_score(large, s, NodePolicy.SPREAD)
@@ -54,7 +45,7 @@ def test_the_pods_own_slices_count() -> None:
 
 def test_unhealthy_gpus_and_their_slices_count_in_node_usage_like_hami_and_empty_nodes_are_idle() -> None:
     assert node_usage(NodeGPUs("empty")) == 0
-    n = NodeGPUs.of("n", [gpu(0), gpu(1, health=False)])
+    n = NodeGPUs.of("n", [gpu_info(0, devmem=10000), gpu_info(1, devmem=10000, health=False)])
     n = with_slices(n, [GPUSlice("GPU-0", 1000, 10)] * 10)
     assert node_usage(n) == pytest.approx(5)  # HAMi's ComputeDefaultScore sums every GPU
     n = with_slices(n, [GPUSlice("GPU-1", 1000, 10)] * 10)
@@ -68,7 +59,7 @@ def test_priority_is_a_whole_number() -> None:
 
 
 def test_gpu_score_counts_the_request_and_weights() -> None:
-    g = GPUUsage(gpu(0), used=1, usedmem=2000, usedcores=20)
+    g = GPUUsage(gpu_info(0, devmem=10000), used=1, usedmem=2000, usedcores=20)
     assert gpu_score(g) == pytest.approx(10 * (0.1 + 0.2 + 0.2))
     r = ContainerRequest(nums=1, memreq=3000, mem_percentage=None, coresreq=30)
     assert gpu_score(g, r) == pytest.approx(10 * (0.2 + 0.5 + 0.5))

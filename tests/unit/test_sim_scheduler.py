@@ -4,6 +4,7 @@ kube's pod requests, filters, scores and messages, and the scheduling queue with
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from hami_sim.scheduler.fit import (
     truncate_message,
 )
 from hami_sim.scheduler.queue import SchedulingQueue, State, backoff_duration
+from tests.builders import container, node, pod
 
 SHIPPED = Path(__file__).resolve().parents[2] / "daemonset" / "scheduler" / "kube-scheduler-config.yaml"
 GPU_RESOURCES = [
@@ -301,93 +303,98 @@ def test_extender_is_interested_only_in_managed_resources() -> None:
 # --- requests, filters, scores ----------------------------------------------------------------------------
 
 
-def container(
-    requests: dict[str, str] | None = None, limits: dict[str, str] | None = None, **extra: Any
-) -> Any:
-    return {"name": "c", "resources": {"requests": requests or {}, "limits": limits or {}}, **extra}
-
-
 def test_pod_requests_like_kube() -> None:
-    pod = {
-        "spec": {
-            "containers": [container({"cpu": "500m", "memory": "1Gi"}), container(limits={"cpu": "1"})],
-            "initContainers": [
-                container({"cpu": "2"}),
-                container({"cpu": "200m"}, restartPolicy="Always"),
-                container({"cpu": "1900m"}),
-            ],
-            "overhead": {"cpu": "100m"},
-        }
-    }
+    with_sidecar = pod(
+        "p",
+        container("c", requests={"cpu": "500m", "memory": "1Gi"}),
+        container("c", limits={"cpu": "1"}),
+        init=[
+            container("c", requests={"cpu": "2"}),
+            container("c", requests={"cpu": "200m"}, restart_policy="Always"),
+            container("c", requests={"cpu": "1900m"}),
+        ],
+        overhead={"cpu": "100m"},
+    )
     # app 1.5 + sidecar 0.2 = 1.7; init peaks 2 and 1.9 + 0.2 = 2.1 -> max 2.1; + overhead 0.1
-    assert pod_requests(pod) == {"cpu": 2200, "memory": 1024**3}
-    empty = {"spec": {"containers": [container()]}}
+    assert pod_requests(with_sidecar) == {"cpu": 2200, "memory": 1024**3}
+    empty = pod("p", container("c"))
     assert pod_requests(empty) == {}
     assert pod_requests(empty, non_zero=True) == {"cpu": 100, "memory": DEFAULT_MEMORY_REQUEST}
 
 
-def node(name: str = "n", cpu: str = "4", labels: dict[str, str] | None = None, **status: Any) -> NodeInfo:
+def node_info(
+    name: str = "n",
+    *,
+    cpu: str = "4",
+    labels: dict[str, str] | None = None,
+    ready: bool | str = True,
+    unschedulable: bool = False,
+    taints: Sequence[dict[str, str]] = (),
+) -> NodeInfo:
+    """The scheduler's view of a node offering `cpu`, 8Gi and 3 pods."""
     info = NodeInfo(name)
+    allocatable = {"cpu": cpu, "memory": "8Gi", "pods": "3"}
     info.set_node(
-        {
-            "metadata": {"name": name, "labels": labels or {}},
-            "spec": status.pop("spec", {}),
-            "status": {
-                "allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "3", **status.pop("extra", {})},
-                "conditions": status.pop("conditions", [{"type": "Ready", "status": "True"}]),
-            },
-        }
+        node(
+            name,
+            labels=labels or {},
+            allocatable=allocatable,
+            ready=ready,
+            unschedulable=unschedulable,
+            taints=taints,
+        )
     )
     return info
 
 
-def gpu_pod(cpu: str = "1", **spec: Any) -> dict[str, Any]:
-    return {"spec": {"containers": [container({"cpu": cpu}, {"nvidia.com/gpu": "1"})], **spec}}
+def one_gpu_pod(cpu: str = "1", **spec: Any) -> dict[str, Any]:
+    """A pod of one container asking one GPU and `cpu`; `spec`: more pod spec fields."""
+    return pod("p", container("c", gpus=1, requests={"cpu": cpu}), **spec)
 
 
 IGNORED = frozenset(GPU_RESOURCES)
+PLAIN_POD = pod("p", container("c"))
+"""A pod that asks for nothing (kube still counts it as one pod)."""
 
 
 def test_filters_in_kube_order_with_kube_reasons() -> None:
-    pod = gpu_pod()
+    pod = one_gpu_pod()
     ask = PodAsk.of(pod)
-    assert filter_node(pod, ask, node(), IGNORED) == []
+    assert filter_node(pod, ask, node_info(), IGNORED) == []
     # Not ignored, and the node does not list it: insufficient.
-    assert filter_node(pod, ask, node(), ()) == ["Insufficient nvidia.com/gpu"]
-    assert filter_node(pod, ask, node(spec={"unschedulable": True}), IGNORED) == [
-        "node(s) were unschedulable"
-    ]
-    not_ready = node(conditions=[{"type": "Ready", "status": "False"}])
+    assert filter_node(pod, ask, node_info(), ()) == ["Insufficient nvidia.com/gpu"]
+    assert filter_node(pod, ask, node_info(unschedulable=True), IGNORED) == ["node(s) were unschedulable"]
+    not_ready = node_info(ready=False)
     assert filter_node(pod, ask, not_ready, IGNORED) == [
         "node(s) had untolerated taint {node.kubernetes.io/not-ready: }"
     ]
-    unknown = node(conditions=[{"type": "Ready", "status": "Unknown"}])
+    unknown = node_info(ready="Unknown")
     assert "node.kubernetes.io/unreachable" in filter_node(pod, ask, unknown, IGNORED)[0]
-    tolerant = gpu_pod(tolerations=[{"operator": "Exists"}])
+    tolerant = one_gpu_pod(tolerations=[{"operator": "Exists"}])
     assert filter_node(tolerant, PodAsk.of(tolerant), not_ready, IGNORED) == []
-    tainted = node(spec={"taints": [{"key": "gpu", "value": "a100", "effect": "NoSchedule"}]})
+    tainted = node_info(taints=[{"key": "gpu", "value": "a100", "effect": "NoSchedule"}])
     assert filter_node(pod, ask, tainted, IGNORED) == ["node(s) had untolerated taint {gpu: a100}"]
-    tolerates = gpu_pod(
+    tolerates = one_gpu_pod(
         tolerations=[{"key": "gpu", "operator": "Equal", "value": "a100", "effect": "NoSchedule"}]
     )
     assert filter_node(tolerates, PodAsk.of(tolerates), tainted, IGNORED) == []
-    prefer = node(spec={"taints": [{"key": "gpu", "effect": "PreferNoSchedule"}]})
+    prefer = node_info(taints=[{"key": "gpu", "effect": "PreferNoSchedule"}])
     assert filter_node(pod, ask, prefer, IGNORED) == []
-    big = gpu_pod(cpu="5")
-    assert filter_node(big, PodAsk.of(big), node(), IGNORED) == ["Insufficient cpu"]
+    big = one_gpu_pod(cpu="5")
+    assert filter_node(big, PodAsk.of(big), node_info(), IGNORED) == ["Insufficient cpu"]
 
 
 def test_node_selector_and_required_affinity() -> None:
-    zone_a = node(labels={"zone": "a", "gen": "3"})
-    selected = gpu_pod(nodeSelector={"zone": "a"})
+    zone_a = node_info(labels={"zone": "a", "gen": "3"})
+    selected = one_gpu_pod(nodeSelector={"zone": "a"})
     assert filter_node(selected, PodAsk.of(selected), zone_a, IGNORED) == []
-    other = gpu_pod(nodeSelector={"zone": "b"})
+    other = one_gpu_pod(nodeSelector={"zone": "b"})
     assert filter_node(other, PodAsk.of(other), zone_a, IGNORED) == [
         "node(s) didn't match Pod's node affinity/selector"
     ]
 
     def affinity(*terms: Any) -> dict[str, Any]:
-        return gpu_pod(
+        return one_gpu_pod(
             affinity={
                 "nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}
@@ -413,16 +420,16 @@ def test_node_selector_and_required_affinity() -> None:
 
 
 def test_room_counts_pods_already_there() -> None:
-    info = node(cpu="2")
-    pod = gpu_pod(cpu="1")
+    info = node_info(cpu="2")
+    pod = one_gpu_pod(cpu="1")
     ask = PodAsk.of(pod)
     info.add_pod(ask)
     assert filter_node(pod, ask, info, IGNORED) == []
     info.add_pod(ask)
     assert filter_node(pod, ask, info, IGNORED) == ["Insufficient cpu"]
     info.add_pod(ask, -1)
-    info.add_pod(PodAsk.of({"spec": {"containers": [container()]}}))
-    info.add_pod(PodAsk.of({"spec": {"containers": [container()]}}))
+    info.add_pod(PodAsk.of(PLAIN_POD))
+    info.add_pod(PodAsk.of(PLAIN_POD))
     assert filter_node(pod, ask, info, IGNORED) == ["Too many pods"]  # 3 pods allocatable
     no_pods = NodeInfo("x")
     ready = [{"type": "Ready", "status": "True"}]
@@ -433,12 +440,12 @@ def test_room_counts_pods_already_there() -> None:
 
 
 def test_least_allocated_score() -> None:
-    info = node(cpu="4")  # 4000m, 8Gi
-    ask = PodAsk.of(gpu_pod(cpu="1"))  # 1000m cpu, memory default 200Mi
+    info = node_info(cpu="4")  # 4000m, 8Gi
+    ask = PodAsk.of(one_gpu_pod(cpu="1"))  # 1000m cpu, memory default 200Mi
     cpu_score = (4000 - 1000) * 100 // 4000
     memory_score = (8 * 1024**3 - DEFAULT_MEMORY_REQUEST) * 100 // (8 * 1024**3)
     assert least_allocated_score(ask, info) == (cpu_score + memory_score) // 2
-    info.add_pod(PodAsk.of(gpu_pod(cpu="4")))
+    info.add_pod(PodAsk.of(one_gpu_pod(cpu="4")))
     memory_score = (8 * 1024**3 - 2 * DEFAULT_MEMORY_REQUEST) * 100 // (8 * 1024**3)
     assert least_allocated_score(ask, info) == (0 + memory_score) // 2  # cpu over capacity scores 0
 
@@ -491,7 +498,7 @@ def test_num_feasible_nodes_to_find() -> None:
 def test_cache_assumes_confirms_and_forgets() -> None:
     cache = ClusterCache()
     cache.replace_nodes([{"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "2", "pods": "9"}}}])
-    spec = {"containers": [container({"cpu": "1"})]}
+    spec = {"containers": [container("c", requests={"cpu": "1"})]}
     pod: dict[str, Any] = {"metadata": {"name": "p", "namespace": "d", "uid": "u"}, "spec": spec}
     cache.assume(pod, "n1", PodAsk.of(pod))
     assert cache.is_assumed("d/p") and cache.nodes["n1"].requested == {"cpu": 1000}

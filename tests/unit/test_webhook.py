@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import json
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -29,6 +29,7 @@ from hami_control.webhook import (
     review_pod,
 )
 from hami_sim.apiserver.patch import json_patch
+from tests.builders import admission_review, as_body, container, pod
 
 GPU, MEM, PCT, CORES, PRIO = (
     "nvidia.com/gpu",
@@ -67,30 +68,8 @@ class BrokenView:
 
 
 NO_QUOTA = View()
-
-
-def ctr(name: str = "main", limits: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    """A container; `limits` None means no resources at all."""
-    out: dict[str, Any] = {"name": name, "image": "cuda:12"}
-    if limits is not None:
-        out["resources"] = {"limits": dict(limits)}
-    out.update(extra)
-    return out
-
-
-def pod(
-    *containers: dict[str, Any],
-    init: tuple[dict[str, Any], ...] = (),
-    annotations: Mapping[str, Any] | None = None,
-    **spec: Any,
-) -> Pod:
-    meta: dict[str, Any] = {"name": "p", "namespace": "ai-team"}
-    if annotations is not None:
-        meta["annotations"] = dict(annotations)
-    body: dict[str, Any] = {"containers": list(containers), **spec}
-    if init:
-        body["initContainers"] = list(init)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+team_pod = functools.partial(pod, "p", namespace="ai-team")
+"""The pod the webhook reviews: ai-team/p with the given containers (and `pod`'s other arguments)."""
 
 
 def review(
@@ -135,19 +114,27 @@ def env_of(the_pod: Pod, index: int = 0, key: str = "containers") -> dict[str, s
 @pytest.mark.parametrize(
     ("the_pod", "config", "operation"),
     [
-        (pod(ctr(limits={"cpu": "1", "memory": "1Gi"})), CONFIG, "CREATE"),
-        (pod(ctr()), CONFIG, "CREATE"),
-        (pod(ctr(limits={GPU: "0"})), CONFIG, "CREATE"),  # asks no GPU
-        (pod(ctr(limits={GPU: "1"}), schedulerName="volcano"), CONFIG, "CREATE"),
+        (team_pod(container(limits={"cpu": "1", "memory": "1Gi"})), CONFIG, "CREATE"),
+        (team_pod(container()), CONFIG, "CREATE"),
+        (team_pod(container(limits={GPU: "0"})), CONFIG, "CREATE"),  # asks no GPU
+        (team_pod(container(limits={GPU: "1"}), schedulerName="volcano"), CONFIG, "CREATE"),
         (
-            pod(ctr(limits={GPU: "1"}), schedulerName="default-scheduler"),
+            team_pod(container(limits={GPU: "1"}), schedulerName="default-scheduler"),
             replace(CONFIG, force_overwrite_default_scheduler=False),
             "CREATE",
         ),
-        (pod(ctr(limits={GPU: "1"})), CONFIG, "UPDATE"),
-        (pod(ctr(limits={GPU: "1"})), CONFIG, "DELETE"),
-        (pod(ctr(limits={GPU: "1", CORES: "100"}), schedulerName="hami-scheduler"), CONFIG, "CREATE"),
-        (pod(ctr(limits={GPU: "1", MEM: "1000"}), schedulerName="hami-scheduler"), CONFIG, "CREATE"),
+        (team_pod(container(limits={GPU: "1"})), CONFIG, "UPDATE"),
+        (team_pod(container(limits={GPU: "1"})), CONFIG, "DELETE"),
+        (
+            team_pod(container(limits={GPU: "1", CORES: "100"}), schedulerName="hami-scheduler"),
+            CONFIG,
+            "CREATE",
+        ),
+        (
+            team_pod(container(limits={GPU: "1", MEM: "1000"}), schedulerName="hami-scheduler"),
+            CONFIG,
+            "CREATE",
+        ),
     ],
 )
 def test_left_alone(the_pod: Pod, config: ControlConfig, operation: str) -> None:
@@ -159,7 +146,7 @@ def test_left_alone(the_pod: Pod, config: ControlConfig, operation: str) -> None
 
 def test_another_schedulers_pod_is_not_even_checked() -> None:
     """HAMi's gate comes first: a pod for another scheduler is not HAMi's business, bad values included."""
-    decision = review(pod(ctr(limits={MEM: "-5"}), schedulerName="volcano", nodeName="n1"))
+    decision = review(team_pod(container(limits={MEM: "-5"}), schedulerName="volcano", nodeName="n1"))
     assert decision.allowed
     assert decision.patch == ()
 
@@ -168,7 +155,7 @@ def test_another_schedulers_pod_is_not_even_checked() -> None:
 
 
 def test_a_pod_needing_only_the_scheduler_name_gets_exactly_one_op() -> None:
-    decision = review(pod(ctr(limits={GPU: "1", MEM: "3000"})))
+    decision = review(team_pod(container(limits={GPU: "1", MEM: "3000"})))
     assert decision.patch == ({"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"},)
 
 
@@ -177,7 +164,7 @@ def test_a_pod_needing_only_the_scheduler_name_gets_exactly_one_op() -> None:
     [({}, "add"), ({"schedulerName": ""}, "replace"), ({"schedulerName": "default-scheduler"}, "replace")],
 )
 def test_scheduler_name_is_taken_over(spec: dict[str, Any], op: str) -> None:
-    the_pod = pod(ctr(limits={GPU: "2", MEM: "1000"}), **spec)
+    the_pod = team_pod(container(limits={GPU: "2", MEM: "1000"}), **spec)
     decision = review(the_pod)
     assert decision.patch == ({"op": op, "path": "/spec/schedulerName", "value": "hami-scheduler"},)
     assert admitted(the_pod)["spec"]["schedulerName"] == "hami-scheduler"
@@ -185,9 +172,12 @@ def test_scheduler_name_is_taken_over(spec: dict[str, Any], op: str) -> None:
 
 def test_configured_scheduler_name() -> None:
     config = replace(CONFIG, scheduler_name="gpu-sched")
-    assert admitted(pod(ctr(limits={GPU: "1", MEM: "9"})), config)["spec"]["schedulerName"] == "gpu-sched"
+    assert (
+        admitted(team_pod(container(limits={GPU: "1", MEM: "9"})), config)["spec"]["schedulerName"]
+        == "gpu-sched"
+    )
     # a pod already naming it is processed (defaults still apply) but keeps its name
-    result = admitted(pod(ctr(limits={GPU: "1"}), schedulerName="gpu-sched"), config)
+    result = admitted(team_pod(container(limits={GPU: "1"}), schedulerName="gpu-sched"), config)
     assert result["spec"]["schedulerName"] == "gpu-sched"
     assert limits_of(result)[CORES] == "100"
 
@@ -218,18 +208,18 @@ def test_configured_scheduler_name() -> None:
     ],
 )
 def test_resource_defaults(limits: dict[str, Any], expected: dict[str, Any]) -> None:
-    result = admitted(pod(ctr(limits=limits)))
+    result = admitted(team_pod(container(limits=limits)))
     assert limits_of(result) == expected
 
 
 def test_default_gpu_number_is_configurable() -> None:
-    result = admitted(pod(ctr(limits={MEM: "1000"})), replace(CONFIG, default_gpu_num=2))
+    result = admitted(team_pod(container(limits={MEM: "1000"})), replace(CONFIG, default_gpu_num=2))
     assert limits_of(result)[GPU] == "2"
 
 
 def test_defaults_add_missing_parents_in_one_op() -> None:
     # the request section names gpumem, limits does not exist: one op adds the whole limits object
-    the_pod = pod({"name": "c", "resources": {"requests": {MEM: "1000"}}})
+    the_pod = team_pod({"name": "c", "resources": {"requests": {MEM: "1000"}}})
     decision = review(the_pod)
     assert decision.patch[0] == {
         "op": "add",
@@ -244,13 +234,13 @@ def test_defaults_add_missing_parents_in_one_op() -> None:
 
 
 def test_null_limits_are_replaced() -> None:
-    the_pod = pod({"name": "c", "resources": {"limits": None, "requests": {GPU: "1"}}})
+    the_pod = team_pod({"name": "c", "resources": {"limits": None, "requests": {GPU: "1"}}})
     result = admitted(the_pod)
     assert limits_of(result) == {CORES: "100"}
 
 
 def test_resource_names_are_escaped_as_json_pointers() -> None:
-    decision = review(pod(ctr(limits={GPU: "1"})))
+    decision = review(team_pod(container(limits={GPU: "1"})))
     assert decision.patch[0] == {
         "op": "add",
         "path": "/spec/containers/0/resources/limits/nvidia.com~1gpucores",
@@ -263,22 +253,22 @@ def test_resource_names_are_escaped_as_json_pointers() -> None:
 def test_configured_resource_names() -> None:
     names = ResourceNames("acme.com/gpu", "acme.com/mem", "acme.com/pct", "acme.com/cores", "acme.com/prio")
     config = replace(CONFIG, resource_names=names)
-    result = admitted(pod(ctr(limits={"acme.com/mem": "100", "acme.com/prio": "1"})), config)
+    result = admitted(team_pod(container(limits={"acme.com/mem": "100", "acme.com/prio": "1"})), config)
     assert limits_of(result) == {"acme.com/mem": "100", "acme.com/prio": "1", "acme.com/gpu": "1"}
     assert env_of(result) == {"CUDA_TASK_PRIORITY": "1"}
     # nvidia.com names mean nothing under this config
-    assert review(pod(ctr(limits={GPU: "1"})), config).patch == ()
+    assert review(team_pod(container(limits={GPU: "1"})), config).patch == ()
 
 
 # --- multi-container and init containers --------------------------------------------------------------
 
 
 def test_every_container_is_handled_and_only_changed_ones_are_patched() -> None:
-    the_pod = pod(
-        ctr("a", limits={GPU: "1", MEM: "1000"}),
-        ctr("b", limits={"cpu": "1"}),
-        ctr("c", limits={MEM: "2000"}),
-        ctr("d", limits={GPU: "2"}),
+    the_pod = team_pod(
+        container("a", limits={GPU: "1", MEM: "1000"}),
+        container("b", limits={"cpu": "1"}),
+        container("c", limits={MEM: "2000"}),
+        container("d", limits={GPU: "2"}),
     )
     decision = review(the_pod)
     paths = [op["path"] for op in decision.patch]
@@ -295,9 +285,9 @@ def test_every_container_is_handled_and_only_changed_ones_are_patched() -> None:
 
 
 def test_init_containers_are_handled_like_hami() -> None:
-    the_pod = pod(
-        ctr("app", limits={"cpu": "1"}),
-        init=(ctr("warmup", limits={MEM: "5000", PRIO: "0"}), ctr("plain")),
+    the_pod = team_pod(
+        container("app", limits={"cpu": "1"}),
+        init=(container("warmup", limits={MEM: "5000", PRIO: "0"}), container("plain")),
     )
     decision = review(the_pod)
     assert [op["path"] for op in decision.patch] == [
@@ -312,7 +302,7 @@ def test_init_containers_are_handled_like_hami() -> None:
 
 
 def test_null_init_containers_stay_null() -> None:
-    the_pod = pod(ctr(limits={GPU: "1", MEM: "1"}), initContainers=None)
+    the_pod = team_pod(container(limits={GPU: "1", MEM: "1"}), initContainers=None)
     assert review(the_pod).patch == ({"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"},)
 
 
@@ -323,13 +313,13 @@ def test_null_init_containers_stay_null() -> None:
     ("priority", "value"), [("0", "0"), ("1", "1"), (1, "1"), ("0.5", "1"), ("2k", "2000"), ("100m", "1")]
 )
 def test_priority_becomes_cuda_task_priority(priority: Any, value: str) -> None:
-    result = admitted(pod(ctr(limits={GPU: "1", MEM: "1", PRIO: priority})))
+    result = admitted(team_pod(container(limits={GPU: "1", MEM: "1", PRIO: priority})))
     assert env_of(result) == {"CUDA_TASK_PRIORITY": value}
 
 
 def test_priority_env_appends_to_existing_env_and_replaces_a_same_named_entry() -> None:
     env = [{"name": "A", "value": "1"}]
-    the_pod = pod(ctr(limits={GPU: "1", MEM: "1", PRIO: "1"}, env=env))
+    the_pod = team_pod(container(limits={GPU: "1", MEM: "1", PRIO: "1"}, env=env))
     assert review(the_pod).patch[0] == {
         "op": "add",
         "path": "/spec/containers/0/env/-",
@@ -339,26 +329,26 @@ def test_priority_env_appends_to_existing_env_and_replaces_a_same_named_entry() 
         {"name": "A", "value": "1"},
         {"name": "CUDA_TASK_PRIORITY", "value": "1"},
     ]
-    stale = pod(
-        ctr(limits={GPU: "1", MEM: "1", PRIO: "1"}, env=[{"name": "CUDA_TASK_PRIORITY", "value": "0"}])
+    stale = team_pod(
+        container(limits={GPU: "1", MEM: "1", PRIO: "1"}, env=[{"name": "CUDA_TASK_PRIORITY", "value": "0"}])
     )
     assert review(stale).patch[0] == {"op": "replace", "path": "/spec/containers/0/env/0/value", "value": "1"}
     assert env_of(admitted(stale)) == {"CUDA_TASK_PRIORITY": "1"}
-    same = pod(
-        ctr(limits={GPU: "1", MEM: "1", PRIO: "1"}, env=[{"name": "CUDA_TASK_PRIORITY", "value": "1"}])
+    same = team_pod(
+        container(limits={GPU: "1", MEM: "1", PRIO: "1"}, env=[{"name": "CUDA_TASK_PRIORITY", "value": "1"}])
     )
     assert len(review(same).patch) == 1  # only the scheduler name
 
 
 def test_an_env_entry_from_a_reference_is_replaced_by_a_value() -> None:
     ref = {"name": "CUDA_TASK_PRIORITY", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
-    result = admitted(pod(ctr(limits={GPU: "1", MEM: "1", PRIO: "0"}, env=[ref])))
+    result = admitted(team_pod(container(limits={GPU: "1", MEM: "1", PRIO: "0"}, env=[ref])))
     assert result["spec"]["containers"][0]["env"] == [{"name": "CUDA_TASK_PRIORITY", "value": "0"}]
 
 
 def test_priority_without_a_gpu_sets_env_but_not_the_scheduler() -> None:
     """As HAMi: the priority env goes to any container naming it; only a GPU takes the pod over."""
-    the_pod = pod(ctr(limits={PRIO: "1"}))
+    the_pod = team_pod(container(limits={PRIO: "1"}))
     result = admitted(the_pod)
     assert env_of(result) == {"CUDA_TASK_PRIORITY": "1"}
     assert "schedulerName" not in result["spec"]
@@ -382,36 +372,40 @@ def test_core_policy(global_policy: str, annotation: str | None, expected: str |
     config = replace(CONFIG, core_policy=CorePolicy(global_policy))
     annotations = None if annotation is None else {"hami.io/core-policy": annotation}
     result = admitted(
-        pod(ctr("gpu", limits={GPU: "1", MEM: "1"}), ctr("cpu"), annotations=annotations), config
+        team_pod(container("gpu", limits={GPU: "1", MEM: "1"}), container("cpu"), annotations=annotations),
+        config,
     )
     assert env_of(result, 0).get("GPU_CORE_UTILIZATION_POLICY") == expected
     assert "GPU_CORE_UTILIZATION_POLICY" not in env_of(result, 1)  # containers without a GPU: no env
 
 
 def test_bad_core_policy_annotation() -> None:
-    decision = denied(pod(ctr(limits={GPU: "1"}), annotations={"hami.io/core-policy": "none"}))
+    decision = denied(team_pod(container(limits={GPU: "1"}), annotations={"hami.io/core-policy": "none"}))
     assert decision.code == 422
     assert decision.reason == "Invalid"
     assert "hami.io/core-policy" in decision.message
     assert "'none'" in decision.message
-    decision = denied(pod(ctr(limits={GPU: "1"}), annotations={"hami.io/core-policy": 3}))
+    decision = denied(team_pod(container(limits={GPU: "1"}), annotations={"hami.io/core-policy": 3}))
     assert "is not a string" in decision.message
     # a pod without a GPU does not use the annotation, so it is not judged
-    assert review(pod(ctr(), annotations={"hami.io/core-policy": "none"})).allowed
+    assert review(team_pod(container(), annotations={"hami.io/core-policy": "none"})).allowed
 
 
 def test_overwrite_env_hides_gpus_from_containers_without_one() -> None:
     config = replace(CONFIG, overwrite_env=True)
-    cpu_only = admitted(pod(ctr("a"), ctr("b", env=[{"name": "X", "value": "y"}]), init=(ctr("i"),)), config)
+    cpu_only = admitted(
+        team_pod(container("a"), container("b", env=[{"name": "X", "value": "y"}]), init=(container("i"),)),
+        config,
+    )
     assert env_of(cpu_only, 0) == {"NVIDIA_VISIBLE_DEVICES": "none"}
     assert env_of(cpu_only, 1) == {"X": "y", "NVIDIA_VISIBLE_DEVICES": "none"}
     assert env_of(cpu_only, 0, "initContainers") == {"NVIDIA_VISIBLE_DEVICES": "none"}
     assert "schedulerName" not in cpu_only["spec"]
-    mixed = admitted(pod(ctr("gpu", limits={GPU: "1", MEM: "1"}), ctr("side")), config)
+    mixed = admitted(team_pod(container("gpu", limits={GPU: "1", MEM: "1"}), container("side")), config)
     assert env_of(mixed, 0) == {}
     assert env_of(mixed, 1) == {"NVIDIA_VISIBLE_DEVICES": "none"}
     # without the option nothing is added
-    assert review(pod(ctr("a"))).patch == ()
+    assert review(team_pod(container("a"))).patch == ()
 
 
 # --- runtime class --------------------------------------------------------------------------------------
@@ -431,7 +425,7 @@ def test_overwrite_env_hides_gpus_from_containers_without_one() -> None:
 def test_runtime_class(configured: str | None, spec: dict[str, Any], gpu: bool, expected: str | None) -> None:
     config = replace(CONFIG, runtime_class_name=configured)
     limits = {GPU: "1", MEM: "1"} if gpu else {"cpu": "1"}
-    result = admitted(pod(ctr(limits=limits), **spec), config)
+    result = admitted(team_pod(container(limits=limits), **spec), config)
     assert result["spec"].get("runtimeClassName") == expected
 
 
@@ -446,28 +440,31 @@ def test_no_containers(spec: dict[str, Any]) -> None:
 
 
 def test_node_name_with_a_gpu_is_denied() -> None:
-    decision = denied(pod(ctr(limits={MEM: "1000"}), nodeName="node-1"))
+    decision = denied(team_pod(container(limits={MEM: "1000"}), nodeName="node-1"))
     assert decision.code == 403
     assert decision.message.startswith("pod has node assigned (spec.nodeName 'node-1')")
     assert "hami-scheduler" in decision.message
     # without a GPU, nodeName is fine
-    assert review(pod(ctr(limits={PRIO: "1"}), nodeName="node-1")).allowed
+    assert review(team_pod(container(limits={PRIO: "1"}), nodeName="node-1")).allowed
+
+
+AS_ROOT = {"privileged": True}
 
 
 @pytest.mark.parametrize(
     ("containers", "init", "label", "asks"),
     [
-        ([ctr("p", limits={GPU: "1"}, securityContext={"privileged": True})], (), "container 'p'", GPU),
-        ([ctr("c", limits={MEM: "1"})], (ctr("i", limits={MEM: "9"}, securityContext={"privileged": True}),),
+        ([container("p", limits={GPU: "1"}, securityContext=AS_ROOT)], (), "container 'p'", GPU),
+        ([container("c", limits={MEM: "1"})], (container("i", limits={MEM: "9"}, securityContext=AS_ROOT),),
          "init container 'i'", MEM),
-        ([ctr("ok", limits={GPU: "1"}), ctr("p", limits={CORES: "5"}, securityContext={"privileged": True})],
+        ([container("ok", limits={GPU: "1"}), container("p", limits={CORES: "5"}, securityContext=AS_ROOT)],
          (), "container 'p'", CORES),
     ],
 )  # fmt: skip
 def test_privileged_gpu_container_is_denied(
     containers: list[dict[str, Any]], init: tuple[dict[str, Any], ...], label: str, asks: str
 ) -> None:
-    decision = denied(pod(*containers, init=init))
+    decision = denied(team_pod(*containers, init=init))
     assert decision.code == 403
     assert decision.message.startswith(f"{label} is privileged and asks for {asks}")
     assert "securityContext.privileged" in decision.message
@@ -475,17 +472,23 @@ def test_privileged_gpu_container_is_denied(
 
 
 def test_privileged_container_without_gpu_in_a_gpu_pod_is_allowed() -> None:
-    the_pod = pod(ctr("gpu", limits={GPU: "1", MEM: "1"}), ctr("side", securityContext={"privileged": True}))
+    the_pod = team_pod(
+        container("gpu", limits={GPU: "1", MEM: "1"}), container("side", securityContext={"privileged": True})
+    )
     assert admitted(the_pod)["spec"]["schedulerName"] == "hami-scheduler"
     # privileged: false, or a non-boolean, is not privileged
-    assert review(pod(ctr(limits={GPU: "1", MEM: "1"}, securityContext={"privileged": False}))).allowed
-    assert review(pod(ctr(limits={GPU: "1", MEM: "1"}, securityContext={"privileged": "true"}))).allowed
+    assert review(
+        team_pod(container(limits={GPU: "1", MEM: "1"}, securityContext={"privileged": False}))
+    ).allowed
+    assert review(
+        team_pod(container(limits={GPU: "1", MEM: "1"}, securityContext={"privileged": "true"}))
+    ).allowed
 
 
 def test_privileged_policy_skip_gives_hamis_old_behaviour_with_a_warning() -> None:
     config = replace(CONFIG, privileged_policy=PrivilegedPolicy.SKIP)
     # the skipped container is untouched and does not take the pod over
-    lone = pod(ctr("p", limits={GPU: "1"}, securityContext={"privileged": True}))
+    lone = team_pod(container("p", limits={GPU: "1"}, securityContext={"privileged": True}))
     decision = review(lone, config)
     assert decision.allowed
     assert decision.patch == ()
@@ -493,8 +496,9 @@ def test_privileged_policy_skip_gives_hamis_old_behaviour_with_a_warning() -> No
         "container 'p' is privileged: its GPU request is not shared or limited by HAMi",
     )
     # another GPU container still takes the pod over; the skipped one gets no defaults
-    mixed = pod(
-        ctr("p", limits={GPU: "1"}, securityContext={"privileged": True}), ctr("g", limits={MEM: "10"})
+    mixed = team_pod(
+        container("p", limits={GPU: "1"}, securityContext={"privileged": True}),
+        container("g", limits={MEM: "10"}),
     )
     result = admitted(mixed, config)
     assert limits_of(result, 0) == {GPU: "1"}
@@ -504,9 +508,9 @@ def test_privileged_policy_skip_gives_hamis_old_behaviour_with_a_warning() -> No
 
 def test_privileged_policy_skip_still_counts_the_skipped_container_in_the_quota() -> None:
     config = replace(CONFIG, privileged_policy=PrivilegedPolicy.SKIP)
-    the_pod = pod(
-        ctr("p", limits={GPU: "1", MEM: "5000"}, securityContext={"privileged": True}),
-        ctr("g", limits={MEM: "1000"}),
+    the_pod = team_pod(
+        container("p", limits={GPU: "1", MEM: "5000"}, securityContext={"privileged": True}),
+        container("g", limits={MEM: "1000"}),
     )
     decision = review(the_pod, config, View(QuotaLimits(memory=5500)))
     assert decision.message.endswith("this pod asks 6000)")
@@ -514,7 +518,9 @@ def test_privileged_policy_skip_still_counts_the_skipped_container_in_the_quota(
 
 def test_privileged_policy_skip_denies_a_privileged_gpu_pod_saying_why_it_would_stay_pending() -> None:
     config = replace(CONFIG, privileged_policy=PrivilegedPolicy.SKIP)
-    decision = denied(pod(ctr("p", limits={MEM: "4000"}, securityContext={"privileged": True})), config)
+    decision = denied(
+        team_pod(container("p", limits={MEM: "4000"}, securityContext={"privileged": True})), config
+    )
     assert decision.code == 403
     assert "container 'p' is privileged and skipped" in decision.message
     assert "Pending" in decision.message
@@ -551,38 +557,49 @@ def test_privileged_policy_skip_denies_a_privileged_gpu_pod_saying_why_it_would_
 def test_bad_values_are_denied_naming_container_resource_and_value(
     limits: dict[str, Any], resource: str, value: str, reason: str
 ) -> None:
-    decision = denied(pod(ctr("trainer", limits=limits)))
+    decision = denied(team_pod(container("trainer", limits=limits)))
     assert (decision.code, decision.reason) == (422, "Invalid")
     assert decision.message.startswith(f"container 'trainer': {resource} '{value}'")
     assert reason in decision.message
 
 
 def test_bad_value_in_an_init_container_says_so() -> None:
-    decision = denied(pod(ctr(), init=(ctr("setup", limits={MEM: "x"}),)))
+    decision = denied(team_pod(container(), init=(container("setup", limits={MEM: "x"}),)))
     assert decision.message.startswith("init container 'setup': nvidia.com/gpumem 'x'")
 
 
 def test_memory_factor_overflow_is_denied() -> None:
-    decision = denied(pod(ctr("c", limits={GPU: "1", MEM: "3000000"})), replace(CONFIG, memory_factor=1024))
+    decision = denied(
+        team_pod(container("c", limits={GPU: "1", MEM: "3000000"})), replace(CONFIG, memory_factor=1024)
+    )
     assert "x memoryFactor 1024 overflows" in decision.message
 
 
 @pytest.mark.parametrize(
     ("the_pod", "fragment"),
     [
-        (pod({"name": "c", "resources": "lots"}), "container 'c': resources \"'lots'\" is not an object"),
         (
-            pod({"name": "c", "resources": {"limits": [1]}}),
+            team_pod({"name": "c", "resources": "lots"}),
+            "container 'c': resources \"'lots'\" is not an object",
+        ),
+        (
+            team_pod({"name": "c", "resources": {"limits": [1]}}),
             "container 'c': resources.limits '[1]' is not an object",
         ),
-        (pod(ctr("c", limits={PRIO: "1"}, env="X=1")), "container 'c': env 'X=1' is not a list"),
+        (team_pod(container("c", limits={PRIO: "1"}, env="X=1")), "container 'c': env 'X=1' is not a list"),
         ({"spec": {"containers": "c"}}, "spec.containers 'c' is not a list"),
-        ({"spec": {"containers": [ctr()], "initContainers": {}}}, "spec.initContainers '{}' is not a list"),
+        (
+            {"spec": {"containers": [container()], "initContainers": {}}},
+            "spec.initContainers '{}' is not a list",
+        ),
         ({"spec": {"containers": ["c"]}}, "spec.containers[0] 'c' is not an object"),
-        ({"spec": {"containers": [ctr()], "schedulerName": 7}}, "spec.schedulerName '7' is not a string"),
+        (
+            {"spec": {"containers": [container()], "schedulerName": 7}},
+            "spec.schedulerName '7' is not a string",
+        ),
         ({"spec": 5}, "spec '5' is not an object"),
-        ({"metadata": "m", "spec": {"containers": [ctr()]}}, "metadata 'm' is not an object"),
-        (pod(ctr(limits={GPU: "1"}), nodeName=["n"]), "spec.nodeName \"['n']\" is not a string"),
+        ({"metadata": "m", "spec": {"containers": [container()]}}, "metadata 'm' is not an object"),
+        (team_pod(container(limits={GPU: "1"}), nodeName=["n"]), "spec.nodeName \"['n']\" is not a string"),
     ],
 )
 def test_malformed_pods_are_denied_with_the_field(the_pod: Pod, fragment: str) -> None:
@@ -601,7 +618,7 @@ def test_a_non_object_is_not_a_pod() -> None:
 
 def test_quota_denial() -> None:
     view = View(QuotaLimits(memory=40000), QuotaUsage(38000, 0))
-    decision = denied(pod(ctr(limits={MEM: "4000"})), view=view)
+    decision = denied(team_pod(container(limits={MEM: "4000"})), view=view)
     assert (decision.code, decision.reason) == (403, "Forbidden")
     assert decision.message == (
         "namespace ai-team: GPU memory quota exceeded (used 38000 / limit 40000 MiB, this pod asks 4000)"
@@ -611,7 +628,7 @@ def test_quota_denial() -> None:
 def test_quota_counts_the_mutated_pod() -> None:
     """The bare GPU becomes gpucores=100 before the check, as in HAMi."""
     view = View(QuotaLimits(cores=150), QuotaUsage(0, 100))
-    decision = denied(pod(ctr(limits={GPU: "1"})), view=view)
+    decision = denied(team_pod(container(limits={GPU: "1"})), view=view)
     assert decision.message == (
         "namespace ai-team: GPU cores quota exceeded (used 100 / limit 150 %, this pod asks 100)"
     )
@@ -620,12 +637,12 @@ def test_quota_counts_the_mutated_pod() -> None:
 def test_quota_follows_hamis_usage_rule() -> None:
     view = View(QuotaLimits(memory=10000), QuotaUsage(0, 0))
     # init peak 10000 = limit: fits; 2 GPUs x 3000 + 3000 = 9000 regular
-    fits = pod(ctr("a", limits={GPU: "2", MEM: "3000"}), ctr("b", limits={MEM: "3000"}),
-               init=(ctr("i", limits={MEM: "10000"}),))  # fmt: skip
+    fits = team_pod(container("a", limits={GPU: "2", MEM: "3000"}), container("b", limits={MEM: "3000"}),
+               init=(container("i", limits={MEM: "10000"}),))  # fmt: skip
     decision = review(fits, view=view)
     assert decision.allowed
     assert decision.quota_usage == QuotaUsage(10000, 0)
-    over = pod(ctr("a", limits={GPU: "2", MEM: "3000"}), ctr("b", limits={MEM: "4001"}))
+    over = team_pod(container("a", limits={GPU: "2", MEM: "3000"}), container("b", limits={MEM: "4001"}))
     assert "this pod asks 10001" in denied(over, view=view).message
 
 
@@ -638,7 +655,9 @@ def test_quota_uses_the_request_namespace_and_memory_factor() -> None:
             return QuotaLimits(memory=2048)
 
     config = replace(CONFIG, memory_factor=1024)
-    decision = review_pod(pod(ctr(limits={MEM: "3"})), "CREATE", config, Recording(), namespace="team-b")
+    decision = review_pod(
+        team_pod(container(limits={MEM: "3"})), "CREATE", config, Recording(), namespace="team-b"
+    )
     assert not decision.allowed
     assert decision.message.startswith("namespace team-b: GPU memory quota exceeded")
     assert "this pod asks 3072" in decision.message
@@ -647,17 +666,21 @@ def test_quota_uses_the_request_namespace_and_memory_factor() -> None:
 
 def test_quota_can_be_turned_off_and_is_not_consulted_for_other_pods() -> None:
     view = View(QuotaLimits(memory=0), QuotaUsage(100, 0))
-    assert review(pod(ctr(limits={MEM: "4000"})), replace(CONFIG, enforce_quota=False), view).allowed
+    assert review(
+        team_pod(container(limits={MEM: "4000"})), replace(CONFIG, enforce_quota=False), view
+    ).allowed
     assert view.calls == 0
-    assert review(pod(ctr(limits={PRIO: "1"})), CONFIG, view).allowed
+    assert review(team_pod(container(limits={PRIO: "1"})), CONFIG, view).allowed
     assert view.calls == 0
     # percentage-only memory counts 0 MiB at admission (as HAMi), so a memory quota does not stop it
-    assert review(pod(ctr(limits={PCT: "50"})), CONFIG, view).allowed
+    assert review(team_pod(container(limits={PCT: "50"})), CONFIG, view).allowed
 
 
 def test_allowed_gpu_pods_report_their_usage() -> None:
-    assert review(pod(ctr(limits={GPU: "2", MEM: "100", CORES: "10"}))).quota_usage == QuotaUsage(200, 20)
-    assert review(pod(ctr(limits={"cpu": "1"}))).quota_usage is None
+    assert review(team_pod(container(limits={GPU: "2", MEM: "100", CORES: "10"}))).quota_usage == QuotaUsage(
+        200, 20
+    )
+    assert review(team_pod(container(limits={"cpu": "1"}))).quota_usage is None
 
 
 # --- the minimal-patch differ ----------------------------------------------------------------------------
@@ -686,25 +709,9 @@ def test_json_patch_diff(before: Any, after: Any, ops: list[dict[str, Any]]) -> 
 # --- the AdmissionReview envelope ------------------------------------------------------------------------
 
 
-def review_body(
-    obj: Any,
-    version: str = "v1",
-    operation: str = "CREATE",
-    kind: Mapping[str, str] | None = None,
-    **request: Any,
-) -> bytes:
-    req: dict[str, Any] = {
-        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-        "kind": dict(kind or {"group": "", "version": "v1", "kind": "Pod"}),
-        "resource": {"group": "", "version": "v1", "resource": "pods"},
-        "namespace": "ai-team",
-        "operation": operation,
-        "object": obj,
-        **request,
-    }
-    return json.dumps(
-        {"apiVersion": f"admission.k8s.io/{version}", "kind": "AdmissionReview", "request": req}
-    ).encode()
+def team_review(obj: Any, version: str = "v1", **request: Any) -> bytes:
+    """The AdmissionReview the API server sends for `obj` in namespace ai-team (`request` overrides)."""
+    return as_body(admission_review(obj, version=version, **{"namespace": "ai-team", **request}))
 
 
 def handle(body: bytes, config: ControlConfig = CONFIG, view: Any = NO_QUOTA) -> webhook.AdmissionResult:
@@ -715,8 +722,8 @@ def handle(body: bytes, config: ControlConfig = CONFIG, view: Any = NO_QUOTA) ->
 
 @pytest.mark.parametrize("version", ["v1", "v1beta1"])
 def test_envelope_answers_in_the_request_version_with_its_uid(version: str) -> None:
-    the_pod = pod(ctr(limits={GPU: "1"}))
-    result = handle(review_body(the_pod, version))
+    the_pod = team_pod(container(limits={GPU: "1"}))
+    result = handle(team_review(the_pod, version))
     assert result.status == 200
     assert result.body["apiVersion"] == f"admission.k8s.io/{version}"
     assert result.body["kind"] == "AdmissionReview"
@@ -735,7 +742,7 @@ def test_envelope_answers_in_the_request_version_with_its_uid(version: str) -> N
 @pytest.mark.parametrize("version", ["v1", "v1beta1"])
 def test_envelope_denial(version: str) -> None:
     view = View(QuotaLimits(memory=40000), QuotaUsage(38000, 0))
-    result = handle(review_body(pod(ctr(limits={GPU: "1", MEM: "4000"})), version), view=view)
+    result = handle(team_review(team_pod(container(limits={GPU: "1", MEM: "4000"})), version), view=view)
     assert result.status == 200
     response = result.body["response"]
     assert response["allowed"] is False
@@ -752,14 +759,14 @@ def test_envelope_denial(version: str) -> None:
 
 
 def test_envelope_allowed_without_patch_has_no_patch_fields() -> None:
-    result = handle(review_body(pod(ctr())))
+    result = handle(team_review(team_pod(container())))
     assert result.body["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
 
 
 def test_envelope_warnings() -> None:
     config = replace(CONFIG, privileged_policy=PrivilegedPolicy.SKIP)
     result = handle(
-        review_body(pod(ctr("p", limits={GPU: "1"}, securityContext={"privileged": True}))), config
+        team_review(team_pod(container("p", limits={GPU: "1"}, securityContext={"privileged": True}))), config
     )
     assert result.body["response"]["warnings"] == [
         "container 'p' is privileged: its GPU request is not shared or limited by HAMi"
@@ -778,14 +785,14 @@ def test_envelope_warnings() -> None:
     ],
 )
 def test_envelope_allows_what_it_does_not_mutate(request_fields: dict[str, Any]) -> None:
-    obj = request_fields.pop("object", pod(ctr(limits={GPU: "1"})))
-    result = handle(review_body(obj, **request_fields))
+    obj = request_fields.pop("object", team_pod(container(limits={GPU: "1"})))
+    result = handle(team_review(obj, **request_fields))
     assert result.status == 200
     assert result.body["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
 
 
 def bad_review(**changes: Any) -> bytes:
-    review_doc = json.loads(review_body(pod(ctr())))
+    review_doc = json.loads(team_review(team_pod(container())))
     for key, value in changes.items():
         if key.startswith("request_"):
             review_doc["request"][key.removeprefix("request_")] = value
@@ -830,16 +837,16 @@ def test_envelope_rejects_bad_reviews_with_400(body: bytes, fragment: str) -> No
 
 def test_envelope_rejects_large_bodies_with_413() -> None:
     config = replace(CONFIG, max_request_body=2048)
-    body = review_body(pod(ctr(env=[{"name": "X", "value": "y" * 4096}])))
+    body = team_review(team_pod(container(env=[{"name": "X", "value": "y" * 4096}])))
     result = handle(body, config)
     assert result.status == 413
     assert result.body["reason"] == "RequestEntityTooLarge"
     assert f"request body of {len(body)} bytes is over the limit of 2048 bytes" == result.body["message"]
-    assert handle(review_body(pod(ctr())), config).status == 200
+    assert handle(team_review(team_pod(container())), config).status == 200
 
 
 def test_an_exception_in_the_rules_denies_a_gpu_pod_without_a_traceback() -> None:
-    result = handle(review_body(pod(ctr(limits={GPU: "1"}))), view=BrokenView())
+    result = handle(team_review(team_pod(container(limits={GPU: "1"}))), view=BrokenView())
     assert result.status == 200
     response = result.body["response"]
     assert response["allowed"] is False
@@ -858,13 +865,13 @@ def test_an_exception_in_the_rules_allows_a_pod_without_gpu_resources(
         raise ZeroDivisionError("bug")
 
     monkeypatch.setattr(webhook, "review_pod", boom)
-    result = handle(review_body(pod(ctr(limits={"cpu": "1"}))))
+    result = handle(team_review(team_pod(container(limits={"cpu": "1"}))))
     assert result.body["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
     assert isinstance(result.summary.exception, ZeroDivisionError)
-    gpu = handle(review_body(pod(ctr(limits={"cpu": "1", MEM: "1"}))))
+    gpu = handle(team_review(team_pod(container(limits={"cpu": "1", MEM: "1"}))))
     assert gpu.body["response"]["allowed"] is False
     # a pod too broken to tell is treated as a GPU pod (fail closed)
-    broken = handle(review_body({"spec": {"containers": [5]}}))
+    broken = handle(team_review({"spec": {"containers": [5]}}))
     assert broken.body["response"]["allowed"] is False
 
 
@@ -873,7 +880,7 @@ def test_an_exception_in_the_envelope_is_a_500_status(monkeypatch: pytest.Monkey
         raise KeyError("oops")
 
     monkeypatch.setattr(webhook, "_parse_review", boom)
-    result = handle(review_body(pod(ctr())))
+    result = handle(team_review(team_pod(container())))
     assert result.status == 500
     assert result.body["reason"] == "InternalError"
     assert result.body["message"] == "internal error in hami-control (KeyError)"
@@ -881,8 +888,8 @@ def test_an_exception_in_the_envelope_is_a_500_status(monkeypatch: pytest.Monkey
 
 
 def test_decision_summary_for_the_log() -> None:
-    the_pod = pod(ctr(limits={MEM: "4000"}))
-    allowed = handle(review_body(the_pod, dryRun=True)).summary
+    the_pod = team_pod(container(limits={MEM: "4000"}))
+    allowed = handle(team_review(the_pod, dryRun=True)).summary
     assert (allowed.namespace, allowed.name, allowed.allowed, allowed.dry_run) == ("ai-team", "p", True, True)
     assert allowed.patch_ops == 2
     assert allowed.patch_bytes > 0
@@ -899,11 +906,11 @@ def test_decision_summary_for_the_log() -> None:
 
     generated = copy.deepcopy(the_pod)
     generated["metadata"] = {"generateName": "job-"}
-    summary = handle(review_body(generated, namespace="")).summary
+    summary = handle(team_review(generated, namespace="")).summary
     assert (summary.name, summary.generate_name, summary.pod) == ("", "job-", "/job-*")
 
     view = View(QuotaLimits(memory=1), QuotaUsage())
-    denied_summary = handle(review_body(the_pod), view=view).summary
+    denied_summary = handle(team_review(the_pod), view=view).summary
     assert not denied_summary.allowed
     assert denied_summary.code == 403
     assert denied_summary.quota_usage is None
@@ -1036,7 +1043,7 @@ _PLAUSIBLE_CONTAINER = st.fixed_dictionaries(
     },
 )
 _PLAUSIBLE_POD = st.builds(
-    lambda containers, init, scheduler, policy: pod(
+    lambda containers, init, scheduler, policy: team_pod(
         *containers,
         init=tuple(init),
         annotations=None if policy is None else {"hami.io/core-policy": policy},
@@ -1069,7 +1076,7 @@ _VIEW = st.builds(
 @given(st.one_of(_PLAUSIBLE_POD, _POD), st.sampled_from(["v1", "v1beta1"]), _CONFIG, _VIEW)
 def test_any_pod_gets_a_valid_answer(the_pod: Pod, version: str, config: ControlConfig, view: View) -> None:
     before = copy.deepcopy(the_pod)
-    result = handle(review_body(the_pod, version), config, view)
+    result = handle(team_review(the_pod, version), config, view)
     assert result.summary.exception is None, repr(result.summary.exception)
     if result.status == 400:  # only a CREATE without an object dict; never for these pods
         pytest.fail(result.body["message"])

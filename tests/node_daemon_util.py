@@ -5,39 +5,33 @@ process is stopped, so pytest shows it with a failing test), waits for condition
 stops it with SIGTERM, then SIGKILL after a deadline. `NodeRig` bundles one node: a short socket
 directory, a fake GPU inventory file, a hook directory, the kubelet stand-in and the daemon.
 
-Builders for GPU pods bound the way the extender binds them (the GPU choice rides on the Binding's
-annotations) and a `wait_object` that follows a watch from a resourceVersion, so a short-lived state
-(a GPU unhealthy for a second) is seen even if it is already gone when the test looks.
+The readers below decode what hami-node wrote. Pods come from `tests.builders`, waits from
+`tests.waiting`, `create_and_bind` from `tests.apiserver_util`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-from kubernetes import watch
-
 from hami_api import annotations as ann
-from hami_api.types import ContainerAllocation, GPUInfo, GPUSlice, PodAllocation
+from hami_api.types import GPUInfo
 from hami_node.gpu.backend import GPUEventKind
 from hami_node.gpu.inventory import FakeEvent, Inventory, NvmlMode, write_inventory
 from hami_sim.kubelet import KubeletConfig, KubeletRunner, Snapshot
-from tests.apiserver_util import bind
 
 RESOURCE = "nvidia.com/gpu"
 NAMESPACE = "default"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 _ENV_KEEP = ("PATH", "HOME", "LANG", "TMPDIR", "VIRTUAL_ENV", "SYSTEMROOT")
 _ENV_KEEP_PREFIXES = ("LC_", "PYTHON")
@@ -122,18 +116,6 @@ class NodeDaemonProcess:
             print(f"--- hami-node log ({self.log_path}, exit {code}) ---")
             print(self.log_text())
         return code
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> float:
-    """Poll `predicate` until it holds (for state only a poll can read, such as a file); returns the
-    seconds it took. AssertionError naming `what` after `timeout`."""
-    started = time.monotonic()
-    deadline = started + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(interval)
-    return time.monotonic() - started
 
 
 # --- one node -----------------------------------------------------------------------------------------
@@ -291,140 +273,7 @@ def node_rig(
 # --- pods scheduled the way the extender binds them ------------------------------------------------------
 
 
-def gpu_container(name: str, gpus: int | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"name": name, "image": "busybox:1.36"}
-    if gpus is not None:
-        body["resources"] = {"limits": {RESOURCE: str(gpus)}}
-    if env:
-        body["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    return body
-
-
-def allocation(*containers: Sequence[tuple[str, int, int]]) -> PodAllocation:
-    """One entry per container (init containers first): (GPU uuid, MiB, cores) per device."""
-    return PodAllocation(
-        tuple(ContainerAllocation(tuple(GPUSlice(u, mem, cores) for u, mem, cores in c)) for c in containers)
-    )
-
-
-def scheduler_annotations(node: str, choice: PodAllocation) -> dict[str, str]:
-    """What the extender puts on the Binding (and the API server copies onto the pod)."""
-    text = ann.encode_pod_allocation(choice)
-    return {
-        ann.DEVICES_TO_ALLOCATE: text,
-        ann.DEVICES_ALLOCATED: text,
-        ann.VGPU_NODE: node,
-        ann.BIND_PHASE: "allocating",
-        ann.BIND_TIME: str(int(time.time())),
-    }
-
-
-def create_and_bind(
-    core_v1: Any,
-    name: str,
-    node: str,
-    containers: list[dict[str, Any]],
-    *,
-    init: list[dict[str, Any]] | None = None,
-    annotations: dict[str, str] | None = None,
-) -> str:
-    """Create the pod, then bind it to `node` with `annotations` on the Binding; returns its UID."""
-    spec: dict[str, Any] = {"containers": containers}
-    if init:
-        spec["initContainers"] = init
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-    created = core_v1.create_namespaced_pod(NAMESPACE, body)
-    status = bind(core_v1, NAMESPACE, name, node, annotations=annotations)
-    assert status.get("status") == "Success", status
-    return str(created.metadata.uid)
-
-
-# --- watching objects ---------------------------------------------------------------------------------------
-
-
-def wait_object(
-    read: Callable[[], Any],
-    list_call: Callable[..., Any],
-    field_selector: str,
-    predicate: Callable[[Any], bool],
-    *,
-    timeout: float = 10.0,
-    since: str | None = None,
-    **list_args: Any,
-) -> Any:
-    """The first version of an object that satisfies `predicate`: the current one (when `since` is
-    None), then each one a watch shows. With `since` (a resourceVersion), every version written after
-    it is looked at, so a state that came and went is still found. AssertionError after `timeout`."""
-    last: Any = None
-    if since is None:
-        last = read()
-        if predicate(last):
-            return last
-        since = last.metadata.resource_version
-    deadline = time.monotonic() + timeout
-    while (remaining := deadline - time.monotonic()) > 0:
-        watcher: Any = watch.Watch()  # type: ignore[no-untyped-call]
-        stream = watcher.stream(
-            list_call,
-            field_selector=field_selector,
-            resource_version=since,
-            timeout_seconds=max(1, math.ceil(remaining)),
-            **list_args,
-        )
-        try:
-            for event in stream:
-                obj = event["object"]
-                if event["type"] == "ERROR" or not hasattr(obj, "metadata"):
-                    raise AssertionError(f"watch failed: {event}")
-                since = obj.metadata.resource_version
-                last = obj
-                if predicate(obj):
-                    return obj
-                if time.monotonic() > deadline:
-                    break
-        finally:
-            watcher.stop()
-            stream.close()
-    raise AssertionError(f"timed out after {timeout}s; last version seen: {_summary(last)}")
-
-
-def _summary(obj: Any) -> str:
-    if obj is None:
-        return "none"
-    meta = obj.metadata
-    status = obj.status
-    phase = getattr(status, "phase", None)
-    allocatable = getattr(status, "allocatable", None)
-    return f"{meta.name} rv={meta.resource_version} annotations={meta.annotations} phase={phase} " + (
-        f"allocatable={allocatable}" if allocatable is not None else ""
-    )
-
-
-def wait_node(
-    core_v1: Any, node: str, predicate: Callable[[Any], bool], timeout: float = 10.0, since: str | None = None
-) -> Any:
-    return wait_object(
-        lambda: core_v1.read_node(node),
-        core_v1.list_node,
-        f"metadata.name={node}",
-        predicate,
-        timeout=timeout,
-        since=since,
-    )
-
-
-def wait_pod(
-    core_v1: Any, name: str, predicate: Callable[[Any], bool], timeout: float = 10.0, since: str | None = None
-) -> Any:
-    return wait_object(
-        lambda: core_v1.read_namespaced_pod(name, NAMESPACE),
-        core_v1.list_namespaced_pod,
-        f"metadata.name={name}",
-        predicate,
-        timeout=timeout,
-        since=since,
-        namespace=NAMESPACE,
-    )
+# --- reading what hami-node wrote ----------------------------------------------------------------------
 
 
 def node_inventory(node_obj: Any) -> tuple[GPUInfo, ...] | None:

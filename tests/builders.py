@@ -1,0 +1,431 @@
+"""Builders for the objects the tests send and feed: pods, containers, nodes, GPUs, allocations,
+AdmissionReviews, ResourceQuotas and ConfigMaps. This is the one place they are defined; tests call
+them with keyword arguments for what matters to them and leave the rest at the defaults below.
+
+Every Kubernetes object is plain JSON (a dict as the API server sends it): the pure functions take it
+as it is, `hami_kube` sends it as it is, and the official client sends a dict body unchanged.
+An optional field is left out unless a test asks for it, so a builder's output holds little more than
+what the test said.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from hami_api import annotations as ann
+from hami_api.resources import ResourceNames
+from hami_api.types import ContainerAllocation, GPUInfo, GPUSlice, MigProfile, PodAllocation
+from hami_control.usage import NodeGPUs, with_slices
+from hami_node.gpu.backend import PhysicalGPU
+
+Json = dict[str, Any]
+
+RESOURCES = ResourceNames()
+"""HAMi's default resource names (nvidia.com/gpu, nvidia.com/gpumem, ...)."""
+IMAGE = "busybox:1.36"
+"""The image of a container built here unless a test names another (nothing pulls it)."""
+T4 = "NVIDIA-Tesla T4"
+"""The GPU type of a `gpu_info` unless a test names another."""
+
+# --- containers and pods ------------------------------------------------------------------------------
+
+
+def gpu_limits(
+    gpus: int | str | None = None,
+    *,
+    gpumem: int | str | None = None,
+    gpumem_percentage: int | str | None = None,
+    gpucores: int | str | None = None,
+    priority: int | str | None = None,
+) -> dict[str, str]:
+    """HAMi's resources as container limits (or requests), each value as the API server stores it
+    (a string); a resource left at None is not set."""
+    values = (
+        (RESOURCES.count, gpus),
+        (RESOURCES.memory, gpumem),
+        (RESOURCES.memory_percentage, gpumem_percentage),
+        (RESOURCES.cores, gpucores),
+        (RESOURCES.priority, priority),
+    )
+    return {name: str(value) for name, value in values if value is not None}
+
+
+def container(
+    name: str = "main",
+    *,
+    gpus: int | str | None = None,
+    gpumem: int | str | None = None,
+    gpumem_percentage: int | str | None = None,
+    gpucores: int | str | None = None,
+    priority: int | str | None = None,
+    limits: Mapping[str, Any] | None = None,
+    requests: Mapping[str, Any] | None = None,
+    image: str | None = IMAGE,
+    env: Mapping[str, str] | Sequence[Any] | None = None,
+    restart_policy: str | None = None,
+    **fields: Any,
+) -> Json:
+    """A container. HAMi's resources go into `limits` with any other `limits` given (values as given:
+    a test of quantity parsing may pass numbers); `requests` as given; `env` as name/value pairs from
+    a mapping, else as given (a list of EnvVar objects, or the bad input a test needs);
+    `restart_policy="Always"` makes an init container a sidecar; `fields` are any other container
+    fields, spelled as in the JSON (`args=[...]`, `ports=[...]`). `image=None` leaves the image out.
+    `resources` is present only when a limit or request is."""
+    body: Json = {"name": name}
+    if image is not None:
+        body["image"] = image
+    all_limits = {
+        **gpu_limits(
+            gpus, gpumem=gpumem, gpumem_percentage=gpumem_percentage, gpucores=gpucores, priority=priority
+        ),
+        **(limits or {}),
+    }
+    resources: Json = {}
+    if all_limits or limits is not None:
+        resources["limits"] = all_limits
+    if requests is not None:
+        resources["requests"] = dict(requests)
+    if resources:
+        body["resources"] = resources
+    if isinstance(env, Mapping):
+        body["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    elif env is not None:
+        body["env"] = env
+    if restart_policy is not None:
+        body["restartPolicy"] = restart_policy
+    body.update(fields)
+    return body
+
+
+def pod(
+    name: str | None = "p",
+    *containers: Mapping[str, Any],
+    namespace: str | None = None,
+    uid: str | None = None,
+    generate_name: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    init: Sequence[Mapping[str, Any]] = (),
+    scheduler_name: str | None = None,
+    node_name: str | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    phase: str | None = None,
+    resource_version: str | None = None,
+    deletion_timestamp: str | None = None,
+    **spec: Any,
+) -> Json:
+    """A Pod. Without `containers` and `init`, one plain `container()`; `init` are its init
+    containers (a sidecar is an init container with `restart_policy="Always"`); `phase` sets
+    `status.phase`; `spec` are any other pod spec fields, spelled as in the JSON (`tolerations=[...]`).
+    `name=None` leaves the name out (with `generate_name`, or to build an invalid pod)."""
+    meta: Json = {}
+    for key, value in (
+        ("name", name),
+        ("generateName", generate_name),
+        ("namespace", namespace),
+        ("uid", uid),
+        ("resourceVersion", resource_version),
+        ("deletionTimestamp", deletion_timestamp),
+    ):
+        if value is not None:
+            meta[key] = value
+    if labels is not None:
+        meta["labels"] = dict(labels)
+    if annotations is not None:
+        meta["annotations"] = dict(annotations)
+    body: Json = {}
+    if scheduler_name is not None:
+        body["schedulerName"] = scheduler_name
+    if node_name is not None:
+        body["nodeName"] = node_name
+    if node_selector is not None:
+        body["nodeSelector"] = dict(node_selector)
+    if init:
+        body["initContainers"] = [dict(c) for c in init]
+    body["containers"] = [dict(c) for c in containers] or ([] if init else [container()])
+    body.update(spec)
+    obj: Json = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+    if phase is not None:
+        obj["status"] = {"phase": phase}
+    return obj
+
+
+def gpu_pod(
+    name: str | None = "p",
+    *,
+    gpus: int | str | None = 1,
+    gpumem: int | str | None = None,
+    gpumem_percentage: int | str | None = None,
+    gpucores: int | str | None = None,
+    priority: int | str | None = None,
+    image: str | None = IMAGE,
+    **fields: Any,
+) -> Json:
+    """A pod of one container `main` asking for `gpus` GPUs (and the GPU memory, percentage, cores and
+    priority given); `fields` are `pod`'s keyword arguments."""
+    main = container(
+        gpus=gpus,
+        gpumem=gpumem,
+        gpumem_percentage=gpumem_percentage,
+        gpucores=gpucores,
+        priority=priority,
+        image=image,
+    )
+    return pod(name, main, **fields)
+
+
+def binding(
+    pod_name: str,
+    node_name: str,
+    *,
+    annotations: Mapping[str, str] | None = None,
+    uid: str | None = None,
+    resource_version: str | None = None,
+) -> Json:
+    """A pods/binding body: what a scheduler (here, hami-control) POSTs to place a pod on a node; the
+    API server copies `annotations` onto the pod, and checks `uid` / `resource_version` (preconditions)
+    when given."""
+    meta: Json = {"name": pod_name}
+    if uid is not None:
+        meta["uid"] = uid
+    if resource_version is not None:
+        meta["resourceVersion"] = resource_version
+    if annotations is not None:
+        meta["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": meta,
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
+    }
+
+
+def resource_quota(hard: Mapping[str, Any], *, name: str = "gpu", namespace: str | None = None) -> Json:
+    """A ResourceQuota with `hard` limits (`{"limits.nvidia.com/gpumem": "40000"}`)."""
+    meta: Json = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta, "spec": {"hard": dict(hard)}}
+
+
+def config_map(name: str, data: Mapping[str, str] | None = None) -> Json:
+    """A ConfigMap (data `{"v": "1"}` unless given): the plainest object to create, watch and delete."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name},
+        "data": dict(data) if data is not None else {"v": "1"},
+    }
+
+
+# --- HAMi's allocation annotations ----------------------------------------------------------------------
+
+
+def allocation(*containers: Sequence[tuple[str, int, int]]) -> PodAllocation:
+    """One entry per container (init containers first): (GPU uuid, MiB, cores) per device."""
+    return PodAllocation(
+        tuple(ContainerAllocation(tuple(GPUSlice(u, mem, cores) for u, mem, cores in c)) for c in containers)
+    )
+
+
+def allocation_annotations(
+    node: str | None,
+    choice: PodAllocation | str | None,
+    *,
+    bind_phase: str | None = "allocating",
+    bound_at: int | None = None,
+    keys: Sequence[str] = (ann.DEVICES_TO_ALLOCATE, ann.DEVICES_ALLOCATED),
+) -> dict[str, str]:
+    """HAMi's allocation annotations on a pod, each one optional: the allocation (encoded, or raw
+    text) under each of `keys`, `hami.io/vgpu-node`, `hami.io/bind-phase`, and with `bound_at` (Unix
+    seconds) `hami.io/vgpu-time` and `hami.io/bind-time`; a value set to None is not written. For
+    exactly what hami-control writes on a Binding, use `hami_control.binder.binding_annotations`."""
+    result: dict[str, str] = {}
+    if choice is not None:
+        text = choice if isinstance(choice, str) else ann.encode_pod_allocation(choice)
+        result.update(dict.fromkeys(keys, text))
+    if node is not None:
+        result[ann.VGPU_NODE] = node
+    if bound_at is not None:
+        result[ann.VGPU_TIME] = str(bound_at)
+    if bind_phase is not None:
+        result[ann.BIND_PHASE] = bind_phase
+    if bound_at is not None:
+        result[ann.BIND_TIME] = str(bound_at)
+    return result
+
+
+# --- GPUs and nodes ----------------------------------------------------------------------------------------
+
+
+def gpu_info(
+    index: int = 0,
+    *,
+    id: str | None = None,
+    count: int = 10,
+    devmem: int = 16000,
+    devcore: int = 100,
+    type: str = T4,
+    numa: int = 0,
+    mode: str = "hami-core",
+    health: bool = True,
+    mig_profiles: Sequence[MigProfile] = (),
+) -> GPUInfo:
+    """One GPU as hami-node registers it: `GPU-<index>` (or `id`), split 10 ways, 16000 MiB, 100 %
+    of its cores, a healthy T4 in hami-core mode unless told otherwise."""
+    return GPUInfo(
+        id=id if id is not None else f"GPU-{index}",
+        index=index,
+        count=count,
+        devmem=devmem,
+        devcore=devcore,
+        type=type,
+        numa=numa,
+        mode=mode,
+        health=health,
+        mig_profiles=tuple(mig_profiles),
+    )
+
+
+def physical_gpu(
+    uuid: str,
+    index: int = 0,
+    *,
+    model: str = "NVIDIA A100-SXM4-80GB",
+    memory_mib: int = 81920,
+    minor: int | None = None,
+    numa_node: int | None = 0,
+    pci_bus_id: str | None = None,
+    healthy: bool = True,
+) -> PhysicalGPU:
+    """One GPU as hami-node's GPU backend lists it: an 80 GB A100 on NUMA node 0, /dev/nvidia<index>
+    (or `minor`), at PCI bus `00000000:0<index>:00.0` unless told otherwise."""
+    return PhysicalGPU(
+        index=index,
+        uuid=uuid,
+        model=model,
+        memory_mib=memory_mib,
+        minor=index if minor is None else minor,
+        numa_node=numa_node,
+        pci_bus_id=pci_bus_id if pci_bus_id is not None else f"00000000:0{index}:00.0",
+        healthy=healthy,
+    )
+
+
+def fake_gpu(n: int, **fields: Any) -> Json:
+    """One GPU entry of a fake inventory document (hami_node's fake backend): `GPU-<n>`, model "M",
+    1024 MiB, and `fields` as the file spells them (`numa=1`, `health=False`)."""
+    return {"uuid": f"GPU-{n}", "model": "M", "memory": 1024, **fields}
+
+
+def fake_inventory(*gpus: Mapping[str, Any], **top: Any) -> Json:
+    """A fake inventory document: its `gpus`, and `top` for the other top-level keys (`nvml=...`)."""
+    return {"gpus": [dict(g) for g in gpus], **top}
+
+
+def node(
+    name: str,
+    gpus: Sequence[GPUInfo] | None = None,
+    *,
+    register: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    allocatable: Mapping[str, str] | None = None,
+    capacity: Mapping[str, str] | None = None,
+    ready: bool | str | None = True,
+    unschedulable: bool = False,
+    taints: Sequence[Mapping[str, str]] = (),
+    resource_version: str | None = None,
+) -> Json:
+    """A Node. With `gpus`: their `hami.io/node-nvidia-register` annotation (or `register`, raw text)
+    and `nvidia.com/gpu` allocatable as their slots (a value in `allocatable` wins); the Ready condition
+    True (False with `ready=False`, a status as given with a string such as "Unknown", none with
+    `ready=None`); `capacity` as given, else the same as `allocatable` (a kubelet that reserves
+    nothing); `unschedulable` cordons the node; `taints` as given."""
+    meta: Json = {"name": name}
+    if resource_version is not None:
+        meta["resourceVersion"] = resource_version
+    if labels is not None:
+        meta["labels"] = dict(labels)
+    all_annotations = dict(annotations or {})
+    if register is not None:
+        all_annotations[ann.NODE_REGISTER] = register
+    elif gpus is not None:
+        all_annotations[ann.NODE_REGISTER] = ann.encode_node_register(gpus)
+    if all_annotations or annotations is not None:
+        meta["annotations"] = all_annotations
+    status: Json = {}
+    slots = {RESOURCES.count: str(sum(g.count for g in gpus))} if gpus is not None else {}
+    if slots or allocatable is not None:
+        status["allocatable"] = {**slots, **(allocatable or {})}
+    if capacity is not None or "allocatable" in status:
+        status["capacity"] = dict(capacity if capacity is not None else status["allocatable"])
+    if ready is not None:
+        condition = ready if isinstance(ready, str) else ("True" if ready else "False")
+        status["conditions"] = [{"type": "Ready", "status": condition}]
+    spec: Json = {}
+    if unschedulable:
+        spec["unschedulable"] = True
+    if taints:
+        spec["taints"] = [dict(t) for t in taints]
+    obj: Json = {"apiVersion": "v1", "kind": "Node", "metadata": meta, "status": status}
+    if spec:
+        obj["spec"] = spec
+    return obj
+
+
+def node_gpus(
+    *gpus: GPUInfo,
+    name: str = "n1",
+    cordon: Iterable[str] = (),
+    slices: Iterable[GPUSlice] = (),
+) -> NodeGPUs:
+    """hami-control's view of node `name`: its GPUs, those cordoned (by UUID) and `slices` already
+    placed on them."""
+    return with_slices(NodeGPUs.of(name, gpus, cordon), slices)
+
+
+# --- admission ---------------------------------------------------------------------------------------------
+
+REVIEW_UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
+"""The request UID of an AdmissionReview unless a test names another (the one in Kubernetes' docs)."""
+POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
+PODS_RESOURCE = {"group": "", "version": "v1", "resource": "pods"}
+
+
+def admission_review(
+    obj: Any,
+    *,
+    operation: str = "CREATE",
+    uid: str = REVIEW_UID,
+    namespace: str | None = None,
+    version: str = "v1",
+    kind: Mapping[str, str] = POD_KIND,
+    resource: Mapping[str, str] | None = PODS_RESOURCE,
+    dry_run: bool | None = None,
+    old_object: Any = None,
+    **request: Any,
+) -> Json:
+    """An AdmissionReview request (`admission.k8s.io/<version>`) for `obj`, as the API server sends it
+    to a webhook: CREATE unless told otherwise (an UPDATE carries `old_object`), `dryRun` when
+    `dry_run` is given; `request` are any other request fields (`userInfo=...`, `subResource=...`)."""
+    body: Json = {"uid": uid, "kind": dict(kind)}
+    if resource is not None:
+        body["resource"] = dict(resource)
+    if namespace is not None:
+        body["namespace"] = namespace
+    body["operation"] = operation
+    body["object"] = obj
+    if old_object is not None:
+        body["oldObject"] = old_object
+    if dry_run is not None:
+        body["dryRun"] = dry_run
+    body.update(request)
+    return {"apiVersion": f"admission.k8s.io/{version}", "kind": "AdmissionReview", "request": body}
+
+
+def as_body(obj: Any) -> bytes:
+    """`obj` as a JSON request body."""
+    return json.dumps(obj).encode()
