@@ -35,7 +35,7 @@ SOURCE = EventSource("kubelet", "node-1")
 WALL = 1_800_000_000.0
 
 
-def pod(name: str = "p", uid: str = "u1") -> ObjectRef:
+def pod_ref(name: str = "p", uid: str = "u1") -> ObjectRef:
     return ObjectRef("Pod", name, "ns", uid)
 
 
@@ -46,7 +46,7 @@ def event(
     message: str = "m", reason: str = "Failed", ref: ObjectRef | None = None, wall: float = WALL
 ) -> Event:
     """A Warning Event with a name of its own (as the recorder gives every event)."""
-    return new_event(ref or pod(), "Warning", reason, message, SOURCE, wall, unix_nanos=next(_NANOS))
+    return new_event(ref or pod_ref(), "Warning", reason, message, SOURCE, wall, unix_nanos=next(_NANOS))
 
 
 @dataclass
@@ -100,10 +100,10 @@ def test_events_differing_in_source_object_type_or_reason_are_not_counted_togeth
     correlator = EventCorrelator()
     variants = [
         event(),
-        event(ref=pod("q", "u2")),
+        event(ref=pod_ref("q", "u2")),
         event(reason="Other"),
-        new_event(pod(), "Normal", "Failed", "m", SOURCE, WALL),
-        new_event(pod(), "Warning", "Failed", "m", EventSource("kubelet", "node-2"), WALL),
+        new_event(pod_ref(), "Normal", "Failed", "m", SOURCE, WALL),
+        new_event(pod_ref(), "Warning", "Failed", "m", EventSource("kubelet", "node-2"), WALL),
     ]
     results = [correlator.correlate(v, 0.0) for v in variants]
     assert all(r is not None and r.patch is None for r in results)
@@ -121,7 +121,7 @@ def test_from_the_tenth_distinct_message_similar_events_are_combined_into_one() 
     combined = [e for e in server.events.values() if e["message"].startswith(COMBINED_PREFIX)]
     assert len(server.events) == 10 and len(combined) == 1
     assert combined[0]["message"] == COMBINED_PREFIX + "message 11" and combined[0]["count"] == 3
-    assert combined[0]["reason"] == "Failed" and combined[0]["involvedObject"] == pod().to_json()
+    assert combined[0]["reason"] == "Failed" and combined[0]["involvedObject"] == pod_ref().to_json()
     assert sorted(e["message"] for e in server.events.values() if e not in combined) == [
         f"message {i}" for i in range(9)
     ]
@@ -142,7 +142,8 @@ def test_a_source_may_write_25_events_about_an_object_then_one_every_5_minutes()
     correlator = EventCorrelator()
     written = [correlator.correlate(event(reason=f"R{i}"), 0.0) for i in range(27)]
     assert sum(r is not None for r in written) == 25 and written[25] is None and written[26] is None
-    assert correlator.correlate(event(reason="R-other", ref=pod("q", "u2")), 0.0) is not None  # per object
+    # per object:
+    assert correlator.correlate(event(reason="R-other", ref=pod_ref("q", "u2")), 0.0) is not None
     assert correlator.correlate(event(reason="R27"), 299.0) is None
     assert correlator.correlate(event(reason="R28"), 300.0) is not None
     assert correlator.correlate(event(reason="R29"), 300.0) is None
@@ -174,7 +175,7 @@ def test_every_event_is_counted_exactly_once_on_the_events_written(
     server, now = Server(), 0.0
     for obj, reason, message, gap in stream:
         now += gap
-        result = correlator.correlate(event(f"m{message}", f"R{reason}", pod(f"p{obj}", f"u{obj}")), now)
+        result = correlator.correlate(event(f"m{message}", f"R{reason}", pod_ref(f"p{obj}", f"u{obj}")), now)
         assert result is not None
         server.write(correlator, result)
     assert sum(e["count"] for e in server.events.values()) == len(stream)
@@ -187,7 +188,7 @@ def test_the_spam_filter_never_lets_more_than_its_burst_through_at_once(
     correlator = EventCorrelator(CorrelatorOptions(spam_burst=5, spam_qps=1 / 300))
     through: dict[int, int] = {}
     for obj, reason, message, _ in stream:  # no time passes: no refill
-        result = correlator.correlate(event(f"m{message}", f"R{reason}", pod(f"p{obj}", f"u{obj}")), 0.0)
+        result = correlator.correlate(event(f"m{message}", f"R{reason}", pod_ref(f"p{obj}", f"u{obj}")), 0.0)
         through[obj] = through.get(obj, 0) + (result is not None)
     assert all(n <= 5 for n in through.values())
 
@@ -210,7 +211,7 @@ def test_events_are_named_after_the_object_and_the_time_in_hex_or_a_uuid() -> No
 
 
 def test_an_event_body_carries_the_source_and_the_reporting_fields_as_tools_record() -> None:
-    body = new_event(pod(), "Normal", "Started", "x" * 2000, SOURCE, WALL, action="Allocate").body()
+    body = new_event(pod_ref(), "Normal", "Started", "x" * 2000, SOURCE, WALL, action="Allocate").body()
     assert body["source"] == {"component": "kubelet", "host": "node-1"}
     assert (body["reportingComponent"], body["reportingInstance"]) == ("kubelet", "node-1")
     assert body["metadata"]["namespace"] == "ns" and body["action"] == "Allocate"
@@ -218,7 +219,7 @@ def test_an_event_body_carries_the_source_and_the_reporting_fields_as_tools_reco
     node = new_event(ObjectRef("Node", "n1", uid="u"), "Warning", "X", "y", EventSource("dp"), WALL).body()
     assert node["metadata"]["namespace"] == "default" and node["source"] == {"component": "dp"}
     assert node["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u"}
-    timed = new_event(pod(), "Normal", "Scheduled", "y", SOURCE, WALL + 0.25, event_time=True).body()
+    timed = new_event(pod_ref(), "Normal", "Scheduled", "y", SOURCE, WALL + 0.25, event_time=True).body()
     assert timed["eventTime"] == "2027-01-15T08:00:00.250000Z"
 
 
