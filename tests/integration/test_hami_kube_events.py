@@ -17,10 +17,10 @@ from hami_kube.blocking import BlockingKubeApi
 from hami_kube.client import KubeApi
 from hami_kube.events import COMBINED_PREFIX, EventRecorder, EventSource
 from hami_kube.flowcontrol import RateLimiter
+from tests.clocks import FakeTime
 from tests.conftest import ApiServerHandle
 from tests.integration.control_server_util import LoopThread, wait_for
 from tests.integration.scripted_http import Answer, ScriptedServer
-from tests.integration.test_hami_kube_flow import FakeTime
 
 SOURCE = EventSource("hami-node", "node-1")
 FAST = RetryPolicy(initial=0.01, maximum=0.02)

@@ -10,37 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
 
 import pytest
 
 from hami_kube.client import KubeApi
 from hami_kube.errors import KubeApiError
 from hami_kube.flowcontrol import RateLimiter
+from tests.clocks import FakeTime
 from tests.conftest import ApiServerHandle
 from tests.integration.control_server_util import LoopThread
 from tests.integration.scripted_http import Answer, ScriptedServer, retry_after
 
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
-
-
-@dataclass
-class FakeTime:
-    """A clock that moves only when slept on (or not at all, `advance` False): the waits are recorded,
-    nothing waits for real."""
-
-    now: float = 0.0
-    slept: list[float] = field(default_factory=list)
-    advance: bool = True
-
-    def clock(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        if self.advance:
-            self.now += seconds
-        await asyncio.sleep(0)
 
 
 @pytest.fixture
