@@ -173,7 +173,7 @@ def serve_child(argv: list[str]) -> int:
     )
 
     async def noop(request: web.BaseRequest) -> web.StreamResponse:
-        body = await read_body(request, config.max_request_body)
+        body = await read_body(request, config.server.max_request_body)
         if isinstance(body, web.Response):
             return body
         return web.Response(body=NOOP_ANSWER, content_type="application/json")

@@ -198,6 +198,10 @@ def parse_number(low: float, *, inclusive: bool, expected: str | None = None) ->
     return parse
 
 
+parse_qps = parse_number(0, inclusive=True, expected="requests per second >= 0, such as 50 (0: no limit)")
+"""A client-side rate limit (`--kube-api-qps`): requests per second, 0 for none."""
+
+
 def parse_resource_name(value: object) -> str:
     """An extended resource name outside kubernetes.io (`nvidia.com/gpu`), at most 253 characters."""
     text = parse_text("an extended resource name such as nvidia.com/gpu", RESOURCE_NAME, 253)(value)

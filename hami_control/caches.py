@@ -35,9 +35,9 @@ class ClusterCaches:
     ) -> None:
         self.config = config
         self.pods = PodCache(config)
-        self.quotas = QuotaCache(config) if config.enforce_quota else None
+        self.quotas = QuotaCache(config) if config.quota.enforce else None
         self.quota_view = ClusterQuotaView(self.pods, self.quotas)
-        self.gpus = ClusterCache(config.resource_names)
+        self.gpus = ClusterCache(config.requests.names)
         self.gpu_pods = GPUPodSink(self.gpus)
         self.gpu_nodes = GPUNodeSink(self.gpus)
         self.reflectors = [

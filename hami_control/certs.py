@@ -38,6 +38,7 @@ from hami_api.settings import (
     parse_text,
 )
 from hami_api.settings_loader import Setting, SettingsLoader, dataclass_defaults
+from hami_control.config import KubeSettings, credentials_env
 
 log = logging.getLogger(__name__)
 
@@ -394,10 +395,10 @@ _LOADER = SettingsLoader(
 )
 
 
-def certs_options(argv: Sequence[str], env: Mapping[str, str]) -> tuple[CertOptions, Path | None]:
-    """`hami-control certs`'s command line (and POD_NAMESPACE from `env`) as options and the kubeconfig
-    (None: $KUBECONFIG, else in-cluster). Raises `ConfigError` naming the flag and the value, and
-    `HelpRequested` for --help."""
+def certs_options(argv: Sequence[str], env: Mapping[str, str]) -> tuple[CertOptions, KubeSettings]:
+    """`hami-control certs`'s command line (and POD_NAMESPACE from `env`) as options, and its client's
+    settings (the kubeconfig; None: $KUBECONFIG, else in-cluster, from what `env` sets). Raises
+    `ConfigError` naming the flag and the value, and `HelpRequested` for --help."""
     given = _LOADER.load(argv, env).values_by_name()
     kubeconfig: Path | None = given.pop("kubeconfig", None)
     options = CertOptions(**given)
@@ -410,4 +411,4 @@ def certs_options(argv: Sequence[str], env: Mapping[str, str]) -> tuple[CertOpti
             f"--renew-before-days ({options.renew_before_days}) must be below --valid-days "
             f"({options.valid_days})",
         )
-    return options, kubeconfig
+    return options, KubeSettings(kubeconfig=kubeconfig, credentials_env=credentials_env(env))

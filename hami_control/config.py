@@ -20,10 +20,12 @@ or file and line), the key and the value, e.g.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from hami_api.annotations import decode_gpu_policy
 from hami_api.errors import QuantityError, WireFormatError
@@ -41,6 +43,7 @@ from hami_api.settings import (
     parse_listen_address,
     parse_number,
     parse_path,
+    parse_qps,
     parse_resource_name,
     parse_text,
 )
@@ -54,6 +57,8 @@ from hami_api.settings_loader import (
     dataclass_defaults,
 )
 from hami_api.types import CorePolicy, GPUPolicy, NodePolicy
+from hami_kube.config import IN_CLUSTER_ENV
+from hami_kube.election import LeaseSettings
 
 # --- values ----------------------------------------------------------------------------------------------
 
@@ -83,24 +88,37 @@ a 1.5 MiB etcd object stay below it)."""
 
 
 @dataclass(frozen=True, slots=True)
-class ControlConfig:
-    """Everything the control plane (webhook and scheduler extender) can be told."""
+class ServerSettings:
+    """The HTTPS server (webhook, extender, health and metrics routes)."""
 
     bind: BindAddress = DEFAULT_BIND
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     insecure_http: bool = False
     """Serve plain HTTP (local use only); otherwise both TLS files are required."""
+    max_request_body: int = DEFAULT_MAX_REQUEST_BODY
+    """Bytes; a larger request body is answered 413."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSettings:
+    """How a pod's GPU request is read, by the webhook, the extender and the quota alike: the resource
+    names and the defaults `hami_api.resources` normalises requests with (`default_gpu_num`: the
+    `nvidia.com/gpu` added to a container that asks only for gpumem / gpucores / gpumem-percentage;
+    `default_memory`: MiB per GPU for a container that names neither gpumem nor gpumem-percentage, 0 =
+    the whole GPU; `memory_factor`: gpumem is in units of this many MiB, HAMi's memoryFactor)."""
+
+    names: ResourceNames = field(default_factory=ResourceNames)
+    defaults: RequestDefaults = field(default_factory=RequestDefaults)
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings:
+    """What the mutating webhook does to the pods it admits."""
+
     scheduler_name: str = "hami-scheduler"
     force_overwrite_default_scheduler: bool = True
     """Take over pods that name `default-scheduler` (an empty name is always taken over)."""
-    default_gpu_num: int = 1
-    """`nvidia.com/gpu` added to a container that asks only for gpumem / gpucores / gpumem-percentage."""
-    default_memory: int = 0
-    """MiB per GPU for a container that names neither gpumem nor gpumem-percentage; 0 = the whole GPU."""
-    default_cores: int = 0
-    memory_factor: int = 1
-    """gpumem is in units of this many MiB (HAMi's memoryFactor)."""
     core_policy: CorePolicy = CorePolicy.DEFAULT
     """GPU_CORE_UTILIZATION_POLICY for GPU containers; a pod's `hami.io/core-policy` annotation wins."""
     runtime_class_name: str | None = None
@@ -108,50 +126,167 @@ class ControlConfig:
     overwrite_env: bool = False
     """Give containers without a GPU `NVIDIA_VISIBLE_DEVICES=none`."""
     privileged_policy: PrivilegedPolicy = PrivilegedPolicy.DENY
-    resource_names: ResourceNames = field(default_factory=ResourceNames)
-    enforce_quota: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaSettings:
+    """Namespace GPU quotas."""
+
+    enforce: bool = True
     """Check namespace ResourceQuotas (`limits.<gpumem>`, `limits.<gpucores>`) at admission and fit."""
-    node_scheduler_policy: NodePolicy = NodePolicy.BINPACK
-    gpu_scheduler_policy: tuple[GPUPolicy, ...] = (GPUPolicy.SPREAD,)
-    kubeconfig: Path | None = None
-    """None: in-cluster config."""
-    config_file: Path | None = None
-    log_level: LogLevel = LogLevel.INFO
-    max_request_body: int = DEFAULT_MAX_REQUEST_BODY
-    """Bytes; a larger request body is answered 413."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingSettings:
+    """The extender's default policies (a pod's `hami.io/node-scheduler-policy` and
+    `hami.io/gpu-scheduler-policy` annotations win)."""
+
+    node_policy: NodePolicy = NodePolicy.BINPACK
+    gpu_policy: tuple[GPUPolicy, ...] = (GPUPolicy.SPREAD,)
+
+
+@dataclass(frozen=True, slots=True)
+class BinderSettings:
+    """The bind protocol's waits."""
+
     allocate_timeout_s: float = 30.0
     """Seconds a bound pod may stay unanswered by the node daemon (no `hami.io/bind-phase` success or
     failed) before the binder stops holding its node's pending window for it."""
     bind_wait_s: float = 10.0
     """Seconds a /bind waits for the node's pending window (or a foreign node lock) before it fails and
     kube-scheduler retries; keep it below the extender's httpTimeout (30 s in HAMi's chart)."""
-    leader_elect: bool = False
-    """Elect one replica (a coordination.k8s.io Lease) to answer the extender; every replica serves the
-    webhook. Off: this process always answers (a single replica)."""
-    leader_elect_namespace: str = "hami-system"
-    leader_elect_lease: str = "hami-control"
-    leader_elect_lease_duration_s: float = 15.0
-    leader_elect_renew_deadline_s: float = 10.0
-    leader_elect_retry_period_s: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionSettings:
+    """Leader election for the extender (a coordination.k8s.io Lease)."""
+
+    enabled: bool = False
+    """Elect one replica to answer the extender; every replica serves the webhook. Off: this process
+    always answers (a single replica)."""
+    namespace: str = "hami-system"
+    lease: str = "hami-control"
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+
+    def lease_settings(self, identity: str) -> LeaseSettings:
+        """The `hami_kube.election` settings of this replica (`identity`: the Lease holder it writes)."""
+        return LeaseSettings(
+            namespace=self.namespace,
+            name=self.lease,
+            identity=identity,
+            lease_duration_s=self.lease_duration_s,
+            renew_deadline_s=self.renew_deadline_s,
+            retry_period_s=self.retry_period_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KubeSettings:
+    """hami-control's Kubernetes client, and the replica it runs as."""
+
+    kubeconfig: Path | None = None
+    """None: the in-cluster service account."""
+    credentials_env: tuple[tuple[str, str], ...] = ()
+    """What the credentials loader reads of the environment when `kubeconfig` is None: KUBECONFIG and
+    the API server's address in a pod (`hami_kube.config.IN_CLUSTER_ENV`), as (name, value)."""
+    qps: float = 50.0
+    """Client-side rate limit (requests per second, <= 0: none): kube-scheduler's default, since
+    hami-control binds pods on its behalf; client-go's default 5 would hold an 80-pod burst's Bindings
+    back for 15 s."""
+    burst: int = 100
+    """Requests allowed at once above `qps` (kube-scheduler's default)."""
     pod_name: str = ""
     """This replica's pod (the downward API's POD_NAME): the leader label goes on it, events name it as
     their source instance and the Lease holder starts with it; "" outside a pod."""
     pod_namespace: str = ""
     """This replica's namespace (the downward API's POD_NAMESPACE); "" outside a pod."""
+
+    @property
+    def environ(self) -> dict[str, str]:
+        return dict(self.credentials_env)
+
+
+@dataclass(frozen=True, slots=True)
+class ControlConfig:
+    """Everything the control plane (webhook and scheduler extender) can be told, grouped by the part it
+    configures."""
+
+    server: ServerSettings = ServerSettings()
+    requests: RequestSettings = RequestSettings()
+    webhook: WebhookSettings = WebhookSettings()
+    quota: QuotaSettings = QuotaSettings()
+    scheduling: SchedulingSettings = SchedulingSettings()
+    binder: BinderSettings = BinderSettings()
+    election: ElectionSettings = ElectionSettings()
+    kube: KubeSettings = KubeSettings()
+    config_file: Path | None = None
+    log_level: LogLevel = LogLevel.INFO
     warnings: tuple[str, ...] = ()
     """Settings given that have no effect in this configuration, one message each; logged at start-up."""
-    request_defaults: RequestDefaults = field(init=False, repr=False, compare=False)
-    """The defaults `hami_api.resources` normalises requests with (derived; built once, since every
-    admission reads it)."""
 
-    def __post_init__(self) -> None:
-        defaults = RequestDefaults(
-            default_memory=self.default_memory,
-            default_cores=self.default_cores,
-            default_gpu_num=self.default_gpu_num,
-            memory_factor=self.memory_factor,
-        )
-        object.__setattr__(self, "request_defaults", defaults)
+    def with_settings(self, **changes: Any) -> ControlConfig:
+        """A copy with some settings changed, named as in the settings table (`scheduler_name`,
+        `enforce_quota`, `memory_factor`, `leader_elect_lease` ...; `resource_names` for all five
+        resource names), for callers that configure hami-control in code (tests, benchmarks). Not
+        validated beyond the types' own checks; raises `TypeError` for a name that is no setting."""
+        groups: dict[str, Any] = {}
+        for group, (_, fields) in _GROUPS.items():
+            given = {f: changes.pop(name) for name, f in fields.items() if name in changes}
+            if given:
+                groups[group] = dataclasses.replace(getattr(self, group), **given)
+        names = changes.pop("resource_names", self.requests.names)
+        given = {name: changes.pop(name) for name in _REQUEST_DEFAULTS if name in changes}
+        defaults = dataclasses.replace(self.requests.defaults, **given)
+        if names is not self.requests.names or given:
+            groups["requests"] = RequestSettings(names, defaults)
+        unknown = set(changes) - {"config_file", "log_level", "warnings"}
+        if unknown:
+            raise TypeError(f"not hami-control settings: {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **groups, **changes)
+
+
+_GROUPS: dict[str, tuple[type, dict[str, str]]] = {
+    "server": (ServerSettings, {n: n for n in (
+        "bind", "tls_cert_file", "tls_key_file", "insecure_http", "max_request_body")}),
+    "webhook": (WebhookSettings, {n: n for n in (
+        "scheduler_name", "force_overwrite_default_scheduler", "core_policy", "runtime_class_name",
+        "overwrite_env", "privileged_policy")}),
+    "quota": (QuotaSettings, {"enforce_quota": "enforce"}),
+    "scheduling": (SchedulingSettings, {
+        "node_scheduler_policy": "node_policy", "gpu_scheduler_policy": "gpu_policy"}),
+    "binder": (BinderSettings, {"allocate_timeout_s": "allocate_timeout_s", "bind_wait_s": "bind_wait_s"}),
+    "election": (ElectionSettings, {
+        "leader_elect": "enabled", "leader_elect_namespace": "namespace", "leader_elect_lease": "lease",
+        "leader_elect_lease_duration_s": "lease_duration_s",
+        "leader_elect_renew_deadline_s": "renew_deadline_s",
+        "leader_elect_retry_period_s": "retry_period_s"}),
+    "kube": (KubeSettings, {
+        "kubeconfig": "kubeconfig", "kube_api_qps": "qps", "kube_api_burst": "burst",
+        "pod_name": "pod_name", "pod_namespace": "pod_namespace"}),
+}  # fmt: skip
+"""ControlConfig's groups: group -> (its type, setting name -> its field). The request settings are
+built apart (`parse_resource_names`, `_REQUEST_DEFAULTS`); the rest are ControlConfig's own fields."""
+
+_REQUEST_DEFAULTS = ("default_gpu_num", "default_memory", "default_cores", "memory_factor")
+"""Settings that are fields of `RequestDefaults` under their own names."""
+
+
+def credentials_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The variables of `env` the credentials loader reads (`KubeSettings.credentials_env`)."""
+    return tuple((name, env[name]) for name in ("KUBECONFIG", *IN_CLUSTER_ENV) if env.get(name))
+
+
+def _setting_defaults() -> dict[str, Any]:
+    """Each setting's default, by setting name (for --help and for checks of settings not given)."""
+    defaults: dict[str, Any] = dataclass_defaults(ControlConfig)
+    for group_type, fields in _GROUPS.values():
+        of_group = dataclass_defaults(group_type)
+        defaults |= {name: of_group[f] for name, f in fields.items() if f in of_group}
+    request_defaults = RequestDefaults()
+    defaults |= {name: getattr(request_defaults, name) for name in _REQUEST_DEFAULTS}
+    return defaults
 
 
 # --- parsers ---------------------------------------------------------------------------------------------
@@ -273,6 +408,10 @@ _SETTINGS: tuple[Setting, ...] = (
             default_text="spread"),
     Setting("kubeconfig", "--kubeconfig", "KUBECONFIG", "kubeconfig", _path, "kubeconfig file", "FILE",
             default_text="in-cluster config", relative_to_file=True),
+    Setting("kube_api_qps", "--kube-api-qps", "HAMI_KUBE_API_QPS", "kubeAPIQPS", parse_qps,
+            "requests per second to the API server, client-side (0: no limit)", "QPS", default_text="50"),
+    Setting("kube_api_burst", "--kube-api-burst", "HAMI_KUBE_API_BURST", "kubeAPIBurst", _int(1),
+            "requests to the API server allowed at once above --kube-api-qps", "N", default_text="100"),
     Setting("log_level", "--log-level", "HAMI_LOG_LEVEL", "logLevel", _enum(LogLevel),
             "debug, info, warning or error", "LEVEL"),
     Setting("max_request_body", "--max-request-body", "HAMI_MAX_REQUEST_BODY", "maxRequestBody", _byte_size,
@@ -322,7 +461,7 @@ _LOADER = SettingsLoader(
         "hami-control: the mutating admission webhook and scheduler extender of hami-py. "
         "Precedence: flags > environment > config file > defaults."
     ),
-    defaults=dataclass_defaults(ControlConfig),
+    defaults=_setting_defaults(),
     mapping_example="schedulerName: hami-scheduler, ...",
 )
 
@@ -342,16 +481,26 @@ def load_config(
 
     Raises `ConfigError` for any bad value or combination and `HelpRequested` for --help.
     """
-    return _validated(_LOADER.load(argv, env, read_file))
+    return _validated(_LOADER.load(argv, env, read_file), env)
 
 
-def _validated(given: Loaded) -> ControlConfig:
+def _validated(given: Loaded, env: Mapping[str, str]) -> ControlConfig:
     """The typed config, once the settings that must fit together do."""
-    values = {name: v for name, v in given.values_by_name().items() if name not in _RESOURCE_FIELDS}
-    resource_names = parse_resource_names(given)
+    values = given.values_by_name()
     _check_tls(given)
     _check_leader_timing(given)
-    return ControlConfig(**values, resource_names=resource_names, warnings=_ignored_settings(given))
+    groups: dict[str, Any] = {}
+    for group, (group_type, fields) in _GROUPS.items():
+        groups[group] = group_type(**{f: values[name] for name, f in fields.items() if name in values})
+    groups["kube"] = dataclasses.replace(groups["kube"], credentials_env=credentials_env(env))
+    defaults = RequestDefaults(**{name: values[name] for name in _REQUEST_DEFAULTS if name in values})
+    return ControlConfig(
+        **groups,
+        requests=RequestSettings(parse_resource_names(given), defaults),
+        config_file=values.get("config_file"),
+        log_level=values.get("log_level", LogLevel.INFO),
+        warnings=_ignored_settings(given),
+    )
 
 
 def parse_resource_names(given: Loaded) -> ResourceNames:
@@ -408,7 +557,7 @@ def _check_leader_timing(given: Loaded) -> None:
     """client-go's rules (tools/leaderelection/leaderelection.go, NewLeaderElector: lease duration >
     renew deadline > JitterFactor 1.2 x retry period), and a retry period of at least 1 s. Checked even
     without --leader-elect, so turning it on cannot fail."""
-    defaults = dataclass_defaults(ControlConfig)
+    defaults = _setting_defaults()
     lease, renew, retry = (given[n].value if n in given else defaults[n] for n in _LEADER_TIMING)
     if not lease > renew > 1.2 * retry or retry < 1:
         duration, deadline, period = (given.describe(n) for n in _LEADER_TIMING)

@@ -296,7 +296,7 @@ def read_pod_ask(pod: object, config: ControlConfig, quota: QuotaView | None = N
         raise ExtenderArgsError(f"ExtenderArgs.Pod: expected a Pod object, got {_kind(pod)}")
     namespace, name, annotations = _metadata(pod)
     who = f"pod {namespace}/{name or '?'}"
-    names, defaults = config.resource_names, config.request_defaults
+    names, defaults = config.requests.names, config.requests.defaults
     try:
         if not pod_has_hami_resource(pod, names):
             return None
@@ -312,10 +312,10 @@ def read_pod_ask(pod: object, config: ControlConfig, quota: QuotaView | None = N
         selector = decode_device_selector(annotations)
         # An empty (or blank) policy annotation means the configured default, as in HAMi (its empty
         # value sorts as its defaults, spread for GPUs and binpack for nodes); an unknown one is an error.
-        gpu_policy = config.gpu_scheduler_policy
+        gpu_policy = config.scheduling.gpu_policy
         if _given(annotations, GPU_SCHEDULER_POLICY):
             gpu_policy = decode_gpu_policy(annotations[GPU_SCHEDULER_POLICY])
-        node_policy = config.node_scheduler_policy
+        node_policy = config.scheduling.node_policy
         if _given(annotations, NODE_SCHEDULER_POLICY):
             node_policy = decode_node_policy(annotations[NODE_SCHEDULER_POLICY])
         weights = ScoringWeights()
@@ -323,7 +323,7 @@ def read_pod_ask(pod: object, config: ControlConfig, quota: QuotaView | None = N
             weights = decode_scoring_weights(annotations[DEVICE_SCORING_WEIGHTS])
     except (RequestError, WireFormatError, QuantityError) as err:
         raise ExtenderArgsError(f"{who}: {err}") from None
-    check = _quota_check(namespace, quota) if quota is not None and config.enforce_quota else None
+    check = _quota_check(namespace, quota) if quota is not None and config.quota.enforce else None
     return PodAsk(namespace, name, requests, selector, gpu_policy, node_policy, weights, check, sidecars)
 
 

@@ -26,7 +26,7 @@ from aiohttp import web
 from hami_control.binder import Binder
 from hami_control.caches import ClusterCaches
 from hami_control.certs import CertOptions, bootstrap, certs_options
-from hami_control.config import ConfigError, ControlConfig, HelpRequested, load_config
+from hami_control.config import ConfigError, ControlConfig, HelpRequested, KubeSettings, load_config
 from hami_control.leader import LEADER_VALUE, LeaderElector, default_identity, label_pod
 from hami_control.metrics import ControlMetrics
 from hami_control.quota_store import ClusterQuotaView
@@ -47,17 +47,10 @@ from hami_control.server import (
 from hami_control.webhook import handle_admission_review
 from hami_control.writers import KubeBindingWriter, event_recorder
 from hami_kube.client import KubeApi
-from hami_kube.election import LeaseSettings
 from hami_kube.errors import KubeApiError, KubeConfigError
 from hami_kube.events import EventRecorder
 
 log = logging.getLogger("hami_control")
-
-KUBE_API_QPS = 50.0
-KUBE_API_BURST = 100
-"""The client-side rate limit of hami-control's Kubernetes client: kube-scheduler's (its
-ClientConnection defaults), since hami-control binds pods on its behalf; client-go's default 5/10 would
-hold an 80-pod burst's Bindings back for 15 s. (To become --kube-api-qps / --kube-api-burst.)"""
 
 EXIT_CONFIG = 2
 COMMANDS = {
@@ -125,15 +118,18 @@ class ControlPlane:
 
     async def _start(self) -> None:
         config = self.config
-        if not config.insecure_http:
-            assert config.tls_cert_file is not None and config.tls_key_file is not None
-            self.reloader = CertificateReloader(config.tls_cert_file, config.tls_key_file)
+        if not config.server.insecure_http:
+            assert config.server.tls_cert_file is not None and config.server.tls_key_file is not None
+            self.reloader = CertificateReloader(config.server.tls_cert_file, config.server.tls_key_file)
             try:
                 self.reloader.load()
             except CertificateError as exc:
                 raise StartupError(str(exc)) from None
         try:
-            self.api = await KubeApi.connect(config.kubeconfig, qps=KUBE_API_QPS, burst=KUBE_API_BURST)
+            kube = config.kube
+            self.api = await KubeApi.connect(
+                kube.kubeconfig, environ=kube.environ, qps=kube.qps, burst=kube.burst
+            )
         except KubeConfigError as exc:
             raise StartupError(str(exc)) from None
         self.caches = caches = ClusterCaches(self.api, config)
@@ -141,19 +137,20 @@ class ControlPlane:
         caches.start()
         health_routes(self.routes, caches.readiness)
         admit: AdmissionHandler = admission_handler(config, caches.quota_view, self.metrics)
-        webhook_route(self.routes, admit, max_body=config.max_request_body)
+        webhook_route(self.routes, admit, max_body=config.server.max_request_body)
         self.server = ControlServer(
             self.routes,
-            config.bind.host,
-            config.bind.port,
+            config.server.bind.host,
+            config.server.bind.port,
             ssl_context=self.reloader.context if self.reloader is not None else None,
-            max_body=max(config.max_request_body, EXTENDER_MAX_BODY),
+            max_body=max(config.server.max_request_body, EXTENDER_MAX_BODY),
         )
         try:
             await self.server.start()
         except OSError as exc:
             self.server = None
-            raise StartupError(f"cannot listen on {config.bind} (--bind): {exc.strerror or exc}") from None
+            why = exc.strerror or exc
+            raise StartupError(f"cannot listen on {config.server.bind} (--bind): {why}") from None
         if self.reloader is not None:
             self._tasks.append(asyncio.create_task(self.reloader.run(), name="certificate-reloader"))
         # Everything loaded so far (the kubernetes package alone is ~700 modules) lives as long as the
@@ -175,7 +172,7 @@ class ControlPlane:
         """The scheduler extender on the watch-fed GPU cache: filter/prioritize, the binder (bindings,
         its pending window fed by pod and node events, the sweeper), events and metrics."""
         config = self.config
-        self.events = events = event_recorder(api, config.pod_name)
+        self.events = events = event_recorder(api, config.kube.pod_name)
         events.start()
         self.metrics = metrics = ControlMetrics(caches.gpus, caches.quota_view)
 
@@ -196,8 +193,8 @@ class ControlPlane:
             KubeBindingWriter(api),
             events,
             node_lock=Extender.node_lock_from(caches.gpu_nodes.locks),
-            allocate_timeout_s=config.allocate_timeout_s,
-            bind_wait_s=config.bind_wait_s,
+            allocate_timeout_s=config.binder.allocate_timeout_s,
+            bind_wait_s=config.binder.bind_wait_s,
         )
         extender.binder = binder
 
@@ -205,7 +202,7 @@ class ControlPlane:
         caches.gpu_nodes.hooks.append(binder.node_changed)
         self._tasks.append(asyncio.create_task(binder.run_sweeper(), name="bind-sweeper"))
 
-        if config.leader_elect:
+        if config.election.enabled:
             self._start_election(api, caches, binder)
 
         def gate() -> str | None:
@@ -236,15 +233,8 @@ class ControlPlane:
         being allocated into its pending windows and labels its pod; a deposed one forgets its windows
         and drops the label."""
         config = self.config
-        settings = LeaseSettings(
-            namespace=config.leader_elect_namespace,
-            name=config.leader_elect_lease,
-            identity=default_identity(config.pod_name),
-            lease_duration_s=config.leader_elect_lease_duration_s,
-            renew_deadline_s=config.leader_elect_renew_deadline_s,
-            retry_period_s=config.leader_elect_retry_period_s,
-        )
-        pod_name, pod_namespace = config.pod_name, config.pod_namespace
+        settings = config.election.lease_settings(default_identity(config.kube.pod_name))
+        pod_name, pod_namespace = config.kube.pod_name, config.kube.pod_namespace
 
         async def elected() -> None:
             await caches.resync()
@@ -296,7 +286,7 @@ async def serve(config: ControlConfig, *, ready: Callable[[ControlPlane], None] 
         except StartupError as exc:
             print(f"hami-control: {exc}", file=sys.stderr)
             return EXIT_CONFIG
-        log.info("hami-control running (scheduler name %s)", config.scheduler_name)
+        log.info("hami-control running (scheduler name %s)", config.webhook.scheduler_name)
         if ready is not None:
             ready(plane)
         await stop.wait()
@@ -329,9 +319,9 @@ def split_command(args: Sequence[str]) -> tuple[str, list[str]]:
     return "serve", list(args)
 
 
-async def _run_certs(options: CertOptions, kubeconfig: Path | None) -> int:
+async def _run_certs(options: CertOptions, kube: KubeSettings) -> int:
     try:
-        api = await KubeApi.connect(kubeconfig)
+        api = await KubeApi.connect(kube.kubeconfig, environ=kube.environ)
     except KubeConfigError as exc:
         print(f"hami-control certs: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -349,7 +339,7 @@ async def _run_certs(options: CertOptions, kubeconfig: Path | None) -> int:
 
 def certs_main(args: Sequence[str]) -> int:
     try:
-        options, kubeconfig = certs_options(args, os.environ)
+        options, kube = certs_options(args, os.environ)
     except HelpRequested as help_text:
         print(help_text.text)
         return 0
@@ -357,7 +347,7 @@ def certs_main(args: Sequence[str]) -> int:
         print(f"hami-control certs: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return asyncio.run(_run_certs(options, kubeconfig))
+    return asyncio.run(_run_certs(options, kube))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -102,7 +102,7 @@ def pod_record(pod: Mapping[str, Any], config: ControlConfig) -> PodRecord:
     kept = {k: str(raw_annotations[k]) for k in KEPT_ANNOTATIONS if k in raw_annotations}
     phase = str(status.get("phase") or "Pending")
     try:
-        requests = pod_requests(pod, config.resource_names, config.request_defaults)
+        requests = pod_requests(pod, config.requests.names, config.requests.defaults)
         usage = _ZERO if phase in TERMINAL_PHASES else pod_quota_usage(pod, config)
     except ValueError as err:
         log.debug(

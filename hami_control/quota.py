@@ -110,7 +110,7 @@ def limits_from_resource_quota(resource_quota: Mapping[str, Any], config: Contro
     hard = spec.get("hard") if isinstance(spec, Mapping) else None
     if not isinstance(hard, Mapping):
         return QuotaLimits()
-    memory_key, cores_key = quota_keys(config.resource_names)
+    memory_key, cores_key = quota_keys(config.requests.names)
 
     def read(key: str) -> int | None:
         if key not in hard:
@@ -126,7 +126,7 @@ def limits_from_resource_quota(resource_quota: Mapping[str, Any], config: Contro
 
     memory = read(memory_key)
     return QuotaLimits(
-        memory=None if memory is None else memory * config.memory_factor,
+        memory=None if memory is None else memory * config.requests.defaults.memory_factor,
         cores=read(cores_key),
     )
 
@@ -156,7 +156,7 @@ def pod_quota_usage(pod: Mapping[str, Any], config: ControlConfig) -> QuotaUsage
     """What a pod asks of its namespace's quota, from its resources (before GPUs are chosen).
 
     Raises `hami_api.errors.RequestError` for a resource value that cannot be read."""
-    names, defaults = config.resource_names, config.request_defaults
+    names, defaults = config.requests.names, config.requests.defaults
     return requests_quota_usage(
         (container_request(container, names, defaults, init), init) for container, init in pod_containers(pod)
     )

@@ -129,7 +129,7 @@ class Extender:
             self.table.sync(changed, self.cache.node_gpus)
 
     def _quota_for(self, pod: object) -> QuotaView | None:
-        if self.quota is None or not self.config.enforce_quota or not isinstance(pod, Mapping):
+        if self.quota is None or not self.config.quota.enforce or not isinstance(pod, Mapping):
             return self.quota
         meta = pod.get("metadata")
         namespace = str(meta.get("namespace") or "default") if isinstance(meta, Mapping) else "default"

@@ -288,26 +288,26 @@ def _review_container(
     notes: list[str],
 ) -> None:
     """Check one container and apply HAMi's per-container rules to it (a shallow copy) in place."""
-    names: ResourceNames = config.resource_names
+    names: ResourceNames = config.requests.names
     present = _present(container, state, names)
     if not present:
-        if config.overwrite_env:
+        if config.webhook.overwrite_env:
             _set_env(container, state.label, ENV_VISIBLE_DEVICES, "none")
         return
     sharing = [r for r in names.sharing if r in present]
     asks = [r for r in (names.count, *names.sharing) if r in present]
 
     if asks and _privileged(container):
-        if config.privileged_policy is PrivilegedPolicy.DENY:
+        if config.webhook.privileged_policy is PrivilegedPolicy.DENY:
             state.privileged_asks = tuple(asks)
             return
         warnings.append(f"{state.label} is privileged: its GPU request is not shared or limited by HAMi")
         state.skipped_sharing = bool(sharing)
         # untouched, but the scheduler extender counts what it asks, so the quota check does too
-        state.request = container_request(container, names, config.request_defaults, state.init)
+        state.request = container_request(container, names, config.requests.defaults, state.init)
         return
 
-    defaults = config.request_defaults
+    defaults = config.requests.defaults
     if names.count in present:
         state.request = container_request(container, names, defaults, state.init)  # checks the values
         if state.request is None and sharing:
@@ -321,9 +321,10 @@ def _review_container(
                 state.init,
             )
     elif sharing:
-        _set_limit(container, names.count, str(config.default_gpu_num))
+        gpus = defaults.default_gpu_num
+        _set_limit(container, names.count, str(gpus))
         state.request = container_request(container, names, defaults, state.init)
-        notes.append(f"{state.label}: {names.count}={config.default_gpu_num} added (defaultGPUNum)")
+        notes.append(f"{state.label}: {names.count}={gpus} added (defaultGPUNum)")
     state.gpu = state.request is not None
 
     if state.gpu:
@@ -347,7 +348,7 @@ def _review_container(
         if not isinstance(core_policy, CorePolicy):
             raise _Invalid(core_policy)
         _set_env(container, state.label, ENV_CORE_POLICY, core_policy.value)
-    if not state.gpu and config.overwrite_env:
+    if not state.gpu and config.webhook.overwrite_env:
         _set_env(container, state.label, ENV_VISIBLE_DEVICES, "none")
 
 
@@ -359,7 +360,7 @@ def _core_policy(metadata: Mapping[str, Any], config: ControlConfig) -> CorePoli
     has a GPU container)."""
     annotations = metadata.get("annotations")
     if not isinstance(annotations, Mapping) or CORE_POLICY not in annotations:
-        return config.core_policy
+        return config.webhook.core_policy
     value = annotations[CORE_POLICY]
     if not isinstance(value, str):
         return f"annotation {CORE_POLICY} {_shown(value)} is not a string"
@@ -425,8 +426,8 @@ def _review_create(
     scheduler = _string(spec.get("schedulerName"), "spec.schedulerName")
     if (
         scheduler
-        and (scheduler != DEFAULT_SCHEDULER or not config.force_overwrite_default_scheduler)
-        and scheduler != config.scheduler_name
+        and (scheduler != DEFAULT_SCHEDULER or not config.webhook.force_overwrite_default_scheduler)
+        and scheduler != config.webhook.scheduler_name
     ):
         return _allow(f"scheduler {scheduler!r} named: left alone")
 
@@ -474,16 +475,16 @@ def _review_create(
         if node_name:
             return _forbidden(
                 f"pod has node assigned (spec.nodeName {node_name!r}): a GPU pod must be placed by "
-                f"{config.scheduler_name}, which chooses its GPUs; use a nodeSelector or node affinity "
-                "instead",
+                f"{config.webhook.scheduler_name}, which chooses its GPUs; use a nodeSelector or node "
+                "affinity instead",
                 warnings,
             )
-        new_spec["schedulerName"] = config.scheduler_name
+        new_spec["schedulerName"] = config.webhook.scheduler_name
         runtime_class = spec.get("runtimeClassName")
-        if config.runtime_class_name and (runtime_class is None or runtime_class == ""):
-            new_spec["runtimeClassName"] = config.runtime_class_name
+        if config.webhook.runtime_class_name and (runtime_class is None or runtime_class == ""):
+            new_spec["runtimeClassName"] = config.webhook.runtime_class_name
         usage = requests_quota_usage((s.request, s.init) for s in states)  # the pod as it will be stored
-        if config.enforce_quota:
+        if config.quota.enforce:
             if namespace is None:
                 namespace = _string(metadata.get("namespace"), "metadata.namespace")
             denial = check_quota(namespace, usage, quota_view)
@@ -637,9 +638,10 @@ def handle_admission_review(body: bytes, config: ControlConfig, quota_view: Quot
 
 
 def _handle(body: bytes, config: ControlConfig, quota_view: QuotaView) -> AdmissionResult:
-    if len(body) > config.max_request_body:
+    if len(body) > config.server.max_request_body:
         return _error_result(
-            413, f"request body of {len(body)} bytes is over the limit of {config.max_request_body} bytes"
+            413,
+            f"request body of {len(body)} bytes is over the limit of {config.server.max_request_body} bytes",
         )
     try:
         review, request = _parse_review(body)
@@ -672,7 +674,7 @@ def _handle(body: bytes, config: ControlConfig, quota_view: QuotaView) -> Admiss
             decision = review_pod(obj or {}, operation, config, quota_view, summary.namespace)
         except Exception as err:
             exception = err
-            if _mentions_hami_resource(obj, config.resource_names):
+            if _mentions_hami_resource(obj, config.requests.names):
                 decision = _deny(
                     500,
                     "InternalError",

@@ -160,12 +160,14 @@ class KubeApi:
         *,
         flag: str = "--kubeconfig",
         context: str | None = None,
+        environ: Mapping[str, str] | None = None,
         **options: Any,
     ) -> KubeApi:
         """A client from a kubeconfig file (its current-context, or `context`); when None, from the files
-        in $KUBECONFIG, else from the in-cluster service account. Raises `KubeConfigError` naming the
-        file, entry and key (`flag` is how the caller's user gave the file)."""
-        credentials = await load_credentials(kubeconfig, context=context, flag=flag)
+        in $KUBECONFIG, else from the in-cluster service account (`environ`, given by the caller's config,
+        replaces os.environ for that choice). Raises `KubeConfigError` naming the file, entry and key
+        (`flag` is how the caller's user gave the file)."""
+        credentials = await load_credentials(kubeconfig, context=context, flag=flag, environ=environ)
         return cls(credentials.server, credentials.ssl_context, credentials=credentials, **options)
 
     @property

@@ -39,6 +39,7 @@ from hami_api.settings import (
     parse_listen_address,
     parse_number,
     parse_path,
+    parse_qps,
     parse_resource_name,
     parse_text,
 )
@@ -210,6 +211,12 @@ class NodeConfig:
     fake_inventory: Path | None = None
     kubeconfig: Path | None = None
     """None: in-cluster config."""
+    kube_api_qps: float = 50.0
+    """Client-side rate limit of the daemon's Kubernetes client (requests per second, 0: none):
+    kubelet's default (kubeAPIQPS), whose per-pod path the daemon shares; client-go's default 5 held an
+    80-pod burst on one node back for 14 s."""
+    kube_api_burst: int = 100
+    """Requests allowed at once above `kube_api_qps` (kubelet's kubeAPIBurst)."""
     in_cluster_env: tuple[tuple[str, str], ...] = ()
     """The variables of `hami_kube.config.IN_CLUSTER_ENV` the environment sets (the API server's address
     in a pod), as (name, value): what the credentials loader reads when `kubeconfig` is None."""
@@ -466,6 +473,10 @@ _SETTINGS: tuple[Setting, ...] = (
             "nvml (the real driver) or fake (an inventory file)", "BACKEND"),
     Setting("fake_inventory", "--fake-inventory", "HAMI_FAKE_INVENTORY", "fakeInventory", _path,
             "inventory file of the fake backend (YAML or JSON)", "FILE", relative_to_file=True),
+    Setting("kube_api_qps", "--kube-api-qps", "HAMI_KUBE_API_QPS", "kubeAPIQPS", parse_qps,
+            "requests per second to the API server, client-side (0: no limit)", "QPS", default_text="50"),
+    Setting("kube_api_burst", "--kube-api-burst", "HAMI_KUBE_API_BURST", "kubeAPIBurst", _int(1),
+            "requests to the API server allowed at once above --kube-api-qps", "N"),
     Setting("kubeconfig", "--kubeconfig", "KUBECONFIG", "kubeconfig", _path, "kubeconfig file", "FILE",
             default_text="in-cluster config", relative_to_file=True),
     Setting("health_recovery_seconds", "--health-recovery-seconds", "HAMI_HEALTH_RECOVERY_SECONDS",

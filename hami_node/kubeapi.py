@@ -29,11 +29,12 @@ MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT_S = 15.0
 KUBE_API_QPS = 50.0
 KUBE_API_BURST = 100
-"""The client-side rate limit of the daemon's Kubernetes client (to become --kube-api-qps /
---kube-api-burst): kubelet's (KubeletConfiguration kubeAPIQPS/kubeAPIBurst), whose per-pod path the
-daemon shares. A GPU pod costs the daemon two calls (the bind-phase patch, the read of the Node for
-HAMi's lock): client-go's default 5/10, which HAMi's device plugin runs with, held an 80-pod burst on one
-node back for 14 s (10/20 did too); at 50/100 it takes as long as without a limit."""
+"""The client-side rate limit of the daemon's Kubernetes client when its caller names none (the daemon
+passes `--kube-api-qps` / `--kube-api-burst`, whose defaults are these): kubelet's (KubeletConfiguration
+kubeAPIQPS/kubeAPIBurst), whose per-pod path the daemon shares. A GPU pod costs the daemon two calls
+(the bind-phase patch, the read of the Node for HAMi's lock): client-go's default 5/10, which HAMi's
+device plugin runs with, held an 80-pod burst on one node back for 14 s (10/20 did too); at 50/100 it
+takes as long as without a limit."""
 EVENT_COMPONENT = "hami-node"
 """The `source.component` of the daemon's Events about pods; the host is the node, as kubelet's."""
 

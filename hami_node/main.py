@@ -74,7 +74,12 @@ def start_daemon(config: NodeConfig, *, observer_factory: ObserverFactory | None
     except (BackendConfigError, InventoryError) as exc:
         raise StartupError(str(exc)) from None
     try:
-        kube = kubeapi.NodeApi.connect(config.kubeconfig, environ=dict(config.in_cluster_env))
+        kube = kubeapi.NodeApi.connect(
+            config.kubeconfig,
+            environ=dict(config.in_cluster_env),
+            qps=config.kube_api_qps,
+            burst=config.kube_api_burst,
+        )
     except KubeConfigError as exc:
         raise StartupError(str(exc)) from None
     try:  # until the steps own it, the client's loop thread is closed here on any error

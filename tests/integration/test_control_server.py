@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from hami_control.caches import ClusterCaches
-from hami_control.config import ControlConfig
+from hami_control.config import ControlConfig, ServerSettings
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.server import (
     CertificateError,
@@ -318,8 +318,8 @@ class GatedApi(KubeApi):
             yield events
 
 
-def control_config(**overrides: Any) -> ControlConfig:
-    return ControlConfig(insecure_http=True, **overrides)
+def control_config() -> ControlConfig:
+    return ControlConfig(server=ServerSettings(insecure_http=True))
 
 
 def close_watches(runner: ApiServerRunner) -> None:

@@ -117,10 +117,10 @@ def test_a_certificate_from_another_ca_is_replaced() -> None:
 
 
 def test_certs_command_line_and_defaults() -> None:
-    options, kubeconfig = certs_options(["--service", "hami-webhook"], {})
+    options, kube = certs_options(["--service", "hami-webhook"], {})
     assert options == CertOptions("hami-system", "hami-tls", ("hami-webhook",))
-    assert kubeconfig is None
-    options, kubeconfig = certs_options(
+    assert kube.kubeconfig is None and kube.environ == {}
+    options, kube = certs_options(
         [
             "--kubeconfig", "/k", "--namespace=gpu", "--secret", "tls", "--service", "a",
             "--service=b", "--webhook-config", "w", "--valid-days", "90", "--ca-valid-days", "900",
@@ -129,7 +129,7 @@ def test_certs_command_line_and_defaults() -> None:
         {"POD_NAMESPACE": "ignored"},
     )  # fmt: skip
     assert options == CertOptions("gpu", "tls", ("a", "b"), ("w",), 90, 900, 10)
-    assert kubeconfig == Path("/k")
+    assert kube.kubeconfig == Path("/k")
     assert certs_options(["--service", "a"], {"POD_NAMESPACE": "from-pod"})[0].namespace == "from-pod"
 
 

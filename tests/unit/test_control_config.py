@@ -70,29 +70,34 @@ def file_error(text: str) -> ConfigError:
 
 def test_defaults() -> None:
     config = load()
-    assert config == ControlConfig(insecure_http=True)
-    assert config.bind == BindAddress("0.0.0.0", 9443)
-    assert str(config.bind) == "0.0.0.0:9443"
-    assert config.scheduler_name == "hami-scheduler"
-    assert config.force_overwrite_default_scheduler is True
-    assert (config.default_gpu_num, config.default_memory, config.default_cores, config.memory_factor) == (
+    assert config == ControlConfig().with_settings(insecure_http=True)
+    assert config.server.bind == BindAddress("0.0.0.0", 9443)
+    assert str(config.server.bind) == "0.0.0.0:9443"
+    assert config.webhook.scheduler_name == "hami-scheduler"
+    assert config.webhook.force_overwrite_default_scheduler is True
+    assert (
+        config.requests.defaults.default_gpu_num,
+        config.requests.defaults.default_memory,
+        config.requests.defaults.default_cores,
+        config.requests.defaults.memory_factor,
+    ) == (
         1,
         0,
         0,
         1,
     )
-    assert config.core_policy is CorePolicy.DEFAULT
-    assert config.runtime_class_name is None
-    assert config.overwrite_env is False
-    assert config.privileged_policy is PrivilegedPolicy.DENY
-    assert config.resource_names == ResourceNames()
-    assert config.enforce_quota is True
-    assert config.node_scheduler_policy is NodePolicy.BINPACK
-    assert config.gpu_scheduler_policy == (GPUPolicy.SPREAD,)
-    assert config.kubeconfig is None
+    assert config.webhook.core_policy is CorePolicy.DEFAULT
+    assert config.webhook.runtime_class_name is None
+    assert config.webhook.overwrite_env is False
+    assert config.webhook.privileged_policy is PrivilegedPolicy.DENY
+    assert config.requests.names == ResourceNames()
+    assert config.quota.enforce is True
+    assert config.scheduling.node_policy is NodePolicy.BINPACK
+    assert config.scheduling.gpu_policy == (GPUPolicy.SPREAD,)
+    assert config.kube.kubeconfig is None
     assert config.log_level is LogLevel.INFO
-    assert config.max_request_body == DEFAULT_MAX_REQUEST_BODY == 3 * 1024 * 1024
-    assert config.request_defaults == RequestDefaults()
+    assert config.server.max_request_body == DEFAULT_MAX_REQUEST_BODY == 3 * 1024 * 1024
+    assert config.requests.defaults == RequestDefaults()
 
 
 def test_every_flag() -> None:
@@ -122,27 +127,27 @@ def test_every_flag() -> None:
             "--max-request-body", "1Mi",
         ]
     )  # fmt: skip
-    assert config.bind == BindAddress("127.0.0.1", 0)
-    assert config.scheduler_name == "gpu-scheduler"
-    assert config.force_overwrite_default_scheduler is False
-    assert config.request_defaults == RequestDefaults(2048, 25, 2, 1024)
-    assert config.core_policy is CorePolicy.FORCE
-    assert config.runtime_class_name == "nvidia"
-    assert config.overwrite_env is True
-    assert config.privileged_policy is PrivilegedPolicy.SKIP
-    assert config.resource_names == ResourceNames(
+    assert config.server.bind == BindAddress("127.0.0.1", 0)
+    assert config.webhook.scheduler_name == "gpu-scheduler"
+    assert config.webhook.force_overwrite_default_scheduler is False
+    assert config.requests.defaults == RequestDefaults(2048, 25, 2, 1024)
+    assert config.webhook.core_policy is CorePolicy.FORCE
+    assert config.webhook.runtime_class_name == "nvidia"
+    assert config.webhook.overwrite_env is True
+    assert config.webhook.privileged_policy is PrivilegedPolicy.SKIP
+    assert config.requests.names == ResourceNames(
         "acme.com/gpu",
         "acme.com/gpumem",
         "acme.com/gpumem-percentage",
         "acme.com/gpucores",
         "acme.com/priority",
     )
-    assert config.enforce_quota is False
-    assert config.node_scheduler_policy is NodePolicy.SPREAD
-    assert config.gpu_scheduler_policy == (GPUPolicy.BINPACK, GPUPolicy.NUMA)
-    assert config.kubeconfig == Path("/root/.kube/config")
+    assert config.quota.enforce is False
+    assert config.scheduling.node_policy is NodePolicy.SPREAD
+    assert config.scheduling.gpu_policy == (GPUPolicy.BINPACK, GPUPolicy.NUMA)
+    assert config.kube.kubeconfig == Path("/root/.kube/config")
     assert config.log_level is LogLevel.DEBUG
-    assert config.max_request_body == 1024 * 1024
+    assert config.server.max_request_body == 1024 * 1024
 
 
 def test_environment() -> None:
@@ -158,12 +163,12 @@ def test_environment() -> None:
             "UNRELATED": "x",
         }
     )
-    assert config.scheduler_name == "env-scheduler"
-    assert config.default_memory == 1000
-    assert config.overwrite_env is True
-    assert config.resource_names.cores == "acme.com/cores"
-    assert config.kubeconfig == Path("/k/config")
-    assert config.max_request_body == 65536
+    assert config.webhook.scheduler_name == "env-scheduler"
+    assert config.requests.defaults.default_memory == 1000
+    assert config.webhook.overwrite_env is True
+    assert config.requests.names.cores == "acme.com/cores"
+    assert config.kube.kubeconfig == Path("/k/config")
+    assert config.server.max_request_body == 65536
     assert config.log_level is LogLevel.INFO
 
 
@@ -185,45 +190,45 @@ def test_file_keys_follow_hamis_nvidia_config() -> None:
         "maxRequestBody: 2Mi\n"
         "bind: '[::1]:8443'\n"
     )
-    assert config.scheduler_name == "file-scheduler"
-    assert config.request_defaults == RequestDefaults(3000, 10, 3, 2)
-    assert config.core_policy is CorePolicy.DISABLE
-    assert config.runtime_class_name is None  # HAMi's "" means none
-    assert config.overwrite_env is True
-    assert config.resource_names == ResourceNames(count="hami.io/vgpu", priority="hami.io/priority")
-    assert config.enforce_quota is False
-    assert config.gpu_scheduler_policy == (GPUPolicy.TOPOLOGY_AWARE,)
-    assert config.node_scheduler_policy is NodePolicy.SPREAD
-    assert config.max_request_body == 2 * 1024 * 1024
-    assert config.bind == BindAddress("::1", 8443)
-    assert str(config.bind) == "[::1]:8443"
+    assert config.webhook.scheduler_name == "file-scheduler"
+    assert config.requests.defaults == RequestDefaults(3000, 10, 3, 2)
+    assert config.webhook.core_policy is CorePolicy.DISABLE
+    assert config.webhook.runtime_class_name is None  # HAMi's "" means none
+    assert config.webhook.overwrite_env is True
+    assert config.requests.names == ResourceNames(count="hami.io/vgpu", priority="hami.io/priority")
+    assert config.quota.enforce is False
+    assert config.scheduling.gpu_policy == (GPUPolicy.TOPOLOGY_AWARE,)
+    assert config.scheduling.node_policy is NodePolicy.SPREAD
+    assert config.server.max_request_body == 2 * 1024 * 1024
+    assert config.server.bind == BindAddress("::1", 8443)
+    assert str(config.server.bind) == "[::1]:8443"
     assert config.config_file == CONFIG
 
 
 def test_json_file_and_empty_file() -> None:
-    assert load_file('{"defaultCores": 5}').default_cores == 5
-    assert load_file("").default_cores == 0
-    assert load_file("# only a comment\n").scheduler_name == "hami-scheduler"
-    assert load_file("null\n") == ControlConfig(insecure_http=True, config_file=CONFIG)
+    assert load_file('{"defaultCores": 5}').requests.defaults.default_cores == 5
+    assert load_file("").requests.defaults.default_cores == 0
+    assert load_file("# only a comment\n").webhook.scheduler_name == "hami-scheduler"
+    assert load_file("null\n") == ControlConfig().with_settings(insecure_http=True, config_file=CONFIG)
 
 
 def test_precedence_flags_over_env_over_file_over_defaults() -> None:
     text = "schedulerName: from-file\ndefaultCores: 7\ndefaultMemory: 70\n"
     env = {"HAMI_SCHEDULER_NAME": "from-env", "HAMI_DEFAULT_CORES": "8"}
     config = load_file(text, ["--scheduler-name", "from-flag"], env)
-    assert config.scheduler_name == "from-flag"
-    assert config.default_cores == 8
-    assert config.default_memory == 70
-    assert config.default_gpu_num == 1
+    assert config.webhook.scheduler_name == "from-flag"
+    assert config.requests.defaults.default_cores == 8
+    assert config.requests.defaults.default_memory == 70
+    assert config.requests.defaults.default_gpu_num == 1
 
 
 def test_config_file_from_environment_and_relative_paths_resolve_against_it() -> None:
     files = {str(CONFIG): "kubeconfig: kube/config\ntlsCertFile: tls.crt\ntlsKeyFile: /abs/tls.key\n"}
     config = load([], {"CONFIG_FILE": str(CONFIG)}, files, insecure=False)
-    assert config.kubeconfig == Path("/etc/hami/kube/config")
-    assert config.tls_cert_file == Path("/etc/hami/tls.crt")
-    assert config.tls_key_file == Path("/abs/tls.key")
-    assert config.insecure_http is False
+    assert config.kube.kubeconfig == Path("/etc/hami/kube/config")
+    assert config.server.tls_cert_file == Path("/etc/hami/tls.crt")
+    assert config.server.tls_key_file == Path("/abs/tls.key")
+    assert config.server.insecure_http is False
 
 
 @pytest.mark.parametrize(
@@ -238,7 +243,7 @@ def test_config_file_from_environment_and_relative_paths_resolve_against_it() ->
     ],
 )
 def test_boolean_flags_take_an_optional_value(argv: list[str], expected: bool) -> None:
-    assert load(argv).overwrite_env is expected
+    assert load(argv).webhook.overwrite_env is expected
 
 
 @pytest.mark.parametrize(
@@ -252,7 +257,7 @@ def test_boolean_flags_take_an_optional_value(argv: list[str], expected: bool) -
     ],
 )
 def test_bind_forms(text: str, expected: BindAddress) -> None:
-    assert load(["--bind", text]).bind == expected
+    assert load(["--bind", text]).server.bind == expected
 
 
 # --- TLS -------------------------------------------------------------------------------------------------
@@ -260,8 +265,8 @@ def test_bind_forms(text: str, expected: BindAddress) -> None:
 
 def test_tls_files_are_required_unless_insecure_http() -> None:
     config = load(TLS, insecure=False)
-    assert config.tls_cert_file == Path("/tls/tls.crt")
-    assert config.tls_key_file == Path("/tls/tls.key")
+    assert config.server.tls_cert_file == Path("/tls/tls.crt")
+    assert config.server.tls_key_file == Path("/tls/tls.key")
     err = error([], insecure=False)
     assert err.source == "configuration"
     assert "--tls-cert-file and --tls-key-file" in str(err)
@@ -436,13 +441,13 @@ def test_any_environment_gives_a_config_or_a_clear_error(env: dict[str, str]) ->
 
 def test_binder_timeouts_defaults_and_sources() -> None:
     config = load()
-    assert (config.allocate_timeout_s, config.bind_wait_s) == (30.0, 10.0)
+    assert (config.binder.allocate_timeout_s, config.binder.bind_wait_s) == (30.0, 10.0)
     flags = load(["--allocate-timeout", "12.5", "--bind-wait-timeout=3"])
-    assert (flags.allocate_timeout_s, flags.bind_wait_s) == (12.5, 3.0)
+    assert (flags.binder.allocate_timeout_s, flags.binder.bind_wait_s) == (12.5, 3.0)
     envs = load(env={"HAMI_ALLOCATE_TIMEOUT": "45", "HAMI_BIND_WAIT_TIMEOUT": " 0.5 "})
-    assert (envs.allocate_timeout_s, envs.bind_wait_s) == (45.0, 0.5)
+    assert (envs.binder.allocate_timeout_s, envs.binder.bind_wait_s) == (45.0, 0.5)
     from_file = load_file("allocateTimeout: 20\nbindWaitTimeout: 1.5\n", ["--bind-wait-timeout", "2"])
-    assert (from_file.allocate_timeout_s, from_file.bind_wait_s) == (20.0, 2.0)
+    assert (from_file.binder.allocate_timeout_s, from_file.binder.bind_wait_s) == (20.0, 2.0)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf", ""])
@@ -492,10 +497,56 @@ def test_leader_election_settings_without_leader_elect_are_named_in_warnings() -
 
 def test_the_pods_own_name_and_namespace_come_from_the_downward_api_or_flags() -> None:
     config = load(env={"POD_NAME": "hami-control-7d9f-abcde", "POD_NAMESPACE": "gpu-system"})
-    assert (config.pod_name, config.pod_namespace) == ("hami-control-7d9f-abcde", "gpu-system")
-    assert config.leader_elect_namespace == "gpu-system"  # the Lease defaults to the pod's namespace
+    assert (config.kube.pod_name, config.kube.pod_namespace) == ("hami-control-7d9f-abcde", "gpu-system")
+    assert config.election.namespace == "gpu-system"  # the Lease defaults to the pod's namespace
     flagged = load(["--pod-name", "a", "--pod-namespace", "b"], env={"POD_NAME": "x"})
-    assert (flagged.pod_name, flagged.pod_namespace) == ("a", "b")
-    assert (load().pod_name, load().pod_namespace) == ("", "")
+    assert (flagged.kube.pod_name, flagged.kube.pod_namespace) == ("a", "b")
+    assert (load().kube.pod_name, load().kube.pod_namespace) == ("", "")
     with pytest.raises(ConfigError, match="POD_NAME"):
         load(env={"POD_NAME": "Not_A_Name"})
+
+
+BURST_ZERO = '--kube-api-burst: expected an integer from 1 to 2147483647, got "0"'
+
+
+def test_kube_api_rate_limit_defaults_to_kube_schedulers_and_is_read_from_flag_env_and_file() -> None:
+    assert (load().kube.qps, load().kube.burst) == (50.0, 100)
+    flagged = load(["--kube-api-qps", "20", "--kube-api-burst", "40"]).kube
+    assert (flagged.qps, flagged.burst) == (20.0, 40)
+    assert load(env={"HAMI_KUBE_API_BURST": "7"}).kube.burst == 7
+    assert load_file("kubeAPIQPS: 0\n").kube.qps == 0.0  # no limit
+    with pytest.raises(ConfigError, match=r"--kube-api-qps.*requests per second >= 0.*-1"):
+        load(["--kube-api-qps", "-1"])
+    with pytest.raises(ConfigError, match=BURST_ZERO):
+        load(["--kube-api-burst", "0"])
+
+
+def test_credentials_env_keeps_only_what_the_credentials_loader_reads() -> None:
+    env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443", "HOME": "/root"}
+    assert load(env=env).kube.environ == {
+        "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+        "KUBERNETES_SERVICE_PORT": "443",
+    }
+    assert load().kube.environ == {}
+
+
+def test_with_settings_changes_settings_by_their_table_names_and_refuses_other_names() -> None:
+    changed = ControlConfig().with_settings(
+        scheduler_name="s", enforce_quota=False, memory_factor=1024, leader_elect_lease="l", kube_api_qps=1
+    )
+    assert changed.webhook.scheduler_name == "s" and changed.quota.enforce is False
+    assert changed.requests.defaults == RequestDefaults(memory_factor=1024)
+    assert (changed.election.lease, changed.kube.qps) == ("l", 1)
+    assert ControlConfig().with_settings() == ControlConfig()
+    with pytest.raises(TypeError, match="not hami-control settings: bogus"):
+        ControlConfig().with_settings(bogus=1)
+
+
+def test_election_settings_give_hami_kubes_lease_settings() -> None:
+    settings = load(["--leader-elect", "--leader-elect-lease", "x"]).election.lease_settings("me")
+    assert (settings.name, settings.namespace, settings.identity) == ("x", "hami-system", "me")
+    assert (settings.lease_duration_s, settings.renew_deadline_s, settings.retry_period_s) == (
+        15.0,
+        10.0,
+        2.0,
+    )

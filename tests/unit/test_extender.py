@@ -289,8 +289,8 @@ def test_gpu_policy_annotation_overrides_config() -> None:
 
 @pytest.mark.parametrize("blank", ["", "  "])
 def test_empty_policy_annotations_mean_the_configured_defaults(blank: str) -> None:
-    config = replace(
-        CONFIG, gpu_scheduler_policy=(GPUPolicy.BINPACK,), node_scheduler_policy=NodePolicy.SPREAD
+    config = CONFIG.with_settings(
+        gpu_scheduler_policy=(GPUPolicy.BINPACK,), node_scheduler_policy=NodePolicy.SPREAD
     )
     annotations = {"hami.io/gpu-scheduler-policy": blank, "hami.io/node-scheduler-policy": blank}
     ask = read_pod_ask(pod(container(mem=1000), annotations=annotations), config)
@@ -315,7 +315,7 @@ def test_quota_is_checked_per_gpu_and_can_be_switched_off() -> None:
     args = names_args(pod(container(mem=2000)), ["a"])
     result = filter_pod(args, v, CONFIG, quota)
     assert result["FailedNodes"] == {"a": "2/2 ResourceQuotaNotFit"}
-    assert filter_pod(args, v, replace(CONFIG, enforce_quota=False), quota)["NodeNames"] == ["a"]
+    assert filter_pod(args, v, CONFIG.with_settings(enforce_quota=False), quota)["NodeNames"] == ["a"]
     assert filter_pod(args, v, CONFIG, Quota(QuotaLimits(memory=4000), QuotaUsage(memory=2000)))[
         "NodeNames"
     ] == ["a"]
@@ -368,7 +368,7 @@ def test_prioritize_binpack_prefers_busy_nodes() -> None:
 
 def test_prioritize_spread_by_config_and_by_annotation() -> None:
     args = names_args(pod(container(mem=2000)), ["idle", "half", "most"])
-    spread_config = replace(CONFIG, node_scheduler_policy=NodePolicy.SPREAD)
+    spread_config = CONFIG.with_settings(node_scheduler_policy=NodePolicy.SPREAD)
     s = scores(prioritize_pod(args, busy_nodes(), spread_config))
     assert s["idle"] > s["half"] > s["most"]
     assert all(0 <= v <= 10 for v in s.values())

@@ -541,22 +541,25 @@ def test_control_deployment() -> None:
     assert pdb["spec"] == {"minAvailable": 1, "selector": deployment["spec"]["selector"]}
     # hami-control's flags, environment and values file parse with its own loader.
     config = control_config()
-    assert config.leader_elect is True
-    assert config.leader_elect_namespace == NAMESPACE
-    assert config.scheduler_name == "hami-scheduler"
-    assert config.tls_cert_file is not None
-    assert config.tls_key_file is not None
+    assert config.election.enabled is True
+    assert config.election.namespace == NAMESPACE
+    assert config.webhook.scheduler_name == "hami-scheduler"
+    assert config.server.tls_cert_file is not None
+    assert config.server.tls_key_file is not None
     hami = container_named(deployment, "hami-control")
     ports = {p["name"]: p["containerPort"] for p in hami["ports"]}
-    assert ports == {"https": config.bind.port}
+    assert ports == {"https": config.server.bind.port}
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         assert hami[probe]["httpGet"] == {"path": path, "port": "https", "scheme": "HTTPS"}
     # The TLS files come from Secret hami-tls; the CA's private key is never mounted.
     volumes = {v["name"]: v for v in spec["volumes"]}
     mounts = {m["mountPath"]: volumes[m["name"]] for m in hami["volumeMounts"]}
-    tls = mounts[str(config.tls_cert_file.parent)]["secret"]
+    tls = mounts[str(config.server.tls_cert_file.parent)]["secret"]
     assert tls["secretName"] == "hami-tls"
-    assert {i["path"] for i in tls["items"]} >= {config.tls_cert_file.name, config.tls_key_file.name}
+    assert {i["path"] for i in tls["items"]} >= {
+        config.server.tls_cert_file.name,
+        config.server.tls_key_file.name,
+    }
     for volume in volumes.values():
         if "secret" in volume:
             assert "ca.key" not in {i["key"] for i in volume["secret"]["items"]}
@@ -575,7 +578,7 @@ def test_control_values_file_parses_with_hami_control() -> None:
     config = load_control_config(
         ["--config-file", "/etc/hami/control/control.yaml", "--insecure-http"], {}, read
     )
-    assert config.resource_names.count == "nvidia.com/gpu"
+    assert config.requests.names.count == "nvidia.com/gpu"
 
 
 def test_kube_scheduler_config_matches_services_secret_leases_and_webhook() -> None:
@@ -614,12 +617,12 @@ def test_kube_scheduler_config_matches_services_secret_leases_and_webhook() -> N
     assert scheduler["leaderElection"]["resourceNamespace"] == NAMESPACE
     role = find(docs, "Role", "hami-control-leases")
     named = {n for rule in role["rules"] for n in rule.get("resourceNames", [])}
-    assert named == {scheduler["leaderElection"]["resourceName"], control_config().leader_elect_lease}
+    assert named == {scheduler["leaderElection"]["resourceName"], control_config().election.lease}
     # The profile is the scheduler name hami-control gives GPU pods.
-    assert [p["schedulerName"] for p in scheduler["profiles"]] == [control_config().scheduler_name]
+    assert [p["schedulerName"] for p in scheduler["profiles"]] == [control_config().webhook.scheduler_name]
     # The five resources: the scheduler ignores them, hami-control owns them, the webhook matches them.
     managed = {r["name"] for r in extender["managedResources"] if r["ignoredByScheduler"]}
-    names = control_config().resource_names
+    names = control_config().requests.names
     assert (
         managed
         == set(HAMI_RESOURCES)

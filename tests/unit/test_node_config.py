@@ -894,3 +894,14 @@ def test_uses_cdi_follows_the_device_list_strategy() -> None:
     assert not load(["--device-list-strategy", "envvar,volume-mounts"]).uses_cdi
     assert load(["--device-list-strategy", "envvar,cdi-cri"]).uses_cdi
     assert load(["--device-list-strategy", "cdi-annotations"]).uses_cdi
+
+
+BURST_ZERO = '--kube-api-burst: expected an integer >= 1, got "0"'
+
+
+def test_kube_api_rate_limit_defaults_to_kubelets_and_is_read_from_flag_and_env() -> None:
+    assert (load().kube_api_qps, load().kube_api_burst) == (50.0, 100)
+    assert load(["--kube-api-qps", "0"]).kube_api_qps == 0.0  # no limit
+    assert load(env={"HAMI_KUBE_API_BURST": "9"}).kube_api_burst == 9
+    with pytest.raises(ConfigError, match=BURST_ZERO):
+        load(["--kube-api-burst", "0"])

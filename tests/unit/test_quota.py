@@ -4,7 +4,6 @@ memory factor), a pod's usage (HAMi's init-container peak rule), and the denial 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -91,13 +90,13 @@ def test_limits_from_one_resource_quota(hard: dict[str, Any], expected: QuotaLim
 
 
 def test_memory_limit_is_in_gpumem_units_so_the_memory_factor_applies() -> None:
-    config = replace(CONFIG, memory_factor=1024)
+    config = CONFIG.with_settings(memory_factor=1024)
     limits = limits_from_resource_quota(resource_quota({"limits.nvidia.com/gpumem": "40"}), config)
     assert limits == QuotaLimits(memory=40 * 1024)
 
 
 def test_limits_use_configured_resource_names() -> None:
-    config = replace(CONFIG, resource_names=ResourceNames(memory="acme.com/vram"))
+    config = CONFIG.with_settings(resource_names=ResourceNames(memory="acme.com/vram"))
     rq = resource_quota({"limits.acme.com/vram": "10", "limits.nvidia.com/gpumem": "1"})
     assert limits_from_resource_quota(rq, config) == QuotaLimits(memory=10)
 
@@ -177,10 +176,10 @@ def test_pod_quota_usage(the_pod: dict[str, Any], expected: QuotaUsage) -> None:
 
 
 def test_pod_usage_applies_memory_factor_and_defaults() -> None:
-    assert pod_quota_usage(pod(ctr(gpu="1", mem="4")), replace(CONFIG, memory_factor=1000)) == QuotaUsage(
-        4000, 0
-    )
-    config = replace(CONFIG, default_memory=2000, default_cores=10)
+    assert pod_quota_usage(
+        pod(ctr(gpu="1", mem="4")), CONFIG.with_settings(memory_factor=1000)
+    ) == QuotaUsage(4000, 0)
+    config = CONFIG.with_settings(default_memory=2000, default_cores=10)
     assert pod_quota_usage(pod(ctr(gpu="2")), config) == QuotaUsage(4000, 20)
 
 

@@ -9,7 +9,6 @@ import base64
 import copy
 import functools
 import json
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from hypothesis import strategies as st
 
 from hami_api.resources import ResourceNames
 from hami_control import webhook
-from hami_control.config import ControlConfig, PrivilegedPolicy
+from hami_control.config import ControlConfig, PrivilegedPolicy, ServerSettings
 from hami_control.quota import QuotaLimits, QuotaUsage, pod_quota_usage
 from hami_control.webhook import (
     Decision,
@@ -38,7 +37,7 @@ GPU, MEM, PCT, CORES, PRIO = (
     "nvidia.com/gpucores",
     "nvidia.com/priority",
 )
-CONFIG = ControlConfig(insecure_http=True)
+CONFIG = ControlConfig(server=ServerSettings(insecure_http=True))
 Pod = dict[str, Any]
 
 
@@ -120,7 +119,7 @@ def env_of(the_pod: Pod, index: int = 0, key: str = "containers") -> dict[str, s
         (team_pod(container(limits={GPU: "1"}), schedulerName="volcano"), CONFIG, "CREATE"),
         (
             team_pod(container(limits={GPU: "1"}), schedulerName="default-scheduler"),
-            replace(CONFIG, force_overwrite_default_scheduler=False),
+            CONFIG.with_settings(force_overwrite_default_scheduler=False),
             "CREATE",
         ),
         (team_pod(container(limits={GPU: "1"})), CONFIG, "UPDATE"),
@@ -171,7 +170,7 @@ def test_scheduler_name_is_taken_over(spec: dict[str, Any], op: str) -> None:
 
 
 def test_configured_scheduler_name() -> None:
-    config = replace(CONFIG, scheduler_name="gpu-sched")
+    config = CONFIG.with_settings(scheduler_name="gpu-sched")
     assert (
         admitted(team_pod(container(limits={GPU: "1", MEM: "9"})), config)["spec"]["schedulerName"]
         == "gpu-sched"
@@ -213,7 +212,7 @@ def test_resource_defaults(limits: dict[str, Any], expected: dict[str, Any]) -> 
 
 
 def test_default_gpu_number_is_configurable() -> None:
-    result = admitted(team_pod(container(limits={MEM: "1000"})), replace(CONFIG, default_gpu_num=2))
+    result = admitted(team_pod(container(limits={MEM: "1000"})), CONFIG.with_settings(default_gpu_num=2))
     assert limits_of(result)[GPU] == "2"
 
 
@@ -252,7 +251,7 @@ def test_resource_names_are_escaped_as_json_pointers() -> None:
 
 def test_configured_resource_names() -> None:
     names = ResourceNames("acme.com/gpu", "acme.com/mem", "acme.com/pct", "acme.com/cores", "acme.com/prio")
-    config = replace(CONFIG, resource_names=names)
+    config = CONFIG.with_settings(resource_names=names)
     result = admitted(team_pod(container(limits={"acme.com/mem": "100", "acme.com/prio": "1"})), config)
     assert limits_of(result) == {"acme.com/mem": "100", "acme.com/prio": "1", "acme.com/gpu": "1"}
     assert env_of(result) == {"CUDA_TASK_PRIORITY": "1"}
@@ -369,7 +368,7 @@ def test_priority_without_a_gpu_sets_env_but_not_the_scheduler() -> None:
 def test_core_policy(global_policy: str, annotation: str | None, expected: str | None) -> None:
     from hami_api.types import CorePolicy
 
-    config = replace(CONFIG, core_policy=CorePolicy(global_policy))
+    config = CONFIG.with_settings(core_policy=CorePolicy(global_policy))
     annotations = None if annotation is None else {"hami.io/core-policy": annotation}
     result = admitted(
         team_pod(container("gpu", limits={GPU: "1", MEM: "1"}), container("cpu"), annotations=annotations),
@@ -392,7 +391,7 @@ def test_bad_core_policy_annotation() -> None:
 
 
 def test_overwrite_env_hides_gpus_from_containers_without_one() -> None:
-    config = replace(CONFIG, overwrite_env=True)
+    config = CONFIG.with_settings(overwrite_env=True)
     cpu_only = admitted(
         team_pod(container("a"), container("b", env=[{"name": "X", "value": "y"}]), init=(container("i"),)),
         config,
@@ -423,7 +422,7 @@ def test_overwrite_env_hides_gpus_from_containers_without_one() -> None:
     ],
 )
 def test_runtime_class(configured: str | None, spec: dict[str, Any], gpu: bool, expected: str | None) -> None:
-    config = replace(CONFIG, runtime_class_name=configured)
+    config = CONFIG.with_settings(runtime_class_name=configured)
     limits = {GPU: "1", MEM: "1"} if gpu else {"cpu": "1"}
     result = admitted(team_pod(container(limits=limits), **spec), config)
     assert result["spec"].get("runtimeClassName") == expected
@@ -486,7 +485,7 @@ def test_privileged_container_without_gpu_in_a_gpu_pod_is_allowed() -> None:
 
 
 def test_privileged_policy_skip_gives_hamis_old_behaviour_with_a_warning() -> None:
-    config = replace(CONFIG, privileged_policy=PrivilegedPolicy.SKIP)
+    config = CONFIG.with_settings(privileged_policy=PrivilegedPolicy.SKIP)
     # the skipped container is untouched and does not take the pod over
     lone = team_pod(container("p", limits={GPU: "1"}, securityContext={"privileged": True}))
     decision = review(lone, config)
@@ -507,7 +506,7 @@ def test_privileged_policy_skip_gives_hamis_old_behaviour_with_a_warning() -> No
 
 
 def test_privileged_policy_skip_still_counts_the_skipped_container_in_the_quota() -> None:
-    config = replace(CONFIG, privileged_policy=PrivilegedPolicy.SKIP)
+    config = CONFIG.with_settings(privileged_policy=PrivilegedPolicy.SKIP)
     the_pod = team_pod(
         container("p", limits={GPU: "1", MEM: "5000"}, securityContext={"privileged": True}),
         container("g", limits={MEM: "1000"}),
@@ -517,7 +516,7 @@ def test_privileged_policy_skip_still_counts_the_skipped_container_in_the_quota(
 
 
 def test_privileged_policy_skip_denies_a_privileged_gpu_pod_saying_why_it_would_stay_pending() -> None:
-    config = replace(CONFIG, privileged_policy=PrivilegedPolicy.SKIP)
+    config = CONFIG.with_settings(privileged_policy=PrivilegedPolicy.SKIP)
     decision = denied(
         team_pod(container("p", limits={MEM: "4000"}, securityContext={"privileged": True})), config
     )
@@ -570,7 +569,7 @@ def test_bad_value_in_an_init_container_says_so() -> None:
 
 def test_memory_factor_overflow_is_denied() -> None:
     decision = denied(
-        team_pod(container("c", limits={GPU: "1", MEM: "3000000"})), replace(CONFIG, memory_factor=1024)
+        team_pod(container("c", limits={GPU: "1", MEM: "3000000"})), CONFIG.with_settings(memory_factor=1024)
     )
     assert "x memoryFactor 1024 overflows" in decision.message
 
@@ -654,7 +653,7 @@ def test_quota_uses_the_request_namespace_and_memory_factor() -> None:
             asked.append(namespace)
             return QuotaLimits(memory=2048)
 
-    config = replace(CONFIG, memory_factor=1024)
+    config = CONFIG.with_settings(memory_factor=1024)
     decision = review_pod(
         team_pod(container(limits={MEM: "3"})), "CREATE", config, Recording(), namespace="team-b"
     )
@@ -667,7 +666,7 @@ def test_quota_uses_the_request_namespace_and_memory_factor() -> None:
 def test_quota_can_be_turned_off_and_is_not_consulted_for_other_pods() -> None:
     view = View(QuotaLimits(memory=0), QuotaUsage(100, 0))
     assert review(
-        team_pod(container(limits={MEM: "4000"})), replace(CONFIG, enforce_quota=False), view
+        team_pod(container(limits={MEM: "4000"})), CONFIG.with_settings(enforce_quota=False), view
     ).allowed
     assert view.calls == 0
     assert review(team_pod(container(limits={PRIO: "1"})), CONFIG, view).allowed
@@ -764,7 +763,7 @@ def test_envelope_allowed_without_patch_has_no_patch_fields() -> None:
 
 
 def test_envelope_warnings() -> None:
-    config = replace(CONFIG, privileged_policy=PrivilegedPolicy.SKIP)
+    config = CONFIG.with_settings(privileged_policy=PrivilegedPolicy.SKIP)
     result = handle(
         team_review(team_pod(container("p", limits={GPU: "1"}, securityContext={"privileged": True}))), config
     )
@@ -836,7 +835,7 @@ def test_envelope_rejects_bad_reviews_with_400(body: bytes, fragment: str) -> No
 
 
 def test_envelope_rejects_large_bodies_with_413() -> None:
-    config = replace(CONFIG, max_request_body=2048)
+    config = CONFIG.with_settings(max_request_body=2048)
     body = team_review(team_pod(container(env=[{"name": "X", "value": "y" * 4096}])))
     result = handle(body, config)
     assert result.status == 413
@@ -1055,8 +1054,8 @@ _PLAUSIBLE_POD = st.builds(
     st.sampled_from([None, "default", "force", "disable"]),
 )
 _CONFIG = st.builds(
-    lambda env, priv, quota, runtime: replace(
-        CONFIG, overwrite_env=env, privileged_policy=priv, enforce_quota=quota, runtime_class_name=runtime
+    lambda env, priv, quota, runtime: CONFIG.with_settings(
+        overwrite_env=env, privileged_policy=priv, enforce_quota=quota, runtime_class_name=runtime
     ),
     st.booleans(),
     st.sampled_from(list(PrivilegedPolicy)),
