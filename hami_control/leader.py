@@ -23,7 +23,7 @@ import asyncio
 import logging
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from hami_kube.client import KubeApi
 from hami_kube.election import LeaseElection, LeaseSettings
@@ -135,4 +135,21 @@ class LeaderElector:
             log.info("released the lease %s/%s", self.settings.namespace, self.settings.name)
 
 
-__all__ = ["LEADER_LABEL", "LEADER_VALUE", "LeaderElector", "default_identity", "label_pod"]
+def extender_gate(
+    elector: LeaderElector | None, readiness: Callable[[], Mapping[str, bool]]
+) -> Callable[[], str | None]:
+    """Why this replica must not answer the extender now, or None: it is not the leader (with an
+    elector), or its caches have not listed yet (`readiness`: cache -> synced)."""
+
+    def gate() -> str | None:
+        if elector is not None and not elector.leading:
+            return f"not leader: {elector.identity} does not lead the extender, ask the leader"
+        waiting = sorted(name for name, ready in readiness().items() if not ready)
+        if not waiting:
+            return None
+        return f"hami-control is starting: its caches are not synced yet (waiting for {', '.join(waiting)})"
+
+    return gate
+
+
+__all__ = ["LEADER_LABEL", "LEADER_VALUE", "LeaderElector", "default_identity", "extender_gate", "label_pod"]

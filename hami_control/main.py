@@ -16,20 +16,17 @@ import logging
 import os
 import signal
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
+from hami_control.admission import admission_handler
 from hami_control.binder import Binder
 from hami_control.caches import ClusterCaches
 from hami_control.certs import CertOptions, bootstrap, certs_options
 from hami_control.config import ConfigError, ControlConfig, HelpRequested, KubeSettings, load_config
-from hami_control.leader import LEADER_VALUE, LeaderElector, default_identity, label_pod
+from hami_control.leader import LEADER_VALUE, LeaderElector, default_identity, extender_gate, label_pod
 from hami_control.metrics import ControlMetrics
-from hami_control.quota_store import ClusterQuotaView
 from hami_control.scheduling import Extender
 from hami_control.server import (
     EXTENDER_MAX_BODY,
@@ -38,13 +35,11 @@ from hami_control.server import (
     CertificateReloader,
     ControlServer,
     Routes,
-    WebhookAnswer,
     extender_routes,
     health_routes,
     metrics_route,
     webhook_route,
 )
-from hami_control.webhook import handle_admission_review
 from hami_control.writers import KubeBindingWriter, event_recorder
 from hami_kube.client import KubeApi
 from hami_kube.errors import KubeApiError, KubeConfigError
@@ -57,29 +52,6 @@ COMMANDS = {
     "serve": "run the webhook and the scheduler extender until SIGTERM (default)",
     "certs": "create or renew the webhook's TLS Secret and caBundle (the install Job runs it)",
 }
-
-
-# --- the webhook, wired to the caches ---------------------------------------------------------------------
-
-
-def admission_handler(
-    config: ControlConfig, view: ClusterQuotaView, metrics: ControlMetrics | None = None
-) -> AdmissionHandler:
-    """`POST /webhook` bodies -> `webhook.handle_admission_review` against the cluster's quota view; an
-    admitted GPU pod's usage (from the decision) is assumed until the watch sees the pod (pod_store.py).
-    Runs without an await, so no other review can slip in between a check and its assumption."""
-
-    def admit(body: bytes) -> WebhookAnswer:
-        started = time.perf_counter()
-        result = handle_admission_review(body, config, view)
-        summary = result.summary
-        if summary.allowed and summary.quota_usage is not None and not summary.dry_run:
-            view.assume(summary.namespace, summary.name, summary.generate_name, summary.quota_usage)
-        if metrics is not None and result.status == 200:
-            metrics.observe_webhook(time.perf_counter() - started, summary.allowed)
-        return WebhookAnswer(result.status, result.body, summary.fields(), summary.exception)
-
-    return admit
 
 
 class StartupError(Exception):
@@ -205,22 +177,7 @@ class ControlPlane:
         if config.election.enabled:
             self._start_election(api, caches, binder)
 
-        def gate() -> str | None:
-            if self.elector is not None and not self.elector.leading:
-                return f"not leader: {self.elector.identity} does not lead the extender, ask the leader"
-            if caches.synced:
-                return None
-            waiting = ", ".join(sorted(k for k, ready in caches.readiness().items() if not ready))
-            return f"hami-control is starting: its caches are not synced yet (waiting for {waiting})"
-
-        extender_routes(self.routes, extender, gate=gate)
-
-        async def extender_ready(_request: web.BaseRequest) -> web.StreamResponse:
-            why = gate()
-            text = f"not ready: {why}\n" if why else "ok\n"
-            return web.Response(status=503 if why else 200, text=text, content_type="text/plain")
-
-        self.routes.add("GET", "/readyz/extender", extender_ready)
+        extender_routes(self.routes, extender, gate=extender_gate(self.elector, caches.readiness))
 
         async def render() -> tuple[bytes, str]:
             snapshot = metrics.snapshot()  # on the loop, where the cache lives; the text in a thread

@@ -234,7 +234,8 @@ def extender_routes(
 ) -> None:
     """`POST /filter`, `/prioritize`, `/bind`: kube-scheduler's extender v1 JSON. Problems with a request
     come back in the verb's own answer shape (`Error`, or an empty priority list), with status 200, as
-    kube-scheduler expects; only an oversized body gets 413."""
+    kube-scheduler expects; only an oversized body gets 413. While `gate` gives a reason the verbs answer
+    it, and `GET /readyz/extender` (which the extender Service's readiness probe asks) is 503 with it."""
 
     def refused(path: str, why: str) -> object:
         if path == "/prioritize":
@@ -275,6 +276,12 @@ def extender_routes(
     route("/filter", filter_)
     route("/prioritize", prioritize)
     route("/bind", verbs.bind)
+
+    async def extender_ready(_request: web.BaseRequest) -> web.StreamResponse:
+        why = gate() if gate is not None else None
+        return _text(503, f"not ready: {why}") if why else _text(200, "ok")
+
+    routes.add("GET", "/readyz/extender", extender_ready)
 
 
 MetricsRenderer = Callable[[], Awaitable[tuple[bytes, str]]]

@@ -1,0 +1,84 @@
+"""The rule that keeps a replica from answering the extender (`leader.extender_gate`): not leading, or
+caches not listed yet, each with a reason naming what is missing; and `/readyz/extender` answering it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+from hami_control.leader import LeaderElector, extender_gate
+from hami_control.server import ControlServer, Routes, extender_routes
+from hami_kube.client import KubeApi
+from hami_kube.election import LeaseSettings
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def elector() -> LeaderElector:
+    """A real elector that never runs (no call reaches its client, which needs a loop to exist)."""
+    api = KubeApi("http://127.0.0.1:1", None)
+    return LeaderElector(
+        LeaseSettings("hami-system", "hami-control", "replica-a"),
+        api,
+        on_elected=_nothing,
+        on_deposed=_nothing,
+    )
+
+
+def test_a_synced_replica_without_election_answers() -> None:
+    assert extender_gate(None, lambda: {"pods": True, "nodes": True})() is None
+
+
+def test_a_replica_whose_caches_have_not_listed_names_them() -> None:
+    gate = extender_gate(None, lambda: {"pods": True, "nodes": False, "resourcequotas": False})
+    assert gate() == (
+        "hami-control is starting: its caches are not synced yet (waiting for nodes, resourcequotas)"
+    )
+
+
+def test_a_follower_says_it_does_not_lead_until_it_leads() -> None:
+    follower = asyncio.run(elector())
+    gate = extender_gate(follower, lambda: {"pods": True})
+    assert gate() == "not leader: replica-a does not lead the extender, ask the leader"
+    follower.leading = True
+    assert gate() is None
+
+
+class _Verbs:
+    def filter(self, body: bytes) -> object:
+        return {}
+
+    def prioritize(self, body: bytes) -> object:
+        return []
+
+    async def bind(self, body: bytes) -> object:
+        return {}
+
+
+def test_readyz_extender_is_503_with_the_gates_reason_then_200() -> None:
+    synced = {"pods": False}
+
+    async def main() -> list[tuple[int, str]]:
+        routes = Routes()
+        extender_routes(routes, _Verbs(), gate=extender_gate(None, lambda: synced))
+        server = ControlServer(routes, "127.0.0.1", 0, ssl_context=None)
+        await server.start()
+        answers = []
+        try:
+            async with aiohttp.ClientSession() as session:
+                for ready in (False, True):
+                    synced["pods"] = ready
+                    url = f"http://127.0.0.1:{server.port}/readyz/extender"
+                    async with session.get(url) as response:
+                        answers.append((response.status, await response.text()))
+        finally:
+            await server.stop()
+        return answers
+
+    assert asyncio.run(main()) == [
+        (503, "not ready: hami-control is starting: its caches are not synced yet (waiting for pods)\n"),
+        (200, "ok\n"),
+    ]
