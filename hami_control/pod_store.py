@@ -183,40 +183,49 @@ def _ask_error(pod: Mapping[str, Any], config: ControlConfig) -> str:
     return "pod resources cannot be read"
 
 
-def _allocation(annotations: Mapping[str, Any]) -> PodAllocation:
+def _allocated(annotations: Mapping[str, Any]) -> PodAllocation | WireFormatError | None:
+    """`hami.io/vgpu-devices-allocated` decoded (None when absent or empty, the error when it does not
+    decode): read once per event for both what the pod holds and its quota usage."""
     allocated = annotations.get(ann.DEVICES_ALLOCATED)
-    if isinstance(allocated, str) and allocated:
+    if not isinstance(allocated, str) or not allocated:
+        return None
+    try:
         return ann.decode_pod_allocation(allocated, ann.DEVICES_ALLOCATED)
-    to_allocate = annotations.get(ann.DEVICES_TO_ALLOCATE)
-    text = to_allocate if isinstance(to_allocate, str) else ""
-    return ann.decode_pod_allocation(text, ann.DEVICES_TO_ALLOCATE)
+    except WireFormatError as err:
+        return err
 
 
-def _held(annotations: Mapping[str, Any], containers: _Containers) -> tuple[Held | None, str]:
-    """What a non-terminal pod holds: (held, why not when its annotations do not decode)."""
+def _held(
+    annotations: Mapping[str, Any], allocated: PodAllocation | WireFormatError | None, containers: _Containers
+) -> tuple[Held | None, str]:
+    """What a non-terminal pod holds: (held, why not when its annotations do not decode). The allocation
+    is `hami.io/vgpu-devices-allocated`, or `hami.io/vgpu-devices-to-allocate` when that is missing."""
     node_text = annotations.get(ann.VGPU_NODE)
     if not isinstance(node_text, str):
         return None, ""
     try:
         node = ann.decode_vgpu_node(node_text)
-        allocation = _allocation(annotations)
+        if isinstance(allocated, WireFormatError):
+            raise allocated
+        if allocated is None:
+            to_allocate = annotations.get(ann.DEVICES_TO_ALLOCATE)
+            text = to_allocate if isinstance(to_allocate, str) else ""
+            allocated = ann.decode_pod_allocation(text, ann.DEVICES_TO_ALLOCATE)
     except WireFormatError as err:
         return None, str(err)
     if containers.kinds is None:
         return None, containers.kinds_error
-    return Held(node, footprint_slices(allocation, containers.kinds)), ""
+    return Held(node, footprint_slices(allocated, containers.kinds)), ""
 
 
-def _usage(annotations: Mapping[str, Any], requests: Requests, init_containers: int, who: str) -> QuotaUsage:
+def _usage(
+    allocated: PodAllocation | WireFormatError | None, requests: Requests, init_containers: int, who: str
+) -> QuotaUsage:
     """A non-terminal pod's quota usage: from its allocation once chosen (the real MiB), else its request."""
-    allocated = annotations.get(ann.DEVICES_ALLOCATED)
-    if isinstance(allocated, str) and allocated:
-        try:
-            allocation = ann.decode_pod_allocation(allocated, ann.DEVICES_ALLOCATED)
-        except WireFormatError as err:
-            log.debug("pod %s: %s; quota counts its request instead", who, err)
-        else:
-            return allocation_quota_usage(allocation, init_containers)
+    if isinstance(allocated, WireFormatError):
+        log.debug("pod %s: %s; quota counts its request instead", who, allocated)
+    elif allocated is not None:
+        return allocation_quota_usage(allocated, init_containers)
     return requests_quota_usage(requests) if requests else _ZERO
 
 
@@ -239,8 +248,9 @@ def pod_record(pod: Mapping[str, Any], config: ControlConfig) -> PodRecord:
     held_error = ""
     usage = _ZERO
     if phase not in TERMINAL_PHASES:
-        held, held_error = _held(raw, containers)
-        usage = _usage(raw, containers.requests, init_containers, f"{namespace}/{name}")
+        allocated = _allocated(raw)
+        held, held_error = _held(raw, allocated, containers)
+        usage = _usage(allocated, containers.requests, init_containers, f"{namespace}/{name}")
     return PodRecord(
         namespace=namespace,
         name=name,
