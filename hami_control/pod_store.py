@@ -44,7 +44,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from hami_api import annotations as ann
 from hami_api.containers import ContainerKind, container_kind, footprint_slices
@@ -77,6 +77,10 @@ PodKey = tuple[str, str]
 Requests = tuple[tuple[ContainerRequest | None, bool], ...]
 """(request or None, is init container) per container, init containers first."""
 
+MAX_SHAPES = 4096
+"""How many distinct pod requests the store shares between records (a bound against odd clusters)."""
+
+_T = TypeVar("_T")
 _ZERO = QuotaUsage()
 _NO_SIDECARS: frozenset[int] = frozenset()
 _BAD_INPUT = (RequestError, WireFormatError, QuantityError)
@@ -229,10 +233,23 @@ def _usage(
     return requests_quota_usage(requests) if requests else _ZERO
 
 
-def pod_record(pod: Mapping[str, Any], config: ControlConfig) -> PodRecord:
+def _same(previous: _T | None, value: _T) -> _T:
+    """`previous` when it equals `value`: a pod's next event then costs no memory for what it kept."""
+    return previous if previous is not None and previous == value else value
+
+
+def pod_record(
+    pod: Mapping[str, Any],
+    config: ControlConfig,
+    previous: PodRecord | None = None,
+    *,
+    shapes: dict[Requests, Requests] | None = None,
+) -> PodRecord:
     """Distil a pod (plain JSON) into a `PodRecord`. Never raises on bad resources or annotations: a pod
     whose GPU resources do not parse asks nothing (and says why), a bad allocation annotation holds
-    nothing and its quota usage falls back to the request."""
+    nothing and its quota usage falls back to the request. `previous`, the pod's last record: the parts
+    that did not change are shared with it; `shapes`: requests seen before (pods of one workload ask
+    alike), shared by every record that asks the same, up to `MAX_SHAPES` of them."""
     meta = _mapping(pod.get("metadata"))
     spec = _mapping(pod.get("spec"))
     status = _mapping(pod.get("status"))
@@ -251,6 +268,13 @@ def pod_record(pod: Mapping[str, Any], config: ControlConfig) -> PodRecord:
         allocated = _allocated(raw)
         held, held_error = _held(raw, allocated, containers)
         usage = _usage(allocated, containers.requests, init_containers, f"{namespace}/{name}")
+    old = previous
+    requests = _same(old.container_requests if old else None, containers.requests)
+    if shapes is not None:
+        shared = shapes.get(requests)
+        if shared is None and len(shapes) < MAX_SHAPES:
+            shapes[requests] = shared = requests
+        requests = shared or requests
     return PodRecord(
         namespace=namespace,
         name=name,
@@ -259,13 +283,13 @@ def pod_record(pod: Mapping[str, Any], config: ControlConfig) -> PodRecord:
         node_name=str(spec.get("nodeName") or ""),
         scheduler_name=str(spec.get("schedulerName") or ""),
         resource_version=str(meta.get("resourceVersion") or ""),
-        container_requests=containers.requests,
-        annotations=kept,
+        container_requests=requests,
+        annotations=_same(old.annotations if old else None, kept),
         usage=usage,
         init_containers=init_containers,
         sidecars=containers.sidecars,
         request_error=containers.request_error,
-        held=held,
+        held=_same(old.held if old else None, held),
         held_error=held_error,
     )
 
@@ -386,6 +410,7 @@ class PodStore:
         self._bound: dict[str, _Bound] = {}
         self._listeners: list[PodListener] = []
         self._fresh: dict[str, PodRecord] = {}
+        self._shapes: dict[Requests, Requests] = {}
 
     # --- reading ---------------------------------------------------------------------------------------
 
@@ -552,7 +577,9 @@ class PodStore:
         self._notify(old, record)
 
     def _read(self, pod: JSONDict) -> PodRecord | None:
-        record = pod_record(pod, self.config)
+        uid = _mapping(pod.get("metadata")).get("uid")
+        previous = self._pods.get(uid) if isinstance(uid, str) else None
+        record = pod_record(pod, self.config, previous, shapes=self._shapes)
         if not record.uid:
             log.warning("pod event without metadata.uid ignored (%s/%s)", record.namespace, record.name)
             return None
@@ -638,6 +665,7 @@ class PodStore:
 
 __all__ = [
     "KEPT_ANNOTATIONS",
+    "MAX_SHAPES",
     "PodKey",
     "PodListener",
     "PodRecord",

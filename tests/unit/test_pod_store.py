@@ -824,3 +824,18 @@ def test_the_bind_phase_is_kept_and_the_allocation_only_decoded() -> None:
     record: PodRecord = pod_record(pod, CONFIG)
     assert record.annotations == {VGPU_NODE: "n1", BIND_PHASE: "allocating"}
     assert record.held is not None and record.held.node == "n1"
+
+
+def test_records_share_what_did_not_change_and_pods_asking_alike_share_their_requests() -> None:
+    cache, pods = cluster()
+    pods.apply("ADDED", gpu_pod("a", mem=4000))
+    pods.apply("ADDED", gpu_pod("b", mem=4000))
+    a, b = pods.get("a"), pods.get("b")
+    assert a is not None and b is not None and a.container_requests is b.container_requests
+    bound = pod_json("c", "n1", alloc([("GPU-0", 1000, 10)]))
+    pods.apply("ADDED", bound)
+    bound["metadata"]["annotations"][BIND_PHASE] = "success"
+    pods.apply("MODIFIED", bound)  # a new bind phase, the same allocation
+    c, held = pods.get("c"), cache.holding("c")
+    assert c is not None and c.held is not None and held is not None
+    assert c.held.slices is held.slices and c.annotations[BIND_PHASE] == "success"
