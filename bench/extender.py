@@ -27,13 +27,24 @@ Per size N (`--sizes 500,5000`), from scratch:
    `/proc/<pid>/task/*/schedstat`, nanoseconds) across each request.
 4. Binds: M pending pods (`--bind-pods`, 500; capped at N) with the HAMi resources and
    `schedulerName: hami-scheduler`, each bound to a distinct node through `/bind` by 16 concurrent
-   clients, twice: pods kube-scheduler filtered first (the extender remembers the pod from its filter;
-   a one-candidate filter, not timed), then pods it never saw (the binder reads each from the API).
+   clients, twice: pods kube-scheduler filtered first (a one-candidate filter, not timed), then pods it
+   never filtered (hami-control finds each in its pod watch, or reads it from the API).
    The second set asks 2 GPUs, the first 1, so the pending window (pods with the same GPU count wait
    for the node daemon) never holds one behind the other. Afterwards every pod is read back: it must be
    on its node with `hami.io/vgpu-node`, `hami.io/vgpu-devices-allocated` and `hami.io/bind-phase`.
-5. hami-control's RSS (`VmRSS`, and the peak `VmHWM`) after the cache sync, after the latency rounds
-   and after the binds.
+5. Decisions, closed loop, one pod at a time, as kube-scheduler makes them: D pending pods
+   (`--decisions`, 300) of the hard then of the typical kind, each sent to `/filter` with the
+   candidates kube-scheduler would pick (`numFeasibleNodesToFind`, kubernetes
+   pkg/scheduler/schedule_one.go, as `hami_sim.scheduler` does: 14 % of the 4,500 nodes the bind
+   phases left alone at N = 5,000, i.e. 630, the window moving on from where the last cycle stopped),
+   then, when more than one node fits, to `/prioritize` with the nodes that fit, then to `/bind` with the
+   best scored node (ties: the first). The nodes of the bind phases are left out, and within a phase a
+   node already bound to is passed over, so the pending window (nobody plays the node daemon here)
+   never makes a bind wait; the two kinds ask different GPU counts. Decisions per second = pods / wall
+   time of the loop; per decision, the three calls' latency and the CPU hami-control and the API server
+   spent. Every pod is read back bound.
+6. hami-control's RSS (`VmRSS`, and the peak `VmHWM`) after the cache sync, after the latency rounds,
+   after the binds and after the decisions.
 
 Goals (the issue's, judged at the largest size): filter p99 <= 10 ms and <= 3x the floor's p99;
 hami-control RSS <= 600 MB. The load generator shares the machine's cores with both servers, and other
@@ -41,8 +52,8 @@ processes may too: the load average and the CPU others used are reported with th
 
 Usage:
 
-    python bench/extender.py [--sizes 500,5000] [--rounds 200] [--bind-pods 500] [--json FILE]
-                             [--py-spy FILE] [--profile FILE]
+    python bench/extender.py [--sizes 500,5000] [--rounds 200] [--bind-pods 500] [--decisions 300]
+                             [--json FILE] [--py-spy FILE] [--profile FILE]
 
 `--py-spy FILE` samples hami-control with py-spy during the latency rounds of the largest size (raw
 collapsed stacks); `--profile FILE` runs `--profile-rounds` extra filter rounds at the largest size
@@ -86,6 +97,7 @@ from hami_api.annotations import (
     encode_pod_allocation,
 )
 from hami_api.types import ContainerAllocation, GPUInfo, GPUSlice, PodAllocation
+from hami_sim.scheduler.fit import num_feasible_nodes_to_find
 
 NAMESPACE = "bench"
 BIND_NAMESPACE = "bench-bind"
@@ -473,6 +485,29 @@ class BindResult:
 
 
 @dataclass
+class DecisionResult:
+    nodes: int
+    name: str
+    decisions: int
+    candidates: int
+    """Nodes sent to each /filter."""
+    seconds: float
+    per_second: float
+    p50_ms: float
+    p99_ms: float
+    filter_p50_ms: float
+    prioritize_p50_ms: float
+    bind_p50_ms: float
+    prioritized: int
+    """Decisions with more than one node left, so /prioritize was called."""
+    control_cpu_us: float
+    apiserver_cpu_us: float
+    errors: int
+    bound_ok: int
+    first_error: str = ""
+
+
+@dataclass
 class SizeResult:
     nodes: int
     gpus: int
@@ -484,6 +519,7 @@ class SizeResult:
     cache_pods: int
     latency: list[Latency] = field(default_factory=list)
     binds: list[BindResult] = field(default_factory=list)
+    decisions: list[DecisionResult] = field(default_factory=list)
     rss_mb: dict[str, float] = field(default_factory=dict)
     load_average: dict[str, list[float]] = field(default_factory=dict)
     others_cpu_percent: float = float("nan")
@@ -812,6 +848,120 @@ async def bind_phase(  # noqa: PLR0917
     )
 
 
+def best_unused(scores: Sequence[tuple[str, int]], used: set[str]) -> str | None:
+    """The best scored node not in `used` (ties: the first listed)."""
+    ranked = sorted(range(len(scores)), key=lambda i: (-scores[i][1], i))
+    return next((scores[i][0] for i in ranked if scores[i][0] not in used), None)
+
+
+async def decision_phase(  # noqa: PLR0917
+    http: aiohttp.ClientSession,
+    base: str,
+    pids: tuple[int, int],
+    nodes: int,
+    name: str,
+    pods: list[dict[str, Any]],
+    names: list[str],
+) -> DecisionResult:
+    """/filter, /prioritize (when more than one node fits), /bind for one pod after the other over the
+    nodes `names`, as kube-scheduler makes its decisions (see the module docstring)."""
+    control_pid, api_pid = pids
+    window = num_feasible_nodes_to_find(None, len(names))
+    used: set[str] = set()
+    start = 0
+    latencies: list[float] = []
+    per_verb: dict[str, list[float]] = {"/filter": [], "/prioritize": [], "/bind": []}
+    errors = 0
+    first_error = ""
+    chosen: dict[str, str] = {}
+
+    def failed(text: str) -> None:
+        nonlocal errors, first_error
+        errors += 1
+        first_error = first_error or text
+
+    async def timed(path: str, body: bytes) -> tuple[int, bytes]:
+        began = time.perf_counter()
+        answer = await post(http, path, body)
+        per_verb[path].append(time.perf_counter() - began)
+        return answer
+
+    control_before, api_before = server_cpu(control_pid), server_cpu(api_pid)
+    started = time.monotonic()
+    for pod in pods:
+        candidates = [names[(start + i) % len(names)] for i in range(window)]
+        start = (start + window) % len(names)
+        began = time.perf_counter()
+        status, answer = await timed("/filter", extender_args(pod, orjson.dumps(candidates)))
+        fitting = (orjson.loads(answer).get("NodeNames") or []) if status == 200 else []
+        if not fitting:
+            failed(f"filter of {pod['metadata']['name']}: {status} {answer[:120]!r}")
+            continue
+        scores = [(n, 0) for n in fitting]
+        if len(fitting) > 1:
+            status, answer = await timed("/prioritize", extender_args(pod, orjson.dumps(fitting)))
+            if status == 200:
+                scores = [(entry["Host"], entry["Score"]) for entry in orjson.loads(answer)]
+        target = best_unused(scores, used)
+        if target is None:
+            failed(f"{pod['metadata']['name']}: every node that fits was bound to already in this phase")
+            continue
+        meta = pod["metadata"]
+        args = {
+            "PodName": meta["name"],
+            "PodNamespace": meta["namespace"],
+            "PodUID": meta["uid"],
+            "Node": target,
+        }
+        status, answer = await timed("/bind", orjson.dumps(args))
+        latencies.append(time.perf_counter() - began)
+        error = orjson.loads(answer).get("Error") if status == 200 else f"HTTP {status}"
+        if error:
+            failed(str(error))
+            continue
+        used.add(target)
+        chosen[meta["name"]] = target
+    seconds = time.monotonic() - started
+    control_cpu = server_cpu(control_pid) - control_before
+    api_cpu = server_cpu(api_pid) - api_before
+    async with (
+        aiohttp.ClientSession(base) as api,
+        api.get(f"/api/v1/namespaces/{BIND_NAMESPACE}/pods") as r,
+    ):
+        listed = {p["metadata"]["name"]: p for p in orjson.loads(await r.read())["items"]}
+    bound_ok = 0
+    for pod_name, target in chosen.items():
+        now = listed.get(pod_name, {})
+        annotations = (now.get("metadata") or {}).get("annotations") or {}
+        bound_ok += (now.get("spec") or {}).get("nodeName") == target and annotations.get(VGPU_NODE) == target
+    latencies.sort()
+    n = max(1, len(pods))
+
+    def p50(path: str) -> float:
+        values = per_verb[path]
+        return round(statistics.median(values) * 1000, 2) if values else float("nan")
+
+    return DecisionResult(
+        nodes=nodes,
+        name=name,
+        decisions=len(pods),
+        candidates=window,
+        seconds=round(seconds, 2),
+        per_second=round(len(pods) / seconds, 1),
+        p50_ms=round(statistics.median(latencies) * 1000, 2) if latencies else float("nan"),
+        p99_ms=round(percentile(latencies, 0.99) * 1000, 2) if latencies else float("nan"),
+        filter_p50_ms=p50("/filter"),
+        prioritize_p50_ms=p50("/prioritize"),
+        bind_p50_ms=p50("/bind"),
+        prioritized=len(per_verb["/prioritize"]),
+        control_cpu_us=round(control_cpu * 1e6 / n, 1),
+        apiserver_cpu_us=round(api_cpu * 1e6 / n, 1),
+        errors=errors,
+        bound_ok=bound_ok,
+        first_error=first_error,
+    )
+
+
 @contextlib.asynccontextmanager
 async def extender_session(port: int, ca: bytes, limit: int) -> AsyncIterator[aiohttp.ClientSession]:
     context = ssl.create_default_context(cadata=ca.decode())
@@ -850,20 +1000,32 @@ async def measure_size(  # noqa: PLR0917
         if profile and args.profile is not None:
             await profile_rounds(http, nodes, args.profile_rounds, args.profile)
     count = min(args.bind_pods, nodes)
-    if count <= 0:
+    used: set[str] = set()
+    if count > 0:
+        async with extender_session(port, ca, args.concurrency) as http:
+            for name, ask, prefix, prefilter in (
+                ("bind, pod filtered first", TYPICAL, "a", True),
+                ("bind, pod never filtered", (2, 8000), "b", False),
+            ):
+                log(f"{name}: creating {count} pending pods")
+                pods = await create_pending(base, count, ask, prefix)
+                log(f"{name}: {count} binds, {args.concurrency} clients")
+                result.binds.append(
+                    await bind_phase(http, base, pids, nodes, name, pods, args.concurrency, prefilter)
+                )
+        used.update(node_name(i % nodes) for i in range(count))
+        result.rss_mb["after the binds"] = proc_status_mb(control_pid, "VmRSS")
+    if args.decisions <= 0:
         return
-    async with extender_session(port, ca, args.concurrency) as http:
-        for name, ask, prefix, prefilter in (
-            ("bind, pod remembered from its filter", TYPICAL, "a", True),
-            ("bind, pod read from the API", (2, 8000), "b", False),
-        ):
-            log(f"{name}: creating {count} pending pods")
-            pods = await create_pending(base, count, ask, prefix)
-            log(f"{name}: {count} binds, {args.concurrency} clients")
-            result.binds.append(
-                await bind_phase(http, base, pids, nodes, name, pods, args.concurrency, prefilter)
-            )
-    result.rss_mb["after the binds"] = proc_status_mb(control_pid, "VmRSS")
+    names = [n for n in (node_name(i) for i in range(nodes)) if n not in used]
+    async with extender_session(port, ca, 1) as http:
+        for name, ask, prefix in (("hard", HARD, "h"), ("typical", TYPICAL, "t")):
+            log(f"decisions, {name} pod: creating {args.decisions} pending pods")
+            pods = await create_pending(base, args.decisions, ask, prefix)
+            log(f"decisions, {name} pod: {args.decisions} pods, filter + prioritize + bind, one at a time")
+            label = f"{name}, {ask[0]} GPU x {ask[1]} MiB"
+            result.decisions.append(await decision_phase(http, base, pids, nodes, label, pods, names))
+    result.rss_mb["after the decisions"] = proc_status_mb(control_pid, "VmRSS")
 
 
 def stop_process(proc: subprocess.Popen[Any] | None) -> None:
@@ -950,9 +1112,25 @@ def report(results: list[SizeResult]) -> str:
                 f"| {b.apiserver_cpu_us:,.0f} µs "
                 f"| {b.bound_ok}/{b.binds} | {b.errors}{f' ({b.first_error[:80]})' if b.errors else ''} |"
             )
+    if any(s.decisions for s in results):
+        out += ["", "| nodes | decisions (pod) | pods | candidates | decisions/s | p50 ms | p99 ms "
+                "| filter / prioritize / bind p50 ms | prioritized | hami-control CPU per decision "
+                "| API server CPU per decision | bound | errors |",
+                "|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for s in results:
+        for d in s.decisions:
+            out.append(
+                f"| {s.nodes:,} | {d.name} | {d.decisions} | {d.candidates:,} | {d.per_second:,.0f} "
+                f"| {d.p50_ms:.1f} | {d.p99_ms:.1f} "
+                f"| {d.filter_p50_ms:.1f} / {d.prioritize_p50_ms:.1f} / {d.bind_p50_ms:.1f} "
+                f"| {d.prioritized} "
+                f"| {d.control_cpu_us:,.0f} µs | {d.apiserver_cpu_us:,.0f} µs | {d.bound_ok}/{d.decisions} "
+                f"| {d.errors}{f' ({d.first_error[:80]})' if d.errors else ''} |"
+            )
     out += ["", "| nodes | objects seeded | seeding | hami-control list + cache sync | RSS after sync | "
-            "after latency rounds | after binds | peak (VmHWM) | load average (1, 5, 15 min) | others' CPU |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]  # fmt: skip
+            "after latency rounds | after binds | after decisions | peak (VmHWM) "
+            "| load average (1, 5, 15 min) | others' CPU |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]  # fmt: skip
     for s in results:
         rss = s.rss_mb
         load = s.load_average.get("before the latency rounds", [])
@@ -962,6 +1140,7 @@ def report(results: list[SizeResult]) -> str:
             f"| {rss.get('after the cache sync', float('nan')):.0f} MB "
             f"| {rss.get('after the latency rounds', float('nan')):.0f} MB "
             f"| {rss.get('after the binds', float('nan')):.0f} MB "
+            f"| {rss.get('after the decisions', float('nan')):.0f} MB "
             f"| {rss.get('peak (VmHWM)', float('nan')):.0f} MB "
             f"| {', '.join(f'{x:.2f}' for x in load)} | {s.others_cpu_percent:.0f} % |"
         )
@@ -996,6 +1175,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=200, help="timed requests per endpoint and size")
     parser.add_argument("--warmup", type=int, default=10, help="untimed rounds first")
     parser.add_argument("--bind-pods", type=int, default=500, help="pods bound per bind phase (<= nodes)")
+    parser.add_argument(
+        "--decisions", type=int, default=300, help="pods decided (filter + prioritize + bind) per pod kind"
+    )
     parser.add_argument("--concurrency", type=int, default=16, help="concurrent /bind clients")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     parser.add_argument("--py-spy", type=Path, help="py-spy samples of the latency rounds (largest size)")

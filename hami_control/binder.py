@@ -3,8 +3,17 @@ with one Binding whose annotations carry the choice. All I/O sits behind the pro
 Kubernetes adapters and the HTTP route live elsewhere); everything here runs on one event loop.
 
 Wire types (`k8s.io/kube-scheduler/extender/v1`, no json tags, so Go field names):
-`ExtenderBindingArgs{PodName, PodNamespace, PodUID, Node}` in, `ExtenderBindingResult{Error}` out.
-`Binder.bind` never raises on input: anything wrong comes back in `Error`, naming the field and value.
+`ExtenderBindingArgs{PodName, PodNamespace, PodUID, Node}` in (`read_binding_args`),
+`ExtenderBindingResult{Error}` out. The extender service (`scheduling.Extender`) reads the arguments and
+finds the pod's GPU ask (its scheduling cycle, the pod store, or the API), then calls `Binder.bind` with
+them, and `Binder.fail` / `Binder.refuse` for a bind that cannot get that far: the wiring goes one way,
+extender -> binder. Nothing here raises on input: anything wrong comes back in `Error`, naming the field
+and value.
+
+**Choices made earlier.** The extender may hand over the GPU choice its filter or prioritize made for
+this node (`cycle.Choice`). It is used instead of fitting again exactly when the node's GPUs are those it
+was made on (`ClusterCache.generation` unchanged, checked at the moment of use), so the decision is the
+one a fresh fit would make; otherwise the pod is fitted again.
 
 **Annotations** (HAMi v2.10 names and formats; HAMi writes the first four at filter time and the last
 two just before the Binding, we write them all on the Binding, which the API server copies to the pod):
@@ -26,8 +35,9 @@ the window does not admit waits in memory (woken by those events, no polling) fo
 that does not name the pod being bound is waited for like the window (woken by `node_changed`, or at
 its expiry). We never write or take over a lock.
 
-**Atomicity.** Between the last check of the window and the lock, reading the node's GPUs, fitting,
-`cache.assume` and entering the window there is no `await`, so concurrent binds onto one node can never
+**Atomicity.** Between the last check of the window and the lock, reading the node's GPUs, fitting (or
+checking the earlier choice), assuming the pod (`PodStore.assume`, which counts its slices in the GPU
+cache at once) and entering the window there is no `await`, so concurrent binds onto one node can never
 both take the same capacity. Any failure after that point (the API server's answer, an exception,
 cancellation) forgets the assumption and releases the window before returning.
 """
@@ -40,7 +50,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -58,9 +68,11 @@ from hami_api.annotations import (
     encode_unix_time,
     encode_vgpu_node,
 )
+from hami_api.containers import ContainerKind
 from hami_api.resources import ContainerRequest
 from hami_api.types import BindPhase, NodeLock, PodAllocation
-from hami_control.cache import TERMINAL_PHASES, ClusterCache
+from hami_control.cache import ClusterCache
+from hami_control.cycle import Choice
 from hami_control.extender import ExtenderArgsError, PodAsk, failure_reason
 from hami_control.fit import Fit
 
@@ -91,7 +103,8 @@ class BindRejected(Exception):
 
 
 class AllocatingPod(Protocol):
-    """What `Binder.adopt_allocating` reads of a watched pod (`kube.PodRecord` is one)."""
+    """What `Binder.adopt_allocating` and `Binder.pod_event` read of a watched pod (`pod_store.PodRecord`
+    is one)."""
 
     @property
     def uid(self) -> str: ...
@@ -126,9 +139,25 @@ class EventRecorder(Protocol):
         ...
 
 
-AskSource = Callable[[str, str, str], Awaitable[PodAsk | None]]
-"""(namespace, name, uid) -> the pod's GPU ask, None for a pod without GPU request. Raises
-`LookupError("pod ns/name not found")` for an unknown pod, `ExtenderArgsError` for an unreadable one."""
+class Assumptions(Protocol):
+    """Where a bound pod is counted until the watch confirms it (`pod_store.PodStore`)."""
+
+    def assume(
+        self,
+        uid: str,
+        node: str,
+        allocation: PodAllocation,
+        kinds: Sequence[ContainerKind],
+        now: float,
+        *,
+        namespace: str = "",
+        name: str = "",
+    ) -> None: ...
+
+    def forget(self, uid: str) -> None: ...
+
+    def expire(self, now: float, ttl: float) -> list[str]: ...
+
 
 NodeLockSource = Callable[[str], NodeLock | None]
 """The node's `hami.io/mutex.lock`, decoded, if any."""
@@ -313,7 +342,7 @@ class Binder:
     def __init__(
         self,
         cache: ClusterCache,
-        asks: AskSource,
+        pods: Assumptions,
         writer: BindingWriter,
         events: EventRecorder,
         *,
@@ -330,7 +359,7 @@ class Binder:
                 f"node_lock_expiry_s={node_lock_expiry_s}"
             )
         self._cache = cache
-        self._asks = asks
+        self._pods = pods
         self._writer = writer
         self._events = events
         self._node_lock = node_lock
@@ -343,6 +372,8 @@ class Binder:
         self.outcomes: collections.Counter[str] = collections.Counter()
         """Binds by outcome: success, success_plain, no_fit, unregistered, conflict, not_found, api_error,
         wait_timeout, lock_timeout, bad_request."""
+        self.reused = 0
+        """Binds that took the choice their filter or prioritize made instead of fitting again."""
         self._in_flight: dict[str, str] = {}
         """uid -> node of the binds between reading their arguments and their answer."""
         self._wakeups: dict[str, asyncio.Event] = {}
@@ -372,13 +403,15 @@ class Binder:
         log.info("pod %s on node %s allocated (%s); node window released", entry.who, entry.node, why)
         self._wake(entry.node)
 
-    def pod_event(self, uid: str, pod: Mapping[str, Any], deleted: bool) -> None:
-        """A watched pod (the GPU pod hook): its bind phase, or its end, may release its node's window. A
-        pod kubelet rejected (Failed before any Allocate) never gets a bind-phase answer: its window is
-        released as for a deleted pod."""
-        phase = ((pod.get("metadata") or {}).get("annotations") or {}).get(BIND_PHASE)
-        finished = (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
-        self.pod_changed(uid, phase if isinstance(phase, str) else None, deleted or finished)
+    def pod_event(self, old: AllocatingPod | None, new: AllocatingPod | None) -> None:
+        """A pod store change (a `pod_store.PodListener`): its bind phase, or its end, may release its
+        node's window. A pod kubelet rejected (Failed before any Allocate) never gets a bind-phase answer:
+        its window is released as for a deleted pod."""
+        if new is None:
+            if old is not None:
+                self.pod_changed(old.uid, None, deleted=True)
+            return
+        self.pod_changed(new.uid, new.annotations.get(BIND_PHASE), new.terminal)
 
     def adopt(self, node: str, uid: str, counts: frozenset[int], who: str = "") -> None:
         """Put a pod bound by someone else (the previous leader) and not yet answered by its node daemon
@@ -426,7 +459,7 @@ class Binder:
                     entry.node,
                     _seconds(self.allocate_timeout_s),
                 )
-        expired = self._cache.expire(now, self.allocate_timeout_s)
+        expired = self._pods.expire(now, self.allocate_timeout_s)
         for uid in expired:
             known = released.get(uid)
             log.warning(
@@ -451,14 +484,11 @@ class Binder:
 
     # --- bind ------------------------------------------------------------------------------------------
 
-    async def bind(self, args: object) -> dict[str, Any]:
-        """ExtenderBindingArgs JSON -> ExtenderBindingResult JSON. Never raises on bad input."""
-        try:
-            request = read_binding_args(args)
-        except ExtenderArgsError as err:
-            self.outcomes["bad_request"] += 1
-            log.warning("bind refused: %s", err)
-            return {"Error": str(err)}
+    async def bind(
+        self, request: BindingArgs, ask: PodAsk | None, choice: Choice | None = None
+    ) -> dict[str, Any]:
+        """Bind the pod of `request` (its GPU ask `ask`, None for none) -> ExtenderBindingResult JSON.
+        `choice`: the GPU choice an earlier verb made for `request.node`, used if the node is unchanged."""
         if request.uid in self._in_flight:
             message = (
                 f"pod {request.who} (uid {request.uid}) is already being bound to node "
@@ -469,28 +499,26 @@ class Binder:
             return {"Error": message}
         self._in_flight[request.uid] = request.node
         try:
-            return await self._bind(request)
+            if ask is None:
+                return await self._bind_plain(request)
+            try:
+                allocation = await self._reserve(request, ask, choice)
+            except _Failed as failed:
+                return self._fail(request, failed)
+            return await self._write(request, allocation)
         finally:
             del self._in_flight[request.uid]
 
-    async def _bind(self, request: BindingArgs) -> dict[str, Any]:
-        try:
-            ask = await self._asks(request.namespace, request.name, request.uid)
-        except LookupError as err:
-            return self._fail(request, _Failed("not_found", _lookup_text(request, err), False))
-        except ExtenderArgsError as err:
-            return self._fail(request, _Failed("bad_request", str(err)))
-        except Exception as err:
-            log.exception("reading pod %s for its bind to node %s failed", request.who, request.node)
-            text = f"reading pod {request.who} failed: {type(err).__name__}: {err}"
-            return self._fail(request, _Failed("api_error", text, False))
-        if ask is None:
-            return await self._bind_plain(request)
-        try:
-            allocation = await self._reserve(request, ask)
-        except _Failed as failed:
-            return self._fail(request, failed)
-        return await self._write(request, allocation)
+    def refuse(self, err: ExtenderArgsError) -> dict[str, Any]:
+        """ExtenderBindingArgs that cannot be read (`read_binding_args` said why)."""
+        self.outcomes["bad_request"] += 1
+        log.warning("bind refused: %s", err)
+        return {"Error": str(err)}
+
+    def fail(self, request: BindingArgs, outcome: str, message: str, *, event: bool = True) -> dict[str, Any]:
+        """A bind that failed before it got here (the pod not found or unreadable): counted under
+        `outcome`, logged, and a BindingFailed event on the pod when `event`."""
+        return self._fail(request, _Failed(outcome, message, event))
 
     async def _bind_plain(self, request: BindingArgs) -> dict[str, Any]:
         try:
@@ -504,7 +532,7 @@ class Binder:
         log.info("bound pod %s (no GPU request) to node %s", request.who, request.node)
         return {"Error": ""}
 
-    async def _reserve(self, request: BindingArgs, ask: PodAsk) -> PodAllocation:
+    async def _reserve(self, request: BindingArgs, ask: PodAsk, choice: Choice | None) -> PodAllocation:
         """Wait until the node admits the pod, then (no await from the last check on) fit it, assume it
         in the cache and enter it in the node's window. Raises `_Failed`."""
         uid, node = request.uid, request.node
@@ -516,7 +544,7 @@ class Binder:
                 f"allocated there",
             )
         counts = gpu_counts(ask)
-        self._fit(request, ask)  # fail fast: waiting frees no GPU memory
+        self._fit(request, ask, choice)  # fail fast: waiting frees no GPU memory
         obstacle = self._obstacle(request, counts)
         if obstacle is not None:
             loop = asyncio.get_running_loop()
@@ -542,19 +570,24 @@ class Binder:
             finally:
                 self._waiting -= 1
         # From here to window.enter: no await.
-        allocation = self._fit(request, ask).allocation
+        fit = self._fit(request, ask, choice)
+        if choice is not None and fit is choice.fit:
+            self.reused += 1
+        allocation = fit.allocation
         now = self._clock()
-        self._cache.assume(
+        self._pods.assume(
             uid, node, allocation, ask.kinds, now, namespace=request.namespace, name=request.name
         )
         self.window.enter(node, uid, counts, now, request.who)
         return allocation
 
-    def _fit(self, request: BindingArgs, ask: PodAsk) -> Fit:
+    def _fit(self, request: BindingArgs, ask: PodAsk, choice: Choice | None) -> Fit:
         gpus = self._cache.node_gpus(request.node)
         if gpus is None:
             reason = self._cache.unregistered_reason(request.node) or "node unregistered"
             raise _Failed("unregistered", f"cannot bind pod {request.who} to node {request.node}: {reason}")
+        if choice is not None and choice.generation == self._cache.generation(request.node):
+            return choice.fit  # made on these very GPUs: the fit a fresh one would give
         result = ask.fit(gpus)
         if not isinstance(result, Fit):
             raise _Failed(
@@ -630,7 +663,7 @@ class Binder:
         return {"Error": ""}
 
     def _rollback(self, request: BindingArgs) -> None:
-        self._cache.forget(request.uid)
+        self._pods.forget(request.uid)
         if self.window.release(request.uid) is not None:
             self._wake(request.node)
 
@@ -666,13 +699,6 @@ class Binder:
             wakeup.set()
 
 
-def _lookup_text(request: BindingArgs, err: LookupError) -> str:
-    text = str(err.args[0]) if err.args else ""
-    if not text:
-        return f"pod {request.who} not found"
-    return text if request.who in text else f"pod {request.who}: {text}"
-
-
 def _when(moment: datetime) -> str:
     """RFC 3339, as the lock itself spells it."""
     return encode_node_lock(NodeLock(moment))
@@ -703,7 +729,8 @@ def _rejected(request: BindingArgs, err: BindRejected, gpu: bool) -> _Failed:
 
 __all__ = [
     "NODE_LOCK_EXPIRY_S",
-    "AskSource",
+    "AllocatingPod",
+    "Assumptions",
     "BindRejected",
     "Binder",
     "BindingArgs",

@@ -1,8 +1,8 @@
 """Incremental cluster state: every registered node's GPUs with what the pods placed on them hold.
 
-Pure and event-driven: the watches call `node_upserted` / `node_deleted` / `pod_upserted` /
-`pod_deleted` with the objects' JSON, the binder calls `assume` / `forget` / `expire`; nothing here reads
-the clock or the network (`now` is passed in, in seconds on any monotonic scale the caller likes). Not
+Pure and event-driven: the node watch calls `node_upserted` / `node_deleted` with the Node's JSON, the pod
+store (`pod_store.PodStore`, which reads every pod event once and owns the observed-versus-assumed
+rule) calls `hold` with what each pod holds now; nothing here reads the clock or the network. Not
 thread-safe: one owner (the event loop) feeds it.
 
 **Nodes.** A node is *registered* when its `hami.io/node-nvidia-register` annotation decodes (JSON or
@@ -18,52 +18,39 @@ node with 0 (or no) allocatable `nvidia.com/gpu` counts as having no usable GPU 
 node whose plugin comes back is registered again on its next update. The handshake annotation, whatever
 its value, is ignored.
 
-**Pods.** A pod holds GPU slices when it carries `hami.io/vgpu-node` and is not terminal (Succeeded,
-Failed); the slices come from `hami.io/vgpu-devices-allocated` (or `hami.io/vgpu-devices-to-allocate`
-when that is missing or empty), reduced to the pod's footprint with `hami_api.containers.
-footprint_slices` (init containers run one at a time before the regular ones, sidecars beside them). A
-changed annotation re-accounts the pod (old slices out, new in); a pod whose annotations do not decode
-is skipped with a logged reason. Pods may arrive before their node: their slices count as soon as the
-node registers.
+**Holdings.** `hold(uid, holding)` says what one pod holds now (its node and peak slices, observed or
+assumed; None: nothing), replacing what it held before: the old slices leave their node, the new ones
+join theirs. Pods may hold slices on a node before it registers: they count as soon as it does.
 
-**Assumptions.** A pod the binder has bound counts from `assume` on. The first watch event that shows
-the pod with a decodable allocation replaces the assumption (never both); an event that does not yet
-show it (no `hami.io/vgpu-node`, an older copy of the pod) leaves the assumption in place. `forget`
-drops an assumption after a failed bind, `expire` the ones no watch confirmed within a TTL. A terminal
-or deleted pod releases both.
-
-Every event updates the affected node's `NodeGPUs` in place of the old value, so `node_gpus` is a dict
-lookup; a node event rebuilds only that node (and only when its annotations or allocatable changed).
-Usage never goes negative: slices are removed only from the node they were added to, under the same
-inventory, and releasing what was never added is a no-op.
+Every change replaces the affected node's `NodeGPUs` value, so `node_gpus` is a dict lookup, and gives
+the node a new `generation` (never reused, even across a delete and re-add), so a GPU choice fitted on
+one generation can be reused exactly while the generation holds; a node event rebuilds only that node
+(and only when its annotations or allocatable changed). Usage never goes negative: slices are removed
+only from the node they were added to, under the same inventory, and releasing what was never added is
+a no-op.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
 from hami_api.annotations import (
     DEVICE_CORDON,
-    DEVICES_ALLOCATED,
-    DEVICES_TO_ALLOCATE,
     NODE_PAIR_SCORE,
     NODE_REGISTER,
-    VGPU_NODE,
     decode_device_cordon,
     decode_node_register,
     decode_pair_scores,
-    decode_pod_allocation,
-    decode_vgpu_node,
 )
-from hami_api.containers import ContainerKind, footprint_slices, pod_container_kinds
-from hami_api.errors import QuantityError, RequestError, WireFormatError
+from hami_api.errors import QuantityError, WireFormatError
 from hami_api.quantity import parse_quantity
 from hami_api.resources import ResourceNames
-from hami_api.types import GPUInfo, GPUPairScore, GPUSlice, PodAllocation
+from hami_api.types import GPUInfo, GPUPairScore, GPUSlice
 from hami_control.usage import NodeGPUs, with_slices, without_slices
 
 log = logging.getLogger(__name__)
@@ -86,7 +73,8 @@ class Held:
 
 @dataclass(frozen=True, slots=True)
 class PodHolding:
-    """A counted pod, for metrics and the binder: `assumed` until a watch event confirms it."""
+    """What a counted pod holds (for metrics and the binder): `assumed` while only the binder says so,
+    until a watch event confirms it."""
 
     uid: str
     namespace: str
@@ -130,22 +118,6 @@ class CacheStats:
     assumed: int
 
 
-@dataclass(slots=True)
-class _Pod:
-    namespace: str = ""
-    name: str = ""
-    observed: Held | None = None
-    """From the latest watch event, when that showed a decodable allocation."""
-    assumed: Held | None = None
-    assumed_at: float = 0.0
-    seen: bool = False
-    """Whether any watch event showed the pod (else it is known only through `assume`)."""
-
-    @property
-    def counted(self) -> Held | None:
-        return self.observed if self.observed is not None else self.assumed
-
-
 @dataclass(frozen=True, slots=True)
 class _NodeSource:
     """The parts of a Node object the inventory is built from; equal sources mean nothing to rebuild."""
@@ -163,18 +135,6 @@ class _Node:
     """None while unregistered."""
     reason: str = ""
     pair_score_error: str = ""
-
-
-@dataclass(slots=True)
-class _PodView:
-    """A pod event, read: who it is and what (if anything) it holds."""
-
-    uid: str
-    namespace: str
-    name: str
-    terminal: bool
-    held: Held | None
-    skip_reason: str = ""
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -197,25 +157,27 @@ class ClusterCache:
         self._count_resource = resource_names.count
         self._nodes: dict[str, _Node] = {}
         self._registered: dict[str, NodeGPUs] = {}
-        self._pods: dict[str, _Pod] = {}
-        self._uid_by_key: dict[tuple[str, str], str] = {}
+        self._generations: dict[str, int] = {}
+        self._next_generation = itertools.count(1)
+        self._holdings: dict[str, PodHolding] = {}
+        """uid -> what the pod holds; with `_on_node`, the one record of what is added to each node."""
         self._on_node: dict[str, dict[str, tuple[GPUSlice, ...]]] = {}
-        """node -> uid -> counted slices; the one record of what is added to each node's usage."""
-        self._counted: dict[str, Held] = {}
-        self._pod_skip: dict[str, str] = {}
+        """node -> uid -> counted slices."""
+        self._assumed = 0
+        """How many holdings are assumed."""
         self._changed: set[str] = set()
         """Nodes whose `node_gpus` may differ since the last `drain_changed`."""
-        self._assumed: set[str] = set()
-        """uids that may carry an assumption (pruned lazily), so `expire` never walks every pod."""
-        self._holdings: dict[str, PodHolding] = {}
-        """Memo of `holding(uid)`, dropped whenever the pod's state changes (a scrape at 50,000 pods
-        then copies references instead of building 50,000 values on the event loop)."""
 
     # --- reads -----------------------------------------------------------------------------------------
 
     def node_gpus(self, name: str) -> NodeGPUs | None:
         """The node's GPUs with current usage; None when unknown or unregistered."""
         return self._registered.get(name)
+
+    def generation(self, name: str) -> int:
+        """A number that changes whenever `node_gpus(name)` does (0 for a node never seen): a fit made at
+        one generation is the fit the node would give again while its generation is unchanged."""
+        return self._generations.get(name, 0)
 
     def drain_changed(self) -> set[str]:
         """The nodes whose `node_gpus` changed (or that left) since the last call; for derived indexes."""
@@ -244,23 +206,15 @@ class ClusterCache:
             yield name, NodeUsage.of(gpus)
 
     def holding(self, uid: str) -> PodHolding | None:
-        found = self._holdings.get(uid)
-        if found is not None:
-            return found
-        pod = self._pods.get(uid)
-        held = self._counted.get(uid)
-        if pod is None or held is None:
-            return None
-        found = self._holdings[uid] = PodHolding(
-            uid, pod.namespace, pod.name, held.node, held.slices, pod.observed is None
-        )
-        return found
+        return self._holdings.get(uid)
 
     def holdings(self, node: str | None = None) -> Iterator[PodHolding]:
         """Every counted pod (or those on `node`), assumed ones included."""
-        uids: Iterable[str] = self._on_node.get(node, {}) if node is not None else self._counted
-        for uid in list(uids):
-            h = self.holding(uid)
+        if node is None:
+            yield from list(self._holdings.values())
+            return
+        for uid in list(self._on_node.get(node, {})):
+            h = self._holdings.get(uid)
             if h is not None:
                 yield h
 
@@ -268,13 +222,18 @@ class ClusterCache:
         return CacheStats(
             nodes=len(self._registered),
             unregistered=len(self._nodes) - len(self._registered),
-            pods=len(self._counted),
-            assumed=sum(
-                1
-                for uid in self._assumed
-                if (p := self._pods.get(uid)) is not None and p.observed is None and p.assumed is not None
-            ),
+            pods=len(self._holdings),
+            assumed=self._assumed,
         )
+
+    def _set_gpus(self, name: str, gpus: NodeGPUs | None) -> None:
+        """The one place a node's `NodeGPUs` changes: a new generation, and the node marked changed."""
+        if gpus is None:
+            self._registered.pop(name, None)
+        else:
+            self._registered[name] = gpus
+        self._generations[name] = next(self._next_generation)
+        self._changed.add(name)
 
     # --- node events -----------------------------------------------------------------------------------
 
@@ -297,12 +256,11 @@ class ClusterCache:
             return
         entry = self._build(name, source, entry)
         self._nodes[name] = entry
-        self._changed.add(name)
         if entry.gpus is None:
-            self._registered.pop(name, None)
+            self._set_gpus(name, None)
             return
         held = self._on_node.get(name, {})
-        self._registered[name] = with_slices(entry.gpus, chain.from_iterable(held.values()))
+        self._set_gpus(name, with_slices(entry.gpus, chain.from_iterable(held.values())))
 
     def nodes_replaced(self, items: Iterable[Mapping[str, Any]]) -> None:
         """A full node list (a watch's relist): upsert each, drop the nodes it no longer has."""
@@ -326,6 +284,7 @@ class ClusterCache:
     def node_deleted(self, name: str) -> None:
         """The Node is gone; its pods' slices stay recorded until their own events release them."""
         self._nodes.pop(name, None)
+        self._generations.pop(name, None)
         self._registered.pop(name, None)
         self._changed.add(name)
 
@@ -374,183 +333,33 @@ class ClusterCache:
             return f"{where} is {value} (device plugin gone or every GPU unhealthy)"
         return ""
 
-    # --- pod events ------------------------------------------------------------------------------------
+    # --- holdings (from the pod store) ------------------------------------------------------------------
 
-    def pod_upserted(self, pod: Mapping[str, Any]) -> None:
-        """A Pod from a watch (ADDED or MODIFIED) or a list."""
-        view = self._read_pod(pod)
-        if view is None:
+    def hold(self, uid: str, holding: PodHolding | None) -> None:
+        """What pod `uid` holds from now on (None: nothing), in place of what it held before."""
+        old = self._holdings.get(uid)
+        if old == holding:
             return
-        if view.terminal:
-            self._drop_pod(view.uid)
-            if view.namespace or view.name:  # a later delete by name must still find this uid
-                self._uid_by_key[(view.namespace, view.name)] = view.uid
-            return
-        state = self._pods.get(view.uid)
-        if state is None:
-            state = self._pods[view.uid] = _Pod()
-        state.namespace, state.name, state.seen = view.namespace, view.name, True
-        if view.namespace or view.name:
-            self._uid_by_key[(view.namespace, view.name)] = view.uid
-        if view.skip_reason:
-            if self._pod_skip.get(view.uid) != view.skip_reason:
-                log.warning("pod %s/%s skipped: %s", view.namespace, view.name, view.skip_reason)
-            self._pod_skip[view.uid] = view.skip_reason
+        self._assumed += (holding is not None and holding.assumed) - (old is not None and old.assumed)
+        if holding is None:
+            del self._holdings[uid]
         else:
-            self._pod_skip.pop(view.uid, None)
-        state.observed = view.held
-        if view.held is not None:
-            state.assumed = None  # confirmed: the watch's copy replaces the assumption
-        self._settle(view.uid)
-
-    def pods_replaced(self, items: Iterable[Mapping[str, Any]]) -> None:
-        """A full pod list (a watch's relist): upsert each, drop the pods a watch showed before that the
-        list no longer has. Pods known only through `assume` stay (their bind may be in flight)."""
-        self.pods_not_listed(self.pods_listed(items))
-
-    def pods_listed(self, items: Iterable[Mapping[str, Any]]) -> set[str]:
-        """One page of a pod list: upsert each; returns their uids (for `pods_not_listed`)."""
-        listed: set[str] = set()
-        for pod in items:
-            uid = _mapping(pod.get("metadata")).get("uid")
-            if isinstance(uid, str):
-                listed.add(uid)
-            self.pod_upserted(pod)
-        return listed
-
-    def pods_not_listed(self, listed: set[str]) -> None:
-        """The end of a pod list: drop the pods a watch showed before that the list did not name."""
-        for uid in [u for u, p in self._pods.items() if p.seen and u not in listed]:
-            self._drop_pod(uid)
-
-    def pod_deleted(self, namespace: str, name: str, uid: str = "") -> None:
-        """The Pod is gone (uid from the DELETED object; if empty, the last uid seen under that name)."""
-        if not uid:
-            uid = self._uid_by_key.get((namespace, name), "")
-        if uid:
-            self._drop_pod(uid)
-
-    def _read_pod(self, pod: Mapping[str, Any]) -> _PodView | None:
-        meta = _mapping(pod.get("metadata"))
-        uid = meta.get("uid")
-        if not isinstance(uid, str) or not uid:
-            log.warning("pod event without metadata.uid ignored")
-            return None
-        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        phase = _mapping(pod.get("status")).get("phase")
-        view = _PodView(uid, namespace, name, phase in TERMINAL_PHASES, None)
-        if view.terminal:
-            return view
-        annotations = _annotations(pod)
-        node_text = _text(annotations, VGPU_NODE)
-        if node_text is None:
-            return view
-        try:
-            node = decode_vgpu_node(node_text)
-            allocation = self._allocation(annotations)
-            kinds = pod_container_kinds(pod)
-        except (WireFormatError, RequestError) as err:
-            view.skip_reason = str(err)
-            return view
-        view.held = Held(node, footprint_slices(allocation, kinds))
-        return view
-
-    @staticmethod
-    def _allocation(annotations: Mapping[str, Any]) -> PodAllocation:
-        allocated = _text(annotations, DEVICES_ALLOCATED)
-        if allocated:
-            return decode_pod_allocation(allocated, DEVICES_ALLOCATED)
-        return decode_pod_allocation(_text(annotations, DEVICES_TO_ALLOCATE) or "", DEVICES_TO_ALLOCATE)
-
-    def _drop_pod(self, uid: str) -> None:
-        self._holdings.pop(uid, None)
-        state = self._pods.pop(uid, None)
-        self._pod_skip.pop(uid, None)
-        if state is not None and self._uid_by_key.get((state.namespace, state.name)) == uid:
-            del self._uid_by_key[(state.namespace, state.name)]
-        self._set_counted(uid, None)
-
-    # --- binder ----------------------------------------------------------------------------------------
-
-    def assume(
-        self,
-        uid: str,
-        node: str,
-        allocation: PodAllocation,
-        kinds: Sequence[ContainerKind],
-        now: float,
-        *,
-        namespace: str = "",
-        name: str = "",
-    ) -> None:
-        """Count a pod the binder is binding to `node` from now on, until a watch event confirms it.
-        A pod the watch already shows with its allocation is counted from that and not assumed again;
-        assuming a pod twice keeps the latest choice."""
-        state = self._pods.get(uid)
-        if state is None:
-            state = self._pods[uid] = _Pod(namespace, name)
-            if namespace or name:
-                self._uid_by_key[(namespace, name)] = uid
-        if state.observed is not None:
-            return
-        state.assumed = Held(node, footprint_slices(allocation, kinds))
-        state.assumed_at = now
-        self._assumed.add(uid)
-        self._settle(uid)
-
-    def forget(self, uid: str) -> None:
-        """Drop the assumption for `uid` (the bind failed); a confirmed pod is left alone."""
-        state = self._pods.get(uid)
-        if state is None or state.assumed is None:
-            return
-        state.assumed = None
-        if state.seen:
-            self._settle(uid)
-        else:
-            self._drop_pod(uid)  # known only through `assume`: leaves no trace
-
-    def expire(self, now: float, ttl: float) -> list[str]:
-        """Forget assumptions older than `ttl` seconds that no watch event confirmed; returns their uids."""
-        stale: list[str] = []
-        for uid in list(self._assumed):
-            p = self._pods.get(uid)
-            if p is None or p.assumed is None or p.observed is not None:
-                self._assumed.discard(uid)
-            elif now - p.assumed_at > ttl:
-                stale.append(uid)
-        for uid in stale:
-            self.forget(uid)
-            self._assumed.discard(uid)
-        return stale
-
-    # --- the one place usage changes -------------------------------------------------------------------
-
-    def _settle(self, uid: str) -> None:
-        self._holdings.pop(uid, None)
-        state = self._pods.get(uid)
-        self._set_counted(uid, state.counted if state is not None else None)
-
-    def _set_counted(self, uid: str, new: Held | None) -> None:
-        old = self._counted.get(uid)
-        if old == new:
-            return
+            self._holdings[uid] = holding
+            if old is not None and old.node == holding.node and old.slices == holding.slices:
+                return  # the same slices (an assumption confirmed): usage unchanged
         if old is not None:
-            del self._counted[uid]
             on_node = self._on_node.get(old.node, {})
             if on_node.pop(uid, None) is not None:
                 if not on_node:
                     self._on_node.pop(old.node, None)
                 gpus = self._registered.get(old.node)
                 if gpus is not None:
-                    self._registered[old.node] = without_slices(gpus, old.slices)
-                    self._changed.add(old.node)
-        if new is not None:
-            self._counted[uid] = new
-            self._on_node.setdefault(new.node, {})[uid] = new.slices
-            gpus = self._registered.get(new.node)
+                    self._set_gpus(old.node, without_slices(gpus, old.slices))
+        if holding is not None:
+            self._on_node.setdefault(holding.node, {})[uid] = holding.slices
+            gpus = self._registered.get(holding.node)
             if gpus is not None:
-                self._registered[new.node] = with_slices(gpus, new.slices)
-                self._changed.add(new.node)
+                self._set_gpus(holding.node, with_slices(gpus, holding.slices))
 
 
 __all__ = [

@@ -1,7 +1,8 @@
 """Everything hami-control watches, wired once: one `hami_kube` reflector per resource (pods, nodes,
-ResourceQuotas; list, then watch with bookmarks; resume, relist on 410, backoff), each feeding its
-stores (the pod store, the quota cache, the extender's GPU cache). `synced` is set after the first
-lists; /readyz waits for it."""
+ResourceQuotas; list, then watch with bookmarks; resume, relist on 410, backoff), each feeding one store:
+pods the pod store (which derives quota usage and tells the extender's GPU cache what each pod holds),
+nodes the GPU cache, ResourceQuotas the quota cache. `synced` is set after the first lists; /readyz
+waits for it."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from collections.abc import Sequence
 
 from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig
-from hami_control.gpu_sinks import FanoutSink, GPUNodeSink, GPUPodSink
-from hami_control.pod_store import PodCache
+from hami_control.gpu_sinks import GPUNodeSink
+from hami_control.pod_store import PodStore
 from hami_control.quota_store import ClusterQuotaView, QuotaCache
 from hami_kube.backoff import DEFAULT_RETRY, RetryPolicy
 from hami_kube.reflector import Lister, Reflector
@@ -34,21 +35,13 @@ class ClusterCaches:
         watch_timeout_s: int = 300,
     ) -> None:
         self.config = config
-        self.pods = PodCache(config)
+        self.gpus = ClusterCache(config.requests.names)
+        self.pods = PodStore(config, self.gpus)
         self.quotas = QuotaCache(config) if config.quota.enforce else None
         self.quota_view = ClusterQuotaView(self.pods, self.quotas)
-        self.gpus = ClusterCache(config.requests.names)
-        self.gpu_pods = GPUPodSink(self.gpus)
         self.gpu_nodes = GPUNodeSink(self.gpus)
         self.reflectors = [
-            Reflector(
-                api,
-                "pods",
-                "/api/v1/pods",
-                FanoutSink(self.pods, self.gpu_pods),
-                retry=retry,
-                watch_timeout_s=watch_timeout_s,
-            ),
+            Reflector(api, "pods", "/api/v1/pods", self.pods, retry=retry, watch_timeout_s=watch_timeout_s),
             Reflector(
                 api, "nodes", "/api/v1/nodes", self.gpu_nodes, retry=retry, watch_timeout_s=watch_timeout_s
             ),

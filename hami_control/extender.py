@@ -37,11 +37,13 @@ does not fit on (or that is unregistered) scores 0. A pod without a GPU request,
 cannot be read, scores 0 everywhere: the same for all nodes, so kube-scheduler's other scores decide
 (kube-scheduler ignores an extender's failed prioritize anyway). Unreadable candidates give `[]`.
 
-Cost: the pod (requests, annotations, policies, quota limits) is read once per request (`read_pod_ask`).
-With a `gputable.GPUTable` (the service passes one), a pod with one GPU-asking container is answered for
-every candidate at once by numpy over the table (~1 ms for 5,000 nodes x 8 GPUs), with the same verdicts,
-texts and scores as `fit_pod`; other pods (several GPU containers, numa-bind, a quota the pod only partly
-fits under) cost one `fit_pod` per candidate, O(GPUs of the node x log), ~100 µs a node.
+Cost: the pod (requests, annotations, policies, quota limits) is read once per request (`read_pod_ask`);
+the service (`scheduling.Extender`) reads it once per scheduling cycle instead and calls `filter_nodes` /
+`prioritize_nodes` with the ask, passing a `NodeFit` that reuses the cycle's GPU choices. With a
+`gputable.GPUTable` (the service passes one), a pod with one GPU-asking container is answered for every
+candidate at once by numpy over the table (~1 ms for 5,000 nodes x 8 GPUs), with the same verdicts, texts
+and scores as `fit_pod`; other pods (several GPU containers, numa-bind, a quota the pod only partly fits
+under) cost one `fit_pod` per candidate, O(GPUs of the node x log), ~100 µs a node.
 
 The GPU policy (`hami.io/gpu-scheduler-policy`), scoring weights (`hami.io/device-scoring-weights`) and
 device selector annotations (`nvidia.com/use-gputype`, ...) of the pod are honoured as in `fit`. An empty
@@ -57,8 +59,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -67,6 +69,12 @@ from hami_api.annotations import (
     DEVICE_SCORING_WEIGHTS,
     GPU_SCHEDULER_POLICY,
     NODE_SCHEDULER_POLICY,
+    NOUSE_GPU_TYPE,
+    NOUSE_GPU_UUID,
+    NUMA_BIND,
+    USE_GPU_TYPE,
+    USE_GPU_UUID,
+    VGPU_MODE,
     decode_device_selector,
     decode_gpu_policy,
     decode_node_policy,
@@ -77,7 +85,16 @@ from hami_api.errors import QuantityError, RequestError, WireFormatError
 from hami_api.resources import ContainerRequest, container_request, pod_containers, pod_has_hami_resource
 from hami_api.types import DeviceSelector, GPUPolicy, NodePolicy, ScoringWeights
 from hami_control.config import ControlConfig
-from hami_control.fit import Fit, FitFailure, FitResult, QuotaCheck, Reason, fit_pod
+from hami_control.fit import (
+    DEFAULT_WEIGHTS,
+    NO_SELECTOR,
+    Fit,
+    FitFailure,
+    FitResult,
+    QuotaCheck,
+    Reason,
+    fit_pod,
+)
 from hami_control.gputable import (
     GPUTable,
     evaluate,
@@ -88,7 +105,7 @@ from hami_control.gputable import (
     score_inputs,
     simple_ask,
 )
-from hami_control.quota import QuotaUsage, QuotaView
+from hami_control.quota import QuotaLimits, QuotaUsage, QuotaView
 from hami_control.score import node_priority
 from hami_control.usage import NodeGPUs
 
@@ -204,8 +221,27 @@ def read_candidates(args: object) -> Candidates:
 
 
 @dataclass(frozen=True, slots=True)
+class NamespaceQuota:
+    """The namespace quota a pod is fitted under: its limits and what the namespace uses besides the pod.
+    Called with the pod's usage so far, it says whether the namespace can take it, as
+    `quota.check_quota` decides: only the dimensions the pod asks for count, and used + asked may reach
+    the limit exactly. A value, so two checks compare equal exactly when they decide alike (the
+    per-cycle state reuses a GPU choice only under an equal check)."""
+
+    limits: QuotaLimits
+    used: QuotaUsage
+
+    def __call__(self, usage: QuotaUsage) -> bool:
+        limits, used = self.limits, self.used
+        if limits.memory is not None and usage.memory > 0 and used.memory + usage.memory > limits.memory:
+            return False
+        return limits.cores is None or usage.cores <= 0 or used.cores + usage.cores <= limits.cores
+
+
+@dataclass(frozen=True, slots=True)
 class PodAsk:
-    """Everything about the pod that fitting and scoring need, read once per request."""
+    """Everything about the pod that fitting and scoring need, read once per request (or once per
+    scheduling cycle by the service, see `scheduling`). Equal asks fit and score alike."""
 
     namespace: str
     name: str
@@ -238,6 +274,29 @@ class PodAsk:
         """0..10 by the node policy, the node with the pod's chosen slices at their peak."""
         return node_priority(node, footprint_slices(fit.allocation, self.kinds), self.node_policy)
 
+    def under_quota(self, quota: QuotaView | None, config: ControlConfig) -> PodAsk:
+        """This ask checked against `quota` now (its namespace's limits and usage as they are); without a
+        view, or with quotas not enforced, unchecked."""
+        check = _quota_check(self.namespace, quota) if quota is not None and config.quota.enforce else None
+        return self if check == self.quota else replace(self, quota=check)
+
+
+ASK_ANNOTATIONS = (
+    USE_GPU_TYPE,
+    NOUSE_GPU_TYPE,
+    USE_GPU_UUID,
+    NOUSE_GPU_UUID,
+    VGPU_MODE,
+    NUMA_BIND,
+    GPU_SCHEDULER_POLICY,
+    NODE_SCHEDULER_POLICY,
+    DEVICE_SCORING_WEIGHTS,
+)
+"""The pod annotations `read_pod_ask` reads (selectors, policies, weights): a store that keeps these and
+the parsed requests can rebuild the ask (`ask_from_requests`)."""
+
+_NO_SIDECARS: frozenset[int] = frozenset()
+
 
 def _metadata(pod: Mapping[str, Any]) -> tuple[str, str, Mapping[str, str]]:
     metadata = pod.get("metadata")
@@ -263,27 +322,22 @@ def _metadata(pod: Mapping[str, Any]) -> tuple[str, str, Mapping[str, str]]:
     return values["namespace"] or "default", values["name"], annotations
 
 
-def _quota_check(namespace: str, view: QuotaView) -> QuotaCheck | None:
-    """A check of the pod's usage against the namespace's limits, as `quota.check_quota` decides it:
-    only the dimensions the pod asks for count, and used + asked may reach the limit exactly."""
+def _quota_check(namespace: str, view: QuotaView) -> NamespaceQuota | None:
+    """The check of the pod's usage against the namespace's limits, None when it has none."""
     limits = view.limits(namespace)
     if limits.unlimited:
         return None
-    used = view.used(namespace)
-    memory_limit, cores_limit = limits.memory, limits.cores
-
-    def check(usage: QuotaUsage) -> bool:
-        if memory_limit is not None and usage.memory > 0 and used.memory + usage.memory > memory_limit:
-            return False
-        return cores_limit is None or usage.cores <= 0 or used.cores + usage.cores <= cores_limit
-
-    return check
+    return NamespaceQuota(limits, view.used(namespace))
 
 
 def _given(annotations: Mapping[str, Any], key: str) -> bool:
     """Whether the annotation is set to something other than blank text."""
     value = annotations.get(key)
     return value is not None and not (isinstance(value, str) and not value.strip())
+
+
+def _who(namespace: str, name: str) -> str:
+    return f"pod {namespace}/{name or '?'}"
 
 
 def read_pod_ask(pod: object, config: ControlConfig, quota: QuotaView | None = None) -> PodAsk | None:
@@ -295,7 +349,6 @@ def read_pod_ask(pod: object, config: ControlConfig, quota: QuotaView | None = N
     if not isinstance(pod, Mapping):
         raise ExtenderArgsError(f"ExtenderArgs.Pod: expected a Pod object, got {_kind(pod)}")
     namespace, name, annotations = _metadata(pod)
-    who = f"pod {namespace}/{name or '?'}"
     names, defaults = config.requests.names, config.requests.defaults
     try:
         if not pod_has_hami_resource(pod, names):
@@ -304,11 +357,29 @@ def read_pod_ask(pod: object, config: ControlConfig, quota: QuotaView | None = N
         requests = tuple(
             (container_request(container, names, defaults, init), init) for container, init in containers
         )
-        if all(request is None for request, _ in requests):
-            return None
         sidecars = frozenset(
             i for i, (c, init) in enumerate(containers) if container_kind(c, init) is ContainerKind.SIDECAR
         )
+    except (RequestError, WireFormatError, QuantityError) as err:
+        raise ExtenderArgsError(f"{_who(namespace, name)}: {err}") from None
+    ask = ask_from_requests(namespace, name, annotations, requests, sidecars, config)
+    return None if ask is None else ask.under_quota(quota, config)
+
+
+def ask_from_requests(  # noqa: PLR0917 (the parts of a pod, named)
+    namespace: str,
+    name: str,
+    annotations: Mapping[str, str],
+    requests: tuple[tuple[ContainerRequest | None, bool], ...],
+    sidecars: frozenset[int],
+    config: ControlConfig,
+) -> PodAsk | None:
+    """`read_pod_ask` (without a quota) for a pod whose requests are already read: decodes the selector,
+    policy and weight annotations (`ASK_ANNOTATIONS`). `namespace` as `read_pod_ask` gives it ("default"
+    for none). Raises `ExtenderArgsError` like it."""
+    if all(request is None for request, _ in requests):
+        return None
+    try:
         selector = decode_device_selector(annotations)
         # An empty (or blank) policy annotation means the configured default, as in HAMi (its empty
         # value sorts as its defaults, spread for GPUs and binpack for nodes); an unknown one is an error.
@@ -318,13 +389,22 @@ def read_pod_ask(pod: object, config: ControlConfig, quota: QuotaView | None = N
         node_policy = config.scheduling.node_policy
         if _given(annotations, NODE_SCHEDULER_POLICY):
             node_policy = decode_node_policy(annotations[NODE_SCHEDULER_POLICY])
-        weights = ScoringWeights()
+        weights = DEFAULT_WEIGHTS
         if DEVICE_SCORING_WEIGHTS in annotations:
             weights = decode_scoring_weights(annotations[DEVICE_SCORING_WEIGHTS])
     except (RequestError, WireFormatError, QuantityError) as err:
-        raise ExtenderArgsError(f"{who}: {err}") from None
-    check = _quota_check(namespace, quota) if quota is not None and config.quota.enforce else None
-    return PodAsk(namespace, name, requests, selector, gpu_policy, node_policy, weights, check, sidecars)
+        raise ExtenderArgsError(f"{_who(namespace, name)}: {err}") from None
+    return PodAsk(
+        namespace,
+        name,
+        requests,
+        NO_SELECTOR if selector == NO_SELECTOR else selector,  # one shared value for most pods
+        gpu_policy,
+        node_policy,
+        weights,
+        None,
+        sidecars or _NO_SIDECARS,
+    )
 
 
 # --- filter -----------------------------------------------------------------------------------------------
@@ -367,6 +447,11 @@ UNREGISTERED_WORD = "NodeUnregistered"
 """The filter-reason counter's word for unregistered nodes."""
 
 
+NodeFit = Callable[[str, NodeGPUs], FitResult]
+"""(node name, its GPUs) -> the pod's fit there: the seam through which the service reuses the GPU choices
+of a scheduling cycle (`cycle.PodCycle.fitter`); plain `PodAsk.fit` otherwise."""
+
+
 def filter_pod(
     args: object,
     view: NodeView,
@@ -386,13 +471,33 @@ def filter_pod(
         ask = read_pod_ask(_args(args).get("Pod"), config, quota)
     except ExtenderArgsError as err:
         log.debug("filter: %s", err)
-        return _filter_result(None, error=str(err))
+        return filter_error(str(err))
+    return filter_nodes(ask, candidates, view, table=table, reasons=reasons)
+
+
+def filter_error(message: str) -> dict[str, Any]:
+    """The ExtenderFilterResult of a request that cannot be answered."""
+    return _filter_result(None, error=message)
+
+
+def filter_nodes(
+    ask: PodAsk | None,
+    candidates: Candidates,
+    view: NodeView,
+    *,
+    table: GPUTable | None = None,
+    reasons: Counter[str] | None = None,
+    fit: NodeFit | None = None,
+) -> dict[str, Any]:
+    """`filter_pod` for an ask already read: the ExtenderFilterResult over `candidates`. Nodes the table
+    does not answer are fitted one by one with `fit` (default `ask.fit`)."""
     if ask is None:
         return _filter_result(candidates, range(len(candidates.names)))
     if table is not None:
         fast = _filter_vectorised(ask, candidates, view, table, reasons)
         if fast is not None:
             return fast
+    fit_node: NodeFit = fit if fit is not None else lambda _name, node: ask.fit(node)
     fitting: list[int] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
@@ -403,7 +508,7 @@ def filter_pod(
             if reasons is not None:
                 reasons[UNREGISTERED_WORD] += 1
             continue
-        result = ask.fit(node)
+        result = fit_node(name, node)
         if isinstance(result, Fit):
             fitting.append(index)
             failed.pop(name, None)
@@ -474,12 +579,25 @@ def prioritize_pod(
     except ExtenderArgsError as err:
         log.debug("prioritize: %s", err)
         return []
-    hosts = list(dict.fromkeys(candidates.names))
     try:
         ask = read_pod_ask(_args(args).get("Pod"), config, quota)
     except ExtenderArgsError as err:
         log.debug("prioritize: %s", err)
         ask = None
+    return prioritize_nodes(ask, candidates, view, table=table)
+
+
+def prioritize_nodes(
+    ask: PodAsk | None,
+    candidates: Candidates,
+    view: NodeView,
+    *,
+    table: GPUTable | None = None,
+    fit: NodeFit | None = None,
+) -> list[dict[str, Any]]:
+    """`prioritize_pod` for an ask already read (None: asks no GPU, or unreadable). Nodes the table does
+    not score are fitted one by one with `fit` (default `ask.fit`)."""
+    hosts = list(dict.fromkeys(candidates.names))
     if ask is None:
         return [{"Host": host, "Score": NEUTRAL_SCORE} for host in hosts]
     score = [0] * len(hosts)
@@ -497,26 +615,34 @@ def prioritize_pod(
         score = full.tolist()
         # A percentage over GPUs of different sizes: score the GPUs fit_pod really picks.
         exact = known[ev.fits & (slice_mem < 0)].tolist()
+    fit_node: NodeFit = fit if fit is not None else lambda _name, node: ask.fit(node)
     for pos in exact:
         node = view.node_gpus(hosts[pos])
         if node is not None:
-            result = ask.fit(node)
+            result = fit_node(hosts[pos], node)
             if isinstance(result, Fit):
                 score[pos] = ask.priority(node, result)
     return [{"Host": host, "Score": value} for host, value in zip(hosts, score, strict=True)]
 
 
 __all__ = [
+    "ASK_ANNOTATIONS",
     "NEUTRAL_SCORE",
     "NOT_CACHED",
     "UNREGISTERED",
     "UNREGISTERED_WORD",
     "Candidates",
     "ExtenderArgsError",
+    "NamespaceQuota",
+    "NodeFit",
     "NodeView",
     "PodAsk",
+    "ask_from_requests",
     "failure_reason",
+    "filter_error",
+    "filter_nodes",
     "filter_pod",
+    "prioritize_nodes",
     "prioritize_pod",
     "read_candidates",
     "read_pod_ask",

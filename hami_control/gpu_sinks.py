@@ -1,5 +1,6 @@
-"""The watch sinks that feed the extender's GPU cache (`cache.ClusterCache`) from the same pod and node
-watches: GPU pods and registered nodes, relists included, with hooks for the binder."""
+"""The node watch's sink: registered nodes into the extender's GPU cache (`cache.ClusterCache`), relists
+included, HAMi's node lock annotation kept per node, and hooks for the binder. (Pods go to the pod store,
+`pod_store.PodStore`, which feeds the GPU cache what they hold.)"""
 
 from __future__ import annotations
 
@@ -9,83 +10,13 @@ from collections.abc import Callable, Sequence
 from hami_api import annotations as ann
 from hami_control.cache import ClusterCache
 from hami_kube.client import JSONDict
-from hami_kube.reflector import WatchSink, replace_all
+from hami_kube.reflector import replace_all
 
 log = logging.getLogger(__name__)
 
 
-class FanoutSink:
-    """One reflector feeding several sinks (the pods watch feeds the quota cache and the GPU cache)."""
-
-    def __init__(self, *sinks: WatchSink) -> None:
-        self.sinks = sinks
-
-    def replace(self, items: Sequence[JSONDict]) -> None:
-        replace_all(self, items)
-
-    def begin_replace(self) -> None:
-        for sink in self.sinks:
-            sink.begin_replace()
-
-    def add_page(self, items: Sequence[JSONDict]) -> None:
-        for sink in self.sinks:
-            sink.add_page(items)
-
-    def end_replace(self) -> None:
-        for sink in self.sinks:
-            sink.end_replace()
-
-    def apply(self, kind: str, obj: JSONDict) -> None:
-        for sink in self.sinks:
-            sink.apply(kind, obj)
-
-
-PodHook = Callable[[str, JSONDict, bool], None]
-"""(uid, pod, deleted) after the GPU cache took a pod event: the binder's window watches bind-phase."""
 NodeHook = Callable[[str], None]
 """(node name) after the GPU cache took a node event."""
-
-
-class GPUPodSink:
-    """Pods -> `ClusterCache` (their GPU slices), then the hooks."""
-
-    def __init__(self, cache: ClusterCache) -> None:
-        self.cache = cache
-        self.hooks: list[PodHook] = []
-        self._listed: set[str] = set()
-
-    def replace(self, items: Sequence[JSONDict]) -> None:
-        replace_all(self, items)
-
-    def begin_replace(self) -> None:
-        self._listed = set()
-
-    def add_page(self, items: Sequence[JSONDict]) -> None:
-        self._listed |= self.cache.pods_listed(items)
-        for pod in items:
-            self._notify(pod, False)
-
-    def end_replace(self) -> None:
-        listed, self._listed = self._listed, set()
-        self.cache.pods_not_listed(listed)
-
-    def apply(self, kind: str, obj: JSONDict) -> None:
-        if kind == "DELETED":
-            meta = obj.get("metadata") or {}
-            self.cache.pod_deleted(
-                str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or "")
-            )
-        else:
-            self.cache.pod_upserted(obj)
-        self._notify(obj, kind == "DELETED")
-
-    def _notify(self, pod: JSONDict, deleted: bool) -> None:
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
-        for hook in self.hooks:
-            try:
-                hook(uid, pod, deleted)
-            except Exception:
-                log.exception("a pod hook failed")
 
 
 class GPUNodeSink:
@@ -149,7 +80,6 @@ class GPUNodeSink:
 
 
 __all__ = [
-    "FanoutSink",
     "GPUNodeSink",
-    "GPUPodSink",
+    "NodeHook",
 ]

@@ -156,21 +156,27 @@ class ControlPlane:
                     return None
                 raise LookupError(f"pod {namespace}/{name}: cannot read it: {err}") from None
 
-        self.extender = extender = Extender(
-            config, caches.gpus, quota=caches.quota_view, metrics=metrics, events=events, read_pod=read_pod
-        )
         self.binder = binder = Binder(
             caches.gpus,
-            extender.pod_ask,
+            caches.pods,
             KubeBindingWriter(api),
             events,
             node_lock=Extender.node_lock_from(caches.gpu_nodes.locks),
             allocate_timeout_s=config.binder.allocate_timeout_s,
             bind_wait_s=config.binder.bind_wait_s,
         )
-        extender.binder = binder
+        self.extender = extender = Extender(
+            config,
+            caches.gpus,
+            caches.pods,
+            binder=binder,
+            quota=caches.quota_view,
+            metrics=metrics,
+            events=events,
+            read_pod=read_pod,
+        )
 
-        caches.gpu_pods.hooks.append(binder.pod_event)
+        caches.pods.add_listener(binder.pod_event)
         caches.gpu_nodes.hooks.append(binder.node_changed)
         self._tasks.append(asyncio.create_task(binder.run_sweeper(), name="bind-sweeper"))
 

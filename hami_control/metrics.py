@@ -168,7 +168,7 @@ class QuotaSource(Protocol):
     """Namespace GPU quotas for the `hami_resource_quota_*` families (memory in MiB, cores in percent).
 
     `namespaces`: the namespaces that have a GPU memory or cores limit. `limits` / `used`: as
-    `quota.QuotaView` (`quota_store.QuotaCache.limits` and `pod_store.PodCache.used` answer them)."""
+    `quota.QuotaView` (`quota_store.QuotaCache.limits` and `pod_store.PodStore.used` answer them)."""
 
     def namespaces(self) -> Iterable[str]: ...
 

@@ -1,10 +1,29 @@
-"""The control plane's pod store: one `PodRecord` per pod (what is kept of it), updated once per watch
-event, and the namespace quota usage derived from it.
+"""The control plane's pod store: every pod of the cluster, one `PodRecord` per pod keyed by its uid, read
+once per watch event. It is the one sink of the pods reflector (client-go's model: one store per
+resource, handlers fed from it); everything else about pods is derived from it, event by event:
 
-Quota usage (`PodCache`, `quota_store.ClusterQuotaView`). Each pod's quota usage is computed once per
-watch event (`quota.pod_quota_usage`) and added to / removed from its namespace's running total, so a
-quota check is two dictionary lookups, never a walk over pods. Every non-terminal pod counts (Pending
-included); Succeeded and Failed pods and deleted pods do not.
+- **Quota usage.** Each record carries what the pod counts against its namespace's GPU quota, added to /
+  removed from the namespace's running total, so a quota check is two dictionary lookups, never a walk
+  over pods. Every non-terminal pod counts (Pending included); Succeeded, Failed and deleted pods do not.
+- **GPU holdings.** A pod holds GPU slices when it carries `hami.io/vgpu-node` and is not terminal; the
+  slices come from `hami.io/vgpu-devices-allocated` (or `hami.io/vgpu-devices-to-allocate` when that is
+  missing or empty), reduced to the pod's footprint with `hami_api.containers.footprint_slices` (init
+  containers run one at a time before the regular ones, sidecars beside them). A pod whose annotations
+  do not decode holds nothing, with its reason logged once. The store tells `cache.ClusterCache` what
+  each pod holds now (`hold`), which moves the slices between nodes.
+- **Binder assumptions.** A pod the binder has bound counts from `assume` on. The first watch event that
+  shows the pod with a decodable allocation replaces the assumption (never both); an event that does
+  not yet show it (no `hami.io/vgpu-node`, an older copy of the pod) leaves it in place. `forget` drops
+  an assumption after a failed bind, `expire` the ones no watch confirmed within a TTL. A terminal or
+  deleted pod releases both. A relist drops the pods it no longer has, but pods known only through
+  `assume` stay (their bind may be in flight).
+- **Listeners** get (old, new) records on every change, a relist's differences included: the binder's
+  pending window reads the bind phase from them.
+- **The GPU ask** of a pod is rebuilt from its record (`PodRecord.ask`, requests parsed once per event),
+  so `/bind` finds any watched pod's ask here without reading the API.
+
+A delete event names the pod by uid, or (if it carries none) by namespace and name: the store keeps the
+uid of every pod it has seen by name, terminal ones included. Pods without a uid are ignored.
 
 Assumed admissions. Between the webhook allowing a pod and the watch showing it there is a window
 (the API server still has to store it, then the event has to arrive). A burst of creates inside that
@@ -25,17 +44,17 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from hami_api import annotations as ann
-from hami_api.resources import ContainerRequest, pod_requests
-from hami_control.cache import TERMINAL_PHASES
+from hami_api.containers import ContainerKind, container_kind, footprint_slices
+from hami_api.errors import QuantityError, RequestError, WireFormatError
+from hami_api.resources import ContainerRequest, container_request, pod_containers
+from hami_api.types import PodAllocation
+from hami_control.cache import TERMINAL_PHASES, ClusterCache, Held, PodHolding
 from hami_control.config import ControlConfig
-from hami_control.quota import (
-    QuotaUsage,
-    allocation_quota_usage,
-    pod_quota_usage,
-)
+from hami_control.extender import ASK_ANNOTATIONS, ExtenderArgsError, PodAsk, ask_from_requests, read_pod_ask
+from hami_control.quota import QuotaUsage, allocation_quota_usage, requests_quota_usage
 from hami_kube.client import JSONDict
 from hami_kube.reflector import replace_all
 
@@ -43,17 +62,28 @@ log = logging.getLogger(__name__)
 
 
 KEPT_ANNOTATIONS = (
-    ann.DEVICES_TO_ALLOCATE,
-    ann.DEVICES_ALLOCATED,
     ann.VGPU_NODE,
     ann.VGPU_TIME,
     ann.BIND_PHASE,
     ann.BIND_TIME,
+    *ASK_ANNOTATIONS,
 )
-"""The pod annotations the cache keeps (HAMi's allocation and bind bookkeeping)."""
+"""The pod annotations a record keeps: HAMi's bind bookkeeping and what the GPU ask reads. The
+allocation annotations are kept in their decoded form only (`PodRecord.held`, `PodRecord.usage`)."""
 
 PodKey = tuple[str, str]
 """(namespace, name)."""
+
+Requests = tuple[tuple[ContainerRequest | None, bool], ...]
+"""(request or None, is init container) per container, init containers first."""
+
+MAX_SHAPES = 4096
+"""How many distinct pod requests the store shares between records (a bound against odd clusters)."""
+
+_T = TypeVar("_T")
+_ZERO = QuotaUsage()
+_NO_SIDECARS: frozenset[int] = frozenset()
+_BAD_INPUT = (RequestError, WireFormatError, QuantityError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +97,21 @@ class PodRecord:
     node_name: str
     scheduler_name: str
     resource_version: str
-    requests: tuple[ContainerRequest | None, ...]
-    """Per container, init containers first; empty when the pod's resources do not parse."""
+    container_requests: Requests
+    """Per container; empty when the pod's resources do not parse (`request_error` says why)."""
     annotations: Mapping[str, str]
     """The `KEPT_ANNOTATIONS` the pod carries."""
     usage: QuotaUsage
     """What the pod counts against its namespace's GPU quota (zero when terminal or GPU-less)."""
     init_containers: int = 0
+    sidecars: frozenset[int] = _NO_SIDECARS
+    """Indexes of the restartable init containers."""
+    request_error: str = ""
+    """Why the pod's GPU resources cannot be read (as `extender.read_pod_ask` says it), if they cannot."""
+    held: Held | None = None
+    """What the pod holds on its node (None: nothing, terminal, or annotations that do not decode)."""
+    held_error: str = ""
+    """Why the pod's allocation annotations do not decode, if they do not."""
 
     @property
     def key(self) -> PodKey:
@@ -84,51 +122,175 @@ class PodRecord:
         return self.phase in TERMINAL_PHASES
 
     @property
+    def requests(self) -> tuple[ContainerRequest | None, ...]:
+        """Per container, init containers first; empty when the pod's resources do not parse."""
+        return tuple(request for request, _ in self.container_requests)
+
+    @property
     def asks_gpu(self) -> bool:
-        return any(r is not None for r in self.requests)
+        return any(r is not None for r, _ in self.container_requests)
 
-
-_ZERO = QuotaUsage()
-
-
-def pod_record(pod: Mapping[str, Any], config: ControlConfig) -> PodRecord:
-    """Distil a pod (plain JSON) into a `PodRecord`. Never raises on bad resources or annotations: a pod
-    whose GPU resources do not parse asks nothing, a bad allocation annotation falls back to the request."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-    raw_annotations = meta.get("annotations") or {}
-    kept = {k: str(raw_annotations[k]) for k in KEPT_ANNOTATIONS if k in raw_annotations}
-    phase = str(status.get("phase") or "Pending")
-    try:
-        requests = pod_requests(pod, config.requests.names, config.requests.defaults)
-        usage = _ZERO if phase in TERMINAL_PHASES else pod_quota_usage(pod, config)
-    except ValueError as err:
-        log.debug(
-            "pod %s/%s: GPU resources not understood (%s); counted as asking none", namespace, name, err
+    def ask(self, config: ControlConfig) -> PodAsk | None:
+        """The pod's GPU ask (without a quota check), as `extender.read_pod_ask` reads it from the pod:
+        None for a pod that asks no GPU. Raises `ExtenderArgsError` for a pod whose resources or GPU
+        annotations cannot be read."""
+        if self.request_error:
+            raise ExtenderArgsError(self.request_error)
+        return ask_from_requests(
+            self.namespace or "default",
+            self.name,
+            self.annotations,
+            self.container_requests,
+            self.sidecars,
+            config,
         )
-        requests, usage = (), _ZERO
-    init_containers = len(spec.get("initContainers") or ()) if isinstance(spec, Mapping) else 0
-    allocated = kept.get(ann.DEVICES_ALLOCATED)
-    if allocated and phase not in TERMINAL_PHASES:
-        try:
-            allocation = ann.decode_pod_allocation(allocated, ann.DEVICES_ALLOCATED)
-            usage = allocation_quota_usage(allocation, init_containers)
-        except ValueError as err:
-            log.debug("pod %s/%s: %s; quota counts its request instead", namespace, name, err)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class _Containers:
+    """A pod's containers, read once per event."""
+
+    requests: Requests = ()
+    sidecars: frozenset[int] = _NO_SIDECARS
+    kinds: tuple[ContainerKind, ...] | None = None
+    """None when the spec is malformed (`kinds_error` says why)."""
+    kinds_error: str = ""
+    request_error: str = ""
+    """`read_pod_ask`'s message when the GPU resources cannot be read."""
+
+
+def _containers(pod: Mapping[str, Any], config: ControlConfig) -> _Containers:
+    names, defaults = config.requests.names, config.requests.defaults
+    try:
+        containers = pod_containers(pod)
+    except _BAD_INPUT as err:
+        return _Containers(kinds_error=str(err), request_error=_ask_error(pod, config))
+    kinds = tuple(container_kind(c, init) for c, init in containers)
+    try:
+        requests = tuple((container_request(c, names, defaults, init), init) for c, init in containers)
+    except _BAD_INPUT:
+        return _Containers(kinds=kinds, request_error=_ask_error(pod, config))
+    sidecars = frozenset(i for i, kind in enumerate(kinds) if kind is ContainerKind.SIDECAR)
+    return _Containers(requests, sidecars or _NO_SIDECARS, kinds)
+
+
+def _ask_error(pod: Mapping[str, Any], config: ControlConfig) -> str:
+    """`read_pod_ask`'s message for a pod whose resources do not parse (a rare path: it reads again)."""
+    try:
+        read_pod_ask(pod, config)
+    except ExtenderArgsError as err:
+        return str(err)
+    return "pod resources cannot be read"
+
+
+def _allocated(annotations: Mapping[str, Any]) -> PodAllocation | WireFormatError | None:
+    """`hami.io/vgpu-devices-allocated` decoded (None when absent or empty, the error when it does not
+    decode): read once per event for both what the pod holds and its quota usage."""
+    allocated = annotations.get(ann.DEVICES_ALLOCATED)
+    if not isinstance(allocated, str) or not allocated:
+        return None
+    try:
+        return ann.decode_pod_allocation(allocated, ann.DEVICES_ALLOCATED)
+    except WireFormatError as err:
+        return err
+
+
+def _held(
+    annotations: Mapping[str, Any], allocated: PodAllocation | WireFormatError | None, containers: _Containers
+) -> tuple[Held | None, str]:
+    """What a non-terminal pod holds: (held, why not when its annotations do not decode). The allocation
+    is `hami.io/vgpu-devices-allocated`, or `hami.io/vgpu-devices-to-allocate` when that is missing."""
+    node_text = annotations.get(ann.VGPU_NODE)
+    if not isinstance(node_text, str):
+        return None, ""
+    try:
+        node = ann.decode_vgpu_node(node_text)
+        if isinstance(allocated, WireFormatError):
+            raise allocated
+        if allocated is None:
+            to_allocate = annotations.get(ann.DEVICES_TO_ALLOCATE)
+            text = to_allocate if isinstance(to_allocate, str) else ""
+            allocated = ann.decode_pod_allocation(text, ann.DEVICES_TO_ALLOCATE)
+    except WireFormatError as err:
+        return None, str(err)
+    if containers.kinds is None:
+        return None, containers.kinds_error
+    return Held(node, footprint_slices(allocated, containers.kinds)), ""
+
+
+def _usage(
+    allocated: PodAllocation | WireFormatError | None, requests: Requests, init_containers: int, who: str
+) -> QuotaUsage:
+    """A non-terminal pod's quota usage: from its allocation once chosen (the real MiB), else its request."""
+    if isinstance(allocated, WireFormatError):
+        log.debug("pod %s: %s; quota counts its request instead", who, allocated)
+    elif allocated is not None:
+        return allocation_quota_usage(allocated, init_containers)
+    return requests_quota_usage(requests) if requests else _ZERO
+
+
+def _same(previous: _T | None, value: _T) -> _T:
+    """`previous` when it equals `value`: a pod's next event then costs no memory for what it kept."""
+    return previous if previous is not None and previous == value else value
+
+
+def pod_record(
+    pod: Mapping[str, Any],
+    config: ControlConfig,
+    previous: PodRecord | None = None,
+    *,
+    shapes: dict[Requests, Requests] | None = None,
+) -> PodRecord:
+    """Distil a pod (plain JSON) into a `PodRecord`. Never raises on bad resources or annotations: a pod
+    whose GPU resources do not parse asks nothing (and says why), a bad allocation annotation holds
+    nothing and its quota usage falls back to the request. `previous`, the pod's last record: the parts
+    that did not change are shared with it; `shapes`: requests seen before (pods of one workload ask
+    alike), shared by every record that asks the same, up to `MAX_SHAPES` of them."""
+    meta = _mapping(pod.get("metadata"))
+    spec = _mapping(pod.get("spec"))
+    status = _mapping(pod.get("status"))
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    raw = _mapping(meta.get("annotations"))
+    kept = {k: str(raw[k]) for k in KEPT_ANNOTATIONS if k in raw}
+    phase = str(status.get("phase") or "Pending")
+    containers = _containers(pod, config)
+    if containers.request_error:
+        log.debug("%s; counted as asking no GPU", containers.request_error)
+    init_containers = len(spec.get("initContainers") or ())
+    held: Held | None = None
+    held_error = ""
+    usage = _ZERO
+    if phase not in TERMINAL_PHASES:
+        allocated = _allocated(raw)
+        held, held_error = _held(raw, allocated, containers)
+        usage = _usage(allocated, containers.requests, init_containers, f"{namespace}/{name}")
+    old = previous
+    requests = _same(old.container_requests if old else None, containers.requests)
+    if shapes is not None:
+        shared = shapes.get(requests)
+        if shared is None and len(shapes) < MAX_SHAPES:
+            shapes[requests] = shared = requests
+        requests = shared or requests
     return PodRecord(
         namespace=namespace,
         name=name,
         uid=str(meta.get("uid") or ""),
         phase=phase,
-        node_name=str(spec.get("nodeName") or "") if isinstance(spec, Mapping) else "",
-        scheduler_name=str(spec.get("schedulerName") or "") if isinstance(spec, Mapping) else "",
+        node_name=str(spec.get("nodeName") or ""),
+        scheduler_name=str(spec.get("schedulerName") or ""),
         resource_version=str(meta.get("resourceVersion") or ""),
-        requests=requests,
-        annotations=kept,
+        container_requests=requests,
+        annotations=_same(old.annotations if old else None, kept),
         usage=usage,
         init_containers=init_containers,
+        sidecars=containers.sidecars,
+        request_error=containers.request_error,
+        held=_same(old.held if old else None, held),
+        held_error=held_error,
     )
 
 
@@ -136,8 +298,11 @@ PodListener = Callable[[PodRecord | None, PodRecord | None], None]
 """Called with (old, new) on every change: (None, new) added, (old, None) deleted."""
 
 
+# --- the webhook's assumed admissions -------------------------------------------------------------------
+
+
 @dataclass(slots=True)
-class _Assumed:
+class _Admitted:
     """One admitted pod not yet seen by the watch: keyed by its name, or by its generateName prefix."""
 
     key: str
@@ -147,7 +312,7 @@ class _Assumed:
     live: bool = True
 
 
-class _AssumedInNamespace:
+class _AdmittedInNamespace:
     """A namespace's assumed admissions with their running total. Entries are found by name (dict) or
     generateName (FIFO per prefix) and expire in admission order, so every operation is O(1) amortised
     however many admissions wait (a dropped entry is only marked; its expiry unlinks it)."""
@@ -156,11 +321,11 @@ class _AssumedInNamespace:
 
     def __init__(self) -> None:
         self.total = _ZERO
-        self.order: collections.deque[_Assumed] = collections.deque()
-        self.by_name: dict[str, _Assumed] = {}
-        self.by_generate_name: dict[str, collections.deque[_Assumed]] = {}
+        self.order: collections.deque[_Admitted] = collections.deque()
+        self.by_name: dict[str, _Admitted] = {}
+        self.by_generate_name: dict[str, collections.deque[_Admitted]] = {}
 
-    def add(self, entry: _Assumed) -> None:
+    def add(self, entry: _Admitted) -> None:
         if entry.by_name:
             old = self.by_name.get(entry.key)
             if old is not None:
@@ -171,7 +336,7 @@ class _AssumedInNamespace:
         self.order.append(entry)
         self.total += entry.usage
 
-    def drop(self, entry: _Assumed) -> None:
+    def drop(self, entry: _Admitted) -> None:
         if not entry.live:
             return
         entry.live = False
@@ -205,33 +370,60 @@ class _AssumedInNamespace:
         return not self.order
 
 
-class PodCache:
-    """Every pod of the cluster as a `PodRecord`, and each namespace's quota usage kept as a running
-    total (see the module docstring, also for the assumed admissions). A `WatchSink` for a `Reflector`."""
+# --- the binder's assumptions ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """A pod the binder bound that no watch event has confirmed yet."""
+
+    held: Held
+    at: float
+    namespace: str
+    name: str
+
+
+# --- the store ------------------------------------------------------------------------------------------
+
+
+class PodStore:
+    """Every pod of the cluster as a `PodRecord` by uid, and what is derived from it (see the module
+    docstring). A `WatchSink` for the pods `Reflector`; single event loop, not thread-safe."""
 
     def __init__(
         self,
         config: ControlConfig,
+        gpus: ClusterCache,
         *,
         assume_ttl_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
+        self.gpus = gpus
         self.assume_ttl_s = assume_ttl_s
         self.clock = clock
-        self._pods: dict[PodKey, PodRecord] = {}
+        self._pods: dict[str, PodRecord] = {}
+        self._uids: dict[PodKey, str] = {}
+        """(namespace, name) -> uid, for deletes that name no uid."""
         self._used: dict[str, QuotaUsage] = {}
-        self._assumed: dict[str, _AssumedInNamespace] = {}
+        self._admitted: dict[str, _AdmittedInNamespace] = {}
+        self._bound: dict[str, _Bound] = {}
         self._listeners: list[PodListener] = []
-        self._fresh: dict[PodKey, PodRecord] = {}
+        self._fresh: dict[str, PodRecord] = {}
+        self._shapes: dict[Requests, Requests] = {}
 
-    # reading
+    # --- reading ---------------------------------------------------------------------------------------
 
     def __len__(self) -> int:
         return len(self._pods)
 
-    def get(self, namespace: str, name: str) -> PodRecord | None:
-        return self._pods.get((namespace, name))
+    def get(self, uid: str) -> PodRecord | None:
+        return self._pods.get(uid)
+
+    def find(self, namespace: str, name: str) -> PodRecord | None:
+        """The pod of that name (the last uid seen under it), if the store has it."""
+        uid = self._uids.get((namespace, name))
+        return self._pods.get(uid) if uid is not None else None
 
     def pods(self) -> Iterable[PodRecord]:
         return self._pods.values()
@@ -239,52 +431,92 @@ class PodCache:
     def used(self, namespace: str) -> QuotaUsage:
         """The namespace's usage: watched non-terminal pods plus admissions not yet seen by the watch."""
         used = self._used.get(namespace, _ZERO)
-        assumed = self._assumed.get(namespace)
-        if assumed is not None:
-            assumed.expire(self.clock())
-            if assumed.empty:
-                del self._assumed[namespace]
+        admitted = self._admitted.get(namespace)
+        if admitted is not None:
+            admitted.expire(self.clock())
+            if admitted.empty:
+                del self._admitted[namespace]
             else:
-                used += assumed.total
+                used += admitted.total
         return used
 
-    def assumed(self, namespace: str) -> int:
+    def admitted(self, namespace: str) -> int:
         """How many admissions of the namespace are still waiting for the watch (for tests and logs)."""
-        assumed = self._assumed.get(namespace)
-        if assumed is None:
+        admitted = self._admitted.get(namespace)
+        if admitted is None:
             return 0
-        assumed.expire(self.clock())
-        return sum(1 for a in assumed.order if a.live)
+        admitted.expire(self.clock())
+        return sum(1 for a in admitted.order if a.live)
 
     def add_listener(self, listener: PodListener) -> None:
         self._listeners.append(listener)
 
-    # admissions
+    # --- the webhook's admissions ----------------------------------------------------------------------
 
-    def assume(self, namespace: str, name: str, generate_name: str, usage: QuotaUsage) -> None:
+    def admit(self, namespace: str, name: str, generate_name: str, usage: QuotaUsage) -> None:
         """Count `usage` for a pod the webhook just admitted until the watch shows it (or the TTL ends).
         `name` is "" for pods named by `generate_name` (the API server picks the name after admission)."""
         if usage.memory <= 0 and usage.cores <= 0:
             return
-        if name and (namespace, name) in self._pods:
+        if name and (namespace, name) in self._uids:
             return  # already visible (cannot happen for a CREATE, but never count twice)
         key, by_name = (name, True) if name else (generate_name, False)
-        assumed = self._assumed.get(namespace)
-        if assumed is None:
-            assumed = self._assumed[namespace] = _AssumedInNamespace()
-        assumed.add(_Assumed(key, by_name, usage, self.clock() + self.assume_ttl_s))
+        admitted = self._admitted.get(namespace)
+        if admitted is None:
+            admitted = self._admitted[namespace] = _AdmittedInNamespace()
+        admitted.add(_Admitted(key, by_name, usage, self.clock() + self.assume_ttl_s))
 
     def _seen(self, pod: Mapping[str, Any], namespace: str, name: str) -> None:
         """A pod appeared in the watch: drop the admission assumed for it (by name, else by generateName)."""
-        assumed = self._assumed.get(namespace)
-        if assumed is None:
+        admitted = self._admitted.get(namespace)
+        if admitted is None:
             return
-        assumed.seen(name, str((pod.get("metadata") or {}).get("generateName") or ""))
-        assumed.expire(self.clock())
-        if assumed.empty:
-            del self._assumed[namespace]
+        admitted.seen(name, str(_mapping(pod.get("metadata")).get("generateName") or ""))
+        admitted.expire(self.clock())
+        if admitted.empty:
+            del self._admitted[namespace]
 
-    # the watch
+    # --- the binder's assumptions ----------------------------------------------------------------------
+
+    def assume(
+        self,
+        uid: str,
+        node: str,
+        allocation: PodAllocation,
+        kinds: Sequence[ContainerKind],
+        now: float,
+        *,
+        namespace: str = "",
+        name: str = "",
+    ) -> None:
+        """Count a pod the binder is binding to `node` from now on, until a watch event confirms it.
+        A pod the watch already shows with its allocation is counted from that and not assumed again;
+        assuming a pod twice keeps the latest choice."""
+        record = self._pods.get(uid)
+        if record is not None and record.held is not None:
+            return
+        if record is None and (namespace or name):
+            self._uids[(namespace, name)] = uid
+        self._bound[uid] = _Bound(Held(node, footprint_slices(allocation, kinds)), now, namespace, name)
+        self._settle(uid)
+
+    def forget(self, uid: str) -> None:
+        """Drop the assumption for `uid` (the bind failed); a confirmed pod is left alone."""
+        bound = self._bound.pop(uid, None)
+        if bound is None:
+            return
+        if uid not in self._pods and self._uids.get((bound.namespace, bound.name)) == uid:
+            del self._uids[(bound.namespace, bound.name)]  # known only through `assume`: leaves no trace
+        self._settle(uid)
+
+    def expire(self, now: float, ttl: float) -> list[str]:
+        """Forget assumptions older than `ttl` seconds that no watch event confirmed; returns their uids."""
+        stale = [uid for uid, bound in self._bound.items() if now - bound.at > ttl]
+        for uid in stale:
+            self.forget(uid)
+        return stale
+
+    # --- the watch -------------------------------------------------------------------------------------
 
     def replace(self, items: Sequence[JSONDict]) -> None:
         replace_all(self, items)
@@ -295,45 +527,121 @@ class PodCache:
     def add_page(self, items: Sequence[JSONDict]) -> None:
         fresh = self._fresh
         for pod in items:
-            record = pod_record(pod, self.config)
-            fresh[record.key] = record
-            if record.key not in self._pods:
+            record = self._read(pod)
+            if record is None:
+                continue
+            fresh[record.uid] = record
+            if record.uid not in self._pods:
                 self._seen(pod, record.namespace, record.name)
 
     def end_replace(self) -> None:
+        """The end of a list: the listed pods replace the store's; the ones it no longer has are gone
+        (their assumptions too), pods known only through `assume` stay."""
         fresh, self._fresh = self._fresh, {}
         old_pods, self._pods = self._pods, fresh
+        self._uids = {record.key: uid for uid, record in fresh.items()}
+        for uid, bound in self._bound.items():
+            if uid not in fresh and uid not in old_pods and (bound.namespace or bound.name):
+                self._uids.setdefault((bound.namespace, bound.name), uid)
         self._used = {}
         for record in fresh.values():
             self._add_usage(record)
-        if self._listeners:
-            for key, old in old_pods.items():
-                if key not in fresh:
-                    self._notify(old, None)
-            for key, new in fresh.items():
-                old_record = old_pods.get(key)
-                if old_record is None or old_record.resource_version != new.resource_version:
-                    self._notify(old_record, new)
+        for uid, old in old_pods.items():
+            if uid not in fresh:
+                self._bound.pop(uid, None)
+                self._settle(uid)
+                self._notify(old, None)
+        for uid, new in fresh.items():
+            old_record = old_pods.get(uid)
+            self._confirm(new, old_record)
+            if old_record is None or old_record.resource_version != new.resource_version:
+                self._notify(old_record, new)
 
     def apply(self, kind: str, obj: JSONDict) -> None:
-        meta = obj.get("metadata") or {}
-        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        old = self._pods.get(key)
         if kind == "DELETED":
-            if old is None:
-                return
-            del self._pods[key]
-            self._remove_usage(old)
-            self._notify(old, None)
+            self._deleted(obj)
             return
-        record = pod_record(obj, self.config)
+        record = self._read(obj)
+        if record is None:
+            return
+        uid = record.uid
+        old = self._pods.get(uid)
         if old is None:
             self._seen(obj, record.namespace, record.name)
         else:
             self._remove_usage(old)
-        self._pods[key] = record
+        self._pods[uid] = record
+        self._uids[record.key] = uid
         self._add_usage(record)
+        self._confirm(record, old)
         self._notify(old, record)
+
+    def _read(self, pod: JSONDict) -> PodRecord | None:
+        uid = _mapping(pod.get("metadata")).get("uid")
+        previous = self._pods.get(uid) if isinstance(uid, str) else None
+        record = pod_record(pod, self.config, previous, shapes=self._shapes)
+        if not record.uid:
+            log.warning("pod event without metadata.uid ignored (%s/%s)", record.namespace, record.name)
+            return None
+        return record
+
+    def _deleted(self, obj: JSONDict) -> None:
+        meta = _mapping(obj.get("metadata"))
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        uid = str(meta.get("uid") or "") or self._uids.get(key, "")
+        if not uid:
+            return
+        old = self._pods.pop(uid, None)
+        bound = self._bound.pop(uid, None)
+        keys = [key]
+        if old is not None:
+            keys.append(old.key)
+        if bound is not None:
+            keys.append((bound.namespace, bound.name))
+        for name_key in keys:
+            if self._uids.get(name_key) == uid:
+                del self._uids[name_key]
+        if old is not None:
+            self._remove_usage(old)
+        self._settle(uid)
+        if old is not None:
+            self._notify(old, None)
+
+    def _confirm(self, record: PodRecord, old: PodRecord | None) -> None:
+        """After a watch event: an allocation shown (or the pod's end) replaces the binder's assumption."""
+        if record.terminal or record.held is not None:
+            self._bound.pop(record.uid, None)
+        if record.held_error and (old is None or old.held_error != record.held_error):
+            log.warning("pod %s/%s skipped: %s", record.namespace, record.name, record.held_error)
+        self._settle(record.uid)
+
+    # --- what is derived -------------------------------------------------------------------------------
+
+    def _settle(self, uid: str) -> None:
+        """Tell the GPU cache what `uid` holds now: its watched allocation, else the binder's assumption."""
+        record = self._pods.get(uid)
+        held = record.held if record is not None else None
+        if held is not None:
+            assert record is not None
+            current = self.gpus.holding(uid)
+            if (
+                current is None
+                or current.assumed
+                or current.node != held.node
+                or current.slices != held.slices
+            ):
+                self.gpus.hold(
+                    uid, PodHolding(uid, record.namespace, record.name, held.node, held.slices, False)
+                )
+            return
+        bound = self._bound.get(uid)
+        if bound is None:
+            self.gpus.hold(uid, None)
+            return
+        namespace, name = (
+            (record.namespace, record.name) if record is not None else (bound.namespace, bound.name)
+        )
+        self.gpus.hold(uid, PodHolding(uid, namespace, name, bound.held.node, bound.held.slices, True))
 
     def _add_usage(self, record: PodRecord) -> None:
         if record.usage.memory or record.usage.cores:
@@ -352,14 +660,15 @@ class PodCache:
             try:
                 listener(old, new)
             except Exception:
-                log.exception("a pod cache listener failed")
+                log.exception("a pod store listener failed")
 
 
 __all__ = [
     "KEPT_ANNOTATIONS",
-    "PodCache",
+    "MAX_SHAPES",
     "PodKey",
     "PodListener",
     "PodRecord",
+    "PodStore",
     "pod_record",
 ]

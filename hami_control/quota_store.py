@@ -1,5 +1,5 @@
 """The ResourceQuota cache (the namespaces' GPU limits, from a watch) and the quota view the webhook and
-the extender read: limits from it, usage from the pod store (`pod_store.PodCache`)."""
+the extender read: limits from it, usage from the pod store (`pod_store.PodStore`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hami_control.config import ControlConfig
-from hami_control.pod_store import PodCache, PodKey
+from hami_control.pod_store import PodKey, PodStore
 from hami_control.quota import (
     QuotaLimitError,
     QuotaLimits,
@@ -94,9 +94,9 @@ _UNLIMITED = QuotaLimits()
 
 class ClusterQuotaView:
     """The `quota.QuotaView` the webhook reads: limits from the ResourceQuota cache, usage from the pod
-    cache (watched + assumed). With quota enforcement off it answers "unlimited" and watches no quotas."""
+    store (watched + admitted). With quota enforcement off it answers "unlimited" and watches no quotas."""
 
-    def __init__(self, pods: PodCache, quotas: QuotaCache | None) -> None:
+    def __init__(self, pods: PodStore, quotas: QuotaCache | None) -> None:
         self.pods = pods
         self.quotas = quotas
 
@@ -111,7 +111,8 @@ class ClusterQuotaView:
         return self.pods.used(namespace)
 
     def assume(self, namespace: str, name: str, generate_name: str, usage: QuotaUsage) -> None:
-        self.pods.assume(namespace, name, generate_name, usage)
+        """Count an admitted pod's usage until the watch shows it (`PodStore.admit`)."""
+        self.pods.admit(namespace, name, generate_name, usage)
 
 
 __all__ = [

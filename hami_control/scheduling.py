@@ -1,14 +1,21 @@
 """The scheduler extender as a service: the pure `/filter` and `/prioritize` logic (extender.py) and the
-binder, wired to the watch-fed cluster cache, the vectorised GPU table, the quota view, events and
-metrics. The HTTP routes (server.py) hand request bodies here and send back what comes out.
+binder, wired to the watch-fed stores (the pod store, the GPU cache), the vectorised GPU table, the quota
+view, events and metrics. The HTTP routes (server.py) hand request bodies here and send back what comes
+out.
 
 - Before answering, the GPU table takes the nodes the cache changed since the last request
   (`ClusterCache.drain_changed`), so a request costs O(changed nodes) to catch up, never a rebuild.
-- The pod of each filter is remembered (by UID, the last `REMEMBERED_PODS`), because kube-scheduler's
-  `/bind` names only the pod; a bind for a pod not remembered reads it from the API once.
+- One scheduling cycle per pod (`cycle.CycleStates`, kube-scheduler's CycleState): the first verb that
+  sees a pod (normally `/filter`) reads its GPU ask and its own quota usage, keyed by uid and
+  resourceVersion; `/prioritize` and `/bind` reuse them. The GPU choices made node by node are kept
+  with the node's generation and reused by a later verb while the node is unchanged (see cycle.py).
+- `/bind` names only the pod: its ask comes from its cycle, else from the pod store (every pod is
+  watched; a store copy of another resourceVersion replaces the cycle unless the ask is the same), else
+  (watch lag) from one API read, whose UID must be the one asked for. Then the binder binds; the wiring
+  goes one way, extender -> binder.
 - Quota: the pod being filtered is already counted in its namespace's usage (the webhook assumed it and
   the watch shows it Pending), so the view given to the filter subtracts the pod's own request; else a
-  pod asking exactly the remaining quota would never fit.
+  pod asking exactly the remaining quota would never fit. The check itself is taken fresh per request.
 - A filter that leaves no node writes a `FilteringFailed` event on the pod (rate-limited by the
   recorder) with the reasons, the way HAMi does.
 """
@@ -26,20 +33,31 @@ import orjson
 from hami_api.annotations import decode_node_lock
 from hami_api.errors import WireFormatError
 from hami_api.types import NodeLock
-from hami_control.binder import Binder, EventRecorder
+from hami_control.binder import Binder, BindingArgs, EventRecorder, read_binding_args
 from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig
-from hami_control.extender import ExtenderArgsError, PodAsk, filter_pod, prioritize_pod, read_pod_ask
+from hami_control.cycle import CycleStates, PodCycle, pod_identity
+from hami_control.extender import (
+    ExtenderArgsError,
+    NodeFit,
+    PodAsk,
+    filter_error,
+    filter_nodes,
+    prioritize_nodes,
+    read_candidates,
+    read_pod_ask,
+)
 from hami_control.gputable import GPUTable
 from hami_control.metrics import ControlMetrics
-from hami_control.quota import QuotaLimits, QuotaUsage, QuotaView, pod_quota_usage
+from hami_control.pod_store import PodStore
+from hami_control.quota import QuotaLimits, QuotaUsage, QuotaView, requests_quota_usage
 
 log = logging.getLogger(__name__)
 
-REMEMBERED_PODS = 10_000
-
 PodReader = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
 """(namespace, name) -> the pod's JSON from the API, None when it does not exist."""
+
+_ZERO = QuotaUsage()
 
 
 class _QuotaWithoutPod:
@@ -58,67 +76,47 @@ class _QuotaWithoutPod:
         return QuotaUsage(max(0, used.memory - self.own.memory), max(0, used.cores - self.own.cores))
 
 
-def _slim(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """What `read_pod_ask` reads of a pod (identity, annotations, containers' names and resources): a
-    remembered pod then costs ~1 KB instead of the whole object (managedFields, env, volumes ...)."""
-    meta = pod.get("metadata")
-    spec = pod.get("spec")
-    meta = meta if isinstance(meta, Mapping) else {}
-    spec = spec if isinstance(spec, Mapping) else {}
-    slim_spec: dict[str, Any] = {}
-    for key in ("initContainers", "containers"):
-        containers = spec.get(key)
-        if isinstance(containers, list):
-            slim_spec[key] = [
-                {k: c[k] for k in ("name", "resources", "restartPolicy") if k in c}
-                if isinstance(c, Mapping)
-                else c
-                for c in containers
-            ]
-    return {
-        "metadata": {k: meta[k] for k in ("namespace", "name", "uid", "annotations") if k in meta},
-        "spec": slim_spec,
-    }
-
-
-def _error_body(message: str, *, bind: bool = False) -> dict[str, Any]:
-    if bind:
-        return {"Error": message}
-    return {
-        "Nodes": None,
-        "NodeNames": None,
-        "FailedNodes": {},
-        "FailedAndUnresolvableNodes": {},
-        "Error": message,
-    }
+def _error_body(message: str) -> dict[str, Any]:
+    return {"Error": message}
 
 
 def _decode(body: bytes) -> Any:
     return orjson.loads(body)
 
 
+def _lookup_text(request: BindingArgs, err: LookupError) -> str:
+    text = str(err.args[0]) if err.args else ""
+    if not text:
+        return f"pod {request.who} not found"
+    return text if request.who in text else f"pod {request.who}: {text}"
+
+
 class Extender:
-    """`/filter`, `/prioritize` and `/bind` over the live caches. Not thread-safe: one event loop."""
+    """`/filter`, `/prioritize` and `/bind` over the live stores. Not thread-safe: one event loop."""
 
     def __init__(
         self,
         config: ControlConfig,
         cache: ClusterCache,
+        pods: PodStore,
         *,
+        binder: Binder | None = None,
         quota: QuotaView | None = None,
         metrics: ControlMetrics | None = None,
         events: EventRecorder | None = None,
         read_pod: PodReader | None = None,
+        cycles: CycleStates | None = None,
     ) -> None:
         self.config = config
         self.cache = cache
+        self.pods = pods
+        self.binder = binder
         self.quota = quota
         self.metrics = metrics
         self.events = events
         self.read_pod = read_pod
+        self.cycles = cycles if cycles is not None else CycleStates()
         self.table = GPUTable()
-        self.binder: Binder | None = None
-        self._pods: collections.OrderedDict[str, Mapping[str, Any]] = collections.OrderedDict()
 
     # --- the cache and the table ----------------------------------------------------------------------
 
@@ -128,27 +126,37 @@ class Extender:
         if changed:
             self.table.sync(changed, self.cache.node_gpus)
 
-    def _quota_for(self, pod: object) -> QuotaView | None:
-        if self.quota is None or not self.config.quota.enforce or not isinstance(pod, Mapping):
-            return self.quota
-        meta = pod.get("metadata")
-        namespace = str(meta.get("namespace") or "default") if isinstance(meta, Mapping) else "default"
-        try:
-            own = pod_quota_usage(pod, self.config)
-        except ValueError:
-            return self.quota
-        return _QuotaWithoutPod(self.quota, namespace, own) if own.memory or own.cores else self.quota
+    # --- the pod's cycle ------------------------------------------------------------------------------
 
-    def _remember(self, pod: object) -> None:
-        if not isinstance(pod, Mapping):
-            return
-        meta = pod.get("metadata")
-        uid = meta.get("uid") if isinstance(meta, Mapping) else None
-        if isinstance(uid, str) and uid:
-            self._pods[uid] = _slim(pod)
-            self._pods.move_to_end(uid)
-            while len(self._pods) > REMEMBERED_PODS:
-                self._pods.popitem(last=False)
+    def _start(self, uid: str, resource_version: str, ask: PodAsk | None) -> PodCycle:
+        own = requests_quota_usage(ask.requests) if ask is not None else _ZERO
+        return self.cycles.start(uid, resource_version, ask, own)
+
+    def _cycle(self, pod: object) -> PodCycle:
+        """The cycle of the pod in a filter or prioritize request: kept when it has this resourceVersion
+        (or reads to the same ask), else started. Raises `ExtenderArgsError` for an unreadable pod."""
+        uid, version = pod_identity(pod)
+        cycle = self.cycles.get(uid) if uid else None
+        if cycle is not None and version and cycle.resource_version == version:
+            return cycle
+        ask = read_pod_ask(pod, self.config)
+        if cycle is not None and cycle.ask == ask:
+            cycle.resource_version = version  # another version, the same ask: its choices still hold
+            return cycle
+        return self._start(uid, version, ask)
+
+    def _ask(self, cycle: PodCycle) -> PodAsk | None:
+        """The cycle's ask, checked against its namespace's quota as it is now (its own usage left out)."""
+        ask = cycle.ask
+        if ask is None:
+            return None
+        view = self.quota
+        if view is not None and self.config.quota.enforce and (cycle.own.memory or cycle.own.cores):
+            view = _QuotaWithoutPod(view, ask.namespace, cycle.own)
+        return ask.under_quota(view, self.config)
+
+    def _fitter(self, cycle: PodCycle, ask: PodAsk | None) -> NodeFit | None:
+        return cycle.fitter(ask, self.cache.generation) if ask is not None else None
 
     # --- the verbs ------------------------------------------------------------------------------------
 
@@ -157,19 +165,29 @@ class Extender:
         try:
             args = _decode(body)
         except orjson.JSONDecodeError as err:
-            return _error_body(f"ExtenderArgs: body is not JSON: {err}")
+            return filter_error(f"ExtenderArgs: body is not JSON: {err}")
         self.sync()
-        pod = args.get("Pod") if isinstance(args, Mapping) else None
         reasons: collections.Counter[str] = collections.Counter()
-        result = filter_pod(
-            args, self.cache, self.config, self._quota_for(pod), table=self.table, reasons=reasons
-        )
-        if not result["Error"]:
-            self._remember(pod)
-            if self.events is not None and not (result["NodeNames"] or (result["Nodes"] or {}).get("items")):
-                self._filtering_failed(pod, result)
+        result = self._filter(args, reasons)
         if self.metrics is not None:
             self.metrics.observe_filter(time.perf_counter() - started, reasons)
+        return result
+
+    def _filter(self, args: object, reasons: collections.Counter[str]) -> dict[str, Any]:
+        try:
+            candidates = read_candidates(args)
+            assert isinstance(args, Mapping)  # read_candidates checked it
+            pod = args.get("Pod")
+            cycle = self._cycle(pod)
+        except ExtenderArgsError as err:
+            log.debug("filter: %s", err)
+            return filter_error(str(err))
+        ask = self._ask(cycle)
+        result = filter_nodes(
+            ask, candidates, self.cache, table=self.table, reasons=reasons, fit=self._fitter(cycle, ask)
+        )
+        if self.events is not None and not (result["NodeNames"] or (result["Nodes"] or {}).get("items")):
+            self._filtering_failed(pod, result)
         return result
 
     def _filtering_failed(self, pod: object, result: Mapping[str, Any]) -> None:
@@ -199,10 +217,26 @@ class Extender:
         except orjson.JSONDecodeError:
             return []
         self.sync()
-        pod = args.get("Pod") if isinstance(args, Mapping) else None
-        result = prioritize_pod(args, self.cache, self.config, self._quota_for(pod), table=self.table)
+        result = self._prioritize(args)
         if self.metrics is not None:
             self.metrics.observe_prioritize(time.perf_counter() - started)
+        return result
+
+    def _prioritize(self, args: object) -> list[dict[str, Any]]:
+        try:
+            candidates = read_candidates(args)
+        except ExtenderArgsError as err:
+            log.debug("prioritize: %s", err)
+            return []
+        assert isinstance(args, Mapping)  # read_candidates checked it
+        try:
+            cycle = self._cycle(args.get("Pod"))
+        except ExtenderArgsError as err:
+            log.debug("prioritize: %s", err)
+            return prioritize_nodes(None, candidates, self.cache)
+        ask = self._ask(cycle)
+        result = prioritize_nodes(ask, candidates, self.cache, table=self.table, fit=self._fitter(cycle, ask))
+        self.cycles.scored(cycle, result)
         return result
 
     async def bind(self, body: bytes) -> dict[str, Any]:
@@ -210,36 +244,75 @@ class Extender:
         try:
             args = _decode(body)
         except orjson.JSONDecodeError as err:
-            result = _error_body(f"ExtenderBindingArgs: body is not JSON: {err}", bind=True)
+            result = _error_body(f"ExtenderBindingArgs: body is not JSON: {err}")
             outcome = "bad_request"
         else:
-            if self.binder is None:
-                return _error_body("this replica does not bind", bind=True)
+            binder = self.binder
+            if binder is None:
+                return _error_body("this replica does not bind")
             self.sync()
-            before = dict(self.binder.outcomes)
-            result = await self.binder.bind(args)
-            changed = [k for k, v in self.binder.outcomes.items() if v != before.get(k, 0)]
+            before = dict(binder.outcomes)
+            result = await self._bind(binder, args)
+            changed = [k for k, v in binder.outcomes.items() if v != before.get(k, 0)]
             outcome = changed[0] if len(changed) == 1 else ("success" if not result.get("Error") else "error")
         if self.metrics is not None:
             self.metrics.observe_bind(time.perf_counter() - started, outcome)
         return result
 
-    # --- for the binder -------------------------------------------------------------------------------
+    async def _bind(self, binder: Binder, args: object) -> dict[str, Any]:
+        try:
+            request = read_binding_args(args)
+        except ExtenderArgsError as err:
+            return binder.refuse(err)
+        try:
+            cycle = await self._bind_cycle(request.namespace, request.name, request.uid)
+        except LookupError as err:
+            return binder.fail(request, "not_found", _lookup_text(request, err), event=False)
+        except ExtenderArgsError as err:
+            return binder.fail(request, "bad_request", str(err))
+        except Exception as err:
+            log.exception("reading pod %s for its bind to node %s failed", request.who, request.node)
+            text = f"reading pod {request.who} failed: {type(err).__name__}: {err}"
+            return binder.fail(request, "api_error", text, event=False)
+        ask = self._ask(cycle)
+        choice = cycle.choice(request.node, ask.quota) if ask is not None else None
+        return await binder.bind(request, ask, choice)
+
+    async def _bind_cycle(self, namespace: str, name: str, uid: str) -> PodCycle:
+        """The cycle of the pod kube-scheduler asks to bind (see the module docstring). Raises
+        `LookupError` for a pod not found, `ExtenderArgsError` for an unreadable one."""
+        cycle = self.cycles.get(uid)
+        record = self.pods.get(uid)
+        if record is not None:
+            version = record.resource_version
+            if cycle is not None and version and cycle.resource_version == version:
+                return cycle
+            ask = record.ask(self.config)
+            if cycle is not None and cycle.ask == ask:
+                return cycle  # the store has another version of the pod, with the same ask
+            return self._start(uid, version, ask)
+        if cycle is not None:
+            return cycle  # the watch has not shown the pod yet: the copy its filter read
+        pod = await self._read(namespace, name, uid)
+        return self._start(uid, pod_identity(pod)[1], read_pod_ask(pod, self.config))
+
+    async def _read(self, namespace: str, name: str, uid: str) -> Mapping[str, Any]:
+        """The pod from the API (neither its cycle nor the store has it). Raises `LookupError`."""
+        if self.read_pod is None:
+            raise LookupError(f"pod {namespace}/{name} not found")
+        pod = await self.read_pod(namespace, name)
+        if pod is None:
+            raise LookupError(f"pod {namespace}/{name} not found")
+        found = pod_identity(pod)[0]
+        if uid and found and found != uid:
+            raise LookupError(f"pod {namespace}/{name} not found with UID {uid} (it has {found})")
+        return pod
 
     async def pod_ask(self, namespace: str, name: str, uid: str) -> PodAsk | None:
-        """The GPU ask of the pod kube-scheduler asks to bind (`binder.AskSource`)."""
-        pod = self._pods.get(uid) if uid else None
-        if pod is None:
-            if self.read_pod is None:
-                raise LookupError(f"pod {namespace}/{name} not found")
-            pod = await self.read_pod(namespace, name)
-            if pod is None:
-                raise LookupError(f"pod {namespace}/{name} not found")
-            meta = pod.get("metadata")
-            found = str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
-            if uid and found and found != uid:
-                raise LookupError(f"pod {namespace}/{name} not found with UID {uid} (it has {found})")
-        return read_pod_ask(pod, self.config, self._quota_for(pod))
+        """The GPU ask `/bind` would use for the pod (for tests and tools): its cycle's, the store's, or
+        one API read's. Raises `LookupError` for a pod not found, `ExtenderArgsError` for an unreadable
+        one."""
+        return self._ask(await self._bind_cycle(namespace, name, uid))
 
     @staticmethod
     def node_lock_from(locks: Mapping[str, str]) -> Callable[[str], NodeLock | None]:
@@ -258,4 +331,4 @@ class Extender:
         return lock
 
 
-__all__ = ["REMEMBERED_PODS", "Extender", "ExtenderArgsError", "PodReader"]
+__all__ = ["Extender", "ExtenderArgsError", "PodReader"]

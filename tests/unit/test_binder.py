@@ -1,7 +1,8 @@
-"""hami_control.binder: the pending window (table tests), the bind verb end to end against a real
-ClusterCache with fake API edges (annotations decoded back, assumption and rollback, waiting for the
-window and for a foreign node lock, bad input, sweeping), and a property: concurrent binds onto one node
-never put a GPU over its memory, cores or slots."""
+"""hami_control.binder: the pending window (table tests), the bind verb end to end (through the extender
+service, as kube-scheduler calls it) against a real ClusterCache and PodStore with fake API edges
+(annotations decoded back, assumption and rollback, waiting for the window and for a foreign node lock,
+bad input, sweeping), and a property: concurrent binds onto one node never put a GPU over its memory,
+cores or slots."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -44,7 +46,9 @@ from hami_control.binder import (
 )
 from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig
-from hami_control.extender import ExtenderArgsError, PodAsk, read_pod_ask
+from hami_control.extender import ExtenderArgsError, read_pod_ask
+from hami_control.pod_store import PodStore, pod_record
+from hami_control.scheduling import Extender
 from hami_control.usage import NodeGPUs, with_slices
 
 T = TypeVar("T")
@@ -165,19 +169,32 @@ class Clock:
 
 @dataclass
 class World:
-    """A binder over a real ClusterCache with one node `n1`, and its fake edges."""
+    """A binder over a real ClusterCache with one node `n1` and the PodStore feeding it, the extender
+    that calls it, and their fake edges."""
 
     cache: ClusterCache
+    store: PodStore
     pods: dict[tuple[str, str], dict[str, Any]]
     writer: Writer
     events: Events
     locks: dict[str, NodeLock]
     clock: Clock
     binder: Binder
+    ext: Extender
 
     def add(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """A pod the watch shows (the store has it)."""
         self.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = pod
+        self.store.apply("ADDED", pod)
         return pod
+
+    async def bind(self, body: object) -> dict[str, Any]:
+        """`/bind` with this ExtenderBindingArgs body, as kube-scheduler sends it."""
+        return await self.ext.bind(orjson.dumps(body))
+
+    def deleted(self, namespace: str, name: str, uid: str) -> None:
+        """The watch's DELETED event for the pod."""
+        self.store.apply("DELETED", {"metadata": {"namespace": namespace, "name": name, "uid": uid}})
 
 
 def world(
@@ -189,19 +206,13 @@ def world(
 ) -> World:
     cache = ClusterCache()
     cache.node_upserted(node_json("n1", gpus))
+    store = PodStore(CONFIG, cache)
     pods: dict[tuple[str, str], dict[str, Any]] = {}
     locks: dict[str, NodeLock] = {}
-
-    async def asks(namespace: str, name: str, uid: str) -> PodAsk | None:
-        pod = pods.get((namespace, name))
-        if pod is None:
-            raise LookupError(f"pod {namespace}/{name} not found")
-        return read_pod_ask(pod, CONFIG)
-
     writer, events, clock = Writer(), Events(), Clock()
     binder = Binder(
         cache,
-        asks,
+        store,
         writer,
         events,
         node_lock=locks.get,
@@ -210,7 +221,17 @@ def world(
         clock=clock,
         wall_clock=wall,
     )
-    return World(cache, pods, writer, events, locks, clock, binder)
+    return World(
+        cache,
+        store,
+        pods,
+        writer,
+        events,
+        locks,
+        clock,
+        binder,
+        Extender(CONFIG, cache, store, binder=binder),
+    )
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -332,7 +353,7 @@ def test_window_expire(now: float, timeout: float, expired: list[str], left: lis
 )
 def test_bad_arguments_come_back_in_error(body: object, expected: str) -> None:
     w = world()
-    result = run(w.binder.bind(body))
+    result = run(w.bind(body))
     assert set(result) == {"Error"} and expected in result["Error"]
     with pytest.raises(ExtenderArgsError, match="ExtenderBindingArgs"):
         read_binding_args(body)
@@ -342,25 +363,25 @@ def test_bad_arguments_come_back_in_error(body: object, expected: str) -> None:
 
 def test_unknown_pod_and_unreadable_pod() -> None:
     w = world()
-    result = run(w.binder.bind({"PodName": "ghost", "PodNamespace": "default", "PodUID": "u", "Node": "n1"}))
+    result = run(w.bind({"PodName": "ghost", "PodNamespace": "default", "PodUID": "u", "Node": "n1"}))
     assert result == {"Error": "pod default/ghost not found"}
     bad = w.add(pod_json("bad", container(mem=None) | {"resources": {"limits": {"nvidia.com/gpu": "x"}}}))
-    result = run(w.binder.bind(args(bad)))
+    result = run(w.bind(args(bad)))
     assert "pod default/bad" in result["Error"] and "'x'" in result["Error"]
     assert w.writer.calls == []
     assert w.binder.outcomes == {"not_found": 1, "bad_request": 1}
     assert [e[:3] for e in w.events.seen] == [("default/bad", "Warning", "BindingFailed")]
 
 
-def test_a_failing_ask_source_is_an_error_not_an_exception(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_pod_read_is_an_error_not_an_exception(caplog: pytest.LogCaptureFixture) -> None:
     w = world()
 
-    async def broken(namespace: str, name: str, uid: str) -> PodAsk | None:
+    async def broken(namespace: str, name: str) -> dict[str, Any] | None:
         raise OSError("informer not synced")
 
-    w.binder._asks = broken
-    with caplog.at_level(logging.CRITICAL, logger="hami_control.binder"):
-        result = run(w.binder.bind({"PodName": "p", "PodNamespace": "default", "PodUID": "u", "Node": "n1"}))
+    w.ext.read_pod = broken  # the pod is not in the store: the extender reads it from the API
+    with caplog.at_level(logging.CRITICAL, logger="hami_control.scheduling"):
+        result = run(w.bind({"PodName": "p", "PodNamespace": "default", "PodUID": "u", "Node": "n1"}))
     assert result == {"Error": "reading pod default/p failed: OSError: informer not synced"}
     assert w.binder.outcomes == {"api_error": 1}
 
@@ -371,7 +392,7 @@ def test_a_failing_ask_source_is_an_error_not_an_exception(caplog: pytest.LogCap
 def test_success_writes_one_binding_with_the_allocation_and_assumes_it() -> None:
     w = world()
     p = w.add(pod_json("p", container("a", gpus=1, mem=4000, cores=30), container("b", gpus=2, mem=1000)))
-    assert run(w.binder.bind(args(p))) == {"Error": ""}
+    assert run(w.bind(args(p))) == {"Error": ""}
 
     assert len(w.writer.calls) == 1
     call = w.writer.calls[0]
@@ -407,7 +428,7 @@ def test_gpu_counts_of_all_gpu_containers() -> None:
 def test_pod_without_gpu_request_gets_a_plain_binding() -> None:
     w = world()
     p = w.add(pod_json("plain", {"name": "c", "image": "busybox", "resources": {"limits": {"cpu": "1"}}}))
-    assert run(w.binder.bind(args(p, "any-node"))) == {"Error": ""}
+    assert run(w.bind(args(p, "any-node"))) == {"Error": ""}
     assert [(c.name, c.node, c.annotations) for c in w.writer.calls] == [("plain", "any-node", {})]
     assert w.binder.pending_count() == 0 and w.cache.holding("uid-plain") is None
     assert w.binder.outcomes == {"success_plain": 1} and w.events.seen == []
@@ -416,7 +437,7 @@ def test_pod_without_gpu_request_gets_a_plain_binding() -> None:
 def test_no_longer_fits_assumes_nothing() -> None:
     w = world()
     p = w.add(pod_json("big", container(mem=20000)))
-    result = run(w.binder.bind(args(p)))
+    result = run(w.bind(args(p)))
     assert result == {"Error": "pod default/big no longer fits node n1: 2/2 CardInsufficientMemory"}
     assert w.writer.calls == [] and w.cache.holding("uid-big") is None and w.binder.pending_count() == 0
     assert usage(w.cache, "GPU-0") == (0, 0, 0)
@@ -427,7 +448,7 @@ def test_no_longer_fits_assumes_nothing() -> None:
 def test_unregistered_node() -> None:
     w = world()
     p = w.add(pod_json("p"))
-    result = run(w.binder.bind(args(p, "n2")))
+    result = run(w.bind(args(p, "n2")))
     assert result["Error"].startswith("cannot bind pod default/p to node n2: node unregistered")
     assert w.writer.calls == [] and w.binder.outcomes == {"unregistered": 1}
 
@@ -473,7 +494,7 @@ def test_rejected_binding_forgets_and_releases(
     p = w.add(pod_json("p"))
     w.writer.reject["p"] = error
     with caplog.at_level(logging.CRITICAL, logger="hami_control.binder"):
-        result = run(w.binder.bind(args(p)))
+        result = run(w.bind(args(p)))
     assert expected in result["Error"] and "default/p" in result["Error"]
     assert len(w.writer.calls) == 1
     assert w.cache.holding("uid-p") is None and usage(w.cache, "GPU-0") == (0, 0, 0)
@@ -489,7 +510,7 @@ def test_cancelled_binding_rolls_back() -> None:
 
     async def scenario() -> None:
         w.writer.gate = asyncio.Event()
-        task = asyncio.create_task(w.binder.bind(args(p)))
+        task = asyncio.create_task(w.bind(args(p)))
         await until(lambda: len(w.writer.calls) == 1, "the binding call")
         assert w.cache.holding("uid-p") is not None and w.binder.pending_count() == 1
         task.cancel()
@@ -506,12 +527,12 @@ def test_a_second_bind_of_the_same_pod_is_refused() -> None:
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         w.writer.gate = asyncio.Event()
-        first = asyncio.create_task(w.binder.bind(args(p)))
+        first = asyncio.create_task(w.bind(args(p)))
         await until(lambda: len(w.writer.calls) == 1, "the binding call")
-        in_flight = await w.binder.bind(args(p))
+        in_flight = await w.bind(args(p))
         w.writer.gate.set()
         done = await first
-        again = await w.binder.bind(args(p))  # bound and still pending on n1
+        again = await w.bind(args(p))  # bound and still pending on n1
         return in_flight, done, again
 
     in_flight, done, again = run(scenario())
@@ -531,7 +552,7 @@ def test_event_recorder_failure_does_not_fail_the_bind(caplog: pytest.LogCapture
 
     w.events.record = broken  # type: ignore[method-assign]
     with caplog.at_level(logging.CRITICAL, logger="hami_control.binder"):
-        assert run(w.binder.bind(args(p))) == {"Error": ""}
+        assert run(w.bind(args(p))) == {"Error": ""}
 
 
 # --- the pending window in the binder ----------------------------------------------------------------------
@@ -542,8 +563,8 @@ def test_same_gpu_count_waits_until_the_first_pod_is_allocated() -> None:
     p1, p2 = w.add(pod_json("p1")), w.add(pod_json("p2"))
 
     async def scenario() -> dict[str, Any]:
-        assert await w.binder.bind(args(p1)) == {"Error": ""}
-        second = asyncio.create_task(w.binder.bind(args(p2)))
+        assert await w.bind(args(p1)) == {"Error": ""}
+        second = asyncio.create_task(w.bind(args(p2)))
         await until(lambda: w.binder.waiting_count() == 1, "the second bind to wait")
         w.binder.pod_changed("uid-p1", BindPhase.ALLOCATING.value)  # not an answer yet
         w.binder.pod_changed("uid-p2", BindPhase.SUCCESS.value)  # not pending: no-op
@@ -565,11 +586,11 @@ def test_failed_or_deleted_pod_releases_the_window(release: str) -> None:
     p1, p2 = w.add(pod_json("p1")), w.add(pod_json("p2"))
 
     async def scenario() -> dict[str, Any]:
-        await w.binder.bind(args(p1))
-        second = asyncio.create_task(w.binder.bind(args(p2)))
+        await w.bind(args(p1))
+        second = asyncio.create_task(w.bind(args(p2)))
         await until(lambda: w.binder.waiting_count() == 1, "the second bind to wait")
         if release == "deleted":
-            w.cache.pod_deleted("default", "p1", "uid-p1")
+            w.deleted("default", "p1", "uid-p1")
             w.binder.pod_changed("uid-p1", None, deleted=True)
         else:
             w.binder.pod_changed("uid-p1", "failed")
@@ -584,8 +605,8 @@ def test_same_gpu_count_times_out_with_a_clear_error() -> None:
     p1, p2 = w.add(pod_json("p1")), w.add(pod_json("p2", container(gpus=1), container("d", gpus=2)))
 
     async def scenario() -> dict[str, Any]:
-        await w.binder.bind(args(p1))
-        return await w.binder.bind(args(p2))
+        await w.bind(args(p1))
+        return await w.bind(args(p2))
 
     result = run(scenario())
     assert result == {
@@ -600,8 +621,8 @@ def test_same_gpu_count_times_out_with_a_clear_error() -> None:
 def test_a_pod_that_can_never_fit_fails_without_waiting() -> None:
     w = world(bind_wait_s=DEADLINE * 10)  # waiting would time the test out
     p1, p2 = w.add(pod_json("p1", container(mem=15000))), w.add(pod_json("p2", container(gpus=2, mem=15000)))
-    assert run(w.binder.bind(args(p1))) == {"Error": ""}
-    assert "no longer fits" in run(w.binder.bind(args(p2)))["Error"]
+    assert run(w.bind(args(p1))) == {"Error": ""}
+    assert "no longer fits" in run(w.bind(args(p2)))["Error"]
 
 
 def test_different_gpu_counts_bind_concurrently() -> None:
@@ -611,7 +632,7 @@ def test_different_gpu_counts_bind_concurrently() -> None:
 
     async def scenario() -> list[dict[str, Any]]:
         gate = w.writer.gate = asyncio.Event()
-        tasks = [asyncio.create_task(w.binder.bind(args(p))) for p in (one, two, same)]
+        tasks = [asyncio.create_task(w.bind(args(p))) for p in (one, two, same)]
         # `one` and `two` are both inside the API call at once; `same` waits for `one`.
         await until(lambda: len(w.writer.calls) == 2 and w.binder.waiting_count() == 1, "two binding calls")
         assert {c.name for c in w.writer.calls} == {"one", "two"}
@@ -632,9 +653,9 @@ def test_a_failed_binding_wakes_the_waiting_pod() -> None:
 
     async def scenario() -> list[dict[str, Any]]:
         gate = w.writer.gate = asyncio.Event()
-        first = asyncio.create_task(w.binder.bind(args(p1)))
+        first = asyncio.create_task(w.bind(args(p1)))
         await until(lambda: len(w.writer.calls) == 1, "the first binding call")
-        second = asyncio.create_task(w.binder.bind(args(p2)))
+        second = asyncio.create_task(w.bind(args(p2)))
         await until(lambda: w.binder.waiting_count() == 1, "the second bind to wait")
         gate.set()
         return list(await asyncio.gather(first, second))
@@ -657,7 +678,7 @@ def test_a_foreign_lock_is_waited_for_until_the_node_changes() -> None:
     w.locks["n1"] = lock_at(10)
 
     async def scenario() -> dict[str, Any]:
-        task = asyncio.create_task(w.binder.bind(args(p)))
+        task = asyncio.create_task(w.bind(args(p)))
         await until(lambda: w.binder.waiting_count() == 1, "the bind to wait for the lock")
         w.binder.node_changed("n2")  # another node: still waiting
         await until(lambda: w.binder.waiting_count() == 1, "the bind to keep waiting")
@@ -674,7 +695,7 @@ def test_a_held_lock_times_out_naming_the_holder() -> None:
     w = world(bind_wait_s=0.2)
     p = w.add(pod_json("p"))
     w.locks["n1"] = lock_at(10)
-    result = run(w.binder.bind(args(p)))
+    result = run(w.bind(args(p)))
     assert result == {
         "Error": "node n1 busy: hami.io/mutex.lock held by pod kube-system/other since 2025-12-31T23:59:50Z, "
         "stale after 300 s (waited 0.2 s); kube-scheduler will retry"
@@ -683,10 +704,7 @@ def test_a_held_lock_times_out_naming_the_holder() -> None:
     legacy = world(bind_wait_s=0.05)
     legacy.locks["n1"] = NodeLock(datetime.fromtimestamp(WALL, UTC))
     p = legacy.add(pod_json("p"))
-    assert (
-        "held by another HAMi component since 2026-01-01T00:00:00Z"
-        in run(legacy.binder.bind(args(p)))["Error"]
-    )
+    assert "held by another HAMi component since 2026-01-01T00:00:00Z" in run(legacy.bind(args(p)))["Error"]
 
 
 @pytest.mark.parametrize(
@@ -701,7 +719,7 @@ def test_an_expired_or_own_lock_is_ignored(lock: NodeLock) -> None:
     w = world(bind_wait_s=DEADLINE * 10)
     w.locks["n1"] = lock
     p = w.add(pod_json("p"))
-    assert run(w.binder.bind(args(p))) == {"Error": ""}
+    assert run(w.bind(args(p))) == {"Error": ""}
 
 
 def test_a_lock_that_expires_while_waiting_wakes_the_bind() -> None:
@@ -709,7 +727,7 @@ def test_a_lock_that_expires_while_waiting_wakes_the_bind() -> None:
     w = world(wall=lambda: WALL + (time.monotonic() - start))
     w.locks["n1"] = lock_at(300 - 0.05)  # expires 50 ms from now
     p = w.add(pod_json("p"))
-    assert run(w.binder.bind(args(p))) == {"Error": ""}
+    assert run(w.bind(args(p))) == {"Error": ""}
 
 
 def test_an_unreadable_lock_is_ignored(caplog: pytest.LogCaptureFixture) -> None:
@@ -721,7 +739,7 @@ def test_an_unreadable_lock_is_ignored(caplog: pytest.LogCaptureFixture) -> None
 
     w.binder._node_lock = broken
     with caplog.at_level(logging.WARNING, logger="hami_control.binder"):
-        assert run(w.binder.bind(args(p))) == {"Error": ""}
+        assert run(w.bind(args(p))) == {"Error": ""}
     assert any("mutex.lock ignored" in r.getMessage() for r in caplog.records)
 
 
@@ -735,14 +753,14 @@ def test_sweep_releases_old_entries_and_expires_unconfirmed_assumptions(
     p1, p2, p3 = w.add(pod_json("p1")), w.add(pod_json("p2", container(gpus=2))), w.add(pod_json("p3"))
 
     async def scenario() -> dict[str, Any]:
-        await w.binder.bind(args(p1))
+        await w.bind(args(p1))
         w.clock.now += 10
-        await w.binder.bind(args(p2))
+        await w.bind(args(p2))
         # The watch confirms p2: its slices stay counted once its window entry expires.
         call = w.writer.calls[1]
         confirmed = dict(p2, metadata=dict(p2["metadata"], annotations=call.annotations))
-        w.cache.pod_upserted(confirmed)
-        third = asyncio.create_task(w.binder.bind(args(p3)))
+        w.store.apply("MODIFIED", confirmed)
+        third = asyncio.create_task(w.bind(args(p3)))
         await until(lambda: w.binder.waiting_count() == 1, "p3 to wait for p1")
         w.clock.now += 20.5  # p1 is 30.5 s old, p2 20.5 s
         with caplog.at_level(logging.WARNING, logger="hami_control.binder"):
@@ -768,7 +786,7 @@ def test_run_sweeper_sweeps_until_cancelled() -> None:
     p = w.add(pod_json("p"))
 
     async def scenario() -> None:
-        await w.binder.bind(args(p))
+        await w.bind(args(p))
         w.clock.now += 2
         task = asyncio.create_task(w.binder.run_sweeper(0.001))
         await until(lambda: w.binder.pending_count() == 0, "the sweeper")
@@ -782,7 +800,7 @@ def test_run_sweeper_sweeps_until_cancelled() -> None:
 def test_bad_timeouts_are_refused() -> None:
     w = world()
     with pytest.raises(ValueError, match="bind_wait_s=0"):
-        Binder(w.cache, w.binder._asks, w.writer, w.events, node_lock=w.locks.get, bind_wait_s=0)
+        Binder(w.cache, w.store, w.writer, w.events, node_lock=w.locks.get, bind_wait_s=0)
 
 
 # --- property: concurrent binds never overcommit a GPU -----------------------------------------------------
@@ -840,7 +858,7 @@ def test_concurrent_binds_never_overcommit_a_gpu(
         confirmed["spec"] = dict(pod["spec"], nodeName=call.node)
         bound[call.uid] = confirmed
         loop = asyncio.get_running_loop()
-        loop.call_soon(w.cache.pod_upserted, confirmed)
+        loop.call_soon(w.store.apply, "MODIFIED", confirmed)
         loop.call_soon(w.binder.pod_changed, call.uid, "success")
 
     w.writer.after = daemon
@@ -851,7 +869,7 @@ def test_concurrent_binds_never_overcommit_a_gpu(
             pods.append(w.add(pod_json(f"{tag}{i}", container(gpus=nums, mem=mem, cores=cores))))
             if refused:
                 w.writer.reject[f"{tag}{i}"] = BindRejected(409, "Conflict", "already assigned")
-        results = await asyncio.gather(*(w.binder.bind(args(p)) for p in pods))
+        results = await asyncio.gather(*(w.bind(args(p)) for p in pods))
         violations.extend(over_capacity(w.cache))
         return list(results)
 
@@ -861,7 +879,7 @@ def test_concurrent_binds_never_overcommit_a_gpu(
             if spec[3]:  # refused by the API server, unless it did not fit in the first place
                 assert "already bound" in result["Error"] or "no longer fits" in result["Error"]
             if spec[4] and result == {"Error": ""}:
-                w.cache.pod_deleted("default", f"a{i}", f"uid-a{i}")
+                w.deleted("default", f"a{i}", f"uid-a{i}")
                 w.binder.pod_changed(f"uid-a{i}", None, deleted=True)
                 del bound[f"uid-a{i}"]
         violations.extend(over_capacity(w.cache))
@@ -936,5 +954,9 @@ def test_pod_events_release_the_window_on_an_answer_a_rejection_or_a_deletion(
 ) -> None:
     w = world()
     w.binder.adopt("n1", "u", frozenset({1}), "default/p")
-    w.binder.pod_event("u", pod, deleted)
+    record = pod_record({**pod, "metadata": {**pod["metadata"], "uid": "u"}}, CONFIG)
+    if deleted:
+        w.binder.pod_event(record, None)
+    else:
+        w.binder.pod_event(None, record)
     assert (w.binder.window.pending("n1") == ()) is released

@@ -1,37 +1,25 @@
-"""hami_control.cache: one table test per rule (nodes, pods, assumptions), and a property test that for
-any sequence of events the incremental usage equals a from-scratch recomputation over the live pods."""
+"""hami_control.cache: one table test per rule (nodes, what pods hold, node generations). The pods' side
+(watch events, assumptions) and the property test over both are in test_pod_store.py."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
 
 from hami_api.annotations import (
     DEVICE_CORDON,
-    DEVICES_ALLOCATED,
-    DEVICES_TO_ALLOCATE,
     NODE_PAIR_SCORE,
     NODE_REGISTER,
-    VGPU_NODE,
-    decode_node_register,
-    decode_pair_scores,
-    decode_pod_allocation,
     encode_node_register,
     encode_node_register_legacy,
     encode_pair_scores,
-    encode_pod_allocation,
 )
-from hami_api.containers import ContainerKind, footprint_slices, init_kinds
-from hami_api.errors import WireFormatError
+from hami_api.containers import footprint_slices, init_kinds
 from hami_api.types import ContainerAllocation, GPUInfo, GPUPairScore, GPUSlice, PodAllocation
-from hami_control.cache import ClusterCache, NodeUsage
-from hami_control.usage import NodeGPUs, with_slices
+from hami_control.cache import ClusterCache, NodeUsage, PodHolding
 
 # --- builders ------------------------------------------------------------------------------------------
 
@@ -88,36 +76,9 @@ def alloc(*containers: Sequence[tuple[str, int, int]]) -> PodAllocation:
     )
 
 
-def pod_json(
-    uid: str,
-    node: str | None = "n1",
-    allocation: PodAllocation | str | None = None,
-    *,
-    inits: int = 0,
-    regular: int = 1,
-    phase: str = "Running",
-    key: str = DEVICES_ALLOCATED,
-    name: str | None = None,
-) -> dict[str, Any]:
-    annotations: dict[str, str] = {}
-    if node is not None:
-        annotations[VGPU_NODE] = node
-    if allocation is not None:
-        text = allocation if isinstance(allocation, str) else encode_pod_allocation(allocation)
-        annotations[key] = text
-    return {
-        "metadata": {
-            "uid": uid,
-            "namespace": "default",
-            "name": name or f"pod-{uid}",
-            "annotations": annotations,
-        },
-        "spec": {
-            "initContainers": [{"name": f"i{i}"} for i in range(inits)],
-            "containers": [{"name": f"c{i}"} for i in range(regular)],
-        },
-        "status": {"phase": phase},
-    }
+def hold(cache: ClusterCache, uid: str, node: str, allocation: PodAllocation, assumed: bool = False) -> None:
+    """What the pod store tells the cache for a pod holding `allocation` on `node` (no init containers)."""
+    cache.hold(uid, PodHolding(uid, "default", f"pod-{uid}", node, peak(allocation, 0), assumed))
 
 
 G0, G1 = gpu("GPU-0"), gpu("GPU-1", 1)
@@ -196,7 +157,7 @@ def test_unregistered_reason_logged_once_per_distinct_value(caplog: pytest.LogCa
 def test_node_registers_when_allocatable_returns_and_counts_earlier_pods() -> None:
     cache = ClusterCache()
     cache.node_upserted(node_json("n1", [G0], allocatable="0"))
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
+    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10)]))
     assert cache.node_gpus("n1") is None
     cache.node_upserted(node_json("n1", [G0], allocatable="4"))
     assert usage(cache, "GPU-0") == (1, 1000, 10)
@@ -206,7 +167,7 @@ def test_node_registers_when_allocatable_returns_and_counts_earlier_pods() -> No
 
 def test_pod_before_node_counts_once_node_registers() -> None:
     cache = ClusterCache()
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
+    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10)]))
     cache.node_upserted(node_json("n1", [G0]))
     assert usage(cache, "GPU-0") == (1, 1000, 10)
 
@@ -244,12 +205,12 @@ def test_unchanged_node_event_keeps_the_same_value() -> None:
 
 def test_inventory_change_rebuilds_usage() -> None:
     cache = cache_with_node(G0, G1)
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-0", 1000, 10), ("GPU-1", 500, 5)])))
+    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10), ("GPU-1", 500, 5)]))
     cache.node_upserted(node_json("n1", [G1]))  # GPU-0 gone from the inventory
     gpus = cache.node_gpus("n1")
     assert gpus is not None and [g.id for g in gpus.gpus] == ["GPU-1"]
     assert usage(cache, "GPU-1") == (1, 500, 5)
-    cache.pod_deleted("default", "pod-u1", "u1")
+    cache.hold("u1", None)
     assert usage(cache, "GPU-1") == (0, 0, 0)
     cache.node_upserted(node_json("n1", [G0, G1]))
     assert usage(cache, "GPU-0") == (0, 0, 0)
@@ -257,7 +218,7 @@ def test_inventory_change_rebuilds_usage() -> None:
 
 def test_node_deleted_and_back() -> None:
     cache = cache_with_node()
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
+    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10)]))
     cache.node_deleted("n1")
     assert cache.node_gpus("n1") is None and list(cache.nodes()) == []
     cache.node_deleted("n1")  # twice: no-op
@@ -267,8 +228,8 @@ def test_node_deleted_and_back() -> None:
 
 def test_node_usage_counters() -> None:
     cache = cache_with_node()
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-0", 1000, 10), ("GPU-1", 2000, 20)])))
-    cache.pod_upserted(pod_json("u2", "n1", alloc([("GPU-0", 300, 0)])))
+    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10), ("GPU-1", 2000, 20)]))
+    hold(cache, "u2", "n1", alloc([("GPU-0", 300, 0)]))
     expected = NodeUsage(
         gpus=2, slots=8, used_slots=3, memory=32000, used_memory=3300, cores=200, used_cores=30
     )
@@ -279,452 +240,48 @@ def test_node_usage_counters() -> None:
     assert (stats.nodes, stats.unregistered, stats.pods, stats.assumed) == (1, 0, 2, 0)
 
 
-# --- pods ----------------------------------------------------------------------------------------------
+# --- holdings and generations --------------------------------------------------------------------------
 
 
-def test_pod_counted_from_allocated() -> None:
+def test_hold_moves_slices_between_nodes_and_none_releases() -> None:
     cache = cache_with_node()
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
-    holding = cache.holding("u1")
-    assert holding is not None and (holding.namespace, holding.name, holding.node) == (
-        "default",
-        "pod-u1",
-        "n1",
-    )
-    assert not holding.assumed
-
-
-def test_pod_falls_back_to_to_allocate() -> None:
-    cache = cache_with_node()
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-1", 700, 0)]), key=DEVICES_TO_ALLOCATE))
-    assert usage(cache, "GPU-1") == (1, 700, 0)
-
-
-def test_allocated_wins_over_to_allocate() -> None:
-    cache = cache_with_node()
-    pod = pod_json("u1", "n1", alloc([("GPU-1", 700, 0)]))
-    pod["metadata"]["annotations"][DEVICES_TO_ALLOCATE] = ";"  # consumed by the node daemon
-    cache.pod_upserted(pod)
-    assert usage(cache, "GPU-1") == (1, 700, 0)
-
-
-def test_pod_without_vgpu_node_not_counted() -> None:
-    cache = cache_with_node()
-    cache.pod_upserted(pod_json("u1", None, alloc([("GPU-0", 1000, 10)])))
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-    assert cache.holding("u1") is None
-
-
-def test_init_container_peak_accounting() -> None:
-    cache = cache_with_node()
-    allocation = alloc([("GPU-0", 8000, 50)], [("GPU-0", 2000, 10)], [("GPU-0", 1000, 10)])
-    cache.pod_upserted(pod_json("u1", "n1", allocation, inits=1, regular=2))
-    assert usage(cache, "GPU-0") == (2, 8000, 50)  # the init's 8000 at peak, two regular slots
-
-
-@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
-def test_terminal_pod_releases(phase: str) -> None:
-    cache = cache_with_node()
-    allocation = alloc([("GPU-0", 1000, 10)])
-    cache.pod_upserted(pod_json("u1", "n1", allocation))
-    cache.pod_upserted(pod_json("u1", "n1", allocation, phase=phase))
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-    cache.pod_deleted("default", "pod-u1", "u1")  # the later delete is a no-op
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-
-
-@pytest.mark.parametrize("uid", ["u1", ""])
-def test_deleted_pod_releases(uid: str) -> None:
-    cache = cache_with_node()
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
-    cache.pod_deleted("default", "pod-u1", uid)
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-    assert cache.holding("u1") is None
-
-
-def test_changed_annotation_is_re_accounted() -> None:
-    cache = cache_with_node()
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-1", 3000, 30)])))
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-    assert usage(cache, "GPU-1") == (1, 3000, 30)
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-1", 3000, 30)])))  # same again: unchanged
-    assert usage(cache, "GPU-1") == (1, 3000, 30)
-
-
-@pytest.mark.parametrize(
-    ("pod", "why"),
-    [
-        (pod_json("u1", "n1", "GPU-0,NVIDIA,1000"), DEVICES_ALLOCATED),
-        (pod_json("u1", "N_1!", alloc([("GPU-0", 1000, 10)])), VGPU_NODE),
-        (pod_json("u1", "n1", "GPU-0,NVIDIA,x,0:;", key=DEVICES_TO_ALLOCATE), DEVICES_TO_ALLOCATE),
-    ],
-)
-def test_bad_annotation_skips_pod_with_logged_reason(
-    pod: dict[str, Any], why: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    cache = cache_with_node()
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
-    with caplog.at_level(logging.WARNING, logger="hami_control.cache"):
-        cache.pod_upserted(pod)
-        cache.pod_upserted(pod)  # the same reason is logged once
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and why in warnings[0] and "default/pod-u1" in warnings[0]
-
-
-def test_bad_spec_skips_pod() -> None:
-    cache = cache_with_node()
-    pod = pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)]))
-    pod["spec"]["containers"] = "nope"
-    cache.pod_upserted(pod)
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-
-
-def test_pod_without_uid_ignored() -> None:
-    cache = cache_with_node()
-    pod = pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)]))
-    del pod["metadata"]["uid"]
-    cache.pod_upserted(pod)
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-
-
-def test_slices_on_unknown_gpu_ignored_and_never_negative() -> None:
-    cache = cache_with_node()
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-zz", 1000, 10)])))
-    cache.pod_deleted("default", "pod-u1", "u1")
-    cache.pod_deleted("default", "pod-u1", "u1")
-    cache.pod_deleted("default", "never", "u9")
-    cache.forget("u9")
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-
-
-# --- assumptions ---------------------------------------------------------------------------------------
-
-
-def test_assumed_pod_counts_from_bind() -> None:
-    cache = cache_with_node()
-    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=100.0, namespace="default", name="pod-u1")
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
-    holding = cache.holding("u1")
-    assert holding is not None and holding.assumed
-    assert cache.stats().assumed == 1
-
-
-def test_watch_event_replaces_assumption() -> None:
-    cache = cache_with_node()
-    allocation = alloc([("GPU-0", 1000, 10)])
-    cache.assume("u1", "n1", allocation, (), now=100.0)
-    cache.pod_upserted(pod_json("u1", "n1", allocation))
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
-    holding = cache.holding("u1")
-    assert holding is not None and not holding.assumed
-    assert cache.expire(now=10_000.0, ttl=30.0) == []  # confirmed: nothing to expire
-    cache.forget("u1")  # a confirmed pod is left alone
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
-
-
-def test_watch_event_with_other_allocation_replaces_assumption() -> None:
-    cache = cache_with_node()
-    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=100.0)
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-1", 2000, 0)])))
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-    assert usage(cache, "GPU-1") == (1, 2000, 0)
-
-
-def test_stale_watch_event_keeps_assumption() -> None:
-    cache = cache_with_node()
-    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=100.0)
-    cache.pod_upserted(pod_json("u1", None))  # the pre-bind copy of the pod
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
-
-
-def test_confirmed_assumption_does_not_come_back() -> None:
-    cache = cache_with_node()
-    allocation = alloc([("GPU-0", 1000, 10)])
-    cache.assume("u1", "n1", allocation, (), now=1.0)
-    cache.pod_upserted(pod_json("u1", "n1", allocation))
-    cache.pod_upserted(pod_json("u1", None))  # annotations removed later: nothing left to count
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-
-
-def test_assume_on_confirmed_pod_is_ignored() -> None:
-    cache = cache_with_node()
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
-    cache.assume("u1", "n1", alloc([("GPU-1", 1000, 10)]), (), now=1.0)
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
-    assert usage(cache, "GPU-1") == (0, 0, 0)
-
-
-def test_assume_twice_keeps_latest() -> None:
-    cache = cache_with_node()
-    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=1.0)
-    cache.assume("u1", "n1", alloc([("GPU-1", 500, 0)]), (), now=2.0)
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-    assert usage(cache, "GPU-1") == (1, 500, 0)
-
-
-def test_forget_releases_assumption() -> None:
-    cache = cache_with_node()
-    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=1.0)
-    cache.forget("u1")
-    cache.forget("u1")
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-    assert cache.holding("u1") is None and cache.stats().pods == 0
-
-
-def test_assumed_init_peak() -> None:
-    cache = cache_with_node()
-    cache.assume(
-        "u1", "n1", alloc([("GPU-0", 4000, 0)], [("GPU-0", 1000, 0)]), (ContainerKind.INIT,), now=1.0
-    )
-    assert usage(cache, "GPU-0") == (1, 4000, 0)
-
-
-def test_expire_only_old_unconfirmed_assumptions() -> None:
-    cache = cache_with_node()
-    cache.assume("old", "n1", alloc([("GPU-0", 1000, 10)]), (), now=100.0)
-    cache.assume("new", "n1", alloc([("GPU-1", 1000, 10)]), (), now=125.0)
-    assert cache.expire(now=130.0, ttl=30.0) == []
-    assert cache.expire(now=131.0, ttl=30.0) == ["old"]
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-    assert usage(cache, "GPU-1") == (1, 1000, 10)
-
-
-@pytest.mark.parametrize("how", ["terminal", "deleted"])
-def test_terminal_or_deleted_releases_assumption(how: str) -> None:
-    cache = cache_with_node()
-    cache.pod_upserted(pod_json("u1", None))
-    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=1.0)
-    if how == "terminal":
-        cache.pod_upserted(pod_json("u1", None, phase="Failed"))
-    else:
-        cache.pod_deleted("default", "pod-u1", "")
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-
-
-def test_assumption_on_unregistered_node_counts_when_it_registers() -> None:
-    cache = ClusterCache()
-    cache.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=1.0)
-    cache.node_upserted(node_json("n1", [G0]))
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
-
-
-# --- property: incremental == from scratch -------------------------------------------------------------
-
-NODES = ("n1", "n2", "n3")
-UUIDS = ("GPU-a", "GPU-b", "GPU-c", "GPU-d", "GPU-gone")
-INVENTORY = tuple(gpu(u, i) for i, u in enumerate(UUIDS[:4]))
-UIDS = ("u1", "u2", "u3")
-
-
-@dataclass(frozen=True)
-class Op:
-    kind: str
-    target: str
-    payload: Any = None
-
-
-slice_st = st.builds(
-    lambda u, m, c: (u, m, c),
-    st.sampled_from(UUIDS),
-    st.integers(0, 20000),
-    st.integers(0, 100),
-)
-allocation_st = st.lists(st.lists(slice_st, max_size=3), min_size=1, max_size=4).map(lambda cs: alloc(*cs))
-
-
-@st.composite
-def node_op(draw: st.DrawFn) -> Op:
-    name = draw(st.sampled_from(NODES))
-    if draw(st.integers(0, 5)) == 0:
-        return Op("node_del", name)
-    gpus = draw(st.lists(st.sampled_from(INVENTORY), unique=True, max_size=4))
-    register = draw(st.sampled_from(["json", "legacy", "bad", "none"]))
-    text = {
-        "json": encode_node_register(gpus),
-        "legacy": encode_node_register_legacy(gpus) if gpus else "[]",
-        "bad": "nonsense",
-        "none": None,
-    }[register]
-    allocatable = draw(st.sampled_from(["8", "0", None]))
-    cordon = ",".join(draw(st.lists(st.sampled_from(UUIDS), max_size=2)))
-    scores = draw(
-        st.sampled_from([None, "bad", encode_pair_scores([GPUPairScore.of("GPU-a", {"GPU-b": 60})])])
-    )
-    doc = node_json(name, register=text, allocatable=allocatable, cordon=cordon, scores=scores)
-    if text is None:
-        doc["metadata"]["annotations"].pop(NODE_REGISTER, None)
-    return Op("node_up", name, doc)
-
-
-@st.composite
-def pod_op(draw: st.DrawFn) -> Op:
-    uid = draw(st.sampled_from(UIDS))
-    choice = draw(st.integers(0, 9))
-    if choice == 0:
-        return Op("pod_del", uid, draw(st.booleans()))
-    if choice == 1:
-        return Op("forget", uid)
-    if choice == 2:
-        return Op("expire", uid, draw(st.integers(0, 5)))
-    allocation = draw(allocation_st)
-    inits = draw(st.integers(0, len(allocation)))
-    node = draw(st.sampled_from(NODES))
-    if choice <= 4:
-        return Op("assume", uid, (node, allocation, inits))
-    vgpu_node = draw(st.sampled_from([node, node, None, "BAD NODE"]))
-    text: str | PodAllocation = allocation if draw(st.integers(0, 5)) else "broken"
-    key = draw(st.sampled_from([DEVICES_ALLOCATED, DEVICES_TO_ALLOCATE]))
-    phase = draw(st.sampled_from(["Running", "Running", "Pending", "Succeeded", "Failed"]))
-    doc = pod_json(uid, vgpu_node, text, inits=inits, regular=len(allocation) - inits, phase=phase, key=key)
-    return Op("pod_up", uid, doc)
-
-
-ops_st = st.lists(st.one_of(node_op(), pod_op()), min_size=5, max_size=60)
-_A = PodAllocation((ContainerAllocation((GPUSlice("GPU-a", 1, 1),)),))
-_CONFIRM_THEN_STALE = [
-    Op("assume", "u1", ("n1", _A, 0)),
-    Op("pod_up", "u1", pod_json("u1", "n1", _A)),
-    Op("pod_up", "u1", pod_json("u1", None, _A)),
-]
-
-_TERMINAL_THEN_ASSUMED_THEN_DELETED_BY_NAME = [  # found by hypothesis: the name must still map to the uid
-    Op("pod_up", "u1", pod_json("u1", "n1", "broken", phase="Succeeded")),
-    Op("assume", "u1", ("n1", PodAllocation((ContainerAllocation(()),)), 0)),
-    Op("pod_del", "u1", False),
-]
-
-
-class Model:
-    """The from-scratch view: latest objects and live assumptions, recomputed on demand."""
-
-    def __init__(self) -> None:
-        self.nodes: dict[str, dict[str, Any]] = {}
-        self.pods: dict[str, dict[str, Any]] = {}
-        self.assumed: dict[str, tuple[str, tuple[GPUSlice, ...], float]] = {}
-
-    def observed(self, uid: str) -> tuple[str, tuple[GPUSlice, ...]] | None:
-        pod = self.pods.get(uid)
-        if pod is None or pod["status"]["phase"] in ("Succeeded", "Failed"):
-            return None
-        ann = pod["metadata"]["annotations"]
-        node = ann.get(VGPU_NODE)
-        if node is None or node == "BAD NODE":
-            return None
-        text = ann.get(DEVICES_ALLOCATED) or ann.get(DEVICES_TO_ALLOCATE) or ""
-        if text == "broken":
-            return None
-        return node, peak(decode_pod_allocation(text), len(pod["spec"]["initContainers"]))
-
-    def apply(self, op: Op, now: float) -> None:
-        if op.kind == "node_up":
-            self.nodes[op.target] = op.payload
-        elif op.kind == "node_del":
-            self.nodes.pop(op.target, None)
-        elif op.kind == "pod_up":
-            self.pods[op.target] = op.payload
-            if op.payload["status"]["phase"] in ("Succeeded", "Failed") or self.observed(op.target):
-                self.assumed.pop(op.target, None)
-        elif op.kind == "pod_del":
-            if op.payload or op.target in self.pods:  # by name finds only pods a watch has shown
-                self.pods.pop(op.target, None)
-                self.assumed.pop(op.target, None)
-        elif op.kind == "assume":
-            if self.observed(op.target) is None:
-                node, allocation, inits = op.payload
-                self.assumed[op.target] = (node, peak(allocation, inits), now)
-        elif op.kind == "forget":
-            self.assumed.pop(op.target, None)
-        elif op.kind == "expire":
-            for uid, (_, _, at) in list(self.assumed.items()):
-                if now - at > op.payload:
-                    del self.assumed[uid]
-
-    def counted(self, uid: str) -> tuple[str, tuple[GPUSlice, ...]] | None:
-        held = self.observed(uid)
-        if held is None and uid in self.assumed:
-            held = self.assumed[uid][:2]
-        return held
-
-    def expected(self) -> dict[str, NodeGPUs]:
-        out: dict[str, NodeGPUs] = {}
-        for name, doc in self.nodes.items():
-            ann = doc["metadata"]["annotations"]
-            if doc["status"]["allocatable"].get("nvidia.com/gpu") in (None, "0"):
-                continue
-            try:
-                gpus = decode_node_register(ann[NODE_REGISTER])
-            except (KeyError, WireFormatError):
-                continue
-            try:
-                pairs = decode_pair_scores(ann[NODE_PAIR_SCORE]) if NODE_PAIR_SCORE in ann else ()
-            except WireFormatError:
-                pairs = ()
-            cordon = [u.strip() for u in ann.get(DEVICE_CORDON, "").split(",") if u.strip()]
-            out[name] = NodeGPUs.of(name, gpus, cordon, pairs)
-        for uid in set(self.pods) | set(self.assumed):
-            held = self.counted(uid)
-            if held is not None and held[0] in out:
-                out[held[0]] = with_slices(out[held[0]], held[1])
-        return out
-
-
-def check(cache: ClusterCache, model: Model) -> None:
-    for uid in UIDS:
-        holding = cache.holding(uid)
-        assert (None if holding is None else (holding.node, holding.slices)) == model.counted(uid)
-    expected = model.expected()
-    assert set(cache.nodes()) == set(expected)
-    for name, want in expected.items():
-        got = cache.node_gpus(name)
-        assert got is not None
-        assert got.gpus == want.gpus
-        assert got.pair_scores == want.pair_scores
-        for g in got.gpus:
-            assert g.used >= 0 and g.usedmem >= 0 and g.usedcores >= 0
-
-
-@settings(max_examples=400, deadline=None)
-@given(ops_st)
-@example(_CONFIRM_THEN_STALE)
-@example(_TERMINAL_THEN_ASSUMED_THEN_DELETED_BY_NAME)
-def test_incremental_usage_equals_recomputation(ops: list[Op]) -> None:
-    cache, model = ClusterCache(), Model()
-    for step, op in enumerate(ops):
-        now = float(step)
-        model.apply(op, now)
-        if op.kind in ("node_up", "pod_up"):
-            getattr(cache, op.kind.replace("_up", "_upserted"))(op.payload)
-        elif op.kind == "node_del":
-            cache.node_deleted(op.target)
-        elif op.kind == "pod_del":
-            cache.pod_deleted("default", f"pod-{op.target}", op.target if op.payload else "")
-        elif op.kind == "assume":
-            node, allocation, inits = op.payload
-            cache.assume(op.target, node, allocation, init_kinds(inits, len(allocation)), now)
-        elif op.kind == "forget":
-            cache.forget(op.target)
-        elif op.kind == "expire":
-            cache.expire(now, op.payload)
-        check(cache, model)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(UIDS), allocation_st, st.booleans()), max_size=30))
-def test_release_in_any_order_returns_to_zero(events: list[tuple[str, PodAllocation, bool]]) -> None:
-    cache = ClusterCache()
-    cache.node_upserted(node_json("n1", INVENTORY))
-    for uid, allocation, assumed in events:
-        if assumed:
-            cache.assume(uid, "n1", allocation, (), 0.0)
-        else:
-            cache.pod_upserted(pod_json(uid, "n1", allocation, regular=len(allocation)))
-    for uid in reversed(UIDS):
-        cache.pod_deleted("default", f"pod-{uid}", uid)
-        cache.forget(uid)
-    gpus = cache.node_gpus("n1")
-    assert gpus is not None
-    assert all((g.used, g.usedmem, g.usedcores) == (0, 0, 0) for g in gpus.gpus)
+    cache.node_upserted(node_json("n2", [gpu("GPU-9")]))
+    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10)]))
+    hold(cache, "u1", "n2", alloc([("GPU-9", 2000, 20)]))
+    assert usage(cache, "GPU-0") == (0, 0, 0) and usage(cache, "GPU-9", "n2") == (1, 2000, 20)
+    assert [h.uid for h in cache.holdings("n2")] == ["u1"] and list(cache.holdings("n1")) == []
+    cache.hold("u1", None)
+    cache.hold("u1", None)  # twice: no-op
+    assert usage(cache, "GPU-9", "n2") == (0, 0, 0) and cache.holding("u1") is None
     assert cache.stats().pods == 0
+
+
+def test_a_confirmed_assumption_keeps_usage_and_the_node_generation() -> None:
+    cache = cache_with_node()
+    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10)]), assumed=True)
+    assert cache.stats().assumed == 1
+    generation = cache.generation("n1")
+    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10)]))
+    assert usage(cache, "GPU-0") == (1, 1000, 10)
+    assert cache.stats().assumed == 0 and cache.generation("n1") == generation
+    held = cache.holding("u1")
+    assert held is not None and not held.assumed
+
+
+def test_generation_changes_with_every_change_of_the_nodes_gpus_and_is_never_reused() -> None:
+    cache = cache_with_node()
+    seen = [cache.generation("n1")]
+    assert cache.generation("ghost") == 0 and seen[0] > 0
+    cache.node_upserted(node_json("n1", (G0, G1), version="2"))  # nothing changed: same generation
+    assert cache.generation("n1") == seen[-1]
+    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10)]))
+    seen.append(cache.generation("n1"))
+    cache.hold("u1", None)
+    seen.append(cache.generation("n1"))
+    cache.node_upserted(node_json("n1", [G0]))
+    seen.append(cache.generation("n1"))
+    cache.node_deleted("n1")
+    assert cache.generation("n1") == 0
+    cache.node_upserted(node_json("n1", (G0, G1)))
+    seen.append(cache.generation("n1"))
+    assert len(set(seen)) == len(seen) and seen == sorted(seen)

@@ -1,5 +1,6 @@
-"""hami_control.gpu_sinks and .writers: the watch sinks that feed the extender's GPU cache (pods and
-nodes, relists, the node lock annotation, hooks) and hami-control's event limits on the recorder."""
+"""hami_control.gpu_sinks and .writers: the node watch's sink that feeds the extender's GPU cache (relists,
+the node lock annotation, hooks) and the event recorder's rate limits. (The pods watch feeds the pod
+store: test_pod_store.py.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 from hami_api.annotations import NODE_LOCK, NODE_REGISTER, encode_node_register
 from hami_api.types import GPUInfo
 from hami_control.cache import ClusterCache
-from hami_control.gpu_sinks import FanoutSink, GPUNodeSink, GPUPodSink
+from hami_control.gpu_sinks import GPUNodeSink
 from hami_control.writers import EVENT_COMPONENT, event_recorder
 from hami_kube.events import EventLimits, EventRecorder, EventSource
 
@@ -23,28 +24,6 @@ def node(name: str, lock: str | None = None) -> dict[str, Any]:
         "metadata": {"name": name, "annotations": annotations},
         "status": {"allocatable": {"nvidia.com/gpu": "2"}},
     }
-
-
-def pod(uid: str, phase: str = "Pending") -> dict[str, Any]:
-    return {"metadata": {"name": uid, "namespace": "ns", "uid": uid}, "spec": {}, "status": {"phase": phase}}
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.replaced: list[int] = []
-        self.applied: list[tuple[str, str]] = []
-
-    def begin_replace(self) -> None:
-        self.replaced.append(0)
-
-    def add_page(self, items: Any) -> None:
-        self.replaced[-1] += len(items)
-
-    def end_replace(self) -> None:
-        pass
-
-    def apply(self, kind: str, obj: Any) -> None:
-        self.applied.append((kind, obj["metadata"]["name"]))
 
 
 def test_node_sink_registers_tracks_locks_and_relists() -> None:
@@ -65,26 +44,6 @@ def test_node_sink_registers_tracks_locks_and_relists() -> None:
     sink.apply("DELETED", node("a"))
     assert list(cache.nodes()) == []
     assert seen == ["a", "b", "b", "a", "a"]
-
-
-def test_pod_sink_drops_pods_missing_from_a_relist_and_calls_hooks() -> None:
-    cache = ClusterCache()
-    sink = GPUPodSink(cache)
-    calls: list[tuple[str, bool]] = []
-    sink.hooks.append(lambda uid, _pod, deleted: calls.append((uid, deleted)))
-    sink.hooks.append(lambda *_: (_ for _ in ()).throw(RuntimeError("a broken hook is logged, not raised")))
-    sink.replace([pod("u1"), pod("u2")])
-    sink.apply("DELETED", pod("u1"))
-    assert calls == [("u1", False), ("u2", False), ("u1", True)]
-
-
-def test_fanout_feeds_every_sink() -> None:
-    a, b = Recorder(), Recorder()
-    fan = FanoutSink(a, b)
-    fan.replace([pod("x")])
-    fan.apply("ADDED", pod("y"))
-    assert a.replaced == b.replaced == [1]
-    assert a.applied == b.applied == [("ADDED", "y")]
 
 
 def test_event_recorder_limits_per_pod_reason_and_overall() -> None:

@@ -19,6 +19,7 @@ from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig
 from hami_control.extender import filter_pod, prioritize_pod
 from hami_control.gputable import GPUTable
+from hami_control.pod_store import PodStore
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.usage import NodeGPUs
 from tests.builders import (
@@ -190,6 +191,7 @@ def bound_pod(uid: str, node_name: str, gpu: str, mem: int) -> dict[str, Any]:
 
 def test_table_follows_the_cache_through_drain_changed() -> None:
     cache = ClusterCache()
+    pods = PodStore(CONFIG, cache)
     table = GPUTable()
     for i in range(3):
         cache.node_upserted(t4_node(f"n{i}", (True, True)))
@@ -200,7 +202,7 @@ def test_table_follows_the_cache_through_drain_changed() -> None:
         "NodeNames": ["n0", "n1", "n2"],
     }
     assert filter_pod(args, cache, CONFIG, table=table)["NodeNames"] == ["n0", "n1", "n2"]
-    cache.pod_upserted(bound_pod("a", "n1", "n1-g0", 8000))
+    pods.apply("MODIFIED", bound_pod("a", "n1", "n1-g0", 8000))
     cache.node_deleted("n2")
     table.sync(cache.drain_changed(), cache.node_gpus)
     result = filter_pod(args, cache, CONFIG, table=table)
@@ -210,7 +212,7 @@ def test_table_follows_the_cache_through_drain_changed() -> None:
         "n1": "1/2 AllocatedCardsInsufficientRequest, 1/2 CardInsufficientMemory"
     }
     assert "n2" in result["FailedAndUnresolvableNodes"]
-    cache.pod_deleted("ns", "a", "a")
+    pods.apply("DELETED", bound_pod("a", "n1", "n1-g0", 8000))
     table.sync(cache.drain_changed(), cache.node_gpus)
     assert filter_pod(args, cache, CONFIG, table=table)["NodeNames"] == ["n0", "n1"]
 
@@ -244,9 +246,10 @@ def test_group_rows_equals_numpy_unique(rows: list[list[int]]) -> None:
 
 def test_slices_on_a_gpu_stay_counted_through_its_xid_and_recovery_so_it_is_never_overbooked() -> None:
     cache, table = ClusterCache(), GPUTable()
+    pods = PodStore(CONFIG, cache)
     cache.node_upserted(t4_node("n1", (True, True)))
     for uid in ("a", "b"):
-        cache.pod_upserted(bound_pod(uid, "n1", "n1-g0", 6000))  # 12000 of g0's 16000 MiB
+        pods.apply("MODIFIED", bound_pod(uid, "n1", "n1-g0", 6000))  # 12000 of g0's 16000 MiB
     pinned = the_pod(gpus=1, gpumem=6000)
     pinned["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": "n1-g0"}
     args = {"Pod": pinned, "NodeNames": ["n1"]}
@@ -267,8 +270,9 @@ def test_slices_on_a_gpu_stay_counted_through_its_xid_and_recovery_so_it_is_neve
 
 def test_node_score_counts_an_unhealthy_gpu_and_its_slices_like_hami() -> None:
     cache, table = ClusterCache(), GPUTable()
+    pods = PodStore(CONFIG, cache)
     cache.node_upserted(t4_node("n1", (False, True)))
-    cache.pod_upserted(bound_pod("a", "n1", "n1-g0", 16000))
+    pods.apply("MODIFIED", bound_pod("a", "n1", "n1-g0", 16000))
     table.sync(cache.drain_changed(), cache.node_gpus)
     args = {"Pod": the_pod(gpus=1, gpumem=8000), "NodeNames": ["n1"]}
     fast = prioritize_pod(args, cache, CONFIG, table=table)

@@ -24,7 +24,9 @@ from hami_api.annotations import (
 from hami_api.containers import footprint_slices, init_kinds
 from hami_api.types import ContainerAllocation, GPUInfo, GPUSlice, PodAllocation
 from hami_control.cache import CacheStats, ClusterCache, PodHolding
+from hami_control.config import ControlConfig
 from hami_control.metrics import CLUSTER_FAMILIES, MIB, OTHER, ControlMetrics, MetricsSnapshot, QuotaEntry
+from hami_control.pod_store import PodStore
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.usage import NodeGPUs
 
@@ -129,17 +131,32 @@ def gpu_labels(uuid: str, index: int, node: str = "n1", **extra: str) -> frozens
 G0, G1 = gpu("GPU-0"), gpu("GPU-1", 1)
 
 
+def store(cache: ClusterCache) -> PodStore:
+    """The pod store feeding `cache` (what the pods watch does)."""
+    return PodStore(ControlConfig(), cache)
+
+
+def delete(pods: PodStore, namespace: str, name: str, uid: str) -> None:
+    pods.apply("DELETED", {"metadata": {"namespace": namespace, "name": name, "uid": uid}})
+
+
 @pytest.fixture
-def cache() -> ClusterCache:
+def pods() -> PodStore:
     """n1 with two T4s; u1 and u2 on GPU-0; u3 has two containers on GPU-1 (namespace team)."""
     c = ClusterCache()
+    p = store(c)
     c.node_upserted(node_json("n1", [G0, G1]))
-    c.pod_upserted(pod_json("u1", "n1", alloc([("GPU-0", 4000, 30)])))
-    c.pod_upserted(pod_json("u2", "n1", alloc([("GPU-0", 2000, 20)])))
-    c.pod_upserted(
-        pod_json("u3", "n1", alloc([("GPU-1", 1000, 10)], [("GPU-1", 3000, 15)]), namespace="team")
+    p.apply("ADDED", pod_json("u1", "n1", alloc([("GPU-0", 4000, 30)])))
+    p.apply("ADDED", pod_json("u2", "n1", alloc([("GPU-0", 2000, 20)])))
+    p.apply(
+        "ADDED", pod_json("u3", "n1", alloc([("GPU-1", 1000, 10)], [("GPU-1", 3000, 15)]), namespace="team")
     )
-    return c
+    return p
+
+
+@pytest.fixture
+def cache(pods: PodStore) -> ClusterCache:
+    return pods.gpus
 
 
 # --- HAMi's GPU families ---------------------------------------------------------------------------------
@@ -209,7 +226,9 @@ def test_vgpu_counts_init_container_peak() -> None:
     cache = ClusterCache()
     cache.node_upserted(node_json("n1", [G0]))
     # init container asks 5000 MiB / 40 %, the regular one 1000 / 10: the pod holds the peak.
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-0", 5000, 40)], [("GPU-0", 1000, 10)]), inits=1))
+    store(cache).apply(
+        "ADDED", pod_json("u1", "n1", alloc([("GPU-0", 5000, 40)], [("GPU-0", 1000, 10)]), inits=1)
+    )
     s = scrape(ControlMetrics(cache))
     key = labels(namespace="default", node="n1", pod="pod-u1", device_uuid="GPU-0")
     assert s["hami_vgpu_memory_allocated_bytes"] == {key: 5000 * MIB}
@@ -217,9 +236,9 @@ def test_vgpu_counts_init_container_peak() -> None:
     assert s["hami_gpu_shared_count"] == {gpu_labels("GPU-0", 0, device_type=T4): 1}
 
 
-def test_deleting_a_pod_lowers_the_gauges(cache: ClusterCache) -> None:
+def test_deleting_a_pod_lowers_the_gauges(cache: ClusterCache, pods: PodStore) -> None:
     metrics = ControlMetrics(cache)
-    cache.pod_deleted("default", "pod-u1", "u1")
+    delete(pods, "default", "pod-u1", "u1")
     s = scrape(metrics)
     t = {"device_type": T4}
     assert s["hami_gpu_memory_allocated_bytes"][gpu_labels("GPU-0", 0, device_cores="100", **t)] == 2000 * MIB
@@ -279,8 +298,9 @@ def test_cache_gauges() -> None:
     cache = ClusterCache()
     cache.node_upserted(node_json("n1", [G0]))
     cache.node_upserted(node_json("bare"))  # no register annotation: unregistered
-    cache.pod_upserted(pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
-    cache.assume("u2", "n1", alloc([("GPU-0", 500, 5)]), (), now=1.0, namespace="default", name="pod-u2")
+    pods = store(cache)
+    pods.apply("ADDED", pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
+    pods.assume("u2", "n1", alloc([("GPU-0", 500, 5)]), (), now=1.0, namespace="default", name="pod-u2")
     s = scrape(ControlMetrics(cache))
     assert s["hami_scheduler_cache_nodes"] == {frozenset(): 1}
     assert s["hami_scheduler_cache_unregistered_nodes"] == {frozenset(): 1}
@@ -464,10 +484,10 @@ def test_render_matches_prometheus_client_for_any_values(
     assert {k: v for k, v in fast.items() if k in generic} == generic
 
 
-def test_snapshot_rendered_on_another_thread_is_frozen(cache: ClusterCache) -> None:
+def test_snapshot_rendered_on_another_thread_is_frozen(cache: ClusterCache, pods: PodStore) -> None:
     metrics = ControlMetrics(cache)
     snap = metrics.snapshot()
-    cache.pod_deleted("default", "pod-u1", "u1")  # after the snapshot: not seen by its render
+    delete(pods, "default", "pod-u1", "u1")  # after the snapshot: not seen by its render
     result: list[bytes] = []
     worker = threading.Thread(target=lambda: result.append(metrics.render(snap)[0]))
     worker.start()

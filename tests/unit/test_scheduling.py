@@ -1,11 +1,14 @@
-"""hami_control.scheduling.Extender: the service around the pure filter/prioritize, without HTTP: bodies
-that are not JSON, the GPU table kept up with the cache, the filtered pod remembered (slimmed) for its
-bind, the FilteringFailed event, the pod's own quota usage left out of its namespace's, binds on a
-replica without a binder, and the node lock annotation."""
+"""hami_control.scheduling.Extender: the service around the pure filter/prioritize and the binder,
+without HTTP: requests that cannot be read, the GPU table kept up with the cache, the pod's cycle (its ask
+read once at filter and reused by prioritize and bind, its GPU choices reused while the node and the
+resourceVersion hold), the pod found for its bind in its cycle, the store or (once) the API, the
+FilteringFailed event, the pod's own quota usage left out of its namespace's, binds on a replica without
+a binder, and the node lock annotation."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -13,12 +16,27 @@ from typing import Any
 import orjson
 import pytest
 
-from hami_api.annotations import NODE_REGISTER, encode_node_lock, encode_node_register
-from hami_api.types import GPUInfo, NodeLock
+from hami_api.annotations import (
+    DEVICES_ALLOCATED,
+    NODE_REGISTER,
+    VGPU_NODE,
+    decode_pod_allocation,
+    encode_node_lock,
+    encode_node_register,
+    encode_pod_allocation,
+)
+from hami_api.types import ContainerAllocation, GPUInfo, GPUSlice, NodeLock, PodAllocation
+from hami_control import scheduling
+from hami_control.binder import Binder, BindRejected
 from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig
+from hami_control.cycle import CycleStates
+from hami_control.extender import PodAsk
+from hami_control.fit import Fit
+from hami_control.pod_store import PodStore
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.scheduling import Extender
+from hami_control.usage import NodeGPUs
 
 CONFIG = ControlConfig()
 
@@ -78,7 +96,7 @@ def extender(*nodes: dict[str, Any], **options: Any) -> Extender:
     cache = ClusterCache()
     for n in nodes:
         cache.node_upserted(n)
-    return Extender(CONFIG, cache, **options)
+    return Extender(CONFIG, cache, PodStore(CONFIG, cache), **options)
 
 
 def test_bodies_that_are_not_json_get_an_error_answer_not_an_exception() -> None:
@@ -105,14 +123,12 @@ def test_each_request_sees_the_nodes_the_cache_changed_since_the_last_one() -> N
     assert ext.filter(body(pod(), ["a", "b"]))["NodeNames"] == ["b"]
 
 
-def test_the_filtered_pod_is_remembered_slim_for_its_bind() -> None:
+def test_the_filtered_pods_ask_is_kept_for_its_bind() -> None:
     ext = extender(node("a"))
     ext.filter(body(pod(uid="u-7"), ["a"]))
-    remembered = ext._pods["u-7"]
-    assert "managedFields" not in remembered["metadata"]
-    assert remembered["spec"]["containers"] == [
-        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"}}}
-    ]
+    cycle = ext.cycles.get("u-7")
+    assert cycle is not None and cycle.ask is not None and cycle.ask.requests[0][0] is not None
+    assert cycle.ask.requests[0][0].memreq == 4000
     ask = asyncio.run(ext.pod_ask("ns", "p", "u-7"))  # no API read: there is no reader
     assert ask is not None and ask.name == "p"
 
@@ -162,3 +178,244 @@ def test_node_locks_come_from_the_annotation_and_a_bad_one_is_ignored() -> None:
     lock = Extender.node_lock_from({"a": encode_node_lock(held), "b": "not a time", "c": ""})
     assert lock("a") == held
     assert lock("b") is None and lock("c") is None and lock("d") is None
+
+
+# --- requests that cannot be read ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], "ExtenderArgs: expected a JSON object, got a list"),
+        ({"NodeNames": ["a"]}, "ExtenderArgs.Pod: missing"),
+        ({"Pod": pod()}, "ExtenderArgs: neither Nodes nor NodeNames is given"),
+        ({"Pod": "p", "NodeNames": ["a"]}, "ExtenderArgs.Pod: expected a Pod object, got a string"),
+        ({"Pod": pod(mem=-1), "NodeNames": ["a"]}, "pod ns/p: "),
+    ],
+)
+def test_filter_and_prioritize_answer_unreadable_requests_without_raising(
+    args: object, expected: str
+) -> None:
+    ext = extender(node("a"))
+    result = ext.filter(orjson.dumps(args))
+    assert result["Error"].startswith(expected) and result["NodeNames"] is None
+    scores = ext.prioritize(orjson.dumps(args))
+    assert scores in ([], [{"Host": "a", "Score": 0}])  # kube-scheduler ignores a failed prioritize
+
+
+def test_bind_arguments_that_cannot_be_read_are_a_bad_request() -> None:
+    ext, binder, writer = bound_extender()
+    answer = asyncio.run(ext.bind(orjson.dumps({"PodName": "p", "PodNamespace": "ns", "Node": "a"})))
+    assert answer == {"Error": "ExtenderBindingArgs.PodUID: missing"}
+    assert binder.outcomes == {"bad_request": 1} and writer.calls == []
+
+
+# --- the pod's cycle: its ask and GPU choices, from filter to bind ----------------------------------------
+
+
+@dataclass
+class Writer:
+    """BindingWriter: records (name, node, annotations); `reject` raises once for that pod name."""
+
+    calls: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    reject: dict[str, BindRejected] = field(default_factory=dict)
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
+    ) -> None:
+        self.calls.append((name, node, dict(annotations)))
+        if name in self.reject:
+            raise self.reject.pop(name)
+
+
+def bound_extender(*nodes: dict[str, Any], **options: Any) -> tuple[Extender, Binder, Writer]:
+    """An extender with a binder over nodes (default: `a` with two GPUs)."""
+    ext = extender(*(nodes or (node("a", gpus=2),)), **options)
+    writer = Writer()
+    ext.binder = Binder(ext.cache, ext.pods, writer, Events(), node_lock=lambda _node: None)
+    return ext, ext.binder, writer
+
+
+def two_containers(
+    uid: str = "u-2", version: str = "1", annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A pod with two GPU containers: fitted node by node (the GPU table covers one), so its cycle keeps
+    a choice per node."""
+    p = pod(uid=uid)
+    first = p["spec"]["containers"][0]
+    second = {
+        **first,
+        "name": "d",
+        "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000"}},
+    }
+    p["spec"]["containers"] = [first, second]
+    p["metadata"]["resourceVersion"] = version
+    p["metadata"]["annotations"] = dict(annotations or {})
+    return p
+
+
+def bind_args(p: dict[str, Any], target: str = "a") -> bytes:
+    meta = p["metadata"]
+    return orjson.dumps(
+        {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": target}
+    )
+
+
+def allocation_of(writer: Writer) -> PodAllocation:
+    ((_, _, annotations),) = writer.calls
+    return decode_pod_allocation(annotations[DEVICES_ALLOCATED], DEVICES_ALLOCATED)
+
+
+class FitCounter:
+    """Counts `PodAsk.fit` calls (the GPU choices actually computed)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        real = PodAsk.fit
+
+        def counted(ask: PodAsk, gpus: NodeGPUs) -> Any:
+            self.calls += 1
+            return real(ask, gpus)
+
+        monkeypatch.setattr(PodAsk, "fit", counted)
+
+
+def test_filter_then_prioritize_then_bind_fit_once_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    ext, binder, writer = bound_extender(node("a", gpus=2), node("b", gpus=2))
+    fits = FitCounter(monkeypatch)
+    p = two_containers()
+    assert ext.filter(body(p, ["a", "b"]))["NodeNames"] == ["a", "b"]
+    assert fits.calls == 2
+    scores = ext.prioritize(body(p, ["a", "b"]))
+    assert [s["Host"] for s in scores] == ["a", "b"] and fits.calls == 2  # filter's choices reused
+    cycle = ext.cycles.get("u-2")
+    assert cycle is not None and set(cycle.choices) == {"a", "b"}
+    chosen = cycle.choices["a"].fit.allocation
+    assert asyncio.run(ext.bind(bind_args(p))) == {"Error": ""}
+    assert fits.calls == 2 and binder.reused == 1  # nor fitted again at bind: the node did not change
+    assert allocation_of(writer) == chosen
+
+
+def test_the_reused_choice_is_what_a_fresh_fit_gives() -> None:
+    ext, binder, writer = bound_extender()
+    p = two_containers()
+    ext.filter(body(p, ["a"]))
+    gpus = ext.cache.node_gpus("a")
+    ask = asyncio.run(ext.pod_ask("ns", "p", "u-2"))
+    assert gpus is not None and ask is not None
+    fresh = ask.fit(gpus)
+    assert asyncio.run(ext.bind(bind_args(p))) == {"Error": ""}
+    assert binder.reused == 1 and isinstance(fresh, Fit) and allocation_of(writer) == fresh.allocation
+
+
+def test_a_node_that_changed_after_filter_is_fitted_again_at_bind() -> None:
+    ext, binder, writer = bound_extender()
+    p = two_containers()
+    ext.filter(body(p, ["a"]))
+    cycle = ext.cycles.get("u-2")
+    assert cycle is not None
+    assert {s.uuid for c in cycle.choices["a"].fit.allocation for s in c} == {"a-g0", "a-g1"}  # spread
+    # Another pod takes every slot of a-g0: the node's generation moves on.
+    other = pod("other", uid="u-other")
+    slots = PodAllocation(tuple(ContainerAllocation((GPUSlice("a-g0", 1, 0),)) for _ in range(4)))
+    other["metadata"]["annotations"] = {VGPU_NODE: "a", DEVICES_ALLOCATED: encode_pod_allocation(slots)}
+    other["spec"]["containers"] = [other["spec"]["containers"][0]] * 4
+    ext.pods.apply("ADDED", other)
+    assert asyncio.run(ext.bind(bind_args(p))) == {"Error": ""}
+    assert binder.reused == 0
+    assert {s.uuid for c in allocation_of(writer) for s in c} == {"a-g1"}
+
+
+def test_a_new_resource_version_with_another_ask_drops_the_choices() -> None:
+    ext, binder, writer = bound_extender()
+    p = two_containers(version="1")
+    ext.filter(body(p, ["a"]))
+    # The watch shows the pod at resourceVersion 2, now asking for GPU a-g1 only.
+    pinned = two_containers(version="2", annotations={"nvidia.com/use-gpuuuid": "a-g1"})
+    ext.pods.apply("MODIFIED", pinned)
+    assert asyncio.run(ext.bind(bind_args(p))) == {"Error": ""}
+    assert binder.reused == 0
+    assert {s.uuid for c in allocation_of(writer) for s in c} == {"a-g1"}
+
+
+def test_a_new_resource_version_with_the_same_ask_keeps_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    ext, binder, _ = bound_extender()
+    fits = FitCounter(monkeypatch)
+    ext.filter(body(two_containers(version="1"), ["a"]))
+    ext.prioritize(body(two_containers(version="2"), ["a"]))  # a status update: the same ask
+    ext.pods.apply("MODIFIED", two_containers(version="3"))
+    assert asyncio.run(ext.bind(bind_args(two_containers()))) == {"Error": ""}
+    assert fits.calls == 1 and binder.reused == 1
+
+
+def test_the_ask_is_read_again_only_for_a_new_resource_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    ext = extender(node("a"))
+    reads: list[str] = []
+    real = scheduling.read_pod_ask
+
+    def counted(pod: object, config: ControlConfig, quota: Any = None) -> Any:
+        reads.append(pod["metadata"]["resourceVersion"])  # type: ignore[index]
+        return real(pod, config, quota)
+
+    monkeypatch.setattr(scheduling, "read_pod_ask", counted)
+    p = pod(uid="u-9")
+    p["metadata"]["resourceVersion"] = "7"
+    ext.filter(body(p, ["a"]))
+    ext.prioritize(body(p, ["a"]))
+    p["metadata"]["resourceVersion"] = "8"
+    ext.prioritize(body(p, ["a"]))
+    assert reads == ["7", "8"]
+
+
+def test_bind_finds_a_watched_pod_in_the_store_without_an_api_read() -> None:
+    reads: list[str] = []
+
+    async def read(namespace: str, name: str) -> dict[str, Any] | None:
+        reads.append(name)
+        return None
+
+    ext, binder, writer = bound_extender(read_pod=read)
+    p = pod(uid="u-w")
+    ext.pods.apply("ADDED", p)
+    assert asyncio.run(ext.bind(bind_args(p))) == {"Error": ""}
+    assert reads == [] and len(writer.calls) == 1 and binder.outcomes == {"success": 1}
+
+
+def test_bind_of_an_unseen_pod_reads_it_from_the_api_once() -> None:
+    reads: list[str] = []
+
+    async def read(namespace: str, name: str) -> dict[str, Any] | None:
+        reads.append(name)
+        return pod(name, uid="u-new")
+
+    ext, _, writer = bound_extender(read_pod=read)
+    p = pod(uid="u-new")
+    writer.reject["p"] = BindRejected(500, "InternalError", "etcd")  # the first Binding fails
+    assert "etcd" in asyncio.run(ext.bind(bind_args(p)))["Error"]
+    assert asyncio.run(ext.bind(bind_args(p))) == {"Error": ""}  # kube-scheduler's retry
+    assert reads == ["p"] and len(writer.calls) == 2
+
+
+def test_a_changed_quota_usage_between_filter_and_bind_fits_again() -> None:
+    usage = Quota(QuotaLimits(memory=100_000), QuotaUsage(memory=6000))
+    ext, binder, writer = bound_extender(quota=usage)
+    p = two_containers()
+    ext.filter(body(p, ["a"]))
+    usage.usage = QuotaUsage(memory=7000)  # another pod of the namespace was admitted meanwhile
+    assert asyncio.run(ext.bind(bind_args(p))) == {"Error": ""}
+    assert binder.reused == 0 and len(writer.calls) == 1
+
+
+def test_cycles_are_bounded_and_keep_only_the_best_scored_choices() -> None:
+    nodes = [node(f"n{i}", gpus=2) for i in range(5)]
+    ext = extender(*nodes, cycles=CycleStates(max_pods=2, max_choices=2))
+    names = [f"n{i}" for i in range(5)]
+    for uid in ("u-a", "u-b", "u-c"):
+        ext.filter(body(two_containers(uid=uid), names))
+    assert len(ext.cycles) == 2 and ext.cycles.get("u-a") is None
+    cycle = ext.cycles.get("u-c")
+    assert cycle is not None and len(cycle.choices) == 5  # the latest keeps every choice until scored
+    ext.prioritize(body(two_containers(uid="u-c"), names))
+    assert len(cycle.choices) == 2
+    older = ext.cycles.get("u-b")
+    assert older is not None and older.choices == {}  # never scored, and no longer the latest

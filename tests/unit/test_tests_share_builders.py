@@ -40,6 +40,7 @@ NOT_MOVED_YET = frozenset(
         "unit/test_control_sinks.py",
         "unit/test_extender.py",
         "unit/test_metrics.py",
+        "unit/test_pod_store.py",
         "unit/test_quota.py",
         "unit/test_scheduling.py",
     }
