@@ -39,6 +39,8 @@ from hami_api.settings import (
 )
 from hami_api.settings_loader import Setting, SettingsLoader, dataclass_defaults
 from hami_control.config import KubeSettings, credentials_env
+from hami_kube.client import KubeApi, PatchType
+from hami_kube.errors import KubeApiError
 
 log = logging.getLogger(__name__)
 
@@ -297,11 +299,9 @@ def _decoded(secret: Mapping[str, object] | None) -> dict[str, bytes] | None:
     return out
 
 
-async def bootstrap(api: Any, options: CertOptions, now: datetime.datetime | None = None) -> list[str]:
+async def bootstrap(api: KubeApi, options: CertOptions, now: datetime.datetime | None = None) -> list[str]:
     """Make the Secret and the webhook configurations right; returns what it did, one line per change.
-    `api` is a hami_kube KubeApi. Raises KubeApiError."""
-    from hami_kube.errors import KubeApiError
-
+    Raises KubeApiError."""
     now = now or datetime.datetime.now(datetime.UTC)
     done: list[str] = []
     path = f"/api/v1/namespaces/{options.namespace}/secrets/{options.secret}"
@@ -342,7 +342,7 @@ async def bootstrap(api: Any, options: CertOptions, now: datetime.datetime | Non
             if (webhook.get("clientConfig") or {}).get("caBundle") != bundle
         ]
         if patch:
-            await api.request("PATCH", config_path, patch, content_type="application/json-patch+json")
+            await api.patch(config_path, patch, PatchType.JSON)
             done.append(f"set the caBundle of {len(patch)} webhook(s) in MutatingWebhookConfiguration {name}")
     return done
 

@@ -43,7 +43,7 @@ async def label_pod(api: KubeApi, namespace: str, name: str, value: str | None) 
     body = {"metadata": {"labels": {LEADER_LABEL: value}}}
     try:
         path = f"/api/v1/namespaces/{namespace}/pods/{name}"
-        await api.request("PATCH", path, body, content_type="application/merge-patch+json")
+        await api.patch(path, body)
     except KubeApiError as err:
         log.warning("cannot label pod %s/%s %s=%s: %s", namespace, name, LEADER_LABEL, value, err)
 

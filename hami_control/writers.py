@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hami_control.binder import BindRejected
-from hami_kube.client import JSONDict, KubeApi
+from hami_kube.client import KubeApi
 from hami_kube.errors import KubeApiError
 from hami_kube.events import EventLimits, EventRecorder, EventSource
 
@@ -22,19 +22,8 @@ class KubeBindingWriter:
     async def bind(
         self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
     ) -> None:
-        metadata: JSONDict = {"name": name, "namespace": namespace}
-        if uid:
-            metadata["uid"] = uid
-        if annotations:
-            metadata["annotations"] = dict(annotations)
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": metadata,
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
         try:
-            await self.api.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", body)
+            await self.api.bind(namespace, name, node, uid=uid, annotations=annotations)
         except KubeApiError as err:
             raise BindRejected(err.status, err.reason, err.message) from None
 

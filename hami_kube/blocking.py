@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hami_kube.backoff import DEFAULT_RETRY, RetryPolicy
-from hami_kube.client import JSONDict, KubeApi
+from hami_kube.client import JSONDict, KubeApi, PatchType
 from hami_kube.config import load_credentials
 from hami_kube.errors import KubeApiError
 from hami_kube.events import EventRecorder, EventSource, ObjectRef
@@ -135,6 +135,17 @@ class BlockingKubeApi:
         total = self.api.request_timeout_s if timeout_s is None else timeout_s
         call = self.api.request(method, path, body, params=params, content_type=content_type, timeout_s=total)
         return self.run(call, total + GRACE_S)
+
+    def patch(
+        self,
+        path: str,
+        body: object,
+        patch_type: PatchType = PatchType.MERGE,
+        *,
+        timeout_s: float | None = None,
+    ) -> JSONDict:
+        """`KubeApi.patch`, blocking; raises `KubeApiError`."""
+        return self.request("PATCH", path, body, content_type=patch_type, timeout_s=timeout_s)
 
     def get(
         self, path: str, params: Mapping[str, str] | None = None, *, timeout_s: float | None = None

@@ -39,6 +39,7 @@ import errno
 import logging
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -112,6 +113,41 @@ def retry_after(status: int, headers: Mapping[str, str]) -> float | None:
     if not text.isdigit():
         return None
     return float(int(text))
+
+
+class PatchType(StrEnum):
+    """The Content-Type of a PATCH, which says how the API server applies it (the three kubectl's
+    `--type` names: merge, strategic, json)."""
+
+    MERGE = "application/merge-patch+json"
+    """RFC 7386: maps merge, a list replaces the whole list, null deletes a key."""
+    STRATEGIC = "application/strategic-merge-patch+json"
+    """Kubernetes' own: lists with a merge key (conditions by type, containers by name) merge by it."""
+    JSON = "application/json-patch+json"
+    """RFC 6902: a list of operations (add, remove, replace, test ...) at JSON pointers."""
+
+
+def binding(
+    namespace: str, name: str, node: str, *, uid: str = "", annotations: Mapping[str, str] | None = None
+) -> JSONDict:
+    """A core/v1 Binding of pod `namespace`/`name` to `node`. With `uid` the API server binds only the
+    pod with that UID (409 for a pod deleted and re-created under the name); `annotations` are copied
+    onto the pod by the API server (pkg/registry/core/pod/storage: setPodHostAndAnnotations)."""
+    metadata: JSONDict = {"name": name, "namespace": namespace}
+    if uid:
+        metadata["uid"] = uid
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": metadata,
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+
+
+def binding_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods/{name}/binding"
 
 
 class KubeApi:
@@ -296,6 +332,33 @@ class KubeApi:
         await self._sleep(wait)
         await _throttle(limiter)
 
+    async def patch(
+        self,
+        path: str,
+        body: object,
+        patch_type: PatchType = PatchType.MERGE,
+        *,
+        timeout_s: float | None = None,
+        limiter: RateLimiter | None = None,
+    ) -> JSONDict:
+        """PATCH `path` with `body` as `patch_type`; the patched object. Raises `KubeApiError`."""
+        return await self.request(
+            "PATCH", path, body, content_type=patch_type, timeout_s=timeout_s, limiter=limiter
+        )
+
+    async def bind(
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        *,
+        uid: str = "",
+        annotations: Mapping[str, str] | None = None,
+    ) -> JSONDict:
+        """POST the pod's Binding to `node` (`binding()`); raises `KubeApiError` (409 for another UID)."""
+        body = binding(namespace, name, node, uid=uid, annotations=annotations)
+        return await self.request("POST", binding_path(namespace, name), body)
+
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSONDict:
         """GET `path` (e.g. /api/v1/pods) as a JSON object; raises `KubeApiError`."""
         return await self.request("GET", path, params=params)
@@ -378,4 +441,13 @@ def _decode_event(line: bytes, path: str) -> JSONDict:
     return event
 
 
-__all__ = ["MAX_RETRIES", "JSONDict", "KubeApi", "probable_eof", "retry_after"]
+__all__ = [
+    "MAX_RETRIES",
+    "JSONDict",
+    "KubeApi",
+    "PatchType",
+    "binding",
+    "binding_path",
+    "probable_eof",
+    "retry_after",
+]

@@ -46,13 +46,12 @@ from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from hami_kube.backoff import RetryPolicy
-from hami_kube.client import JSONDict, KubeApi
+from hami_kube.client import JSONDict, KubeApi, PatchType
 from hami_kube.errors import KubeApiError
 from hami_kube.flowcontrol import RateLimiter, TokenBucket, rate_limiter
 
 log = logging.getLogger(__name__)
 
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 COMBINED_PREFIX = "(combined from similar events): "
 """events_cache.go EventAggregatorByReasonMessageFunc."""
 MESSAGE_LIMIT = 1024
@@ -740,12 +739,8 @@ class EventRecorder:
             answer: JSONDict | None = None
             if result.patch is not None:
                 try:
-                    answer = await b.api.request(
-                        "PATCH",
-                        f"{path}/{event.name}",
-                        result.patch,
-                        content_type=STRATEGIC_MERGE_PATCH,
-                        limiter=b.limiter,
+                    answer = await b.api.patch(
+                        f"{path}/{event.name}", result.patch, PatchType.STRATEGIC, limiter=b.limiter
                     )
                 except KubeApiError as err:
                     if not err.not_found:

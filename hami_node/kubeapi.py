@@ -25,7 +25,6 @@ from hami_kube.errors import KubeApiError
 from hami_kube.events import EventSource
 from hami_kube.reflector import ListSink
 
-MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT_S = 15.0
 KUBE_API_QPS = 50.0
 KUBE_API_BURST = 100
@@ -112,19 +111,15 @@ class NodeApi:
         meta: JSONDict = {"annotations": dict(annotations)}
         if resource_version:
             meta["resourceVersion"] = resource_version
-        return self.bridge.request(
-            "PATCH", f"/api/v1/nodes/{_name(name)}", {"metadata": meta}, content_type=MERGE_PATCH
-        )
+        return self.bridge.patch(f"/api/v1/nodes/{_name(name)}", {"metadata": meta})
 
     def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]
     ) -> JSONDict:
         """Merge-patch a pod's annotations (None deletes a key)."""
-        return self.bridge.request(
-            "PATCH",
+        return self.bridge.patch(
             f"/api/v1/namespaces/{_name(namespace)}/pods/{_name(name)}",
             {"metadata": {"annotations": dict(annotations)}},
-            content_type=MERGE_PATCH,
         )
 
     def list_pods(self, field_selector: str, timeout_s: float | None = None) -> tuple[list[JSONDict], str]:
@@ -177,7 +172,6 @@ __all__ = [
     "EVENT_COMPONENT",
     "KUBE_API_BURST",
     "KUBE_API_QPS",
-    "MERGE_PATCH",
     "NodeApi",
     "PodEventHandler",
     "connect",

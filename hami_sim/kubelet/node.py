@@ -23,7 +23,6 @@ KUBELET_VERSION = "v1.33.0-hami-sim"
 RETRY = RetryPolicy(initial=0.1, maximum=10.0)
 """The stand-in's backoff (its pod watch, node and pod status writes): 0.1 s doubling to 10 s."""
 _RNG = random.Random()
-MERGE_PATCH = "application/merge-patch+json"
 
 
 async def read_node(api: KubeApi, name: str) -> JSON | None:
@@ -37,7 +36,7 @@ async def read_node(api: KubeApi, name: str) -> JSON | None:
 
 
 async def patch_node_status(api: KubeApi, name: str, patch: JSON) -> None:
-    await api.request("PATCH", f"/api/v1/nodes/{name}/status", patch, content_type=MERGE_PATCH)
+    await api.patch(f"/api/v1/nodes/{name}/status", patch)
 
 
 def now_rfc3339() -> str:

@@ -23,7 +23,7 @@ from hami_kube.reflector import ListSink, Reflector
 from hami_sim.kubelet import resources as msg
 from hami_sim.kubelet.config import KubeletConfig
 from hami_sim.kubelet.devicemanager import AllocationError, DeviceManager, PreStartError
-from hami_sim.kubelet.node import MERGE_PATCH, RETRY, now_rfc3339, read_node
+from hami_sim.kubelet.node import RETRY, now_rfc3339, read_node
 
 log = logging.getLogger(__name__)
 
@@ -363,11 +363,8 @@ class PodAdmitter:
         namespace, name = _key(pod)
         for attempt in range(_WRITE_ATTEMPTS):
             try:
-                await self._api.request(
-                    "PATCH",
-                    f"/api/v1/namespaces/{namespace}/pods/{name}/status",
-                    {"status": status},
-                    content_type=MERGE_PATCH,
+                await self._api.patch(
+                    f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": status}
                 )
                 return
             except KubeApiError as exc:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from hami_kube.backoff import RetryPolicy
-from hami_kube.client import KubeApi
+from hami_kube.client import KubeApi, PatchType
 from hami_kube.errors import KubeApiError
 from hami_kube.events import EventLimits, EventRecorder, EventSource
 from hami_kube.reflector import ListSink, Reflector
@@ -539,14 +539,8 @@ class SchedulerStandIn:
             return "no API client"
         meta = pod.get("metadata") or {}
         namespace, name = meta.get("namespace") or "default", meta.get("name")
-        binding = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": meta.get("uid")},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": host},
-        }
         try:
-            await client.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding)
+            await client.bind(namespace, str(name), host, uid=str(meta.get("uid") or ""))
         except KubeApiError as err:
             return err.message or str(err)
         return None
@@ -630,12 +624,7 @@ class SchedulerStandIn:
 
         async def write() -> None:
             assert self._client is not None
-            await self._client.request(
-                "PATCH",
-                path,
-                {"status": {"conditions": [condition]}},
-                content_type="application/strategic-merge-patch+json",
-            )
+            await self._client.patch(path, {"status": {"conditions": [condition]}}, PatchType.STRATEGIC)
 
         self._submit(write)
 

@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 from cryptography import x509
 
 from hami_sim.tls import client_ssl_context, generate_ca, generate_serving_cert
-from tests.waiting import wait_for  # for test_hami_kube.py until it imports tests.waiting
 
 T = TypeVar("T")
 
@@ -180,6 +179,5 @@ __all__ = [
     "SecretVolume",
     "common_name",
     "peer_certificate",
-    "wait_for",
     "write_pair",
 ]

@@ -16,11 +16,13 @@ import pytest
 from kubernetes import client
 
 from hami_kube.backoff import RetryPolicy
-from hami_kube.client import JSONDict, KubeApi
+from hami_kube.client import JSONDict, KubeApi, PatchType
 from hami_kube.errors import KubeApiError, KubeConfigError
 from hami_kube.reflector import ListSink, Reflector
 from hami_sim.apiserver import ApiServerRunner
-from tests.integration.control_server_util import LoopThread, wait_for
+from tests.builders import pod
+from tests.integration.control_server_util import LoopThread
+from tests.waiting import wait_for
 
 FAST = RetryPolicy(initial=0.01, maximum=0.05)
 
@@ -240,3 +242,27 @@ def test_a_sink_that_fails_on_one_event_does_not_stop_the_watch(rig: Rig) -> Non
     rig.core_v1.create_namespaced_config_map("default", config_map("good"))
     wait_for(lambda: recorder.changes == [("ADDED", "good")], what="the event after the failing one")
     assert reflector.lists == 1
+
+
+def test_patch_types_and_bind_helpers_reach_the_api_server_as_kubectl_would_send_them(rig: Rig) -> None:
+    path = "/api/v1/namespaces/default/configmaps"
+    rig.loop.call(lambda: rig.api.request("POST", path, {"metadata": {"name": "p"}, "data": {"a": "1"}}))
+    merged = rig.loop.call(lambda: rig.api.patch(f"{path}/p", {"data": {"b": "2"}}))
+    assert merged["data"] == {"a": "1", "b": "2"}
+    ops = [{"op": "replace", "path": "/data/a", "value": "3"}]
+    assert rig.loop.call(lambda: rig.api.patch(f"{path}/p", ops, PatchType.JSON))["data"] == {
+        "a": "3",
+        "b": "2",
+    }
+    strategic = rig.loop.call(lambda: rig.api.patch(f"{path}/p", {"data": {"b": None}}, PatchType.STRATEGIC))
+    assert strategic["data"] == {"a": "3"}
+    pods = "/api/v1/namespaces/default/pods"
+    created = rig.loop.call(lambda: rig.api.request("POST", pods, pod("bound")))
+    uid = created["metadata"]["uid"]
+    with pytest.raises(KubeApiError) as wrong_uid:
+        rig.loop.call(lambda: rig.api.bind("default", "bound", "node-1", uid="not-" + uid))
+    assert wrong_uid.value.status == 409
+    rig.loop.call(lambda: rig.api.bind("default", "bound", "node-1", uid=uid, annotations={"hami.io/x": "y"}))
+    bound = rig.loop.call(lambda: rig.api.get(f"{pods}/bound"))
+    assert bound["spec"]["nodeName"] == "node-1"
+    assert bound["metadata"]["annotations"]["hami.io/x"] == "y"

@@ -19,8 +19,9 @@ from hami_kube.events import COMBINED_PREFIX, EventRecorder, EventSource
 from hami_kube.flowcontrol import RateLimiter
 from tests.clocks import FakeTime
 from tests.conftest import ApiServerHandle
-from tests.integration.control_server_util import LoopThread, wait_for
+from tests.integration.control_server_util import LoopThread
 from tests.integration.scripted_http import Answer, ScriptedServer
+from tests.waiting import wait_for
 
 SOURCE = EventSource("hami-node", "node-1")
 FAST = RetryPolicy(initial=0.01, maximum=0.02)

@@ -19,9 +19,8 @@ from hami_sim.kubelet.checkpoint import encode_checkpoint
 from tests.apiserver_util import create_and_bind
 from tests.builders import container, node
 from tests.conftest import ApiServerHandle
-from tests.integration.control_server_util import wait_for
 from tests.integration.kubelet_plugin import TIMEOUT, FakePlugin, devices
-from tests.waiting import wait_node
+from tests.waiting import wait_for, wait_node
 
 RES = "example.com/dev"
 NODE = "node-1"
