@@ -35,7 +35,6 @@ BUILDER_NAMES = frozenset(
 
 NOT_MOVED_YET = frozenset(
     {
-        "unit/test_quota.py",
         "unit/test_scheduling.py",
     }
 )
