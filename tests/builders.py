@@ -332,8 +332,8 @@ def node(
     register: str | None = None,
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
-    allocatable: Mapping[str, str] | None = None,
-    capacity: Mapping[str, str] | None = None,
+    allocatable: Mapping[str, Any] | None = None,
+    capacity: Mapping[str, Any] | None = None,
     ready: bool | str | None = True,
     unschedulable: bool = False,
     taints: Sequence[Mapping[str, str]] = (),
@@ -343,7 +343,8 @@ def node(
     and `nvidia.com/gpu` allocatable as their slots (a value in `allocatable` wins); the Ready condition
     True (False with `ready=False`, a status as given with a string such as "Unknown", none with
     `ready=None`); `capacity` as given, else the same as `allocatable` (a kubelet that reserves
-    nothing); `unschedulable` cordons the node; `taints` as given."""
+    nothing), their values as given (a test of quantity parsing may pass a non-string); `unschedulable`
+    cordons the node; `taints` as given."""
     meta: Json = {"name": name}
     if resource_version is not None:
         meta["resourceVersion"] = resource_version

@@ -24,14 +24,12 @@ from hami_api.annotations import (
     BIND_TIME,
     DEVICES_ALLOCATED,
     DEVICES_TO_ALLOCATE,
-    NODE_REGISTER,
     VGPU_NODE,
     VGPU_TIME,
     decode_bind_phase,
     decode_pod_allocation,
     decode_unix_time,
     decode_vgpu_node,
-    encode_node_register,
 )
 from hami_api.containers import footprint_slices, init_kinds
 from hami_api.resources import ContainerRequest
@@ -50,6 +48,7 @@ from hami_control.extender import ExtenderArgsError, read_pod_ask
 from hami_control.pod_store import PodStore, pod_record
 from hami_control.scheduling import Extender
 from hami_control.usage import NodeGPUs, with_slices
+from tests.builders import Json, container, gpu_info, node, pod
 
 T = TypeVar("T")
 CONFIG = ControlConfig()
@@ -66,53 +65,18 @@ def peak(allocation: PodAllocation, inits: int) -> tuple[GPUSlice, ...]:
 # --- builders --------------------------------------------------------------------------------------------
 
 
-def gpu(index: int, count: int = 4, devmem: int = 16000) -> GPUInfo:
-    return GPUInfo(
-        id=f"GPU-{index}",
-        index=index,
-        count=count,
-        devmem=devmem,
-        devcore=100,
-        type="NVIDIA-Tesla T4",
-        mode="hami-core",
-        health=True,
+def gpu_container(
+    name: str = "c", gpus: int | str | None = 1, mem: int | None = 4000, cores: int | None = None
+) -> Json:
+    """A container asking for `gpus` GPUs of `mem` MiB (and `cores`) each: one GPU of 4000 MiB unless told."""
+    return container(name, gpus=gpus, gpumem=mem, gpucores=cores)
+
+
+def pending_pod(name: str, *containers: Json) -> Json:
+    """A Pending pod `default/<name>` with uid `uid-<name>`: `containers`, else one `gpu_container()`."""
+    return pod(
+        name, *(containers or (gpu_container(),)), namespace="default", uid=f"uid-{name}", phase="Pending"
     )
-
-
-def node_json(name: str, gpus: Sequence[GPUInfo]) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "resourceVersion": "1",
-            "annotations": {NODE_REGISTER: encode_node_register(gpus)},
-        },
-        "status": {"allocatable": {"nvidia.com/gpu": str(sum(g.count for g in gpus))}},
-    }
-
-
-def container(
-    name: str = "c", gpus: int | None = 1, mem: int | None = 4000, cores: int | None = None
-) -> dict[str, Any]:
-    limits: dict[str, str] = {}
-    if gpus is not None:
-        limits["nvidia.com/gpu"] = str(gpus)
-    if mem is not None:
-        limits["nvidia.com/gpumem"] = str(mem)
-    if cores is not None:
-        limits["nvidia.com/gpucores"] = str(cores)
-    return {"name": name, "image": "busybox", "resources": {"limits": limits}}
-
-
-def pod_json(
-    name: str, *containers: dict[str, Any], uid: str | None = None, namespace: str = "default"
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"},
-        "spec": {"containers": list(containers) or [container()]},
-        "status": {"phase": "Pending"},
-    }
 
 
 def args(pod: Mapping[str, Any], node: str = "n1") -> dict[str, Any]:
@@ -198,14 +162,14 @@ class World:
 
 
 def world(
-    gpus: Sequence[GPUInfo] = (gpu(0), gpu(1)),
+    gpus: Sequence[GPUInfo] = (gpu_info(0, count=4), gpu_info(1, count=4)),
     *,
     bind_wait_s: float = DEADLINE * 2,
     allocate_timeout_s: float = 30.0,
     wall: Callable[[], float] = lambda: WALL,
 ) -> World:
     cache = ClusterCache()
-    cache.node_upserted(node_json("n1", gpus))
+    cache.node_upserted(node("n1", gpus, resource_version="1"))
     store = PodStore(CONFIG, cache)
     pods: dict[tuple[str, str], dict[str, Any]] = {}
     locks: dict[str, NodeLock] = {}
@@ -365,7 +329,7 @@ def test_unknown_pod_and_unreadable_pod() -> None:
     w = world()
     result = run(w.bind({"PodName": "ghost", "PodNamespace": "default", "PodUID": "u", "Node": "n1"}))
     assert result == {"Error": "pod default/ghost not found"}
-    bad = w.add(pod_json("bad", container(mem=None) | {"resources": {"limits": {"nvidia.com/gpu": "x"}}}))
+    bad = w.add(pending_pod("bad", gpu_container(gpus="x", mem=None)))
     result = run(w.bind(args(bad)))
     assert "pod default/bad" in result["Error"] and "'x'" in result["Error"]
     assert w.writer.calls == []
@@ -391,7 +355,9 @@ def test_a_failing_pod_read_is_an_error_not_an_exception(caplog: pytest.LogCaptu
 
 def test_success_writes_one_binding_with_the_allocation_and_assumes_it() -> None:
     w = world()
-    p = w.add(pod_json("p", container("a", gpus=1, mem=4000, cores=30), container("b", gpus=2, mem=1000)))
+    p = w.add(
+        pending_pod("p", gpu_container("a", gpus=1, mem=4000, cores=30), gpu_container("b", gpus=2, mem=1000))
+    )
     assert run(w.bind(args(p))) == {"Error": ""}
 
     assert len(w.writer.calls) == 1
@@ -420,14 +386,16 @@ def test_success_writes_one_binding_with_the_allocation_and_assumes_it() -> None
 
 
 def test_gpu_counts_of_all_gpu_containers() -> None:
-    p = pod_json("p", container("a", gpus=1), container("b", gpus=None, mem=None), container("c", gpus=3))
+    p = pending_pod(
+        "p", gpu_container("a", gpus=1), gpu_container("b", gpus=None, mem=None), gpu_container("c", gpus=3)
+    )
     ask = read_pod_ask(p, CONFIG)
     assert ask is not None and gpu_counts(ask) == {1, 3}
 
 
 def test_pod_without_gpu_request_gets_a_plain_binding() -> None:
     w = world()
-    p = w.add(pod_json("plain", {"name": "c", "image": "busybox", "resources": {"limits": {"cpu": "1"}}}))
+    p = w.add(pending_pod("plain", container("c", limits={"cpu": "1"})))
     assert run(w.bind(args(p, "any-node"))) == {"Error": ""}
     assert [(c.name, c.node, c.annotations) for c in w.writer.calls] == [("plain", "any-node", {})]
     assert w.binder.pending_count() == 0 and w.cache.holding("uid-plain") is None
@@ -436,7 +404,7 @@ def test_pod_without_gpu_request_gets_a_plain_binding() -> None:
 
 def test_no_longer_fits_assumes_nothing() -> None:
     w = world()
-    p = w.add(pod_json("big", container(mem=20000)))
+    p = w.add(pending_pod("big", gpu_container(mem=20000)))
     result = run(w.bind(args(p)))
     assert result == {"Error": "pod default/big no longer fits node n1: 2/2 CardInsufficientMemory"}
     assert w.writer.calls == [] and w.cache.holding("uid-big") is None and w.binder.pending_count() == 0
@@ -447,7 +415,7 @@ def test_no_longer_fits_assumes_nothing() -> None:
 
 def test_unregistered_node() -> None:
     w = world()
-    p = w.add(pod_json("p"))
+    p = w.add(pending_pod("p"))
     result = run(w.bind(args(p, "n2")))
     assert result["Error"].startswith("cannot bind pod default/p to node n2: node unregistered")
     assert w.writer.calls == [] and w.binder.outcomes == {"unregistered": 1}
@@ -491,7 +459,7 @@ def test_rejected_binding_forgets_and_releases(
     error: Exception, outcome: str, expected: str, event: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     w = world()
-    p = w.add(pod_json("p"))
+    p = w.add(pending_pod("p"))
     w.writer.reject["p"] = error
     with caplog.at_level(logging.CRITICAL, logger="hami_control.binder"):
         result = run(w.bind(args(p)))
@@ -506,7 +474,7 @@ def test_rejected_binding_forgets_and_releases(
 
 def test_cancelled_binding_rolls_back() -> None:
     w = world()
-    p = w.add(pod_json("p"))
+    p = w.add(pending_pod("p"))
 
     async def scenario() -> None:
         w.writer.gate = asyncio.Event()
@@ -523,7 +491,7 @@ def test_cancelled_binding_rolls_back() -> None:
 
 def test_a_second_bind_of_the_same_pod_is_refused() -> None:
     w = world()
-    p = w.add(pod_json("p"))
+    p = w.add(pending_pod("p"))
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         w.writer.gate = asyncio.Event()
@@ -545,7 +513,7 @@ def test_a_second_bind_of_the_same_pod_is_refused() -> None:
 
 def test_event_recorder_failure_does_not_fail_the_bind(caplog: pytest.LogCaptureFixture) -> None:
     w = world()
-    p = w.add(pod_json("p"))
+    p = w.add(pending_pod("p"))
 
     def broken(*_: object) -> None:
         raise RuntimeError("events down")
@@ -560,7 +528,7 @@ def test_event_recorder_failure_does_not_fail_the_bind(caplog: pytest.LogCapture
 
 def test_same_gpu_count_waits_until_the_first_pod_is_allocated() -> None:
     w = world()
-    p1, p2 = w.add(pod_json("p1")), w.add(pod_json("p2"))
+    p1, p2 = w.add(pending_pod("p1")), w.add(pending_pod("p2"))
 
     async def scenario() -> dict[str, Any]:
         assert await w.bind(args(p1)) == {"Error": ""}
@@ -583,7 +551,7 @@ def test_same_gpu_count_waits_until_the_first_pod_is_allocated() -> None:
 @pytest.mark.parametrize("release", ["failed", "deleted"])
 def test_failed_or_deleted_pod_releases_the_window(release: str) -> None:
     w = world()
-    p1, p2 = w.add(pod_json("p1")), w.add(pod_json("p2"))
+    p1, p2 = w.add(pending_pod("p1")), w.add(pending_pod("p2"))
 
     async def scenario() -> dict[str, Any]:
         await w.bind(args(p1))
@@ -602,7 +570,10 @@ def test_failed_or_deleted_pod_releases_the_window(release: str) -> None:
 
 def test_same_gpu_count_times_out_with_a_clear_error() -> None:
     w = world(bind_wait_s=0.2)
-    p1, p2 = w.add(pod_json("p1")), w.add(pod_json("p2", container(gpus=1), container("d", gpus=2)))
+    p1, p2 = (
+        w.add(pending_pod("p1")),
+        w.add(pending_pod("p2", gpu_container(gpus=1), gpu_container("d", gpus=2))),
+    )
 
     async def scenario() -> dict[str, Any]:
         await w.bind(args(p1))
@@ -620,15 +591,21 @@ def test_same_gpu_count_times_out_with_a_clear_error() -> None:
 
 def test_a_pod_that_can_never_fit_fails_without_waiting() -> None:
     w = world(bind_wait_s=DEADLINE * 10)  # waiting would time the test out
-    p1, p2 = w.add(pod_json("p1", container(mem=15000))), w.add(pod_json("p2", container(gpus=2, mem=15000)))
+    p1, p2 = (
+        w.add(pending_pod("p1", gpu_container(mem=15000))),
+        w.add(pending_pod("p2", gpu_container(gpus=2, mem=15000))),
+    )
     assert run(w.bind(args(p1))) == {"Error": ""}
     assert "no longer fits" in run(w.bind(args(p2)))["Error"]
 
 
 def test_different_gpu_counts_bind_concurrently() -> None:
     w = world()
-    one, two = w.add(pod_json("one", container(gpus=1))), w.add(pod_json("two", container(gpus=2, mem=1000)))
-    same = w.add(pod_json("same", container(gpus=1, mem=1000)))
+    one, two = (
+        w.add(pending_pod("one", gpu_container(gpus=1))),
+        w.add(pending_pod("two", gpu_container(gpus=2, mem=1000))),
+    )
+    same = w.add(pending_pod("same", gpu_container(gpus=1, mem=1000)))
 
     async def scenario() -> list[dict[str, Any]]:
         gate = w.writer.gate = asyncio.Event()
@@ -648,7 +625,7 @@ def test_different_gpu_counts_bind_concurrently() -> None:
 
 def test_a_failed_binding_wakes_the_waiting_pod() -> None:
     w = world()
-    p1, p2 = w.add(pod_json("p1")), w.add(pod_json("p2"))
+    p1, p2 = w.add(pending_pod("p1")), w.add(pending_pod("p2"))
     w.writer.reject["p1"] = BindRejected(409, "Conflict", "already assigned")
 
     async def scenario() -> list[dict[str, Any]]:
@@ -674,7 +651,7 @@ def lock_at(seconds_before: float, namespace: str = "kube-system", pod: str = "o
 
 def test_a_foreign_lock_is_waited_for_until_the_node_changes() -> None:
     w = world()
-    p = w.add(pod_json("p"))
+    p = w.add(pending_pod("p"))
     w.locks["n1"] = lock_at(10)
 
     async def scenario() -> dict[str, Any]:
@@ -693,7 +670,7 @@ def test_a_foreign_lock_is_waited_for_until_the_node_changes() -> None:
 
 def test_a_held_lock_times_out_naming_the_holder() -> None:
     w = world(bind_wait_s=0.2)
-    p = w.add(pod_json("p"))
+    p = w.add(pending_pod("p"))
     w.locks["n1"] = lock_at(10)
     result = run(w.bind(args(p)))
     assert result == {
@@ -703,7 +680,7 @@ def test_a_held_lock_times_out_naming_the_holder() -> None:
     assert w.binder.outcomes == {"lock_timeout": 1} and w.writer.calls == []
     legacy = world(bind_wait_s=0.05)
     legacy.locks["n1"] = NodeLock(datetime.fromtimestamp(WALL, UTC))
-    p = legacy.add(pod_json("p"))
+    p = legacy.add(pending_pod("p"))
     assert "held by another HAMi component since 2026-01-01T00:00:00Z" in run(legacy.bind(args(p)))["Error"]
 
 
@@ -718,7 +695,7 @@ def test_a_held_lock_times_out_naming_the_holder() -> None:
 def test_an_expired_or_own_lock_is_ignored(lock: NodeLock) -> None:
     w = world(bind_wait_s=DEADLINE * 10)
     w.locks["n1"] = lock
-    p = w.add(pod_json("p"))
+    p = w.add(pending_pod("p"))
     assert run(w.bind(args(p))) == {"Error": ""}
 
 
@@ -726,13 +703,13 @@ def test_a_lock_that_expires_while_waiting_wakes_the_bind() -> None:
     start = time.monotonic()
     w = world(wall=lambda: WALL + (time.monotonic() - start))
     w.locks["n1"] = lock_at(300 - 0.05)  # expires 50 ms from now
-    p = w.add(pod_json("p"))
+    p = w.add(pending_pod("p"))
     assert run(w.bind(args(p))) == {"Error": ""}
 
 
 def test_an_unreadable_lock_is_ignored(caplog: pytest.LogCaptureFixture) -> None:
     w = world()
-    p = w.add(pod_json("p"))
+    p = w.add(pending_pod("p"))
 
     def broken(node: str) -> NodeLock | None:
         raise ValueError("hami.io/mutex.lock: bad time")
@@ -750,7 +727,11 @@ def test_sweep_releases_old_entries_and_expires_unconfirmed_assumptions(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     w = world(allocate_timeout_s=30.0)
-    p1, p2, p3 = w.add(pod_json("p1")), w.add(pod_json("p2", container(gpus=2))), w.add(pod_json("p3"))
+    p1, p2, p3 = (
+        w.add(pending_pod("p1")),
+        w.add(pending_pod("p2", gpu_container(gpus=2))),
+        w.add(pending_pod("p3")),
+    )
 
     async def scenario() -> dict[str, Any]:
         await w.bind(args(p1))
@@ -783,7 +764,7 @@ def test_sweep_releases_old_entries_and_expires_unconfirmed_assumptions(
 
 def test_run_sweeper_sweeps_until_cancelled() -> None:
     w = world(allocate_timeout_s=1.0)
-    p = w.add(pod_json("p"))
+    p = w.add(pending_pod("p"))
 
     async def scenario() -> None:
         await w.bind(args(p))
@@ -805,7 +786,7 @@ def test_bad_timeouts_are_refused() -> None:
 
 # --- property: concurrent binds never overcommit a GPU -----------------------------------------------------
 
-PROPERTY_GPUS = (gpu(0, count=3, devmem=8000), gpu(1, count=3, devmem=8000))
+PROPERTY_GPUS = (gpu_info(0, count=3, devmem=8000), gpu_info(1, count=3, devmem=8000))
 
 
 @st.composite
@@ -866,7 +847,7 @@ def test_concurrent_binds_never_overcommit_a_gpu(
     async def phase(specs: list[tuple[int, int, int, bool, bool]], tag: str) -> list[dict[str, Any]]:
         pods = []
         for i, (nums, mem, cores, refused, _) in enumerate(specs):
-            pods.append(w.add(pod_json(f"{tag}{i}", container(gpus=nums, mem=mem, cores=cores))))
+            pods.append(w.add(pending_pod(f"{tag}{i}", gpu_container(gpus=nums, mem=mem, cores=cores))))
             if refused:
                 w.writer.reject[f"{tag}{i}"] = BindRejected(409, "Conflict", "already assigned")
         results = await asyncio.gather(*(w.bind(args(p)) for p in pods))
@@ -891,9 +872,9 @@ def test_concurrent_binds_never_overcommit_a_gpu(
     # What the cache counts is exactly what the pods that were bound (and not deleted) hold.
     base = NodeGPUs.of("n1", PROPERTY_GPUS)
     expected = base
-    for pod in bound.values():
+    for bound_pod in bound.values():
         allocation = decode_pod_allocation(
-            pod["metadata"]["annotations"][DEVICES_ALLOCATED], DEVICES_ALLOCATED
+            bound_pod["metadata"]["annotations"][DEVICES_ALLOCATED], DEVICES_ALLOCATED
         )
         expected = with_slices(expected, peak(allocation, 0))
     assert w.cache.node_gpus("n1") == expected

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -18,8 +17,9 @@ from hami_api.annotations import (
     encode_pair_scores,
 )
 from hami_api.containers import footprint_slices, init_kinds
-from hami_api.types import ContainerAllocation, GPUInfo, GPUPairScore, GPUSlice, PodAllocation
+from hami_api.types import GPUInfo, GPUPairScore, GPUSlice, PodAllocation
 from hami_control.cache import ClusterCache, NodeUsage, PodHolding
+from tests.builders import allocation, gpu_info, node
 
 # --- builders ------------------------------------------------------------------------------------------
 
@@ -29,64 +29,18 @@ def peak(allocation: PodAllocation, inits: int) -> tuple[GPUSlice, ...]:
     return footprint_slices(allocation, init_kinds(inits, len(allocation)))
 
 
-def gpu(uuid: str, index: int = 0, health: bool = True) -> GPUInfo:
-    return GPUInfo(
-        id=uuid,
-        index=index,
-        count=4,
-        devmem=16000,
-        devcore=100,
-        type="NVIDIA-Tesla T4",
-        mode="hami-core",
-        health=health,
-    )
-
-
-def node_json(
-    name: str,
-    gpus: Sequence[GPUInfo] = (),
-    *,
-    register: str | None = None,
-    allocatable: Any = "8",
-    cordon: str | None = None,
-    scores: str | None = None,
-    version: str = "1",
-) -> dict[str, Any]:
-    annotations: dict[str, str] = {}
-    if register is not None:
-        annotations[NODE_REGISTER] = register
-    elif gpus:
-        annotations[NODE_REGISTER] = encode_node_register(gpus)
-    if cordon is not None:
-        annotations[DEVICE_CORDON] = cordon
-    if scores is not None:
-        annotations[NODE_PAIR_SCORE] = scores
-    status: dict[str, Any] = {"allocatable": {"cpu": "4"}}
-    if allocatable is not None:
-        status["allocatable"]["nvidia.com/gpu"] = allocatable
-    return {
-        "metadata": {"name": name, "resourceVersion": version, "annotations": annotations},
-        "status": status,
-    }
-
-
-def alloc(*containers: Sequence[tuple[str, int, int]]) -> PodAllocation:
-    return PodAllocation(
-        tuple(ContainerAllocation(tuple(GPUSlice(u, m, c) for u, m, c in cont)) for cont in containers)
-    )
-
-
 def hold(cache: ClusterCache, uid: str, node: str, allocation: PodAllocation, assumed: bool = False) -> None:
     """What the pod store tells the cache for a pod holding `allocation` on `node` (no init containers)."""
     cache.hold(uid, PodHolding(uid, "default", f"pod-{uid}", node, peak(allocation, 0), assumed))
 
 
-G0, G1 = gpu("GPU-0"), gpu("GPU-1", 1)
+G0, G1 = gpu_info(0, count=4), gpu_info(1, count=4)
+SLOTS = "nvidia.com/gpu"
 
 
 def cache_with_node(*gpus: GPUInfo) -> ClusterCache:
     cache = ClusterCache()
-    cache.node_upserted(node_json("n1", gpus or (G0, G1)))
+    cache.node_upserted(node("n1", gpus or (G0, G1)))
     return cache
 
 
@@ -111,7 +65,7 @@ def test_registered_node_json_form() -> None:
 
 def test_registered_node_legacy_form() -> None:
     cache = ClusterCache()
-    cache.node_upserted(node_json("n1", register=encode_node_register_legacy([G0, G1])))
+    cache.node_upserted(node("n1", register=encode_node_register_legacy([G0, G1]), allocatable={SLOTS: "8"}))
     gpus = cache.node_gpus("n1")
     assert gpus is not None and [g.info for g in gpus.gpus] == [G0, G1]
 
@@ -119,13 +73,16 @@ def test_registered_node_legacy_form() -> None:
 @pytest.mark.parametrize(
     ("node", "why"),
     [
-        (node_json("n1"), f"annotation {NODE_REGISTER} is missing"),
-        (node_json("n1", register="garbage"), NODE_REGISTER),
-        (node_json("n1", register='[{"id":"GPU-0","count":"x"}]'), NODE_REGISTER),
-        (node_json("n1", [G0], allocatable="0"), 'allocatable["nvidia.com/gpu"] is 0'),
-        (node_json("n1", [G0], allocatable=None), 'allocatable["nvidia.com/gpu"] is missing'),
-        (node_json("n1", [G0], allocatable="lots"), "not a valid Kubernetes quantity"),
-        (node_json("n1", [G0], allocatable=["8"]), "not a quantity"),
+        (node("n1", allocatable={SLOTS: "8"}), f"annotation {NODE_REGISTER} is missing"),
+        (node("n1", register="garbage", allocatable={SLOTS: "8"}), NODE_REGISTER),
+        (node("n1", register='[{"id":"GPU-0","count":"x"}]', allocatable={SLOTS: "8"}), NODE_REGISTER),
+        (node("n1", [G0], allocatable={SLOTS: "0"}), 'allocatable["nvidia.com/gpu"] is 0'),
+        (
+            node("n1", register=encode_node_register([G0]), allocatable={"cpu": "4"}),
+            'allocatable["nvidia.com/gpu"] is missing',
+        ),
+        (node("n1", [G0], allocatable={SLOTS: "lots"}), "not a valid Kubernetes quantity"),
+        (node("n1", [G0], allocatable={SLOTS: ["8"]}), "not a quantity"),
     ],
 )
 def test_unregistered_node_kept_out_with_reason(node: dict[str, Any], why: str) -> None:
@@ -146,9 +103,11 @@ def test_unregistered_reason_logged_once_per_distinct_value(caplog: pytest.LogCa
     cache = ClusterCache()
     with caplog.at_level(logging.WARNING, logger="hami_control.cache"):
         for version in "123":
-            cache.node_upserted(node_json("n1", register="garbage", version=version))
-        cache.node_upserted(node_json("n1", [G0], allocatable="0"))
-        cache.node_upserted(node_json("n1", [G0], allocatable="0", version="9"))
+            cache.node_upserted(
+                node("n1", register="garbage", allocatable={SLOTS: "8"}, resource_version=version)
+            )
+        cache.node_upserted(node("n1", [G0], allocatable={SLOTS: "0"}))
+        cache.node_upserted(node("n1", [G0], allocatable={SLOTS: "0"}, resource_version="9"))
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2
     assert "garbage" in warnings[0] and "allocatable" in warnings[1]
@@ -156,25 +115,27 @@ def test_unregistered_reason_logged_once_per_distinct_value(caplog: pytest.LogCa
 
 def test_node_registers_when_allocatable_returns_and_counts_earlier_pods() -> None:
     cache = ClusterCache()
-    cache.node_upserted(node_json("n1", [G0], allocatable="0"))
-    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10)]))
+    cache.node_upserted(node("n1", [G0], allocatable={SLOTS: "0"}))
+    hold(cache, "u1", "n1", allocation([("GPU-0", 1000, 10)]))
     assert cache.node_gpus("n1") is None
-    cache.node_upserted(node_json("n1", [G0], allocatable="4"))
+    cache.node_upserted(node("n1", [G0], allocatable={SLOTS: "4"}))
     assert usage(cache, "GPU-0") == (1, 1000, 10)
-    cache.node_upserted(node_json("n1", [G0], allocatable="0"))
+    cache.node_upserted(node("n1", [G0], allocatable={SLOTS: "0"}))
     assert cache.node_gpus("n1") is None
 
 
 def test_pod_before_node_counts_once_node_registers() -> None:
     cache = ClusterCache()
-    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10)]))
-    cache.node_upserted(node_json("n1", [G0]))
+    hold(cache, "u1", "n1", allocation([("GPU-0", 1000, 10)]))
+    cache.node_upserted(node("n1", [G0]))
     assert usage(cache, "GPU-0") == (1, 1000, 10)
 
 
 def test_health_from_register_and_cordon() -> None:
     cache = ClusterCache()
-    cache.node_upserted(node_json("n1", [G0, gpu("GPU-1", 1, health=False)], cordon="GPU-0, GPU-x"))
+    cache.node_upserted(
+        node("n1", [G0, gpu_info(1, count=4, health=False)], annotations={DEVICE_CORDON: "GPU-0, GPU-x"})
+    )
     gpus = cache.node_gpus("n1")
     assert gpus is not None
     g0, g1 = gpus.gpus
@@ -185,12 +146,16 @@ def test_health_from_register_and_cordon() -> None:
 def test_pair_scores_and_bad_pair_scores(caplog: pytest.LogCaptureFixture) -> None:
     cache = ClusterCache()
     scores = encode_pair_scores([GPUPairScore.of("GPU-0", {"GPU-1": 100})])
-    cache.node_upserted(node_json("n1", [G0, G1], scores=scores))
+    cache.node_upserted(node("n1", [G0, G1], annotations={NODE_PAIR_SCORE: scores}))
     gpus = cache.node_gpus("n1")
     assert gpus is not None and gpus.pair_score("GPU-1", "GPU-0") == 100
     with caplog.at_level(logging.WARNING, logger="hami_control.cache"):
-        cache.node_upserted(node_json("n1", [G0, G1], scores="{nope", version="2"))
-        cache.node_upserted(node_json("n1", [G0, G1], scores="{nope", version="3"))
+        cache.node_upserted(
+            node("n1", [G0, G1], annotations={NODE_PAIR_SCORE: "{nope"}, resource_version="2")
+        )
+        cache.node_upserted(
+            node("n1", [G0, G1], annotations={NODE_PAIR_SCORE: "{nope"}, resource_version="3")
+        )
     gpus = cache.node_gpus("n1")
     assert gpus is not None and gpus.pair_scores == () and gpus.pair_score("GPU-0", "GPU-1") == 0
     assert len([r for r in caplog.records if "topology" in r.getMessage()]) == 1
@@ -199,37 +164,37 @@ def test_pair_scores_and_bad_pair_scores(caplog: pytest.LogCaptureFixture) -> No
 def test_unchanged_node_event_keeps_the_same_value() -> None:
     cache = cache_with_node()
     before = cache.node_gpus("n1")
-    cache.node_upserted(node_json("n1", (G0, G1), version="2"))
+    cache.node_upserted(node("n1", (G0, G1), resource_version="2"))
     assert cache.node_gpus("n1") is before
 
 
 def test_inventory_change_rebuilds_usage() -> None:
     cache = cache_with_node(G0, G1)
-    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10), ("GPU-1", 500, 5)]))
-    cache.node_upserted(node_json("n1", [G1]))  # GPU-0 gone from the inventory
+    hold(cache, "u1", "n1", allocation([("GPU-0", 1000, 10), ("GPU-1", 500, 5)]))
+    cache.node_upserted(node("n1", [G1]))  # GPU-0 gone from the inventory
     gpus = cache.node_gpus("n1")
     assert gpus is not None and [g.id for g in gpus.gpus] == ["GPU-1"]
     assert usage(cache, "GPU-1") == (1, 500, 5)
     cache.hold("u1", None)
     assert usage(cache, "GPU-1") == (0, 0, 0)
-    cache.node_upserted(node_json("n1", [G0, G1]))
+    cache.node_upserted(node("n1", [G0, G1]))
     assert usage(cache, "GPU-0") == (0, 0, 0)
 
 
 def test_node_deleted_and_back() -> None:
     cache = cache_with_node()
-    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10)]))
+    hold(cache, "u1", "n1", allocation([("GPU-0", 1000, 10)]))
     cache.node_deleted("n1")
     assert cache.node_gpus("n1") is None and list(cache.nodes()) == []
     cache.node_deleted("n1")  # twice: no-op
-    cache.node_upserted(node_json("n1", [G0, G1]))
+    cache.node_upserted(node("n1", [G0, G1]))
     assert usage(cache, "GPU-0") == (1, 1000, 10)
 
 
 def test_node_usage_counters() -> None:
     cache = cache_with_node()
-    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10), ("GPU-1", 2000, 20)]))
-    hold(cache, "u2", "n1", alloc([("GPU-0", 300, 0)]))
+    hold(cache, "u1", "n1", allocation([("GPU-0", 1000, 10), ("GPU-1", 2000, 20)]))
+    hold(cache, "u2", "n1", allocation([("GPU-0", 300, 0)]))
     expected = NodeUsage(
         gpus=2, slots=8, used_slots=3, memory=32000, used_memory=3300, cores=200, used_cores=30
     )
@@ -245,9 +210,9 @@ def test_node_usage_counters() -> None:
 
 def test_hold_moves_slices_between_nodes_and_none_releases() -> None:
     cache = cache_with_node()
-    cache.node_upserted(node_json("n2", [gpu("GPU-9")]))
-    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10)]))
-    hold(cache, "u1", "n2", alloc([("GPU-9", 2000, 20)]))
+    cache.node_upserted(node("n2", [gpu_info(0, id="GPU-9", count=4)]))
+    hold(cache, "u1", "n1", allocation([("GPU-0", 1000, 10)]))
+    hold(cache, "u1", "n2", allocation([("GPU-9", 2000, 20)]))
     assert usage(cache, "GPU-0") == (0, 0, 0) and usage(cache, "GPU-9", "n2") == (1, 2000, 20)
     assert [h.uid for h in cache.holdings("n2")] == ["u1"] and list(cache.holdings("n1")) == []
     cache.hold("u1", None)
@@ -258,10 +223,10 @@ def test_hold_moves_slices_between_nodes_and_none_releases() -> None:
 
 def test_a_confirmed_assumption_keeps_usage_and_the_node_generation() -> None:
     cache = cache_with_node()
-    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10)]), assumed=True)
+    hold(cache, "u1", "n1", allocation([("GPU-0", 1000, 10)]), assumed=True)
     assert cache.stats().assumed == 1
     generation = cache.generation("n1")
-    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10)]))
+    hold(cache, "u1", "n1", allocation([("GPU-0", 1000, 10)]))
     assert usage(cache, "GPU-0") == (1, 1000, 10)
     assert cache.stats().assumed == 0 and cache.generation("n1") == generation
     held = cache.holding("u1")
@@ -272,16 +237,16 @@ def test_generation_changes_with_every_change_of_the_nodes_gpus_and_is_never_reu
     cache = cache_with_node()
     seen = [cache.generation("n1")]
     assert cache.generation("ghost") == 0 and seen[0] > 0
-    cache.node_upserted(node_json("n1", (G0, G1), version="2"))  # nothing changed: same generation
+    cache.node_upserted(node("n1", (G0, G1), resource_version="2"))  # nothing changed: same generation
     assert cache.generation("n1") == seen[-1]
-    hold(cache, "u1", "n1", alloc([("GPU-0", 1000, 10)]))
+    hold(cache, "u1", "n1", allocation([("GPU-0", 1000, 10)]))
     seen.append(cache.generation("n1"))
     cache.hold("u1", None)
     seen.append(cache.generation("n1"))
-    cache.node_upserted(node_json("n1", [G0]))
+    cache.node_upserted(node("n1", [G0]))
     seen.append(cache.generation("n1"))
     cache.node_deleted("n1")
     assert cache.generation("n1") == 0
-    cache.node_upserted(node_json("n1", (G0, G1)))
+    cache.node_upserted(node("n1", (G0, G1)))
     seen.append(cache.generation("n1"))
     assert len(set(seen)) == len(seen) and seen == sorted(seen)

@@ -4,26 +4,18 @@ store: test_pod_store.py.)"""
 
 from __future__ import annotations
 
-from typing import Any
-
-from hami_api.annotations import NODE_LOCK, NODE_REGISTER, encode_node_register
-from hami_api.types import GPUInfo
+from hami_api.annotations import NODE_LOCK
 from hami_control.cache import ClusterCache
 from hami_control.gpu_sinks import GPUNodeSink
 from hami_control.writers import EVENT_COMPONENT, event_recorder
 from hami_kube.events import EventLimits, EventRecorder, EventSource
+from tests.builders import Json, gpu_info, node
 
 
-def node(name: str, lock: str | None = None) -> dict[str, Any]:
-    annotations = {
-        NODE_REGISTER: encode_node_register([GPUInfo(f"{name}-g0", 0, 2, 1000, 100, "T", 0, "", True)])
-    }
-    if lock is not None:
-        annotations[NODE_LOCK] = lock
-    return {
-        "metadata": {"name": name, "annotations": annotations},
-        "status": {"allocatable": {"nvidia.com/gpu": "2"}},
-    }
+def registered_node(name: str, lock: str | None = None) -> Json:
+    """Node `name` with one GPU `<name>-g0` of 2 slots, and the node lock annotation `lock` when given."""
+    gpus = [gpu_info(0, id=f"{name}-g0", count=2, devmem=1000)]
+    return node(name, gpus, annotations={NODE_LOCK: lock} if lock is not None else None)
 
 
 def test_node_sink_registers_tracks_locks_and_relists() -> None:
@@ -32,16 +24,16 @@ def test_node_sink_registers_tracks_locks_and_relists() -> None:
     seen: list[str] = []
     sink.hooks.append(seen.append)
     sink.begin_replace()  # a list in two pages
-    sink.add_page([node("a")])
-    sink.add_page([node("b", lock="2026-11-22T03:00:00Z,ns,p")])
+    sink.add_page([registered_node("a")])
+    sink.add_page([registered_node("b", lock="2026-11-22T03:00:00Z,ns,p")])
     sink.end_replace()
     assert sorted(cache.nodes()) == ["a", "b"]
     assert sink.locks == {"b": "2026-11-22T03:00:00Z,ns,p"}
-    sink.apply("MODIFIED", node("b"))
+    sink.apply("MODIFIED", registered_node("b"))
     assert sink.locks == {}
-    sink.replace([node("a")])  # b is gone from the relist
+    sink.replace([registered_node("a")])  # b is gone from the relist
     assert list(cache.nodes()) == ["a"]
-    sink.apply("DELETED", node("a"))
+    sink.apply("DELETED", registered_node("a"))
     assert list(cache.nodes()) == []
     assert seen == ["a", "b", "b", "a", "a"]
 

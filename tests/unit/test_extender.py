@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -25,6 +25,7 @@ from hami_control.extender import (
 from hami_control.fit import Fit
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.usage import NodeGPUs, with_slices
+from tests.builders import Json, container, gpu_info, node, node_gpus, pod
 
 CONFIG = ControlConfig()
 RESULT_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
@@ -33,25 +34,15 @@ RESULT_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes"
 # --- builders ---------------------------------------------------------------------------------------------
 
 
-def gpu(node: str, index: int, **kw: Any) -> GPUInfo:
-    base = GPUInfo(
-        id=f"{node}-GPU-{index}",
-        index=index,
-        count=10,
-        devmem=16000,
-        devcore=100,
-        type="NVIDIA-Tesla T4",
-        mode="hami-core",
-        health=True,
-    )
-    return replace(base, **kw)
+def node_gpu(node: str, index: int, **fields: Any) -> GPUInfo:
+    """GPU `index` of node `node`, named `<node>-GPU-<index>`; `fields` are `gpu_info`'s."""
+    return gpu_info(index, id=f"{node}-GPU-{index}", **fields)
 
 
-def gpu_node(name: str, gpus: int = 2, used_mem: Sequence[int] = (), **kw: Any) -> NodeGPUs:
+def node_view(name: str, gpus: int = 2, used_mem: Sequence[int] = ()) -> NodeGPUs:
     """A node of `gpus` GPUs; `used_mem[i]` MiB already placed (one slice) on GPU i."""
-    node = NodeGPUs.of(name, [gpu(name, i, **kw) for i in range(gpus)])
     slices = [GPUSlice(f"{name}-GPU-{i}", mem, 0) for i, mem in enumerate(used_mem) if mem]
-    return with_slices(node, slices)
+    return node_gpus(*(node_gpu(name, i) for i in range(gpus)), name=name, slices=slices)
 
 
 @dataclass
@@ -84,34 +75,27 @@ class Quota:
         return self.usage
 
 
-def container(name: str = "c", gpus: int | None = 1, mem: Any = None, cores: Any = None) -> dict[str, Any]:
-    limits: dict[str, Any] = {}
-    if gpus is not None:
-        limits["nvidia.com/gpu"] = str(gpus)
-    if mem is not None:
-        limits["nvidia.com/gpumem"] = mem if isinstance(mem, str) else str(mem)
-    if cores is not None:
-        limits["nvidia.com/gpucores"] = str(cores)
-    return {"name": name, "image": "busybox", "resources": {"limits": limits}}
+def gpu_container(name: str = "c", gpus: int | None = 1, mem: Any = None, cores: Any = None) -> Json:
+    """A container asking for `gpus` GPUs (one unless told), `mem` MiB and `cores` % of each."""
+    return container(name, gpus=gpus, gpumem=mem, gpucores=cores)
 
 
-def pod(*containers: dict[str, Any], annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": "p", "namespace": "ns", "uid": "u-1"}
-    if annotations:
-        metadata["annotations"] = dict(annotations)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": list(containers)}}
+def ns_pod(*containers: Json, annotations: Mapping[str, str] | None = None) -> Json:
+    """The pod `ns/p` (uid `u-1`) of `containers`, with `annotations` when any."""
+    return pod("p", *containers, namespace="ns", uid="u-1", annotations=annotations or None)
 
 
-def plain_pod() -> dict[str, Any]:
-    return pod({"name": "c", "image": "busybox", "resources": {"limits": {"cpu": "1"}}})
+def plain_pod() -> Json:
+    return ns_pod(container("c", limits={"cpu": "1"}))
 
 
 def names_args(p: Any, names: Sequence[str]) -> dict[str, Any]:
     return {"Pod": p, "Nodes": None, "NodeNames": list(names)}
 
 
-def node_object(name: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}, "status": {}}
+def node_object(name: str) -> Json:
+    """A candidate Node as kube-scheduler sends it: its name, and its hostname label."""
+    return node(name, labels={"kubernetes.io/hostname": name}, ready=None)
 
 
 def nodes_args(p: Any, names: Sequence[str]) -> dict[str, Any]:
@@ -127,8 +111,8 @@ def scores(result: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def test_names_form_returns_fitting_names_and_reasons() -> None:
-    v = view(gpu_node("a"), gpu_node("b", used_mem=(15000, 15000)), gpu_node("c"))
-    result = filter_pod(names_args(pod(container(mem=4000)), ["a", "b", "c"]), v, CONFIG)
+    v = view(node_view("a"), node_view("b", used_mem=(15000, 15000)), node_view("c"))
+    result = filter_pod(names_args(ns_pod(gpu_container(mem=4000)), ["a", "b", "c"]), v, CONFIG)
     assert set(result) == RESULT_KEYS
     assert result["NodeNames"] == ["a", "c"]
     assert result["Nodes"] is None
@@ -138,8 +122,8 @@ def test_names_form_returns_fitting_names_and_reasons() -> None:
 
 
 def test_nodes_form_returns_the_fitting_node_objects() -> None:
-    v = view(gpu_node("a"), gpu_node("b", used_mem=(15000, 15000)), gpu_node("c"))
-    args = nodes_args(pod(container(mem=4000)), ["a", "b", "c"])
+    v = view(node_view("a"), node_view("b", used_mem=(15000, 15000)), node_view("c"))
+    args = nodes_args(ns_pod(gpu_container(mem=4000)), ["a", "b", "c"])
     before = copy.deepcopy(args)
     result = filter_pod(args, v, CONFIG)
     assert result["NodeNames"] is None
@@ -152,17 +136,17 @@ def test_nodes_form_returns_the_fitting_node_objects() -> None:
 
 
 def test_names_win_when_both_forms_are_given() -> None:
-    args = nodes_args(pod(container()), ["a"])
+    args = nodes_args(ns_pod(gpu_container()), ["a"])
     args["NodeNames"] = ["b"]
-    result = filter_pod(args, view(gpu_node("a"), gpu_node("b")), CONFIG)
+    result = filter_pod(args, view(node_view("a"), node_view("b")), CONFIG)
     assert result["NodeNames"] == ["b"] and result["Nodes"] is None
 
 
 def test_empty_candidates() -> None:
-    assert filter_pod(names_args(pod(container()), []), view(), CONFIG)["NodeNames"] == []
-    result = filter_pod({"Pod": pod(container()), "Nodes": {"items": None}}, view(), CONFIG)
+    assert filter_pod(names_args(ns_pod(gpu_container()), []), view(), CONFIG)["NodeNames"] == []
+    result = filter_pod({"Pod": ns_pod(gpu_container()), "Nodes": {"items": None}}, view(), CONFIG)
     assert result["Nodes"] == {"items": []}
-    assert prioritize_pod(names_args(pod(container()), []), view(), CONFIG) == []
+    assert prioritize_pod(names_args(ns_pod(gpu_container()), []), view(), CONFIG) == []
 
 
 # --- pass-through -----------------------------------------------------------------------------------------
@@ -172,14 +156,14 @@ def test_empty_candidates() -> None:
     "p",
     [
         plain_pod(),
-        pod(container(gpus=0)),  # a GPU resource, but no GPU count
-        pod(container(gpus=None, mem=1000)),  # gpumem without a count (the webhook did not run)
+        ns_pod(gpu_container(gpus=0)),  # a GPU resource, but no GPU count
+        ns_pod(gpu_container(gpus=None, mem=1000)),  # gpumem without a count (the webhook did not run)
         {"metadata": {"name": "bare"}},  # no spec at all
     ],
     ids=["no-hami-resource", "zero-gpus", "mem-without-count", "no-spec"],
 )
 def test_pods_without_gpu_request_pass_through(p: dict[str, Any]) -> None:
-    v = view(gpu_node("a", used_mem=(16000, 16000)))  # full, and "b" is unregistered
+    v = view(node_view("a", used_mem=(16000, 16000)))  # full, and "b" is unregistered
     result = filter_pod(names_args(p, ["a", "b"]), v, CONFIG)
     assert result == {
         "Nodes": None,
@@ -201,18 +185,18 @@ def test_pods_without_gpu_request_pass_through(p: dict[str, Any]) -> None:
 
 
 def test_every_fitting_node_is_returned() -> None:
-    nodes = [gpu_node(f"n{i}", gpus=8, used_mem=[500 * i] * 8) for i in range(20)]
+    nodes = [node_view(f"n{i}", gpus=8, used_mem=[500 * i] * 8) for i in range(20)]
     names = [n.name for n in nodes]
-    result = filter_pod(names_args(pod(container(mem=2000)), names), view(*nodes), CONFIG)
+    result = filter_pod(names_args(ns_pod(gpu_container(mem=2000)), names), view(*nodes), CONFIG)
     assert result["NodeNames"] == names
     assert result["FailedNodes"] == {} and result["FailedAndUnresolvableNodes"] == {}
 
 
 def test_reasons_carry_counts_in_hami_text_order() -> None:
-    gpus = [gpu("x", i, type="NVIDIA-A100-SXM4-80GB") for i in range(5)]
-    gpus += [gpu("x", i, type="NVIDIA-Tesla T4") for i in range(5, 8)]
+    gpus = [node_gpu("x", i, type="NVIDIA-A100-SXM4-80GB") for i in range(5)]
+    gpus += [node_gpu("x", i, type="NVIDIA-Tesla T4") for i in range(5, 8)]
     node = with_slices(NodeGPUs.of("x", gpus), [GPUSlice(f"x-GPU-{i}", 15000, 0) for i in range(5, 8)])
-    p = pod(container(mem=4000), annotations={"nvidia.com/use-gputype": "t4"})
+    p = ns_pod(gpu_container(mem=4000), annotations={"nvidia.com/use-gputype": "t4"})
     result = filter_pod(names_args(p, ["x"]), view(node), CONFIG)
     assert result["NodeNames"] == []
     assert result["FailedNodes"] == {"x": "3/8 CardInsufficientMemory, 5/8 CardTypeMismatch"}
@@ -222,11 +206,11 @@ def test_reasons_carry_counts_in_hami_text_order() -> None:
 def test_reasons_ties_in_name_order_and_other_rules() -> None:
     node = NodeGPUs.of(
         "y",
-        [gpu("y", 0, health=False), gpu("y", 1), gpu("y", 2, count=1), gpu("y", 3)],
+        [node_gpu("y", 0, health=False), node_gpu("y", 1), node_gpu("y", 2, count=1), node_gpu("y", 3)],
         cordoned=["y-GPU-1"],
     )
     node = with_slices(node, [GPUSlice("y-GPU-2", 10, 0), GPUSlice("y-GPU-3", 0, 50)])
-    result = filter_pod(names_args(pod(container(mem=1000, cores=60)), ["y"]), view(node), CONFIG)
+    result = filter_pod(names_args(ns_pod(gpu_container(mem=1000, cores=60)), ["y"]), view(node), CONFIG)
     assert result["FailedNodes"] == {
         "y": "1/4 CardCordoned, 1/4 CardInsufficientCore, 1/4 CardNotHealth, 1/4 CardTimeSlicingExhausted"
     }
@@ -234,8 +218,8 @@ def test_reasons_ties_in_name_order_and_other_rules() -> None:
 
 def test_multi_container_pod_reports_the_container_that_does_not_fit() -> None:
     # two containers of one GPU each, 12 GB: the second finds only the already-taken GPU's remainder
-    node = gpu_node("z", gpus=1)
-    p = pod(container("a", mem=12000), container("b", mem=12000))
+    node = node_view("z", gpus=1)
+    p = ns_pod(gpu_container("a", mem=12000), gpu_container("b", mem=12000))
     result = filter_pod(names_args(p, ["z"]), view(node), CONFIG)
     assert result["FailedNodes"] == {"z": "1/1 CardInsufficientMemory"}
 
@@ -244,11 +228,11 @@ def test_multi_container_pod_reports_the_container_that_does_not_fit() -> None:
 
 
 def test_nodes_that_can_never_fit_are_unresolvable() -> None:
-    small = gpu_node("small", gpus=2)
-    wrong = gpu_node("wrong", gpus=4)
-    busy = gpu_node("busy", gpus=4, used_mem=(16000, 16000, 16000, 16000))
-    p = pod(container(gpus=3, mem=1000), annotations={"nvidia.com/nouse-gputype": "A100"})
-    a100 = NodeGPUs.of("a100", [gpu("a100", i, type="NVIDIA-A100") for i in range(4)])
+    small = node_view("small", gpus=2)
+    wrong = node_view("wrong", gpus=4)
+    busy = node_view("busy", gpus=4, used_mem=(16000, 16000, 16000, 16000))
+    p = ns_pod(gpu_container(gpus=3, mem=1000), annotations={"nvidia.com/nouse-gputype": "A100"})
+    a100 = NodeGPUs.of("a100", [node_gpu("a100", i, type="NVIDIA-A100") for i in range(4)])
     v = view(small, wrong, busy, a100)
     result = filter_pod(names_args(p, ["small", "wrong", "busy", "a100"]), v, CONFIG)
     assert result["NodeNames"] == ["wrong"]
@@ -260,8 +244,8 @@ def test_nodes_that_can_never_fit_are_unresolvable() -> None:
 
 
 def test_unregistered_nodes() -> None:
-    v = view(gpu_node("a"), reasons={"b": "hami.io/node-nvidia-register: device 0: 'x' is not JSON"})
-    result = filter_pod(names_args(pod(container()), ["a", "b", "c"]), v, CONFIG)
+    v = view(node_view("a"), reasons={"b": "hami.io/node-nvidia-register: device 0: 'x' is not JSON"})
+    result = filter_pod(names_args(ns_pod(gpu_container()), ["a", "b", "c"]), v, CONFIG)
     assert result["NodeNames"] == ["a"]
     assert result["FailedNodes"] == {}
     assert result["FailedAndUnresolvableNodes"] == {
@@ -271,7 +255,7 @@ def test_unregistered_nodes() -> None:
 
 
 def test_node_without_gpus_is_unresolvable() -> None:
-    result = filter_pod(names_args(pod(container()), ["cpu"]), view(NodeGPUs("cpu")), CONFIG)
+    result = filter_pod(names_args(ns_pod(gpu_container()), ["cpu"]), view(NodeGPUs("cpu")), CONFIG)
     assert result["FailedAndUnresolvableNodes"] == {"cpu": "NodeInsufficientDevice"}
 
 
@@ -279,9 +263,9 @@ def test_node_without_gpus_is_unresolvable() -> None:
 
 
 def test_gpu_policy_annotation_overrides_config() -> None:
-    node = gpu_node("a", gpus=2, used_mem=(1000, 1000))
-    plain = pod(container(mem=1000))
-    mutex = pod(container(mem=1000), annotations={"hami.io/gpu-scheduler-policy": "mutex"})
+    node = node_view("a", gpus=2, used_mem=(1000, 1000))
+    plain = ns_pod(gpu_container(mem=1000))
+    mutex = ns_pod(gpu_container(mem=1000), annotations={"hami.io/gpu-scheduler-policy": "mutex"})
     assert filter_pod(names_args(plain, ["a"]), view(node), CONFIG)["NodeNames"] == ["a"]
     result = filter_pod(names_args(mutex, ["a"]), view(node), CONFIG)
     assert result["FailedNodes"] == {"a": "2/2 ExclusiveDeviceAllocateConflict"}
@@ -293,26 +277,26 @@ def test_empty_policy_annotations_mean_the_configured_defaults(blank: str) -> No
         gpu_scheduler_policy=(GPUPolicy.BINPACK,), node_scheduler_policy=NodePolicy.SPREAD
     )
     annotations = {"hami.io/gpu-scheduler-policy": blank, "hami.io/node-scheduler-policy": blank}
-    ask = read_pod_ask(pod(container(mem=1000), annotations=annotations), config)
+    ask = read_pod_ask(ns_pod(gpu_container(mem=1000), annotations=annotations), config)
     assert ask is not None
     assert (ask.gpu_policy, ask.node_policy) == ((GPUPolicy.BINPACK,), NodePolicy.SPREAD)
     # and the GPU chosen is the binpack one (the busier GPU), as with no annotation at all
-    node = gpu_node("a", gpus=2, used_mem=(0, 4000))
+    node = node_view("a", gpus=2, used_mem=(0, 4000))
     fit = ask.fit(node)
     assert isinstance(fit, Fit) and fit.allocation.containers[0].uuids == ("a-GPU-1",)
 
 
 def test_device_selector_uuid() -> None:
-    p = pod(container(), annotations={"nvidia.com/use-gpuuuid": "b-GPU-1"})
-    result = filter_pod(names_args(p, ["a", "b"]), view(gpu_node("a"), gpu_node("b")), CONFIG)
+    p = ns_pod(gpu_container(), annotations={"nvidia.com/use-gpuuuid": "b-GPU-1"})
+    result = filter_pod(names_args(p, ["a", "b"]), view(node_view("a"), node_view("b")), CONFIG)
     assert result["NodeNames"] == ["b"]
     assert result["FailedAndUnresolvableNodes"] == {"a": "2/2 CardUuidMismatch"}
 
 
 def test_quota_is_checked_per_gpu_and_can_be_switched_off() -> None:
     quota = Quota(QuotaLimits(memory=3000), QuotaUsage(memory=2000))
-    v = view(gpu_node("a"))
-    args = names_args(pod(container(mem=2000)), ["a"])
+    v = view(node_view("a"))
+    args = names_args(ns_pod(gpu_container(mem=2000)), ["a"])
     result = filter_pod(args, v, CONFIG, quota)
     assert result["FailedNodes"] == {"a": "2/2 ResourceQuotaNotFit"}
     assert filter_pod(args, v, CONFIG.with_settings(enforce_quota=False), quota)["NodeNames"] == ["a"]
@@ -321,24 +305,26 @@ def test_quota_is_checked_per_gpu_and_can_be_switched_off() -> None:
     ] == ["a"]
     assert filter_pod(args, v, CONFIG, Quota(QuotaLimits()))["NodeNames"] == ["a"]
     cores = Quota(QuotaLimits(cores=100), QuotaUsage(cores=80))
-    assert filter_pod(names_args(pod(container(cores=30)), ["a"]), v, CONFIG, cores)["FailedNodes"] == {
-        "a": "2/2 ResourceQuotaNotFit"
-    }
+    assert filter_pod(names_args(ns_pod(gpu_container(cores=30)), ["a"]), v, CONFIG, cores)[
+        "FailedNodes"
+    ] == {"a": "2/2 ResourceQuotaNotFit"}
 
 
 def test_quota_failure_text_is_hamis_for_its_resource_quota_test() -> None:
     # HAMi scheduler_test.go Test_ResourceQuota, "multi device Resourcequota deny": GPUs of 2000, 8000,
     # 4000 and 6000 MiB, a pod of 2 x 3000 MiB / 60 cores, a quota of 4000 MiB and 200 cores.
-    node = NodeGPUs.of("node1", [gpu("node1", i, devmem=m) for i, m in enumerate((2000, 8000, 4000, 6000))])
+    node = NodeGPUs.of(
+        "node1", [node_gpu("node1", i, devmem=m) for i, m in enumerate((2000, 8000, 4000, 6000))]
+    )
     quota = Quota(QuotaLimits(memory=4000, cores=200))
     result = filter_pod(
-        names_args(pod(container(gpus=2, mem=3000, cores=60)), ["node1"]), view(node), CONFIG, quota
+        names_args(ns_pod(gpu_container(gpus=2, mem=3000, cores=60)), ["node1"]), view(node), CONFIG, quota
     )
     assert result["FailedNodes"] == {
         "node1": "1/4 AllocatedCardsInsufficientRequest, 3/4 ResourceQuotaNotFit"
     }
     passing = filter_pod(
-        names_args(pod(container(gpus=2, mem=2000, cores=100)), ["node1"]), view(node), CONFIG, quota
+        names_args(ns_pod(gpu_container(gpus=2, mem=2000, cores=100)), ["node1"]), view(node), CONFIG, quota
     )
     assert passing["NodeNames"] == ["node1"]
 
@@ -348,16 +334,18 @@ def test_quota_failure_text_is_hamis_for_its_resource_quota_test() -> None:
 
 def busy_nodes() -> View:
     return view(
-        gpu_node("idle", gpus=2),
-        gpu_node("half", gpus=2, used_mem=(8000, 8000)),
-        gpu_node("full", gpus=2, used_mem=(16000, 16000)),
-        gpu_node("most", gpus=2, used_mem=(14000, 12000)),
+        node_view("idle", gpus=2),
+        node_view("half", gpus=2, used_mem=(8000, 8000)),
+        node_view("full", gpus=2, used_mem=(16000, 16000)),
+        node_view("most", gpus=2, used_mem=(14000, 12000)),
     )
 
 
 def test_prioritize_binpack_prefers_busy_nodes() -> None:
     result = prioritize_pod(
-        names_args(pod(container(mem=2000)), ["idle", "half", "most", "full", "gone"]), busy_nodes(), CONFIG
+        names_args(ns_pod(gpu_container(mem=2000)), ["idle", "half", "most", "full", "gone"]),
+        busy_nodes(),
+        CONFIG,
     )
     s = scores(result)
     assert [e["Host"] for e in result] == ["idle", "half", "most", "full", "gone"]
@@ -367,14 +355,14 @@ def test_prioritize_binpack_prefers_busy_nodes() -> None:
 
 
 def test_prioritize_spread_by_config_and_by_annotation() -> None:
-    args = names_args(pod(container(mem=2000)), ["idle", "half", "most"])
+    args = names_args(ns_pod(gpu_container(mem=2000)), ["idle", "half", "most"])
     spread_config = CONFIG.with_settings(node_scheduler_policy=NodePolicy.SPREAD)
     s = scores(prioritize_pod(args, busy_nodes(), spread_config))
     assert s["idle"] > s["half"] > s["most"]
     assert all(0 <= v <= 10 for v in s.values())
-    annotated = pod(container(mem=2000), annotations={"hami.io/node-scheduler-policy": "spread"})
+    annotated = ns_pod(gpu_container(mem=2000), annotations={"hami.io/node-scheduler-policy": "spread"})
     assert scores(prioritize_pod(names_args(annotated, ["idle", "half", "most"]), busy_nodes(), CONFIG)) == s
-    back = pod(container(mem=2000), annotations={"hami.io/node-scheduler-policy": "binpack"})
+    back = ns_pod(gpu_container(mem=2000), annotations={"hami.io/node-scheduler-policy": "binpack"})
     binpack = scores(prioritize_pod(names_args(back, ["idle", "half", "most"]), busy_nodes(), spread_config))
     assert binpack["most"] > binpack["half"] > binpack["idle"]
 
@@ -382,13 +370,15 @@ def test_prioritize_spread_by_config_and_by_annotation() -> None:
 def test_prioritize_counts_the_pod_itself() -> None:
     # an idle node scores above 0 under binpack once the pod's own slice is placed
     s = scores(
-        prioritize_pod(names_args(pod(container(mem=16000, cores=100)), ["idle"]), busy_nodes(), CONFIG)
+        prioritize_pod(
+            names_args(ns_pod(gpu_container(mem=16000, cores=100)), ["idle"]), busy_nodes(), CONFIG
+        )
     )
     assert s["idle"] > 0
 
 
 def test_prioritize_both_forms_and_duplicates() -> None:
-    p = pod(container(mem=2000))
+    p = ns_pod(gpu_container(mem=2000))
     by_names = prioritize_pod(names_args(p, ["half", "idle", "half"]), busy_nodes(), CONFIG)
     by_nodes = prioritize_pod(nodes_args(p, ["half", "idle", "half"]), busy_nodes(), CONFIG)
     assert by_names == by_nodes
@@ -397,8 +387,8 @@ def test_prioritize_both_forms_and_duplicates() -> None:
 
 def test_prioritize_bad_input() -> None:
     assert prioritize_pod([], busy_nodes(), CONFIG) == []
-    assert prioritize_pod({"Pod": pod(container())}, busy_nodes(), CONFIG) == []
-    bad = pod(container(mem="1.5"))
+    assert prioritize_pod({"Pod": ns_pod(gpu_container())}, busy_nodes(), CONFIG) == []
+    bad = ns_pod(gpu_container(mem="1.5"))
     assert prioritize_pod(names_args(bad, ["idle", "half"]), busy_nodes(), CONFIG) == [
         {"Host": "idle", "Score": 0},
         {"Host": "half", "Score": 0},
@@ -446,11 +436,11 @@ def test_prioritize_bad_input() -> None:
             "Pod.metadata.namespace: expected a string, got 1",
         ),
         (
-            names_args(pod(container(mem="1.5")), ["a"]),
+            names_args(ns_pod(gpu_container(mem="1.5")), ["a"]),
             "pod ns/p: container 'c': nvidia.com/gpumem '1.5' must be a whole number",
         ),
         (
-            names_args(pod(container(mem="lots")), ["a"]),
+            names_args(ns_pod(gpu_container(mem="lots")), ["a"]),
             "pod ns/p: container 'c': nvidia.com/gpumem 'lots' is not a quantity",
         ),
         (
@@ -458,25 +448,31 @@ def test_prioritize_bad_input() -> None:
             "pod default/q: container '?': spec.containers '{}' is not a list",
         ),
         (
-            names_args(pod(container(), annotations={"hami.io/gpu-scheduler-policy": "fastest"}), ["a"]),
+            names_args(
+                ns_pod(gpu_container(), annotations={"hami.io/gpu-scheduler-policy": "fastest"}), ["a"]
+            ),
             "pod ns/p: hami.io/gpu-scheduler-policy: part 0: 'fastest' is not one of",
         ),
         (
-            names_args(pod(container(), annotations={"hami.io/node-scheduler-policy": "fastest"}), ["a"]),
+            names_args(
+                ns_pod(gpu_container(), annotations={"hami.io/node-scheduler-policy": "fastest"}), ["a"]
+            ),
             "pod ns/p: hami.io/node-scheduler-policy",
         ),
         (
-            names_args(pod(container(), annotations={"hami.io/device-scoring-weights": "slot=1"}), ["a"]),
+            names_args(
+                ns_pod(gpu_container(), annotations={"hami.io/device-scoring-weights": "slot=1"}), ["a"]
+            ),
             "pod ns/p: hami.io/device-scoring-weights",
         ),
         (
-            names_args(pod(container(), annotations={"nvidia.com/numa-bind": "maybe"}), ["a"]),
+            names_args(ns_pod(gpu_container(), annotations={"nvidia.com/numa-bind": "maybe"}), ["a"]),
             "pod ns/p: nvidia.com/numa-bind",
         ),
     ],
 )
 def test_bad_input_comes_back_in_error(args: Any, message: str) -> None:
-    v = view(gpu_node("a"))
+    v = view(node_view("a"))
     result = filter_pod(args, v, CONFIG)
     assert set(result) == RESULT_KEYS
     assert result["Error"].startswith(message), result["Error"]
@@ -488,19 +484,19 @@ def test_readers_raise_extender_args_error() -> None:
     with pytest.raises(ExtenderArgsError, match="NodeNames"):
         read_candidates({"NodeNames": 1})
     with pytest.raises(ExtenderArgsError, match="gpumem"):
-        read_pod_ask(pod(container(mem="-1")), CONFIG)
+        read_pod_ask(ns_pod(gpu_container(mem="-1")), CONFIG)
     assert read_pod_ask(plain_pod(), CONFIG) is None
     ask = read_pod_ask(
-        pod(container(mem=1000), annotations={"hami.io/node-scheduler-policy": "spread"}), CONFIG
+        ns_pod(gpu_container(mem=1000), annotations={"hami.io/node-scheduler-policy": "spread"}), CONFIG
     )
     assert ask is not None and ask.node_policy is NodePolicy.SPREAD and ask.namespace == "ns"
 
 
 def test_pod_is_read_once_per_request() -> None:
     # per node, only the view is consulted: the cost of the pod's parsing does not grow with the nodes
-    nodes = [gpu_node(f"n{i}") for i in range(50)]
+    nodes = [node_view(f"n{i}") for i in range(50)]
     v = view(*nodes)
-    result = filter_pod(names_args(pod(container(mem=100)), [n.name for n in nodes]), v, CONFIG)
+    result = filter_pod(names_args(ns_pod(gpu_container(mem=100)), [n.name for n in nodes]), v, CONFIG)
     assert len(result["NodeNames"]) == 50
     assert v.asked == [n.name for n in nodes]
 
@@ -601,13 +597,13 @@ args_strategy = (
     | json_values
 )
 gpu_containers = st.builds(
-    container,
+    gpu_container,
     gpus=st.integers(0, 5),
     mem=st.none() | st.integers(0, 20000) | st.sampled_from(["1.5", "1Gi", "x"]),
     cores=st.none() | st.integers(0, 120),
 )
 gpu_pods = st.builds(
-    lambda cs, ann: pod(*cs, annotations=ann),
+    lambda cs, ann: ns_pod(*cs, annotations=ann),
     st.lists(gpu_containers, min_size=1, max_size=3),
     st.dictionaries(
         st.sampled_from(
@@ -626,7 +622,7 @@ gpu_args = st.builds(names_args, gpu_pods, candidate_lists) | st.builds(nodes_ar
 @settings(max_examples=400, deadline=None)
 @given(args_strategy | gpu_args)
 def test_random_args_never_raise(args: Any) -> None:
-    v = view(gpu_node("a", gpus=4, used_mem=(1000, 15000)), gpu_node("b", gpus=1), NodeGPUs("c"))
+    v = view(node_view("a", gpus=4, used_mem=(1000, 15000)), node_view("b", gpus=1), NodeGPUs("c"))
     quota = Quota(QuotaLimits(memory=20000, cores=300), QuotaUsage(memory=1000))
     result = filter_pod(args, v, CONFIG, quota)
     assert set(result) == RESULT_KEYS

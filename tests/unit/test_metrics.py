@@ -4,7 +4,7 @@ instruments, private registries, and that the fast text renderer says what the r
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
@@ -16,23 +16,18 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hami_api.annotations import (
     DEVICES_ALLOCATED,
-    NODE_REGISTER,
-    VGPU_NODE,
-    encode_node_register,
-    encode_pod_allocation,
 )
 from hami_api.containers import footprint_slices, init_kinds
-from hami_api.types import ContainerAllocation, GPUInfo, GPUSlice, PodAllocation
+from hami_api.types import GPUInfo, GPUSlice, PodAllocation
 from hami_control.cache import CacheStats, ClusterCache, PodHolding
 from hami_control.config import ControlConfig
 from hami_control.metrics import CLUSTER_FAMILIES, MIB, OTHER, ControlMetrics, MetricsSnapshot, QuotaEntry
 from hami_control.pod_store import PodStore
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.usage import NodeGPUs
+from tests.builders import T4, Json, allocation, allocation_annotations, container, gpu_info, node, pod
 
 # --- builders ------------------------------------------------------------------------------------------
-
-T4 = "NVIDIA-Tesla T4"
 
 
 def peak(allocation: PodAllocation, inits: int) -> tuple[GPUSlice, ...]:
@@ -40,50 +35,25 @@ def peak(allocation: PodAllocation, inits: int) -> tuple[GPUSlice, ...]:
     return footprint_slices(allocation, init_kinds(inits, len(allocation)))
 
 
-def gpu(uuid: str, index: int = 0, *, devmem: int = 16000, devcore: int = 100, type_: str = T4) -> GPUInfo:
-    return GPUInfo(
-        id=uuid,
-        index=index,
-        count=4,
-        devmem=devmem,
-        devcore=devcore,
-        type=type_,
-        mode="hami-core",
-        health=True,
-    )
+def counted_gpu(uuid: str, index: int = 0, **fields: Any) -> GPUInfo:
+    """GPU `uuid` of 4 slots; `fields` are `gpu_info`'s (`devmem`, `devcore`, `type`)."""
+    return gpu_info(index, id=uuid, count=4, **fields)
 
 
-def node_json(name: str, gpus: Sequence[GPUInfo] = ()) -> dict[str, Any]:
-    annotations = {NODE_REGISTER: encode_node_register(gpus)} if gpus else {}
-    return {
-        "metadata": {"name": name, "annotations": annotations},
-        "status": {"allocatable": {"nvidia.com/gpu": "8"}},
-    }
-
-
-def alloc(*containers: Sequence[tuple[str, int, int]]) -> PodAllocation:
-    return PodAllocation(
-        tuple(ContainerAllocation(tuple(GPUSlice(u, m, c) for u, m, c in cont)) for cont in containers)
-    )
-
-
-def pod_json(
+def running_pod(
     uid: str, node: str, allocation: PodAllocation, *, namespace: str = "default", inits: int = 0
-) -> dict[str, Any]:
+) -> Json:
+    """Running pod `pod-<uid>` on `node` holding `allocation` (its first `inits` containers init ones)."""
     regular = len(allocation) - inits
-    return {
-        "metadata": {
-            "uid": uid,
-            "namespace": namespace,
-            "name": f"pod-{uid}",
-            "annotations": {VGPU_NODE: node, DEVICES_ALLOCATED: encode_pod_allocation(allocation)},
-        },
-        "spec": {
-            "initContainers": [{"name": f"i{i}"} for i in range(inits)],
-            "containers": [{"name": f"c{i}"} for i in range(regular)],
-        },
-        "status": {"phase": "Running"},
-    }
+    return pod(
+        f"pod-{uid}",
+        *(container(f"c{i}") for i in range(regular)),
+        init=[container(f"i{i}") for i in range(inits)],
+        namespace=namespace,
+        uid=uid,
+        phase="Running",
+        annotations=allocation_annotations(node, allocation, bind_phase=None, keys=(DEVICES_ALLOCATED,)),
+    )
 
 
 class FakeQuotas:
@@ -128,7 +98,7 @@ def gpu_labels(uuid: str, index: int, node: str = "n1", **extra: str) -> frozens
     return labels(node=node, device_uuid=uuid, device_index=str(index), **extra)
 
 
-G0, G1 = gpu("GPU-0"), gpu("GPU-1", 1)
+G0, G1 = counted_gpu("GPU-0"), counted_gpu("GPU-1", 1)
 
 
 def store(cache: ClusterCache) -> PodStore:
@@ -145,11 +115,12 @@ def pods() -> PodStore:
     """n1 with two T4s; u1 and u2 on GPU-0; u3 has two containers on GPU-1 (namespace team)."""
     c = ClusterCache()
     p = store(c)
-    c.node_upserted(node_json("n1", [G0, G1]))
-    p.apply("ADDED", pod_json("u1", "n1", alloc([("GPU-0", 4000, 30)])))
-    p.apply("ADDED", pod_json("u2", "n1", alloc([("GPU-0", 2000, 20)])))
+    c.node_upserted(node("n1", [G0, G1]))
+    p.apply("ADDED", running_pod("u1", "n1", allocation([("GPU-0", 4000, 30)])))
+    p.apply("ADDED", running_pod("u2", "n1", allocation([("GPU-0", 2000, 20)])))
     p.apply(
-        "ADDED", pod_json("u3", "n1", alloc([("GPU-1", 1000, 10)], [("GPU-1", 3000, 15)]), namespace="team")
+        "ADDED",
+        running_pod("u3", "n1", allocation([("GPU-1", 1000, 10)], [("GPU-1", 3000, 15)]), namespace="team"),
     )
     return p
 
@@ -195,7 +166,7 @@ def test_gpu_families_exact(cache: ClusterCache) -> None:
 
 def test_idle_gpu_reports_zero_and_memoryless_gpu_has_no_ratio() -> None:
     cache = ClusterCache()
-    cache.node_upserted(node_json("n2", [gpu("GPU-A", devmem=0, devcore=200, type_="NVIDIA-Odd")]))
+    cache.node_upserted(node("n2", [counted_gpu("GPU-A", devmem=0, devcore=200, type="NVIDIA-Odd")]))
     s = scrape(ControlMetrics(cache))
     t = {"device_type": "NVIDIA-Odd"}
     assert s["hami_gpu_memory_limit_bytes"] == {gpu_labels("GPU-A", 0, "n2", **t): 0}
@@ -224,10 +195,10 @@ def test_vgpu_per_pod_and_gpu(cache: ClusterCache) -> None:
 
 def test_vgpu_counts_init_container_peak() -> None:
     cache = ClusterCache()
-    cache.node_upserted(node_json("n1", [G0]))
+    cache.node_upserted(node("n1", [G0]))
     # init container asks 5000 MiB / 40 %, the regular one 1000 / 10: the pod holds the peak.
     store(cache).apply(
-        "ADDED", pod_json("u1", "n1", alloc([("GPU-0", 5000, 40)], [("GPU-0", 1000, 10)]), inits=1)
+        "ADDED", running_pod("u1", "n1", allocation([("GPU-0", 5000, 40)], [("GPU-0", 1000, 10)]), inits=1)
     )
     s = scrape(ControlMetrics(cache))
     key = labels(namespace="default", node="n1", pod="pod-u1", device_uuid="GPU-0")
@@ -251,8 +222,8 @@ def test_deleting_a_pod_lowers_the_gauges(cache: ClusterCache, pods: PodStore) -
 
 def test_deleted_node_disappears() -> None:
     cache = ClusterCache()
-    cache.node_upserted(node_json("n1", [G0]))
-    cache.node_upserted(node_json("n2", [gpu("GPU-9")]))
+    cache.node_upserted(node("n1", [G0]))
+    cache.node_upserted(node("n2", [counted_gpu("GPU-9")]))
     metrics = ControlMetrics(cache)
     cache.node_deleted("n1")
     s = scrape(metrics)
@@ -296,11 +267,11 @@ def test_quota_families_empty_without_a_source() -> None:
 
 def test_cache_gauges() -> None:
     cache = ClusterCache()
-    cache.node_upserted(node_json("n1", [G0]))
-    cache.node_upserted(node_json("bare"))  # no register annotation: unregistered
+    cache.node_upserted(node("n1", [G0]))
+    cache.node_upserted(node("bare"))  # no register annotation: unregistered
     pods = store(cache)
-    pods.apply("ADDED", pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
-    pods.assume("u2", "n1", alloc([("GPU-0", 500, 5)]), (), now=1.0, namespace="default", name="pod-u2")
+    pods.apply("ADDED", running_pod("u1", "n1", allocation([("GPU-0", 1000, 10)])))
+    pods.assume("u2", "n1", allocation([("GPU-0", 500, 5)]), (), now=1.0, namespace="default", name="pod-u2")
     s = scrape(ControlMetrics(cache))
     assert s["hami_scheduler_cache_nodes"] == {frozenset(): 1}
     assert s["hami_scheduler_cache_unregistered_nodes"] == {frozenset(): 1}
@@ -460,7 +431,8 @@ def test_render_matches_prometheus_client_for_any_values(
     snap = MetricsSnapshot(
         nodes=tuple(
             NodeGPUs.of(
-                name, [gpu(uuid, i, devmem=mem, type_=uuid + '"\\\n') for i, (uuid, mem) in enumerate(g)]
+                name,
+                [counted_gpu(uuid, i, devmem=mem, type=uuid + '"\\\n') for i, (uuid, mem) in enumerate(g)],
             )
             for name, g in nodes
         ),

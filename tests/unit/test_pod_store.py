@@ -6,7 +6,6 @@ events the GPU usage the store gives the cache equals a from-scratch recomputati
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +39,7 @@ from hami_control.extender import ExtenderArgsError, read_pod_ask
 from hami_control.pod_store import PodRecord, PodStore, pod_record
 from hami_control.quota import QuotaUsage
 from hami_control.usage import NodeGPUs, with_slices
+from tests.builders import Json, allocation, allocation_annotations, container, gpu_info, gpu_pod, node, pod
 
 CONFIG = ControlConfig()
 
@@ -51,82 +51,31 @@ def peak(allocation: PodAllocation, inits: int) -> tuple[GPUSlice, ...]:
     return footprint_slices(allocation, init_kinds(inits, len(allocation)))
 
 
-def gpu(uuid: str, index: int = 0, health: bool = True) -> GPUInfo:
-    return GPUInfo(
-        id=uuid,
-        index=index,
-        count=4,
-        devmem=16000,
-        devcore=100,
-        type="NVIDIA-Tesla T4",
-        mode="hami-core",
-        health=health,
-    )
-
-
-def node_json(
-    name: str,
-    gpus: Sequence[GPUInfo] = (),
-    *,
-    register: str | None = None,
-    allocatable: Any = "8",
-    cordon: str | None = None,
-    scores: str | None = None,
-) -> dict[str, Any]:
-    annotations: dict[str, str] = {}
-    if register is not None:
-        annotations[NODE_REGISTER] = register
-    elif gpus:
-        annotations[NODE_REGISTER] = encode_node_register(gpus)
-    if cordon is not None:
-        annotations[DEVICE_CORDON] = cordon
-    if scores is not None:
-        annotations[NODE_PAIR_SCORE] = scores
-    status: dict[str, Any] = {"allocatable": {"cpu": "4"}}
-    if allocatable is not None:
-        status["allocatable"]["nvidia.com/gpu"] = allocatable
-    return {"metadata": {"name": name, "annotations": annotations}, "status": status}
-
-
-def alloc(*containers: Sequence[tuple[str, int, int]]) -> PodAllocation:
-    return PodAllocation(
-        tuple(ContainerAllocation(tuple(GPUSlice(u, m, c) for u, m, c in cont)) for cont in containers)
-    )
-
-
-def pod_json(
+def watched_pod(
     uid: str,
     node: str | None = "n1",
-    allocation: PodAllocation | str | None = None,
+    placed: PodAllocation | str | None = None,
     *,
     inits: int = 0,
     regular: int = 1,
     phase: str = "Running",
     key: str = DEVICES_ALLOCATED,
     name: str | None = None,
-) -> dict[str, Any]:
-    annotations: dict[str, str] = {}
-    if node is not None:
-        annotations[VGPU_NODE] = node
-    if allocation is not None:
-        text = allocation if isinstance(allocation, str) else encode_pod_allocation(allocation)
-        annotations[key] = text
-    return {
-        "metadata": {
-            "uid": uid,
-            "namespace": "default",
-            "name": name or f"pod-{uid}",
-            "annotations": annotations,
-        },
-        "spec": {
-            "initContainers": [{"name": f"i{i}"} for i in range(inits)],
-            "containers": [{"name": f"c{i}"} for i in range(regular)],
-        },
-        "status": {"phase": phase},
-    }
+) -> Json:
+    """Pod `default/pod-<uid>` (or `name`) as the watch shows it: `hami.io/vgpu-node` `node` and `placed`
+    under `key`, each when given; `inits` init containers then `regular` containers."""
+    return pod(
+        name or f"pod-{uid}",
+        *(container(f"c{i}") for i in range(regular)),
+        init=[container(f"i{i}") for i in range(inits)],
+        namespace="default",
+        uid=uid,
+        phase=phase,
+        annotations=allocation_annotations(node, placed, bind_phase=None, keys=(key,)),
+    )
 
 
-def gpu_pod(
+def asking_pod(
     uid: str,
     *,
     namespace: str = "ns",
@@ -135,30 +84,27 @@ def gpu_pod(
     phase: str = "Pending",
     version: str = "1",
     annotations: dict[str, str] | None = None,
-) -> dict[str, Any]:
+) -> Json:
     """A pod asking one GPU with `mem` MiB (what the webhook and the extender see)."""
-    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem)}
-    return {
-        "metadata": {
-            "uid": uid,
-            "namespace": namespace,
-            "name": name or f"pod-{uid}",
-            "resourceVersion": version,
-            "annotations": dict(annotations or {}),
-        },
-        "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]},
-        "status": {"phase": phase},
-    }
+    return gpu_pod(
+        name or f"pod-{uid}",
+        gpumem=mem,
+        namespace=namespace,
+        uid=uid,
+        phase=phase,
+        resource_version=version,
+        annotations=dict(annotations or {}),
+    )
 
 
-G0, G1 = gpu("GPU-0"), gpu("GPU-1", 1)
+G0, G1 = gpu_info(0, count=4), gpu_info(1, count=4)
 
 
 def cluster(*gpus: GPUInfo, registered: bool = True) -> tuple[ClusterCache, PodStore]:
     """A GPU cache (with node n1 unless not `registered`) and the pod store that feeds it."""
     cache = ClusterCache()
     if registered:
-        cache.node_upserted(node_json("n1", gpus or (G0, G1)))
+        cache.node_upserted(node("n1", gpus or (G0, G1)))
     return cache, PodStore(CONFIG, cache)
 
 
@@ -183,7 +129,7 @@ def usage(cache: ClusterCache, uuid: str, node: str = "n1") -> tuple[int, int, i
 
 def test_pod_counted_from_allocated() -> None:
     cache, pods = cluster()
-    pods.apply("MODIFIED", pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
+    pods.apply("MODIFIED", watched_pod("u1", "n1", allocation([("GPU-0", 1000, 10)])))
     assert usage(cache, "GPU-0") == (1, 1000, 10)
     holding = cache.holding("u1")
     assert holding is not None and (holding.namespace, holding.name, holding.node) == (
@@ -196,13 +142,13 @@ def test_pod_counted_from_allocated() -> None:
 
 def test_pod_falls_back_to_to_allocate() -> None:
     cache, pods = cluster()
-    pods.apply("MODIFIED", pod_json("u1", "n1", alloc([("GPU-1", 700, 0)]), key=DEVICES_TO_ALLOCATE))
+    pods.apply("MODIFIED", watched_pod("u1", "n1", allocation([("GPU-1", 700, 0)]), key=DEVICES_TO_ALLOCATE))
     assert usage(cache, "GPU-1") == (1, 700, 0)
 
 
 def test_allocated_wins_over_to_allocate() -> None:
     cache, pods = cluster()
-    pod = pod_json("u1", "n1", alloc([("GPU-1", 700, 0)]))
+    pod = watched_pod("u1", "n1", allocation([("GPU-1", 700, 0)]))
     pod["metadata"]["annotations"][DEVICES_TO_ALLOCATE] = ";"  # consumed by the node daemon
     pods.apply("MODIFIED", pod)
     assert usage(cache, "GPU-1") == (1, 700, 0)
@@ -210,24 +156,24 @@ def test_allocated_wins_over_to_allocate() -> None:
 
 def test_pod_without_vgpu_node_not_counted() -> None:
     cache, pods = cluster()
-    pods.apply("MODIFIED", pod_json("u1", None, alloc([("GPU-0", 1000, 10)])))
+    pods.apply("MODIFIED", watched_pod("u1", None, allocation([("GPU-0", 1000, 10)])))
     assert usage(cache, "GPU-0") == (0, 0, 0)
     assert cache.holding("u1") is None
 
 
 def test_init_container_peak_accounting() -> None:
     cache, pods = cluster()
-    allocation = alloc([("GPU-0", 8000, 50)], [("GPU-0", 2000, 10)], [("GPU-0", 1000, 10)])
-    pods.apply("MODIFIED", pod_json("u1", "n1", allocation, inits=1, regular=2))
+    placed = allocation([("GPU-0", 8000, 50)], [("GPU-0", 2000, 10)], [("GPU-0", 1000, 10)])
+    pods.apply("MODIFIED", watched_pod("u1", "n1", placed, inits=1, regular=2))
     assert usage(cache, "GPU-0") == (2, 8000, 50)  # the init's 8000 at peak, two regular slots
 
 
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
 def test_terminal_pod_releases(phase: str) -> None:
     cache, pods = cluster()
-    allocation = alloc([("GPU-0", 1000, 10)])
-    pods.apply("MODIFIED", pod_json("u1", "n1", allocation))
-    pods.apply("MODIFIED", pod_json("u1", "n1", allocation, phase=phase))
+    placed = allocation([("GPU-0", 1000, 10)])
+    pods.apply("MODIFIED", watched_pod("u1", "n1", placed))
+    pods.apply("MODIFIED", watched_pod("u1", "n1", placed, phase=phase))
     assert usage(cache, "GPU-0") == (0, 0, 0)
     delete(pods, "default", "pod-u1", "u1")  # the later delete is a no-op
     assert usage(cache, "GPU-0") == (0, 0, 0)
@@ -236,7 +182,7 @@ def test_terminal_pod_releases(phase: str) -> None:
 @pytest.mark.parametrize("uid", ["u1", ""])
 def test_deleted_pod_releases(uid: str) -> None:
     cache, pods = cluster()
-    pods.apply("MODIFIED", pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
+    pods.apply("MODIFIED", watched_pod("u1", "n1", allocation([("GPU-0", 1000, 10)])))
     delete(pods, "default", "pod-u1", uid)
     assert usage(cache, "GPU-0") == (0, 0, 0)
     assert cache.holding("u1") is None
@@ -244,27 +190,29 @@ def test_deleted_pod_releases(uid: str) -> None:
 
 def test_changed_annotation_is_re_accounted() -> None:
     cache, pods = cluster()
-    pods.apply("MODIFIED", pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
-    pods.apply("MODIFIED", pod_json("u1", "n1", alloc([("GPU-1", 3000, 30)])))
+    pods.apply("MODIFIED", watched_pod("u1", "n1", allocation([("GPU-0", 1000, 10)])))
+    pods.apply("MODIFIED", watched_pod("u1", "n1", allocation([("GPU-1", 3000, 30)])))
     assert usage(cache, "GPU-0") == (0, 0, 0)
     assert usage(cache, "GPU-1") == (1, 3000, 30)
-    pods.apply("MODIFIED", pod_json("u1", "n1", alloc([("GPU-1", 3000, 30)])))  # same again: unchanged
+    pods.apply(
+        "MODIFIED", watched_pod("u1", "n1", allocation([("GPU-1", 3000, 30)]))
+    )  # same again: unchanged
     assert usage(cache, "GPU-1") == (1, 3000, 30)
 
 
 @pytest.mark.parametrize(
     ("pod", "why"),
     [
-        (pod_json("u1", "n1", "GPU-0,NVIDIA,1000"), DEVICES_ALLOCATED),
-        (pod_json("u1", "N_1!", alloc([("GPU-0", 1000, 10)])), VGPU_NODE),
-        (pod_json("u1", "n1", "GPU-0,NVIDIA,x,0:;", key=DEVICES_TO_ALLOCATE), DEVICES_TO_ALLOCATE),
+        (watched_pod("u1", "n1", "GPU-0,NVIDIA,1000"), DEVICES_ALLOCATED),
+        (watched_pod("u1", "N_1!", allocation([("GPU-0", 1000, 10)])), VGPU_NODE),
+        (watched_pod("u1", "n1", "GPU-0,NVIDIA,x,0:;", key=DEVICES_TO_ALLOCATE), DEVICES_TO_ALLOCATE),
     ],
 )
 def test_bad_annotation_skips_pod_with_logged_reason(
     pod: dict[str, Any], why: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     cache, pods = cluster()
-    pods.apply("MODIFIED", pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
+    pods.apply("MODIFIED", watched_pod("u1", "n1", allocation([("GPU-0", 1000, 10)])))
     with caplog.at_level(logging.WARNING, logger="hami_control.cache"):
         pods.apply("MODIFIED", pod)
         pods.apply("MODIFIED", pod)  # the same reason is logged once
@@ -275,7 +223,7 @@ def test_bad_annotation_skips_pod_with_logged_reason(
 
 def test_bad_spec_skips_pod() -> None:
     cache, pods = cluster()
-    pod = pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)]))
+    pod = watched_pod("u1", "n1", allocation([("GPU-0", 1000, 10)]))
     pod["spec"]["containers"] = "nope"
     pods.apply("MODIFIED", pod)
     assert usage(cache, "GPU-0") == (0, 0, 0)
@@ -283,7 +231,7 @@ def test_bad_spec_skips_pod() -> None:
 
 def test_pod_without_uid_ignored() -> None:
     cache, pods = cluster()
-    pod = pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)]))
+    pod = watched_pod("u1", "n1", allocation([("GPU-0", 1000, 10)]))
     del pod["metadata"]["uid"]
     pods.apply("MODIFIED", pod)
     assert usage(cache, "GPU-0") == (0, 0, 0)
@@ -291,7 +239,7 @@ def test_pod_without_uid_ignored() -> None:
 
 def test_slices_on_unknown_gpu_ignored_and_never_negative() -> None:
     cache, pods = cluster()
-    pods.apply("MODIFIED", pod_json("u1", "n1", alloc([("GPU-zz", 1000, 10)])))
+    pods.apply("MODIFIED", watched_pod("u1", "n1", allocation([("GPU-zz", 1000, 10)])))
     delete(pods, "default", "pod-u1", "u1")
     delete(pods, "default", "pod-u1", "u1")
     delete(pods, "default", "never", "u9")
@@ -304,7 +252,9 @@ def test_slices_on_unknown_gpu_ignored_and_never_negative() -> None:
 
 def test_assumed_pod_counts_from_bind() -> None:
     cache, pods = cluster()
-    pods.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=100.0, namespace="default", name="pod-u1")
+    pods.assume(
+        "u1", "n1", allocation([("GPU-0", 1000, 10)]), (), now=100.0, namespace="default", name="pod-u1"
+    )
     assert usage(cache, "GPU-0") == (1, 1000, 10)
     holding = cache.holding("u1")
     assert holding is not None and holding.assumed
@@ -313,9 +263,9 @@ def test_assumed_pod_counts_from_bind() -> None:
 
 def test_watch_event_replaces_assumption() -> None:
     cache, pods = cluster()
-    allocation = alloc([("GPU-0", 1000, 10)])
-    pods.assume("u1", "n1", allocation, (), now=100.0)
-    pods.apply("MODIFIED", pod_json("u1", "n1", allocation))
+    placed = allocation([("GPU-0", 1000, 10)])
+    pods.assume("u1", "n1", placed, (), now=100.0)
+    pods.apply("MODIFIED", watched_pod("u1", "n1", placed))
     assert usage(cache, "GPU-0") == (1, 1000, 10)
     holding = cache.holding("u1")
     assert holding is not None and not holding.assumed
@@ -326,47 +276,47 @@ def test_watch_event_replaces_assumption() -> None:
 
 def test_watch_event_with_other_allocation_replaces_assumption() -> None:
     cache, pods = cluster()
-    pods.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=100.0)
-    pods.apply("MODIFIED", pod_json("u1", "n1", alloc([("GPU-1", 2000, 0)])))
+    pods.assume("u1", "n1", allocation([("GPU-0", 1000, 10)]), (), now=100.0)
+    pods.apply("MODIFIED", watched_pod("u1", "n1", allocation([("GPU-1", 2000, 0)])))
     assert usage(cache, "GPU-0") == (0, 0, 0)
     assert usage(cache, "GPU-1") == (1, 2000, 0)
 
 
 def test_stale_watch_event_keeps_assumption() -> None:
     cache, pods = cluster()
-    pods.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=100.0)
-    pods.apply("MODIFIED", pod_json("u1", None))  # the pre-bind copy of the pod
+    pods.assume("u1", "n1", allocation([("GPU-0", 1000, 10)]), (), now=100.0)
+    pods.apply("MODIFIED", watched_pod("u1", None))  # the pre-bind copy of the pod
     assert usage(cache, "GPU-0") == (1, 1000, 10)
 
 
 def test_confirmed_assumption_does_not_come_back() -> None:
     cache, pods = cluster()
-    allocation = alloc([("GPU-0", 1000, 10)])
-    pods.assume("u1", "n1", allocation, (), now=1.0)
-    pods.apply("MODIFIED", pod_json("u1", "n1", allocation))
-    pods.apply("MODIFIED", pod_json("u1", None))  # annotations removed later: nothing left to count
+    placed = allocation([("GPU-0", 1000, 10)])
+    pods.assume("u1", "n1", placed, (), now=1.0)
+    pods.apply("MODIFIED", watched_pod("u1", "n1", placed))
+    pods.apply("MODIFIED", watched_pod("u1", None))  # annotations removed later: nothing left to count
     assert usage(cache, "GPU-0") == (0, 0, 0)
 
 
 def test_assume_on_confirmed_pod_is_ignored() -> None:
     cache, pods = cluster()
-    pods.apply("MODIFIED", pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)])))
-    pods.assume("u1", "n1", alloc([("GPU-1", 1000, 10)]), (), now=1.0)
+    pods.apply("MODIFIED", watched_pod("u1", "n1", allocation([("GPU-0", 1000, 10)])))
+    pods.assume("u1", "n1", allocation([("GPU-1", 1000, 10)]), (), now=1.0)
     assert usage(cache, "GPU-0") == (1, 1000, 10)
     assert usage(cache, "GPU-1") == (0, 0, 0)
 
 
 def test_assume_twice_keeps_latest() -> None:
     cache, pods = cluster()
-    pods.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=1.0)
-    pods.assume("u1", "n1", alloc([("GPU-1", 500, 0)]), (), now=2.0)
+    pods.assume("u1", "n1", allocation([("GPU-0", 1000, 10)]), (), now=1.0)
+    pods.assume("u1", "n1", allocation([("GPU-1", 500, 0)]), (), now=2.0)
     assert usage(cache, "GPU-0") == (0, 0, 0)
     assert usage(cache, "GPU-1") == (1, 500, 0)
 
 
 def test_forget_releases_assumption() -> None:
     cache, pods = cluster()
-    pods.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=1.0)
+    pods.assume("u1", "n1", allocation([("GPU-0", 1000, 10)]), (), now=1.0)
     pods.forget("u1")
     pods.forget("u1")
     assert usage(cache, "GPU-0") == (0, 0, 0)
@@ -375,14 +325,16 @@ def test_forget_releases_assumption() -> None:
 
 def test_assumed_init_peak() -> None:
     cache, pods = cluster()
-    pods.assume("u1", "n1", alloc([("GPU-0", 4000, 0)], [("GPU-0", 1000, 0)]), (ContainerKind.INIT,), now=1.0)
+    pods.assume(
+        "u1", "n1", allocation([("GPU-0", 4000, 0)], [("GPU-0", 1000, 0)]), (ContainerKind.INIT,), now=1.0
+    )
     assert usage(cache, "GPU-0") == (1, 4000, 0)
 
 
 def test_expire_only_old_unconfirmed_assumptions() -> None:
     cache, pods = cluster()
-    pods.assume("old", "n1", alloc([("GPU-0", 1000, 10)]), (), now=100.0)
-    pods.assume("new", "n1", alloc([("GPU-1", 1000, 10)]), (), now=125.0)
+    pods.assume("old", "n1", allocation([("GPU-0", 1000, 10)]), (), now=100.0)
+    pods.assume("new", "n1", allocation([("GPU-1", 1000, 10)]), (), now=125.0)
     assert pods.expire(now=130.0, ttl=30.0) == []
     assert pods.expire(now=131.0, ttl=30.0) == ["old"]
     assert usage(cache, "GPU-0") == (0, 0, 0)
@@ -392,10 +344,10 @@ def test_expire_only_old_unconfirmed_assumptions() -> None:
 @pytest.mark.parametrize("how", ["terminal", "deleted"])
 def test_terminal_or_deleted_releases_assumption(how: str) -> None:
     cache, pods = cluster()
-    pods.apply("MODIFIED", pod_json("u1", None))
-    pods.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=1.0)
+    pods.apply("MODIFIED", watched_pod("u1", None))
+    pods.assume("u1", "n1", allocation([("GPU-0", 1000, 10)]), (), now=1.0)
     if how == "terminal":
-        pods.apply("MODIFIED", pod_json("u1", None, phase="Failed"))
+        pods.apply("MODIFIED", watched_pod("u1", None, phase="Failed"))
     else:
         delete(pods, "default", "pod-u1", "")
     assert usage(cache, "GPU-0") == (0, 0, 0)
@@ -403,8 +355,8 @@ def test_terminal_or_deleted_releases_assumption(how: str) -> None:
 
 def test_assumption_on_unregistered_node_counts_when_it_registers() -> None:
     cache, pods = cluster(registered=False)
-    pods.assume("u1", "n1", alloc([("GPU-0", 1000, 10)]), (), now=1.0)
-    cache.node_upserted(node_json("n1", [G0]))
+    pods.assume("u1", "n1", allocation([("GPU-0", 1000, 10)]), (), now=1.0)
+    cache.node_upserted(node("n1", [G0]))
     assert usage(cache, "GPU-0") == (1, 1000, 10)
 
 
@@ -412,7 +364,7 @@ def test_assumption_on_unregistered_node_counts_when_it_registers() -> None:
 
 NODES = ("n1", "n2", "n3")
 UUIDS = ("GPU-a", "GPU-b", "GPU-c", "GPU-d", "GPU-gone")
-INVENTORY = tuple(gpu(u, i) for i, u in enumerate(UUIDS[:4]))
+INVENTORY = tuple(gpu_info(i, id=u, count=4) for i, u in enumerate(UUIDS[:4]))
 UIDS = ("u1", "u2", "u3")
 
 
@@ -429,7 +381,9 @@ slice_st = st.builds(
     st.integers(0, 20000),
     st.integers(0, 100),
 )
-allocation_st = st.lists(st.lists(slice_st, max_size=3), min_size=1, max_size=4).map(lambda cs: alloc(*cs))
+allocation_st = st.lists(st.lists(slice_st, max_size=3), min_size=1, max_size=4).map(
+    lambda cs: allocation(*cs)
+)
 
 
 @st.composite
@@ -450,9 +404,9 @@ def node_op(draw: st.DrawFn) -> Op:
     scores = draw(
         st.sampled_from([None, "bad", encode_pair_scores([GPUPairScore.of("GPU-a", {"GPU-b": 60})])])
     )
-    doc = node_json(name, register=text, allocatable=allocatable, cordon=cordon, scores=scores)
-    if text is None:
-        doc["metadata"]["annotations"].pop(NODE_REGISTER, None)
+    annotations = {DEVICE_CORDON: cordon} | ({NODE_PAIR_SCORE: scores} if scores is not None else {})
+    slots = {"nvidia.com/gpu": allocatable} if allocatable is not None else {}
+    doc = node(name, register=text, annotations=annotations, allocatable={"cpu": "4", **slots})
     return Op("node_up", name, doc)
 
 
@@ -466,16 +420,16 @@ def pod_op(draw: st.DrawFn) -> Op:
         return Op("forget", uid)
     if choice == 2:
         return Op("expire", uid, draw(st.integers(0, 5)))
-    allocation = draw(allocation_st)
-    inits = draw(st.integers(0, len(allocation)))
+    placed = draw(allocation_st)
+    inits = draw(st.integers(0, len(placed)))
     node = draw(st.sampled_from(NODES))
     if choice <= 4:
-        return Op("assume", uid, (node, allocation, inits))
+        return Op("assume", uid, (node, placed, inits))
     vgpu_node = draw(st.sampled_from([node, node, None, "BAD NODE"]))
-    text: str | PodAllocation = allocation if draw(st.integers(0, 5)) else "broken"
+    text: str | PodAllocation = placed if draw(st.integers(0, 5)) else "broken"
     key = draw(st.sampled_from([DEVICES_ALLOCATED, DEVICES_TO_ALLOCATE]))
     phase = draw(st.sampled_from(["Running", "Running", "Pending", "Succeeded", "Failed"]))
-    doc = pod_json(uid, vgpu_node, text, inits=inits, regular=len(allocation) - inits, phase=phase, key=key)
+    doc = watched_pod(uid, vgpu_node, text, inits=inits, regular=len(placed) - inits, phase=phase, key=key)
     return Op("pod_up", uid, doc)
 
 
@@ -483,12 +437,12 @@ ops_st = st.lists(st.one_of(node_op(), pod_op()), min_size=5, max_size=60)
 _A = PodAllocation((ContainerAllocation((GPUSlice("GPU-a", 1, 1),)),))
 _CONFIRM_THEN_STALE = [
     Op("assume", "u1", ("n1", _A, 0)),
-    Op("pod_up", "u1", pod_json("u1", "n1", _A)),
-    Op("pod_up", "u1", pod_json("u1", None, _A)),
+    Op("pod_up", "u1", watched_pod("u1", "n1", _A)),
+    Op("pod_up", "u1", watched_pod("u1", None, _A)),
 ]
 
 _TERMINAL_THEN_ASSUMED_THEN_DELETED_BY_NAME = [  # found by hypothesis: the name must still map to the uid
-    Op("pod_up", "u1", pod_json("u1", "n1", "broken", phase="Succeeded")),
+    Op("pod_up", "u1", watched_pod("u1", "n1", "broken", phase="Succeeded")),
     Op("assume", "u1", ("n1", PodAllocation((ContainerAllocation(()),)), 0)),
     Op("pod_del", "u1", False),
 ]
@@ -513,7 +467,7 @@ class Model:
         text = ann.get(DEVICES_ALLOCATED) or ann.get(DEVICES_TO_ALLOCATE) or ""
         if text == "broken":
             return None
-        return node, peak(decode_pod_allocation(text), len(pod["spec"]["initContainers"]))
+        return node, peak(decode_pod_allocation(text), len(pod["spec"].get("initContainers", ())))
 
     def apply(self, op: Op, now: float) -> None:
         if op.kind == "node_up":
@@ -530,8 +484,8 @@ class Model:
                 self.assumed.pop(op.target, None)
         elif op.kind == "assume":
             if self.observed(op.target) is None:
-                node, allocation, inits = op.payload
-                self.assumed[op.target] = (node, peak(allocation, inits), now)
+                node, placed, inits = op.payload
+                self.assumed[op.target] = (node, peak(placed, inits), now)
         elif op.kind == "forget":
             self.assumed.pop(op.target, None)
         elif op.kind == "expire":
@@ -601,8 +555,8 @@ def test_incremental_usage_equals_recomputation(ops: list[Op]) -> None:
         elif op.kind == "pod_del":
             delete(pods, "default", f"pod-{op.target}", op.target if op.payload else "")
         elif op.kind == "assume":
-            node, allocation, inits = op.payload
-            pods.assume(op.target, node, allocation, init_kinds(inits, len(allocation)), now)
+            node, placed, inits = op.payload
+            pods.assume(op.target, node, placed, init_kinds(inits, len(placed)), now)
         elif op.kind == "forget":
             pods.forget(op.target)
         elif op.kind == "expire":
@@ -614,12 +568,12 @@ def test_incremental_usage_equals_recomputation(ops: list[Op]) -> None:
 @given(st.lists(st.tuples(st.sampled_from(UIDS), allocation_st, st.booleans()), max_size=30))
 def test_release_in_any_order_returns_to_zero(events: list[tuple[str, PodAllocation, bool]]) -> None:
     cache, pods = cluster(registered=False)
-    cache.node_upserted(node_json("n1", INVENTORY))
-    for uid, allocation, assumed in events:
+    cache.node_upserted(node("n1", INVENTORY))
+    for uid, placed, assumed in events:
         if assumed:
-            pods.assume(uid, "n1", allocation, (), 0.0)
+            pods.assume(uid, "n1", placed, (), 0.0)
         else:
-            pods.apply("MODIFIED", pod_json(uid, "n1", allocation, regular=len(allocation)))
+            pods.apply("MODIFIED", watched_pod(uid, "n1", placed, regular=len(placed)))
     for uid in reversed(UIDS):
         delete(pods, "default", f"pod-{uid}", uid)
         pods.forget(uid)
@@ -634,8 +588,8 @@ def test_release_in_any_order_returns_to_zero(events: list[tuple[str, PodAllocat
 
 def test_one_record_per_uid_found_by_uid_and_by_name() -> None:
     _, pods = cluster()
-    pods.apply("ADDED", gpu_pod("u1", version="1"))
-    pods.apply("MODIFIED", gpu_pod("u1", version="2"))
+    pods.apply("ADDED", asking_pod("u1", version="1"))
+    pods.apply("MODIFIED", asking_pod("u1", version="2"))
     record = pods.get("u1")
     assert len(pods) == 1 and record is not None and record.resource_version == "2"
     assert pods.find("ns", "pod-u1") is record and pods.find("ns", "other") is None
@@ -645,7 +599,7 @@ def test_one_record_per_uid_found_by_uid_and_by_name() -> None:
 
 def test_pod_without_uid_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     _, pods = cluster()
-    pod = gpu_pod("u1")
+    pod = asking_pod("u1")
     del pod["metadata"]["uid"]
     with caplog.at_level(logging.WARNING, logger="hami_control.pod_store"):
         pods.apply("ADDED", pod)
@@ -657,8 +611,8 @@ def test_a_terminal_pod_stays_until_deleted_and_a_delete_by_name_finds_its_uid()
     _, pods = cluster()
     seen: list[tuple[str | None, str | None]] = []
     pods.add_listener(lambda old, new: seen.append((old and old.phase, new and new.phase)))
-    pods.apply("ADDED", gpu_pod("u1"))
-    pods.apply("MODIFIED", gpu_pod("u1", phase="Succeeded"))
+    pods.apply("ADDED", asking_pod("u1"))
+    pods.apply("MODIFIED", asking_pod("u1", phase="Succeeded"))
     assert pods.used("ns") == QuotaUsage() and pods.get("u1") is not None
     delete(pods, "ns", "pod-u1", "")  # the DELETED object carries no uid
     assert pods.get("u1") is None and pods.find("ns", "pod-u1") is None and len(pods) == 0
@@ -668,9 +622,9 @@ def test_a_terminal_pod_stays_until_deleted_and_a_delete_by_name_finds_its_uid()
 
 def test_a_recreated_pod_of_the_same_name_is_a_new_record() -> None:
     _, pods = cluster()
-    pods.apply("ADDED", gpu_pod("old", name="p", mem=1000))
+    pods.apply("ADDED", asking_pod("old", name="p", mem=1000))
     delete(pods, "ns", "p", "old")
-    pods.apply("ADDED", gpu_pod("new", name="p", mem=3000))
+    pods.apply("ADDED", asking_pod("new", name="p", mem=3000))
     delete(pods, "ns", "p", "old")  # a late duplicate delete of the old pod leaves the new one
     record = pods.find("ns", "p")
     assert record is not None and record.uid == "new" and pods.used("ns") == QuotaUsage(3000, 0)
@@ -686,31 +640,33 @@ def test_listeners_see_a_relist_and_deletes_and_a_broken_listener_is_logged(
         lambda *_: (_ for _ in ()).throw(RuntimeError("a broken listener is logged, not raised"))
     )
     with caplog.at_level(logging.CRITICAL, logger="hami_control.pod_store"):
-        pods.replace([pod_json("u1"), pod_json("u2")])
-        pods.apply("DELETED", pod_json("u1"))
+        pods.replace([watched_pod("u1"), watched_pod("u2")])
+        pods.apply("DELETED", watched_pod("u1"))
     assert calls == [("u1", False), ("u2", False), ("u1", True)]
 
 
 def test_a_relist_replaces_the_pods_and_tells_listeners_only_the_differences() -> None:
     cache, pods = cluster()
-    allocation = alloc([("GPU-0", 1000, 10)])
+    placed = allocation([("GPU-0", 1000, 10)])
     pods.apply(
         "ADDED",
         dict(
-            pod_json("kept", "n1", allocation),
-            metadata={**pod_json("kept", "n1", allocation)["metadata"], "resourceVersion": "5"},
+            watched_pod("kept", "n1", placed),
+            metadata={**watched_pod("kept", "n1", placed)["metadata"], "resourceVersion": "5"},
         ),
     )
-    pods.apply("ADDED", pod_json("gone", "n1", alloc([("GPU-1", 2000, 0)])))
-    pods.assume("gone", "n1", alloc([("GPU-1", 2000, 0)]), (), now=1.0)
-    pods.assume("bound", "n1", alloc([("GPU-1", 500, 5)]), (), now=1.0, namespace="default", name="pod-bound")
+    pods.apply("ADDED", watched_pod("gone", "n1", allocation([("GPU-1", 2000, 0)])))
+    pods.assume("gone", "n1", allocation([("GPU-1", 2000, 0)]), (), now=1.0)
+    pods.assume(
+        "bound", "n1", allocation([("GPU-1", 500, 5)]), (), now=1.0, namespace="default", name="pod-bound"
+    )
     changes: list[tuple[str | None, str | None]] = []
     pods.add_listener(lambda old, new: changes.append((old and old.uid, new and new.uid)))
-    kept = pod_json("kept", "n1", allocation)
+    kept = watched_pod("kept", "n1", placed)
     kept["metadata"]["resourceVersion"] = "5"  # unchanged: no news
     pods.begin_replace()  # a list in two pages
     pods.add_page([kept])
-    pods.add_page([gpu_pod("new", namespace="default")])
+    pods.add_page([asking_pod("new", namespace="default")])
     pods.end_replace()
     assert sorted(p.uid for p in pods.pods()) == ["kept", "new"]
     assert changes == [("gone", None), (None, "new")]
@@ -727,11 +683,11 @@ def test_a_relist_replaces_the_pods_and_tells_listeners_only_the_differences() -
 
 def test_quota_totals_follow_each_event_and_terminal_pods_do_not_count() -> None:
     _, pods = cluster()
-    pods.apply("ADDED", gpu_pod("a", mem=1000))
-    pods.apply("ADDED", gpu_pod("b", mem=2000))
-    pods.apply("ADDED", gpu_pod("c", namespace="other", mem=500))
+    pods.apply("ADDED", asking_pod("a", mem=1000))
+    pods.apply("ADDED", asking_pod("b", mem=2000))
+    pods.apply("ADDED", asking_pod("c", namespace="other", mem=500))
     assert pods.used("ns") == QuotaUsage(3000, 0) and pods.used("other") == QuotaUsage(500, 0)
-    pods.apply("MODIFIED", gpu_pod("b", phase="Failed"))
+    pods.apply("MODIFIED", asking_pod("b", phase="Failed"))
     assert pods.used("ns") == QuotaUsage(1000, 0)
     delete(pods, "ns", "pod-a", "a")
     assert pods.used("ns") == QuotaUsage()
@@ -739,18 +695,20 @@ def test_quota_totals_follow_each_event_and_terminal_pods_do_not_count() -> None
 
 def test_an_allocated_pod_counts_its_allocation_and_a_bad_one_its_request() -> None:
     _, pods = cluster()
-    pod = gpu_pod("a", mem=4000)
-    pod["metadata"]["annotations"][DEVICES_ALLOCATED] = encode_pod_allocation(alloc([("GPU-0", 3000, 20)]))
+    pod = asking_pod("a", mem=4000)
+    pod["metadata"]["annotations"][DEVICES_ALLOCATED] = encode_pod_allocation(
+        allocation([("GPU-0", 3000, 20)])
+    )
     pods.apply("ADDED", pod)
     assert pods.used("ns") == QuotaUsage(3000, 20)
-    pod["metadata"]["annotations"][DEVICES_ALLOCATED] = "not an allocation"
+    pod["metadata"]["annotations"][DEVICES_ALLOCATED] = "not an placed"
     pods.apply("MODIFIED", pod)
     assert pods.used("ns") == QuotaUsage(4000, 0)
 
 
 def test_a_pod_whose_resources_do_not_parse_counts_nothing_and_says_why() -> None:
     _, pods = cluster()
-    pod = gpu_pod("a")
+    pod = asking_pod("a")
     pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = "lots"
     pods.apply("ADDED", pod)
     record = pods.get("a")
@@ -770,9 +728,9 @@ def test_admissions_count_until_the_watch_shows_the_pod_or_their_ttl_ends() -> N
     pods.admit("ns", "", "web-", QuotaUsage(3000, 0))
     pods.admit("ns", "free", "", QuotaUsage())  # asks nothing: not counted
     assert pods.admitted("ns") == 3 and pods.used("ns") == QuotaUsage(6000, 10)
-    pods.apply("ADDED", gpu_pod("ua", name="a", mem=1000))  # seen by name: the watch counts it now
+    pods.apply("ADDED", asking_pod("ua", name="a", mem=1000))  # seen by name: the watch counts it now
     assert pods.admitted("ns") == 2 and pods.used("ns") == QuotaUsage(6000, 0)
-    web = gpu_pod("uw", name="web-x1", mem=2000)
+    web = asking_pod("uw", name="web-x1", mem=2000)
     web["metadata"]["generateName"] = "web-"
     pods.apply("ADDED", web)  # one of the generateName admissions, oldest first
     assert pods.admitted("ns") == 1 and pods.used("ns") == QuotaUsage(3000 + 3000, 0)
@@ -785,7 +743,7 @@ def test_admissions_count_until_the_watch_shows_the_pod_or_their_ttl_ends() -> N
 def test_a_relist_drops_the_admissions_of_the_pods_it_shows() -> None:
     pods = PodStore(CONFIG, ClusterCache())
     pods.admit("ns", "a", "", QuotaUsage(1000, 0))
-    pods.replace([gpu_pod("ua", name="a", mem=1000)])
+    pods.replace([asking_pod("ua", name="a", mem=1000)])
     assert pods.admitted("ns") == 0 and pods.used("ns") == QuotaUsage(1000, 0)
 
 
@@ -793,20 +751,20 @@ def test_a_relist_drops_the_admissions_of_the_pods_it_shows() -> None:
 
 
 def test_the_ask_from_a_record_is_the_ask_read_from_the_pod() -> None:
-    pod = gpu_pod("a", annotations={GPU_SCHEDULER_POLICY: "binpack", "nvidia.com/use-gputype": "A100"})
+    pod = asking_pod("a", annotations={GPU_SCHEDULER_POLICY: "binpack", "nvidia.com/use-gputype": "A100"})
     pod["spec"]["initContainers"] = [
         {"name": "side", "restartPolicy": "Always", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
     ]
     record = pod_record(pod, CONFIG)
     assert record.ask(CONFIG) == read_pod_ask(pod, CONFIG)
     assert record.sidecars == frozenset({0}) and record.init_containers == 1
-    plain = gpu_pod("b")
+    plain = asking_pod("b")
     plain["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
     assert pod_record(plain, CONFIG).ask(CONFIG) is None and read_pod_ask(plain, CONFIG) is None
 
 
 def test_a_bad_policy_annotation_still_counts_quota_but_the_ask_says_why() -> None:
-    pod = gpu_pod("a", annotations={GPU_SCHEDULER_POLICY: "sideways"})
+    pod = asking_pod("a", annotations={GPU_SCHEDULER_POLICY: "sideways"})
     _, pods = cluster()
     pods.apply("ADDED", pod)
     record = pods.get("a")
@@ -819,7 +777,7 @@ def test_a_bad_policy_annotation_still_counts_quota_but_the_ask_says_why() -> No
 
 
 def test_the_bind_phase_is_kept_and_the_allocation_only_decoded() -> None:
-    pod = pod_json("u1", "n1", alloc([("GPU-0", 1000, 10)]))
+    pod = watched_pod("u1", "n1", allocation([("GPU-0", 1000, 10)]))
     pod["metadata"]["annotations"][BIND_PHASE] = "allocating"
     record: PodRecord = pod_record(pod, CONFIG)
     assert record.annotations == {VGPU_NODE: "n1", BIND_PHASE: "allocating"}
@@ -828,11 +786,11 @@ def test_the_bind_phase_is_kept_and_the_allocation_only_decoded() -> None:
 
 def test_records_share_what_did_not_change_and_pods_asking_alike_share_their_requests() -> None:
     cache, pods = cluster()
-    pods.apply("ADDED", gpu_pod("a", mem=4000))
-    pods.apply("ADDED", gpu_pod("b", mem=4000))
+    pods.apply("ADDED", asking_pod("a", mem=4000))
+    pods.apply("ADDED", asking_pod("b", mem=4000))
     a, b = pods.get("a"), pods.get("b")
     assert a is not None and b is not None and a.container_requests is b.container_requests
-    bound = pod_json("c", "n1", alloc([("GPU-0", 1000, 10)]))
+    bound = watched_pod("c", "n1", allocation([("GPU-0", 1000, 10)]))
     pods.apply("ADDED", bound)
     bound["metadata"]["annotations"][BIND_PHASE] = "success"
     pods.apply("MODIFIED", bound)  # a new bind phase, the same allocation

@@ -3,7 +3,7 @@ memory factor), a pod's usage (HAMi's init-container peak rule), and the denial 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -24,25 +24,19 @@ from hami_control.quota import (
     pod_quota_usage,
     quota_keys,
 )
+from tests.builders import Json, container, pod, resource_quota
 
 CONFIG = ControlConfig()
 
 
-def resource_quota(hard: Mapping[str, Any], name: str = "gpu", namespace: str = "ai-team") -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"hard": dict(hard)}}
+def team_quota(hard: Mapping[str, Any], name: str = "gpu") -> Json:
+    """A ResourceQuota `ai-team/<name>` with `hard` limits."""
+    return resource_quota(hard, name=name, namespace="ai-team")
 
 
-def ctr(name: str = "c", **limits: Any) -> dict[str, Any]:
-    keys = {"gpu": "nvidia.com/gpu", "mem": "nvidia.com/gpumem", "pct": "nvidia.com/gpumem-percentage"}
-    keys["cores"] = "nvidia.com/gpucores"
-    return {"name": name, "resources": {"limits": {keys.get(k, k): v for k, v in limits.items()}}}
-
-
-def pod(*containers: dict[str, Any], init: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": list(containers)}
-    if init:
-        spec["initContainers"] = list(init)
-    return {"metadata": {"name": "p", "namespace": "ai-team"}, "spec": spec}
+def team_pod(*containers: Json, init: Sequence[Json] = ()) -> Json:
+    """The pod `ai-team/p` of `containers` and `init` containers."""
+    return pod("p", *containers, namespace="ai-team", init=init)
 
 
 class View:
@@ -86,18 +80,18 @@ def test_quota_keys_follow_the_configured_resource_names() -> None:
     ],
 )
 def test_limits_from_one_resource_quota(hard: dict[str, Any], expected: QuotaLimits) -> None:
-    assert limits_from_resource_quota(resource_quota(hard), CONFIG) == expected
+    assert limits_from_resource_quota(team_quota(hard), CONFIG) == expected
 
 
 def test_memory_limit_is_in_gpumem_units_so_the_memory_factor_applies() -> None:
     config = CONFIG.with_settings(memory_factor=1024)
-    limits = limits_from_resource_quota(resource_quota({"limits.nvidia.com/gpumem": "40"}), config)
+    limits = limits_from_resource_quota(team_quota({"limits.nvidia.com/gpumem": "40"}), config)
     assert limits == QuotaLimits(memory=40 * 1024)
 
 
 def test_limits_use_configured_resource_names() -> None:
     config = CONFIG.with_settings(resource_names=ResourceNames(memory="acme.com/vram"))
-    rq = resource_quota({"limits.acme.com/vram": "10", "limits.nvidia.com/gpumem": "1"})
+    rq = team_quota({"limits.acme.com/vram": "10", "limits.nvidia.com/gpumem": "1"})
     assert limits_from_resource_quota(rq, config) == QuotaLimits(memory=10)
 
 
@@ -109,7 +103,7 @@ def test_a_quota_without_hard_limits_sets_none(shape: dict[str, Any]) -> None:
 @pytest.mark.parametrize(("value", "reason"), [("lots", "not a valid"), ("-5", "negative"), (True, "bool")])
 def test_an_unreadable_limit_names_quota_key_and_value(value: Any, reason: str) -> None:
     with pytest.raises(QuotaLimitError) as info:
-        limits_from_resource_quota(resource_quota({"limits.nvidia.com/gpumem": value}, "q1"), CONFIG)
+        limits_from_resource_quota(team_quota({"limits.nvidia.com/gpumem": value}, "q1"), CONFIG)
     message = str(info.value)
     assert "ai-team/q1" in message
     assert "limits.nvidia.com/gpumem" in message
@@ -119,10 +113,10 @@ def test_an_unreadable_limit_names_quota_key_and_value(value: Any, reason: str) 
 
 def test_several_quotas_the_smallest_limit_wins() -> None:
     quotas = [
-        resource_quota({"limits.nvidia.com/gpumem": "40000"}, "a"),
-        resource_quota({"limits.nvidia.com/gpumem": "30000", "limits.nvidia.com/gpucores": "400"}, "b"),
-        resource_quota({"limits.nvidia.com/gpucores": "300"}, "c"),
-        resource_quota({"pods": "5"}, "d"),
+        team_quota({"limits.nvidia.com/gpumem": "40000"}, "a"),
+        team_quota({"limits.nvidia.com/gpumem": "30000", "limits.nvidia.com/gpucores": "400"}, "b"),
+        team_quota({"limits.nvidia.com/gpucores": "300"}, "c"),
+        team_quota({"pods": "5"}, "d"),
     ]
     assert limits_from_resource_quotas(quotas, CONFIG) == QuotaLimits(memory=30000, cores=300)
     assert limits_from_resource_quotas([], CONFIG) == QuotaLimits()
@@ -136,36 +130,43 @@ def test_several_quotas_the_smallest_limit_wins() -> None:
 @pytest.mark.parametrize(
     ("the_pod", "expected"),
     [
-        (pod(ctr(gpu="1", mem="4000")), QuotaUsage(4000, 0)),
-        (pod(ctr(gpu="2", mem="4000", cores="30")), QuotaUsage(8000, 60)),
-        (pod(ctr("a", gpu="1", mem="3000"), ctr("b", gpu="2", mem="1000", cores="10")), QuotaUsage(5000, 20)),
+        (team_pod(container(gpus="1", gpumem="4000")), QuotaUsage(4000, 0)),
+        (team_pod(container(gpus="2", gpumem="4000", gpucores="30")), QuotaUsage(8000, 60)),
+        (
+            team_pod(
+                container("a", gpus="1", gpumem="3000"),
+                container("b", gpus="2", gpumem="1000", gpucores="10"),
+            ),
+            QuotaUsage(5000, 20),
+        ),
         # memory only as a percentage: unknown until a GPU is chosen, counted 0 at admission (as HAMi)
-        (pod(ctr(gpu="1", pct="50", cores="20")), QuotaUsage(0, 20)),
-        (pod(ctr(gpu="1")), QuotaUsage(0, 0)),
-        (pod(ctr(gpu="1", cores="100")), QuotaUsage(0, 100)),
+        (team_pod(container(gpus="1", gpumem_percentage="50", gpucores="20")), QuotaUsage(0, 20)),
+        (team_pod(container(gpus="1")), QuotaUsage(0, 0)),
+        (team_pod(container(gpus="1", gpucores="100")), QuotaUsage(0, 100)),
         # no GPU count: nothing (the webhook adds the count before it asks)
-        (pod(ctr(mem="4000")), QuotaUsage()),
-        (pod(ctr(gpu="0")), QuotaUsage()),
-        (pod({"name": "cpu", "resources": {"limits": {"cpu": "1"}}}), QuotaUsage()),
+        (team_pod(container(gpumem="4000")), QuotaUsage()),
+        (team_pod(container(gpus="0")), QuotaUsage()),
+        (team_pod(container("cpu", limits={"cpu": "1"})), QuotaUsage()),
         # init containers run one at a time before the app containers: the peak counts
         (
-            pod(
-                ctr("a", gpu="1", mem="3000"),
-                ctr("b", gpu="1", mem="3000"),
-                init=(ctr("i", gpu="1", mem="10000"),),
+            team_pod(
+                container("a", gpus="1", gpumem="3000"),
+                container("b", gpus="1", gpumem="3000"),
+                init=(container("i", gpus="1", gpumem="10000"),),
             ),
             QuotaUsage(10000, 0),
         ),
         (
-            pod(
-                ctr("a", gpu="1", mem="3000", cores="50"), init=(ctr("i1", gpu="1", mem="1000", cores="100"),)
+            team_pod(
+                container("a", gpus="1", gpumem="3000", gpucores="50"),
+                init=(container("i1", gpus="1", gpumem="1000", gpucores="100"),),
             ),
             QuotaUsage(3000, 100),
         ),
         (
-            pod(
-                ctr("a", gpu="1", mem="8000"),
-                init=(ctr("i1", gpu="1", mem="1000"), ctr("i2", gpu="2", mem="3000")),
+            team_pod(
+                container("a", gpus="1", gpumem="8000"),
+                init=(container("i1", gpus="1", gpumem="1000"), container("i2", gpus="2", gpumem="3000")),
             ),
             QuotaUsage(8000, 0),
         ),
@@ -177,20 +178,20 @@ def test_pod_quota_usage(the_pod: dict[str, Any], expected: QuotaUsage) -> None:
 
 def test_pod_usage_applies_memory_factor_and_defaults() -> None:
     assert pod_quota_usage(
-        pod(ctr(gpu="1", mem="4")), CONFIG.with_settings(memory_factor=1000)
+        team_pod(container(gpus="1", gpumem="4")), CONFIG.with_settings(memory_factor=1000)
     ) == QuotaUsage(4000, 0)
     config = CONFIG.with_settings(default_memory=2000, default_cores=10)
-    assert pod_quota_usage(pod(ctr(gpu="2")), config) == QuotaUsage(4000, 20)
+    assert pod_quota_usage(team_pod(container(gpus="2")), config) == QuotaUsage(4000, 20)
 
 
 def test_pod_usage_reads_requests_when_limits_are_absent() -> None:
-    container = {"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "500"}}}
-    assert pod_quota_usage(pod(container), CONFIG) == QuotaUsage(500, 0)
+    by_requests = container("c", requests={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "500"})
+    assert pod_quota_usage(team_pod(by_requests), CONFIG) == QuotaUsage(500, 0)
 
 
 def test_pod_usage_of_a_bad_value_raises_request_error() -> None:
     with pytest.raises(RequestError, match=r"nvidia\.com/gpumem"):
-        pod_quota_usage(pod(ctr("x", gpu="1", mem="-1")), CONFIG)
+        pod_quota_usage(team_pod(container("x", gpus="1", gpumem="-1")), CONFIG)
 
 
 def test_allocation_usage_sums_regular_containers_and_peaks_init_ones() -> None:

@@ -18,14 +18,12 @@ import pytest
 
 from hami_api.annotations import (
     DEVICES_ALLOCATED,
-    NODE_REGISTER,
     VGPU_NODE,
     decode_pod_allocation,
     encode_node_lock,
-    encode_node_register,
     encode_pod_allocation,
 )
-from hami_api.types import ContainerAllocation, GPUInfo, GPUSlice, NodeLock, PodAllocation
+from hami_api.types import ContainerAllocation, GPUSlice, NodeLock, PodAllocation
 from hami_control import scheduling
 from hami_control.binder import Binder, BindRejected
 from hami_control.cache import ClusterCache
@@ -37,35 +35,25 @@ from hami_control.pod_store import PodStore
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.scheduling import Extender
 from hami_control.usage import NodeGPUs
+from tests.builders import Json, container, gpu_info, node, pod
 
 CONFIG = ControlConfig()
 
 
-def node(name: str, gpus: int = 1, devmem: int = 16000) -> dict[str, Any]:
-    infos = [
-        GPUInfo(f"{name}-g{i}", i, 4, devmem, 100, "NVIDIA-T4", 0, "hami-core", True) for i in range(gpus)
-    ]
-    return {
-        "metadata": {"name": name, "annotations": {NODE_REGISTER: encode_node_register(infos)}},
-        "status": {"allocatable": {"nvidia.com/gpu": str(4 * gpus)}},
-    }
+def registered_node(name: str, gpus: int = 1, devmem: int = 16000) -> Json:
+    """Node `name` with `gpus` GPUs `<name>-g<i>` of 4 slots and `devmem` MiB each."""
+    infos = [gpu_info(i, id=f"{name}-g{i}", count=4, devmem=devmem, type="NVIDIA-T4") for i in range(gpus)]
+    return node(name, infos)
 
 
-def pod(name: str = "p", uid: str = "u-1", mem: int = 4000) -> dict[str, Any]:
-    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem)}
-    return {
-        "metadata": {"name": name, "namespace": "ns", "uid": uid, "managedFields": [{"manager": "kubectl"}]},
-        "spec": {
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "cuda",
-                    "env": [{"name": "X", "value": "1"}],
-                    "resources": {"limits": limits},
-                }
-            ]
-        },
-    }
+def cuda_container(name: str = "c", mem: int = 4000) -> Json:
+    """A `cuda` container (with an env var) asking for one GPU of `mem` MiB."""
+    return container(name, gpus=1, gpumem=mem, image="cuda", env={"X": "1"})
+
+
+def ns_pod(name: str = "p", uid: str = "u-1", mem: int = 4000) -> Json:
+    """The pod `ns/<name>` asking for one GPU of `mem` MiB."""
+    return pod(name, cuda_container(mem=mem), namespace="ns", uid=uid)
 
 
 def body(p: dict[str, Any], names: list[str]) -> bytes:
@@ -100,7 +88,7 @@ def extender(*nodes: dict[str, Any], **options: Any) -> Extender:
 
 
 def test_bodies_that_are_not_json_get_an_error_answer_not_an_exception() -> None:
-    ext = extender(node("a"))
+    ext = extender(registered_node("a"))
     result = ext.filter(b"{nope")
     assert result["Error"].startswith("ExtenderArgs: body is not JSON")
     assert result["NodeNames"] is None and result["FailedNodes"] == {}
@@ -110,22 +98,22 @@ def test_bodies_that_are_not_json_get_an_error_answer_not_an_exception() -> None
 
 
 def test_a_replica_without_a_binder_says_it_does_not_bind() -> None:
-    ext = extender(node("a"))
+    ext = extender(registered_node("a"))
     assert asyncio.run(ext.bind(orjson.dumps({"PodName": "p"}))) == {"Error": "this replica does not bind"}
 
 
 def test_each_request_sees_the_nodes_the_cache_changed_since_the_last_one() -> None:
-    ext = extender(node("a"))
-    assert ext.filter(body(pod(), ["a", "b"]))["NodeNames"] == ["a"]
-    ext.cache.node_upserted(node("b"))
-    assert ext.filter(body(pod(), ["a", "b"]))["NodeNames"] == ["a", "b"]
+    ext = extender(registered_node("a"))
+    assert ext.filter(body(ns_pod(), ["a", "b"]))["NodeNames"] == ["a"]
+    ext.cache.node_upserted(registered_node("b"))
+    assert ext.filter(body(ns_pod(), ["a", "b"]))["NodeNames"] == ["a", "b"]
     ext.cache.node_deleted("a")
-    assert ext.filter(body(pod(), ["a", "b"]))["NodeNames"] == ["b"]
+    assert ext.filter(body(ns_pod(), ["a", "b"]))["NodeNames"] == ["b"]
 
 
 def test_the_filtered_pods_ask_is_kept_for_its_bind() -> None:
-    ext = extender(node("a"))
-    ext.filter(body(pod(uid="u-7"), ["a"]))
+    ext = extender(registered_node("a"))
+    ext.filter(body(ns_pod(uid="u-7"), ["a"]))
     cycle = ext.cycles.get("u-7")
     assert cycle is not None and cycle.ask is not None and cycle.ask.requests[0][0] is not None
     assert cycle.ask.requests[0][0].memreq == 4000
@@ -138,9 +126,9 @@ def test_a_pod_not_remembered_is_read_once_and_its_uid_must_match() -> None:
 
     async def read(namespace: str, name: str) -> dict[str, Any] | None:
         reads.append((namespace, name))
-        return pod(name, uid="u-new") if name == "p" else None
+        return ns_pod(name, uid="u-new") if name == "p" else None
 
-    ext = extender(node("a"), read_pod=read)
+    ext = extender(registered_node("a"), read_pod=read)
     assert asyncio.run(ext.pod_ask("ns", "p", "u-new")) is not None
     with pytest.raises(LookupError, match=r"pod ns/p not found with UID u-old \(it has u-new\)"):
         asyncio.run(ext.pod_ask("ns", "p", "u-old"))
@@ -148,29 +136,29 @@ def test_a_pod_not_remembered_is_read_once_and_its_uid_must_match() -> None:
         asyncio.run(ext.pod_ask("ns", "gone", "u-x"))
     assert reads == [("ns", "p"), ("ns", "p"), ("ns", "gone")]
     with pytest.raises(LookupError, match="pod ns/p not found"):
-        asyncio.run(extender(node("a")).pod_ask("ns", "p", "u-1"))  # no reader at all
+        asyncio.run(extender(registered_node("a")).pod_ask("ns", "p", "u-1"))  # no reader at all
 
 
 def test_no_fitting_node_records_filtering_failed_with_the_first_five_reasons() -> None:
-    nodes = [node(f"n{i}", devmem=2000) for i in range(7)]
+    nodes = [registered_node(f"n{i}", devmem=2000) for i in range(7)]
     events = Events()
     ext = extender(*nodes, events=events)
-    result = ext.filter(body(pod(), [f"n{i}" for i in range(7)]))
+    result = ext.filter(body(ns_pod(), [f"n{i}" for i in range(7)]))
     assert result["NodeNames"] == []
     ((namespace, name, uid, type_, reason, message),) = events.recorded
     assert (namespace, name, uid, type_, reason) == ("ns", "p", "u-1", "Warning", "FilteringFailed")
     assert message.startswith("no GPU node fits: n0: 1/1 CardInsufficientMemory; n1: ")
     assert message.endswith(" (and 2 more)") and message.count("CardInsufficientMemory") == 5
-    assert ext.filter(body(pod(), []))["NodeNames"] == [] and len(events.recorded) == 1  # no candidates
+    assert ext.filter(body(ns_pod(), []))["NodeNames"] == [] and len(events.recorded) == 1  # no candidates
 
 
 def test_the_filtered_pod_does_not_count_against_its_own_quota() -> None:
     # The webhook assumed the pod and the watch shows it Pending: 4000 of the 8000 used are its own.
-    full = extender(node("a"), quota=Quota(QuotaLimits(memory=8000), QuotaUsage(memory=8000)))
-    assert full.filter(body(pod(mem=4000), ["a"]))["NodeNames"] == ["a"]
+    full = extender(registered_node("a"), quota=Quota(QuotaLimits(memory=8000), QuotaUsage(memory=8000)))
+    assert full.filter(body(ns_pod(mem=4000), ["a"]))["NodeNames"] == ["a"]
     # One MiB more used by others and it no longer fits.
-    over = extender(node("a"), quota=Quota(QuotaLimits(memory=8000), QuotaUsage(memory=8001)))
-    assert over.filter(body(pod(mem=4000), ["a"]))["FailedNodes"] == {"a": "1/1 ResourceQuotaNotFit"}
+    over = extender(registered_node("a"), quota=Quota(QuotaLimits(memory=8000), QuotaUsage(memory=8001)))
+    assert over.filter(body(ns_pod(mem=4000), ["a"]))["FailedNodes"] == {"a": "1/1 ResourceQuotaNotFit"}
 
 
 def test_node_locks_come_from_the_annotation_and_a_bad_one_is_ignored() -> None:
@@ -188,15 +176,15 @@ def test_node_locks_come_from_the_annotation_and_a_bad_one_is_ignored() -> None:
     [
         ([], "ExtenderArgs: expected a JSON object, got a list"),
         ({"NodeNames": ["a"]}, "ExtenderArgs.Pod: missing"),
-        ({"Pod": pod()}, "ExtenderArgs: neither Nodes nor NodeNames is given"),
+        ({"Pod": ns_pod()}, "ExtenderArgs: neither Nodes nor NodeNames is given"),
         ({"Pod": "p", "NodeNames": ["a"]}, "ExtenderArgs.Pod: expected a Pod object, got a string"),
-        ({"Pod": pod(mem=-1), "NodeNames": ["a"]}, "pod ns/p: "),
+        ({"Pod": ns_pod(mem=-1), "NodeNames": ["a"]}, "pod ns/p: "),
     ],
 )
 def test_filter_and_prioritize_answer_unreadable_requests_without_raising(
     args: object, expected: str
 ) -> None:
-    ext = extender(node("a"))
+    ext = extender(registered_node("a"))
     result = ext.filter(orjson.dumps(args))
     assert result["Error"].startswith(expected) and result["NodeNames"] is None
     scores = ext.prioritize(orjson.dumps(args))
@@ -230,7 +218,7 @@ class Writer:
 
 def bound_extender(*nodes: dict[str, Any], **options: Any) -> tuple[Extender, Binder, Writer]:
     """An extender with a binder over nodes (default: `a` with two GPUs)."""
-    ext = extender(*(nodes or (node("a", gpus=2),)), **options)
+    ext = extender(*(nodes or (registered_node("a", gpus=2),)), **options)
     writer = Writer()
     ext.binder = Binder(ext.cache, ext.pods, writer, Events(), node_lock=lambda _node: None)
     return ext, ext.binder, writer
@@ -241,17 +229,15 @@ def two_containers(
 ) -> dict[str, Any]:
     """A pod with two GPU containers: fitted node by node (the GPU table covers one), so its cycle keeps
     a choice per node."""
-    p = pod(uid=uid)
-    first = p["spec"]["containers"][0]
-    second = {
-        **first,
-        "name": "d",
-        "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000"}},
-    }
-    p["spec"]["containers"] = [first, second]
-    p["metadata"]["resourceVersion"] = version
-    p["metadata"]["annotations"] = dict(annotations or {})
-    return p
+    return pod(
+        "p",
+        cuda_container("c", 4000),
+        cuda_container("d", 2000),
+        namespace="ns",
+        uid=uid,
+        resource_version=version,
+        annotations=dict(annotations or {}),
+    )
 
 
 def bind_args(p: dict[str, Any], target: str = "a") -> bytes:
@@ -281,7 +267,7 @@ class FitCounter:
 
 
 def test_filter_then_prioritize_then_bind_fit_once_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    ext, binder, writer = bound_extender(node("a", gpus=2), node("b", gpus=2))
+    ext, binder, writer = bound_extender(registered_node("a", gpus=2), registered_node("b", gpus=2))
     fits = FitCounter(monkeypatch)
     p = two_containers()
     assert ext.filter(body(p, ["a", "b"]))["NodeNames"] == ["a", "b"]
@@ -316,7 +302,7 @@ def test_a_node_that_changed_after_filter_is_fitted_again_at_bind() -> None:
     assert cycle is not None
     assert {s.uuid for c in cycle.choices["a"].fit.allocation for s in c} == {"a-g0", "a-g1"}  # spread
     # Another pod takes every slot of a-g0: the node's generation moves on.
-    other = pod("other", uid="u-other")
+    other = ns_pod("other", uid="u-other")
     slots = PodAllocation(tuple(ContainerAllocation((GPUSlice("a-g0", 1, 0),)) for _ in range(4)))
     other["metadata"]["annotations"] = {VGPU_NODE: "a", DEVICES_ALLOCATED: encode_pod_allocation(slots)}
     other["spec"]["containers"] = [other["spec"]["containers"][0]] * 4
@@ -349,7 +335,7 @@ def test_a_new_resource_version_with_the_same_ask_keeps_the_choices(monkeypatch:
 
 
 def test_the_ask_is_read_again_only_for_a_new_resource_version(monkeypatch: pytest.MonkeyPatch) -> None:
-    ext = extender(node("a"))
+    ext = extender(registered_node("a"))
     reads: list[str] = []
     real = scheduling.read_pod_ask
 
@@ -358,7 +344,7 @@ def test_the_ask_is_read_again_only_for_a_new_resource_version(monkeypatch: pyte
         return real(pod, config, quota)
 
     monkeypatch.setattr(scheduling, "read_pod_ask", counted)
-    p = pod(uid="u-9")
+    p = ns_pod(uid="u-9")
     p["metadata"]["resourceVersion"] = "7"
     ext.filter(body(p, ["a"]))
     ext.prioritize(body(p, ["a"]))
@@ -375,7 +361,7 @@ def test_bind_finds_a_watched_pod_in_the_store_without_an_api_read() -> None:
         return None
 
     ext, binder, writer = bound_extender(read_pod=read)
-    p = pod(uid="u-w")
+    p = ns_pod(uid="u-w")
     ext.pods.apply("ADDED", p)
     assert asyncio.run(ext.bind(bind_args(p))) == {"Error": ""}
     assert reads == [] and len(writer.calls) == 1 and binder.outcomes == {"success": 1}
@@ -386,10 +372,10 @@ def test_bind_of_an_unseen_pod_reads_it_from_the_api_once() -> None:
 
     async def read(namespace: str, name: str) -> dict[str, Any] | None:
         reads.append(name)
-        return pod(name, uid="u-new")
+        return ns_pod(name, uid="u-new")
 
     ext, _, writer = bound_extender(read_pod=read)
-    p = pod(uid="u-new")
+    p = ns_pod(uid="u-new")
     writer.reject["p"] = BindRejected(500, "InternalError", "etcd")  # the first Binding fails
     assert "etcd" in asyncio.run(ext.bind(bind_args(p)))["Error"]
     assert asyncio.run(ext.bind(bind_args(p))) == {"Error": ""}  # kube-scheduler's retry
@@ -407,7 +393,7 @@ def test_a_changed_quota_usage_between_filter_and_bind_fits_again() -> None:
 
 
 def test_cycles_are_bounded_and_keep_only_the_best_scored_choices() -> None:
-    nodes = [node(f"n{i}", gpus=2) for i in range(5)]
+    nodes = [registered_node(f"n{i}", gpus=2) for i in range(5)]
     ext = extender(*nodes, cycles=CycleStates(max_pods=2, max_choices=2))
     names = [f"n{i}" for i in range(5)]
     for uid in ("u-a", "u-b", "u-c"):

@@ -33,20 +33,6 @@ BUILDER_NAMES = frozenset(
 )
 """Names that, defined at the top of a test file, are a local copy of a shared builder or wait."""
 
-NOT_MOVED_YET = frozenset(
-    {
-        "unit/test_binder.py",
-        "unit/test_cache.py",
-        "unit/test_control_sinks.py",
-        "unit/test_extender.py",
-        "unit/test_metrics.py",
-        "unit/test_pod_store.py",
-        "unit/test_quota.py",
-        "unit/test_scheduling.py",
-    }
-)
-"""Files changed elsewhere while the builders landed; each still defines its own builders."""
-
 
 def python_files() -> list[Path]:
     return sorted(p for p in TESTS.rglob("*.py") if p not in SHARED)
@@ -67,8 +53,6 @@ def test_no_test_file_defines_its_own_builder_or_wait() -> None:
     copies = []
     for path in python_files():
         relative = path.relative_to(TESTS).as_posix()
-        if relative in NOT_MOVED_YET:
-            continue
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             # Decorated functions are fixtures and hypothesis strategies, not builders.
             if isinstance(node, ast.FunctionDef) and node.name in BUILDER_NAMES and not node.decorator_list:
