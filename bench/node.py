@@ -264,7 +264,9 @@ def start_apiserver_in(tmp: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
     return proc, base, kubeconfig
 
 
-def start_daemon(c: Cluster, split: int, recovery_s: float, log_level: str) -> subprocess.Popen[bytes]:
+def start_daemon(
+    c: Cluster, split: int, recovery_s: float, log_level: str, extra: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
     command = [
         sys.executable,
         "-m",
@@ -287,6 +289,7 @@ def start_daemon(c: Cluster, split: int, recovery_s: float, log_level: str) -> s
         str(recovery_s),
         "--log-level",
         log_level,
+        *extra,
     ]
     logfile = open(c.tmp / "logs" / "node.log", "wb")  # noqa: SIM115 - lives as long as the daemon
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HAMI_", "NODE_NAME", "KUBECONFIG"))}
@@ -745,7 +748,8 @@ def run(args: argparse.Namespace) -> Report:
         c.kubelet.start()
         log(f"starting hami-node ({len(c.uuids)} fake GPUs x split {args.split}) ...")
         t0 = time.perf_counter()
-        c.daemon = start_daemon(c, args.split, args.recovery, args.log_level)
+        extra = ["--kube-api-qps", str(args.kube_api_qps)] if args.kube_api_qps is not None else []
+        c.daemon = start_daemon(c, args.split, args.recovery, args.log_level, extra)
         try:
             c.kubelet.wait_for_devices(all_healthy(total), timeout=60)
         except TimeoutError:
@@ -834,6 +838,12 @@ def main() -> int:
     parser.add_argument("--split", type=int, default=10, help="virtual devices per GPU")
     parser.add_argument("--recovery", type=float, default=0.5, help="the daemon's --health-recovery-seconds")
     parser.add_argument("--log-level", default="info", help="the daemon's --log-level")
+    parser.add_argument(
+        "--kube-api-qps",
+        type=float,
+        help="the daemon's --kube-api-qps (default: the daemon's, 50; the Allocate phase makes ~40 pods/s "
+        "on one node, two API writes each, so its bind-phase writes queue behind that limit; 0: none)",
+    )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     parser.add_argument("--py-spy", type=Path, help="sample the daemon with py-spy during the Allocate phase")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
