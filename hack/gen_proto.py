@@ -4,6 +4,10 @@ The one generator for these targets (each ``api_pb2{.py,.pyi,_grpc.py}`` in the 
 
 - ``deviceplugin``: ``proto/deviceplugin/v1beta1/api.proto`` -> ``hami_node/plugin/api/``
 - ``podresources``: ``proto/podresources/v1/api.proto`` -> ``hami_sim/kubelet/podresources/``
+- ``dra-v1``: ``proto/dra/v1/api.proto`` -> ``hami_node/dra/api/v1/``
+- ``dra-v1beta1``: ``proto/dra/v1beta1/api.proto`` -> ``hami_node/dra/api/v1beta1/``
+- ``pluginregistration``: ``proto/pluginregistration/v1/api.proto`` -> ``hami_node/dra/api/registration/``
+- ``dra-health-v1alpha1``: ``proto/dra-health/v1alpha1/api.proto`` -> ``hami_node/dra/api/health/v1alpha1/``
 
     python hack/gen_proto.py                       # regenerate every committed stub in place
     python hack/gen_proto.py --out DIR             # write them under DIR, laid out as in the repository
@@ -47,6 +51,18 @@ class Target:
 TARGETS = (
     Target("deviceplugin", Path("proto/deviceplugin/v1beta1/api.proto"), Path("hami_node/plugin/api")),
     Target("podresources", Path("proto/podresources/v1/api.proto"), Path("hami_sim/kubelet/podresources")),
+    Target("dra-v1", Path("proto/dra/v1/api.proto"), Path("hami_node/dra/api/v1")),
+    Target("dra-v1beta1", Path("proto/dra/v1beta1/api.proto"), Path("hami_node/dra/api/v1beta1")),
+    Target(
+        "pluginregistration",
+        Path("proto/pluginregistration/v1/api.proto"),
+        Path("hami_node/dra/api/registration"),
+    ),
+    Target(
+        "dra-health-v1alpha1",
+        Path("proto/dra-health/v1alpha1/api.proto"),
+        Path("hami_node/dra/api/health/v1alpha1"),
+    ),
 )
 
 

@@ -1,5 +1,5 @@
-"""The committed gRPC stubs (Device Plugin API, PodResources API) are exactly what hack/gen_proto.py
-generates."""
+"""The committed gRPC stubs (Device Plugin API, PodResources API, the DRA plugin, plugin registration and
+DRA resource health APIs) are exactly what hack/gen_proto.py generates."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ GENERATED_FILES = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
 TARGETS = {
     "deviceplugin": ("proto/deviceplugin/v1beta1/api.proto", "hami_node/plugin/api"),
     "podresources": ("proto/podresources/v1/api.proto", "hami_sim/kubelet/podresources"),
+    "dra-v1": ("proto/dra/v1/api.proto", "hami_node/dra/api/v1"),
+    "dra-v1beta1": ("proto/dra/v1beta1/api.proto", "hami_node/dra/api/v1beta1"),
+    "pluginregistration": ("proto/pluginregistration/v1/api.proto", "hami_node/dra/api/registration"),
+    "dra-health-v1alpha1": ("proto/dra-health/v1alpha1/api.proto", "hami_node/dra/api/health/v1alpha1"),
 }
 
 

@@ -1,0 +1,1 @@
+"""Kubelet DRA resource health APIs (``DRAResourceHealth``), one subpackage per version."""

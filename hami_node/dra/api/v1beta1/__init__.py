@@ -1,0 +1,2 @@
+"""Kubelet DRA plugin API v1beta1 (``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin``): generated stubs
+``api_pb2`` and ``api_pb2_grpc`` from ``proto/dra/v1beta1/api.proto``."""
