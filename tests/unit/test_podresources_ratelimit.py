@@ -1,15 +1,17 @@
 """The PodResources server's rate limit is golang.org/x/time/rate's Limiter.Allow with kubelet's numbers
-(100 per second, bursts of 10): full at start, one token per 1/rate seconds, never more than the burst."""
+(100 per second, bursts of 10): full at start, one token per 1/rate seconds, never more than the burst.
+The bucket is hami_kube's (`flowcontrol.TokenBucket.try_accept`), the one the API client waits on."""
 
 from __future__ import annotations
 
 import pytest
 
-from hami_sim.kubelet.podresources.server import DEFAULT_BURST_TOKENS, DEFAULT_QPS, TokenBucket
+from hami_kube.flowcontrol import TokenBucket
+from hami_sim.kubelet.podresources.server import DEFAULT_BURST_TOKENS, DEFAULT_QPS
 
 
 def allowed(bucket: TokenBucket, now: float, calls: int) -> int:
-    return sum(bucket.allow(now) for _ in range(calls))
+    return sum(bucket.try_accept(now) for _ in range(calls))
 
 
 def test_kubelets_numbers() -> None:
@@ -43,5 +45,6 @@ def test_a_clock_going_back_adds_nothing() -> None:
 
 @pytest.mark.parametrize(("rate", "burst"), [(0.0, 10), (100.0, 0), (-1.0, 1)])
 def test_a_bucket_that_could_never_serve_is_refused(rate: float, burst: int) -> None:
-    with pytest.raises(ValueError, match="rate and burst must be positive"):
+    refused = r"token bucket: (qps must be a positive number|burst must be at least 1)"
+    with pytest.raises(ValueError, match=refused):
         TokenBucket(rate, burst, now=0.0)

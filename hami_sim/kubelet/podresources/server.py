@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from hami_kube.flowcontrol import TokenBucket
 from hami_node.plugin.api import api_pb2 as dp
 from hami_sim.kubelet.checkpoint import NO_TOPOLOGY
 from hami_sim.kubelet.podresources import api_pb2, api_pb2_grpc
@@ -62,29 +63,6 @@ RATE_LIMITED = "rejected by rate limit"
 def pod_not_found(namespace: str, name: str) -> str:
     """Kubelet's error for `Get` of a pod it does not know."""
     return f"pod {name} in namespace {namespace} not found"
-
-
-class TokenBucket:
-    """golang.org/x/time/rate's Limiter as kubelet uses it (`Allow`): `burst` tokens to start with,
-    refilled at `rate` per second up to `burst`; a call takes one token or is refused. Pure: the
-    caller passes the time."""
-
-    def __init__(self, rate: float, burst: int, now: float) -> None:
-        if rate <= 0 or burst < 1:
-            raise ValueError(f"rate and burst must be positive, got rate={rate!r} burst={burst!r}")
-        self.rate = rate
-        self.burst = burst
-        self._tokens = float(burst)
-        self._last = now
-
-    def allow(self, now: float) -> bool:
-        if now > self._last:
-            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
-            self._last = now
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            return True
-        return False
 
 
 class PodsProvider(Protocol):
@@ -244,7 +222,7 @@ class PodResourcesServer:
 
     async def admit(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         """Kubelet's rate limit, checked before every call."""
-        if not self._limiter.allow(self._clock()):
+        if not self._limiter.try_accept(self._clock()):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, RATE_LIMITED)
 
     # ------------------------------------------------------------------------------ answers
