@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from hami_api import annotations as ann
 from hami_api.resources import ResourceNames
 from hami_api.types import ContainerAllocation, GPUInfo, GPUSlice, MigProfile, PodAllocation
+from hami_control.cache import ClusterCache
+from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.usage import NodeGPUs, with_slices
 from hami_node.gpu.backend import PhysicalGPU
 
@@ -430,3 +433,26 @@ def admission_review(
 def as_body(obj: Any) -> bytes:
     """`obj` as a JSON request body."""
     return json.dumps(obj).encode()
+
+
+@dataclass
+class FixedQuota:
+    """A `quota.QuotaView` with the same limits and usage in every namespace."""
+
+    limit: QuotaLimits
+    usage: QuotaUsage = field(default_factory=QuotaUsage)
+
+    def limits(self, namespace: str) -> QuotaLimits:
+        return self.limit
+
+    def used(self, namespace: str) -> QuotaUsage:
+        return self.usage
+
+
+def gpu_usage(cache: ClusterCache, uuid: str, node: str = "n1") -> tuple[int, int, int]:
+    """(slices, MiB, cores %) used on GPU `uuid` of `node`, as the cache counts them."""
+    gpus = cache.node_gpus(node)
+    assert gpus is not None, f"node {node} is not registered"
+    g = gpus.gpu(uuid)
+    assert g is not None, f"node {node} has no GPU {uuid}"
+    return (g.used, g.usedmem, g.usedcores)

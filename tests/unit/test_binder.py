@@ -48,7 +48,7 @@ from hami_control.extender import ExtenderArgsError, read_pod_ask
 from hami_control.pod_store import PodStore, pod_record
 from hami_control.scheduling import Extender
 from hami_control.usage import NodeGPUs, with_slices
-from tests.builders import Json, container, gpu_info, node, pod
+from tests.builders import Json, container, gpu_info, gpu_usage, node, pod
 
 T = TypeVar("T")
 CONFIG = ControlConfig()
@@ -210,14 +210,6 @@ async def until(condition: Callable[[], bool], what: str) -> None:
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0)
-
-
-def usage(cache: ClusterCache, uuid: str) -> tuple[int, int, int]:
-    gpus = cache.node_gpus("n1")
-    assert gpus is not None
-    g = gpus.gpu(uuid)
-    assert g is not None
-    return (g.used, g.usedmem, g.usedcores)
 
 
 # --- the pending window ------------------------------------------------------------------------------------
@@ -408,7 +400,7 @@ def test_no_longer_fits_assumes_nothing() -> None:
     result = run(w.bind(args(p)))
     assert result == {"Error": "pod default/big no longer fits node n1: 2/2 CardInsufficientMemory"}
     assert w.writer.calls == [] and w.cache.holding("uid-big") is None and w.binder.pending_count() == 0
-    assert usage(w.cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(w.cache, "GPU-0") == (0, 0, 0)
     assert w.binder.outcomes == {"no_fit": 1}
     assert w.events.seen == [("default/big", "Warning", "BindingFailed", result["Error"])]
 
@@ -465,8 +457,8 @@ def test_rejected_binding_forgets_and_releases(
         result = run(w.bind(args(p)))
     assert expected in result["Error"] and "default/p" in result["Error"]
     assert len(w.writer.calls) == 1
-    assert w.cache.holding("uid-p") is None and usage(w.cache, "GPU-0") == (0, 0, 0)
-    assert usage(w.cache, "GPU-1") == (0, 0, 0)
+    assert w.cache.holding("uid-p") is None and gpu_usage(w.cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(w.cache, "GPU-1") == (0, 0, 0)
     assert w.binder.pending_count() == 0
     assert w.binder.outcomes == {outcome: 1}
     assert [e[1:3] for e in w.events.seen] == ([("Warning", "BindingFailed")] if event else [])

@@ -19,7 +19,7 @@ from hami_api.annotations import (
 from hami_api.containers import footprint_slices, init_kinds
 from hami_api.types import GPUInfo, GPUPairScore, GPUSlice, PodAllocation
 from hami_control.cache import ClusterCache, NodeUsage, PodHolding
-from tests.builders import allocation, gpu_info, node
+from tests.builders import allocation, gpu_info, gpu_usage, node
 
 # --- builders ------------------------------------------------------------------------------------------
 
@@ -42,14 +42,6 @@ def cache_with_node(*gpus: GPUInfo) -> ClusterCache:
     cache = ClusterCache()
     cache.node_upserted(node("n1", gpus or (G0, G1)))
     return cache
-
-
-def usage(cache: ClusterCache, uuid: str, node: str = "n1") -> tuple[int, int, int]:
-    gpus = cache.node_gpus(node)
-    assert gpus is not None
-    g = gpus.gpu(uuid)
-    assert g is not None
-    return (g.used, g.usedmem, g.usedcores)
 
 
 # --- nodes ---------------------------------------------------------------------------------------------
@@ -119,7 +111,7 @@ def test_node_registers_when_allocatable_returns_and_counts_earlier_pods() -> No
     hold(cache, "u1", "n1", allocation([("GPU-0", 1000, 10)]))
     assert cache.node_gpus("n1") is None
     cache.node_upserted(node("n1", [G0], allocatable={SLOTS: "4"}))
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
+    assert gpu_usage(cache, "GPU-0") == (1, 1000, 10)
     cache.node_upserted(node("n1", [G0], allocatable={SLOTS: "0"}))
     assert cache.node_gpus("n1") is None
 
@@ -128,7 +120,7 @@ def test_pod_before_node_counts_once_node_registers() -> None:
     cache = ClusterCache()
     hold(cache, "u1", "n1", allocation([("GPU-0", 1000, 10)]))
     cache.node_upserted(node("n1", [G0]))
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
+    assert gpu_usage(cache, "GPU-0") == (1, 1000, 10)
 
 
 def test_health_from_register_and_cordon() -> None:
@@ -174,11 +166,11 @@ def test_inventory_change_rebuilds_usage() -> None:
     cache.node_upserted(node("n1", [G1]))  # GPU-0 gone from the inventory
     gpus = cache.node_gpus("n1")
     assert gpus is not None and [g.id for g in gpus.gpus] == ["GPU-1"]
-    assert usage(cache, "GPU-1") == (1, 500, 5)
+    assert gpu_usage(cache, "GPU-1") == (1, 500, 5)
     cache.hold("u1", None)
-    assert usage(cache, "GPU-1") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-1") == (0, 0, 0)
     cache.node_upserted(node("n1", [G0, G1]))
-    assert usage(cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0)
 
 
 def test_node_deleted_and_back() -> None:
@@ -188,7 +180,7 @@ def test_node_deleted_and_back() -> None:
     assert cache.node_gpus("n1") is None and list(cache.nodes()) == []
     cache.node_deleted("n1")  # twice: no-op
     cache.node_upserted(node("n1", [G0, G1]))
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
+    assert gpu_usage(cache, "GPU-0") == (1, 1000, 10)
 
 
 def test_node_usage_counters() -> None:
@@ -213,11 +205,11 @@ def test_hold_moves_slices_between_nodes_and_none_releases() -> None:
     cache.node_upserted(node("n2", [gpu_info(0, id="GPU-9", count=4)]))
     hold(cache, "u1", "n1", allocation([("GPU-0", 1000, 10)]))
     hold(cache, "u1", "n2", allocation([("GPU-9", 2000, 20)]))
-    assert usage(cache, "GPU-0") == (0, 0, 0) and usage(cache, "GPU-9", "n2") == (1, 2000, 20)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0) and gpu_usage(cache, "GPU-9", "n2") == (1, 2000, 20)
     assert [h.uid for h in cache.holdings("n2")] == ["u1"] and list(cache.holdings("n1")) == []
     cache.hold("u1", None)
     cache.hold("u1", None)  # twice: no-op
-    assert usage(cache, "GPU-9", "n2") == (0, 0, 0) and cache.holding("u1") is None
+    assert gpu_usage(cache, "GPU-9", "n2") == (0, 0, 0) and cache.holding("u1") is None
     assert cache.stats().pods == 0
 
 
@@ -227,7 +219,7 @@ def test_a_confirmed_assumption_keeps_usage_and_the_node_generation() -> None:
     assert cache.stats().assumed == 1
     generation = cache.generation("n1")
     hold(cache, "u1", "n1", allocation([("GPU-0", 1000, 10)]))
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
+    assert gpu_usage(cache, "GPU-0") == (1, 1000, 10)
     assert cache.stats().assumed == 0 and cache.generation("n1") == generation
     held = cache.holding("u1")
     assert held is not None and not held.assumed

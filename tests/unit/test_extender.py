@@ -25,7 +25,7 @@ from hami_control.extender import (
 from hami_control.fit import Fit
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.usage import NodeGPUs, with_slices
-from tests.builders import Json, container, gpu_info, node, node_gpus, pod
+from tests.builders import FixedQuota, Json, container, gpu_info, node, node_gpus, pod
 
 CONFIG = ControlConfig()
 RESULT_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
@@ -61,18 +61,6 @@ class View:
 
 def view(*nodes: NodeGPUs, reasons: Mapping[str, str] | None = None) -> View:
     return View({n.name: n for n in nodes}, dict(reasons or {}))
-
-
-@dataclass
-class Quota:
-    limit: QuotaLimits
-    usage: QuotaUsage = field(default_factory=QuotaUsage)
-
-    def limits(self, namespace: str) -> QuotaLimits:
-        return self.limit
-
-    def used(self, namespace: str) -> QuotaUsage:
-        return self.usage
 
 
 def gpu_container(name: str = "c", gpus: int | None = 1, mem: Any = None, cores: Any = None) -> Json:
@@ -294,17 +282,17 @@ def test_device_selector_uuid() -> None:
 
 
 def test_quota_is_checked_per_gpu_and_can_be_switched_off() -> None:
-    quota = Quota(QuotaLimits(memory=3000), QuotaUsage(memory=2000))
+    quota = FixedQuota(QuotaLimits(memory=3000), QuotaUsage(memory=2000))
     v = view(node_view("a"))
     args = names_args(ns_pod(gpu_container(mem=2000)), ["a"])
     result = filter_pod(args, v, CONFIG, quota)
     assert result["FailedNodes"] == {"a": "2/2 ResourceQuotaNotFit"}
     assert filter_pod(args, v, CONFIG.with_settings(enforce_quota=False), quota)["NodeNames"] == ["a"]
-    assert filter_pod(args, v, CONFIG, Quota(QuotaLimits(memory=4000), QuotaUsage(memory=2000)))[
+    assert filter_pod(args, v, CONFIG, FixedQuota(QuotaLimits(memory=4000), QuotaUsage(memory=2000)))[
         "NodeNames"
     ] == ["a"]
-    assert filter_pod(args, v, CONFIG, Quota(QuotaLimits()))["NodeNames"] == ["a"]
-    cores = Quota(QuotaLimits(cores=100), QuotaUsage(cores=80))
+    assert filter_pod(args, v, CONFIG, FixedQuota(QuotaLimits()))["NodeNames"] == ["a"]
+    cores = FixedQuota(QuotaLimits(cores=100), QuotaUsage(cores=80))
     assert filter_pod(names_args(ns_pod(gpu_container(cores=30)), ["a"]), v, CONFIG, cores)[
         "FailedNodes"
     ] == {"a": "2/2 ResourceQuotaNotFit"}
@@ -316,7 +304,7 @@ def test_quota_failure_text_is_hamis_for_its_resource_quota_test() -> None:
     node = NodeGPUs.of(
         "node1", [node_gpu("node1", i, devmem=m) for i, m in enumerate((2000, 8000, 4000, 6000))]
     )
-    quota = Quota(QuotaLimits(memory=4000, cores=200))
+    quota = FixedQuota(QuotaLimits(memory=4000, cores=200))
     result = filter_pod(
         names_args(ns_pod(gpu_container(gpus=2, mem=3000, cores=60)), ["node1"]), view(node), CONFIG, quota
     )
@@ -623,7 +611,7 @@ gpu_args = st.builds(names_args, gpu_pods, candidate_lists) | st.builds(nodes_ar
 @given(args_strategy | gpu_args)
 def test_random_args_never_raise(args: Any) -> None:
     v = view(node_view("a", gpus=4, used_mem=(1000, 15000)), node_view("b", gpus=1), NodeGPUs("c"))
-    quota = Quota(QuotaLimits(memory=20000, cores=300), QuotaUsage(memory=1000))
+    quota = FixedQuota(QuotaLimits(memory=20000, cores=300), QuotaUsage(memory=1000))
     result = filter_pod(args, v, CONFIG, quota)
     assert set(result) == RESULT_KEYS
     assert isinstance(result["Error"], str)

@@ -23,6 +23,7 @@ from hami_control.pod_store import PodStore
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.usage import NodeGPUs
 from tests.builders import (
+    FixedQuota,
     allocation,
     allocation_annotations,
     container,
@@ -48,18 +49,6 @@ class View:
 
     def unregistered_reason(self, name: str) -> str | None:
         return None
-
-
-@dataclass
-class Quota:
-    limit: QuotaLimits
-    usage: QuotaUsage
-
-    def limits(self, namespace: str) -> QuotaLimits:
-        return self.limit
-
-    def used(self, namespace: str) -> QuotaUsage:
-        return self.usage
 
 
 @st.composite
@@ -137,7 +126,7 @@ def table_of(v: View) -> GPUTable:
 def test_vectorised_filter_and_prioritize_equal_fit_pod(v: View, pod: dict[str, Any], quota_on: bool) -> None:
     names = [*v.nodes, "ghost"]
     args = {"Pod": pod, "NodeNames": names}
-    quota = Quota(QuotaLimits(memory=100000, cores=None), QuotaUsage(90000, 0)) if quota_on else None
+    quota = FixedQuota(QuotaLimits(memory=100000, cores=None), QuotaUsage(90000, 0)) if quota_on else None
     table = table_of(v)
     slow_reasons: Counter[str] = Counter()
     fast_reasons: Counter[str] = Counter()

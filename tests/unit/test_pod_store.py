@@ -39,7 +39,17 @@ from hami_control.extender import ExtenderArgsError, read_pod_ask
 from hami_control.pod_store import PodRecord, PodStore, pod_record
 from hami_control.quota import QuotaUsage
 from hami_control.usage import NodeGPUs, with_slices
-from tests.builders import Json, allocation, allocation_annotations, container, gpu_info, gpu_pod, node, pod
+from tests.builders import (
+    Json,
+    allocation,
+    allocation_annotations,
+    container,
+    gpu_info,
+    gpu_pod,
+    gpu_usage,
+    node,
+    pod,
+)
 
 CONFIG = ControlConfig()
 
@@ -116,21 +126,13 @@ def delete(pods: PodStore, namespace: str, name: str, uid: str) -> None:
     pods.apply("DELETED", {"metadata": meta})
 
 
-def usage(cache: ClusterCache, uuid: str, node: str = "n1") -> tuple[int, int, int]:
-    gpus = cache.node_gpus(node)
-    assert gpus is not None
-    g = gpus.gpu(uuid)
-    assert g is not None
-    return (g.used, g.usedmem, g.usedcores)
-
-
 # --- pods ----------------------------------------------------------------------------------------------
 
 
 def test_pod_counted_from_allocated() -> None:
     cache, pods = cluster()
     pods.apply("MODIFIED", watched_pod("u1", "n1", allocation([("GPU-0", 1000, 10)])))
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
+    assert gpu_usage(cache, "GPU-0") == (1, 1000, 10)
     holding = cache.holding("u1")
     assert holding is not None and (holding.namespace, holding.name, holding.node) == (
         "default",
@@ -143,7 +145,7 @@ def test_pod_counted_from_allocated() -> None:
 def test_pod_falls_back_to_to_allocate() -> None:
     cache, pods = cluster()
     pods.apply("MODIFIED", watched_pod("u1", "n1", allocation([("GPU-1", 700, 0)]), key=DEVICES_TO_ALLOCATE))
-    assert usage(cache, "GPU-1") == (1, 700, 0)
+    assert gpu_usage(cache, "GPU-1") == (1, 700, 0)
 
 
 def test_allocated_wins_over_to_allocate() -> None:
@@ -151,13 +153,13 @@ def test_allocated_wins_over_to_allocate() -> None:
     pod = watched_pod("u1", "n1", allocation([("GPU-1", 700, 0)]))
     pod["metadata"]["annotations"][DEVICES_TO_ALLOCATE] = ";"  # consumed by the node daemon
     pods.apply("MODIFIED", pod)
-    assert usage(cache, "GPU-1") == (1, 700, 0)
+    assert gpu_usage(cache, "GPU-1") == (1, 700, 0)
 
 
 def test_pod_without_vgpu_node_not_counted() -> None:
     cache, pods = cluster()
     pods.apply("MODIFIED", watched_pod("u1", None, allocation([("GPU-0", 1000, 10)])))
-    assert usage(cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0)
     assert cache.holding("u1") is None
 
 
@@ -165,7 +167,7 @@ def test_init_container_peak_accounting() -> None:
     cache, pods = cluster()
     placed = allocation([("GPU-0", 8000, 50)], [("GPU-0", 2000, 10)], [("GPU-0", 1000, 10)])
     pods.apply("MODIFIED", watched_pod("u1", "n1", placed, inits=1, regular=2))
-    assert usage(cache, "GPU-0") == (2, 8000, 50)  # the init's 8000 at peak, two regular slots
+    assert gpu_usage(cache, "GPU-0") == (2, 8000, 50)  # the init's 8000 at peak, two regular slots
 
 
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
@@ -174,9 +176,9 @@ def test_terminal_pod_releases(phase: str) -> None:
     placed = allocation([("GPU-0", 1000, 10)])
     pods.apply("MODIFIED", watched_pod("u1", "n1", placed))
     pods.apply("MODIFIED", watched_pod("u1", "n1", placed, phase=phase))
-    assert usage(cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0)
     delete(pods, "default", "pod-u1", "u1")  # the later delete is a no-op
-    assert usage(cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0)
 
 
 @pytest.mark.parametrize("uid", ["u1", ""])
@@ -184,7 +186,7 @@ def test_deleted_pod_releases(uid: str) -> None:
     cache, pods = cluster()
     pods.apply("MODIFIED", watched_pod("u1", "n1", allocation([("GPU-0", 1000, 10)])))
     delete(pods, "default", "pod-u1", uid)
-    assert usage(cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0)
     assert cache.holding("u1") is None
 
 
@@ -192,12 +194,12 @@ def test_changed_annotation_is_re_accounted() -> None:
     cache, pods = cluster()
     pods.apply("MODIFIED", watched_pod("u1", "n1", allocation([("GPU-0", 1000, 10)])))
     pods.apply("MODIFIED", watched_pod("u1", "n1", allocation([("GPU-1", 3000, 30)])))
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-    assert usage(cache, "GPU-1") == (1, 3000, 30)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-1") == (1, 3000, 30)
     pods.apply(
         "MODIFIED", watched_pod("u1", "n1", allocation([("GPU-1", 3000, 30)]))
     )  # same again: unchanged
-    assert usage(cache, "GPU-1") == (1, 3000, 30)
+    assert gpu_usage(cache, "GPU-1") == (1, 3000, 30)
 
 
 @pytest.mark.parametrize(
@@ -216,7 +218,7 @@ def test_bad_annotation_skips_pod_with_logged_reason(
     with caplog.at_level(logging.WARNING, logger="hami_control.cache"):
         pods.apply("MODIFIED", pod)
         pods.apply("MODIFIED", pod)  # the same reason is logged once
-    assert usage(cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and why in warnings[0] and "default/pod-u1" in warnings[0]
 
@@ -226,7 +228,7 @@ def test_bad_spec_skips_pod() -> None:
     pod = watched_pod("u1", "n1", allocation([("GPU-0", 1000, 10)]))
     pod["spec"]["containers"] = "nope"
     pods.apply("MODIFIED", pod)
-    assert usage(cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0)
 
 
 def test_pod_without_uid_ignored() -> None:
@@ -234,7 +236,7 @@ def test_pod_without_uid_ignored() -> None:
     pod = watched_pod("u1", "n1", allocation([("GPU-0", 1000, 10)]))
     del pod["metadata"]["uid"]
     pods.apply("MODIFIED", pod)
-    assert usage(cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0)
 
 
 def test_slices_on_unknown_gpu_ignored_and_never_negative() -> None:
@@ -244,7 +246,7 @@ def test_slices_on_unknown_gpu_ignored_and_never_negative() -> None:
     delete(pods, "default", "pod-u1", "u1")
     delete(pods, "default", "never", "u9")
     pods.forget("u9")
-    assert usage(cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0)
 
 
 # --- assumptions ---------------------------------------------------------------------------------------
@@ -255,7 +257,7 @@ def test_assumed_pod_counts_from_bind() -> None:
     pods.assume(
         "u1", "n1", allocation([("GPU-0", 1000, 10)]), (), now=100.0, namespace="default", name="pod-u1"
     )
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
+    assert gpu_usage(cache, "GPU-0") == (1, 1000, 10)
     holding = cache.holding("u1")
     assert holding is not None and holding.assumed
     assert cache.stats().assumed == 1
@@ -266,27 +268,27 @@ def test_watch_event_replaces_assumption() -> None:
     placed = allocation([("GPU-0", 1000, 10)])
     pods.assume("u1", "n1", placed, (), now=100.0)
     pods.apply("MODIFIED", watched_pod("u1", "n1", placed))
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
+    assert gpu_usage(cache, "GPU-0") == (1, 1000, 10)
     holding = cache.holding("u1")
     assert holding is not None and not holding.assumed
     assert pods.expire(now=10_000.0, ttl=30.0) == []  # confirmed: nothing to expire
     pods.forget("u1")  # a confirmed pod is left alone
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
+    assert gpu_usage(cache, "GPU-0") == (1, 1000, 10)
 
 
 def test_watch_event_with_other_allocation_replaces_assumption() -> None:
     cache, pods = cluster()
     pods.assume("u1", "n1", allocation([("GPU-0", 1000, 10)]), (), now=100.0)
     pods.apply("MODIFIED", watched_pod("u1", "n1", allocation([("GPU-1", 2000, 0)])))
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-    assert usage(cache, "GPU-1") == (1, 2000, 0)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-1") == (1, 2000, 0)
 
 
 def test_stale_watch_event_keeps_assumption() -> None:
     cache, pods = cluster()
     pods.assume("u1", "n1", allocation([("GPU-0", 1000, 10)]), (), now=100.0)
     pods.apply("MODIFIED", watched_pod("u1", None))  # the pre-bind copy of the pod
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
+    assert gpu_usage(cache, "GPU-0") == (1, 1000, 10)
 
 
 def test_confirmed_assumption_does_not_come_back() -> None:
@@ -295,23 +297,23 @@ def test_confirmed_assumption_does_not_come_back() -> None:
     pods.assume("u1", "n1", placed, (), now=1.0)
     pods.apply("MODIFIED", watched_pod("u1", "n1", placed))
     pods.apply("MODIFIED", watched_pod("u1", None))  # annotations removed later: nothing left to count
-    assert usage(cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0)
 
 
 def test_assume_on_confirmed_pod_is_ignored() -> None:
     cache, pods = cluster()
     pods.apply("MODIFIED", watched_pod("u1", "n1", allocation([("GPU-0", 1000, 10)])))
     pods.assume("u1", "n1", allocation([("GPU-1", 1000, 10)]), (), now=1.0)
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
-    assert usage(cache, "GPU-1") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-0") == (1, 1000, 10)
+    assert gpu_usage(cache, "GPU-1") == (0, 0, 0)
 
 
 def test_assume_twice_keeps_latest() -> None:
     cache, pods = cluster()
     pods.assume("u1", "n1", allocation([("GPU-0", 1000, 10)]), (), now=1.0)
     pods.assume("u1", "n1", allocation([("GPU-1", 500, 0)]), (), now=2.0)
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-    assert usage(cache, "GPU-1") == (1, 500, 0)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-1") == (1, 500, 0)
 
 
 def test_forget_releases_assumption() -> None:
@@ -319,7 +321,7 @@ def test_forget_releases_assumption() -> None:
     pods.assume("u1", "n1", allocation([("GPU-0", 1000, 10)]), (), now=1.0)
     pods.forget("u1")
     pods.forget("u1")
-    assert usage(cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0)
     assert cache.holding("u1") is None and cache.stats().pods == 0
 
 
@@ -328,7 +330,7 @@ def test_assumed_init_peak() -> None:
     pods.assume(
         "u1", "n1", allocation([("GPU-0", 4000, 0)], [("GPU-0", 1000, 0)]), (ContainerKind.INIT,), now=1.0
     )
-    assert usage(cache, "GPU-0") == (1, 4000, 0)
+    assert gpu_usage(cache, "GPU-0") == (1, 4000, 0)
 
 
 def test_expire_only_old_unconfirmed_assumptions() -> None:
@@ -337,8 +339,8 @@ def test_expire_only_old_unconfirmed_assumptions() -> None:
     pods.assume("new", "n1", allocation([("GPU-1", 1000, 10)]), (), now=125.0)
     assert pods.expire(now=130.0, ttl=30.0) == []
     assert pods.expire(now=131.0, ttl=30.0) == ["old"]
-    assert usage(cache, "GPU-0") == (0, 0, 0)
-    assert usage(cache, "GPU-1") == (1, 1000, 10)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-1") == (1, 1000, 10)
 
 
 @pytest.mark.parametrize("how", ["terminal", "deleted"])
@@ -350,14 +352,14 @@ def test_terminal_or_deleted_releases_assumption(how: str) -> None:
         pods.apply("MODIFIED", watched_pod("u1", None, phase="Failed"))
     else:
         delete(pods, "default", "pod-u1", "")
-    assert usage(cache, "GPU-0") == (0, 0, 0)
+    assert gpu_usage(cache, "GPU-0") == (0, 0, 0)
 
 
 def test_assumption_on_unregistered_node_counts_when_it_registers() -> None:
     cache, pods = cluster(registered=False)
     pods.assume("u1", "n1", allocation([("GPU-0", 1000, 10)]), (), now=1.0)
     cache.node_upserted(node("n1", [G0]))
-    assert usage(cache, "GPU-0") == (1, 1000, 10)
+    assert gpu_usage(cache, "GPU-0") == (1, 1000, 10)
 
 
 # --- property: incremental == from scratch -------------------------------------------------------------
@@ -673,7 +675,7 @@ def test_a_relist_replaces_the_pods_and_tells_listeners_only_the_differences() -
     assert cache.holding("gone") is None  # gone from the list: its assumption too
     bound = cache.holding("bound")  # known only through `assume`: its bind may be in flight
     assert bound is not None and bound.assumed
-    assert usage(cache, "GPU-0") == (1, 1000, 10) and usage(cache, "GPU-1") == (1, 500, 5)
+    assert gpu_usage(cache, "GPU-0") == (1, 1000, 10) and gpu_usage(cache, "GPU-1") == (1, 500, 5)
     delete(pods, "default", "pod-bound", "")  # still found by name
     assert cache.holding("bound") is None
 

@@ -35,7 +35,7 @@ from hami_control.pod_store import PodStore
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.scheduling import Extender
 from hami_control.usage import NodeGPUs
-from tests.builders import Json, container, gpu_info, node, pod
+from tests.builders import FixedQuota, Json, container, gpu_info, node, pod
 
 CONFIG = ControlConfig()
 
@@ -66,18 +66,6 @@ class Events:
 
     def record(self, namespace: str, name: str, uid: str, type_: str, reason: str, message: str) -> None:  # noqa: PLR0917
         self.recorded.append((namespace, name, uid, type_, reason, message))
-
-
-@dataclass
-class Quota:
-    limit: QuotaLimits
-    usage: QuotaUsage
-
-    def limits(self, namespace: str) -> QuotaLimits:
-        return self.limit
-
-    def used(self, namespace: str) -> QuotaUsage:
-        return self.usage
 
 
 def extender(*nodes: dict[str, Any], **options: Any) -> Extender:
@@ -154,10 +142,10 @@ def test_no_fitting_node_records_filtering_failed_with_the_first_five_reasons() 
 
 def test_the_filtered_pod_does_not_count_against_its_own_quota() -> None:
     # The webhook assumed the pod and the watch shows it Pending: 4000 of the 8000 used are its own.
-    full = extender(registered_node("a"), quota=Quota(QuotaLimits(memory=8000), QuotaUsage(memory=8000)))
+    full = extender(registered_node("a"), quota=FixedQuota(QuotaLimits(memory=8000), QuotaUsage(memory=8000)))
     assert full.filter(body(ns_pod(mem=4000), ["a"]))["NodeNames"] == ["a"]
     # One MiB more used by others and it no longer fits.
-    over = extender(registered_node("a"), quota=Quota(QuotaLimits(memory=8000), QuotaUsage(memory=8001)))
+    over = extender(registered_node("a"), quota=FixedQuota(QuotaLimits(memory=8000), QuotaUsage(memory=8001)))
     assert over.filter(body(ns_pod(mem=4000), ["a"]))["FailedNodes"] == {"a": "1/1 ResourceQuotaNotFit"}
 
 
@@ -383,7 +371,7 @@ def test_bind_of_an_unseen_pod_reads_it_from_the_api_once() -> None:
 
 
 def test_a_changed_quota_usage_between_filter_and_bind_fits_again() -> None:
-    usage = Quota(QuotaLimits(memory=100_000), QuotaUsage(memory=6000))
+    usage = FixedQuota(QuotaLimits(memory=100_000), QuotaUsage(memory=6000))
     ext, binder, writer = bound_extender(quota=usage)
     p = two_containers()
     ext.filter(body(p, ["a"]))
