@@ -86,21 +86,26 @@ def gpu_type(model: str) -> str:
     return model if model.startswith("NVIDIA") else f"NVIDIA-{model}"
 
 
-def inventory_entry(gpu: GPUStatus, config: NodeConfig) -> GPUInfo:
-    """One GPU as `hami.io/node-nvidia-register` carries it (HAMi's getAPIDevices).
-
-    devmem = MiB x device_memory_scaling, truncated; a GPU whose memory the backend cannot tell
-    (0 MiB, unified-memory parts) counts as `preconfigured_device_memory` MiB, HAMi's fallback.
-    """
-    memory = gpu.info.memory_mib
+def advertised_memory_mib(info: PhysicalGPU, config: NodeConfig) -> int:
+    """The GPU memory the schedulers are told, in MiB: real MiB x device_memory_scaling, truncated; a GPU
+    whose memory the backend cannot tell (0 MiB, unified-memory parts) counts as
+    `preconfigured_device_memory` MiB, HAMi's fallback. (The inventory's devmem and, in DRA mode, the
+    ResourceSlice's memory capacity.)"""
+    memory = info.memory_mib
     if memory <= 0 and config.preconfigured_device_memory > 0:
         memory = config.preconfigured_device_memory
+    return int(memory * config.device_memory_scaling)
+
+
+def inventory_entry(gpu: GPUStatus, config: NodeConfig) -> GPUInfo:
+    """One GPU as `hami.io/node-nvidia-register` carries it (HAMi's getAPIDevices); devmem is
+    `advertised_memory_mib`."""
     numa = gpu.info.numa_node
     return GPUInfo(
         id=gpu.uuid,
         index=gpu.info.index,
         count=config.device_split_count,
-        devmem=int(memory * config.device_memory_scaling),
+        devmem=advertised_memory_mib(gpu.info, config),
         devcore=int(100 * config.device_cores_scaling),
         type=gpu_type(gpu.info.model),
         numa=0 if numa is None or numa < 0 else numa,
@@ -365,6 +370,7 @@ __all__ = [
     "DeviceState",
     "GPUStatus",
     "InventoryPublisher",
+    "advertised_memory_mib",
     "filter_gpus",
     "gpu_type",
     "inventory_entry",
