@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 MAX_SOCKET_PATH = 107
 """The longest Unix socket path Linux takes (sun_path is 108 bytes with the terminating NUL)."""
 
-SocketIdentity = tuple[int, int]
+SocketIdentity = tuple[int, int, int]
 
 
 class UnixServerError(Exception):
@@ -26,12 +26,13 @@ class UnixServerError(Exception):
 
 
 def socket_identity(path: Path) -> SocketIdentity | None:
-    """(device, inode) of the file at `path` now, None when there is none."""
+    """(device, inode, ctime) of the file at `path` now, None when there is none: a file made anew
+    differs even when the inode number is reused."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return (st.st_dev, st.st_ino)
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
 def start_unix_server(
