@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from hami_api.types import GPUInfo
 from hami_node.allocation import VirtualDevice, list_virtual_devices
@@ -303,6 +304,72 @@ class DeviceState:
             return self._version
 
 
+class StreamContext(Protocol):
+    """What `StateStreams.follow` needs of a gRPC server stream's context (`grpc.ServicerContext`)."""
+
+    def add_callback(self, callback: Callable[[], None]) -> bool: ...
+
+
+class StateStreams:
+    """The gRPC streams that follow the device state (the device plugin's ListAndWatch, the DRA plugin's
+    NodeWatchResources): `follow` yields the state at once and again after each change, until the client
+    goes away or `shutdown()`; the stream then returns normally. Counts the open streams."""
+
+    def __init__(self, state: DeviceState) -> None:
+        self._state = state
+        self._stopping = threading.Event()
+        self._cond = threading.Condition()
+        self._streams = 0
+
+    def shutdown(self) -> None:
+        """End every stream now and refuse new ones."""
+        self._stopping.set()
+        self._state.wake()
+
+    @property
+    def open_streams(self) -> int:
+        with self._cond:
+            return self._streams
+
+    def wait_streams(self, count: int, timeout_s: float) -> bool:
+        """Wait until exactly `count` streams are open (for tests). False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._streams == count, timeout_s)
+
+    def _count(self, delta: int) -> None:
+        with self._cond:
+            self._streams += delta
+            self._cond.notify_all()
+
+    def follow(
+        self, context: StreamContext, every_s: float | None = None
+    ) -> Iterator[tuple[int, tuple[GPUStatus, ...]]]:
+        """(version, gpus) at once, then after every change (and at least every `every_s` when given;
+        a wake without a change may repeat a version), until the client is gone or `shutdown()`."""
+        gone = threading.Event()
+
+        def client_gone() -> None:
+            gone.set()
+            self._state.wake()
+
+        if not context.add_callback(client_gone):
+            return
+
+        def cancelled() -> bool:
+            return gone.is_set() or self._stopping.is_set()
+
+        self._count(1)
+        try:
+            first = True
+            while first or not cancelled():  # the state first, whatever happens
+                first = False
+                version, gpus = self._state.snapshot()
+                yield version, gpus
+                self._state.wait_for_change(version, every_s, cancelled)
+        finally:
+            self._count(-1)
+
+
 class InventoryPublisher:
     """Hands the inventory to an `InventorySink` at start and on every change of it (health included),
     from its own thread; the sink coalesces and writes. `stop()` joins the thread."""
@@ -370,6 +437,8 @@ __all__ = [
     "DeviceState",
     "GPUStatus",
     "InventoryPublisher",
+    "StateStreams",
+    "StreamContext",
     "advertised_memory_mib",
     "filter_gpus",
     "gpu_type",

@@ -52,7 +52,7 @@ from watchdog.observers.api import BaseObserver, ObservedWatch
 
 from hami_api.dra import device_name
 from hami_node.config import NodeConfig
-from hami_node.devices import DeviceState, GPUStatus
+from hami_node.devices import DeviceState, GPUStatus, StateStreams
 from hami_node.dra.api.health.v1alpha1 import api_pb2 as health_pb2
 from hami_node.dra.api.health.v1alpha1 import api_pb2_grpc as health_grpc
 from hami_node.dra.api.registration import api_pb2 as reg_pb2
@@ -285,57 +285,27 @@ class HealthServicer(health_grpc.DRAResourceHealthServicer):
         self._pool = pool
         self._resend_s = resend_s
         self._now = now
-        self._stopping = threading.Event()
-        self._cond = threading.Condition()
-        self._streams = 0
+        self.streams = StateStreams(state)
 
     def shutdown(self) -> None:
-        self._stopping.set()
-        self._state.wake()
+        """End every stream now (they return normally)."""
+        self.streams.shutdown()
 
-    @property
-    def open_streams(self) -> int:
-        with self._cond:
-            return self._streams
-
-    def wait_streams(self, count: int, timeout_s: float) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: self._streams == count, timeout_s)
-
-    def _count(self, delta: int) -> None:
-        with self._cond:
-            self._streams += delta
-            self._cond.notify_all()
+    def fresh(self) -> HealthServicer:
+        """A servicer like this one with no stream ended: a stopped one ends its streams for good."""
+        return HealthServicer(self._state, self._pool, resend_s=self._resend_s, now=self._now)
 
     def NodeWatchResources(
         self, request: health_pb2.NodeWatchResourcesRequest, context: grpc.ServicerContext
     ) -> Iterator[health_pb2.NodeWatchResourcesResponse]:
-        gone = threading.Event()
-
-        def client_gone() -> None:
-            gone.set()
-            self._state.wake()
-
-        if not context.add_callback(client_gone):
-            return
-
-        def cancelled() -> bool:
-            return gone.is_set() or self._stopping.is_set()
-
         timeout = max(1, int(3 * self._resend_s))
-        self._count(1)
-        try:
-            sent: int | None = None
-            sent_at = 0.0
-            while sent is None or not cancelled():
-                version, gpus = self._state.snapshot()
-                now = self._now()
-                if version != sent or now - sent_at >= self._resend_s:
-                    yield health_response(gpus, self._pool, int(now), timeout)
-                    sent, sent_at = version, now
-                self._state.wait_for_change(version, self._resend_s, cancelled)
-        finally:
-            self._count(-1)
+        sent: int | None = None
+        sent_at = 0.0
+        for version, gpus in self.streams.follow(context, self._resend_s):
+            now = self._now()
+            if version != sent or now - sent_at >= self._resend_s:
+                yield health_response(gpus, self._pool, int(now), timeout)
+                sent, sent_at = version, now
 
 
 # --- serving both sockets --------------------------------------------------------------------------------
@@ -530,7 +500,7 @@ class DraPluginServers:
                 with self._cond:
                     self._registered = False
             else:
-                self.health = self._fresh_health()
+                self.health = self.health.fresh()  # the add_services closure reads `self.health`
             try:
                 self._serve(served)
             except DraServerError as err:
@@ -539,12 +509,6 @@ class DraPluginServers:
             with self._cond:
                 self._restarts += 1
                 self._cond.notify_all()
-
-    def _fresh_health(self) -> HealthServicer:
-        """A stopped health servicer ends its streams for good; the DRA socket served anew gets a new one
-        (the add_services closure reads `self.health`)."""
-        old = self.health
-        return HealthServicer(old._state, old._pool, resend_s=old._resend_s, now=old._now)
 
     def _schedule_watches(self) -> None:
         observer = self._observer

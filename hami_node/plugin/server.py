@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -48,7 +47,7 @@ from hami_node.allocation import (
     virtual_devices_to_proto,
 )
 from hami_node.config import NodeConfig
-from hami_node.devices import DeviceState
+from hami_node.devices import DeviceState, StateStreams
 from hami_node.mps import daemon_started
 from hami_node.plugin.api import api_pb2, api_pb2_grpc
 from hami_node.ports import PodSource
@@ -81,29 +80,12 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         self._pods = pods
         self._config = config
         self._new_id = new_id
-        self._stopping = threading.Event()
-        self._streams = 0
-        self._streams_cond = threading.Condition()
+        self.streams = StateStreams(state)
+        """The ListAndWatch streams."""
 
     def shutdown(self) -> None:
         """End every ListAndWatch stream now (they return normally) and refuse new ones."""
-        self._stopping.set()
-        self._state.wake()
-
-    @property
-    def open_streams(self) -> int:
-        with self._streams_cond:
-            return self._streams
-
-    def wait_streams(self, count: int, timeout_s: float) -> bool:
-        """Wait until exactly `count` ListAndWatch streams are open (for tests). False on timeout."""
-        with self._streams_cond:
-            return self._streams_cond.wait_for(lambda: self._streams == count, timeout_s)
-
-    def _count_stream(self, delta: int) -> None:
-        with self._streams_cond:
-            self._streams += delta
-            self._streams_cond.notify_all()
+        self.streams.shutdown()
 
     # --- RPCs -------------------------------------------------------------------------------------
 
@@ -115,32 +97,14 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
     def ListAndWatch(
         self, request: api_pb2.Empty, context: grpc.ServicerContext
     ) -> Iterator[api_pb2.ListAndWatchResponse]:
-        gone = threading.Event()
-
-        def client_gone() -> None:
-            gone.set()
-            self._state.wake()
-
-        if not context.add_callback(client_gone):
-            return
-
-        def cancelled() -> bool:
-            return gone.is_set() or self._stopping.is_set()
-
-        self._count_stream(1)
-        try:
-            sent = None
-            while sent is None or not cancelled():  # the full list first, whatever happens
-                version, gpus = self._state.snapshot()
-                devices = self._state.virtual_devices(gpus)
-                if devices != sent:
-                    healthy = sum(1 for d in devices if d.healthy)
-                    log.debug("ListAndWatch: %d devices (%d healthy)", len(devices), healthy)
-                    yield api_pb2.ListAndWatchResponse(devices=virtual_devices_to_proto(devices))
-                    sent = devices
-                self._state.wait_for_change(version, None, cancelled)
-        finally:
-            self._count_stream(-1)
+        sent = None
+        for _, gpus in self.streams.follow(context):
+            devices = self._state.virtual_devices(gpus)
+            if devices != sent:
+                healthy = sum(1 for d in devices if d.healthy)
+                log.debug("ListAndWatch: %d devices (%d healthy)", len(devices), healthy)
+                yield api_pb2.ListAndWatchResponse(devices=virtual_devices_to_proto(devices))
+                sent = devices
 
     def GetPreferredAllocation(
         self, request: api_pb2.PreferredAllocationRequest, context: grpc.ServicerContext
