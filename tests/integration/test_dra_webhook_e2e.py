@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client import ApiException
 
@@ -28,6 +29,7 @@ from tests.integration.control_server_util import LoopThread
 from tests.waiting import wait_for
 
 DRA_LABEL = {"hami.io/dra": "enabled"}
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -209,3 +211,34 @@ def test_a_dry_run_creates_no_template_and_a_percentage_without_a_model_is_refus
     assert "container 'main': nvidia.com/gpumem-percentage 50 cannot be translated to a DRA claim" in message
     assert "Write nvidia.com/gpumem: <MiB per GPU> instead" in message
     assert "(hami-control knows Tesla T4 15360 MiB)" in message
+
+
+def test_the_dra_examples_and_device_class_are_accepted_and_the_translated_example_translated(
+    control: ControlProcess, api_client: client.ApiClient, core_v1: Any
+) -> None:
+    """What a user applies from examples/dra, after daemonset/overlays/dra's DeviceClass."""
+    register(api_client, control)
+    resource_v1 = client.ResourceV1Api(api_client)
+    files = [REPO / "daemonset" / "overlays" / "dra" / "deviceclass.yaml"]
+    files += sorted((REPO / "examples" / "dra").glob("*.yaml"))
+    for doc in (d for path in files for d in yaml.safe_load_all(path.read_text())):
+        kind, ns = doc["kind"], doc["metadata"].get("namespace")
+        if kind == "Namespace":
+            core_v1.create_namespace(doc)
+        elif kind == "DeviceClass":
+            resource_v1.create_device_class(doc)
+        elif kind == "ResourceClaimTemplate":
+            resource_v1.create_namespaced_resource_claim_template(ns, doc)
+        else:
+            assert kind == "Pod", kind
+            core_v1.create_namespaced_pod(ns, doc)
+    slice_pod = raw_pod(core_v1, "dra-demo", "inference-slice")
+    assert slice_pod["spec"]["resourceClaims"] == [
+        {"name": "gpu", "resourceClaimTemplateName": "gpu-4000mi-30c"}
+    ]
+    assert ANNOTATION not in (slice_pod["metadata"].get("annotations") or {})  # its own claims: not sent
+    translated = raw_pod(core_v1, "dra-demo", "inference-translated")
+    assert translated["spec"]["resourceClaims"] == [
+        {"name": "gpu-server", "resourceClaimTemplateName": "hami-gpu-1x-4000mi-30c"}
+    ]
+    assert "hami-gpu-1x-4000mi-30c" in templates(api_client, "dra-demo")
