@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,13 +16,20 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from hami_control.admission import admission_handler
+from hami_control.cache import ClusterCache
+from hami_control.config import ControlConfig, DRATranslation, ServerSettings
 from hami_control.dra_templates import TEMPLATES_PATH, TemplateError, TemplateKeeper, TemplateStore
 from hami_control.dra_translate import TEMPLATE_SELECTOR, GPUClaim
+from hami_control.pod_store import PodStore
+from hami_control.quota_store import ClusterQuotaView
+from hami_control.server import WebhookAnswer
 from hami_kube.backoff import RetryPolicy
 from hami_kube.client import KubeApi
 from hami_kube.reflector import Reflector
 from hami_sim.apiserver.resource_v1 import FeatureGates
 from hami_sim.apiserver.runner import ApiServerRunner
+from tests.builders import admission_review, as_body, gpu_pod
 from tests.conftest import ApiServerHandle
 from tests.integration.control_server_util import LoopThread
 from tests.waiting import wait_for
@@ -214,3 +222,34 @@ def test_an_api_server_that_does_not_answer_is_given_up_on_within_the_deadline(r
 
 async def _client(url: str) -> KubeApi:
     return KubeApi(url, None, qps=0)
+
+
+def test_a_pod_whose_templates_cannot_be_had_is_denied_and_its_quota_usage_withdrawn(tmp_path: Path) -> None:
+    """Through the webhook's handler: the review admits and assumes the pod's usage at once; the
+    template then turns out stripped (no consumable capacity), so the answer is a denial naming why, and
+    the assumed usage is given back."""
+    gates = FeatureGates.parse("DRAConsumableCapacity=false")
+    config = ControlConfig(server=ServerSettings(insecure_http=True)).with_settings(
+        dra_translation=DRATranslation.NAMESPACE
+    )
+    with ApiServerRunner(feature_gates=gates) as runner, rig_for(
+        runner, runner.write_kubeconfig(tmp_path / "kubeconfig")
+    ) as gated:  # fmt: skip
+        pods = PodStore(config, ClusterCache(config.requests.names))
+        view = ClusterQuotaView(pods, None)
+        admit = admission_handler(config, view, dra_route=True, templates=gated.keeper())
+        body = as_body(admission_review(gpu_pod("p", gpumem=4000), namespace="team"))
+
+        async def review() -> WebhookAnswer:
+            answer = admit(body)
+            assert inspect.isawaitable(answer)  # it had to create a template
+            result: WebhookAnswer = await answer
+            return result
+
+        answer = gated.loop.call(review)
+        response = answer.body["response"]  # type: ignore[index]
+        assert not response["allowed"]
+        assert response["status"]["code"] == 403
+        assert "exactly.capacity is missing: the API server dropped it" in response["status"]["message"]
+        assert answer.log_fields["allowed"] is False
+        assert gated.loop.run_sync(lambda: pods.admitted("team")) == 0
