@@ -116,6 +116,7 @@ class ClaimPreparer:
         self._mutex = threading.Lock()
         self.prepared = 0
         """Claims prepared (newly) since start."""
+        self._forbidden_logged = False
         self.unprepared = 0
 
     @property
@@ -173,7 +174,9 @@ class ClaimPreparer:
                     try:
                         pod = self._source.get_pod(ref.namespace, name)
                     except KubeApiError as err:
-                        if not err.not_found:
+                        if err.status == 403:
+                            self._pods_forbidden(err)
+                        elif not err.not_found:
                             out[uid] = Outcome(
                                 error=f"claim {ref.key}: cannot read pod {ref.namespace}/{name}: {err}"
                             )
@@ -185,6 +188,17 @@ class ClaimPreparer:
                 if pod is not None and (pod.get("metadata") or {}).get("uid") != pod_uid:
                     pods[key] = None
         return [pod for pod in pods.values() if pod is not None]
+
+    def _pods_forbidden(self, err: KubeApiError) -> None:
+        """Without `get` on pods the claims are prepared with their own indices, unchecked against the
+        containers (right for a container with one HAMi claim, as the webhook's translations have)."""
+        if not self._forbidden_logged:
+            self._forbidden_logged = True
+            log.warning(
+                "cannot read the pods claims are reserved for (%s): claims keep their own GPU indices and a "
+                "container combining several HAMi claims is not checked; grant get on pods to hami-node",
+                err,
+            )
 
     def _prepare_locked(
         self, fetched: Mapping[str, tuple[ClaimRef, Mapping[str, Any]]], pods: Sequence[Mapping[str, Any]]

@@ -288,12 +288,20 @@ class SlicePublisher:
             raise KubeApiError(0, "BadResponse", f"Node {self._node} has no UID")
         stale = [key for key in (NODE_REGISTER, NODE_PAIR_SCORE) if key in (meta.get("annotations") or {})]
         if stale:
-            self._api.patch_node_annotations(self._node, dict.fromkeys(stale))
-            log.info(
-                "removed the device plugin's annotations %s from Node %s (DRA mode)",
-                ", ".join(stale),
-                self._node,
-            )
+            try:
+                self._api.patch_node_annotations(self._node, dict.fromkeys(stale))
+            except KubeApiError as err:  # the slice matters more: publish it anyway
+                log.warning(
+                    "cannot remove the device plugin's annotations %s from Node %s (%s): the HAMi scheduler "
+                    "extender may still count this node's GPUs; remove them, or grant patch on nodes",
+                    ", ".join(stale),
+                    self._node,
+                    err,
+                )
+            else:
+                log.info(
+                    "removed the device plugin's annotations %s from Node %s", ", ".join(stale), self._node
+                )
         return uid
 
     def _devices(self, keep: Mapping[str, Any] | None) -> list[dict[str, Any]]:

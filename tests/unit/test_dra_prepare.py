@@ -296,3 +296,14 @@ def test_interrupted_spec_writes_are_cleaned_at_start(config: NodeConfig, api: A
     other.write_text("theirs")
     preparer_for(config, api)
     assert not leftover.exists() and other.exists()
+
+
+def test_without_rights_on_pods_claims_keep_their_own_indices_and_it_is_said_once(
+    config: NodeConfig, api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.fail["Pod"] = KubeApiError(403, "Forbidden", "pods is forbidden")
+    preparer = preparer_for(config, api)
+    assert preparer.prepare([A])[UID_A].claim is not None
+    api.add(resource_claim("b", uid=UID_B, reserved_for=[("p", POD_UID)], results=[dra_result("hami-gpu-0")]))
+    assert preparer.prepare([B])[UID_B].claim is not None
+    assert caplog.text.count("grant get on pods to hami-node") == 1
