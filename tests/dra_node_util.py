@@ -31,7 +31,7 @@ from hami_node.dra.api.v1 import api_pb2_grpc as v1_grpc
 from hami_node.dra.api.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from hami_node.dra.server import DraPluginServers
 from hami_node.gpu.backend import GPUEventKind
-from hami_node.gpu.inventory import FakeEvent, Inventory, write_inventory
+from hami_node.gpu.inventory import FakeEvent, Inventory, NvmlMode, write_inventory
 from hami_node.main import NodeDaemon, start_daemon
 from tests.apiserver_util import http
 from tests.builders import node
@@ -129,6 +129,9 @@ class DraRig:
     def emit_xid(self, event_id: str, gpu: str, xid: int) -> None:
         event = FakeEvent(event_id, GPUEventKind.XID, gpu, xid)
         self.write_inventory(replace(self.inventory, events=(*self.inventory.events, event)))
+
+    def set_nvml(self, mode: NvmlMode) -> None:
+        self.write_inventory(replace(self.inventory, nvml=mode))
 
     # --- the API server ------------------------------------------------------------------------------
 

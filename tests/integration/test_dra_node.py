@@ -22,7 +22,7 @@ from hami_node.dra.api.registration import api_pb2 as reg_pb2
 from hami_node.dra.api.v1 import api_pb2 as v1_pb2
 from hami_node.dra.api.v1beta1 import api_pb2 as v1beta1_pb2
 from hami_node.dra.publisher import NO_CONSUMABLE_CAPACITY_REASON
-from hami_node.gpu.inventory import generate_inventory
+from hami_node.gpu.inventory import NvmlMode, generate_inventory
 from hami_node.unixgrpc import socket_identity
 from hami_sim.apiserver.resource_v1 import FeatureGates
 from hami_sim.apiserver.runner import ApiServerRunner
@@ -216,6 +216,18 @@ def test_an_xid_taints_the_device_and_recovery_removes_the_taint(rig: DraRig) ->
             assert len(healed.devices) == 2
         finally:
             stream.cancel()
+
+
+def test_nvml_failing_taints_every_device_until_it_answers_again(rig: DraRig) -> None:
+    rig.start()
+    rig.wait_slice(lambda s: len(s["spec"]["devices"]) == 2, "the node's slice")
+    rig.set_nvml(NvmlMode.FAILING)
+    fenced = rig.wait_slice(lambda s: all(taints_of(s).values()), "every device tainted")
+    assert {t[0]["value"] for t in taints_of(fenced).values()} == {"nvml-failing"}
+    rig.set_nvml(NvmlMode.OK)
+    rig.wait_slice(
+        lambda s: not any(taints_of(s).values()), "the taints to go when NVML answers", timeout=40.0
+    )
 
 
 def test_no_execute_is_the_taint_effect_when_configured(rig: DraRig) -> None:
