@@ -1,6 +1,7 @@
 """Builders for the objects the tests send and feed: pods, containers, nodes, GPUs, allocations,
-AdmissionReviews, ResourceQuotas and ConfigMaps. This is the one place they are defined; tests call
-them with keyword arguments for what matters to them and leave the rest at the defaults below.
+AdmissionReviews, ResourceQuotas, ConfigMaps and ResourceClaims. This is the one place they are
+defined; tests call them with keyword arguments for what matters to them and leave the rest at the
+defaults below.
 
 Every Kubernetes object is plain JSON (a dict as the API server sends it): the pure functions take it
 as it is, `hami_kube` sends it as it is, and the official client sends a dict body unchanged.
@@ -456,3 +457,70 @@ def gpu_usage(cache: ClusterCache, uuid: str, node: str = "n1") -> tuple[int, in
     g = gpus.gpu(uuid)
     assert g is not None, f"node {node} has no GPU {uuid}"
     return (g.used, g.usedmem, g.usedcores)
+
+
+# --- DRA (resource.k8s.io/v1) ---------------------------------------------------------------------------
+
+
+def device_result(
+    device: str,
+    *,
+    driver: str = "gpu.example.com",
+    pool: str = "node-1",
+    request: str = "gpu",
+    share_id: str | None = None,
+    **fields: Any,
+) -> Json:
+    """One `status.allocation.devices.results[]` entry of a ResourceClaim (`fields`: e.g.
+    `consumedCapacity={...}`)."""
+    body: Json = {"request": request, "driver": driver, "pool": pool, "device": device}
+    if share_id is not None:
+        body["shareID"] = share_id
+    body.update(fields)
+    return body
+
+
+def resource_claim(
+    name: str = "claim",
+    *,
+    namespace: str | None = None,
+    uid: str | None = None,
+    requests: Sequence[str] = ("gpu",),
+    device_class: str = "gpu.example.com",
+    results: Sequence[Mapping[str, Any]] | None = None,
+    reserved_for: Sequence[Mapping[str, Any]] | None = None,
+    owner: Mapping[str, Any] | None = None,
+) -> Json:
+    """A ResourceClaim asking one device of `device_class` per request name; `results` (a list of
+    `device_result()`) become `status.allocation`, `reserved_for` (e.g. `[{"resource": "pods",
+    "name": "p", "uid": "..."}]`) `status.reservedFor`; `owner` a pod (its metadata's name and uid)
+    that controls the claim, as the claim controller makes one from a template."""
+    meta: Json = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    if uid is not None:
+        meta["uid"] = uid
+    if owner is not None:
+        owner_meta = owner.get("metadata") or {}
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": owner_meta.get("name"),
+                "uid": owner_meta.get("uid"),
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    spec = {
+        "devices": {"requests": [{"name": r, "exactly": {"deviceClassName": device_class}} for r in requests]}
+    }
+    body: Json = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta, "spec": spec}
+    status: Json = {}
+    if results is not None:
+        status["allocation"] = {"devices": {"results": [dict(r) for r in results]}}
+    if reserved_for is not None:
+        status["reservedFor"] = [dict(r) for r in reserved_for]
+    if status:
+        body["status"] = status
+    return body
