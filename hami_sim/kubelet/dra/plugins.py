@@ -258,6 +258,10 @@ class DraPluginManager:
         """Every registered plugin per driver, oldest first."""
         return {driver: list(plugins) for driver, plugins in self._store.items()}
 
+    def pending_wipes(self) -> set[str]:
+        """Drivers whose ResourceSlices will be deleted when their wiping delay runs out."""
+        return set(self._pending_wipes)
+
     def usable(self, driver: str) -> bool:
         """Whether a plugin of `driver` is connected."""
         return any(p.connected for p in self._store.get(driver, ()))
