@@ -231,6 +231,7 @@ class PodAdmitter:
         try:
             await reflector.synced.wait()
             self._synced.set()
+            self._runtime.retain_pods(self._active)
             await watching
         finally:
             watching.cancel()

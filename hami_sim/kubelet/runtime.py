@@ -188,8 +188,18 @@ class Containers:
         return {} if record is None else record.env_map
 
 
+def _encode_records(records: Iterable[ContainerRecord]) -> bytes:
+    """The records as the comma-separated members of the file's list (compact: json's C encoder only
+    runs without indentation)."""
+    return b",".join(json.dumps(r.to_json(), separators=(",", ":")).encode() for r in records)
+
+
+def _file(pieces: Iterable[bytes]) -> bytes:
+    return b'{"containers":[' + b",".join(p for p in pieces if p) + b"]}\n"
+
+
 def encode_containers(records: Iterable[ContainerRecord]) -> bytes:
-    return json.dumps({"containers": [r.to_json() for r in records]}, indent=1).encode() + b"\n"
+    return _file([_encode_records(records)])
 
 
 def decode_containers(raw: bytes) -> Containers:
@@ -224,6 +234,8 @@ class ContainerRuntime:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._pods: dict[str, list[ContainerRecord]] = {}
+        self._encoded: dict[str, bytes] = {}
+        """Each pod's records, encoded once: the file is rewritten at every pod start and end."""
 
     def load(self) -> None:
         try:
@@ -234,20 +246,26 @@ class ContainerRuntime:
         self._pods = {}
         for record in containers.records:
             self._pods.setdefault(record.pod_uid, []).append(record)
+        self._encoded = {uid: _encode_records(records) for uid, records in self._pods.items()}
 
     def record_pod(self, pod_uid: str, records: Sequence[ContainerRecord]) -> None:
         self._pods[pod_uid] = list(records)
+        self._encoded[pod_uid] = _encode_records(records)
         self._write()
 
     def remove_pod(self, pod_uid: str) -> None:
         if self._pods.pop(pod_uid, None) is not None:
+            self._encoded.pop(pod_uid, None)
             self._write()
 
     def retain_pods(self, active: Iterable[str]) -> None:
+        """Forget the containers of every pod not in `active` (pods that went while the stand-in was
+        down)."""
         keep = set(active)
         gone = [uid for uid in self._pods if uid not in keep]
         for uid in gone:
             del self._pods[uid]
+            self._encoded.pop(uid, None)
         if gone:
             self._write()
 
@@ -257,7 +275,7 @@ class ContainerRuntime:
     def _write(self) -> None:
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:
-            tmp.write_bytes(encode_containers(r for records in self._pods.values() for r in records))
+            tmp.write_bytes(_file(self._encoded.values()))
             tmp.replace(self.path)
         except OSError as exc:
             log.error("cannot write the container record %s: %s", self.path, exc)

@@ -495,13 +495,15 @@ def test_claims_of_pods_that_went_while_kubelet_was_down_are_unprepared_by_the_r
         with KubeletRunner(config) as kubelet:
             kubelet.wait_for_dra(connected())
             claim_uid = cluster.claim("c")
-            cluster.pod("p", "c")
+            uid = cluster.pod("p", "c")
             assert kubelet.wait_for_pod(NS, "p").admitted
+            assert kubelet.containers().get(uid, "main") is not None
         core_v1.delete_namespaced_pod("p", NS)
         with KubeletRunner(config) as kubelet:
             plugin.wait(lambda c: len(c.unprepare) == 1, "NodeUnprepareResources after the restart")
             assert plugin.calls.unprepare == [[(NS, claim_uid, "c")]]
             wait_for(lambda: kubelet.dra_checkpoint() == [], what="the claim to leave the checkpoint")
+            wait_for(lambda: kubelet.containers().records == (), what="the gone pod's containers forgotten")
     finally:
         plugin.stop()
 
