@@ -1,7 +1,6 @@
 """Builders for the objects the tests send and feed: pods, containers, nodes, GPUs, allocations,
-AdmissionReviews, ResourceQuotas, ConfigMaps and ResourceClaims. This is the one place they are
-defined; tests call them with keyword arguments for what matters to them and leave the rest at the
-defaults below.
+AdmissionReviews, ResourceQuotas and ConfigMaps. This is the one place they are defined; tests call
+them with keyword arguments for what matters to them and leave the rest at the defaults below.
 
 Every Kubernetes object is plain JSON (a dict as the API server sends it): the pure functions take it
 as it is, `hami_kube` sends it as it is, and the official client sends a dict body unchanged.
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_api import annotations as ann
+from hami_api import dra
 from hami_api.resources import ResourceNames
 from hami_api.types import ContainerAllocation, GPUInfo, GPUSlice, MigProfile, PodAllocation
 from hami_control.cache import ClusterCache
@@ -118,12 +118,15 @@ def pod(
     phase: str | None = None,
     resource_version: str | None = None,
     deletion_timestamp: str | None = None,
+    claim_statuses: Mapping[str, str] | None = None,
     **spec: Any,
 ) -> Json:
     """A Pod. Without `containers` and `init`, one plain `container()`; `init` are its init
     containers (a sidecar is an init container with `restart_policy="Always"`); `phase` sets
-    `status.phase`; `spec` are any other pod spec fields, spelled as in the JSON (`tolerations=[...]`).
-    `name=None` leaves the name out (with `generate_name`, or to build an invalid pod)."""
+    `status.phase`; `claim_statuses` sets `status.resourceClaimStatuses` (pod claim name -> the
+    generated ResourceClaim's name); `spec` are any other pod spec fields, spelled as in the JSON
+    (`tolerations=[...]`, `resourceClaims=[...]`). `name=None` leaves the name out (with
+    `generate_name`, or to build an invalid pod)."""
     meta: Json = {}
     for key, value in (
         ("name", name),
@@ -153,6 +156,10 @@ def pod(
     obj: Json = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
     if phase is not None:
         obj["status"] = {"phase": phase}
+    if claim_statuses is not None:
+        obj.setdefault("status", {})["resourceClaimStatuses"] = [
+            {"name": k, "resourceClaimName": v} for k, v in claim_statuses.items()
+        ]
     return obj
 
 
@@ -459,68 +466,75 @@ def gpu_usage(cache: ClusterCache, uuid: str, node: str = "n1") -> tuple[int, in
     return (g.used, g.usedmem, g.usedcores)
 
 
-# --- DRA (resource.k8s.io/v1) ---------------------------------------------------------------------------
+# --- DRA (resource.k8s.io/v1) -------------------------------------------------------------------------
 
 
-def device_result(
+def claim_refs(*refs: str | tuple[str, str]) -> Json:
+    """A container's `resources` naming pod claims: a name, or (name, request) for one request of it."""
+    return {"claims": [{"name": r} if isinstance(r, str) else {"name": r[0], "request": r[1]} for r in refs]}
+
+
+def dra_result(
     device: str,
     *,
-    driver: str = "gpu.example.com",
-    pool: str = "node-1",
     request: str = "gpu",
+    pool: str = "n1",
+    driver: str = dra.DRIVER,
     share_id: str | None = None,
-    **fields: Any,
+    memory: str | None = None,
+    cores: str | None = None,
 ) -> Json:
-    """One `status.allocation.devices.results[]` entry of a ResourceClaim (`fields`: e.g.
-    `consumedCapacity={...}`)."""
-    body: Json = {"request": request, "driver": driver, "pool": pool, "device": device}
+    """One `status.allocation.devices.results` entry; `memory` / `cores` make its consumedCapacity (as
+    the scheduler writes it: both, or none for an exclusive device)."""
+    result: Json = {"request": request, "driver": driver, "pool": pool, "device": device}
     if share_id is not None:
-        body["shareID"] = share_id
-    body.update(fields)
-    return body
+        result["shareID"] = share_id
+    consumed = {
+        k: v for k, v in ((dra.CAPACITY_MEMORY, memory), (dra.CAPACITY_CORES, cores)) if v is not None
+    }
+    if consumed:
+        result["consumedCapacity"] = consumed
+    return result
 
 
 def resource_claim(
     name: str = "claim",
     *,
-    namespace: str | None = None,
-    uid: str | None = None,
-    requests: Sequence[str] = ("gpu",),
-    device_class: str = "gpu.example.com",
+    namespace: str = "default",
+    uid: str = "11111111-1111-4111-8111-111111111111",
     results: Sequence[Mapping[str, Any]] | None = None,
-    reserved_for: Sequence[Mapping[str, Any]] | None = None,
-    owner: Mapping[str, Any] | None = None,
+    reserved_for: Sequence[tuple[str, str]] = (),
+    owner_pod: tuple[str, str] | None = None,
+    node: str = "n1",
 ) -> Json:
-    """A ResourceClaim asking one device of `device_class` per request name; `results` (a list of
-    `device_result()`) become `status.allocation`, `reserved_for` (e.g. `[{"resource": "pods",
-    "name": "p", "uid": "..."}]`) `status.reservedFor`; `owner` a pod (its metadata's name and uid)
-    that controls the claim, as the claim controller makes one from a template."""
-    meta: Json = {"name": name}
-    if namespace is not None:
-        meta["namespace"] = namespace
-    if uid is not None:
-        meta["uid"] = uid
-    if owner is not None:
-        owner_meta = owner.get("metadata") or {}
+    """A ResourceClaim; with `results` it is allocated on `node` (status.allocation), `reserved_for`
+    lists (pod name, pod uid); `owner_pod` (name, uid) makes it a claim generated for that pod from a
+    template (the Pod as controller owner)."""
+    meta: Json = {"name": name, "namespace": namespace, "uid": uid}
+    if owner_pod is not None:
         meta["ownerReferences"] = [
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": owner_meta.get("name"),
-                "uid": owner_meta.get("uid"),
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
+            {"apiVersion": "v1", "kind": "Pod", "name": owner_pod[0], "uid": owner_pod[1], "controller": True}
         ]
-    spec = {
-        "devices": {"requests": [{"name": r, "exactly": {"deviceClassName": device_class}} for r in requests]}
+    claim: Json = {
+        "apiVersion": dra.API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": meta,
+        "spec": {
+            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": dra.DEVICE_CLASS}}]}
+        },
     }
-    body: Json = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta, "spec": spec}
     status: Json = {}
     if results is not None:
-        status["allocation"] = {"devices": {"results": [dict(r) for r in results]}}
-    if reserved_for is not None:
-        status["reservedFor"] = [dict(r) for r in reserved_for]
+        status["allocation"] = {
+            "devices": {"results": [dict(r) for r in results]},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            },
+        }
+    if reserved_for:
+        status["reservedFor"] = [{"resource": "pods", "name": n, "uid": u} for n, u in reserved_for]
     if status:
-        body["status"] = status
-    return body
+        claim["status"] = status
+    return claim

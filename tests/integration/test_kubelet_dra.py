@@ -23,7 +23,7 @@ from hami_sim.kubelet.dra.checkpoint import DraCheckpointError
 from hami_sim.kubelet.dra.manager import DraManager
 from hami_sim.kubelet.podresources import api_pb2, api_pb2_grpc
 from tests.apiserver_util import bind
-from tests.builders import container, device_result, pod, resource_claim
+from tests.builders import claim_refs, container, dra_result, pod, resource_claim
 from tests.conftest import ApiServerHandle
 from tests.integration.dra_plugin import CDI_KIND, DRIVER, TIMEOUT, DraPlugin
 from tests.waiting import wait_for
@@ -106,10 +106,12 @@ class Cluster:
         self.resource = resource_v1
 
     def claim(self, name: str, *, driver: str = DRIVER, allocated: bool = True, **options: Any) -> str:
-        created = self.resource.create_namespaced_resource_claim(NS, resource_claim(name, **options))
+        created = self.resource.create_namespaced_resource_claim(
+            NS, resource_claim(name, namespace=NS, **options)
+        )
         if allocated:
-            results = [device_result("gpu-0", driver=driver, pool=NODE)]
-            status = resource_claim(name, results=results)["status"]
+            results = [dra_result("gpu-0", driver=driver, pool=NODE)]
+            status = resource_claim(name, results=results, node=NODE)["status"]
             self.resource.patch_namespaced_resource_claim_status(name, NS, {"status": status})
         return str(created.metadata.uid)
 
@@ -135,7 +137,7 @@ class Cluster:
         source = {"resourceClaimTemplateName": "vgpu"} if template else {"resourceClaimName": claim}
         body = pod(
             name,
-            *(containers or (container("main", resources={"claims": [{"name": "gpu"}]}),)),
+            *(containers or (container("main", resources=claim_refs("gpu")),)),
             namespace=NS,
             resourceClaims=[{"name": "gpu", **source}],
         )
@@ -256,8 +258,8 @@ def test_a_pods_claim_is_prepared_before_it_runs_and_its_containers_get_the_cdi_
     plugin = make_plugin()
     kubelet.wait_for_dra(connected())
     claim_uid = cluster.claim("c")
-    using = container("main", resources={"claims": [{"name": "gpu"}]})
-    other = container("side", resources={"claims": [{"name": "gpu", "request": "other"}]})
+    using = container("main", resources=claim_refs("gpu"))
+    other = container("side", resources=claim_refs(("gpu", "other")))
     plain = container("plain")
     uid = cluster.pod("p", "c", containers=(using, other, plain))
     result = kubelet.wait_for_pod(NS, "p")
@@ -311,8 +313,7 @@ def test_a_claim_made_from_a_template_must_belong_to_the_pod(
         "(pod is not owner)"
     )
     owner = core_v1.read_namespaced_pod("p", NS)
-    owned = {"metadata": {"name": "p", "uid": owner.metadata.uid}}
-    cluster.claim("p-gpu-1", owner=owned)
+    cluster.claim("p-gpu-1", owner_pod=("p", owner.metadata.uid))
     cluster.reserve("p-gpu-1", "p", owner.metadata.uid)
     statuses = [{"name": "gpu", "resourceClaimName": "p-gpu-1"}]
     core_v1.patch_namespaced_pod_status("p", NS, {"status": {"resourceClaimStatuses": statuses}})

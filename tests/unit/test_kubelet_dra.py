@@ -22,7 +22,7 @@ from hami_sim.kubelet.dra.checkpoint import (
     write_checkpoint,
 )
 from hami_sim.kubelet.dra.registration import ServiceChoiceError, choose_service, validation_error
-from tests.builders import container, device_result, pod, resource_claim
+from tests.builders import claim_refs, container, dra_result, pod, resource_claim
 
 # kubernetes pkg/kubelet/cm/dra/state/checkpointer_test.go (a 1.34 kubelet's files: no ShareID yet).
 UPSTREAM_ONE_CLAIM = (
@@ -76,30 +76,29 @@ def test_a_plugin_offering_no_service_kubelet_supports_is_refused_with_kubelets_
 # ------------------------------------------------------------------------------ claims of a pod
 
 
-def claim_pod(*containers: dict[str, object], **status: object) -> dict[str, object]:
-    body = pod(
+def claim_pod(*containers: dict[str, object], generated: dict[str, str] | None = None) -> dict[str, object]:
+    """A pod with a claim named directly and one made from a template (`generated`: the claim
+    controller's resourceClaimStatuses)."""
+    return pod(
         "p",
         *containers,
         namespace="ns",
         uid="pod-uid",
+        claim_statuses=generated,
         resourceClaims=[
             {"name": "direct", "resourceClaimName": "shared-claim"},
             {"name": "templated", "resourceClaimTemplateName": "vgpu"},
         ],
     )
-    if status:
-        body["status"] = dict(status)
-    return body
 
 
 def test_claim_names_come_from_the_spec_or_from_the_claim_controllers_status() -> None:
-    generated = claim_pod(
-        resourceClaimStatuses=[{"name": "templated", "resourceClaimName": "p-templated-x1"}]
-    )
+    generated = claim_pod(generated={"templated": "p-templated-x1"})
     direct, templated = rules.pod_claims(generated)
     assert rules.claim_name(generated, direct) == ("shared-claim", False)
     assert rules.claim_name(generated, templated) == ("p-templated-x1", True)
-    not_created = claim_pod(resourceClaimStatuses=[{"name": "templated"}])
+    not_created = claim_pod()
+    not_created["status"] = {"resourceClaimStatuses": [{"name": "templated"}]}
     assert rules.claim_name(not_created, templated) == (None, True)
     waiting = claim_pod()
     with pytest.raises(rules.ClaimError, match=r'^pod "ns/p": ResourceClaim not created yet$'):
@@ -110,27 +109,25 @@ def test_claim_names_come_from_the_spec_or_from_the_claim_controllers_status() -
 
 def test_a_generated_claim_must_be_controlled_by_its_pod_and_reserved_for_it() -> None:
     owner = claim_pod()
-    mine = resource_claim(
-        "c", namespace="ns", uid="claim-uid", owner=owner, reserved_for=[{"uid": "pod-uid"}]
-    )
+    mine = resource_claim("c", namespace="ns", owner_pod=("p", "pod-uid"), reserved_for=[("p", "pod-uid")])
     rules.check_owner(owner, mine)
-    other = resource_claim("c", namespace="ns", owner=pod("q", uid="other-uid"))
+    other = resource_claim("c", namespace="ns", uid="u2", owner_pod=("q", "other-uid"))
     with pytest.raises(
         rules.ClaimError, match=r"^ResourceClaim ns/c was not created for pod ns/p \(pod is not owner\)$"
     ):
         rules.check_owner(owner, other)
     assert rules.is_reserved_for_pod(owner, mine)
     assert not rules.is_reserved_for_pod(owner, other)
-    assert rules.not_reserved_message(owner, "c", other | {"metadata": {"uid": "u2"}}) == (
+    assert rules.not_reserved_message(owner, "c", other) == (
         "pod p (pod-uid) is not allowed to use ResourceClaim c (u2)"
     )
 
 
 def test_the_drivers_of_a_claim_are_those_of_its_allocation_results() -> None:
     results = [
-        device_result("gpu-0", driver="b.example.com"),
-        device_result("gpu-1", driver="a.example.com"),
-        device_result("gpu-2", driver="b.example.com"),
+        dra_result("gpu-0", driver="b.example.com"),
+        dra_result("gpu-1", driver="a.example.com"),
+        dra_result("gpu-2", driver="b.example.com"),
     ]
     assert rules.allocation_drivers(resource_claim(results=results)) == ["b.example.com", "a.example.com"]
     with pytest.raises(rules.ClaimError, match=r"^not allocated$"):
@@ -142,12 +139,10 @@ def _prepared(name: str, *devices: PreparedDevice, driver: str = "gpu.example.co
 
 
 def test_each_container_gets_the_cdi_ids_of_the_claims_it_lists_filtered_by_request() -> None:
-    both = container("both", resources={"claims": [{"name": "direct"}, {"name": "templated"}]})
-    first_request = container("first", resources={"claims": [{"name": "direct", "request": "a"}]})
+    both = container("both", resources=claim_refs("direct", "templated"))
+    first_request = container("first", resources=claim_refs(("direct", "a")))
     none = container("none")
-    p = claim_pod(
-        both, first_request, none, resourceClaimStatuses=[{"name": "templated", "resourceClaimName": "gen"}]
-    )
+    p = claim_pod(both, first_request, none, generated={"templated": "gen"})
     cache = {
         ("ns", "shared-claim"): _prepared(
             "shared-claim",
