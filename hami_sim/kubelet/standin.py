@@ -59,12 +59,14 @@ class Kubelet:
                 )
                 self._owns_client = True
             self.runtime.load()
+            if self._api is not None:
+                # The Node first: the DRA manager's start-up wipe of its ResourceSlices reads it.
+                self.node_status = NodeStatusReporter(self.config, self.device_manager, self._api)
+                await self.node_status.start()
             self.dra = DraManager(self.config, self._api, observer_factory=self._observer_factory)
             await self.dra.start()
             if self._api is not None:
                 api = self._api
-                self.node_status = NodeStatusReporter(self.config, self.device_manager, api)
-                await self.node_status.start()
                 self.pods = PodAdmitter(
                     self.config, self.device_manager, api, dra=self.dra, runtime=self.runtime
                 )
