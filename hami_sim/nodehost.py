@@ -345,7 +345,7 @@ class NodeHost:
     async def start(self) -> None:
         """Start every hosted part (kubelets first, so daemons find kubelet.sock); on any failure stop
         what started and raise `HostError`."""
-        if self.role.daemons and self._observers is None:
+        if self._observers is None:
             self._observers = shared_inotify_observers()
         try:
             if self.role.kubelets:
@@ -466,7 +466,7 @@ class NodeHost:
         from hami_sim.kubelet.standin import Kubelet
 
         try:
-            kubelet = Kubelet(self._kubelet_config(name), self._api)
+            kubelet = Kubelet(self._kubelet_config(name), self._api, observer_factory=self._observers)
             await kubelet.start()
         except (OSError, ValueError) as exc:
             raise HostError(f"node {name}: cannot start the kubelet stand-in: {exc}") from None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_api import annotations as ann
+from hami_api import dra
 from hami_api.resources import ResourceNames
 from hami_api.types import ContainerAllocation, GPUInfo, GPUSlice, MigProfile, PodAllocation
 from hami_control.cache import ClusterCache
@@ -117,12 +118,15 @@ def pod(
     phase: str | None = None,
     resource_version: str | None = None,
     deletion_timestamp: str | None = None,
+    claim_statuses: Mapping[str, str] | None = None,
     **spec: Any,
 ) -> Json:
     """A Pod. Without `containers` and `init`, one plain `container()`; `init` are its init
     containers (a sidecar is an init container with `restart_policy="Always"`); `phase` sets
-    `status.phase`; `spec` are any other pod spec fields, spelled as in the JSON (`tolerations=[...]`).
-    `name=None` leaves the name out (with `generate_name`, or to build an invalid pod)."""
+    `status.phase`; `claim_statuses` sets `status.resourceClaimStatuses` (pod claim name -> the
+    generated ResourceClaim's name); `spec` are any other pod spec fields, spelled as in the JSON
+    (`tolerations=[...]`, `resourceClaims=[...]`). `name=None` leaves the name out (with
+    `generate_name`, or to build an invalid pod)."""
     meta: Json = {}
     for key, value in (
         ("name", name),
@@ -152,6 +156,10 @@ def pod(
     obj: Json = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
     if phase is not None:
         obj["status"] = {"phase": phase}
+    if claim_statuses is not None:
+        obj.setdefault("status", {})["resourceClaimStatuses"] = [
+            {"name": k, "resourceClaimName": v} for k, v in claim_statuses.items()
+        ]
     return obj
 
 
@@ -456,3 +464,77 @@ def gpu_usage(cache: ClusterCache, uuid: str, node: str = "n1") -> tuple[int, in
     g = gpus.gpu(uuid)
     assert g is not None, f"node {node} has no GPU {uuid}"
     return (g.used, g.usedmem, g.usedcores)
+
+
+# --- DRA (resource.k8s.io/v1) -------------------------------------------------------------------------
+
+
+def claim_refs(*refs: str | tuple[str, str]) -> Json:
+    """A container's `resources` naming pod claims: a name, or (name, request) for one request of it."""
+    return {"claims": [{"name": r} if isinstance(r, str) else {"name": r[0], "request": r[1]} for r in refs]}
+
+
+def dra_result(
+    device: str,
+    *,
+    request: str = "gpu",
+    pool: str = "n1",
+    driver: str = dra.DRIVER,
+    share_id: str | None = None,
+    memory: str | None = None,
+    cores: str | None = None,
+) -> Json:
+    """One `status.allocation.devices.results` entry; `memory` / `cores` make its consumedCapacity (as
+    the scheduler writes it: both, or none for an exclusive device)."""
+    result: Json = {"request": request, "driver": driver, "pool": pool, "device": device}
+    if share_id is not None:
+        result["shareID"] = share_id
+    consumed = {
+        k: v for k, v in ((dra.CAPACITY_MEMORY, memory), (dra.CAPACITY_CORES, cores)) if v is not None
+    }
+    if consumed:
+        result["consumedCapacity"] = consumed
+    return result
+
+
+def resource_claim(
+    name: str = "claim",
+    *,
+    namespace: str = "default",
+    uid: str = "11111111-1111-4111-8111-111111111111",
+    results: Sequence[Mapping[str, Any]] | None = None,
+    reserved_for: Sequence[tuple[str, str]] = (),
+    owner_pod: tuple[str, str] | None = None,
+    node: str = "n1",
+) -> Json:
+    """A ResourceClaim; with `results` it is allocated on `node` (status.allocation), `reserved_for`
+    lists (pod name, pod uid); `owner_pod` (name, uid) makes it a claim generated for that pod from a
+    template (the Pod as controller owner)."""
+    meta: Json = {"name": name, "namespace": namespace, "uid": uid}
+    if owner_pod is not None:
+        meta["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": owner_pod[0], "uid": owner_pod[1], "controller": True}
+        ]
+    claim: Json = {
+        "apiVersion": dra.API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": meta,
+        "spec": {
+            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": dra.DEVICE_CLASS}}]}
+        },
+    }
+    status: Json = {}
+    if results is not None:
+        status["allocation"] = {
+            "devices": {"results": [dict(r) for r in results]},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            },
+        }
+    if reserved_for:
+        status["reservedFor"] = [{"resource": "pods", "name": n, "uid": u} for n, u in reserved_for]
+    if status:
+        claim["status"] = status
+    return claim
