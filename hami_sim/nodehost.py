@@ -77,10 +77,11 @@ READY_MARKER = "hami-sim nodes ready"
 """What the host logs once every hosted part has started (the local cluster waits for it)."""
 
 _MAX_SOCKET_PATH = 100
-KUBELET_LONGEST_SOCKET = Path("pod-resources", "kubelet.sock")
-"""The longest socket path of a kubelet stand-in, relative to its directory (the PodResources socket,
-`KubeletConfig.pod_resources_socket`; spelled out here so that a host of node daemons does not import
-the kubelet stand-in)."""
+KUBELET_LONGEST_SOCKET = Path("plugins_registry", "hami-core-gpu.project-hami.io-reg.sock")
+"""The longest socket path under a kubelet stand-in's directory, relative to it: a DRA-mode node daemon's
+registration socket (`<registry dir>/<driver>-reg.sock`, hami_api.dra.DRIVER), longer than the
+PodResources socket (`pod-resources/kubelet.sock`); spelled out here so that a host of node daemons does
+not import the kubelet stand-in."""
 _START_CONCURRENCY = 2
 """Node daemons started at once. Starting is CPU-bound under one GIL shared with every daemon already
 running: 300 daemons were all registered after 28 s with 2, 41 s with 4, 69 s with 8 and 171 s with 16
@@ -345,7 +346,7 @@ class NodeHost:
     async def start(self) -> None:
         """Start every hosted part (kubelets first, so daemons find kubelet.sock); on any failure stop
         what started and raise `HostError`."""
-        if self.role.daemons and self._observers is None:
+        if self._observers is None:
             self._observers = shared_inotify_observers()
         try:
             if self.role.kubelets:
@@ -466,7 +467,7 @@ class NodeHost:
         from hami_sim.kubelet.standin import Kubelet
 
         try:
-            kubelet = Kubelet(self._kubelet_config(name), self._api)
+            kubelet = Kubelet(self._kubelet_config(name), self._api, observer_factory=self._observers)
             await kubelet.start()
         except (OSError, ValueError) as exc:
             raise HostError(f"node {name}: cannot start the kubelet stand-in: {exc}") from None

@@ -88,7 +88,9 @@ def fnv32a(data: bytes, state: int = FNV32_OFFSET) -> int:
     return value
 
 
-def _go_json(value: Any) -> str:
+def go_json(value: Any) -> str:
+    """`value` as Go's encoding/json writes it: no spaces, `<`, `>`, `&`, U+2028 and U+2029 escaped,
+    other non-ASCII kept (dict keys in the order given: sort them where Go sorts map keys)."""
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
         text = text.replace(raw, escaped)
@@ -123,7 +125,7 @@ def _data_object(
 
 def _entry_json(entry: PodDeviceEntry) -> bytes:
     response = base64.b64encode(entry.response.SerializeToString(deterministic=True)).decode("ascii")
-    return _go_json(
+    return go_json(
         _entry_object(entry.pod_uid, entry.container_name, entry.resource_name, entry.device_ids, response)
     ).encode()
 
@@ -167,7 +169,7 @@ class CheckpointEncoder:
             new_chain.append((entry, piece, state))
         self._chain = new_chain
         tail = b"]" if new_chain else b""
-        tail += b',"RegisteredDevices":' + _go_json(_registered_object(registered)).encode() + b"}"
+        tail += b',"RegisteredDevices":' + go_json(_registered_object(registered)).encode() + b"}"
         if new_chain:
             data = b"".join([_ENTRIES_OPEN, *(piece for _, piece, _ in new_chain), tail])
             checksum = fnv32a(tail, state)
@@ -263,7 +265,7 @@ def decode_checkpoint(raw: bytes, *, verify: bool = True) -> Checkpoint:
         for name, ids in _object(data.get("RegisteredDevices"), "Data.RegisteredDevices").items()
     }
     if verify:
-        expected = fnv32a(_go_json(_data_object(rows, registered)).encode())
+        expected = fnv32a(go_json(_data_object(rows, registered)).encode())
         if expected != checksum:
             raise CheckpointError(
                 f"checksum mismatch: the file says {checksum}, its Data hashes to {expected}"

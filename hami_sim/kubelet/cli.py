@@ -20,9 +20,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "kubelet",
         help="run a kubelet stand-in (device plugins, pod admission, node status)",
         description="Run the kubelet stand-in for one node: Registration on DIR/kubelet.sock, "
-        "ListAndWatch, Allocate at pod admission, the device checkpoint, node capacity, and the "
-        "PodResources API on DIR/pod-resources/kubelet.sock. "
-        "SIGHUP restarts it as kubelet restarts; SIGTERM stops it.",
+        "ListAndWatch, Allocate at pod admission, the device checkpoint, node capacity, the "
+        "PodResources API on DIR/pod-resources/kubelet.sock, and kubelet's DRA manager (plugins "
+        "registering in DIR/plugins_registry, claims prepared before containers start, CDI specs read "
+        "from DIR/cdi). SIGHUP restarts it as kubelet restarts; SIGTERM stops it.",
     )
     parser.add_argument("--node-name", required=True, help="the Node this stand-in plays")
     parser.add_argument(
@@ -50,6 +51,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="how long a dead plugin's resource is kept before capacity drops to 0 (default: %(default)s)",
     )
     parser.add_argument(
+        "--plugins-registry-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where DRA plugins put their registration sockets (default: DIR/plugins_registry)",
+    )
+    parser.add_argument(
+        "--cdi-spec-dir",
+        type=Path,
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="a CDI spec directory of the container runtime, lowest priority first; repeat for more "
+        "(default: DIR/cdi)",
+    )
+    parser.add_argument(
         "--seed",
         type=int,
         default=None,
@@ -73,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         POD_RESOURCES_SOCKET,
         KubeletConfig,
     )
+    from hami_sim.kubelet.dra.checkpoint import DraCheckpointError
 
     for flag in ("cpu", "memory", "pods"):
         try:
@@ -106,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
             pods=args.pods,
             endpoint_stop_grace=args.endpoint_stop_grace,
             seed=args.seed,
+            plugins_registry_dir=args.plugins_registry_dir.resolve() if args.plugins_registry_dir else None,
+            cdi_spec_dirs=tuple(d.resolve() for d in args.cdi_spec_dir) if args.cdi_spec_dir else None,
         )
     except ValueError as exc:
         log.error("%s", exc)
@@ -114,6 +134,9 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(_serve(config))
     except OSError as exc:
         log.error("cannot run the kubelet stand-in in %s: %s", args.dir, exc)
+        return 1
+    except DraCheckpointError as exc:
+        log.error("cannot start the kubelet stand-in: %s", exc)
         return 1
     return 0
 
@@ -130,10 +153,11 @@ async def _serve(config: Any) -> None:
     loop.add_signal_handler(signal.SIGHUP, restarts.put_nowait, None)
     await kubelet.start()
     log.info(
-        "hami-sim kubelet ready: node %s, Registration on %s, PodResources on %s",
+        "hami-sim kubelet ready: node %s, Registration on %s, PodResources on %s, DRA plugins in %s",
         config.node_name,
         config.kubelet_socket,
         config.pod_resources_socket,
+        config.registry_dir,
     )
     try:
         while not stop.is_set():

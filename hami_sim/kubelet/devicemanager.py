@@ -129,7 +129,7 @@ def _rpc_error_text(exc: grpc.aio.AioRpcError) -> str:
     return msg.go_rpc_error(exc.code(), exc.details())
 
 
-class _PluginCallFailed(Exception):
+class PluginCallFailed(Exception):
     """A device-plugin RPC failed; the text is grpc-go's error, as kubelet quotes it."""
 
 
@@ -139,26 +139,26 @@ CONNECTION_CLOSING = msg.go_rpc_error(grpc.StatusCode.CANCELLED, "grpc: the clie
 _Response = TypeVar("_Response")
 
 
-async def _call_plugin(start: Callable[[], Awaitable[_Response]]) -> _Response:
+async def call_plugin(start: Callable[[], Awaitable[_Response]]) -> _Response:
     """Start and await one device-plugin RPC.
 
     When a plugin's ListAndWatch ends, kubelet closes its connection; calls in flight on it fail
     with Canceled, and so they do here. grpc-python instead cancels them, and awaiting a cancelled
     call raises asyncio.CancelledError in the caller, which would end the caller's task (a node's
     pod admission) as if that task had been cancelled. A call started on a closed channel raises
-    UsageError. Both become `_PluginCallFailed`; the task's own cancellation still propagates.
+    UsageError. Both become `PluginCallFailed`; the task's own cancellation still propagates.
     """
     try:
         return await start()
     except grpc.aio.AioRpcError as exc:
-        raise _PluginCallFailed(_rpc_error_text(exc)) from None
+        raise PluginCallFailed(_rpc_error_text(exc)) from None
     except grpc.aio.UsageError:
-        raise _PluginCallFailed(CONNECTION_CLOSING) from None
+        raise PluginCallFailed(CONNECTION_CLOSING) from None
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is None or task.cancelling():
             raise
-        raise _PluginCallFailed(CONNECTION_CLOSING) from None
+        raise PluginCallFailed(CONNECTION_CLOSING) from None
 
 
 class DeviceManager:
@@ -312,12 +312,12 @@ class DeviceManager:
                 raise RegistrationError("failed to dial device plugin: context deadline exceeded") from None
             stub = api_pb2_grpc.DevicePluginStub(channel)
             try:
-                options = await _call_plugin(
+                options = await call_plugin(
                     functools.partial(
                         stub.GetDevicePluginOptions, api_pb2.Empty(), timeout=self.config.rpc_timeout
                     )
                 )
-            except _PluginCallFailed as exc:
+            except PluginCallFailed as exc:
                 raise RegistrationError(f"failed to get device plugin options: {exc}") from None
             if generation != self._serving_generation:
                 raise RegistrationError("kubelet restarted during registration; register again")
@@ -580,10 +580,10 @@ class DeviceManager:
             )
             stub = endpoint.stub
             try:
-                response = await _call_plugin(
+                response = await call_plugin(
                     functools.partial(stub.Allocate, request, timeout=self.config.rpc_timeout)
                 )
-            except _PluginCallFailed as exc:
+            except PluginCallFailed as exc:
                 raise AllocationError(str(exc)) from None
             if not response.container_responses:
                 raise AllocationError(
@@ -692,10 +692,10 @@ class DeviceManager:
         )
         stub = endpoint.stub
         try:
-            response = await _call_plugin(
+            response = await call_plugin(
                 functools.partial(stub.GetPreferredAllocation, request, timeout=self.config.rpc_timeout)
             )
-        except _PluginCallFailed as exc:
+        except PluginCallFailed as exc:
             raise AllocationError(
                 f"device plugin GetPreferredAllocation rpc failed with err: {exc}"
             ) from None
@@ -717,12 +717,12 @@ class DeviceManager:
                 request = api_pb2.PreStartContainerRequest(devices_ids=sorted(held.ids))
                 stub = endpoint.stub
                 try:
-                    await _call_plugin(
+                    await call_plugin(
                         functools.partial(
                             stub.PreStartContainer, request, timeout=self.config.pre_start_timeout
                         )
                     )
                     continue
-                except _PluginCallFailed as exc:
+                except PluginCallFailed as exc:
                     error = str(exc)
             raise PreStartError(f"device plugin PreStartContainer rpc failed with err: {error}")

@@ -1,6 +1,11 @@
 """The pod side of the stand-in: follow the pods bound to this node, admit them one at a time in
-creation order (device Allocate per container, init containers first), then mark them Running, or
-Failed with kubelet's reason and message plus a Warning event; free the devices of pods that end."""
+creation order (device Allocate per container, init containers first), prepare their ResourceClaims
+(DRA), start their containers (PreStartContainer, the container runtime's record with CDI resolved),
+then mark them Running, or Failed with kubelet's reason and message plus a Warning event; free the
+devices and unprepare the claims of pods that end.
+
+A pod whose claims cannot be prepared stays Pending (containers waiting in ContainerCreating) with a
+`FailedPrepareDynamicResources` event, and is tried again with backoff, as kubelet's pod sync does."""
 
 from __future__ import annotations
 
@@ -9,12 +14,13 @@ import contextlib
 import itertools
 import logging
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hami_api.errors import QuantityError
 from hami_api.quantity import quantity_value
+from hami_kube.backoff import RetryPolicy
 from hami_kube.client import JSONDict as JSON
 from hami_kube.client import KubeApi
 from hami_kube.errors import KubeApiError
@@ -23,7 +29,11 @@ from hami_kube.reflector import ListSink, Reflector
 from hami_sim.kubelet import resources as msg
 from hami_sim.kubelet.config import KubeletConfig
 from hami_sim.kubelet.devicemanager import AllocationError, DeviceManager, PreStartError
+from hami_sim.kubelet.dra import claims as dra_claims
+from hami_sim.kubelet.dra.cdi import CdiResolutionError
+from hami_sim.kubelet.dra.manager import PREPARE_PREFIX, DraManager, PrepareError
 from hami_sim.kubelet.node import RETRY, now_rfc3339, read_node
+from hami_sim.kubelet.runtime import ContainerRecord, ContainerRuntime, container_record
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +43,9 @@ WATCH_SECONDS = 240
 _WRITE_ATTEMPTS = 5
 EVENTS_GRACE_S = 1.0
 """How long `stop()` lets queued Events out."""
+FAILED_PREPARE = "FailedPrepareDynamicResources"
+"""Kubelet's event reason when a pod's claims could not be prepared (pkg/kubelet/events)."""
+CREATE_CONTAINER_ERROR = "CreateContainerError"
 
 
 @dataclass(frozen=True)
@@ -91,10 +104,27 @@ def _pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
 class PodAdmitter:
     """Follows `spec.nodeName=<node>` pods through a list+watch and admits them serially."""
 
-    def __init__(self, config: KubeletConfig, manager: DeviceManager, api: KubeApi) -> None:
+    def __init__(
+        self,
+        config: KubeletConfig,
+        manager: DeviceManager,
+        api: KubeApi,
+        *,
+        dra: DraManager | None = None,
+        runtime: ContainerRuntime | None = None,
+    ) -> None:
         self.config = config
         self._manager = manager
         self._api = api
+        self._dra = dra
+        self._runtime = runtime or ContainerRuntime(config.containers_path)
+        self._starts: dict[str, None] = {}
+        """Pods whose start is to be tried again (claims that could not be prepared), in order."""
+        self._start_failures: dict[str, int] = {}
+        self._start_timers: dict[str, asyncio.TimerHandle] = {}
+        self._start_retry = RetryPolicy(
+            initial=config.prepare_retry_initial, maximum=config.prepare_retry_max
+        )
         self._pods: dict[str, JSON] = {}
         self._pending: dict[str, tuple[str, int]] = {}
         self._seen: set[str] = set()
@@ -118,6 +148,9 @@ class PodAdmitter:
         ]
 
     async def stop(self) -> None:
+        for timer in self._start_timers.values():
+            timer.cancel()
+        self._start_timers.clear()
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
@@ -134,6 +167,11 @@ class PodAdmitter:
     def synced(self) -> bool:
         """Whether the first list of this node's pods has been read (kubelet's sourcesReady)."""
         return self._synced.is_set()
+
+    def active_uids(self) -> set[str] | None:
+        """The UIDs of the active pods, None until the first pod list was read (the DRA manager's
+        reconcile waits for kubelet's sourcesReady too)."""
+        return set(self._active) if self.synced else None
 
     def active_pods(self) -> list[JSON]:
         """Kubelet's GetActivePods: the pods handed to admission that are not rejected and not terminal
@@ -152,12 +190,22 @@ class PodAdmitter:
     def result(self, namespace: str, name: str) -> AdmissionResult | None:
         return self._results.get((namespace, name))
 
-    async def wait_for_result(self, namespace: str, name: str, seconds: float) -> AdmissionResult:
-        """The admission result of pod namespace/name, waiting up to `seconds` for it."""
+    async def wait_for_result(
+        self,
+        namespace: str,
+        name: str,
+        seconds: float,
+        predicate: Callable[[AdmissionResult], bool] | None = None,
+    ) -> AdmissionResult:
+        """The admission result of pod namespace/name (the first one for which `predicate` holds, when
+        given: a pod tried again gets a new result), waiting up to `seconds` for it."""
+
+        def ready() -> bool:
+            result = self._results.get((namespace, name))
+            return result is not None and (predicate is None or predicate(result))
+
         async with self._results_changed:
-            await asyncio.wait_for(
-                self._results_changed.wait_for(lambda: (namespace, name) in self._results), seconds
-            )
+            await asyncio.wait_for(self._results_changed.wait_for(ready), seconds)
         return self._results[(namespace, name)]
 
     async def _record(self, result: AdmissionResult) -> None:
@@ -183,6 +231,7 @@ class PodAdmitter:
         try:
             await reflector.synced.wait()
             self._synced.set()
+            self._runtime.retain_pods(self._active)
             await watching
         finally:
             watching.cancel()
@@ -230,10 +279,22 @@ class PodAdmitter:
         self._end(uid)
 
     def _end(self, uid: str) -> None:
-        """The pod is gone or terminal: it is not admitted any more and its devices are freed."""
+        """The pod is gone or terminal: it is not admitted any more, its devices are freed, its claims
+        unprepared (in the background) and its containers forgotten by the runtime."""
         self._pending.pop(uid, None)
         self._active.discard(uid)
+        self._forget_start(uid)
         self._manager.remove_pod(uid)
+        self._runtime.remove_pod(uid)
+        if self._dra is not None:
+            self._dra.pod_gone(uid)
+
+    def _forget_start(self, uid: str) -> None:
+        self._starts.pop(uid, None)
+        self._start_failures.pop(uid, None)
+        timer = self._start_timers.pop(uid, None)
+        if timer is not None:
+            timer.cancel()
 
     # ------------------------------------------------------------------------------ admission
 
@@ -241,18 +302,28 @@ class PodAdmitter:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._pending:
-                uid = min(self._pending, key=self._pending.__getitem__)
-                del self._pending[uid]
+            while self._pending or self._starts:
+                if self._pending:
+                    uid = min(self._pending, key=self._pending.__getitem__)
+                    del self._pending[uid]
+                    start_only = False
+                else:
+                    uid = next(iter(self._starts))
+                    del self._starts[uid]
+                    start_only = True
                 pod = self._pods.get(uid)
-                if pod is not None:
-                    await self._admit_or_reject(uid, pod)
+                if pod is not None and (not start_only or uid in self._active):
+                    await self._admit_or_reject(uid, pod, start_only=start_only)
 
-    async def _admit_or_reject(self, uid: str, pod: JSON) -> None:
-        """Admit the pod; a failure nobody foresaw rejects this pod, logged with its traceback, and
-        does not end the node's admission loop (every later pod would stay Pending)."""
+    async def _admit_or_reject(self, uid: str, pod: JSON, *, start_only: bool = False) -> None:
+        """Admit the pod (or, `start_only`, try again to start an admitted one); a failure nobody
+        foresaw rejects this pod, logged with its traceback, and does not end the node's admission loop
+        (every later pod would stay Pending)."""
         try:
-            await self._admit(uid, pod)
+            if start_only:
+                await self._start(uid, pod)
+            else:
+                await self._admit(uid, pod)
         except Exception as exc:
             namespace, name = _key(pod)
             log.exception("node %s: admitting pod %s/%s failed", self.config.node_name, namespace, name)
@@ -265,7 +336,6 @@ class PodAdmitter:
                 )
 
     async def _admit(self, uid: str, pod: JSON) -> None:
-        namespace, name = _key(pod)
         spec = pod.get("spec") or {}
         self._active.add(uid)
         self._manager.retain_pods(self._active)
@@ -285,15 +355,77 @@ class PodAdmitter:
                 reason, message = exc.reason, exc.message
             await self._reject(uid, pod, reason, message)
             return
-        try:
-            for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        await self._start(uid, pod)
+
+    async def _start(self, uid: str, pod: JSON) -> None:
+        """Kubelet's SyncPod for an admitted pod: prepare its claims (DRA) before anything else, then
+        each container (init containers first): PreStartContainer, then the runtime creates it with
+        its devices and resolved CDI edits; then the pod is Running."""
+        namespace, name = _key(pod)
+        if self._dra is not None and dra_claims.pod_claims(pod):
+            try:
+                await self._dra.prepare_pod(pod)
+            except PrepareError as exc:
+                await self._prepare_failed(uid, pod, PREPARE_PREFIX + str(exc))
+                return
+        records: list[ContainerRecord] = []
+        for container in dra_claims.containers(pod):
+            try:
                 await self._manager.pre_start_container(uid, container["name"])
-        except PreStartError as exc:
-            await self._cannot_start(uid, pod, container["name"], str(exc))
-            return
+            except PreStartError as exc:
+                await self._cannot_start(uid, pod, container["name"], str(exc))
+                return
+            try:
+                records.append(self._container_record(uid, pod, container))
+            except (dra_claims.ClaimError, CdiResolutionError) as exc:
+                message = f"failed to create containerd container: CDI device injection failed: {exc}"
+                await self._cannot_start(uid, pod, container["name"], message, CREATE_CONTAINER_ERROR)
+                return
+        self._forget_start(uid)
+        self._runtime.record_pod(uid, records)
         await self._write_status(pod, _running_status(pod))
         log.info("node %s: pod %s/%s admitted and running", self.config.node_name, namespace, name)
         await self._record(AdmissionResult(namespace, name, uid, True))
+
+    def _container_record(self, uid: str, pod: JSON, container: Mapping[str, Any]) -> ContainerRecord:
+        """What the runtime gives the container: its devices' Allocate answers and its claims' CDI IDs."""
+        name = container["name"]
+        responses = {
+            resource: response
+            for resource in self._manager.container_devices(uid, name)
+            if (response := self._manager.pod_response(uid, name, resource)) is not None
+        }
+        cdi_ids = self._dra.container_cdi_ids(pod, container) if self._dra is not None else []
+        return container_record(pod, name, responses, cdi_ids, self.config.cdi_dirs)
+
+    async def _prepare_failed(self, uid: str, pod: JSON, error: str) -> None:
+        """The pod's claims could not be prepared: Pending, a Warning event, and another try later."""
+        namespace, name = _key(pod)
+        failures = self._start_failures.get(uid, 0) + 1
+        self._start_failures[uid] = failures
+        delay = self._start_retry.delay(failures, self._rng)
+        log.warning(
+            "node %s: pod %s/%s: failed to prepare dynamic resources (retry in %.1f s): %s",
+            self.config.node_name,
+            namespace,
+            name,
+            delay,
+            error,
+        )
+        if failures == 1:
+            await self._write_status(pod, _creating_status(pod))
+        self._event(pod, FAILED_PREPARE, f"Failed to prepare dynamic resources: {error}")
+        await self._record(AdmissionResult(namespace, name, uid, False, FAILED_PREPARE, error))
+        timer = self._start_timers.pop(uid, None)
+        if timer is not None:
+            timer.cancel()
+        self._start_timers[uid] = asyncio.get_running_loop().call_later(delay, self._start_again, uid)
+
+    def _start_again(self, uid: str) -> None:
+        self._start_timers.pop(uid, None)
+        if uid in self._active:
+            self._starts[uid] = None
+            self._wake.set()
 
     async def _check_other_extended_resources(self, uid: str, spec: Mapping[str, Any]) -> None:
         """Kubelet's general predicate for extended resources no device plugin provides: the Node's
@@ -331,8 +463,7 @@ class PodAdmitter:
 
     async def _reject(self, uid: str, pod: JSON, reason: str, message: str) -> None:
         namespace, name = _key(pod)
-        self._active.discard(uid)
-        self._manager.remove_pod(uid)
+        self._end(uid)
         log.warning(
             "node %s: pod %s/%s rejected: %s: %s", self.config.node_name, namespace, name, reason, message
         )
@@ -343,9 +474,11 @@ class PodAdmitter:
             AdmissionResult(namespace, name, uid, False, reason, msg.REJECTED_PREFIX + message)
         )
 
-    async def _cannot_start(self, uid: str, pod: JSON, container: str, message: str) -> None:
+    async def _cannot_start(
+        self, uid: str, pod: JSON, container: str, message: str, reason: str = "CreateContainerConfigError"
+    ) -> None:
         namespace, name = _key(pod)
-        reason = "CreateContainerConfigError"
+        self._forget_start(uid)
         log.warning(
             "node %s: pod %s/%s container %s cannot start: %s",
             self.config.node_name,
@@ -394,7 +527,7 @@ class PodAdmitter:
         )
 
 
-def _conditions(pod: JSON, ready: bool, initialized: bool = True) -> list[JSON]:
+def _conditions(pod: JSON, ready: bool, initialized: bool = True, sandbox: bool = True) -> list[JSON]:
     now = now_rfc3339()
     old = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
 
@@ -408,7 +541,7 @@ def _conditions(pod: JSON, ready: bool, initialized: bool = True) -> list[JSON]:
         return result
 
     return [
-        condition("PodReadyToStartContainers", True),
+        condition("PodReadyToStartContainers", sandbox),
         condition("Initialized", initialized, "ContainersNotInitialized"),
         condition("Ready", ready, "ContainersNotReady"),
         condition("ContainersReady", ready, "ContainersNotReady"),
@@ -462,6 +595,35 @@ def _running_status(pod: JSON) -> JSON:
     }
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
+    return status
+
+
+def _creating_status(pod: JSON) -> JSON:
+    """Pending before any container was created (kubelet's status while SyncPod fails before the
+    sandbox): every container waits in ContainerCreating (init containers in PodInitializing)."""
+    spec = pod.get("spec") or {}
+
+    def waiting(c: JSON, reason: str) -> JSON:
+        return {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "",
+            "restartCount": 0,
+            "ready": False,
+            "started": False,
+            "state": {"waiting": {"reason": reason}},
+        }
+
+    status: JSON = {
+        "phase": "Pending",
+        "conditions": _conditions(
+            pod, ready=False, initialized=not spec.get("initContainers"), sandbox=False
+        ),
+        "containerStatuses": [waiting(c, "ContainerCreating") for c in spec.get("containers") or []],
+        "startTime": (pod.get("status") or {}).get("startTime") or now_rfc3339(),
+    }
+    if spec.get("initContainers"):
+        status["initContainerStatuses"] = [waiting(c, "PodInitializing") for c in spec["initContainers"]]
     return status
 
 

@@ -14,7 +14,10 @@ from typing import Any, TypeVar
 from hami_sim.kubelet.checkpoint import Checkpoint, read_checkpoint
 from hami_sim.kubelet.config import KubeletConfig
 from hami_sim.kubelet.devicemanager import Snapshot
+from hami_sim.kubelet.dra.checkpoint import ClaimInfoState, read_dra_checkpoint
+from hami_sim.kubelet.dra.manager import DraManager
 from hami_sim.kubelet.pods import AdmissionResult
+from hami_sim.kubelet.runtime import Containers, read_containers
 from hami_sim.kubelet.standin import Kubelet
 
 log = logging.getLogger(__name__)
@@ -108,12 +111,35 @@ class KubeletRunner:
         """Block until `predicate(snapshot)` holds; TimeoutError after `timeout` seconds."""
         return self.run(lambda: self.kubelet.device_manager.wait_for(predicate, timeout), timeout + 5)
 
-    def wait_for_pod(self, namespace: str, name: str, timeout: float = 10.0) -> AdmissionResult:
-        """Block until pod namespace/name was admitted or rejected; TimeoutError after `timeout`."""
+    def wait_for_pod(
+        self,
+        namespace: str,
+        name: str,
+        timeout: float = 10.0,
+        predicate: Callable[[AdmissionResult], bool] | None = None,
+    ) -> AdmissionResult:
+        """Block until pod namespace/name was admitted or rejected (a result for which `predicate`
+        holds, when given); TimeoutError after `timeout`."""
         pods = self.kubelet.pods
         if pods is None:
             raise RuntimeError("this stand-in has no API server (no kubeconfig)")
-        return self.run(lambda: pods.wait_for_result(namespace, name, timeout), timeout + 5)
+        return self.run(lambda: pods.wait_for_result(namespace, name, timeout, predicate), timeout + 5)
+
+    def wait_for_dra(self, predicate: Callable[[DraManager], bool], timeout: float = 10.0) -> None:
+        """Block until `predicate(dra_manager)` holds (checked after every plugin or claim change);
+        TimeoutError after `timeout`."""
+        dra = self.kubelet.dra
+        if dra is None:
+            raise RuntimeError("the kubelet stand-in is not started")
+        self.run(lambda: dra.wait_for(predicate, timeout), timeout + 5)
+
+    def dra_checkpoint(self) -> list[ClaimInfoState]:
+        """The claims in `dra_manager_state`."""
+        return read_dra_checkpoint(self.config.dra_checkpoint_path)
+
+    def containers(self) -> Containers:
+        """What the runtime gave each started container (`containers.json`)."""
+        return read_containers(self.config.containers_path)
 
     def restart(self, timeout: float = 30.0) -> None:
         self.run(self.kubelet.restart, timeout)

@@ -1,6 +1,6 @@
 """`hami-sim kubelet` as a process: ready line, Node created, a plugin registers, SIGHUP restarts
 (sockets deleted, kubelet.sock back), SIGTERM stops and removes kubelet.sock and the PodResources
-socket."""
+socket; DRA plugins register in the given registry directory; a corrupt DRA checkpoint stops it."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ApiServerHandle
+from tests.integration.dra_plugin import DraPlugin
 from tests.integration.kubelet_plugin import FakePlugin, devices
 
 
@@ -136,3 +137,38 @@ def test_cli_rejects_bad_flags(short_dir: Path) -> None:
     )
     assert result.returncode == 2
     assert "too long for Unix sockets" in result.stderr
+
+
+def test_cli_registers_dra_plugins_in_the_given_directory_and_refuses_a_corrupt_dra_checkpoint(
+    short_dir: Path,
+) -> None:
+    directory, registry = short_dir / "dp", short_dir / "reg"
+    args = ["--node-name", "n", "--dir", str(directory), "--plugins-registry-dir", str(registry)]
+    process, lines = _start(
+        [*args, "--cdi-spec-dir", str(short_dir / "etc-cdi"), "--cdi-spec-dir", str(short_dir / "run-cdi")]
+    )
+    plugin = DraPlugin(registry, short_dir / "plugins")
+    try:
+        assert f"DRA plugins in {registry}" in _wait_line(lines, "hami-sim kubelet ready")
+        plugin.serve()
+        assert plugin.wait_statuses(1) == [(True, "")]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        plugin.stop()
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        if process.stderr is not None:
+            process.stderr.close()
+    (directory / "dra_manager_state").write_text("{")
+    result = subprocess.run(
+        [sys.executable, "-m", "hami_sim.main", "kubelet", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert f"DRA checkpoint {directory / 'dra_manager_state'}: not JSON" in result.stderr
+    assert "Traceback" not in result.stderr

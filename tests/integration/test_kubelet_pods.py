@@ -136,6 +136,11 @@ def test_init_container_devices_are_reused_by_app_containers(
     held = {e.container_name: set(e.all_device_ids) for e in checkpoint.entries if e.pod_uid == uid}
     assert held == {"init": set(init), "c1": set(c1), "c2": set(c2)}
     assert checkpoint.container_envs(uid, "c2")["FAKE_DEVICES"] == ",".join(c2)
+    # The container runtime's record (containers.json, also where DRA containers' CDI edits land) holds
+    # the same device env for every container.
+    containers = kubelet.containers()
+    for name in ("init", "c1", "c2", "nogpu"):
+        assert containers.env(uid, name) == checkpoint.container_envs(uid, name), name
     assert allocated(kubelet.snapshot()) == set(init) | set(c2)
     pod = core_v1.read_namespaced_pod("multi", NS)
     assert [s.state.terminated.reason for s in pod.status.init_container_statuses] == ["Completed"]

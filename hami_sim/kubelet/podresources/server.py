@@ -18,8 +18,14 @@ What kubelet does, and where it says so (kubernetes, read at pkg/kubelet):
   plugin sent it.
 - Kubelet walks Go maps for the pods, resources and devices, so no order is promised; the stand-in
   shuffles them from its own seeded RNG so that a client relying on an order fails here too.
-- CPU IDs, memory blocks, pod-level resources and dynamic resources are empty: the stand-in has no CPU,
-  memory or DRA manager (kubelet's are empty too with the `none` policies).
+- `dynamic_resources` of a container (cm/container_manager_linux.go `GetDynamicResources`, through the
+  DRA manager's `GetContainerClaimInfos`): one `DynamicResource` per claim the container lists, in the
+  pod's claim order, with one `ClaimResource` per prepared device (driver, pool, device, share ID and
+  that device's CDI IDs; kubelet accumulates the CDI IDs of a driver's earlier devices into each later
+  one, the stand-in does not). A claim missing from the cache gives the container none (kubelet logs
+  it and answers none).
+- CPU IDs, memory blocks and pod-level resources are empty: the stand-in has no CPU or memory manager
+  (kubelet's are empty too with the `none` policies).
 - Every call first passes kubelet's rate limit (apis/grpc/ratelimit.go, `DefaultQPS` 100 and
   `DefaultBurstTokens` 10 in apis/podresources): over it, code ResourceExhausted
   `rejected by rate limit`.
@@ -44,6 +50,7 @@ import grpc
 from hami_kube.flowcontrol import TokenBucket
 from hami_node.plugin.api import api_pb2 as dp
 from hami_sim.kubelet.checkpoint import NO_TOPOLOGY
+from hami_sim.kubelet.dra.checkpoint import ClaimInfoState
 from hami_sim.kubelet.podresources import api_pb2, api_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -86,6 +93,35 @@ class DevicesProvider(Protocol):
     def allocatable_devices(self) -> dict[str, list[dp.Device]]: ...
 
     def retain_pods(self, active: Iterable[str]) -> None: ...
+
+
+class DynamicResourcesProvider(Protocol):
+    """The DRA side kubelet's PodResources server reads (its DynamicResourcesProvider)."""
+
+    def container_claims(self, pod: JSON, container: JSON) -> list[ClaimInfoState]: ...
+
+
+def dynamic_resources(claims: Iterable[ClaimInfoState]) -> list[api_pb2.DynamicResource]:
+    """Claims as kubelet reports them: per claim, one ClaimResource per prepared device (drivers sorted)."""
+    result = []
+    for claim in claims:
+        resources = [
+            api_pb2.ClaimResource(
+                cdi_devices=[api_pb2.CDIDevice(name=i) for i in device.cdi_device_ids],
+                driver_name=driver,
+                pool_name=device.pool_name,
+                device_name=device.device_name,
+                share_id=device.share_id,
+            )
+            for driver in sorted(claim.driver_state)
+            for device in claim.driver_state[driver]
+        ]
+        result.append(
+            api_pb2.DynamicResource(
+                claim_name=claim.claim_name, claim_namespace=claim.namespace, claim_resources=resources
+            )
+        )
+    return result
 
 
 def _entry(resource: str, device_id: str, numa: int | None) -> api_pb2.ContainerDevices:
@@ -172,10 +208,12 @@ class PodResourcesServer:
         qps: float = DEFAULT_QPS,
         burst: int = DEFAULT_BURST_TOKENS,
         clock: Callable[[], float] = time.monotonic,
+        dynamic: DynamicResourcesProvider | None = None,
     ) -> None:
         self.socket = socket
         self._devices = devices
         self._pods = pods
+        self._dynamic = dynamic
         self._rng = random.Random(seed)
         self._clock = clock
         self._limiter = TokenBucket(qps, burst, clock())
@@ -232,9 +270,13 @@ class PodResourcesServer:
         self._rng.shuffle(items)
         return items
 
-    def _pod_resources(self, pod: Mapping[str, Any]) -> api_pb2.PodResources:
+    def _pod_resources(self, pod: JSON) -> api_pb2.PodResources:
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid") or "")
+        spec = pod.get("spec") or {}
+        by_name = {
+            c.get("name"): c for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        }
         return api_pb2.PodResources(
             name=str(meta.get("name") or ""),
             namespace=str(meta.get("namespace") or ""),
@@ -243,6 +285,11 @@ class PodResourcesServer:
                     name=name,
                     devices=self._shuffled(
                         container_devices(self._devices.container_devices_by_numa(uid, name))
+                    ),
+                    dynamic_resources=(
+                        dynamic_resources(self._dynamic.container_claims(pod, by_name[name]))
+                        if self._dynamic is not None
+                        else []
                     ),
                 )
                 for name in listed_containers(pod)
