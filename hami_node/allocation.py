@@ -611,6 +611,73 @@ def _mps_client(config: NodeConfig, started: bool, what: str, key: str) -> tuple
     ]
 
 
+# --- HAMi-core's env and mounts (the device plugin's Allocate and the DRA plugin's CDI edits) ----------
+
+MEMORY_LIMIT_ENV = "CUDA_DEVICE_MEMORY_LIMIT"
+"""HAMi-core's memory limit: `_<i>` per device (the CUDA index in the container), `<MiB>m`."""
+SM_LIMIT_ENV = "CUDA_DEVICE_SM_LIMIT"
+"""HAMi-core's compute limit in percent: the default for every device; `_<i>` per device wins when > 0
+(HAMi-core `do_init_device_sm_limits`)."""
+SHARED_CACHE_ENV = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
+"""The file HAMi-core keeps its shared accounting region in (one per container, or per DRA claim)."""
+
+
+def vgpu_dir(config: NodeConfig) -> str:
+    """`<hook>/vgpu`: HAMi-core's directory, the same path on the host and in containers."""
+    return posixpath.join(config.hook_path, "vgpu")
+
+
+def memory_limit_env(index: int) -> str:
+    return f"{MEMORY_LIMIT_ENV}_{index}"
+
+
+def sm_limit_env(index: int) -> str:
+    return f"{SM_LIMIT_ENV}_{index}"
+
+
+def memory_limit(mib: int) -> str:
+    """A CUDA_DEVICE_MEMORY_LIMIT value: MiB with HAMi-core's `m` suffix."""
+    return f"{mib}m"
+
+
+def hami_core_env(config: NodeConfig) -> dict[str, str]:
+    """The env every HAMi-core container gets besides its limits: LIBCUDA_LOG_LEVEL, CUDA_OVERSUBSCRIBE
+    when memory is oversubscribed, GPU_CORE_UTILIZATION_POLICY=disable when the core limit is off."""
+    envs: dict[str, str] = {}
+    if config.device_memory_scaling > 1:
+        envs["CUDA_OVERSUBSCRIBE"] = "true"
+    envs["LIBCUDA_LOG_LEVEL"] = str(config.lib_cuda_log_level)
+    if config.disable_core_limit:
+        envs["GPU_CORE_UTILIZATION_POLICY"] = "disable"
+    return envs
+
+
+def hami_core_mounts(
+    config: NodeConfig,
+    cache_dir: Mount,
+    *,
+    lib_path: str | None = None,
+    preload: bool = True,
+    license_present: bool = False,
+) -> list[Mount]:
+    """HAMi-core's mounts, in HAMi's order: libvgpu.so (ro; host `lib_path`, default
+    `<hook>/vgpu/libvgpu.so`), the directory holding the shared cache (`cache_dir`), /tmp/vgpulock (rw),
+    /etc/ld.so.preload from `<hook>/vgpu/ld.so.preload` (ro; unless `preload` is off: the container set
+    CUDA_DISABLE_CONTROL), and with `license_present` HAMi's license and validator (ro)."""
+    vgpu = vgpu_dir(config)
+    mounts = [
+        Mount(f"{vgpu}/libvgpu.so", lib_path or f"{vgpu}/libvgpu.so", True),
+        cache_dir,
+        Mount(VGPU_LOCK_DIR, VGPU_LOCK_DIR, False),
+    ]
+    if preload:
+        mounts.append(Mount(LD_SO_PRELOAD, f"{vgpu}/ld.so.preload", True))
+    if license_present:
+        mounts.append(Mount("/tmp/license", f"{vgpu}/license", True))
+        mounts.append(Mount("/usr/bin/vgpuvalidator", f"{vgpu}/vgpuvalidator", True))
+    return mounts
+
+
 def container_allocate_response(
     pod: Mapping[str, Any],
     allocation: PodAllocation,
@@ -657,24 +724,22 @@ def container_allocate_response(
         raise ValueError(f"CDI annotation id {cdi!r} does not make a valid annotation key")
     envs, mounts, annotations, cdi_devices = _visible_devices(uuids, config, cdi)
 
-    vgpu = posixpath.join(config.hook_path, "vgpu")
+    vgpu = vgpu_dir(config)
     for i, s in enumerate(slices):
-        envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{s.usedmem}m"
-    envs["CUDA_DEVICE_SM_LIMIT"] = str(slices[0].usedcores)
-    envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{vgpu}/{cache_id}.cache"
-    if config.device_memory_scaling > 1:
-        envs["CUDA_OVERSUBSCRIBE"] = "true"
-    envs["LIBCUDA_LOG_LEVEL"] = str(config.lib_cuda_log_level)
-    if config.disable_core_limit:
-        envs["GPU_CORE_UTILIZATION_POLICY"] = "disable"
-    mounts.append(Mount(f"{vgpu}/libvgpu.so", lib_path or f"{vgpu}/libvgpu.so", True))
-    mounts.append(Mount(vgpu, f"{vgpu}/containers/{uid}_{name}", False))
-    mounts.append(Mount(VGPU_LOCK_DIR, VGPU_LOCK_DIR, False))
-    if not _disables_control(container):
-        mounts.append(Mount(LD_SO_PRELOAD, f"{vgpu}/ld.so.preload", True))
-    if license_present:
-        mounts.append(Mount("/tmp/license", f"{vgpu}/license", True))
-        mounts.append(Mount("/usr/bin/vgpuvalidator", f"{vgpu}/vgpuvalidator", True))
+        envs[memory_limit_env(i)] = memory_limit(s.usedmem)
+    envs[SM_LIMIT_ENV] = str(slices[0].usedcores)
+    envs[SHARED_CACHE_ENV] = f"{vgpu}/{cache_id}.cache"
+    envs.update(hami_core_env(config))
+    cache_dir = Mount(vgpu, f"{vgpu}/containers/{uid}_{name}", False)
+    mounts.extend(
+        hami_core_mounts(
+            config,
+            cache_dir,
+            lib_path=lib_path,
+            preload=not _disables_control(container),
+            license_present=license_present,
+        )
+    )
     if config.operating_mode is OperatingMode.MPS:
         mps_envs, mps_mounts = _mps_client(config, mps_started, req.what, req.key)
         envs.update(mps_envs)
@@ -685,7 +750,7 @@ def container_allocate_response(
 def container_cache_dir(config: NodeConfig, pod_uid: str, container_name: str) -> str:
     """The host directory mounted at `<hook>/vgpu` for one container; the caller (re)creates it, mode
     0777, before answering Allocate, as HAMi does."""
-    return f"{posixpath.join(config.hook_path, 'vgpu')}/containers/{pod_uid}_{container_name}"
+    return f"{vgpu_dir(config)}/containers/{pod_uid}_{container_name}"
 
 
 # --- GetPreferredAllocation --------------------------------------------------------------------------
@@ -763,8 +828,11 @@ def preferred_allocation(
 __all__ = [
     "CDI_KIND",
     "CDI_PLUGIN_NAME",
+    "MEMORY_LIMIT_ENV",
     "REASON_GPU_MISMATCH",
     "REASON_GPU_REASSIGNED",
+    "SHARED_CACHE_ENV",
+    "SM_LIMIT_ENV",
     "VISIBLE_DEVICES_ENV",
     "VOLUME_MOUNTS_ROOT",
     "AllocationError",
@@ -788,14 +856,20 @@ __all__ = [
     "container_allocate_response",
     "container_cache_dir",
     "grant_container",
+    "hami_core_env",
+    "hami_core_mounts",
     "list_virtual_devices",
     "match_pending_pod",
+    "memory_limit",
+    "memory_limit_env",
     "parse_virtual_device_id",
     "preferred_allocation",
     "same_slices",
+    "sm_limit_env",
     "split_virtual_device_id",
     "steering_gpus",
     "to_proto",
+    "vgpu_dir",
     "virtual_device_id",
     "virtual_devices_to_proto",
 ]

@@ -24,6 +24,12 @@ container would have to outlive the daemon for kubelet's container restarts. The
 the same for every container that gets a GPU. It does not carry the driver's user-space files
 (libcuda.so, nvidia-smi): see docs/install.md, "CDI".
 
+DRA mode (`hami_node.dra`) writes through the same functions one transient spec per prepared claim:
+kind `k8s.gpu.hami.io/claim`, file `k8s.gpu.hami.io-claim_<claimUID>.json` (CDI's
+GenerateTransientSpecName), devices named `<claimUID>-<device>-<shareID or whole>` (never reused: a
+runtime may cache specs, and a claim UID is never reused), built by `build_claim_spec` from the edits the
+DRA plugin computes; `remove_spec` deletes it on NodeUnprepareResources.
+
 The file is written atomically (a temporary file in the same directory, fsync, rename), rewritten when
 the GPU list changes (a GPU gone is no longer defined), removed when the node has no GPU (a CDI spec must
 define at least one device), and never removed when the daemon stops: kubelet restarts the containers of
@@ -58,6 +64,11 @@ CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"
 SPEC_FILE_NAME = f"{CDI_VENDOR}-{CDI_CLASS}.json"
 """CDI's GenerateSpecName(vendor, class), as NVIDIA's device plugin and HAMi name their spec."""
 DEFAULT_SPEC_DIR = "/var/run/cdi"
+
+CLAIM_VENDOR = "k8s.gpu.hami.io"
+CLAIM_CLASS = "claim"
+CLAIM_KIND = f"{CLAIM_VENDOR}/{CLAIM_CLASS}"
+"""The CDI kind of the DRA plugin's per-claim specs (NVIDIA's DRA driver's is `k8s.gpu.nvidia.com/claim`)."""
 
 CDI_VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 """Released CDI spec versions a reader accepts, oldest first (CDI 1.1.0 reads 0.3.0 and later)."""
@@ -122,7 +133,52 @@ def minimum_version(spec: Mapping[str, Any]) -> str:
         n.get("hostPath") for e in edits for n in e.get("deviceNodes") or []
     ):
         return "0.5.0"
+    if any(m.get("type") for e in edits for m in e.get("mounts") or []):
+        return "0.4.0"
     return "0.3.0"
+
+
+def claim_spec_file_name(claim_uid: str) -> str:
+    """The transient spec file of one claim: CDI's GenerateTransientSpecName(vendor, class, uid) plus
+    `.json` (pkg/cdi/spec.go): `k8s.gpu.hami.io-claim_<claimUID>.json`."""
+    return f"{CLAIM_VENDOR}-{CLAIM_CLASS}_{claim_uid}.json"
+
+
+def claim_device_id(name: str) -> str:
+    """The fully qualified CDI device ID of a device of a claim spec: `k8s.gpu.hami.io/claim=<name>`."""
+    return f"{CLAIM_KIND}={name}"
+
+
+def build_claim_spec(
+    devices: Sequence[tuple[str, Mapping[str, Any]]], common_edits: Mapping[str, Any]
+) -> dict[str, Any]:
+    """One claim's spec: a device per (name, containerEdits) pair, in that order, and `common_edits`
+    applied whenever any of them is injected; empty edit lists are left out. Raises `CdiError` for a
+    device name CDI refuses, a name given twice, or no device at all."""
+    if not devices:
+        raise CdiError("a CDI spec must define at least one device")
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for name, edits in devices:
+        if not _DEVICE_NAME.fullmatch(name):
+            raise CdiError(
+                f"{name!r} cannot name a CDI device: a CDI device name has only letters, digits and "
+                "_ - . : and starts and ends with a letter or digit"
+            )
+        if name in seen:
+            raise CdiError(f"CDI device {name} is defined twice")
+        seen.add(name)
+        out.append({"name": name, "containerEdits": _compact(edits)})
+    spec: dict[str, Any] = {"cdiVersion": "", "kind": CLAIM_KIND, "devices": out}
+    common = _compact(common_edits)
+    if common:
+        spec["containerEdits"] = common
+    spec["cdiVersion"] = minimum_version(spec)
+    return spec
+
+
+def _compact(edits: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: list(value) for key, value in edits.items() if value}
 
 
 def build_spec(gpus: Iterable[CdiGpu], common_nodes: Sequence[str]) -> dict[str, Any] | None:
@@ -198,26 +254,61 @@ def common_device_nodes(exists: Callable[[str], bool]) -> tuple[str, ...]:
 # --- files -----------------------------------------------------------------------------------------------
 
 
-def write_spec(spec_dir: Path, data: bytes) -> Path:
-    """Write the spec file atomically: a temporary file beside it (hidden, ending .tmp, so a runtime
-    scanning the directory for *.json and *.yaml never reads it half-written), fsync, chmod 0644,
-    rename over the old one, fsync the directory. Creates `spec_dir` if needed. Raises OSError."""
-    spec_dir.mkdir(parents=True, exist_ok=True)
-    target = spec_dir / SPEC_FILE_NAME
-    fd, tmp = tempfile.mkstemp(dir=spec_dir, prefix=f".{SPEC_FILE_NAME}.", suffix=_TMP_SUFFIX)
+def write_spec(spec_dir: Path, data: bytes, file_name: str = SPEC_FILE_NAME) -> Path:
+    """Write a spec file (the node's, or `file_name`: a claim's) atomically (`atomic_write`, mode 0644).
+    Creates `spec_dir` if needed. Raises OSError."""
+    return atomic_write(spec_dir, file_name, data)
+
+
+def atomic_write(directory: Path, file_name: str, data: bytes, mode: int = 0o644) -> Path:
+    """Write a file so that a reader sees the old bytes or the new ones, never a part, and a crash
+    leaves one of them: a temporary file beside it (hidden, ending .tmp, so a runtime scanning a CDI
+    directory for *.json and *.yaml never reads it half-written), fsync, chmod `mode`, rename over the
+    old one, fsync the directory (the CDI specs; the DRA plugin's checkpoint). Creates `directory` if
+    needed. Raises OSError."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / file_name
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{file_name}.", suffix=_TMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(spec_dir)
+    _fsync_dir(directory)
     return target
+
+
+def remove_spec(spec_dir: Path, file_name: str) -> bool:
+    """Remove one spec file (a claim's); whether it was there. Raises OSError for what cannot be removed."""
+    try:
+        (spec_dir / file_name).unlink()
+    except FileNotFoundError:
+        return False
+    _fsync_dir(spec_dir)
+    return True
+
+
+def remove_stale_claim_temps(spec_dir: Path) -> list[Path]:
+    """Remove the temporary files of interrupted writes of claim specs (recognised by name; the specs
+    themselves belong to prepared claims and stay). A missing directory is nothing to do."""
+    removed: list[Path] = []
+    try:
+        names = os.listdir(spec_dir)
+    except FileNotFoundError:
+        return removed
+    prefix = f".{CLAIM_VENDOR}-{CLAIM_CLASS}_"
+    for name in names:
+        if name.startswith(prefix) and name.endswith(_TMP_SUFFIX):
+            with contextlib.suppress(FileNotFoundError):
+                (spec_dir / name).unlink()
+                removed.append(spec_dir / name)
+    return removed
 
 
 def remove_stale(spec_dir: Path, *, spec_too: bool) -> list[Path]:
@@ -395,6 +486,9 @@ __all__ = [
     "CDI_KIND",
     "CDI_VENDOR",
     "CDI_VERSIONS",
+    "CLAIM_CLASS",
+    "CLAIM_KIND",
+    "CLAIM_VENDOR",
     "COMMON_DEVICE_NODES",
     "DEFAULT_SPEC_DIR",
     "SPEC_FILE_NAME",
@@ -403,14 +497,20 @@ __all__ = [
     "CdiGpu",
     "CdiSpecWriter",
     "SpecGpu",
+    "atomic_write",
+    "build_claim_spec",
     "build_spec",
     "cdi_spec_writer",
+    "claim_device_id",
+    "claim_spec_file_name",
     "common_device_nodes",
     "device_node",
     "encode_spec",
     "minimum_version",
     "qualified_name",
+    "remove_spec",
     "remove_stale",
+    "remove_stale_claim_temps",
     "write_spec",
     "written_by_us",
 ]

@@ -22,12 +22,14 @@ and line), the key and the value, e.g.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from hami_api.dra import DRIVER as DEFAULT_DRA_DRIVER
 from hami_api.settings import (
     DNS_SUBDOMAIN,
     LISTEN_ADDRESS,
@@ -58,6 +60,26 @@ from hami_kube.config import IN_CLUSTER_ENV
 from hami_node.gpu.select import GPUBackendKind
 
 # --- values --------------------------------------------------------------------------------------------
+
+
+class DaemonMode(StrEnum):
+    """How kubelet learns of this node's GPUs (`--mode`): the device plugin (the HAMi scheduler extender
+    places pods, the node's inventory annotation tells it the GPUs) or Dynamic Resource Allocation
+    (ResourceSlices, kube-scheduler allocates claims, a kubelet DRA plugin prepares them;
+    `hami_node.dra`). One mode per node: the scheduler cannot see the device plugin's allocations, so
+    GPUs served both ways would be handed out twice."""
+
+    DEVICE_PLUGIN = "device-plugin"
+    DRA = "dra"
+
+
+class TaintEffect(StrEnum):
+    """The effect of the taint an unhealthy GPU gets in its ResourceSlice (`--dra-taint-effect`):
+    NoSchedule keeps new claims off it; NoExecute also evicts the pods whose claims use it
+    (resource.k8s.io/v1 DeviceTaint)."""
+
+    NO_SCHEDULE = "NoSchedule"
+    NO_EXECUTE = "NoExecute"
 
 
 class OperatingMode(StrEnum):
@@ -158,6 +180,10 @@ DEFAULT_HEALTH_PORT = 9396
 """The port the DaemonSet gives `--health-bind` (next to HAMi's 9394 monitor and 9395 scheduler metrics)."""
 
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins/"
+DEFAULT_KUBELET_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
+"""kubelet's plugin watcher directory (dynamic-resource-allocation kubeletplugin KubeletRegistryDir)."""
+DEFAULT_KUBELET_PLUGINS_DIR = "/var/lib/kubelet/plugins"
+"""The parent of each DRA driver's own directory (kubeletplugin KubeletPluginsDir)."""
 DEFAULT_CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 DEFAULT_CDI_SPEC_DIR = "/var/run/cdi"
 
@@ -233,6 +259,21 @@ class NodeConfig:
     health_bind: HealthBind | None = None
     """Address of the HTTP health endpoint (GET /healthz, /readyz); None = not served. Off by default so
     several daemons can share a machine (hami-sim); the DaemonSet sets it."""
+    mode: DaemonMode = DaemonMode.DEVICE_PLUGIN
+    """Device plugin or DRA (`hami_node.dra`); one per node."""
+    kubelet_registry_dir: Path = Path(DEFAULT_KUBELET_REGISTRY_DIR)
+    """DRA mode: kubelet's plugin watcher directory, where the registration socket goes."""
+    kubelet_plugins_dir: Path = Path(DEFAULT_KUBELET_PLUGINS_DIR)
+    """DRA mode: the directory holding `<driver>/dra.sock` (and the checkpoint and lock file beside it)."""
+    dra_driver_name: str = DEFAULT_DRA_DRIVER
+    """DRA mode: the driver name (ResourceSlice spec.driver, the plugin's registered name, the
+    attribute domain); HAMi-DRA's by default."""
+    dra_taint_effect: TaintEffect = TaintEffect.NO_SCHEDULE
+    """DRA mode: the effect of the taint an unhealthy GPU gets in the ResourceSlice."""
+    dra_rolling_update_uid: str | None = None
+    """DRA mode: this daemon pod's UID, for socket names two instances can hold at once during a rolling
+    update of the DaemonSet (`<driver>-<uid>-reg.sock`, `dra-<uid>.sock`, calls serialized through a
+    file lock); None: the plain names (see docs/node-daemon.md, "DRA mode")."""
     warnings: tuple[str, ...] = ()
     """Settings accepted for compatibility that have no effect in this configuration, one message each;
     the daemon logs them at start-up."""
@@ -240,6 +281,15 @@ class NodeConfig:
     @property
     def socket_path(self) -> Path:
         return self.kubelet_dir / self.socket_name
+
+    @property
+    def dra(self) -> bool:
+        return self.mode is DaemonMode.DRA
+
+    @property
+    def dra_plugin_dir(self) -> Path:
+        """The driver's own directory: `<plugins dir>/<driver>` (dra.sock, checkpoint, lock file)."""
+        return self.kubelet_plugins_dir / self.dra_driver_name
 
     @property
     def kubelet_socket(self) -> Path:
@@ -405,6 +455,38 @@ def _health_bind(value: object) -> HealthBind | None:
     return parse_listen_address(value, LISTEN_ADDRESS + ', or "" for none')
 
 
+_MODE_CHOICES = ", ".join(m.value for m in DaemonMode)
+
+
+def _mode(value: object) -> DaemonMode:
+    """`device-plugin` or `dra`. Anything naming both ("both", "device-plugin,dra", a list) is refused
+    with the reason: one mode per node."""
+    if isinstance(value, str) and value.strip() in DaemonMode._value2member_map_:
+        return DaemonMode(value.strip())
+    parts = _items(value, f"one of {_MODE_CHOICES}") if isinstance(value, str | list) else []
+    if (isinstance(value, str) and value.strip().lower() in ("both", "all")) or len(parts) > 1:
+        raise Invalid(
+            f"one of {_MODE_CHOICES}: one mode per node, since the scheduler cannot see the device "
+            "plugin's allocations and would hand the same GPUs out twice; choose device-plugin (the HAMi "
+            "scheduler extender) or dra (ResourceSlices and claims)"
+        )
+    raise Invalid(f"one of {_MODE_CHOICES}")
+
+
+_driver_name = parse_text(
+    "a driver name (a lowercase DNS subdomain of at most 63 characters)", DNS_SUBDOMAIN, 63
+)
+_uid_text = parse_text("a pod UID (letters, digits and -)", re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*"), 128)
+
+
+def _rolling_update_uid(value: object) -> str | None:
+    """The pod's UID (the downward API's metadata.uid); "" (or null in the file) = rolling updates off."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    text: str = _uid_text(value)
+    return text
+
+
 # --- the settings ----------------------------------------------------------------------------------------
 
 
@@ -493,6 +575,24 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("health_bind", "--health-bind", "HAMI_HEALTH_BIND", "healthBind", _health_bind,
             "address of the HTTP health endpoint (GET /healthz, /readyz); \"\" = none", "HOST:PORT",
             default_text="none; the DaemonSet uses 0.0.0.0:9396"),
+    Setting("mode", "--mode", "HAMI_MODE", "mode", _mode,
+            "how kubelet gets the GPUs: device-plugin or dra (one mode per node)", "MODE",
+            override_key="mode"),
+    Setting("kubelet_registry_dir", "--kubelet-registry-dir", "HAMI_KUBELET_REGISTRY_DIR",
+            "kubeletRegistryDir", _path, "DRA mode: kubelet's plugin registration directory", "DIR",
+            default_text=DEFAULT_KUBELET_REGISTRY_DIR),
+    Setting("kubelet_plugins_dir", "--kubelet-plugins-dir", "HAMI_KUBELET_PLUGINS_DIR", "kubeletPluginsDir",
+            _path, "DRA mode: kubelet's plugins directory (holds <driver>/dra.sock)", "DIR",
+            default_text=DEFAULT_KUBELET_PLUGINS_DIR),
+    Setting("dra_driver_name", "--dra-driver-name", "HAMI_DRA_DRIVER_NAME", "draDriverName", _driver_name,
+            "DRA mode: the driver name (ResourceSlices, registration, attribute domain)", "NAME"),
+    Setting("dra_taint_effect", "--dra-taint-effect", "HAMI_DRA_TAINT_EFFECT", "draTaintEffect",
+            _enum(TaintEffect), "DRA mode: effect of an unhealthy GPU's taint: NoSchedule or NoExecute",
+            "EFFECT"),
+    Setting("dra_rolling_update_uid", "--dra-rolling-update-uid", "HAMI_DRA_ROLLING_UPDATE_UID",
+            "draRollingUpdateUID", _rolling_update_uid,
+            "DRA mode: this pod's UID, for per-instance socket names during a rolling update (kubelet "
+            ">= 1.33); \"\" = the plain names", "UID", default_text="none"),
     Setting("disable_healthchecks", "--disable-healthchecks", "DP_DISABLE_HEALTHCHECKS",
             "disableHealthchecks", _xids, "all/xids, or Xids to ignore on top of 13,31,43,45,68,109", "XIDS",
             default_text="none"),
@@ -549,14 +649,14 @@ def load_config(argv: Sequence[str], env: Mapping[str, str], read_file: Callable
         )  # fmt: skip
 
     _check_mps(given, values)
+    mode_warnings = _check_mode(given, values)
     health = HealthChecks(
         disabled=values.pop("disable_healthchecks", XidList()),
         enabled=values.pop("enable_healthchecks", XidList()),
     )
     in_cluster = tuple((name, env[name]) for name in IN_CLUSTER_ENV if env.get(name))
-    return NodeConfig(
-        **values, health_checks=health, in_cluster_env=in_cluster, warnings=_ignored_settings(given, values)
-    )
+    warnings = (*_ignored_settings(given, values), *mode_warnings)
+    return NodeConfig(**values, health_checks=health, in_cluster_env=in_cluster, warnings=warnings)
 
 
 def _check_mps(given: Loaded, values: Mapping[str, Any]) -> None:
@@ -570,6 +670,83 @@ def _check_mps(given: Loaded, values: Mapping[str, Any]) -> None:
             "where it keeps <root>/<resource>/pipe and <root>/shm (NVIDIA's mps-control-daemon layout). "
             "HAMi v2.10 runs mps without a daemon, which is operating mode hami-core",
         )  # fmt: skip
+
+
+_SERVES_DEVICE_PLUGIN = ("resource_name", "socket_name", "device_list_strategy", "cdi_annotation_prefix")
+"""Settings that say how the device plugin is served to kubelet: given on the command line or in the
+environment together with --mode dra they ask for both modes."""
+_NO_EFFECT_IN_DRA = (
+    "device_split_count",
+    "device_cores_scaling",
+    "enable_numa_topology",
+    "enable_topology_score",
+    "allocate_wait_seconds",
+    "register_interval_seconds",
+)
+"""Device-plugin settings that change nothing in DRA mode (a DRA GPU is shared by consumable capacity,
+not split count; no inventory annotation is written): a warning when set to a non-default value."""
+_DRA_ONLY = (
+    "kubelet_registry_dir",
+    "kubelet_plugins_dir",
+    "dra_driver_name",
+    "dra_taint_effect",
+    "dra_rolling_update_uid",
+)
+
+
+def _from_file(given: Loaded, name: str) -> bool:
+    """Whether a setting came from the config file (a file shared by every node, whose nodeconfig may
+    put other nodes in the other mode), not from this daemon's flags or environment."""
+    where = given[name].where
+    return not where.startswith(("flag ", "environment "))
+
+
+def _check_mode(given: Loaded, values: Mapping[str, Any]) -> tuple[str, ...]:
+    """One mode per node. Refuses flags or environment variables of the other mode (they mean both);
+    the same settings from the shared config file, and device-plugin settings that do nothing in DRA
+    mode, are warnings."""
+    mode = values.get("mode", DaemonMode.DEVICE_PLUGIN)
+    where = given.describe("mode")
+    warnings: list[str] = []
+    if mode is DaemonMode.DEVICE_PLUGIN:
+        for name in _DRA_ONLY:
+            if name not in given:
+                continue
+            if not _from_file(given, name):
+                raise ConfigError(
+                    "configuration", name,
+                    f"{given.describe(name)} only applies in DRA mode, but the mode is device-plugin "
+                    f"({where}); one mode per node: pass --mode dra (HAMI_MODE=dra) to serve this node's "
+                    "GPUs through DRA, or drop it to keep the device plugin",
+                )  # fmt: skip
+            warnings.append(f"{given.describe(name)}: no effect, since the mode is device-plugin ({where})")
+        return tuple(warnings)
+    operating = values.get("operating_mode", OperatingMode.HAMI_CORE)
+    if operating is OperatingMode.MPS:
+        raise ConfigError(
+            "configuration", "operating_mode",
+            f"operating mode mps ({given.describe('operating_mode')}) is served by the device plugin "
+            f"only, but the mode is dra ({where}): choose operating mode hami-core for DRA, or --mode "
+            "device-plugin for MPS",
+        )  # fmt: skip
+    for name in _SERVES_DEVICE_PLUGIN:
+        if name not in given:
+            continue
+        if not _from_file(given, name):
+            flag = _LOADER.setting(name).flag
+            raise ConfigError(
+                "configuration", name,
+                f"{given.describe(name)} configures the device plugin, but the mode is dra ({where}); "
+                "one mode per node (the scheduler cannot see device-plugin allocations of GPUs DRA also "
+                f"publishes): choose --mode device-plugin to serve the GPUs through the device plugin, "
+                f"or drop {flag} to serve them through DRA",
+            )  # fmt: skip
+        warnings.append(f"{given.describe(name)}: no effect, since the mode is dra ({where})")
+    defaults = dataclass_defaults(NodeConfig)
+    for name in _NO_EFFECT_IN_DRA:
+        if name in given and given[name].value != defaults[name]:
+            warnings.append(f"{given.describe(name)}: no effect, since the mode is dra ({where})")
+    return tuple(warnings)
 
 
 def _ignored_settings(given: Loaded, values: Mapping[str, Any]) -> tuple[str, ...]:
@@ -608,7 +785,10 @@ __all__ = [
     "DEFAULT_HEALTH_PORT",
     "DEFAULT_IGNORED_XIDS",
     "DEFAULT_KUBELET_DIR",
+    "DEFAULT_KUBELET_PLUGINS_DIR",
+    "DEFAULT_KUBELET_REGISTRY_DIR",
     "ConfigError",
+    "DaemonMode",
     "DeviceListStrategy",
     "FilterDevices",
     "HealthBind",
@@ -618,6 +798,7 @@ __all__ = [
     "NodeArgumentParser",
     "NodeConfig",
     "OperatingMode",
+    "TaintEffect",
     "XidList",
     "build_argument_parser",
     "load_config",

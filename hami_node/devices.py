@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from hami_api.types import GPUInfo
 from hami_node.allocation import VirtualDevice, list_virtual_devices
@@ -86,21 +87,26 @@ def gpu_type(model: str) -> str:
     return model if model.startswith("NVIDIA") else f"NVIDIA-{model}"
 
 
-def inventory_entry(gpu: GPUStatus, config: NodeConfig) -> GPUInfo:
-    """One GPU as `hami.io/node-nvidia-register` carries it (HAMi's getAPIDevices).
-
-    devmem = MiB x device_memory_scaling, truncated; a GPU whose memory the backend cannot tell
-    (0 MiB, unified-memory parts) counts as `preconfigured_device_memory` MiB, HAMi's fallback.
-    """
-    memory = gpu.info.memory_mib
+def advertised_memory_mib(info: PhysicalGPU, config: NodeConfig) -> int:
+    """The GPU memory the schedulers are told, in MiB: real MiB x device_memory_scaling, truncated; a GPU
+    whose memory the backend cannot tell (0 MiB, unified-memory parts) counts as
+    `preconfigured_device_memory` MiB, HAMi's fallback. (The inventory's devmem and, in DRA mode, the
+    ResourceSlice's memory capacity.)"""
+    memory = info.memory_mib
     if memory <= 0 and config.preconfigured_device_memory > 0:
         memory = config.preconfigured_device_memory
+    return int(memory * config.device_memory_scaling)
+
+
+def inventory_entry(gpu: GPUStatus, config: NodeConfig) -> GPUInfo:
+    """One GPU as `hami.io/node-nvidia-register` carries it (HAMi's getAPIDevices); devmem is
+    `advertised_memory_mib`."""
     numa = gpu.info.numa_node
     return GPUInfo(
         id=gpu.uuid,
         index=gpu.info.index,
         count=config.device_split_count,
-        devmem=int(memory * config.device_memory_scaling),
+        devmem=advertised_memory_mib(gpu.info, config),
         devcore=int(100 * config.device_cores_scaling),
         type=gpu_type(gpu.info.model),
         numa=0 if numa is None or numa < 0 else numa,
@@ -298,6 +304,72 @@ class DeviceState:
             return self._version
 
 
+class StreamContext(Protocol):
+    """What `StateStreams.follow` needs of a gRPC server stream's context (`grpc.ServicerContext`)."""
+
+    def add_callback(self, callback: Callable[[], None]) -> bool: ...
+
+
+class StateStreams:
+    """The gRPC streams that follow the device state (the device plugin's ListAndWatch, the DRA plugin's
+    NodeWatchResources): `follow` yields the state at once and again after each change, until the client
+    goes away or `shutdown()`; the stream then returns normally. Counts the open streams."""
+
+    def __init__(self, state: DeviceState) -> None:
+        self._state = state
+        self._stopping = threading.Event()
+        self._cond = threading.Condition()
+        self._streams = 0
+
+    def shutdown(self) -> None:
+        """End every stream now and refuse new ones."""
+        self._stopping.set()
+        self._state.wake()
+
+    @property
+    def open_streams(self) -> int:
+        with self._cond:
+            return self._streams
+
+    def wait_streams(self, count: int, timeout_s: float) -> bool:
+        """Wait until exactly `count` streams are open (for tests). False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._streams == count, timeout_s)
+
+    def _count(self, delta: int) -> None:
+        with self._cond:
+            self._streams += delta
+            self._cond.notify_all()
+
+    def follow(
+        self, context: StreamContext, every_s: float | None = None
+    ) -> Iterator[tuple[int, tuple[GPUStatus, ...]]]:
+        """(version, gpus) at once, then after every change (and at least every `every_s` when given;
+        a wake without a change may repeat a version), until the client is gone or `shutdown()`."""
+        gone = threading.Event()
+
+        def client_gone() -> None:
+            gone.set()
+            self._state.wake()
+
+        if not context.add_callback(client_gone):
+            return
+
+        def cancelled() -> bool:
+            return gone.is_set() or self._stopping.is_set()
+
+        self._count(1)
+        try:
+            first = True
+            while first or not cancelled():  # the state first, whatever happens
+                first = False
+                version, gpus = self._state.snapshot()
+                yield version, gpus
+                self._state.wait_for_change(version, every_s, cancelled)
+        finally:
+            self._count(-1)
+
+
 class InventoryPublisher:
     """Hands the inventory to an `InventorySink` at start and on every change of it (health included),
     from its own thread; the sink coalesces and writes. `stop()` joins the thread."""
@@ -365,6 +437,9 @@ __all__ = [
     "DeviceState",
     "GPUStatus",
     "InventoryPublisher",
+    "StateStreams",
+    "StreamContext",
+    "advertised_memory_mib",
     "filter_gpus",
     "gpu_type",
     "inventory_entry",

@@ -3,7 +3,9 @@ bridge (`hami_kube.blocking.BlockingKubeApi`: one asyncio loop on a daemon threa
 `pods.PodPatcher` of the bind-phase writer and the `reporter.NodeAnnotationClient` of the inventory
 reporter, `NodeApi.event_recorder` the daemon's one `hami_kube.events` recorder on that loop, and
 `watch_node_pods` runs the `hami_kube` reflector of the pods bound to this node into a
-`PodEventHandler` (`pods.PodTracker`).
+`PodEventHandler` (`pods.PodTracker`). In DRA mode (`hami_node.dra`) `NodeApi` also reads
+ResourceClaims and pods for NodePrepareResources and writes the node's ResourceSlices, and
+`watch_node_slices` runs the reflector of the node's slices of the driver into the slice publisher.
 
 Threading. The writers and the Allocate miss path call `NodeApi` from their own threads and block
 until the answer or the call's timeout; the reflector's deliveries run on the loop's thread (the
@@ -34,6 +36,7 @@ kubeAPIQPS/kubeAPIBurst), whose per-pod path the daemon shares. A GPU pod costs 
 (the bind-phase patch, the read of the Node for HAMi's lock): client-go's default 5/10, which HAMi's
 device plugin runs with, held an 80-pod burst on one node back for 14 s (10/20 did too); at 50/100 it
 takes as long as without a limit."""
+RESOURCE_API = "/apis/resource.k8s.io/v1"
 EVENT_COMPONENT = "hami-node"
 """The `source.component` of the daemon's Events about pods; the host is the node, as kubelet's."""
 
@@ -122,6 +125,42 @@ class NodeApi:
             {"metadata": {"annotations": dict(annotations)}},
         )
 
+    def get_pod(self, namespace: str, name: str) -> JSONDict:
+        return self.bridge.get(f"/api/v1/namespaces/{_name(namespace)}/pods/{_name(name)}")
+
+    # --- DRA ----------------------------------------------------------------------------------------
+
+    def get_resource_claim(self, namespace: str, name: str) -> JSONDict:
+        return self.bridge.get(f"{RESOURCE_API}/namespaces/{_name(namespace)}/resourceclaims/{_name(name)}")
+
+    def list_resource_slices(self, field_selector: str) -> list[JSONDict]:
+        """The ResourceSlices matching `field_selector` (`slice_selector`)."""
+        body = self.bridge.get(f"{RESOURCE_API}/resourceslices", {"fieldSelector": field_selector})
+        items = body.get("items")
+        if not isinstance(items, list):
+            raise KubeApiError(0, "BadResponse", "resource slice list without items")
+        return [item for item in items if isinstance(item, dict)]
+
+    def create_resource_slice(self, body: JSONDict) -> JSONDict:
+        return self.bridge.request("POST", f"{RESOURCE_API}/resourceslices", body)
+
+    def update_resource_slice(self, name: str, body: JSONDict) -> JSONDict:
+        """PUT the slice (its metadata.resourceVersion must be the stored one: 409 Conflict otherwise)."""
+        return self.bridge.request("PUT", f"{RESOURCE_API}/resourceslices/{_name(name)}", body)
+
+    def delete_resource_slice(self, name: str, uid: str = "", resource_version: str = "") -> None:
+        """DELETE the slice, only if it still has this UID and version when given (preconditions, as the
+        helper's removeSlices); 404 is done already."""
+        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
+        body: JSONDict = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if preconditions:
+            body["preconditions"] = preconditions
+        try:
+            self.bridge.request("DELETE", f"{RESOURCE_API}/resourceslices/{_name(name)}", body)
+        except KubeApiError as err:
+            if not err.not_found:
+                raise
+
     def list_pods(self, field_selector: str, timeout_s: float | None = None) -> tuple[list[JSONDict], str]:
         """Pods of all namespaces matching `field_selector`, and the list's resourceVersion (`timeout_s`
         bounds the call instead of the client's request timeout)."""
@@ -168,13 +207,54 @@ def watch_node_pods(
     )
 
 
+def slice_selector(node_name: str, driver: str) -> str:
+    """The field selector of the node's slices of a driver (kubelet's, for wiping them)."""
+    return f"spec.nodeName={node_name},spec.driver={driver}"
+
+
+class SliceEventHandler(Protocol):
+    """Receives the node's slices of the driver (`dra.publisher.SlicePublisher` is one); called on the
+    loop's thread."""
+
+    def slices_listed(self, slices: Sequence[JSONDict]) -> None: ...
+
+    def slice_event(self, kind: str, slice_: JSONDict) -> None: ...
+
+
+def watch_node_slices(
+    bridge: BlockingKubeApi,
+    node_name: str,
+    driver: str,
+    handler: SliceEventHandler,
+    *,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    watch_timeout_s: int = 300,
+    start: bool = True,
+) -> ThreadedReflector:
+    """List, then watch, the ResourceSlices with `spec.nodeName=<node>,spec.driver=<driver>` into
+    `handler`, as `watch_node_pods` does for pods."""
+    return bridge.start_reflector(
+        f"resource slices of {driver} on {node_name}",
+        f"{RESOURCE_API}/resourceslices",
+        ListSink(handler.slices_listed, handler.slice_event),
+        retry=retry,
+        watch_timeout_s=watch_timeout_s,
+        params={"fieldSelector": slice_selector(node_name, driver)},
+        start=start,
+    )
+
+
 __all__ = [
     "EVENT_COMPONENT",
     "KUBE_API_BURST",
     "KUBE_API_QPS",
+    "RESOURCE_API",
     "NodeApi",
     "PodEventHandler",
+    "SliceEventHandler",
     "connect",
     "event_source",
+    "slice_selector",
     "watch_node_pods",
+    "watch_node_slices",
 ]

@@ -4,6 +4,14 @@ together, and run until SIGTERM/SIGINT (SIGHUP restarts the plugin and re-regist
 `--health-bind`, an HTTP endpoint answers kubelet's probes (`hami_node.healthz`): /healthz while the
 plugin's gRPC server serves, /readyz once it is registered with kubelet and the Node carries the inventory.
 
+With `--mode dra` (`hami_node.dra`) the same backend, device state and health loop feed the DRA side
+instead: the claim preparer, the ResourceSlice publisher (with the watch of the node's slices) and the
+DRA plugin's registration and DRA sockets. Neither the device plugin, the pod watch nor the inventory
+annotations run, and the publisher removes inventory annotations a device-plugin run left on the Node,
+so the HAMi scheduler extender never counts a DRA node's GPUs (it only places pods on nodes carrying
+`hami.io/node-nvidia-register`). /healthz: both DRA sockets serve; /readyz: kubelet registered the
+plugin and the node's slice is published.
+
 Start-up errors (bad flags or config file, bad fake inventory, no kubeconfig) print one line naming
 what to fix and exit 2; they never print a traceback."""
 
@@ -18,19 +26,23 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from hami_kube.blocking import ThreadedEventRecorder
 from hami_kube.errors import KubeConfigError
 from hami_kube.events import EventSource
 from hami_node import kubeapi
-from hami_node.cdi import CdiError, cdi_spec_writer
+from hami_node.cdi import CdiError, cdi_spec_writer, common_device_nodes
 from hami_node.config import ConfigError, HelpRequested, NodeConfig, load_config
 from hami_node.devices import DeviceState, InventoryPublisher
-from hami_node.gpu import BackendConfigError, open_backend
+from hami_node.dra.prepare import ClaimPreparer
+from hami_node.dra.publisher import SlicePublisher
+from hami_node.dra.server import DraPluginServers, DraServerError
+from hami_node.gpu import BackendConfigError, GPUBackend, open_backend
 from hami_node.gpu.inventory import InventoryError
 from hami_node.gpu.select import device_node_exists
 from hami_node.gpu.topology import read_pair_scores
 from hami_node.health import HealthMonitor
 from hami_node.healthz import HealthServer, HealthServerError, Probe
-from hami_node.plugin.manager import PluginManager, install_signal_handlers
+from hami_node.plugin.manager import PluginManager, Restartable, install_signal_handlers
 from hami_node.pods import PodTracker
 from hami_node.ports import ObserverFactory
 from hami_node.reporter import EVENT_SOURCE as REPORTER_EVENT_SOURCE
@@ -39,6 +51,8 @@ from hami_node.reporter import NodeReporter
 log = logging.getLogger("hami_node")
 
 EXIT_CONFIG = 2
+DRA_EVENT_SOURCE = "hami-node"
+"""The `source.component` of the DRA mode's Events about the Node."""
 
 
 @dataclass
@@ -46,7 +60,9 @@ class NodeDaemon:
     """Every long-lived part of the daemon: started in dependency order, stopped in reverse."""
 
     config: NodeConfig
-    plugin: PluginManager
+    plugin: Restartable
+    """The kubelet plugin SIGHUP restarts: the device plugin's `PluginManager`, or in DRA mode the DRA
+    plugin's `DraPluginServers`."""
     stops: list[tuple[str, Callable[[], object]]] = field(default_factory=list)
     health_endpoint: HealthServer | None = None
     """The /healthz and /readyz server, when `config.health_bind` is set."""
@@ -84,51 +100,17 @@ def start_daemon(config: NodeConfig, *, observer_factory: ObserverFactory | None
         raise StartupError(str(exc)) from None
     try:  # until the steps own it, the client's loop thread is closed here on any error
         state = DeviceState(config)
-        events = kube.event_recorder(config.node_name)
-        tracker = PodTracker(
-            config.node_name,
+        parts = _Common(
+            config,
             kube,
-            events=events,
-            read_timeout_s=config.allocate_wait_seconds,
-            resource_name=config.resource_name,
+            backend,
+            state,
+            kube.event_recorder(config.node_name),
+            HealthMonitor(backend, state, config),
+            device_node_exists(config.gpu_backend),
+            observer_factory,
         )
-        watch = kubeapi.watch_node_pods(kube.bridge, config.node_name, tracker, start=False)
-        topology = partial(read_pair_scores, backend) if config.enable_topology_score else None
-        reporter = NodeReporter(
-            kube,
-            config.node_name,
-            check_interval_s=config.register_interval_seconds,
-            topology=topology,
-            events=events.with_source(EventSource(REPORTER_EVENT_SOURCE)),
-        )
-        publisher = InventoryPublisher(state, reporter)
-        health = HealthMonitor(backend, state, config)
-        if observer_factory is None:
-            plugin = PluginManager(config, state, tracker)
-        else:
-            plugin = PluginManager(config, state, tracker, observer_factory=observer_factory)
-        daemon = NodeDaemon(config, plugin)
-        if config.health_bind is not None:
-            daemon.health_endpoint = _health_endpoint(config, plugin, reporter)
-
-        def stop_tracker() -> None:
-            tracker.flush(2.0)  # let the last bind-phase patches out
-            tracker.stop()
-
-        steps: list[tuple[str, Callable[[], object], Callable[[], object]]] = [
-            ("kubernetes client", lambda: None, kube.close),
-            ("pod tracker", tracker.start, stop_tracker),
-            ("pod watch", watch.start, watch.stop),
-            ("inventory reporter", reporter.start, reporter.stop),
-            # The health monitor lists the GPUs (or fences them) before the plugin first serves kubelet.
-            ("health monitor", health.start, health.stop),
-            ("inventory publisher", publisher.start, publisher.stop),
-            ("kubelet plugin", plugin.start, plugin.stop),
-        ]
-        exists = device_node_exists(config.gpu_backend)
-        cdi = cdi_spec_writer(state, config.cdi_spec_dir, exists, enabled=config.uses_cdi)
-        if cdi is not None:  # the spec is written before the plugin hands out a CDI name
-            steps.insert(-1, ("CDI spec writer", cdi.start, cdi.stop))
+        daemon, steps = _dra_steps(parts) if config.dra else _device_plugin_steps(parts)
         if (endpoint := daemon.health_endpoint) is not None:
             # Early, so a port in use fails start-up before the other threads run; it answers 503 until ready.
             steps.insert(1, ("health endpoint", endpoint.start, endpoint.stop))
@@ -139,13 +121,119 @@ def start_daemon(config: NodeConfig, *, observer_factory: ObserverFactory | None
         for name, start, stop in steps:
             start()
             daemon.stops.append((name, stop))
-    except (HealthServerError, CdiError) as exc:
+    except (HealthServerError, CdiError, DraServerError) as exc:
         daemon.stop()
         raise StartupError(str(exc)) from None
+    except OSError as exc:
+        daemon.stop()
+        raise StartupError(f"cannot start: {exc}") from None
     except BaseException:
         daemon.stop()
         raise
     return daemon
+
+
+Step = tuple[str, Callable[[], object], Callable[[], object]]
+
+
+@dataclass(frozen=True)
+class _Common:
+    """The parts both modes use."""
+
+    config: NodeConfig
+    kube: kubeapi.NodeApi
+    backend: GPUBackend
+    state: DeviceState
+    events: ThreadedEventRecorder
+    health: HealthMonitor
+    exists: Callable[[str], bool]
+    observer_factory: ObserverFactory | None
+
+
+def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
+    config, kube, state, events = parts.config, parts.kube, parts.state, parts.events
+    observer_factory = parts.observer_factory
+    tracker = PodTracker(
+        config.node_name,
+        kube,
+        events=events,
+        read_timeout_s=config.allocate_wait_seconds,
+        resource_name=config.resource_name,
+    )
+    watch = kubeapi.watch_node_pods(kube.bridge, config.node_name, tracker, start=False)
+    topology = partial(read_pair_scores, parts.backend) if config.enable_topology_score else None
+    reporter = NodeReporter(
+        kube,
+        config.node_name,
+        check_interval_s=config.register_interval_seconds,
+        topology=topology,
+        events=events.with_source(EventSource(REPORTER_EVENT_SOURCE)),
+    )
+    publisher = InventoryPublisher(state, reporter)
+    if observer_factory is None:
+        plugin = PluginManager(config, state, tracker)
+    else:
+        plugin = PluginManager(config, state, tracker, observer_factory=observer_factory)
+    daemon = NodeDaemon(config, plugin)
+    if config.health_bind is not None:
+        daemon.health_endpoint = _health_endpoint(config, plugin, reporter)
+
+    def stop_tracker() -> None:
+        tracker.flush(2.0)  # let the last bind-phase patches out
+        tracker.stop()
+
+    steps: list[Step] = [
+        ("kubernetes client", lambda: None, kube.close),
+        ("pod tracker", tracker.start, stop_tracker),
+        ("pod watch", watch.start, watch.stop),
+        ("inventory reporter", reporter.start, reporter.stop),
+        # The health monitor lists the GPUs (or fences them) before the plugin first serves kubelet.
+        ("health monitor", parts.health.start, parts.health.stop),
+        ("inventory publisher", publisher.start, publisher.stop),
+        ("kubelet plugin", plugin.start, plugin.stop),
+    ]
+    cdi = cdi_spec_writer(state, config.cdi_spec_dir, parts.exists, enabled=config.uses_cdi)
+    if cdi is not None:  # the spec is written before the plugin hands out a CDI name
+        steps.insert(-1, ("CDI spec writer", cdi.start, cdi.stop))
+    return daemon, steps
+
+
+def _dra_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
+    """DRA mode (see the module docstring). A node spec a device-plugin run with CDI left is removed
+    (`cdi_spec_writer` without a CDI strategy); the claims' specs are the preparer's."""
+    config, kube, state, events, exists = parts.config, parts.kube, parts.state, parts.events, parts.exists
+    observer_factory = parts.observer_factory
+    cdi_spec_writer(state, config.cdi_spec_dir, exists, enabled=False)
+    license_file = os.path.join(config.hook_path, "vgpu", "license")
+    preparer = ClaimPreparer(
+        config,
+        state.gpus,
+        kube,
+        common_nodes=lambda: common_device_nodes(exists),
+        license_present=lambda: os.path.exists(license_file),
+    )
+    publisher = SlicePublisher(
+        config, state, kube, events=events.with_source(EventSource(DRA_EVENT_SOURCE, config.node_name))
+    )
+    watch = kubeapi.watch_node_slices(
+        kube.bridge, config.node_name, config.dra_driver_name, publisher, start=False
+    )
+    if observer_factory is None:
+        servers = DraPluginServers(config, state, preparer)
+    else:
+        servers = DraPluginServers(config, state, preparer, observer_factory=observer_factory)
+    daemon = NodeDaemon(config, servers)
+    if config.health_bind is not None:
+        daemon.health_endpoint = _dra_health_endpoint(config, servers, publisher)
+    steps: list[Step] = [
+        ("kubernetes client", lambda: None, kube.close),
+        ("health monitor", parts.health.start, parts.health.stop),
+        ("claim preparer", preparer.start, lambda: None),
+        ("ResourceSlice publisher", publisher.start, publisher.stop),
+        ("ResourceSlice watch", watch.start, watch.stop),
+        ("DRA plugin", servers.start, servers.stop),
+    ]
+    return daemon, steps
 
 
 def _health_endpoint(config: NodeConfig, plugin: PluginManager, reporter: NodeReporter) -> HealthServer:
@@ -171,6 +259,32 @@ def _health_endpoint(config: NodeConfig, plugin: PluginManager, reporter: NodeRe
         config.health_bind.port,
         live=[Probe("device plugin", serving)],
         ready=[Probe("kubelet", registered), Probe("inventory", published)],
+    )
+
+
+def _dra_health_endpoint(
+    config: NodeConfig, servers: DraPluginServers, publisher: SlicePublisher
+) -> HealthServer:
+    """/healthz: both DRA sockets serve. /readyz: kubelet registered the plugin and the node's
+    ResourceSlice says what the GPUs say (at least once)."""
+    assert config.health_bind is not None
+
+    def serving() -> str | None:
+        return None if servers.serving else "the DRA plugin's sockets are not served"
+
+    def registered() -> str | None:
+        return None if servers.registered else "not registered with kubelet"
+
+    def published() -> str | None:
+        return (
+            None if publisher.synced else f"the ResourceSlice of node {config.node_name} is not published yet"
+        )
+
+    return HealthServer(
+        config.health_bind.host,
+        config.health_bind.port,
+        live=[Probe("DRA plugin", serving)],
+        ready=[Probe("kubelet", registered), Probe("ResourceSlice", published)],
     )
 
 
@@ -204,13 +318,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     shutdown = threading.Event()
     restore = install_signal_handlers(daemon.plugin, shutdown)
-    log.info(
-        "hami-node running on node %s: %s backend, resource %s on %s",
-        config.node_name,
-        config.gpu_backend.value,
-        config.resource_name,
-        config.socket_path,
-    )
+    if config.dra:
+        log.info(
+            "hami-node running on node %s in DRA mode: %s backend, driver %s",
+            config.node_name,
+            config.gpu_backend.value,
+            config.dra_driver_name,
+        )
+    else:
+        log.info(
+            "hami-node running on node %s: %s backend, resource %s on %s",
+            config.node_name,
+            config.gpu_backend.value,
+            config.resource_name,
+            config.socket_path,
+        )
     try:
         shutdown.wait()
     finally:

@@ -30,7 +30,8 @@ class PhysicalGPU:
     node the GPU hangs off (None when unknown), `pci_bus_id` NVML's form ("00000000:07:00.0").
     `healthy` is False when the backend already knows the GPU is unusable while listing it (the fake's
     `health: false` or `lost: true`; for NVML, a GPU that stopped answering and is reported with the
-    last values it answered with), so device IDs stay stable while the GPU is down.
+    last values it answered with), so device IDs stay stable while the GPU is down. `driver_version`
+    is the kernel driver's version as NVML writes it ("550.54.15"), None when unknown.
     """
 
     index: int
@@ -42,6 +43,7 @@ class PhysicalGPU:
     pci_bus_id: str
     mig_enabled: bool = False
     healthy: bool = True
+    driver_version: str | None = None
 
 
 class GPUEventKind(StrEnum):

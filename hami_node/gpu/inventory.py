@@ -23,6 +23,8 @@ from hami_node.gpu.backend import GPUEventKind, GPULink, PhysicalGPU, TopologyLe
 
 DEFAULT_MODEL = "NVIDIA A100-SXM4-80GB"
 DEFAULT_MEMORY_MIB = 81920
+FAKE_DRIVER_VERSION = "550.54.15"
+"""The driver version every fake GPU reports (a real R550 driver's), for the DRA slice's driverVersion."""
 DEFAULT_NVLINKS = 12
 """NVLinks per GPU pair in generated inventories: an A100-SXM4 board, 12 links per GPU to NVSwitches."""
 MAX_NVLINKS = 18
@@ -67,6 +69,7 @@ class FakeGpu:
             pci_bus_id=self.pci_bus_id,
             mig_enabled=self.mig_enabled,
             healthy=self.healthy and not (self.lost or lost),
+            driver_version=FAKE_DRIVER_VERSION,
         )
 
 

@@ -270,10 +270,11 @@ class NvmlBackend:
             count = int(pynvml.nvmlDeviceGetCount())
         except pynvml.NVMLError as err:
             raise _mapped(err, "nvmlDeviceGetCount") from None
+        driver = self._driver_version()
         gpus: list[PhysicalGPU] = []
         for index in range(count):
             try:
-                info = self._read_gpu(index)
+                info = self._read_gpu(index, driver)
             except pynvml.NVMLError as err:
                 if _code(err) in _GLOBAL_CODES:
                     raise _mapped(err, f"reading GPU {index}") from None
@@ -289,7 +290,17 @@ class NvmlBackend:
             gpus.append(info)
         return gpus
 
-    def _read_gpu(self, index: int) -> PhysicalGPU:
+    @staticmethod
+    def _driver_version() -> str | None:
+        """The driver's version, None when NVML cannot tell (never fails the listing: a failing NVML
+        fails the calls that follow)."""
+        try:
+            return _text(pynvml.nvmlSystemGetDriverVersion())
+        except pynvml.NVMLError as err:
+            log.debug("driver version unknown: %s", err)
+            return None
+
+    def _read_gpu(self, index: int, driver_version: str | None = None) -> PhysicalGPU:
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         pci_bus_id = _text(pynvml.nvmlDeviceGetPciInfo(handle).busId)
         return PhysicalGPU(
@@ -301,6 +312,7 @@ class NvmlBackend:
             numa_node=self._numa_node(handle, pci_bus_id),
             pci_bus_id=pci_bus_id,
             mig_enabled=self._mig_enabled(handle),
+            driver_version=driver_version,
         )
 
     def _numa_node(self, handle: Any, pci_bus_id: str) -> int | None:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -403,6 +403,13 @@ class _KubeletDirHandler(FileSystemEventHandler):
             manager._plugin_socket_deleted()
 
 
+class Restartable(Protocol):
+    """What SIGHUP restarts: the device plugin's `PluginManager`, or in DRA mode the DRA plugin's servers
+    (`hami_node.dra.server.DraPluginServers`)."""
+
+    def request_restart(self, reason: str = ...) -> None: ...
+
+
 class SignalHandlers:
     """The daemon's signals: SIGHUP -> `manager.request_restart()`; SIGTERM and SIGINT -> shutdown,
     which the main thread awaits with `wait_for_shutdown()` and then stops everything (`manager.stop()`
@@ -413,7 +420,7 @@ class SignalHandlers:
     `install()` and `restore()` must run in the main thread; also usable as a context manager.
     """
 
-    def __init__(self, manager: PluginManager) -> None:
+    def __init__(self, manager: Restartable) -> None:
         self._manager = manager
         self._shutdown: queue.SimpleQueue[int] = queue.SimpleQueue()
         self._previous: dict[int, Any] = {}
@@ -457,7 +464,7 @@ class SignalHandlers:
         self._shutdown.put(signum)
 
 
-def install_signal_handlers(manager: PluginManager, shutdown: threading.Event) -> Callable[[], None]:
+def install_signal_handlers(manager: Restartable, shutdown: threading.Event) -> Callable[[], None]:
     """`SignalHandlers` for a main thread that waits on an Event: SIGHUP -> `manager.request_restart()`,
     SIGTERM/SIGINT -> `shutdown.set()`, done by a small relay thread (never inside the handler). Call
     from the main thread; returns a function that restores the previous handlers and ends the relay."""
@@ -482,4 +489,4 @@ def install_signal_handlers(manager: PluginManager, shutdown: threading.Event) -
 _RELAY_DONE = -1
 
 
-__all__ = ["PluginManager", "SignalHandlers", "install_signal_handlers"]
+__all__ = ["PluginManager", "Restartable", "SignalHandlers", "install_signal_handlers"]

@@ -25,10 +25,8 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent import futures
 from pathlib import Path
 
 import grpc
@@ -49,10 +47,11 @@ from hami_node.allocation import (
     virtual_devices_to_proto,
 )
 from hami_node.config import NodeConfig
-from hami_node.devices import DeviceState
+from hami_node.devices import DeviceState, StateStreams
 from hami_node.mps import daemon_started
 from hami_node.plugin.api import api_pb2, api_pb2_grpc
 from hami_node.ports import PodSource
+from hami_node.unixgrpc import SocketIdentity, UnixServerError, remove_own_socket, start_unix_server
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +61,7 @@ def plugin_options() -> api_pb2.DevicePluginOptions:
     return api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
 
-class PluginServerError(Exception):
+class PluginServerError(UnixServerError):
     """The plugin's gRPC server cannot serve (e.g. its socket cannot be bound)."""
 
 
@@ -81,29 +80,12 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         self._pods = pods
         self._config = config
         self._new_id = new_id
-        self._stopping = threading.Event()
-        self._streams = 0
-        self._streams_cond = threading.Condition()
+        self.streams = StateStreams(state)
+        """The ListAndWatch streams."""
 
     def shutdown(self) -> None:
         """End every ListAndWatch stream now (they return normally) and refuse new ones."""
-        self._stopping.set()
-        self._state.wake()
-
-    @property
-    def open_streams(self) -> int:
-        with self._streams_cond:
-            return self._streams
-
-    def wait_streams(self, count: int, timeout_s: float) -> bool:
-        """Wait until exactly `count` ListAndWatch streams are open (for tests). False on timeout."""
-        with self._streams_cond:
-            return self._streams_cond.wait_for(lambda: self._streams == count, timeout_s)
-
-    def _count_stream(self, delta: int) -> None:
-        with self._streams_cond:
-            self._streams += delta
-            self._streams_cond.notify_all()
+        self.streams.shutdown()
 
     # --- RPCs -------------------------------------------------------------------------------------
 
@@ -115,32 +97,14 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
     def ListAndWatch(
         self, request: api_pb2.Empty, context: grpc.ServicerContext
     ) -> Iterator[api_pb2.ListAndWatchResponse]:
-        gone = threading.Event()
-
-        def client_gone() -> None:
-            gone.set()
-            self._state.wake()
-
-        if not context.add_callback(client_gone):
-            return
-
-        def cancelled() -> bool:
-            return gone.is_set() or self._stopping.is_set()
-
-        self._count_stream(1)
-        try:
-            sent = None
-            while sent is None or not cancelled():  # the full list first, whatever happens
-                version, gpus = self._state.snapshot()
-                devices = self._state.virtual_devices(gpus)
-                if devices != sent:
-                    healthy = sum(1 for d in devices if d.healthy)
-                    log.debug("ListAndWatch: %d devices (%d healthy)", len(devices), healthy)
-                    yield api_pb2.ListAndWatchResponse(devices=virtual_devices_to_proto(devices))
-                    sent = devices
-                self._state.wait_for_change(version, None, cancelled)
-        finally:
-            self._count_stream(-1)
+        sent = None
+        for _, gpus in self.streams.follow(context):
+            devices = self._state.virtual_devices(gpus)
+            if devices != sent:
+                healthy = sum(1 for d in devices if d.healthy)
+                log.debug("ListAndWatch: %d devices (%d healthy)", len(devices), healthy)
+                yield api_pb2.ListAndWatchResponse(devices=virtual_devices_to_proto(devices))
+                sent = devices
 
     def GetPreferredAllocation(
         self, request: api_pb2.PreferredAllocationRequest, context: grpc.ServicerContext
@@ -273,7 +237,7 @@ class PluginServer:
         self.servicer = DevicePluginServicer(state, pods, config, new_id=new_id)
         self._max_workers = max_workers
         self._server: grpc.Server | None = None
-        self._identity: tuple[int, int] | None = None
+        self._identity: SocketIdentity | None = None
 
     @property
     def socket_path(self) -> Path:
@@ -287,30 +251,15 @@ class PluginServer:
         """Bind the socket (a stale file there is replaced) and serve. Raises `PluginServerError`."""
         if self._server is not None:
             raise RuntimeError("plugin server already started")
-        if len(str(self._socket_path)) > 107:
-            raise PluginServerError(
-                f"socket path {self._socket_path} is {len(str(self._socket_path))} bytes; Unix sockets "
-                "allow at most 107"
+        try:
+            self._server, self._identity = start_unix_server(
+                self._socket_path,
+                lambda server: api_pb2_grpc.add_DevicePluginServicer_to_server(self.servicer, server),
+                max_workers=self._max_workers,
+                thread_name_prefix="hami-dp",
             )
-        server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="hami-dp")
-        )
-        api_pb2_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
-        try:
-            port = server.add_insecure_port(f"unix://{self._socket_path}")
-        except RuntimeError as err:
-            server.stop(None)
-            raise PluginServerError(f"cannot serve on {self._socket_path}: {err}") from None
-        if port != 1:
-            server.stop(None)
-            raise PluginServerError(f"cannot serve on {self._socket_path}: bind failed")
-        server.start()
-        self._server = server
-        try:
-            st = os.stat(self._socket_path)
-            self._identity = (st.st_dev, st.st_ino)
-        except OSError:
-            self._identity = None
+        except UnixServerError as err:
+            raise PluginServerError(str(err)) from None
         log.info("device plugin serving on %s", self._socket_path)
 
     def stop(self, grace_s: float = 0.5) -> None:
@@ -326,15 +275,7 @@ class PluginServer:
 
     def _remove_socket(self) -> None:
         """Remove our socket if it is still there (never a socket someone else bound since)."""
-        try:
-            st = os.stat(self._socket_path)
-        except OSError:
-            return
-        if self._identity is not None and (st.st_dev, st.st_ino) == self._identity:
-            try:
-                os.unlink(self._socket_path)
-            except OSError as err:
-                log.warning("cannot remove %s: %s", self._socket_path, err)
+        remove_own_socket(self._socket_path, self._identity)
 
 
 __all__ = ["DevicePluginServicer", "PluginServer", "PluginServerError", "plugin_options"]

@@ -16,6 +16,7 @@ from hami_node.gpu.inventory import (
     DEFAULT_MEMORY_MIB,
     DEFAULT_MODEL,
     DEFAULT_NVLINKS,
+    FAKE_DRIVER_VERSION,
     FakeEvent,
     FakeGpu,
     Inventory,
@@ -58,7 +59,14 @@ def test_minimal_file_gets_defaults() -> None:
         FakeGpu("GPU-1", "NVIDIA A100-SXM4-80GB", 81920, 1, 1, 1, "00000000:0F:00.0"),
     )
     assert inventory.gpus[1].info() == PhysicalGPU(
-        1, "GPU-1", "NVIDIA A100-SXM4-80GB", 81920, 1, 1, "00000000:0F:00.0"
+        1,
+        "GPU-1",
+        "NVIDIA A100-SXM4-80GB",
+        81920,
+        1,
+        1,
+        "00000000:0F:00.0",
+        driver_version=FAKE_DRIVER_VERSION,
     )
 
 

@@ -392,6 +392,7 @@ def test_lists_every_gpu_with_its_properties(backend: NvmlBackend) -> None:
         pci_bus_id="00000000:07:00.0",
         mig_enabled=False,
         healthy=True,
+        driver_version="580.95.05",
     )
     assert [g.uuid for g in gpus] == UUIDS
     assert [g.index for g in gpus] == [0, 1, 2, 3]

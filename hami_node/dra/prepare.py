@@ -1,0 +1,402 @@
+"""NodePrepareResources and NodeUnprepareResources, the I/O around the pure core (`claims`): reading the
+claims and their pods, the serialization lock, the checkpoint, the claims' CDI specs and directories.
+
+Prepare, as the upstream helper does it (k8s.io/dynamic-resource-allocation kubeletplugin/draplugin.go
+`NodePrepareResources`, `getResourceClaims`): every claim is read from the API server *before* the
+serialization lock is taken (slow calls never hold it), must have the UID kubelet names ("got replaced")
+and be allocated ("not allocated"); the pods in its `status.reservedFor` are read too, for the
+container-visible GPU order (`claims.assign_indices`). Then, under the lock: the checkpoint is read; a
+claim already in it answers with what it got then (its CDI spec written again if it went missing, its
+directory kept: Prepare never wipes a prepared claim's shared cache, which the pods already using it
+hold); the others are prepared: their spec written (`hami_node.cdi`, atomic), their directory
+`<hook>/vgpu/claims/<uid>` created (mode 0777, as HAMi's cache directories), and the checkpoint saved.
+Every failure is the claim's own error; the call itself never fails for one claim.
+
+Unprepare, under the lock: the claim's spec file and directory are removed by its UID (so a claim the
+checkpoint does not know, e.g. after a lost checkpoint, is cleaned up too, and an unknown one is
+simply done) and its entry dropped.
+
+The lock is a mutex plus `flock` on `<plugin dir>/serialize.lock`, and the checkpoint is read at the start
+of each call: two daemon instances during a rolling update (the upstream helper's RollingUpdate, whose
+instances "must be entirely stateless across method calls") share the state through the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import re
+import shutil
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from hami_kube.errors import KubeApiError
+from hami_node.cdi import (
+    atomic_write,
+    claim_spec_file_name,
+    encode_spec,
+    remove_spec,
+    remove_stale_claim_temps,
+    write_spec,
+)
+from hami_node.config import NodeConfig
+from hami_node.devices import GPUStatus
+from hami_node.dra import checkpoint as ckpt
+from hami_node.dra.claims import (
+    ClaimError,
+    ClaimGpu,
+    ClaimPlan,
+    ClaimRef,
+    Indices,
+    PreparedClaim,
+    Share,
+    allocation_shares,
+    assign_indices,
+    check_claim,
+    check_devices,
+    claim_dir,
+    claim_gpus,
+    claim_spec,
+    container_uses,
+    gpu_order,
+    is_pod_private,
+    prepare_claim,
+    reserved_pods,
+)
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = "serialize.lock"
+"""The upstream helper's lock file name (kubeletplugin/draplugin.go, RollingUpdate)."""
+_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
+
+
+class ClaimSource(Protocol):
+    """The reads Prepare makes (`hami_node.kubeapi.NodeApi` is one). Errors: `KubeApiError`."""
+
+    def get_resource_claim(self, namespace: str, name: str) -> Mapping[str, Any]: ...
+
+    def get_pod(self, namespace: str, name: str) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One claim's answer: prepared, or the error kubelet shows."""
+
+    claim: PreparedClaim | None = None
+    error: str = ""
+
+
+class ClaimPreparer:
+    """Prepares and unprepares claims; thread-safe (calls are serialized). `gpus` lists this node's GPUs
+    now (`DeviceState.gpus`); `device_exists` says which control device nodes exist (for the specs);
+    `license_present` whether HAMi's license file is there."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        gpus: Callable[[], Sequence[GPUStatus]],
+        source: ClaimSource,
+        *,
+        common_nodes: Callable[[], Sequence[str]] = lambda: (),
+        license_present: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self._config = config
+        self._gpus = gpus
+        self._source = source
+        self._common_nodes = common_nodes
+        self._license_present = license_present
+        self._dir = config.dra_plugin_dir
+        self._cdi_dir = config.cdi_spec_dir
+        self._mutex = threading.Lock()
+        self.prepared = 0
+        """Claims prepared (newly) since start."""
+        self._forbidden_logged = False
+        self.unprepared = 0
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self._dir / ckpt.FILE_NAME
+
+    def start(self) -> None:
+        """Create the plugin directory, remove the temporary files of interrupted spec writes, and check
+        the checkpoint once (a bad one is moved aside now, with an error in the log). Raises OSError."""
+        self._dir.mkdir(parents=True, exist_ok=True)
+        for path in remove_stale_claim_temps(self._cdi_dir):
+            log.info("removed %s, left by an interrupted write", path)
+        with self._serialized():
+            claims = self._load().claims
+        if claims:
+            log.info("DRA checkpoint %s: %d prepared claims", self.checkpoint_path, len(claims))
+
+    # --- prepare ----------------------------------------------------------------------------------------
+
+    def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
+        """One outcome per claim UID of `refs`."""
+        out: dict[str, Outcome] = {}
+        fetched: dict[str, tuple[ClaimRef, Mapping[str, Any]]] = {}
+        for ref in refs:
+            if ref.uid in out or ref.uid in fetched:
+                continue
+            error = _bad_uid(ref)
+            if error:
+                out[ref.uid] = Outcome(error=error)
+                continue
+            try:
+                claim = self._source.get_resource_claim(ref.namespace, ref.name)
+                check_claim(claim, ref)
+            except KubeApiError as err:
+                out[ref.uid] = Outcome(error=f"claim {ref.key}: cannot read it: {err}")
+            except ClaimError as err:
+                out[ref.uid] = Outcome(error=str(err))
+            else:
+                fetched[ref.uid] = (ref, claim)
+        pods = self._read_pods(fetched, out)
+        with self._serialized():
+            out.update(self._prepare_locked(fetched, pods))
+        return out
+
+    def _read_pods(
+        self, fetched: dict[str, tuple[ClaimRef, Mapping[str, Any]]], out: dict[str, Outcome]
+    ) -> list[Mapping[str, Any]]:
+        """The pods the claims are reserved for (each read once); a claim whose pod cannot be read
+        fails (kubelet retries), a pod that is gone or was replaced is left out."""
+        pods: dict[tuple[str, str], Mapping[str, Any] | None] = {}
+        for uid, (ref, claim) in list(fetched.items()):
+            for name, pod_uid in reserved_pods(claim):
+                key = (ref.namespace, name)
+                if key not in pods:
+                    try:
+                        pod = self._source.get_pod(ref.namespace, name)
+                    except KubeApiError as err:
+                        if err.status == 403:
+                            self._pods_forbidden(err)
+                        elif not err.not_found:
+                            out[uid] = Outcome(
+                                error=f"claim {ref.key}: cannot read pod {ref.namespace}/{name}: {err}"
+                            )
+                            del fetched[uid]
+                            break
+                        pod = None
+                    pods[key] = pod
+                pod = pods[key]
+                if pod is not None and (pod.get("metadata") or {}).get("uid") != pod_uid:
+                    pods[key] = None
+        return [pod for pod in pods.values() if pod is not None]
+
+    def _pods_forbidden(self, err: KubeApiError) -> None:
+        """Without `get` on pods the claims are prepared with their own indices, unchecked against the
+        containers (right for a container with one HAMi claim, as the webhook's translations have)."""
+        if not self._forbidden_logged:
+            self._forbidden_logged = True
+            log.warning(
+                "cannot read the pods claims are reserved for (%s): claims keep their own GPU indices and a "
+                "container combining several HAMi claims is not checked; grant get on pods to hami-node",
+                err,
+            )
+
+    def _prepare_locked(
+        self, fetched: Mapping[str, tuple[ClaimRef, Mapping[str, Any]]], pods: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Outcome]:
+        out: dict[str, Outcome] = {}
+        checkpoint = self._load()
+        gpus = claim_gpus(self._gpus(), self._config)
+        pool = self._config.node_name
+        new: dict[str, tuple[ClaimRef, tuple[Share, ...], bool]] = {}
+        for uid, (ref, claim) in fetched.items():
+            stored = checkpoint.claims.get(uid)
+            if stored is not None:
+                out[uid] = self._keep(stored)
+                continue
+            try:
+                shares = allocation_shares(claim, ref.key, driver=self._config.dra_driver_name, pool=pool)
+                check_devices(ref.key, pool, shares, gpus)
+            except ClaimError as err:
+                out[uid] = Outcome(error=str(err))
+                continue
+            new[uid] = (ref, shares, is_pod_private(claim))
+        if not new:
+            return out
+        indices = self._indices(new, checkpoint, pods, gpus)
+        for uid, (ref, shares, private) in new.items():
+            if uid in indices.errors:
+                out[uid] = Outcome(error=f"claim {ref.key}: {indices.errors[uid]}")
+                continue
+            try:
+                prepared = prepare_claim(
+                    ref, pool, shares, gpus, indices.indices[uid], sole=indices.sole[uid], private=private
+                )
+                self._write(prepared)
+            except ClaimError as err:
+                out[uid] = Outcome(error=str(err))
+                continue
+            except OSError as err:
+                out[uid] = Outcome(error=f"claim {ref.key}: cannot write its CDI spec or directory: {err}")
+                continue
+            checkpoint = checkpoint.with_claim(prepared)
+            out[uid] = Outcome(prepared)
+        try:
+            self._save(checkpoint)
+        except OSError as err:
+            message = f"cannot save the DRA checkpoint {self.checkpoint_path}: {err}"
+            log.error("%s", message)
+            for uid in new:
+                if out[uid].claim is not None:
+                    out[uid] = Outcome(error=f"claim {new[uid][0].key}: {message}")
+            return out
+        for uid in new:
+            done = out[uid].claim
+            if done is not None:
+                self.prepared += 1
+                log.info(
+                    "prepared claim %s (%s): %s",
+                    done.key,
+                    uid,
+                    ", ".join(f"{d.device} #{d.index} {d.memory_mib}MiB {d.cores}%" for d in done.devices),
+                )
+        return out
+
+    def _indices(
+        self,
+        new: Mapping[str, tuple[ClaimRef, tuple[Share, ...], bool]],
+        checkpoint: ckpt.Checkpoint,
+        pods: Sequence[Mapping[str, Any]],
+        gpus: Mapping[str, ClaimGpu],
+    ) -> Indices:
+        plans: dict[str, ClaimPlan] = {}
+        by_name: dict[str, dict[str, str]] = {}
+        for uid, stored in checkpoint.claims.items():
+            plans[uid] = ClaimPlan(
+                stored.key,
+                tuple((d.request, d.device) for d in stored.devices),
+                stored.private,
+                stored.indices(),
+            )
+            by_name.setdefault(stored.namespace, {})[stored.name] = uid
+        for uid, (ref, shares, private) in new.items():
+            plans[uid] = ClaimPlan(ref.key, tuple((s.request, s.device) for s in shares), private)
+            by_name.setdefault(ref.namespace, {})[ref.name] = uid
+        uses = [
+            use
+            for pod in pods
+            for use in container_uses(
+                pod, by_name.get((pod.get("metadata") or {}).get("namespace") or "default", {})
+            )
+        ]
+        order = {name: gpu_order(gpu) for name, gpu in gpus.items()}
+        for plan in plans.values():  # a prepared claim's GPU may be gone since: it sorts last
+            for _, device in plan.devices:
+                order.setdefault(device, ((1 << 64,), device, 0))
+        return assign_indices(plans, uses, order)
+
+    def _keep(self, claim: PreparedClaim) -> Outcome:
+        """A claim prepared before: the same answer; its spec written again if it is missing (a node
+        reboot empties /var/run/cdi), its directory created if missing, never emptied."""
+        try:
+            if not (self._cdi_dir / claim_spec_file_name(claim.uid)).exists():
+                log.warning("claim %s: its CDI spec was missing; written again", claim.key)
+                self._write(claim)
+            else:
+                self._make_dir(claim.uid)
+        except OSError as err:
+            return Outcome(error=f"claim {claim.key}: cannot write its CDI spec or directory: {err}")
+        return Outcome(claim)
+
+    def _write(self, claim: PreparedClaim) -> None:
+        spec = claim_spec(claim, self._config, self._common_nodes(), license_present=self._license_present())
+        self._make_dir(claim.uid)
+        write_spec(self._cdi_dir, encode_spec(spec), claim_spec_file_name(claim.uid))
+
+    def _make_dir(self, uid: str) -> None:
+        path = claim_dir(self._config, uid)
+        os.makedirs(path, exist_ok=True)
+        os.chmod(path, 0o777)
+
+    # --- unprepare -------------------------------------------------------------------------------------
+
+    def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
+        """Per claim UID: "" when done (also for a claim never prepared here), else the error."""
+        out: dict[str, str] = {}
+        with self._serialized():
+            checkpoint = self._load()
+            before = checkpoint
+            for ref in refs:
+                error = _bad_uid(ref)
+                if error:
+                    out[ref.uid] = error
+                    continue
+                try:
+                    removed = remove_spec(self._cdi_dir, claim_spec_file_name(ref.uid))
+                    directory = claim_dir(self._config, ref.uid)
+                    if os.path.isdir(directory):
+                        shutil.rmtree(directory)
+                except OSError as err:
+                    out[ref.uid] = f"claim {ref.key}: cannot remove its CDI spec or directory: {err}"
+                    continue
+                out[ref.uid] = ""
+                known = ref.uid in checkpoint.claims
+                checkpoint = checkpoint.without(ref.uid)
+                if known or removed:
+                    self.unprepared += 1
+                    log.info("unprepared claim %s (%s)", ref.key, ref.uid)
+            if checkpoint != before:
+                try:
+                    self._save(checkpoint)
+                except OSError as err:
+                    message = f"cannot save the DRA checkpoint {self.checkpoint_path}: {err}"
+                    log.error("%s", message)
+                    return {uid: error or f"claim {uid}: {message}" for uid, error in out.items()}
+        return out
+
+    # --- the lock and the checkpoint ------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _serialized(self) -> Iterator[None]:
+        with self._mutex:
+            self._dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self._dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)  # releases the flock
+
+    def _load(self) -> ckpt.Checkpoint:
+        """The checkpoint (empty when there is none); a bad one is moved aside to `<file>.bad`."""
+        path = self.checkpoint_path
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return ckpt.Checkpoint()
+        try:
+            return ckpt.decode(data)
+        except ckpt.CheckpointError as err:
+            aside = path.with_name(f"{path.name}.bad")
+            log.error(
+                "DRA checkpoint %s cannot be used (%s): moved to %s, starting without it (claims prepared "
+                "again get the same answer; Unprepare finds a claim's files by its UID)",
+                path,
+                err,
+                aside,
+            )
+            with contextlib.suppress(OSError):
+                os.replace(path, aside)
+            return ckpt.Checkpoint()
+
+    def _save(self, checkpoint: ckpt.Checkpoint) -> None:
+        atomic_write(self._dir, ckpt.FILE_NAME, ckpt.encode(checkpoint), mode=0o600)
+
+
+def _bad_uid(ref: ClaimRef) -> str:
+    """A UID that cannot name a file safely (Kubernetes UIDs are UUIDs) is refused."""
+    if _UID.fullmatch(ref.uid):
+        return ""
+    return f"claim {ref.key}: UID {ref.uid!r} is not a Kubernetes UID"
+
+
+__all__ = ["LOCK_FILE", "ClaimPreparer", "ClaimSource", "Outcome"]

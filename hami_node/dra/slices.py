@@ -1,0 +1,394 @@
+"""Pure: this node's GPUs as a ResourceSlice (`resource.k8s.io/v1`), and the comparisons the publisher
+(`publisher.SlicePublisher`) makes against what the API server stores.
+
+One pool per node, named after the node, in one slice: `generateName: <node>-<driver>-`, an owner
+reference to the Node (controller: true, so the slices go with the Node), `spec.nodeName`, the pool's
+`generation` bumped on every change (consumers use only the highest generation) and
+`resourceSliceCount: 1` (the helper's convention, k8s.io/dynamic-resource-allocation
+resourceslice/resourceslicecontroller.go; there the generation is bumped only when more than one
+write is needed, here on every write, as the issue asks).
+
+Devices, in the order the daemon prefers, which is the GPUs' NVML index order (PCI bus order): the
+scheduler's allocator is first-fit in slice order (structured/internal/experimental
+allocator_experimental.go), so earlier GPUs fill first. One device per GPU, named
+`hami_api.dra.device_name(minor)` (HAMi-DRA's `hami-gpu-<minor>`), with
+
+- attributes `type` (hami-gpu), `uuid`, `minor`, `index`, `productName` (NVML's name, as NVIDIA's and
+  HAMi's DRA drivers publish it), `driverVersion` (a strict semver: NVML's "535.104.05" is published as
+  535.104.5), `pcieBusID` and `numaNode` where known;
+- capacities `memory` in bytes (the advertised MiB, so 1 Mi aligned: `aligned_memory`) and `cores`
+  (100), each with HAMi-DRA's request policy: default the whole (a claim that names no capacity takes
+  the GPU), memory 1Mi..whole in 1Mi steps, cores 0..100 in steps of 1; and
+  `allowMultipleAllocations: true` (KEP-5075 consumable capacity).
+
+Without consumable capacity (the API server dropped `allowMultipleAllocations`: gate
+`DRAConsumableCapacity` off, `consumable_dropped`) the same devices are published without the policy
+and without the flag: each GPU then goes to one claim whole.
+
+An unhealthy GPU carries the taint `<driver>/unhealthy=<reason>` (`taint_value`: `xid-79`, `gpu-lost`,
+`nvml-failing`, ...) with the configured effect and the time it was first seen; recovery removes it.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from hami_api import dra
+from hami_api.errors import QuantityError
+from hami_api.quantity import canonical_quantity, parse_quantity
+from hami_node.config import NodeConfig
+from hami_node.devices import REPORTED_UNHEALTHY, GPUStatus, advertised_memory_mib
+from hami_node.health import DEVICE_LOST_REASON, MONITORING_FAILED_REASON
+
+SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
+TAINT_NAME = "unhealthy"
+MEMORY_STEP = dra.MIB
+MAX_DEVICES_WITH_TAINTS = 64
+"""A slice holds at most 128 devices, 64 when any has taints (resource/v1 ResourceSliceSpec)."""
+
+_XID = re.compile(r"Xid (\d+)")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+JSON = dict[str, Any]
+
+
+# --- values ----------------------------------------------------------------------------------------------
+
+
+def aligned_memory(total_bytes: int, step: int = MEMORY_STEP) -> int:
+    """Memory in bytes rounded down to a multiple of `step` (1 Mi): the capacity's value must be
+    step-aligned for its request policy to be valid (min + k*step = max)."""
+    if total_bytes < 0 or step <= 0:
+        raise ValueError(f"need total_bytes >= 0 and step > 0, got {total_bytes}, {step}")
+    return total_bytes - total_bytes % step
+
+
+def driver_semver(text: str | None) -> str | None:
+    """NVML's driver version as the strict semver a `version` attribute must be: three numeric parts
+    without leading zeros ("535.104.05" -> "535.104.5", "550.54" -> "550.54.0"); None for anything
+    else (the attribute is then left out)."""
+    if not text:
+        return None
+    parts = text.strip().split(".")
+    if not 1 <= len(parts) <= 3 or not all(p.isascii() and p.isdigit() for p in parts):
+        return None
+    numbers = [int(p) for p in parts] + [0] * (3 - len(parts))
+    return ".".join(str(n) for n in numbers)
+
+
+def taint_key(driver: str) -> str:
+    return f"{driver}/{TAINT_NAME}"
+
+
+def taint_value(gpu: GPUStatus) -> str | None:
+    """Why a GPU is unhealthy, as a taint value (a label value): `xid-<n>`, `gpu-lost`,
+    `monitoring-failed`, `reported-unhealthy`, `nvml-failing` or `unhealthy`; None when healthy."""
+    if gpu.healthy:
+        return None
+    if gpu.fenced is not None:
+        return "nvml-failing"
+    fault = gpu.fault or ""
+    match = _XID.fullmatch(fault)
+    if match is not None:
+        return f"xid-{match.group(1)}"
+    known = {
+        DEVICE_LOST_REASON: "gpu-lost",
+        MONITORING_FAILED_REASON: "monitoring-failed",
+        REPORTED_UNHEALTHY: "reported-unhealthy",
+    }
+    return known.get(fault, "unhealthy")
+
+
+def _memory_quantity(total_bytes: int) -> str:
+    """Bytes as the API server writes them, in binary units when whole MiB ("80Gi")."""
+    if total_bytes % dra.MIB == 0:
+        return canonical_quantity(f"{total_bytes // dra.MIB}Mi")
+    return canonical_quantity(total_bytes)
+
+
+# --- devices -----------------------------------------------------------------------------------------------
+
+
+def device_attributes(gpu: GPUStatus) -> JSON:
+    info = gpu.info
+    attributes: JSON = {
+        dra.ATTR_TYPE: {"string": dra.DEVICE_TYPE},
+        dra.ATTR_UUID: {"string": info.uuid},
+        dra.ATTR_MINOR: {"int": info.minor},
+        dra.ATTR_INDEX: {"int": info.index},
+        dra.ATTR_PRODUCT_NAME: {"string": info.model[:64]},
+    }
+    version = driver_semver(info.driver_version)
+    if version is not None:
+        attributes[dra.ATTR_DRIVER_VERSION] = {"version": version}
+    if info.pci_bus_id:
+        attributes[dra.ATTR_PCI_BUS_ID] = {"string": info.pci_bus_id[:64]}
+    if info.numa_node is not None and info.numa_node >= 0:
+        attributes[dra.ATTR_NUMA_NODE] = {"int": info.numa_node}
+    return attributes
+
+
+def device_capacity(memory_bytes: int, *, consumable: bool) -> JSON:
+    """`memory` (bytes) and `cores` (100), with HAMi-DRA's request policies when `consumable`. A GPU too
+    small for a valid memory range (below 2 Mi: min + step must not exceed the value) gets none."""
+    memory: JSON = {"value": _memory_quantity(memory_bytes)}
+    cores: JSON = {"value": "100"}
+    if consumable:
+        if memory_bytes >= 2 * MEMORY_STEP:
+            memory["requestPolicy"] = {
+                "default": _memory_quantity(memory_bytes),
+                "validRange": {"min": "1Mi", "max": _memory_quantity(memory_bytes), "step": "1Mi"},
+            }
+        cores["requestPolicy"] = {"default": "100", "validRange": {"min": "0", "max": "100", "step": "1"}}
+    return {dra.CAPACITY_MEMORY: memory, dra.CAPACITY_CORES: cores}
+
+
+def slice_device(
+    gpu: GPUStatus,
+    config: NodeConfig,
+    *,
+    consumable: bool,
+    taint_since: str = "",
+) -> JSON:
+    """One GPU as a slice device. `taint_since` is the RFC 3339 time an unhealthy GPU's taint was first
+    seen ("" leaves timeAdded to the API server)."""
+    memory = aligned_memory(advertised_memory_mib(gpu.info, config) * dra.MIB)
+    device: JSON = {
+        "name": dra.device_name(gpu.info.minor),
+        "attributes": device_attributes(gpu),
+        "capacity": device_capacity(memory, consumable=consumable),
+    }
+    if consumable:
+        device["allowMultipleAllocations"] = True
+    value = taint_value(gpu)
+    if value is not None:
+        taint: JSON = {
+            "key": taint_key(config.dra_driver_name),
+            "value": value,
+            "effect": config.dra_taint_effect.value,
+        }
+        if taint_since:
+            taint["timeAdded"] = taint_since
+        device["taints"] = [taint]
+    return device
+
+
+def slice_devices(
+    gpus: Iterable[GPUStatus],
+    config: NodeConfig,
+    *,
+    consumable: bool,
+    taint_since: Mapping[tuple[str, str], str] | None = None,
+) -> list[JSON]:
+    """Every GPU in the order given (the backend's, by index) as a device; `taint_since` maps
+    (device name, taint value) to the time that taint was first seen."""
+    since = taint_since or {}
+    out = []
+    for gpu in gpus:
+        name = dra.device_name(gpu.info.minor)
+        out.append(
+            slice_device(
+                gpu, config, consumable=consumable, taint_since=since.get((name, taint_value(gpu) or ""), "")
+            )
+        )
+    return out
+
+
+# --- the slice ---------------------------------------------------------------------------------------------
+
+
+def slice_spec(node: str, driver: str, devices: Sequence[JSON], generation: int) -> JSON:
+    return {
+        "driver": driver,
+        "nodeName": node,
+        "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+        "devices": list(devices),
+    }
+
+
+def new_slice(node: str, node_uid: str, driver: str, spec: JSON) -> JSON:
+    """A slice to create: generateName `<node>-<driver>-`, owned by the Node (controller)."""
+    return {
+        "apiVersion": dra.API_VERSION,
+        "kind": "ResourceSlice",
+        "metadata": {
+            "generateName": f"{node}-{driver}-",
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": True}
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def updated_slice(stored: Mapping[str, Any], spec: JSON) -> JSON:
+    """The stored slice with a new spec (its metadata, resourceVersion included, kept: an update of
+    another version is refused with 409)."""
+    body = copy.deepcopy(dict(stored))
+    body["spec"] = spec
+    return body
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def generation(slice_: Mapping[str, Any]) -> int:
+    value = _map(_map(slice_.get("spec")).get("pool")).get("generation")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def pool_name(slice_: Mapping[str, Any]) -> str:
+    return str(_map(_map(slice_.get("spec")).get("pool")).get("name", ""))
+
+
+def pick_slice(
+    slices: Iterable[Mapping[str, Any]], pool: str
+) -> tuple[Mapping[str, Any] | None, list[Mapping[str, Any]]]:
+    """Of the node's slices of our driver: the one to keep (our pool's, highest generation, then
+    oldest, then first by name) and the others, to delete (duplicates, older generations, other pools)."""
+    ours = [s for s in slices if pool_name(s) == pool]
+    others = [s for s in slices if pool_name(s) != pool]
+    if not ours:
+        return None, others
+
+    def rank(s: Mapping[str, Any]) -> tuple[int, str, str]:
+        meta = _map(s.get("metadata"))
+        return -generation(s), str(meta.get("creationTimestamp", "")), str(meta.get("name", ""))
+
+    ours.sort(key=rank)
+    return ours[0], [*ours[1:], *others]
+
+
+def _canonical(value: object) -> object:
+    """A quantity's exact value (so "80Gi" and "85899345920" compare equal); anything else as is."""
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        try:
+            return parse_quantity(value)
+        except QuantityError:
+            return value
+    return value
+
+
+def _normal_capacity(capacity: object) -> object:
+    if not isinstance(capacity, Mapping):
+        return capacity
+    out: JSON = {}
+    for name, entry in capacity.items():
+        if not isinstance(entry, Mapping):
+            out[name] = entry
+            continue
+        normal: JSON = {k: v for k, v in entry.items() if k not in ("value", "requestPolicy")}
+        normal["value"] = _canonical(entry.get("value"))
+        policy = entry.get("requestPolicy")
+        if isinstance(policy, Mapping):
+            normal_policy: JSON = {k: v for k, v in policy.items() if k not in ("default", "validRange")}
+            if "default" in policy:
+                normal_policy["default"] = _canonical(policy["default"])
+            valid = policy.get("validRange")
+            if isinstance(valid, Mapping):
+                normal_policy["validRange"] = {k: _canonical(v) for k, v in valid.items()}
+            normal["requestPolicy"] = normal_policy
+        out[name] = normal
+    return out
+
+
+def normal_device(device: Mapping[str, Any]) -> JSON:
+    """A device for comparison: quantities as exact values, taints without timeAdded (the API server may
+    round or add it; the helper's DevicesDeepEqual ignores it too), false/empty fields dropped."""
+    out: JSON = {}
+    for key, value in device.items():
+        if key == "capacity":
+            out[key] = _normal_capacity(value)
+        elif key == "taints" and isinstance(value, list):
+            taints = [
+                {k: v for k, v in t.items() if k != "timeAdded"} for t in value if isinstance(t, Mapping)
+            ]
+            if taints:
+                out[key] = taints
+        elif value not in (None, False, [], {}):
+            out[key] = value
+    return out
+
+
+def spec_matches(stored: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """Whether the stored slice's spec says what `desired` says, the pool's generation aside."""
+    spec = _map(stored.get("spec"))
+    pool = _map(spec.get("pool"))
+    want_pool = _map(desired.get("pool"))
+    if spec.get("driver") != desired.get("driver") or spec.get("nodeName") != desired.get("nodeName"):
+        return False
+    if pool.get("name") != want_pool.get("name") or pool.get("resourceSliceCount") != want_pool.get(
+        "resourceSliceCount"
+    ):
+        return False
+    have = spec.get("devices") or []
+    want = desired.get("devices") or []
+    if not isinstance(have, list) or len(have) != len(want):
+        return False
+    return all(
+        isinstance(h, Mapping) and normal_device(h) == normal_device(w)
+        for h, w in zip(have, want, strict=True)
+    )
+
+
+def consumable_dropped(desired: Sequence[Mapping[str, Any]], stored: Mapping[str, Any]) -> bool:
+    """Whether the API server dropped `allowMultipleAllocations` from a device we published with it:
+    the cluster has no consumable capacity (gate DRAConsumableCapacity off), as the helper detects it
+    (resourceslicecontroller.go DroppedFieldsError.DisabledFeatures)."""
+    wanted = {d.get("name") for d in desired if d.get("allowMultipleAllocations") is True}
+    if not wanted:
+        return False
+    devices = _map(stored.get("spec")).get("devices") or []
+    by_name = {d.get("name"): d for d in devices if isinstance(d, Mapping)}
+    return any(
+        name in by_name and by_name[name].get("allowMultipleAllocations") is not True for name in wanted
+    )
+
+
+def stored_taint_times(stored: Mapping[str, Any] | None) -> dict[tuple[str, str], str]:
+    """(device, taint value) -> timeAdded of our taints in a stored slice, to keep them across writes."""
+    out: dict[tuple[str, str], str] = {}
+    if stored is None:
+        return out
+    for device in _map(stored.get("spec")).get("devices") or []:
+        if not isinstance(device, Mapping):
+            continue
+        for taint in device.get("taints") or []:
+            if isinstance(taint, Mapping) and isinstance(taint.get("timeAdded"), str):
+                out[(str(device.get("name")), str(taint.get("value", "")))] = taint["timeAdded"]
+    return out
+
+
+def label_value_ok(value: str) -> bool:
+    return len(value) <= 63 and (value == "" or _LABEL_VALUE.fullmatch(value) is not None)
+
+
+__all__ = [
+    "MAX_DEVICES_WITH_TAINTS",
+    "MEMORY_STEP",
+    "SLICES_PATH",
+    "TAINT_NAME",
+    "aligned_memory",
+    "consumable_dropped",
+    "device_attributes",
+    "device_capacity",
+    "driver_semver",
+    "generation",
+    "label_value_ok",
+    "new_slice",
+    "normal_device",
+    "pick_slice",
+    "pool_name",
+    "slice_device",
+    "slice_devices",
+    "slice_spec",
+    "spec_matches",
+    "stored_taint_times",
+    "taint_key",
+    "taint_value",
+    "updated_slice",
+]

@@ -1,0 +1,309 @@
+"""hami_node.dra.prepare.ClaimPreparer on real files (CDI specs, claim directories, the checkpoint, the lock
+file) with the claims and pods served from memory: Prepare reads before it locks, is idempotent across
+restarts, never wipes a prepared claim's cache, and fails per claim; Unprepare cleans up by UID and
+succeeds for a claim it does not know."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hami_kube.errors import KubeApiError
+from hami_node.cdi import claim_spec_file_name
+from hami_node.config import NodeConfig, load_config
+from hami_node.devices import GPUStatus
+from hami_node.dra.checkpoint import FILE_NAME as CHECKPOINT
+from hami_node.dra.claims import ClaimRef
+from hami_node.dra.prepare import LOCK_FILE, ClaimPreparer
+from tests.builders import claim_refs, container, dra_result, physical_gpu, pod, resource_claim
+from tests.cdi_util import spec_problems
+from tests.waiting import wait_for
+
+UID_A = "aaaaaaaa-0000-4000-8000-000000000001"
+UID_B = "bbbbbbbb-0000-4000-8000-000000000002"
+POD_UID = "99999999-0000-4000-8000-000000000009"
+GPUS = (GPUStatus(physical_gpu("GPU-0", 0)), GPUStatus(physical_gpu("GPU-1", 1)))
+
+
+class Api:
+    """Claims and pods by (namespace, name); records the reads and whether the lock was free then."""
+
+    def __init__(self, preparer_dir: Path) -> None:
+        self.objects: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+        self.reads: list[str] = []
+        self.lock_dir = preparer_dir
+        self.locked_during_read: list[bool] = []
+        self.fail: dict[str, KubeApiError] = {}
+        """Kind -> the error every read of that kind raises."""
+
+    def add(self, obj: Mapping[str, Any]) -> None:
+        meta = obj["metadata"]
+        self.objects[(obj["kind"], meta.get("namespace", "default"), meta["name"])] = obj
+
+    def _get(self, kind: str, namespace: str, name: str) -> Mapping[str, Any]:
+        self.reads.append(f"{kind} {namespace}/{name}")
+        if kind in self.fail:
+            raise self.fail[kind]
+        try:
+            return self.objects[(kind, namespace, name)]
+        except KeyError:
+            raise KubeApiError(404, "NotFound", f"{kind} {name} not found") from None
+
+    def get_resource_claim(self, namespace: str, name: str) -> Mapping[str, Any]:
+        return self._get("ResourceClaim", namespace, name)
+
+    def get_pod(self, namespace: str, name: str) -> Mapping[str, Any]:
+        return self._get("Pod", namespace, name)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> NodeConfig:
+    return load_config(
+        [
+            "--node-name", "n1", "--mode", "dra",
+            "--kubelet-plugins-dir", str(tmp_path / "plugins"),
+            "--cdi-spec-dir", str(tmp_path / "cdi"),
+            "--hook-path", str(tmp_path / "hook"),
+        ],
+        {},
+        lambda p: "",
+    )  # fmt: skip
+
+
+def preparer_for(config: NodeConfig, api: Api) -> ClaimPreparer:
+    preparer = ClaimPreparer(config, lambda: GPUS, api, common_nodes=lambda: ("/dev/nvidiactl",))
+    preparer.start()
+    return preparer
+
+
+@pytest.fixture
+def api(config: NodeConfig) -> Api:
+    api = Api(config.dra_plugin_dir)
+    api.add(
+        resource_claim(
+            "a", uid=UID_A, owner_pod=("p", POD_UID), reserved_for=[("p", POD_UID)],
+            results=[dra_result("hami-gpu-1", share_id="s1", memory="4000Mi", cores="30")],
+        )
+    )  # fmt: skip
+    api.add(
+        pod(
+            "p",
+            container("main", resources=claim_refs("gpu")),
+            namespace="default",
+            uid=POD_UID,
+            resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "t"}],
+            claim_statuses={"gpu": "a"},
+        )
+    )
+    return api
+
+
+A = ClaimRef("default", "a", UID_A)
+B = ClaimRef("default", "b", UID_B)
+
+
+def spec_of(config: NodeConfig, uid: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((config.cdi_spec_dir / claim_spec_file_name(uid)).read_text())
+    return data
+
+
+def test_prepare_writes_the_spec_the_directory_and_the_checkpoint(config: NodeConfig, api: Api) -> None:
+    preparer = preparer_for(config, api)
+    outcome = preparer.prepare([A])[UID_A]
+    assert outcome.error == "" and outcome.claim is not None
+    (device,) = outcome.claim.devices
+    assert (device.device, device.share_id, device.index, device.memory_mib, device.cores) == (
+        "hami-gpu-1",
+        "s1",
+        0,
+        4000,
+        30,
+    )
+    spec = spec_of(config, UID_A)
+    assert spec_problems(spec) == []
+    assert spec["devices"][0]["containerEdits"]["env"][0] == "CUDA_DEVICE_MEMORY_LIMIT_0=4000m"
+    directory = Path(config.hook_path) / "vgpu" / "claims" / UID_A
+    assert directory.is_dir() and (directory.stat().st_mode & 0o777) == 0o777
+    assert UID_A in json.loads((config.dra_plugin_dir / CHECKPOINT).read_text())["claims"]
+    assert (config.dra_plugin_dir / LOCK_FILE).exists()
+    assert api.reads == ["ResourceClaim default/a", "Pod default/p"]
+
+
+def test_prepare_again_answers_the_same_and_keeps_the_shared_cache(config: NodeConfig, api: Api) -> None:
+    first = preparer_for(config, api).prepare([A])[UID_A].claim
+    cache = Path(config.hook_path) / "vgpu" / "claims" / UID_A / f"{UID_A}.cache"
+    cache.write_bytes(b"in use by a running pod")
+    restarted = preparer_for(config, api)  # a new daemon: the state comes from the checkpoint
+    api.objects.clear()  # ... and the claim is read, but its allocation is not used again
+    api.add(resource_claim("a", uid=UID_A, results=[dra_result("hami-gpu-0", memory="1Gi", cores="1")]))
+    second = restarted.prepare([A])[UID_A].claim
+    assert second == first
+    assert cache.read_bytes() == b"in use by a running pod"
+    assert restarted.prepared == 0
+
+
+def test_a_prepared_claim_whose_spec_went_missing_gets_it_written_again(config: NodeConfig, api: Api) -> None:
+    preparer = preparer_for(config, api)
+    preparer.prepare([A])
+    path = config.cdi_spec_dir / claim_spec_file_name(UID_A)
+    before = path.read_bytes()
+    path.unlink()  # a reboot empties /var/run/cdi
+    assert preparer.prepare([A])[UID_A].error == ""
+    assert path.read_bytes() == before
+
+
+def test_each_claim_gets_its_own_error_and_the_others_are_prepared(config: NodeConfig, api: Api) -> None:
+    api.add(resource_claim("b", uid=UID_B))  # not allocated
+    missing = ClaimRef("default", "gone", "cccccccc-0000-4000-8000-000000000003")
+    replaced = ClaimRef("default", "a", "dddddddd-0000-4000-8000-000000000004")
+    out = preparer_for(config, api).prepare([A, B, missing, replaced])
+    assert out[UID_A].claim is not None
+    assert out[UID_B].error == "claim default/b is not allocated"
+    assert out[missing.uid].error.startswith("claim default/gone: cannot read it: 404 NotFound")
+    assert out[replaced.uid].error.startswith("claim default/a got replaced: its UID is")
+
+
+def test_a_uid_that_is_not_a_kubernetes_uid_is_refused_before_any_file_is_touched(
+    config: NodeConfig, api: Api
+) -> None:
+    bad = ClaimRef("default", "a", "../../etc")
+    preparer = preparer_for(config, api)
+    assert (
+        preparer.prepare([bad])[bad.uid].error == "claim default/a: UID '../../etc' is not a Kubernetes UID"
+    )
+    assert preparer.unprepare([bad]) == {bad.uid: "claim default/a: UID '../../etc' is not a Kubernetes UID"}
+    assert api.reads == []
+
+
+def test_claims_are_read_before_the_lock_is_taken(config: NodeConfig, api: Api) -> None:
+    preparer = preparer_for(config, api)
+    held = threading.Event()
+    release = threading.Event()
+    original = preparer._prepare_locked
+
+    def slow(*args: Any) -> Any:
+        held.set()
+        release.wait(10.0)
+        return original(*args)
+
+    preparer._prepare_locked = slow  # type: ignore[method-assign]
+    first = threading.Thread(target=preparer.prepare, args=([A],))
+    first.start()
+    try:
+        assert held.wait(10.0)
+        reads = len(api.reads)
+        second = threading.Thread(target=preparer.prepare, args=([A],))
+        second.start()
+        # The second call reads its claim while the first holds the lock.
+        wait_for(
+            lambda: len(api.reads) > reads,
+            10.0,
+            "the second Prepare to read its claim under the first's lock",
+        )
+    finally:
+        release.set()
+        first.join(10.0)
+        second.join(10.0)
+
+
+def test_two_claims_in_one_container_from_templates_get_agreeing_indices(
+    config: NodeConfig, api: Api
+) -> None:
+    api.add(
+        resource_claim(
+            "b", uid=UID_B, owner_pod=("p", POD_UID), reserved_for=[("p", POD_UID)],
+            results=[dra_result("hami-gpu-0", share_id="s0", memory="1Gi", cores="10")],
+        )
+    )  # fmt: skip
+    templates = [
+        {"name": "gpu", "resourceClaimTemplateName": "t"},
+        {"name": "more", "resourceClaimTemplateName": "u"},
+    ]
+    api.add(
+        pod(
+            "p",
+            container("main", resources=claim_refs("gpu", "more")),
+            namespace="default",
+            uid=POD_UID,
+            resourceClaims=templates,
+            claim_statuses={"gpu": "a", "more": "b"},
+        )
+    )
+    out = preparer_for(config, api).prepare([A, B])
+    assert out[UID_A].claim is not None and out[UID_B].claim is not None
+    assert out[UID_B].claim.devices[0].index == 0  # hami-gpu-0 first in PCI order
+    assert out[UID_A].claim.devices[0].index == 1
+    env_a = spec_of(config, UID_A)["devices"][0]["containerEdits"]["env"]
+    assert env_a == ["CUDA_DEVICE_MEMORY_LIMIT_1=4000m", "CUDA_DEVICE_SM_LIMIT_1=30"]
+
+
+def test_a_pod_that_cannot_be_read_fails_its_claim_and_one_that_is_gone_does_not(
+    config: NodeConfig, api: Api
+) -> None:
+    api.fail["Pod"] = KubeApiError(503, "ServiceUnavailable", "try later")
+    out = preparer_for(config, api).prepare([A])
+    assert out[UID_A].error.startswith("claim default/a: cannot read pod default/p: 503 ServiceUnavailable")
+    assert not (config.cdi_spec_dir / claim_spec_file_name(UID_A)).exists()
+    del api.fail["Pod"]
+    del api.objects[("Pod", "default", "p")]  # gone: the claim is prepared with its own indices
+    assert preparer_for(config, api).prepare([A])[UID_A].claim is not None
+
+
+def test_unprepare_removes_the_spec_the_directory_and_the_entry(config: NodeConfig, api: Api) -> None:
+    preparer = preparer_for(config, api)
+    preparer.prepare([A])
+    assert preparer.unprepare([A]) == {UID_A: ""}
+    assert not (config.cdi_spec_dir / claim_spec_file_name(UID_A)).exists()
+    assert not (Path(config.hook_path) / "vgpu" / "claims" / UID_A).exists()
+    assert json.loads((config.dra_plugin_dir / CHECKPOINT).read_text())["claims"] == {}
+    assert preparer.unprepared == 1
+
+
+def test_unprepare_of_an_unknown_claim_succeeds_and_cleans_up_by_uid(config: NodeConfig, api: Api) -> None:
+    preparer = preparer_for(config, api)
+    assert preparer.unprepare([B]) == {UID_B: ""}
+    # Files of a claim the checkpoint lost are found by the UID alone.
+    (config.cdi_spec_dir).mkdir(parents=True, exist_ok=True)
+    (config.cdi_spec_dir / claim_spec_file_name(UID_B)).write_text("{}")
+    os.makedirs(Path(config.hook_path) / "vgpu" / "claims" / UID_B)
+    assert preparer.unprepare([B]) == {UID_B: ""}
+    assert not (config.cdi_spec_dir / claim_spec_file_name(UID_B)).exists()
+    assert not (Path(config.hook_path) / "vgpu" / "claims" / UID_B).exists()
+
+
+def test_a_corrupt_checkpoint_is_moved_aside_and_prepare_still_works(
+    config: NodeConfig, api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    config.dra_plugin_dir.mkdir(parents=True)
+    (config.dra_plugin_dir / CHECKPOINT).write_text('{"kind": "HamiDraCheckpoint", "version": 1, "claims": {')
+    preparer = preparer_for(config, api)
+    assert (config.dra_plugin_dir / f"{CHECKPOINT}.bad").exists()
+    assert "cannot be used (not JSON" in caplog.text
+    assert preparer.prepare([A])[UID_A].claim is not None
+
+
+def test_interrupted_spec_writes_are_cleaned_at_start(config: NodeConfig, api: Api) -> None:
+    config.cdi_spec_dir.mkdir(parents=True)
+    leftover = config.cdi_spec_dir / f".{claim_spec_file_name(UID_A)}.x1y2.tmp"
+    leftover.write_text("half")
+    other = config.cdi_spec_dir / ".someone-else.json.tmp"
+    other.write_text("theirs")
+    preparer_for(config, api)
+    assert not leftover.exists() and other.exists()
+
+
+def test_without_rights_on_pods_claims_keep_their_own_indices_and_it_is_said_once(
+    config: NodeConfig, api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.fail["Pod"] = KubeApiError(403, "Forbidden", "pods is forbidden")
+    preparer = preparer_for(config, api)
+    assert preparer.prepare([A])[UID_A].claim is not None
+    api.add(resource_claim("b", uid=UID_B, reserved_for=[("p", POD_UID)], results=[dra_result("hami-gpu-0")]))
+    assert preparer.prepare([B])[UID_B].claim is not None
+    assert caplog.text.count("grant get on pods to hami-node") == 1
