@@ -1000,7 +1000,8 @@ DRA_ROLES: dict[tuple[str, str], frozenset[Grant]] = {
     ("ClusterRole", "hami-node-dra"): _grants(
         ("resource.k8s.io", "resourceslices", "create update delete list watch", None),
         ("resource.k8s.io", "resourceclaims", "get", None),
-        ("", "nodes", "get", None),
+        ("", "pods", "get", None),
+        ("", "nodes", "get patch", None),
         ("", "events", "create patch", None),
     ),
     # hami-control's webhook: the ResourceClaimTemplates of translated pods (the watch, and create).
