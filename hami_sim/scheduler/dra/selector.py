@@ -265,6 +265,9 @@ def _literal_text(literal: str) -> str | None:
     return None if "\\" in text else text
 
 
+_CEL_TYPES = {int: "int", float: "double", str: "string", bytes: "bytes", list: "list", dict: "map"}
+
+
 @dataclass(frozen=True, slots=True)
 class Selector:
     """One compiled expression (or why it does not compile), with the domains it indexes by a literal."""
@@ -286,9 +289,8 @@ class Selector:
             detail = f"no such key: {err.args[0]}" if isinstance(err, KeyError) and err.args else str(err)
             raise SelectorError("runtime", detail) from None
         if not isinstance(result, bool):
-            raise SelectorError(
-                "runtime", f"CEL result of type {type(result).__name__} could not be converted to bool"
-            )
+            kind = _CEL_TYPES.get(type(result), type(result).__name__)
+            raise SelectorError("runtime", f"CEL result of type {kind} could not be converted to bool")
         return result
 
 
