@@ -55,6 +55,7 @@ PACKAGES = (
     ("k8s.io/api/coordination/v1", "k8s.io.api.coordination.v1"),
     ("k8s.io/api/admissionregistration/v1", "k8s.io.api.admissionregistration.v1"),
     ("k8s.io/api/events/v1", "k8s.io.api.events.v1"),
+    ("k8s.io/api/resource/v1", "k8s.io.api.resource.v1"),
 )
 
 # The request bodies the stand-in decodes: its kinds, Binding, DeleteOptions, and the envelope.
@@ -71,6 +72,10 @@ ROOTS = (
     "k8s.io.api.coordination.v1.Lease",
     "k8s.io.api.admissionregistration.v1.MutatingWebhookConfiguration",
     "k8s.io.api.events.v1.Event",
+    "k8s.io.api.resource.v1.DeviceClass",
+    "k8s.io.api.resource.v1.ResourceSlice",
+    "k8s.io.api.resource.v1.ResourceClaim",
+    "k8s.io.api.resource.v1.ResourceClaimTemplate",
     "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions",
     "k8s.io.apimachinery.pkg.runtime.Unknown",
 )

@@ -10,12 +10,14 @@ def main(argv: list[str] | None = None) -> int:
     from hami_sim import demo, nodehost
     from hami_sim.apiserver import cli as apiserver_cli
     from hami_sim.cluster import cli as cluster_cli
+    from hami_sim.controllers import cli as controllers_cli
     from hami_sim.kubelet import cli as kubelet_cli
     from hami_sim.scheduler import cli as scheduler_cli
 
     apiserver_cli.add_parser(sub)
     kubelet_cli.add_parser(sub)
     scheduler_cli.add_parser(sub)
+    controllers_cli.add_parser(sub)
     cluster_cli.add_parsers(sub)
     nodehost.add_parser(sub)
     demo.add_parser(sub)

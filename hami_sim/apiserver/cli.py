@@ -9,6 +9,7 @@ import signal
 from typing import Any
 
 from hami_sim.apiserver.kubeconfig import write_kubeconfig
+from hami_sim.apiserver.resource_v1 import FeatureGates
 
 log = logging.getLogger("hami_sim.apiserver")
 
@@ -30,6 +31,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="log level (default: %(default)s)",
     )
     parser.add_argument("--history", type=int, default=10_000, help="watch events kept per resource")
+    parser.add_argument(
+        "--feature-gates",
+        default="",
+        metavar="GATES",
+        help="kube-apiserver's feature gates that change what resource.k8s.io/v1 stores, e.g. "
+        "DRAConsumableCapacity=false (default: 1.36's: DRAConsumableCapacity, DRADeviceTaints and "
+        "DRAPrioritizedList on)",
+    )
     parser.set_defaults(handler=run)
     return parser
 
@@ -43,6 +52,11 @@ def run(args: argparse.Namespace) -> int:
         log.error("--history must be at least 1, got %d", args.history)
         return 2
     try:
+        args.gates = FeatureGates.parse(args.feature_gates)
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
+    try:
         asyncio.run(_serve(args))
     except OSError as exc:
         log.error("cannot serve on %s:%d: %s", args.host, args.port, exc)
@@ -54,7 +68,7 @@ async def _serve(args: argparse.Namespace) -> None:
     from hami_sim.apiserver.runner import start_site
     from hami_sim.apiserver.server import ApiServer
 
-    server = ApiServer(history_size=args.history)
+    server = ApiServer(history_size=args.history, feature_gates=args.gates)
     runner, port = await start_site(server, args.host, args.port)
     url = f"http://{args.host}:{port}"
     stop = asyncio.Event()

@@ -113,6 +113,9 @@ def invalid(group: str, kind: str, name: str, causes: list[tuple[str, str, str]]
         "Forbidden": "FieldValueForbidden",
         "Duplicate value": "FieldValueDuplicate",
         "Unsupported value": "FieldValueNotSupported",
+        "Not found": "FieldValueNotFound",
+        "Too many": "FieldValueTooMany",
+        "Too long": "FieldValueTooLong",
     }
     return ApiError(
         422,

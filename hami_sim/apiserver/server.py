@@ -25,6 +25,7 @@ from aiohttp import web
 from hami_sim.apiserver import discovery, errors, kubeproto, strategy, tables
 from hami_sim.apiserver.errors import ApiError, bad_request
 from hami_sim.apiserver.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
+from hami_sim.apiserver.resource_v1 import DEFAULT_FEATURE_GATES, FeatureGates
 from hami_sim.apiserver.selectors import (
     FieldSelector,
     LabelSelector,
@@ -86,6 +87,31 @@ def _cannot_be_handled(declared: tuple[str, str], kind: str, err: Exception) -> 
         version = api_version.rpartition("/")[2]
         return bad_request(f'{body_kind} in version "{version}" cannot be handled as a {kind}: {err}')
     return bad_request(f"the object provided is unrecognized (must be of type {kind}): {err}")
+
+
+def _check_finalizers(info: ResourceInfo, new: JSON, old: JSON) -> bool:
+    """An object being deleted takes no new finalizers (apimachinery ValidateObjectMetaUpdate); answers
+    whether this update removes its last one (then the object goes)."""
+    old_meta, new_meta = old["metadata"], new["metadata"]
+    if not old_meta.get("deletionTimestamp"):
+        return False
+    if "deletionGracePeriodSeconds" in old_meta:
+        new_meta["deletionGracePeriodSeconds"] = old_meta["deletionGracePeriodSeconds"]
+    added = set(new_meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
+    if added:
+        raise errors.invalid(
+            info.group,
+            info.kind,
+            str(new_meta.get("name", "")),
+            [
+                (
+                    "metadata.finalizers",
+                    "Forbidden",
+                    "no new finalizers can be added if the object is being deleted",
+                )
+            ],
+        )
+    return not new_meta.get("finalizers")
 
 
 def _normalize_quantities(body: JSON, kind: str) -> None:
@@ -220,8 +246,10 @@ class ApiServer:
         bookmark_interval: float = 5.0,
         clock: Callable[[], float] = time.time,
         webhook_service_resolver: Callable[[str, str, int], str] | None = None,
+        feature_gates: FeatureGates = DEFAULT_FEATURE_GATES,
     ) -> None:
         self.store = Store(history_size=history_size, watch_queue=watch_queue)
+        self.feature_gates = feature_gates
         self.stats = RequestStats(request_log_size)
         self.bookmark_interval = bookmark_interval
         self.clock = clock
@@ -563,7 +591,7 @@ class ApiServer:
         meta["creationTimestamp"] = now_rfc3339(now)
         for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
             meta.pop(key, None)
-        strategy.prepare_for_create(info, body)
+        strategy.prepare_for_create(info, body, self.feature_gates)
 
     def _object_response(
         self, request: web.BaseRequest, info: ResourceInfo, stored: Stored, status: int
@@ -711,14 +739,20 @@ class ApiServer:
         expected = new["metadata"].get("resourceVersion")
         if expected not in (None, "") and expected != old.obj["metadata"]["resourceVersion"]:
             raise errors.conflict(info.group, info.plural, name, errors.STALE_OBJECT)
-        result = strategy.prepare_for_update(info, new, old.obj, sub)
+        result = strategy.prepare_for_update(info, new, old.obj, sub, self.feature_gates)
         result["metadata"] = {**result["metadata"], "resourceVersion": old.obj["metadata"]["resourceVersion"]}
+        finishing = _check_finalizers(info, result, old.obj)
         if result == old.obj:
             # kube does not write (nor bump resourceVersion) when nothing changed.
             return self._object_response(request, info, old, 200)
         if dry_run:
             return self._object_response(request, info, Stored(result, old.rv), 200)
         stored = self.store.update(info, result, old)
+        if finishing:
+            # The last finalizer of an object being deleted is gone: the registry deletes it
+            # (apiserver/pkg/registry/generic/registry/store.go, Update -> deleteWithoutFinalizers).
+            meta = stored.obj["metadata"]
+            stored = self.store.delete(info, meta.get("namespace", ""), meta["name"])
         return self._object_response(request, info, stored, 200)
 
     async def _update(
@@ -835,6 +869,16 @@ class ApiServer:
                 name=name,
                 kind="namespaces",
             )
+        meta = old.obj["metadata"]
+        if meta.get("finalizers") and info is not NAMESPACE:
+            # Graceful deletion with finalizers: the object stays, marked, until the finalizers are gone;
+            # the answer is the object (apiserver/pkg/registry/generic/registry/store.go Delete,
+            # handlers/delete.go).
+            if dry_run or meta.get("deletionTimestamp"):
+                return self._object_response(request, info, old, 200)
+            marked = {**old.obj, "metadata": {**meta, "deletionTimestamp": now_rfc3339(self.clock())}}
+            marked["metadata"].setdefault("deletionGracePeriodSeconds", 0)
+            return self._object_response(request, info, self.store.update(info, marked, old), 200)
         if dry_run:
             stored = old
         else:

@@ -13,7 +13,9 @@ from typing import Any
 
 from hami_api.errors import QuantityError
 from hami_api.quantity import parse_quantity
+from hami_sim.apiserver import resource_v1
 from hami_sim.apiserver.errors import ApiError, bad_request, invalid
+from hami_sim.apiserver.resource_v1 import DEFAULT_FEATURE_GATES, FeatureGates
 
 JSON = dict[str, Any]
 
@@ -135,6 +137,20 @@ EVENTS_V1_EVENT = ResourceInfo(
     "events.k8s.io", "v1", "Event", "events", "event", True, short_names=("ev",),
     extra_field_labels=("reason", "type", "regarding.kind", "regarding.name", "regarding.namespace"),
 )  # fmt: skip
+# resource.k8s.io/v1 (DRA). Field selectors: `pkg/registry/resource/resourceslice/strategy.go`
+# (ResourceSliceToSelectableFields: spec.nodeName, spec.driver); watchers index on the node.
+DEVICE_CLASS = ResourceInfo("resource.k8s.io", "v1", "DeviceClass", "deviceclasses", "deviceclass", False)
+RESOURCE_SLICE = ResourceInfo(
+    "resource.k8s.io", "v1", "ResourceSlice", "resourceslices", "resourceslice", False,
+    extra_field_labels=("spec.nodeName", "spec.driver"), watch_index_field="spec.nodeName",
+)  # fmt: skip
+RESOURCE_CLAIM = ResourceInfo(
+    "resource.k8s.io", "v1", "ResourceClaim", "resourceclaims", "resourceclaim", True,
+    subresources=("status",),
+)  # fmt: skip
+RESOURCE_CLAIM_TEMPLATE = ResourceInfo(
+    "resource.k8s.io", "v1", "ResourceClaimTemplate", "resourceclaimtemplates", "resourceclaimtemplate", True
+)
 
 RESOURCES: tuple[ResourceInfo, ...] = (
     POD,
@@ -147,6 +163,10 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     CONFIG_MAP,
     MUTATING_WEBHOOK_CONFIGURATION,
     EVENTS_V1_EVENT,
+    DEVICE_CLASS,
+    RESOURCE_SLICE,
+    RESOURCE_CLAIM,
+    RESOURCE_CLAIM_TEMPLATE,
 )
 
 # (group, version, plural) -> resource
@@ -509,8 +529,59 @@ def _validate_pod(name: str, spec: Any) -> None:
             if not container.get("image"):
                 causes.append((f"{path}.image", "Required value", ""))
     causes += _container_resource_causes(spec)
+    causes += _pod_claim_causes(spec)
     if causes:
         raise invalid("", "Pod", name, causes)
+
+
+def _pod_claim_causes(spec: JSON) -> list[tuple[str, str, str]]:
+    """`spec.resourceClaims` and the containers' `resources.claims` (core validation.go
+    validatePodResourceClaims / validateResourceClaimNames)."""
+    causes: list[tuple[str, str, str]] = []
+    names: set[str] = set()
+    claims = spec.get("resourceClaims") or []
+    for i, claim in enumerate(claims if isinstance(claims, list) else []):
+        path = f"spec.resourceClaims[{i}]"
+        cname = claim.get("name") if isinstance(claim, dict) else None
+        if not isinstance(cname, str) or not _DNS1123_LABEL.match(cname) or len(cname) > 63:
+            causes.append((f"{path}.name", "Invalid value", f"{cname!r}: must be a DNS label"))
+        elif cname in names:
+            causes.append((f"{path}.name", "Duplicate value", f'"{cname}"'))
+        else:
+            names.add(cname)
+        sources = [
+            k
+            for k in ("resourceClaimName", "resourceClaimTemplateName")
+            if isinstance(claim, dict) and claim.get(k)
+        ]
+        if len(sources) != 1:
+            causes.append(
+                (
+                    path,
+                    "Invalid value",
+                    "must specify one of: `resourceClaimName`, `resourceClaimTemplateName`",
+                )
+            )
+    for key in ("initContainers", "containers"):
+        for i, container in enumerate(spec.get(key) or []):
+            resources = container.get("resources") if isinstance(container, dict) else None
+            used: set[str] = set()
+            for j, ref in enumerate(
+                (resources or {}).get("claims") or [] if isinstance(resources, dict) else []
+            ):
+                path = f"spec.{key}[{i}].resources.claims[{j}].name"
+                rname = ref.get("name") if isinstance(ref, dict) else None
+                key_ = f"{rname}/{ref.get('request', '')}" if isinstance(ref, dict) else ""
+                if rname not in names:
+                    known = ", ".join(sorted(names))
+                    detail = "must be one of the names in pod.spec.resourceClaims" + (
+                        f": {known}" if known else " which is empty"
+                    )
+                    causes.append((path, "Not found", f"{rname!r}: {detail}"))
+                elif key_ in used:
+                    causes.append((path, "Duplicate value", f'"{rname}"'))
+                used.add(key_)
+    return causes
 
 
 def _default_webhooks(body: JSON) -> None:
@@ -549,10 +620,57 @@ def _default_webhooks(body: JSON) -> None:
         raise invalid(MUTATING_WEBHOOK_CONFIGURATION.group, "MutatingWebhookConfiguration", name, causes)
 
 
-def prepare_for_create(info: ResourceInfo, body: JSON) -> None:
+_DRA = (DEVICE_CLASS, RESOURCE_SLICE, RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE)
+
+
+def _dra_create(info: ResourceInfo, body: JSON, gates: FeatureGates) -> None:
+    """resource.k8s.io/v1 on create: drop disabled fields, default, reset a claim's status, validate."""
+    name = body["metadata"]["name"]
+    if info is RESOURCE_SLICE:
+        resource_v1.drop_disabled_slice_fields(body.get("spec"), None, gates)
+        resource_v1.raise_if(resource_v1.validate_resource_slice(body), info.kind, name)
+    elif info is DEVICE_CLASS:
+        resource_v1.raise_if(resource_v1.validate_device_class(body), info.kind, name)
+    elif info is RESOURCE_CLAIM:
+        body["status"] = {}  # resourceclaim/strategy.go PrepareForCreate
+        resource_v1.drop_disabled_claim_spec_fields(body.get("spec"), None, gates)
+        resource_v1.default_claim_spec(body.get("spec"))
+        resource_v1.raise_if(resource_v1.validate_claim_spec(body), info.kind, name)
+    else:
+        inner = (body.get("spec") or {}).get("spec") if isinstance(body.get("spec"), dict) else None
+        resource_v1.drop_disabled_claim_spec_fields(inner, None, gates)
+        resource_v1.default_claim_spec(inner)
+        resource_v1.raise_if(resource_v1.validate_claim_spec(body, "spec.spec"), info.kind, name)
+
+
+def _dra_update(info: ResourceInfo, new: JSON, old: JSON, subresource: str, gates: FeatureGates) -> None:
+    """resource.k8s.io/v1 on update: a claim's (and a template's) spec is immutable; a claim's status
+    follows ValidateResourceClaimStatusUpdate; slices keep their driver and node."""
+    name = new["metadata"]["name"]
+    if info is RESOURCE_CLAIM and subresource == "status":
+        resource_v1.drop_disabled_status_fields(new.get("status"), old.get("status"), gates)
+        resource_v1.raise_if(resource_v1.validate_claim_status(new, old), info.kind, name)
+    elif info is RESOURCE_CLAIM or info is RESOURCE_CLAIM_TEMPLATE:
+        resource_v1.default_claim_spec(
+            new.get("spec") if info is RESOURCE_CLAIM else (new.get("spec") or {}).get("spec")
+        )
+        if new.get("spec") != old.get("spec"):
+            raise invalid(
+                resource_v1.GROUP, info.kind, name, [("spec", "Invalid value", '"...": field is immutable')]
+            )
+    elif info is RESOURCE_SLICE:
+        resource_v1.drop_disabled_slice_fields(new.get("spec"), old.get("spec"), gates)
+        resource_v1.raise_if(resource_v1.validate_resource_slice(new, old), info.kind, name)
+    else:
+        resource_v1.raise_if(resource_v1.validate_device_class(new), info.kind, name)
+
+
+def prepare_for_create(info: ResourceInfo, body: JSON, gates: FeatureGates = DEFAULT_FEATURE_GATES) -> None:
     """Defaulting and status reset on create (kube's `PrepareForCreate` + defaulters). In place."""
     meta = body["metadata"]
-    if info is POD:
+    if info in _DRA:
+        _dra_create(info, body, gates)
+    elif info is POD:
         spec = body.get("spec")
         _validate_pod(meta["name"], spec)
         assert isinstance(spec, dict)
@@ -615,7 +733,9 @@ def _pod_spec_without_mutable(spec: JSON) -> JSON:
 _METADATA_SYSTEM_FIELDS = ("uid", "creationTimestamp", "deletionTimestamp", "namespace", "name")
 
 
-def prepare_for_update(info: ResourceInfo, new: JSON, old: JSON, subresource: str) -> JSON:
+def prepare_for_update(
+    info: ResourceInfo, new: JSON, old: JSON, subresource: str, gates: FeatureGates = DEFAULT_FEATURE_GATES
+) -> JSON:
     """The object to store for an update of `old` with `new` (kube's `PrepareForUpdate` + validation).
 
     `new` is a fresh body owned by the caller; `old` is the stored object and is never modified.
@@ -646,6 +766,8 @@ def prepare_for_update(info: ResourceInfo, new: JSON, old: JSON, subresource: st
                 status = {**status, "qosClass": old["status"]["qosClass"]}
         if status is not None:
             result["status"] = status
+        if info in _DRA:
+            _dra_update(info, result, old, subresource, gates)
         validate_resource_values(info, result)
         return result
     if info.has_status:
@@ -679,6 +801,8 @@ def prepare_for_update(info: ResourceInfo, new: JSON, old: JSON, subresource: st
     elif info is NAMESPACE:
         labels = new_meta.get("labels")
         new_meta["labels"] = {**(labels or {}), "kubernetes.io/metadata.name": new_meta["name"]}
+    elif info in _DRA:
+        _dra_update(info, new, old, subresource, gates)
     validate_resource_values(info, new)
     return new
 

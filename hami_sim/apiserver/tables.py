@@ -6,7 +6,16 @@ import datetime
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from hami_sim.apiserver.strategy import EVENT, LEASE, NAMESPACE, NODE, POD, ResourceInfo
+from hami_sim.apiserver.strategy import (
+    EVENT,
+    LEASE,
+    NAMESPACE,
+    NODE,
+    POD,
+    RESOURCE_CLAIM,
+    RESOURCE_SLICE,
+    ResourceInfo,
+)
 
 JSON = dict[str, Any]
 
@@ -205,6 +214,46 @@ _EVENT_COLUMNS = [
 ]
 
 
+def _claim_state(obj: JSON) -> str:
+    """kubectl's STATE of a ResourceClaim (pkg/printers/internalversion/printers.go resourceClaimState)."""
+    status = obj.get("status") or {}
+    states = []
+    if obj["metadata"].get("deletionTimestamp"):
+        states.append("deleted")
+    if status.get("allocation"):
+        states.append("allocated")
+    if status.get("reservedFor"):
+        states.append("reserved")
+    return ",".join(states) or "pending"
+
+
+def _claim_cells(obj: JSON, now: float) -> list[Any]:
+    return [obj["metadata"]["name"], _claim_state(obj), _age(obj, now)]
+
+
+_CLAIM_COLUMNS = [_NAME, _col("State", "A summary of the claim's state"), _AGE]
+
+
+def _slice_cells(obj: JSON, now: float) -> list[Any]:
+    spec = obj.get("spec") or {}
+    return [
+        obj["metadata"]["name"],
+        spec.get("nodeName") or "",
+        spec.get("driver") or "",
+        (spec.get("pool") or {}).get("name") or "",
+        _age(obj, now),
+    ]
+
+
+_SLICE_COLUMNS = [
+    _NAME,
+    _col("Node", "The node providing the devices"),
+    _col("Driver", "The driver providing the devices"),
+    _col("Pool", "The pool of the devices"),
+    _AGE,
+]
+
+
 def _generic_cells(obj: JSON, now: float) -> list[Any]:
     return [obj["metadata"]["name"], _age(obj, now)]
 
@@ -215,6 +264,8 @@ _PRINTERS: dict[ResourceInfo, tuple[list[JSON], Callable[[JSON, float], list[Any
     NAMESPACE: (_NAMESPACE_COLUMNS, _namespace_cells),
     LEASE: (_LEASE_COLUMNS, _lease_cells),
     EVENT: (_EVENT_COLUMNS, _event_cells),
+    RESOURCE_CLAIM: (_CLAIM_COLUMNS, _claim_cells),
+    RESOURCE_SLICE: (_SLICE_COLUMNS, _slice_cells),
 }
 
 

@@ -27,6 +27,8 @@ def _state_dir(parser: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(subparsers: Any) -> None:
+    from hami_sim.cluster.spec import CLUSTER_MODES
+
     up = subparsers.add_parser(
         "up",
         help="start a local cluster (API server, hami-control, scheduler, nodes with fake GPUs)",
@@ -107,6 +109,21 @@ def add_parsers(subparsers: Any) -> None:
         "--scheduler-arg", action="append", default=[], metavar="ARG", help="one more scheduler argument"
     )
     up.add_argument(
+        "--mode",
+        choices=CLUSTER_MODES,
+        default="device-plugin",
+        help="how the nodes serve their GPUs: device-plugin (the scheduler extender), dra (ResourceSlices "
+        "and claims, allocated by the scheduler itself), or mixed (every second node in DRA mode) "
+        "(default: %(default)s)",
+    )
+    up.add_argument(
+        "--apiserver-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more API server argument, e.g. --apiserver-arg=--feature-gates=DRAConsumableCapacity=false",
+    )
+    up.add_argument(
         "--node-cpu", default="8", metavar="Q", help="cpu capacity of each Node (default: %(default)s)"
     )
     up.add_argument(
@@ -183,6 +200,7 @@ def run_up(args: argparse.Namespace) -> int:
         "control_args": tuple(args.control_arg),
         "node_args": tuple(args.node_arg),
         "scheduler_args": tuple(args.scheduler_arg),
+        "apiserver_args": tuple(args.apiserver_arg),
         "node_cpu": args.node_cpu,
         "node_memory": args.node_memory,
         "timeout_s": args.timeout,
@@ -202,6 +220,8 @@ def run_up(args: argparse.Namespace) -> int:
                 NodeSpec(f"gpu-node-{i}", (gpu,) * args.gpus_per_node) for i in range(1, args.nodes + 1)
             )
             spec = ClusterSpec(nodes, **options)
+        if args.mode != "device-plugin":
+            spec = spec.with_mode(args.mode)
     except SpecError as exc:
         _error(str(exc))
         return EXIT_USAGE

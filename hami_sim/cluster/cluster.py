@@ -32,6 +32,7 @@ from typing import TypeVar
 
 import urllib3
 
+from hami_api import dra
 from hami_api.annotations import NODE_REGISTER
 from hami_node.gpu.inventory import write_inventory
 from hami_sim.cluster.process import Proc, stop_all
@@ -52,6 +53,7 @@ log = logging.getLogger("hami_sim.cluster")
 APISERVER = "apiserver"
 CONTROL = "hami-control"
 SCHEDULER = "scheduler"
+CONTROLLER_MANAGER = "controller-manager"
 KUBELET_HOST = "kubelets"
 DAEMON_HOST = "hami-nodes"
 KUBELET_PREFIX = "kubelet/"
@@ -71,12 +73,13 @@ _READY: dict[str, re.Pattern[str]] = {
     APISERVER: re.compile(r"hami-sim apiserver ready at (http://\S+)"),
     CONTROL: re.compile(r"serving \S.* on https://127\.0\.0\.1:(\d+)"),
     SCHEDULER: re.compile(r"hami-sim scheduler ready"),
+    CONTROLLER_MANAGER: re.compile(r"hami-sim controller-manager ready"),
     KUBELET_HOST: re.compile(re.escape(READY_MARKER)),
     DAEMON_HOST: re.compile(re.escape(READY_MARKER)),
     KUBELET_PREFIX: re.compile(r"hami-sim kubelet ready"),
     DAEMON_PREFIX: re.compile(r"hami-node running on node"),
 }
-_STOP_ORDER = ((SCHEDULER, "daemons"), ("kubelets", CONTROL), (APISERVER,))
+_STOP_ORDER = ((SCHEDULER, "daemons"), ("kubelets", CONTROL, CONTROLLER_MANAGER), (APISERVER,))
 """down, in stages (each stage at once): the scheduler (no new binds) and the node daemons while their
 kubelets still answer (a plugin whose kubelet vanished first may sit in a registration attempt until
 its dial timeout); then the kubelets and hami-control; the API server last (the others write their
@@ -127,10 +130,14 @@ class NodeStatus:
     gpus: str | None
     """allocatable nvidia.com/gpu (virtual devices), None when absent."""
     registered: bool
-    """hami-node's inventory annotation is on the Node."""
+    """hami-node's inventory annotation is on the Node (device-plugin mode), or its ResourceSlice is
+    published (DRA mode)."""
+    mode: str = "device-plugin"
 
     @property
     def ok(self) -> bool:
+        if self.mode == "dra":
+            return self.ready and self.registered
         return self.ready and self.registered and self.gpus not in (None, "0")
 
 
@@ -338,8 +345,18 @@ class Cluster:
             str(self.inventory_path(node).parent / "hook"),
             "--device-split-count",
             str(self.spec.split),
-            *self.spec.node_args,
         ]
+        if node in self.spec.dra_nodes:
+            # The kubelet directory plays /var/lib/kubelet/device-plugins; DRA's directories sit beside
+            # its sockets, where the kubelet stand-in watches them (KubeletConfig's defaults).
+            kubelet_dir = self.kubelet_dir(node)
+            args += [
+                "--mode", "dra",
+                "--kubelet-registry-dir", str(kubelet_dir / "plugins_registry"),
+                "--kubelet-plugins-dir", str(kubelet_dir / "plugins"),
+                "--cdi-spec-dir", str(kubelet_dir / "cdi"),
+            ]  # fmt: skip
+        args += self.spec.node_args
         return HostedNode(node, self.kubelet_dir(node), tuple(args))
 
     def _hosts(self) -> list[str]:
@@ -389,7 +406,10 @@ class Cluster:
                 "0",
                 "--kubeconfig-out",
                 str(self.kubeconfig),
+                *self.spec.apiserver_args,
             ]
+        if name == CONTROLLER_MANAGER:
+            return [py, "-m", "hami_sim.main", CONTROLLER_MANAGER, "--kubeconfig", str(self.kubeconfig)]
         if name == CONTROL:
             tls = self.state_dir / "tls"
             argv = [py, "-m", "hami_control.main", "serve", "--bind", f"127.0.0.1:{self.control_port}"]
@@ -465,6 +485,8 @@ class Cluster:
         self.control_port = _free_port()
         self._launch(CONTROL)
         self._launch(SCHEDULER)
+        if self.spec.dra_nodes:
+            self._launch(CONTROLLER_MANAGER)
         if self.spec.scale_mode:
             mode = f"scale mode: {len(self._hosts())} processes for the nodes"
         else:
@@ -479,6 +501,10 @@ class Cluster:
         self._say(f"webhook {WEBHOOK_CONFIG_NAME} registered (failurePolicy Fail)")
         self._wait_marker(self.procs[SCHEDULER], deadline)
         self._say("scheduler ready")
+        if self.spec.dra_nodes:
+            self._wait_marker(self.procs[CONTROLLER_MANAGER], deadline)
+            self._create_device_class()
+            self._say(f"controller-manager ready; DeviceClass {dra.DEVICE_CLASS} created")
         self.wait_ready(deadline - time.monotonic())
         self._say(
             f"cluster up in {time.monotonic() - self._t0:.1f} s: {self.spec.describe()}; "
@@ -576,6 +602,7 @@ class Cluster:
         and hami-control's cache holds them all. `ClusterError` on timeout or a dead component."""
         deadline = time.monotonic() + timeout_s
         names = self.node_names
+        cached = len(names) - len(self.spec.dra_nodes)  # DRA nodes never reach the extender's cache
         with urllib3.PoolManager() as api, self._control_pool() as control:
 
             def check() -> bool:
@@ -585,7 +612,7 @@ class Cluster:
                 seen = self._control_cache_nodes(control) if ready == len(names) else None
                 cache = "" if seen is None else f"; in hami-control's cache: {seen}"
                 self._say(f"nodes ready: {ready}/{len(names)}{cache}")
-                return ready == len(names) and seen == len(names)
+                return ready == len(names) and seen == cached
 
             culprit = KUBELET_HOST if self.spec.scale_mode else None
             # A node list of hundreds of nodes is big: poll it less often in a big cluster.
@@ -601,6 +628,8 @@ class Cluster:
         if response.status != 200:
             return None
         by_name = {item["metadata"]["name"]: item for item in json.loads(response.data).get("items") or []}
+        sliced = self._nodes_with_slices(pool) if self.spec.dra_nodes else set()
+        dra_nodes = set(self.spec.dra_nodes)
         out = []
         for name in self.node_names:
             node = by_name.get(name) or {}
@@ -608,9 +637,49 @@ class Cluster:
             conditions = status.get("conditions") or []
             ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
             gpus = (status.get("allocatable") or {}).get(GPU_RESOURCE)
+            if name in dra_nodes:
+                out.append(NodeStatus(name, ready, gpus, name in sliced, "dra"))
+                continue
             registered = bool((node.get("metadata", {}).get("annotations") or {}).get(NODE_REGISTER))
             out.append(NodeStatus(name, ready, gpus, registered))
         return tuple(out)
+
+    def _nodes_with_slices(self, pool: urllib3.PoolManager) -> set[str]:
+        """Nodes whose hami-node published a ResourceSlice of our driver."""
+        url = f"{self.apiserver_url}/apis/resource.k8s.io/v1/resourceslices"
+        url += f"?fieldSelector=spec.driver={dra.DRIVER}"
+        try:
+            response = pool.request("GET", url, timeout=10.0, retries=False)
+        except urllib3.exceptions.HTTPError:
+            return set()
+        if response.status != 200:
+            return set()
+        items = json.loads(response.data).get("items") or []
+        return {
+            str((i.get("spec") or {}).get("nodeName")) for i in items if (i.get("spec") or {}).get("devices")
+        }
+
+    def _create_device_class(self) -> None:
+        """HAMi-DRA's DeviceClass, as `daemonset/` installs it (an existing one is kept)."""
+        body = {
+            "apiVersion": dra.API_VERSION,
+            "kind": "DeviceClass",
+            "metadata": {"name": dra.DEVICE_CLASS},
+            "spec": {"selectors": [{"cel": {"expression": dra.DEVICE_CLASS_SELECTOR}}]},
+        }
+        with urllib3.PoolManager() as pool:
+            response = pool.request(
+                "POST",
+                f"{self.apiserver_url}/apis/resource.k8s.io/v1/deviceclasses",
+                body=json.dumps(body),
+                headers={"Content-Type": "application/json"},
+                timeout=10.0,
+                retries=False,
+            )
+        if response.status not in (201, 409):
+            raise ClusterError(
+                f"creating DeviceClass {dra.DEVICE_CLASS}: HTTP {response.status}: {response.data!r}"
+            )
 
     def _control_cache_nodes(self, pool: urllib3.PoolManager) -> int | None:
         try:

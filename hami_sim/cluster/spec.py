@@ -102,6 +102,12 @@ class GPUSpec:
             object.__setattr__(self, "memory_mib", model_memory_mib(self.model))
 
 
+NODE_MODES = ("device-plugin", "dra")
+"""How a node serves its GPUs (hami-node --mode): one mode per node, never both."""
+CLUSTER_MODES = (*NODE_MODES, "mixed")
+"""`hami-sim up --mode`: every node in one mode, or `mixed` (every second node in DRA mode)."""
+
+
 @dataclass(frozen=True)
 class NodeSpec:
     name: str
@@ -109,8 +115,14 @@ class NodeSpec:
     links: tuple[LinkGroup, ...] | None = None
     """The links between the GPUs (by index; see docs/fake-gpus.md). None: GPUs of one model all
     NVLinked, a mixed node none."""
+    mode: str = "device-plugin"
+    """hami-node --mode: `device-plugin` (the extender's path) or `dra` (ResourceSlices and claims)."""
 
     def __post_init__(self) -> None:
+        if self.mode not in NODE_MODES:
+            raise SpecError(
+                f"node {self.name}: mode: expected one of {', '.join(NODE_MODES)}, got {self.mode!r}"
+            )
         if not DNS_SUBDOMAIN.fullmatch(self.name) or len(self.name) > 253:
             raise SpecError(
                 f"node name: expected a DNS subdomain (lowercase, digits, '-', '.'), got {self.name!r}"
@@ -148,6 +160,8 @@ class ClusterSpec:
     node_memory: str = "32Gi"
     timeout_s: float | None = None
     """How long `up` waits for everything; None: 60 s + 0.5 s per node."""
+    apiserver_args: tuple[str, ...] = ()
+    """More `hami-sim apiserver` flags (e.g. ("--feature-gates", "DRAConsumableCapacity=false"))."""
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
     """Free-form notes kept in cluster.json (e.g. how the spec was made)."""
 
@@ -187,6 +201,21 @@ class ClusterSpec:
         specs = tuple(NodeSpec(f"{name_prefix}{i}", (gpu,) * gpus_per_node) for i in range(1, nodes + 1))
         return cls(specs, **options)
 
+    def with_mode(self, mode: str) -> ClusterSpec:
+        """Every node in `mode` (device-plugin, dra), or `mixed`: every second node (2nd, 4th, ...) in DRA
+        mode, the others on the device plugin."""
+        if mode not in CLUSTER_MODES:
+            raise SpecError(f"mode: expected one of {', '.join(CLUSTER_MODES)}, got {mode!r}")
+        nodes = tuple(
+            replace(n, mode=("dra" if i % 2 else "device-plugin") if mode == "mixed" else mode)
+            for i, n in enumerate(self.nodes)
+        )
+        return replace(self, nodes=nodes)
+
+    @property
+    def dra_nodes(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.nodes if n.mode == "dra")
+
     @property
     def scale_mode(self) -> bool:
         return self.scale if self.scale is not None else len(self.nodes) > SCALE_THRESHOLD
@@ -220,6 +249,7 @@ class ClusterSpec:
                     "name": n.name,
                     "gpus": [{"model": g.model, "memory": g.memory_mib} for g in n.gpus],
                     "links": None if n.links is None else links_to_data(n.links),
+                    "mode": n.mode,
                 }
                 for n in self.nodes
             ],
@@ -234,6 +264,7 @@ class ClusterSpec:
             "nodeCpu": self.node_cpu,
             "nodeMemory": self.node_memory,
             "timeoutSeconds": self.timeout_s,
+            "apiserverArgs": list(self.apiserver_args),
             "extra": dict(self.extra),
         }
 
@@ -258,6 +289,7 @@ class ClusterSpec:
                 node_cpu=str(data.get("nodeCpu", "8")),
                 node_memory=str(data.get("nodeMemory", "32Gi")),
                 timeout_s=data.get("timeoutSeconds"),
+                apiserver_args=tuple(data.get("apiserverArgs") or ()),
                 extra=dict(data.get("extra") or {}),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -266,7 +298,8 @@ class ClusterSpec:
 
 def _node_from_data(name: str, gpus: tuple[GPUSpec, ...], data: Mapping[str, Any]) -> NodeSpec:
     links = data.get("links")
-    return NodeSpec(name, gpus, None if links is None else _parse_node_links(name, len(gpus), links))
+    parsed = None if links is None else _parse_node_links(name, len(gpus), links)
+    return NodeSpec(name, gpus, parsed, str(data.get("mode") or "device-plugin"))
 
 
 def _parse_node_links(name: str, count: int, value: object) -> tuple[LinkGroup, ...]:

@@ -1,0 +1,1 @@
+"""Stand-ins for kube-controller-manager's controllers that the local cluster needs."""

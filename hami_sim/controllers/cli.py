@@ -1,0 +1,76 @@
+"""`hami-sim controller-manager`: the kube-controller-manager stand-in (the ResourceClaim controller,
+which the local cluster runs for DRA pods)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "controller-manager",
+        help="run the kube-controller-manager stand-in (ResourceClaim controller)",
+        description="Create pods' ResourceClaims from their templates, release reservations of pods that "
+        "are done or gone, deallocate and delete claims no longer used, as kube-controller-manager's "
+        "resourceclaim controller (and its garbage collector, for generated claims).",
+    )
+    parser.add_argument("--kubeconfig", type=Path, required=True, help="kubeconfig of the API server")
+    parser.add_argument("--workers", type=int, default=4, help="concurrent syncs (default: %(default)s)")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level (default: %(default)s)",
+    )
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.kubeconfig.is_file():
+        log.error("--kubeconfig: no such file: %s", args.kubeconfig)
+        return 2
+    if args.workers < 1:
+        log.error("--workers must be at least 1, got %d", args.workers)
+        return 2
+    try:
+        return asyncio.run(_serve(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from hami_kube.client import KubeApi
+    from hami_kube.errors import KubeConfigError
+    from hami_sim.controllers.resourceclaim import ResourceClaimController
+
+    try:
+        api = await KubeApi.connect(args.kubeconfig)
+    except KubeConfigError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    controller = ResourceClaimController(api, workers=args.workers)
+    try:
+        await controller.start()
+        log.info("hami-sim controller-manager ready (resourceclaim controller)")
+        await stop.wait()
+        log.info("stopping")
+    except TimeoutError:
+        log.error("cannot start: the API server did not answer the first lists in time")
+        return 1
+    finally:
+        await controller.stop()
+        await api.close()
+    return 0

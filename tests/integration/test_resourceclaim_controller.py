@@ -1,0 +1,269 @@
+"""The ResourceClaim controller stand-in against the local API server: claims created from templates
+(owner reference, generated name, pod status), reservations released when pods finish or go, claims
+deallocated and their finalizer removed, generated claims deleted with their pod."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from hami_api import dra
+from hami_kube.client import KubeApi
+from hami_sim.controllers.resourceclaim import (
+    FINALIZER,
+    POD_CLAIM_ANNOTATION,
+    ResourceClaimController,
+    generate_name,
+)
+from tests.conftest import ApiServerHandle
+from tests.waiting import wait_for
+
+NS = "default"
+
+
+class ControllerThread:
+    """The controller on its own event loop in a thread, as in its own process."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.kubeconfig = kubeconfig
+        self.api: KubeApi | None = None
+        self.controller: ResourceClaimController | None = None
+
+    def call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
+
+    def start(self) -> ResourceClaimController:
+        async def go() -> ResourceClaimController:
+            self.api = await KubeApi.connect(self.kubeconfig)
+            self.controller = ResourceClaimController(self.api)
+            await self.controller.start()
+            return self.controller
+
+        result: ResourceClaimController = self.call(go())
+        return result
+
+    def stop(self) -> None:
+        async def go() -> None:
+            if self.controller is not None:
+                await self.controller.stop()
+            if self.api is not None:
+                await self.api.close()
+
+        self.call(go())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self.loop.close()
+
+
+@pytest.fixture
+def controller(apiserver: ApiServerHandle) -> Iterator[ResourceClaimController]:
+    runner = ControllerThread(str(apiserver.kubeconfig))
+    try:
+        yield runner.start()
+    finally:
+        runner.stop()
+
+
+@pytest.fixture
+def resource_v1(api_client: client.ApiClient) -> client.ResourceV1Api:
+    return client.ResourceV1Api(api_client)
+
+
+def template(name: str = "vgpu-4g") -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {
+            "metadata": {"labels": {"app": "demo"}, "annotations": {"note": "from-template"}},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {
+                                "deviceClassName": dra.DEVICE_CLASS,
+                                "capacity": {"requests": {"memory": "4000Mi", "cores": "30"}},
+                            },
+                        }
+                    ]
+                }
+            },
+        },
+    }
+
+
+def dra_pod(name: str, template_name: str = "vgpu-4g") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template_name}],
+            "containers": [{"name": "c", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+    }
+
+
+def claim_of(core_v1: client.CoreV1Api, pod: str) -> str | None:
+    statuses = core_v1.read_namespaced_pod(pod, NS).status.resource_claim_statuses or []
+    return next((s.resource_claim_name for s in statuses if s.name == "gpu"), None)
+
+
+def test_a_pod_claim_is_created_from_its_template_owned_by_the_pod(
+    controller: ResourceClaimController, core_v1: client.CoreV1Api, resource_v1: client.ResourceV1Api
+) -> None:
+    resource_v1.create_namespaced_resource_claim_template(NS, template())
+    pod = core_v1.create_namespaced_pod(NS, dra_pod("trainer"))
+    name = wait_for(lambda: claim_of(core_v1, "trainer"), what="the pod's claim in its status")
+    assert name.startswith("trainer-gpu-") and len(name) == len("trainer-gpu-") + 5
+    claim = resource_v1.read_namespaced_resource_claim(name, NS)
+    owner = claim.metadata.owner_references[0]
+    assert (owner.kind, owner.name, owner.uid, owner.controller, owner.block_owner_deletion) == (
+        "Pod",
+        "trainer",
+        pod.metadata.uid,
+        True,
+        True,
+    )
+    assert claim.metadata.annotations == {"note": "from-template", POD_CLAIM_ANNOTATION: "gpu"}
+    assert claim.metadata.labels == {"app": "demo"}
+    assert claim.spec.devices.requests[0].exactly.capacity.requests == {"memory": "4000Mi", "cores": "30"}
+    assert controller.created == 1
+
+
+def test_a_missing_template_is_a_warning_event_and_the_claim_comes_when_it_appears(
+    controller: ResourceClaimController, core_v1: client.CoreV1Api, resource_v1: client.ResourceV1Api
+) -> None:
+    core_v1.create_namespaced_pod(NS, dra_pod("early", "later"))
+
+    def warned() -> bool:
+        events = core_v1.list_namespaced_event(NS, field_selector="involvedObject.name=early").items
+        return any(e.reason == "FailedResourceClaimCreation" for e in events)
+
+    wait_for(warned, what="a FailedResourceClaimCreation event")
+    resource_v1.create_namespaced_resource_claim_template(NS, template("later"))
+    assert wait_for(lambda: claim_of(core_v1, "early"), timeout=20, what="the claim once the template exists")
+
+
+def _allocate_and_reserve(resource_v1: client.ResourceV1Api, claim: str, pod: client.V1Pod) -> None:
+    """What the scheduler does at PreBind: finalizer, then allocation and reservation."""
+    resource_v1.patch_namespaced_resource_claim(claim, NS, {"metadata": {"finalizers": [FINALIZER]}})
+    allocation = {
+        "devices": {
+            "results": [
+                {
+                    "request": "gpu",
+                    "driver": dra.DRIVER,
+                    "pool": "node-a",
+                    "device": dra.device_name(0),
+                    "shareID": "3f0c6d2e-7b1a-4c7e-9a55-2b1f0a9d8e11",
+                    "consumedCapacity": {"memory": "4000Mi", "cores": "30"},
+                }
+            ]
+        }
+    }
+    reserved = [{"resource": "pods", "name": pod.metadata.name, "uid": pod.metadata.uid}]
+    resource_v1.patch_namespaced_resource_claim_status(
+        claim, NS, {"status": {"allocation": allocation, "reservedFor": reserved}}
+    )
+
+
+def test_a_finished_pod_releases_its_claim_which_is_deallocated_and_deleted(
+    controller: ResourceClaimController, core_v1: client.CoreV1Api, resource_v1: client.ResourceV1Api
+) -> None:
+    resource_v1.create_namespaced_resource_claim_template(NS, template())
+    pod = core_v1.create_namespaced_pod(NS, dra_pod("job"))
+    name = wait_for(lambda: claim_of(core_v1, "job"), what="the pod's claim")
+    _allocate_and_reserve(resource_v1, name, pod)
+    core_v1.patch_namespaced_pod_status("job", NS, {"status": {"phase": "Succeeded"}})
+
+    def gone() -> bool:
+        try:
+            resource_v1.read_namespaced_resource_claim(name, NS)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, what="the finished pod's claim to be deleted")
+    assert controller.deallocated == 1 and controller.deleted == 1
+
+
+def test_a_deleted_pod_frees_a_shared_claim_but_keeps_it_reserved_for_the_other_pod(
+    controller: ResourceClaimController, core_v1: client.CoreV1Api, resource_v1: client.ResourceV1Api
+) -> None:
+    resource_v1.create_namespaced_resource_claim(
+        NS, {"metadata": {"name": "shared"}, "spec": template()["spec"]["spec"]}
+    )
+    pods = []
+    for name in ("a", "b"):
+        body = dra_pod(name)
+        body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
+        pods.append(core_v1.create_namespaced_pod(NS, body))
+    _allocate_and_reserve(resource_v1, "shared", pods[0])
+    resource_v1.patch_namespaced_resource_claim_status(
+        "shared",
+        NS,
+        {
+            "status": {
+                "reservedFor": [
+                    {"resource": "pods", "name": p.metadata.name, "uid": p.metadata.uid} for p in pods
+                ]
+            }
+        },
+    )
+    core_v1.delete_namespaced_pod("a", NS)
+
+    def only_b() -> bool:
+        status = resource_v1.read_namespaced_resource_claim("shared", NS).status
+        return [r.name for r in status.reserved_for or []] == ["b"]
+
+    wait_for(only_b, what="the deleted pod's reservation to go")
+    still = resource_v1.read_namespaced_resource_claim("shared", NS)
+    assert still.status.allocation is not None and FINALIZER in still.metadata.finalizers
+    core_v1.delete_namespaced_pod("b", NS)
+
+    def released() -> bool:
+        claim = resource_v1.read_namespaced_resource_claim("shared", NS)
+        return claim.status.allocation is None and not claim.metadata.finalizers
+
+    wait_for(released, what="the claim deallocated and its finalizer removed")
+    # A claim the user created is not deleted with the pods that used it.
+    assert resource_v1.read_namespaced_resource_claim("shared", NS).metadata.deletion_timestamp is None
+
+
+def test_a_deleted_claim_in_use_waits_for_its_pod_then_goes(
+    controller: ResourceClaimController, core_v1: client.CoreV1Api, resource_v1: client.ResourceV1Api
+) -> None:
+    resource_v1.create_namespaced_resource_claim_template(NS, template())
+    pod = core_v1.create_namespaced_pod(NS, dra_pod("user"))
+    name = wait_for(lambda: claim_of(core_v1, "user"), what="the pod's claim")
+    _allocate_and_reserve(resource_v1, name, pod)
+    resource_v1.delete_namespaced_resource_claim(name, NS)
+    assert resource_v1.read_namespaced_resource_claim(name, NS).metadata.deletion_timestamp is not None
+    core_v1.delete_namespaced_pod("user", NS)
+
+    def gone() -> bool:
+        try:
+            resource_v1.read_namespaced_resource_claim(name, NS)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, what="the claim to go with its pod")
+
+
+def test_generate_name_shortens_both_parts_in_proportion() -> None:
+    assert generate_name("p", "gpu") == "p-gpu-"
+    # 82 characters: each part cut to its share of 57 (60*57//82 = 41, 20*57//82 = 13), no trailing
+    # hyphen, as controller.go writes it.
+    assert generate_name("a" * 60, "b" * 20) == "a" * 41 + "-" + "b" * 13
