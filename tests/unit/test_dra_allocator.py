@@ -459,8 +459,8 @@ def test_allocated_state_sums_shares_and_forgets_removed_claims() -> None:
     held = [with_allocation(c, run([c], allocated=[])) for c in claims]
     state = AllocatedState.of(held)
     key = (dra.DRIVER, "n1", gpu(0))
-    assert state.capacity[key] == {"memory": 6 * 2**30, "cores": 60}
+    assert state.consumed(key) == {"memory": 6 * 2**30, "cores": 60}
     state.remove(held[0])
-    assert state.capacity[key] == {"memory": 3 * 2**30, "cores": 30}
+    assert state.consumed(key) == {"memory": 3 * 2**30, "cores": 30}
     state.remove(held[1])
     assert key not in state.capacity

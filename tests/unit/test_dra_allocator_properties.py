@@ -205,7 +205,7 @@ def fits_alone(device: Json, request: Mapping[str, Any], state: AllocatedState) 
         return key not in state.devices and all(
             _q(v) <= _q(device["capacity"][c]["value"]) for c, v in asked.items()
         )
-    held = state.capacity.get(key, {})
+    held = state.consumed(key)
     for cap, spec in device["capacity"].items():
         policy = spec["requestPolicy"]
         low, step = _q(policy["validRange"]["min"]), _q(policy["validRange"]["step"])

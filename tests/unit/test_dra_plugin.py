@@ -197,13 +197,13 @@ def test_a_written_claim_is_assumed_until_the_informer_shows_that_version() -> N
     plugin.bound(written)
     key = (dra.DRIVER, "n1", dra.device_name(0))
     assert plugin.in_flight == {} and plugin.assumed == {"default/a": written}
-    assert plugin.allocated.capacity[key]["cores"] == 30
+    assert plugin.allocated.consumed(key)["cores"] == 30
     finalizer_only = versioned(claim, 6)  # an older event (PreBind's finalizer update) changes nothing
     finalizer_only["metadata"]["finalizers"] = [FINALIZER]
     plugin.set_claim(finalizer_only)
-    assert plugin.claim("default/a") is written and plugin.allocated.capacity[key]["cores"] == 30
+    assert plugin.claim("default/a") is written and plugin.allocated.consumed(key)["cores"] == 30
     plugin.set_claim(versioned(written, 7))
-    assert plugin.assumed == {} and plugin.allocated.capacity[key]["cores"] == 30
+    assert plugin.assumed == {} and plugin.allocated.consumed(key)["cores"] == 30
     deallocated = versioned(claim, 9)
     assert plugin.set_claim(deallocated) is True  # the devices are free: waiting pods may fit
     assert plugin.allocated.capacity == {}

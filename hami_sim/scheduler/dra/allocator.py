@@ -36,14 +36,13 @@ with count >= 3 can get a shareable device twice; here every device picked count
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Final
 
-from hami_sim.scheduler.dra.inventory import Capacity, Device, DeviceID, Inventory, Pool, Qty, Taint
+from hami_sim.scheduler.dra.inventory import NANO, Capacity, Device, DeviceID, Inventory, Pool, Qty, Taint
 from hami_sim.scheduler.dra.selector import Selector, SelectorCache, SelectorError
 
 Json = dict[str, Any]
@@ -87,7 +86,8 @@ class AllocatedState:
     one by one so that a scheduler keeps it current."""
 
     devices: dict[DeviceID, int] = field(default_factory=dict)
-    capacity: dict[DeviceID, dict[str, Fraction]] = field(default_factory=dict)
+    capacity: dict[DeviceID, dict[str, int]] = field(default_factory=dict)
+    """Per shared device, the consumed capacity in nano-units (`Qty.nano`)."""
 
     @classmethod
     def of(cls, claims: Iterable[Mapping[str, Any]]) -> AllocatedState:
@@ -108,10 +108,10 @@ class AllocatedState:
                 consumed = self.capacity.setdefault(key, {})
                 for name, raw in (result.get("consumedCapacity") or {}).items():
                     try:
-                        amount = Qty.parse(raw, "consumedCapacity").value
+                        amount = Qty.parse(raw, "consumedCapacity").nano
                     except ValueError:
                         continue
-                    consumed[name] = consumed.get(name, Fraction(0)) + sign * amount
+                    consumed[name] = consumed.get(name, 0) + sign * amount
                 if sign < 0 and not any(consumed.values()):
                     del self.capacity[key]
                 continue
@@ -123,6 +123,10 @@ class AllocatedState:
 
     def remove(self, claim: Mapping[str, Any]) -> None:
         self.add(claim, -1)
+
+    def consumed(self, device: DeviceID) -> dict[str, Fraction]:
+        """What the allocated shares of `device` consume, per capacity."""
+        return {name: Fraction(nano, NANO) for name, nano in self.capacity.get(device, {}).items()}
 
 
 # --- requests ----------------------------------------------------------------------------------------
@@ -144,6 +148,28 @@ class Request:
     tolerations: list[Json]
     capacity: dict[str, Qty] | None
     all_devices: list[Device] = field(default_factory=list)
+    capacity_key: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        self.capacity_key = tuple(sorted((name, q.nano) for name, q in (self.capacity or {}).items()))
+
+    def consumption(self, device: Device) -> dict[str, Qty] | None:
+        """Every capacity of the device with what this request consumes of it (zeros included), or None
+        when the device lacks a capacity asked for or its policy refuses the amount. Kept on the device
+        for every request with the same capacity requests (a device never changes)."""
+        cache = device.consumption
+        if self.capacity_key in cache:
+            return cache[self.capacity_key]
+        requests = self.capacity or {}
+        consumed: dict[str, Qty] | None = None
+        if all(name in device.capacity for name in requests):
+            consumed = {
+                name: consumed_amount(requests.get(name), cap) for name, cap in device.capacity.items()
+            }
+            if any(violates_policy(consumed[name], cap) for name, cap in device.capacity.items()):
+                consumed = None
+        cache[self.capacity_key] = consumed
+        return consumed
 
     @property
     def result_name(self) -> str:
@@ -205,6 +231,19 @@ class _Claim:
     constraints: list[Constraint]
     selected: list[int]
     """Per request: the index of the sub-request chosen."""
+    has_all: bool = False
+
+
+def _check_size(claim: Mapping[str, Any], requests: Sequence[Sequence[Request]]) -> None:
+    """At most 32 devices per claim, counting the smallest sub-request of each list."""
+    wanted = sum(
+        min(len(r.all_devices) if r.all_mode else r.count for r in subs) for subs in requests if subs
+    )
+    if wanted > ALLOCATION_RESULTS_MAX_SIZE:
+        raise AllocationError(
+            f"claim {claim_ref(claim)}: number of requested devices {wanted} exceeds the claim "
+            f"limit of {ALLOCATION_RESULTS_MAX_SIZE}"
+        )
 
 
 def _quantities(raw: Any, where: str) -> dict[str, Qty] | None:
@@ -224,12 +263,6 @@ def _count(value: Any) -> int:
 # --- capacity (consumable_capacity.go) ---------------------------------------------------------------
 
 
-def _value(q: Fraction) -> int:
-    """Go's `Quantity.Value()`: rounded up, away from zero."""
-    magnitude = math.ceil(abs(q))
-    return -magnitude if q < 0 else magnitude
-
-
 def consumed_amount(requested: Qty | None, capacity: Capacity) -> Qty:
     """What one allocation consumes of one capacity (`calculateConsumedCapacity`)."""
     policy = capacity.policy
@@ -239,16 +272,16 @@ def consumed_amount(requested: Qty | None, capacity: Capacity) -> Qty:
         return requested
     if policy.has_range and policy.min is not None:
         low = policy.min
-        if requested.value < low.value:
+        if requested.nano < low.nano:
             return low
-        if policy.step is None or _value(policy.step.value) <= 0:
+        if policy.step is None or policy.step.units <= 0:
             return requested
-        step, base = _value(policy.step.value), _value(low.value)
-        n, rest = divmod(_value(requested.value) - base, step)
+        step, base = policy.step.units, low.units
+        n, rest = divmod(requested.units - base, step)
         return Qty.binary(base + step * (n + (1 if rest else 0)))
     if policy.valid_values:
         for valid in policy.valid_values:
-            if requested.value <= valid.value:
+            if requested.nano <= valid.nano:
                 return valid
     return requested
 
@@ -256,23 +289,17 @@ def consumed_amount(requested: Qty | None, capacity: Capacity) -> Qty:
 def violates_policy(amount: Qty, capacity: Capacity) -> bool:
     """`violatesPolicy`: above `max`, off-step, or not one of `validValues` (the default always passes)."""
     policy = capacity.policy
-    if policy is None or (policy.default is not None and amount.value == policy.default.value):
+    if policy is None or (policy.default is not None and amount.nano == policy.default.nano):
         return False
     if policy.has_range:
-        if policy.max is not None and amount.value > policy.max.value:
+        if policy.max is not None and amount.nano > policy.max.nano:
             return True
-        if policy.step is not None and policy.min is not None and _value(policy.step.value) > 0:
-            return (_value(amount.value) - _value(policy.min.value)) % _value(policy.step.value) != 0
+        if policy.step is not None and policy.min is not None and policy.step.units > 0:
+            return (amount.units - policy.min.units) % policy.step.units != 0
         return False
     if policy.valid_values:
-        return all(amount.value != v.value for v in policy.valid_values)
+        return all(amount.nano != v.nano for v in policy.valid_values)
     return False
-
-
-def consumption(request: Request, device: Device) -> dict[str, Qty]:
-    """Every capacity of the device with what this request consumes of it (zeros included)."""
-    requests = request.capacity or {}
-    return {name: consumed_amount(requests.get(name), cap) for name, cap in device.capacity.items()}
 
 
 # --- taints ------------------------------------------------------------------------------------------
@@ -352,57 +379,68 @@ class Allocator:
         self.selectors = selectors if selectors is not None else SelectorCache()
         self.share_id = share_id
         self.max_steps = max_steps
+        self._template: list[_Claim] | AllocationError | None = None
 
     # --- preparation (upstream: the start of Allocate, validateDeviceRequest) -----------------------
 
     def _prepare(self, pools: list[Pool]) -> list[_Claim]:
+        """The claims ready to search on a node: what does not depend on the node is built on the first
+        call and kept (an error too); `All` requests get the node's devices; constraints are fresh."""
+        if self._template is None:
+            try:
+                self._template = [self._claim(raw) for raw in self.raw_claims]
+            except AllocationError as err:
+                self._template = err
+        if isinstance(self._template, AllocationError):
+            raise self._template
         prepared: list[_Claim] = []
-        for raw in self.raw_claims:
-            devices = ((raw.get("spec") or {}).get("devices")) or {}
-            requests: list[list[Request]] = []
-            min_devices = 0
-            for request in devices.get("requests") or ():
-                name = str(request.get("name") or "")
-                if request.get("firstAvailable"):
-                    subs = [
-                        self._request(raw, sub, str(sub.get("name") or ""), name, pools)
-                        for sub in request["firstAvailable"]
-                    ]
-                    requests.append(subs)
-                    min_devices += min(len(s.all_devices) if s.all_mode else s.count for s in subs)
-                else:
-                    exact = request.get("exactly")
-                    if not isinstance(exact, Mapping):
-                        raise AllocationError(
-                            f"claim {claim_ref(raw)}, request {name}: missing device class name "
-                            "(unsupported request type?)"
-                        )
-                    one = self._request(raw, exact, name, "", pools)
-                    requests.append([one])
-                    min_devices += len(one.all_devices) if one.all_mode else one.count
-            if min_devices > ALLOCATION_RESULTS_MAX_SIZE:
-                raise AllocationError(
-                    f"claim {claim_ref(raw)}: number of requested devices {min_devices} exceeds the claim "
-                    f"limit of {ALLOCATION_RESULTS_MAX_SIZE}"
-                )
-            constraints = []
-            for i, c in enumerate(devices.get("constraints") or ()):
-                names = frozenset(str(r) for r in c.get("requests") or ())
-                if c.get("matchAttribute"):
-                    constraints.append(Constraint(names, str(c["matchAttribute"]), distinct=False))
-                elif c.get("distinctAttribute"):
-                    constraints.append(Constraint(names, str(c["distinctAttribute"]), distinct=True))
-                else:
-                    raise AllocationError(
-                        f"claim {claim_ref(raw)}, constraint #{i}: "
-                        "empty constraint (unsupported constraint type?)"
-                    )
-            prepared.append(_Claim(raw, requests, constraints, [0] * len(requests)))
+        for template in self._template:
+            requests = template.requests
+            if template.has_all:
+                requests = [[self._for_node(template.raw, r, pools) for r in subs] for subs in requests]
+                _check_size(template.raw, requests)
+            constraints = [Constraint(c.requests, c.attribute, c.distinct) for c in template.constraints]
+            prepared.append(_Claim(template.raw, requests, constraints, [0] * len(requests)))
         return prepared
 
-    def _request(
-        self, claim: Mapping[str, Any], raw: Mapping[str, Any], name: str, parent: str, pools: list[Pool]
-    ) -> Request:
+    def _claim(self, raw: Mapping[str, Any]) -> _Claim:
+        devices = ((raw.get("spec") or {}).get("devices")) or {}
+        requests: list[list[Request]] = []
+        for request in devices.get("requests") or ():
+            name = str(request.get("name") or "")
+            if request.get("firstAvailable"):
+                requests.append(
+                    [
+                        self._request(raw, sub, str(sub.get("name") or ""), name)
+                        for sub in request["firstAvailable"]
+                    ]
+                )
+                continue
+            exact = request.get("exactly")
+            if not isinstance(exact, Mapping):
+                raise AllocationError(
+                    f"claim {claim_ref(raw)}, request {name}: "
+                    "missing device class name (unsupported request type?)"
+                )
+            requests.append([self._request(raw, exact, name, "")])
+        has_all = any(r.all_mode for subs in requests for r in subs)
+        if not has_all:
+            _check_size(raw, requests)
+        constraints = []
+        for i, c in enumerate(devices.get("constraints") or ()):
+            names = frozenset(str(r) for r in c.get("requests") or ())
+            if c.get("matchAttribute"):
+                constraints.append(Constraint(names, str(c["matchAttribute"]), distinct=False))
+            elif c.get("distinctAttribute"):
+                constraints.append(Constraint(names, str(c["distinctAttribute"]), distinct=True))
+            else:
+                raise AllocationError(
+                    f"claim {claim_ref(raw)}, constraint #{i}: "
+                    "empty constraint (unsupported constraint type?)"
+                )
+        return _Claim(raw, requests, constraints, [], has_all)
+
+    def _request(self, claim: Mapping[str, Any], raw: Mapping[str, Any], name: str, parent: str) -> Request:
         full = f"{parent}/{name}" if parent else name
         where = f"claim {claim_ref(claim)}, request {full}"
         selectors = []
@@ -431,7 +469,7 @@ class Allocator:
         mode = raw.get("allocationMode") or "ExactCount"
         if mode not in ("ExactCount", "All"):
             raise AllocationError(f"{where}: unsupported count mode {mode}")
-        request = Request(
+        return Request(
             name=name,
             parent=parent,
             class_name=class_name,
@@ -444,22 +482,27 @@ class Allocator:
             tolerations=[dict(t) for t in raw.get("tolerations") or () if isinstance(t, Mapping)],
             capacity=_quantities(raw.get("capacity"), f"{where}: capacity.requests"),
         )
-        if request.all_mode:
-            for pool in pools:
-                if pool.incomplete:
-                    raise AllocationError(
-                        f"{where}: asks for all devices, but resource pool {pool.id} "
-                        "is currently being updated"
-                    )
-                if pool.invalid:
-                    raise AllocationError(
-                        f"{where}: asks for all devices, but resource pool {pool.id} is currently invalid"
-                    )
-                for s in pool.slices:
-                    for device in s.devices:
-                        if self._selectable(claim, request, device) and self._fits(request, device, {}):
-                            request.all_devices.append(device)
-        return request
+
+    def _for_node(self, claim: Mapping[str, Any], request: Request, pools: list[Pool]) -> Request:
+        """An `All` request with the node's matching devices (it refuses incomplete and invalid pools)."""
+        if not request.all_mode:
+            return request
+        where = f"claim {claim_ref(claim)}, request {request.result_name}"
+        devices: list[Device] = []
+        for pool in pools:
+            if pool.incomplete:
+                raise AllocationError(
+                    f"{where}: asks for all devices, but resource pool {pool.id} is currently being updated"
+                )
+            if pool.invalid:
+                raise AllocationError(
+                    f"{where}: asks for all devices, but resource pool {pool.id} is currently invalid"
+                )
+            for s in pool.slices:
+                for device in s.devices:
+                    if self._selectable(claim, request, device) and self._fits(request, device, {}):
+                        devices.append(device)
+        return replace(request, all_devices=devices)
 
     # --- checks ---------------------------------------------------------------------------------
 
@@ -478,19 +521,16 @@ class Allocator:
         return True
 
     def _fits(
-        self, request: Request, device: Device, allocating: Mapping[DeviceID, Mapping[str, Fraction]]
+        self, request: Request, device: Device, allocating: Mapping[DeviceID, Mapping[str, int]]
     ) -> bool:
         """`CmpRequestOverCapacity`."""
-        requests = request.capacity
-        if requests and any(name not in device.capacity for name in requests):
+        consumed = request.consumption(device)
+        if consumed is None:
             return False
         held = self.allocated.capacity.get(device.id, {})
         taking = allocating.get(device.id, {})
         for name, cap in device.capacity.items():
-            amount = consumed_amount(requests.get(name) if requests else None, cap)
-            if violates_policy(amount, cap):
-                return False
-            if held.get(name, 0) + taking.get(name, 0) + amount.value > cap.value.value:
+            if held.get(name, 0) + taking.get(name, 0) + consumed[name].nano > cap.value.nano:
                 return False
         return True
 
@@ -627,7 +667,7 @@ class _Search:
         self.picks: list[list[_Pick]] = [[] for _ in claims]
         self.exclusive: dict[DeviceID, set[int]] = {}
         """Exclusive devices picked in this search, with the claims they were picked for."""
-        self.taking: dict[DeviceID, dict[str, Fraction]] = {}
+        self.taking: dict[DeviceID, dict[str, int]] = {}
         """Capacity of shared devices taken in this search."""
         self.steps = 0
 
@@ -736,10 +776,11 @@ class _Search:
                 return None
         consumed: dict[str, Qty] | None = None
         if shared:
-            consumed = consumption(request, device)
+            consumed = request.consumption(device)
+            assert consumed is not None  # _fits passed
             taking = self.taking.setdefault(device.id, {})
             for name, q in consumed.items():
-                taking[name] = taking.get(name, Fraction(0)) + q.value
+                taking[name] = taking.get(name, 0) + q.nano
         else:
             self.exclusive.setdefault(device.id, set()).add(c)
         picks = self.picks[c]
@@ -751,7 +792,7 @@ class _Search:
             if consumed is not None:
                 taking = self.taking[device.id]
                 for name, q in consumed.items():
-                    taking[name] -= q.value
+                    taking[name] -= q.nano
                 if not any(taking.values()):
                     del self.taking[device.id]
             else:

@@ -33,19 +33,34 @@ DeviceID = tuple[str, str, str]
 _BINARY = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 
 
+NANO = 10**9
+"""Quantities are held as integers of nano-units: exact for every quantity kube-apiserver stores (it
+rounds finer values up to 1n), and integer arithmetic keeps the search fast."""
+
+
+def _away_from_zero(value: Fraction) -> int:
+    """Rounded up, away from zero (Go's `Quantity.Value()`, and kube-apiserver's rounding to 1n)."""
+    magnitude = -(-abs(value.numerator) // value.denominator)
+    return -magnitude if value < 0 else magnitude
+
+
 @dataclass(frozen=True, slots=True)
 class Qty:
-    """A quantity: its exact value and the text written back (what kube-apiserver stores)."""
+    """A quantity: its value in nano-units, Go's `Value()` (rounded up, away from zero) and the text
+    written back (what kube-apiserver stores)."""
 
-    value: Fraction
+    nano: int
+    units: int
     text: str
 
     @classmethod
     def parse(cls, raw: Any, where: str) -> Qty:
         try:
-            return cls(parse_quantity(raw), canonical_quantity(raw))
+            exact = parse_quantity(raw)
+            text = canonical_quantity(raw)
         except QuantityError as err:
             raise ValueError(f"{where}: {err}") from None
+        return cls(_away_from_zero(exact * NANO), _away_from_zero(exact), text)
 
     @classmethod
     def binary(cls, value: int) -> Qty:
@@ -56,7 +71,11 @@ class Qty:
             number //= 1024
             power += 1
         sign = "-" if value < 0 else ""
-        return cls(Fraction(value), f"{sign}{number}{_BINARY[power]}")
+        return cls(value * NANO, value, f"{sign}{number}{_BINARY[power]}")
+
+    @property
+    def value(self) -> Fraction:
+        return Fraction(self.nano, NANO)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +131,7 @@ class Device:
         "binding_conditions",
         "capacity",
         "consumes_counters",
+        "consumption",
         "driver",
         "id",
         "name",
@@ -153,6 +173,8 @@ class Device:
         self.binding_conditions = bool(raw.get("bindingConditions"))
         self._view: DeviceView | None = None
         self._matches: dict[str, bool | SelectorError] = {}
+        self.consumption: dict[tuple[tuple[str, int], ...], dict[str, Qty] | None] = {}
+        """What a request with these capacity requests consumes here (filled by the allocator)."""
 
     def view(self) -> DeviceView:
         if self._view is None:
