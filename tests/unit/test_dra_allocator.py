@@ -72,7 +72,7 @@ def with_allocation(claim: Json, outcome: NodeAllocation, index: int = 0) -> Jso
     return {**claim, "status": {"allocation": outcome.allocations[index]}}
 
 
-def gpu(i: int) -> str:
+def gpu_name(i: int) -> str:
     return dra.device_name(i)
 
 
@@ -89,7 +89,7 @@ def test_a_share_lands_on_the_first_gpu_with_its_capacity_and_a_share_id() -> No
                         "request": "gpu",
                         "driver": dra.DRIVER,
                         "pool": "n1",
-                        "device": gpu(0),
+                        "device": gpu_name(0),
                         "shareID": "share-0",
                         "consumedCapacity": {"memory": "4000Mi", "cores": "30"},
                     }
@@ -109,7 +109,7 @@ def test_exclusive_devices_get_no_share_id_and_no_consumed_capacity() -> None:
     outcome = run([resource_claim("a")], slices)
     assert outcome.allocations is not None
     assert outcome.allocations[0]["devices"]["results"] == [
-        {"request": "gpu", "driver": dra.DRIVER, "pool": "n1", "device": gpu(0)}
+        {"request": "gpu", "driver": dra.DRIVER, "pool": "n1", "device": gpu_name(0)}
     ]
 
 
@@ -156,7 +156,9 @@ def test_a_claim_without_capacity_requests_takes_the_defaults_the_whole_gpu() ->
         "memory": "80Gi",
         "cores": "100",
     }
-    assert devices_of(run([resource_claim("b")], allocated=[with_allocation(first, outcome)])) == [[gpu(1)]]
+    assert devices_of(run([resource_claim("b")], allocated=[with_allocation(first, outcome)])) == [
+        [gpu_name(1)]
+    ]
 
 
 def test_requests_round_up_to_the_policy_step_and_up_to_its_minimum() -> None:
@@ -185,7 +187,7 @@ def test_valid_values_take_the_smallest_value_at_least_the_request_and_refuse_ab
 
 def test_a_request_above_the_policy_maximum_skips_the_device() -> None:
     slices = [resource_slice("n1", hami_gpu_device(0, memory_mib=16384), hami_gpu_device(1))]
-    assert devices_of(run([resource_claim("a", gpu_share("20Gi", "10"))], slices)) == [[gpu(1)]]
+    assert devices_of(run([resource_claim("a", gpu_share("20Gi", "10"))], slices)) == [[gpu_name(1)]]
 
 
 def test_shares_fill_a_gpu_until_the_sum_of_consumed_capacity_would_exceed_it() -> None:
@@ -194,14 +196,14 @@ def test_shares_fill_a_gpu_until_the_sum_of_consumed_capacity_would_exceed_it() 
     for name in ("a", "b", "c"):
         claim = resource_claim(name, gpu_share("3Gi", "30"))
         outcome = run([claim], slices, allocated=held)
-        assert devices_of(outcome) == [[gpu(0)]]
+        assert devices_of(outcome) == [[gpu_name(0)]]
         held.append(with_allocation(claim, outcome))
     assert (
         run([resource_claim("d", gpu_share("2Gi", "5"))], slices, allocated=held).reason
         == REASON_CANNOT_ALLOCATE
     )
     assert devices_of(run([resource_claim("d", gpu_share("1Gi", "10"))], slices, allocated=held)) == [
-        [gpu(0)]
+        [gpu_name(0)]
     ]
 
 
@@ -209,7 +211,7 @@ def test_shares_of_one_pod_count_against_each_other() -> None:
     slices = [resource_slice("n1", hami_gpu_device(0), hami_gpu_device(1))]
     claims = [resource_claim(n, gpu_share("1Gi", "60")) for n in ("a", "b", "c")]
     outcome = run(claims[:2], slices)
-    assert devices_of(outcome) == [[gpu(0)], [gpu(1)]]
+    assert devices_of(outcome) == [[gpu_name(0)], [gpu_name(1)]]
     assert run(claims, slices).reason == REASON_CANNOT_ALLOCATE
 
 
@@ -217,7 +219,7 @@ def test_a_capacity_the_device_does_not_have_skips_it() -> None:
     other = hami_gpu_device(0)
     other["capacity"] = {"memory": other["capacity"]["memory"]}
     slices = [resource_slice("n1", other, hami_gpu_device(1))]
-    assert devices_of(run([resource_claim("a", gpu_share("1Gi", "10"))], slices)) == [[gpu(1)]]
+    assert devices_of(run([resource_claim("a", gpu_share("1Gi", "10"))], slices)) == [[gpu_name(1)]]
 
 
 def test_a_capacity_request_on_an_exclusive_device_is_a_filter() -> None:
@@ -227,7 +229,7 @@ def test_a_capacity_request_on_an_exclusive_device_is_a_filter() -> None:
         )
     ]
     claim = resource_claim("a", device_request(capacity={"memory": "40Gi"}))
-    assert devices_of(run([claim], slices)) == [[gpu(1)]]
+    assert devices_of(run([claim], slices)) == [[gpu_name(1)]]
 
 
 # --- exclusive and shared devices ---------------------------------------------------------------------
@@ -237,9 +239,9 @@ def test_an_exclusive_device_held_by_another_claim_is_in_use() -> None:
     slices = [resource_slice("n1", hami_gpu_device(0, shareable=False), hami_gpu_device(1, shareable=False))]
     first = resource_claim("a")
     outcome = run([first], slices)
-    assert devices_of(outcome) == [[gpu(0)]]
+    assert devices_of(outcome) == [[gpu_name(0)]]
     assert devices_of(run([resource_claim("b")], slices, allocated=[with_allocation(first, outcome)])) == [
-        [gpu(1)]
+        [gpu_name(1)]
     ]
 
 
@@ -251,13 +253,13 @@ def test_an_exclusive_device_is_never_picked_twice_for_one_claim() -> None:
 def test_a_shareable_device_may_serve_two_devices_of_one_request_unless_distinct() -> None:
     slices = [resource_slice("n1", hami_gpu_device(0), hami_gpu_device(1, memory_mib=1024))]
     twice = resource_claim("a", gpu_share("2Gi", "10", count=2))
-    assert devices_of(run([twice], slices)) == [[gpu(0), gpu(0)]]
+    assert devices_of(run([twice], slices)) == [[gpu_name(0), gpu_name(0)]]
     distinct = resource_claim(
         "a", gpu_share("2Gi", "10", count=2), constraints=[{"requests": ["gpu"], "distinctAttribute": UUID}]
     )
     assert run([distinct], slices).reason == REASON_CANNOT_ALLOCATE
     small = resource_claim("a", gpu_share("512Mi", "10", count=2), constraints=[{"distinctAttribute": UUID}])
-    assert devices_of(run([small], slices)) == [[gpu(0), gpu(1)]]
+    assert devices_of(run([small], slices)) == [[gpu_name(0), gpu_name(1)]]
 
 
 def test_distinct_attribute_holds_for_every_device_of_a_request_not_only_the_last() -> None:
@@ -267,7 +269,7 @@ def test_distinct_attribute_holds_for_every_device_of_a_request_not_only_the_las
     )
     assert run([claim], slices).reason == REASON_CANNOT_ALLOCATE
     three = resource_claim("a", gpu_share("1Gi", "10", count=3), constraints=[{"distinctAttribute": UUID}])
-    assert devices_of(run([three], slices)) == [[gpu(0), gpu(1), gpu(2)]]
+    assert devices_of(run([three], slices)) == [[gpu_name(0), gpu_name(1), gpu_name(2)]]
 
 
 def test_match_attribute_backtracks_to_a_device_the_other_request_can_share() -> None:
@@ -286,9 +288,9 @@ def test_match_attribute_backtracks_to_a_device_the_other_request_can_share() ->
         constraints=[{"requests": ["any", "h100"], "matchAttribute": PRODUCT}],
     )
     outcome = run([claim], slices)
-    # "any" takes gpu(0) first; "h100" then finds no A100 and the search backtracks. gpu(1) is full
-    # after "any" (no capacity requests: the defaults are the whole GPU), so "h100" gets gpu(2).
-    assert devices_of(outcome) == [[gpu(1), gpu(2)]]
+    # "any" takes gpu_name(0) first; "h100" then finds no A100 and the search backtracks. gpu_name(1) is full
+    # after "any" (no capacity requests: the defaults are the whole GPU), so "h100" gets gpu_name(2).
+    assert devices_of(outcome) == [[gpu_name(1), gpu_name(2)]]
     assert outcome.steps > 6
 
 
@@ -300,7 +302,7 @@ TAINT = {"key": "hami.io/xid", "value": "79", "effect": "NoSchedule"}
 
 def test_a_tainted_device_is_skipped_unless_the_request_tolerates_it() -> None:
     slices = [resource_slice("n1", hami_gpu_device(0, taints=[TAINT]), hami_gpu_device(1))]
-    assert devices_of(run([resource_claim("a")], slices)) == [[gpu(1)]]
+    assert devices_of(run([resource_claim("a")], slices)) == [[gpu_name(1)]]
     for toleration in (
         {"key": "hami.io/xid", "operator": "Exists"},
         {"key": "hami.io/xid", "operator": "Equal", "value": "79", "effect": "NoSchedule"},
@@ -308,12 +310,12 @@ def test_a_tainted_device_is_skipped_unless_the_request_tolerates_it() -> None:
     ):
         tolerant = resource_claim("a", device_request(tolerations=[toleration]))
         outcome = run([tolerant], slices)
-        assert devices_of(outcome) == [[gpu(0)]], toleration
+        assert devices_of(outcome) == [[gpu_name(0)]], toleration
         assert outcome.allocations is not None
         assert outcome.allocations[0]["devices"]["results"][0]["tolerations"] == [toleration]
     for wrong in ({"key": "hami.io/xid", "value": "48"}, {"operator": "Exists", "effect": "NoExecute"}):
         assert devices_of(run([resource_claim("a", device_request(tolerations=[wrong]))], slices)) == [
-            [gpu(1)]
+            [gpu_name(1)]
         ]
 
 
@@ -323,7 +325,7 @@ def test_no_execute_taints_block_and_none_effect_taints_do_not() -> None:
     slices = [
         resource_slice("n1", hami_gpu_device(0, taints=[no_execute]), hami_gpu_device(1, taints=[none]))
     ]
-    assert devices_of(run([resource_claim("a")], slices)) == [[gpu(1)]]
+    assert devices_of(run([resource_claim("a")], slices)) == [[gpu_name(1)]]
 
 
 # --- firstAvailable, All, admin access ---------------------------------------------------------------------
@@ -347,7 +349,7 @@ def test_first_available_takes_the_first_sub_request_that_fits_and_names_it() ->
 def test_allocation_mode_all_takes_every_matching_device_or_nothing() -> None:
     slices = [resource_slice("n1", *(hami_gpu_device(i, shareable=False) for i in range(3)))]
     claim = resource_claim("a", device_request(mode="All"))
-    assert devices_of(run([claim], slices)) == [[gpu(0), gpu(1), gpu(2)]]
+    assert devices_of(run([claim], slices)) == [[gpu_name(0), gpu_name(1), gpu_name(2)]]
     other = resource_claim("b")
     taken = with_allocation(other, run([other], slices))
     assert run([claim], slices, allocated=[taken]).reason == REASON_CANNOT_ALLOCATE
@@ -380,7 +382,7 @@ def test_only_slices_of_the_node_and_of_the_newest_generation_count() -> None:
     old = resource_slice("n1", hami_gpu_device(0), name="old", generation=1)
     new = resource_slice("n1", hami_gpu_device(5), name="new", generation=2)
     elsewhere = resource_slice("n2", hami_gpu_device(7))
-    assert devices_of(run([resource_claim("a")], [old, new, elsewhere])) == [[gpu(5)]]
+    assert devices_of(run([resource_claim("a")], [old, new, elsewhere])) == [[gpu_name(5)]]
     assert run([resource_claim("a")], [elsewhere]).reason == REASON_CANNOT_ALLOCATE
 
 
@@ -388,7 +390,7 @@ def test_an_incomplete_pool_gives_nothing_and_a_newer_generation_elsewhere_obsol
     half = resource_slice("n1", hami_gpu_device(0), name="half", slice_count=2)
     assert run([resource_claim("a")], [half]).reason == REASON_CANNOT_ALLOCATE
     other_half = resource_slice("n2", hami_gpu_device(1), name="other", pool="n1", slice_count=2)
-    assert devices_of(run([resource_claim("a")], [half, other_half])) == [[gpu(0)]]
+    assert devices_of(run([resource_claim("a")], [half, other_half])) == [[gpu_name(0)]]
     newer = resource_slice("n2", hami_gpu_device(1), name="newer", pool="n1", generation=2)
     assert run([resource_claim("a")], [half, newer]).reason == REASON_CANNOT_ALLOCATE
 
@@ -410,7 +412,7 @@ def test_the_inventory_reuses_unchanged_slices_and_drops_deleted_ones() -> None:
     assert not inventory.set_slice(resource_slice("n1", resource_version="1"))
     assert inventory.pools("n1")[0].slices[0] is first
     assert inventory.set_slice(resource_slice("n1", hami_gpu_device(3), resource_version="2"))
-    assert [d.name for d in inventory.pools("n1")[0].slices[0].devices] == [gpu(3)]
+    assert [d.name for d in inventory.pools("n1")[0].slices[0].devices] == [gpu_name(3)]
     assert inventory.delete_slice(f"n1-{dra.DRIVER}")
     assert inventory.pools("n1") == []
 
@@ -458,7 +460,7 @@ def test_allocated_state_sums_shares_and_forgets_removed_claims() -> None:
     claims = [resource_claim(n, gpu_share("3Gi", "30")) for n in ("a", "b")]
     held = [with_allocation(c, run([c], allocated=[])) for c in claims]
     state = AllocatedState.of(held)
-    key = (dra.DRIVER, "n1", gpu(0))
+    key = (dra.DRIVER, "n1", gpu_name(0))
     assert state.consumed(key) == {"memory": 6 * 2**30, "cores": 60}
     state.remove(held[0])
     assert state.consumed(key) == {"memory": 3 * 2**30, "cores": 30}
