@@ -2,7 +2,13 @@
 ResourceQuotas; list, then watch with bookmarks; resume, relist on 410, backoff), each feeding one store:
 pods the pod store (which derives quota usage and tells the extender's GPU cache what each pod holds),
 nodes the GPU cache, ResourceQuotas the quota cache. `synced` is set after the first lists; /readyz
-waits for it."""
+waits for it.
+
+With DRA translation on, the ResourceClaimTemplates hami-control keeps (label
+`app.kubernetes.io/managed-by=hami-control`) are watched into `dra_templates.TemplateStore` too. That
+watch is not part of readiness: until it has listed, the webhook creates the templates a pod needs and
+takes 409 AlreadyExists as success, so the device-plugin path never waits for a DRA API (a cluster that
+does not serve resource.k8s.io/v1 only fails the pods that would be translated, with the API's error)."""
 
 from __future__ import annotations
 
@@ -12,7 +18,9 @@ import time
 from collections.abc import Sequence
 
 from hami_control.cache import ClusterCache
-from hami_control.config import ControlConfig
+from hami_control.config import ControlConfig, DRATranslation
+from hami_control.dra_templates import TEMPLATES_PATH, TemplateStore
+from hami_control.dra_translate import TEMPLATE_SELECTOR
 from hami_control.gpu_sinks import GPUNodeSink
 from hami_control.pod_store import PodStore
 from hami_control.quota_store import ClusterQuotaView, QuotaCache
@@ -57,6 +65,19 @@ class ClusterCaches:
                     watch_timeout_s=watch_timeout_s,
                 )
             )
+        self.templates: TemplateStore | None = None
+        self.template_reflector: Reflector | None = None
+        if config.dra.translation is not DRATranslation.OFF:
+            self.templates = TemplateStore()
+            self.template_reflector = Reflector(
+                api,
+                "resourceclaimtemplates",
+                TEMPLATES_PATH,
+                self.templates,
+                retry=retry,
+                watch_timeout_s=watch_timeout_s,
+                params={"labelSelector": TEMPLATE_SELECTOR},
+            )
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -65,6 +86,9 @@ class ClusterCaches:
         started = time.monotonic()
         for reflector in self.reflectors:
             self._tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.name}"))
+        if self.template_reflector is not None:
+            name = f"watch-{self.template_reflector.name}"
+            self._tasks.append(asyncio.create_task(self.template_reflector.run(), name=name))
         self._tasks.append(asyncio.create_task(self._report_synced(started), name="watch-synced"))
 
     async def _report_synced(self, started: float) -> None:

@@ -145,6 +145,34 @@ class SchedulingSettings:
     gpu_policy: tuple[GPUPolicy, ...] = (GPUPolicy.SPREAD,)
 
 
+class DRATranslation(StrEnum):
+    """Which GPU pods the webhook rewrites to Dynamic Resource Allocation claims
+    (`dra_translate`, docs/dra.md).
+
+    - `off`: none; `POST /webhook/dra` denies GPU pods with a message naming this setting.
+    - `namespace`: the pods sent to `POST /webhook/dra`, the webhook entry whose namespaceSelector picks
+      the namespaces labelled `hami.io/dra=enabled` (daemonset/overlays/dra); `/webhook` translates none.
+    - `all`: every GPU pod, on both paths (a cluster whose GPU nodes all run hami-node in DRA mode).
+    """
+
+    OFF = "off"
+    NAMESPACE = "namespace"
+    ALL = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class DRASettings:
+    """The webhook's translation of HAMi resources into ResourceClaims (`dra_translate`)."""
+
+    translation: DRATranslation = DRATranslation.OFF
+    gpu_memory: tuple[tuple[str, int], ...] = ()
+    """(GPU model, memory in MiB) pairs: what a `gpumem-percentage` is a percentage of, for a pod whose
+    `nvidia.com/use-gputype` picks models of one size (names as the ResourceSlices' `productName`)."""
+    template_timeout_s: float = 2.0
+    """Seconds an admission may spend creating the ResourceClaimTemplates it needs (the webhook's own
+    timeout is 10 s in daemonset/overlays/dra)."""
+
+
 @dataclass(frozen=True, slots=True)
 class BinderSettings:
     """The bind protocol's waits."""
@@ -221,6 +249,7 @@ class ControlConfig:
     binder: BinderSettings = BinderSettings()
     election: ElectionSettings = ElectionSettings()
     kube: KubeSettings = KubeSettings()
+    dra: DRASettings = DRASettings()
     config_file: Path | None = None
     log_level: LogLevel = LogLevel.INFO
     warnings: tuple[str, ...] = ()
@@ -265,6 +294,9 @@ _GROUPS: dict[str, tuple[type, dict[str, str]]] = {
     "kube": (KubeSettings, {
         "kubeconfig": "kubeconfig", "kube_api_qps": "qps", "kube_api_burst": "burst",
         "pod_name": "pod_name", "pod_namespace": "pod_namespace"}),
+    "dra": (DRASettings, {
+        "dra_translation": "translation", "dra_gpu_memory": "gpu_memory",
+        "dra_template_timeout_s": "template_timeout_s"}),
 }  # fmt: skip
 """ControlConfig's groups: group -> (its type, setting name -> its field). The request settings are
 built apart (`parse_resource_names`, `_REQUEST_DEFAULTS`); the rest are ControlConfig's own fields."""
@@ -344,6 +376,42 @@ def _byte_size(value: object) -> int:
     if size.denominator != 1 or not 1024 <= size <= 1024 * MIB:
         raise Invalid(expected)
     return size.numerator
+
+
+_GPU_MEMORY_EXPECTED = "GPU models with their memory in MiB (MODEL=MIB,MODEL=MIB, or a mapping in the file)"
+
+
+def _gpu_memory(value: object) -> tuple[tuple[str, int], ...]:
+    """`--dra-gpu-memory`: {model: MiB} in the file, "model=MiB,model=MiB" as text; models unique
+    (ignoring case, as the use-gputype match does), sizes whole MiB >= 1."""
+    if isinstance(value, str):
+        pairs: list[tuple[object, object]] = []
+        for part in value.split(","):
+            if not part.strip():
+                continue
+            before, sep, after = part.rpartition("=")
+            if not sep:
+                raise Invalid(_GPU_MEMORY_EXPECTED)
+            pairs.append((before, after))
+    elif isinstance(value, Mapping):
+        pairs = list(value.items())
+    else:
+        raise Invalid(_GPU_MEMORY_EXPECTED)
+    out: list[tuple[str, int]] = []
+    seen: set[str] = set()
+    for raw_model, size in pairs:
+        if not isinstance(raw_model, str) or not raw_model.strip() or "," in raw_model or "=" in raw_model:
+            raise Invalid(_GPU_MEMORY_EXPECTED)
+        name = raw_model.strip()
+        if name.lower() in seen:
+            raise Invalid(f"{_GPU_MEMORY_EXPECTED}, each model once ({name!r} is listed twice)")
+        seen.add(name.lower())
+        try:
+            mib = parse_int(1, _INT32_MAX)(size)
+        except Invalid:
+            raise Invalid(f"{_GPU_MEMORY_EXPECTED}; {name}: a whole number of MiB >= 1") from None
+        out.append((name, mib))
+    return tuple(sorted(out))
 
 
 # --- the settings ----------------------------------------------------------------------------------------
@@ -443,6 +511,17 @@ _SETTINGS: tuple[Setting, ...] = (
             "seconds the leader keeps trying to renew before it steps down", "SECONDS", default_text="10"),
     Setting("leader_elect_retry_period_s", "--leader-elect-retry-period", "HAMI_LEADER_ELECT_RETRY_PERIOD",
             "leaderElectRetryPeriod", _seconds, "seconds between election attempts", "SECONDS",
+            default_text="2"),
+    Setting("dra_translation", "--dra-translation", "HAMI_DRA_TRANSLATION", "draTranslation",
+            _enum(DRATranslation),
+            "rewrite GPU pods to DRA ResourceClaims: off, namespace (pods of namespaces labelled "
+            "hami.io/dra=enabled, sent to /webhook/dra) or all", "MODE"),
+    Setting("dra_gpu_memory", "--dra-gpu-memory", "HAMI_DRA_GPU_MEMORY", "draGPUMemory", _gpu_memory,
+            "GPU models' memory in MiB (MODEL=MIB,...), for gpumem-percentage under DRA", "MODEL=MIB,...",
+            repeatable=True, default_text="none"),
+    Setting("dra_template_timeout_s", "--dra-template-timeout", "HAMI_DRA_TEMPLATE_TIMEOUT",
+            "draTemplateTimeout", _seconds,
+            "seconds an admission may spend creating the ResourceClaimTemplates it needs", "SECONDS",
             default_text="2"),
 )  # fmt: skip
 
@@ -572,18 +651,26 @@ def _check_leader_timing(given: Loaded) -> None:
 _LEADER_SETTINGS = ("leader_elect_namespace", "leader_elect_lease", *_LEADER_TIMING)
 
 
+_DRA_SETTINGS = ("dra_gpu_memory", "dra_template_timeout_s")
+
+
 def _ignored_settings(given: Loaded) -> tuple[str, ...]:
     """Settings given that change nothing: the leader election's without --leader-elect (its timings are
-    still checked, so turning it on later cannot fail). POD_NAMESPACE is not named: the downward API sets
-    it in every pod."""
-    if "leader_elect" in given and given["leader_elect"].value:
-        return ()
+    still checked, so turning it on later cannot fail), the DRA translation's with --dra-translation off.
+    POD_NAMESPACE is not named: the downward API sets it in every pod."""
     out: list[str] = []
-    for name in _LEADER_SETTINGS:
-        setting = given.get(name)
-        if setting is None or setting.where == "environment POD_NAMESPACE":
-            continue
-        out.append(f"{setting.where}: has no effect without --leader-elect")
+    if not ("leader_elect" in given and given["leader_elect"].value):
+        for name in _LEADER_SETTINGS:
+            setting = given.get(name)
+            if setting is None or setting.where == "environment POD_NAMESPACE":
+                continue
+            out.append(f"{setting.where}: has no effect without --leader-elect")
+    translation = given["dra_translation"].value if "dra_translation" in given else DRATranslation.OFF
+    if translation is DRATranslation.OFF:
+        for name in _DRA_SETTINGS:
+            setting = given.get(name)
+            if setting is not None:
+                out.append(f"{setting.where}: has no effect with --dra-translation off")
     return tuple(out)
 
 
@@ -596,6 +683,8 @@ __all__ = [
     "ConfigError",
     "ControlArgumentParser",
     "ControlConfig",
+    "DRASettings",
+    "DRATranslation",
     "HelpRequested",
     "LogLevel",
     "PrivilegedPolicy",

@@ -25,6 +25,7 @@ from hami_control.binder import Binder
 from hami_control.caches import ClusterCaches
 from hami_control.certs import CertOptions, bootstrap, certs_options
 from hami_control.config import ConfigError, ControlConfig, HelpRequested, KubeSettings, load_config
+from hami_control.dra_templates import TemplateKeeper
 from hami_control.leader import LEADER_VALUE, LeaderElector, default_identity, extender_gate, label_pod
 from hami_control.metrics import ControlMetrics
 from hami_control.scheduling import Extender
@@ -48,6 +49,8 @@ from hami_kube.events import EventRecorder
 log = logging.getLogger("hami_control")
 
 EXIT_CONFIG = 2
+DRA_WEBHOOK_PATH = "/webhook/dra"
+"""The webhook entry of the namespaces that opted in to DRA (namespaceSelector hami.io/dra=enabled)."""
 COMMANDS = {
     "serve": "run the webhook and the scheduler extender until SIGTERM (default)",
     "certs": "create or renew the webhook's TLS Secret and caBundle (the install Job runs it)",
@@ -68,6 +71,7 @@ class ControlPlane:
         self.reloader: CertificateReloader | None = None
         self.api: KubeApi | None = None
         self.caches: ClusterCaches | None = None
+        self.templates: TemplateKeeper | None = None
         self.extender: Extender | None = None
         self.binder: Binder | None = None
         self.events: EventRecorder | None = None
@@ -108,8 +112,16 @@ class ControlPlane:
         self._wire_extender(self.api, caches)
         caches.start()
         health_routes(self.routes, caches.readiness)
+        if caches.templates is not None:
+            self.templates = TemplateKeeper(
+                self.api, caches.templates, timeout_s=config.dra.template_timeout_s
+            )
         admit: AdmissionHandler = admission_handler(config, caches.quota_view, self.metrics)
         webhook_route(self.routes, admit, max_body=config.server.max_request_body)
+        admit_dra = admission_handler(
+            config, caches.quota_view, self.metrics, dra_route=True, templates=self.templates
+        )
+        webhook_route(self.routes, admit_dra, max_body=config.server.max_request_body, path=DRA_WEBHOOK_PATH)
         self.server = ControlServer(
             self.routes,
             config.server.bind.host,
@@ -224,6 +236,9 @@ class ControlPlane:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self.elector is not None and self.api is not None:
             await self.elector.release()
+        templates, self.templates = self.templates, None
+        if templates is not None:
+            await templates.stop()
         caches, self.caches = self.caches, None
         if caches is not None:
             await caches.stop()

@@ -5,6 +5,10 @@ resource, handlers fed from it); everything else about pods is derived from it, 
 - **Quota usage.** Each record carries what the pod counts against its namespace's GPU quota, added to /
   removed from the namespace's running total, so a quota check is two dictionary lookups, never a walk
   over pods. Every non-terminal pod counts (Pending included); Succeeded, Failed and deleted pods do not.
+  A pod the webhook translated to DRA asks no HAMi resource any more: it counts what its annotation
+  `hami.io/dra-claims` records (`dra_translate.claims_usage`), and only while it asks no HAMi resource,
+  so the annotation can never lower what a pod's resources count. It holds no GPU slices here (its
+  claims are allocated by kube-scheduler, not by the extender) and asks the extender nothing.
 - **GPU holdings.** A pod holds GPU slices when it carries `hami.io/vgpu-node` and is not terminal; the
   slices come from `hami.io/vgpu-devices-allocated` (or `hami.io/vgpu-devices-to-allocate` when that is
   missing or empty), reduced to the pod's footprint with `hami_api.containers.footprint_slices` (init
@@ -53,6 +57,8 @@ from hami_api.resources import ContainerRequest, container_request, pod_containe
 from hami_api.types import PodAllocation
 from hami_control.cache import TERMINAL_PHASES, ClusterCache, Held, PodHolding
 from hami_control.config import ControlConfig
+from hami_control.dra_translate import ANNOTATION as DRA_CLAIMS
+from hami_control.dra_translate import claims_usage, decode_claims
 from hami_control.extender import ASK_ANNOTATIONS, ExtenderArgsError, PodAsk, ask_from_requests, read_pod_ask
 from hami_control.quota import QuotaUsage, allocation_quota_usage, requests_quota_usage
 from hami_kube.client import JSONDict
@@ -223,14 +229,27 @@ def _held(
 
 
 def _usage(
-    allocated: PodAllocation | WireFormatError | None, requests: Requests, init_containers: int, who: str
+    allocated: PodAllocation | WireFormatError | None,
+    requests: Requests,
+    init_containers: int,
+    annotations: Mapping[str, Any],
+    who: str,
 ) -> QuotaUsage:
-    """A non-terminal pod's quota usage: from its allocation once chosen (the real MiB), else its request."""
+    """A non-terminal pod's quota usage: from its allocation once chosen (the real MiB), else its request;
+    a pod translated to DRA (no HAMi request left) from its `hami.io/dra-claims` annotation."""
     if isinstance(allocated, WireFormatError):
         log.debug("pod %s: %s; quota counts its request instead", who, allocated)
     elif allocated is not None:
         return allocation_quota_usage(allocated, init_containers)
-    return requests_quota_usage(requests) if requests else _ZERO
+    if any(request is not None for request, _ in requests):
+        return requests_quota_usage(requests)
+    translated = annotations.get(DRA_CLAIMS)
+    if isinstance(translated, str):
+        try:
+            return claims_usage(decode_claims(translated))
+        except WireFormatError as err:
+            log.debug("pod %s: %s; it counts nothing against its quota", who, err)
+    return _ZERO
 
 
 def _same(previous: _T | None, value: _T) -> _T:
@@ -267,7 +286,7 @@ def pod_record(
     if phase not in TERMINAL_PHASES:
         allocated = _allocated(raw)
         held, held_error = _held(raw, allocated, containers)
-        usage = _usage(allocated, containers.requests, init_containers, f"{namespace}/{name}")
+        usage = _usage(allocated, containers.requests, init_containers, raw, f"{namespace}/{name}")
     old = previous
     requests = _same(old.container_requests if old else None, containers.requests)
     if shapes is not None:
@@ -370,6 +389,14 @@ class _AdmittedInNamespace:
         return not self.order
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """An admission `PodStore.admit` counts (for `PodStore.withdraw`)."""
+
+    namespace: str
+    entry: _Admitted
+
+
 # --- the binder's assumptions ---------------------------------------------------------------------------
 
 
@@ -453,18 +480,28 @@ class PodStore:
 
     # --- the webhook's admissions ----------------------------------------------------------------------
 
-    def admit(self, namespace: str, name: str, generate_name: str, usage: QuotaUsage) -> None:
+    def admit(self, namespace: str, name: str, generate_name: str, usage: QuotaUsage) -> Admission | None:
         """Count `usage` for a pod the webhook just admitted until the watch shows it (or the TTL ends).
-        `name` is "" for pods named by `generate_name` (the API server picks the name after admission)."""
+        `name` is "" for pods named by `generate_name` (the API server picks the name after admission).
+        Returns the entry, for `withdraw` (None when nothing was counted)."""
         if usage.memory <= 0 and usage.cores <= 0:
-            return
+            return None
         if name and (namespace, name) in self._uids:
-            return  # already visible (cannot happen for a CREATE, but never count twice)
+            return None  # already visible (cannot happen for a CREATE, but never count twice)
         key, by_name = (name, True) if name else (generate_name, False)
         admitted = self._admitted.get(namespace)
         if admitted is None:
             admitted = self._admitted[namespace] = _AdmittedInNamespace()
-        admitted.add(_Admitted(key, by_name, usage, self.clock() + self.assume_ttl_s))
+        entry = _Admitted(key, by_name, usage, self.clock() + self.assume_ttl_s)
+        admitted.add(entry)
+        return Admission(namespace, entry)
+
+    def withdraw(self, admission: Admission) -> None:
+        """Stop counting an admission the webhook took back (it denied the pod after all: the
+        ResourceClaimTemplates of a pod translated to DRA could not be created)."""
+        admitted = self._admitted.get(admission.namespace)
+        if admitted is not None:
+            admitted.drop(admission.entry)
 
     def _seen(self, pod: Mapping[str, Any], namespace: str, name: str) -> None:
         """A pod appeared in the watch: drop the admission assumed for it (by name, else by generateName)."""
@@ -666,6 +703,7 @@ class PodStore:
 __all__ = [
     "KEPT_ANNOTATIONS",
     "MAX_SHAPES",
+    "Admission",
     "PodKey",
     "PodListener",
     "PodRecord",

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hami_control.config import ControlConfig
-from hami_control.pod_store import PodKey, PodStore
+from hami_control.pod_store import Admission, PodKey, PodStore
 from hami_control.quota import (
     QuotaLimitError,
     QuotaLimits,
@@ -110,9 +110,13 @@ class ClusterQuotaView:
     def used(self, namespace: str) -> QuotaUsage:
         return self.pods.used(namespace)
 
-    def assume(self, namespace: str, name: str, generate_name: str, usage: QuotaUsage) -> None:
+    def assume(self, namespace: str, name: str, generate_name: str, usage: QuotaUsage) -> Admission | None:
         """Count an admitted pod's usage until the watch shows it (`PodStore.admit`)."""
-        self.pods.admit(namespace, name, generate_name, usage)
+        return self.pods.admit(namespace, name, generate_name, usage)
+
+    def withdraw(self, admission: Admission) -> None:
+        """Stop counting an admission taken back (`PodStore.withdraw`)."""
+        self.pods.withdraw(admission)
 
 
 __all__ = [

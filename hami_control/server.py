@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import inspect
 import json
 import logging
 import os
@@ -157,8 +158,10 @@ def health_routes(routes: Routes, readiness: ReadinessCheck) -> None:
 
 # --- the webhook route ------------------------------------------------------------------------------------
 
-AdmissionHandler = Callable[[bytes], "WebhookAnswer"]
-"""The body of a `POST /webhook` in, the answer out (main.py adapts `webhook.handle_admission_review`)."""
+AdmissionHandler = Callable[[bytes], "WebhookAnswer | Awaitable[WebhookAnswer]"]
+"""The body of a `POST /webhook` in, the answer out (`admission.admission_handler` adapts
+`webhook.handle_admission_review`); an awaitable answer when the admission has to call out first (the
+ResourceClaimTemplates of a pod translated to DRA)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,11 +176,15 @@ class WebhookAnswer:
     exception: BaseException | None = None
 
 
-def webhook_route(routes: Routes, admit: AdmissionHandler, *, max_body: int = DEFAULT_MAX_BODY) -> None:
-    """`POST /webhook`: body (size-limited) -> `admit` -> JSON answer, one log line per decision.
+def webhook_route(
+    routes: Routes, admit: AdmissionHandler, *, max_body: int = DEFAULT_MAX_BODY, path: str = "/webhook"
+) -> None:
+    """`POST <path>` (`/webhook`, and `/webhook/dra` for the namespaces that opted in to DRA): body
+    (size-limited) -> `admit` -> JSON answer, one log line per decision.
 
-    `admit` runs synchronously on the event loop: a quota check and the usage it assumes for the admitted
-    pod happen without an await in between, so concurrent reviews cannot both take the last quota."""
+    `admit` is called synchronously on the event loop: a quota check and the usage it assumes for the
+    admitted pod happen without an await in between, so concurrent reviews cannot both take the last
+    quota. What it must do after that (create templates) comes back as an awaitable answer."""
 
     async def webhook(request: web.BaseRequest) -> web.StreamResponse:
         started = time.perf_counter()
@@ -188,7 +195,8 @@ def webhook_route(routes: Routes, admit: AdmissionHandler, *, max_body: int = DE
             )
             return body
         try:
-            result = admit(body)
+            answer = admit(body)
+            result = await answer if inspect.isawaitable(answer) else answer
         except Exception:
             log.exception("the webhook handler failed on a %d-byte review", len(body))
             return json_response({"error": "internal error in the admission webhook (see its log)"}, 500)
@@ -202,7 +210,7 @@ def webhook_route(routes: Routes, admit: AdmissionHandler, *, max_body: int = DE
                 decisions_log.info(logfmt(fields))
         return json_response(result.body, result.status)
 
-    routes.add("POST", "/webhook", webhook)
+    routes.add("POST", path, webhook)
 
 
 # --- the scheduler extender routes ---------------------------------------------------------------------

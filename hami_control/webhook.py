@@ -37,12 +37,19 @@ Rules, in HAMi's order:
 6. A pod with a GPU container: `spec.schedulerName` = the configured name; `spec.nodeName` set -> denied
    ("pod has node assigned": it would bypass GPU scheduling); `spec.runtimeClassName` set when configured
    and unset.
-7. Quota pre-check (`hami_control.quota`), unless disabled: denied (403) when the namespace's GPU memory
+7. With `translate` (the pod's namespace opted in to DRA, `config.dra`), a GPU pod that does not use
+   resourceClaims yet is rewritten to use one ResourceClaim per GPU container, from templates the
+   caller keeps (`dra_translate`: the rules, the names, the annotation `hami.io/dra-claims`; the
+   templates it needs are in `Decision.claims`). What cannot be translated is denied with a message
+   saying what to write instead (a gpumem-percentage no GPU model size fixes; a privileged GPU
+   container under the skip policy, whose GPU would stay outside the claims).
+8. Quota pre-check (`hami_control.quota`), unless disabled: denied (403) when the namespace's GPU memory
    or cores quota would be exceeded. The pod is counted as it will be stored (defaults applied, skipped
-   privileged containers included), which is what the caches count once the watch shows it; an allowed
-   GPU pod's usage is returned in `Decision.quota_usage` so the caller can assume it meanwhile.
+   privileged containers included; a translated pod by its claims), which is what the caches count once
+   the watch shows it; an allowed GPU pod's usage is returned in `Decision.quota_usage` so the caller
+   can assume it meanwhile.
 
-Denials carry kube's status codes: 403 Forbidden for policy (2, 5, 6, 7), 422 Invalid for bad values,
+Denials carry kube's status codes: 403 Forbidden for policy (2, 5, 6, 7, 8), 422 Invalid for bad values,
 500 InternalError for a bug. An unexpected exception in the rules never reaches the client as a
 traceback: a pod that names a HAMi resource is denied with 500 (letting it through unmutated would
 send a GPU pod to the default scheduler, where it hangs Pending: HAMi's most reported problem), any
@@ -69,7 +76,21 @@ from hami_api.resources import (
     container_resource,
 )
 from hami_api.types import CorePolicy
-from hami_control.config import ControlConfig, PrivilegedPolicy
+from hami_control.config import ControlConfig, DRATranslation, PrivilegedPolicy
+from hami_control.dra_translate import (
+    ANNOTATION as DRA_CLAIMS,
+)
+from hami_control.dra_translate import (
+    GPUClaim,
+    TranslationError,
+    claims_usage,
+    container_claim,
+    encode_claims,
+    pod_constraints,
+    record,
+    strip_resources,
+    use_claim,
+)
 from hami_control.quota import QuotaUsage, QuotaView, check_quota, requests_quota_usage
 
 ENV_TASK_PRIORITY = "CUDA_TASK_PRIORITY"
@@ -100,14 +121,19 @@ class Decision:
     quota_usage: QuotaUsage | None = None
     """For an allowed GPU pod: what it counts against its namespace's quota (to assume it until the
     watch shows the pod)."""
+    claims: tuple[GPUClaim, ...] = ()
+    """For a pod translated to DRA: the claims whose ResourceClaimTemplates (`GPUClaim.template`) must
+    exist in its namespace before the pod is admitted, one per distinct template."""
 
 
 def _allow(
     note: str = "",
+    *,
     patch: Sequence[JSONPatchOp] = (),
     warnings: Sequence[str] = (),
     notes: Sequence[str] = (),
     quota_usage: QuotaUsage | None = None,
+    claims: Sequence[GPUClaim] = (),
 ) -> Decision:
     return Decision(
         True,
@@ -115,6 +141,7 @@ def _allow(
         warnings=tuple(warnings),
         notes=(note, *notes) if note else tuple(notes),
         quota_usage=quota_usage,
+        claims=tuple(claims),
     )
 
 
@@ -189,6 +216,8 @@ class _Container:
     """It gets GPUs (nvidia.com/gpu >= 1 after defaults)."""
     privileged_asks: tuple[str, ...] = ()
     """HAMi resources a privileged container asks for (its GPU was not processed)."""
+    skipped: bool = False
+    """Privileged, left alone by the skip policy while asking for GPU resources."""
     skipped_sharing: bool = False
     """Skipped (privileged, policy skip) while asking for gpumem/gpucores/percentage."""
     request: ContainerRequest | None = None
@@ -302,6 +331,7 @@ def _review_container(
             state.privileged_asks = tuple(asks)
             return
         warnings.append(f"{state.label} is privileged: its GPU request is not shared or limited by HAMi")
+        state.skipped = True
         state.skipped_sharing = bool(sharing)
         # untouched, but the scheduler extender counts what it asks, so the quota check does too
         state.request = container_request(container, names, config.requests.defaults, state.init)
@@ -392,15 +422,18 @@ def review_pod(
     config: ControlConfig,
     quota_view: QuotaView,
     namespace: str | None = None,
+    *,
+    translate: bool = False,
 ) -> Decision:
     """HAMi's admission rules for one pod (see the module docstring). `namespace` is the request's
-    (a pod being created may not carry one yet); it defaults to the pod's own.
+    (a pod being created may not carry one yet); it defaults to the pod's own. `translate`: rewrite a
+    GPU pod to DRA claims (rule 7).
 
     Bad values give a 422 denial; this raises only on a bug (or a quota view that fails)."""
     if operation != "CREATE":
         return _allow(f"{operation or 'no operation'}: only CREATE is mutated")
     try:
-        return _review_create(pod, config, quota_view, namespace)
+        return _review_create(pod, config, quota_view, namespace, translate)
     except _Invalid as err:
         return _deny(422, "Invalid", str(err))
     except RequestError as err:
@@ -408,7 +441,11 @@ def review_pod(
 
 
 def _review_create(
-    pod: Mapping[str, Any], config: ControlConfig, quota_view: QuotaView, namespace: str | None
+    pod: Mapping[str, Any],
+    config: ControlConfig,
+    quota_view: QuotaView,
+    namespace: str | None,
+    translate: bool,
 ) -> Decision:
     if not isinstance(pod, Mapping):
         raise _Invalid(f"the object {_shown(pod)} is not a pod")
@@ -431,26 +468,12 @@ def _review_create(
     ):
         return _allow(f"scheduler {scheduler!r} named: left alone")
 
-    core_policy = _core_policy(metadata, config)
     new_spec: dict[str, Any] = dict(spec)
-    states: list[_Container] = []
     warnings: list[str] = []
     notes: list[str] = []
-    for key, init in (("initContainers", True), ("containers", False)):
-        if not isinstance(spec.get(key), list):
-            continue
-        copies: list[Any] = []
-        for index, container in enumerate(lists[key]):
-            if not isinstance(container, Mapping):
-                raise _Invalid(f"spec.{key}[{index}] {_shown(container)} is not an object")
-            copy = dict(container)
-            state = _Container(_container_name(container), init)
-            _review_container(
-                copy, state, config=config, core_policy=core_policy, warnings=warnings, notes=notes
-            )
-            states.append(state)
-            copies.append(copy)
-        new_spec[key] = copies
+    states, containers = _review_containers(
+        new_spec, lists, config, _core_policy(metadata, config), warnings=warnings, notes=notes
+    )
 
     privileged = next((s for s in states if s.privileged_asks), None)
     if privileged is not None:
@@ -470,6 +493,8 @@ def _review_create(
         )
 
     usage: QuotaUsage | None = None
+    claims: tuple[GPUClaim, ...] = ()
+    new_metadata: Mapping[str, Any] = metadata
     if has_gpu:
         node_name = _string(spec.get("nodeName"), "spec.nodeName")
         if node_name:
@@ -483,7 +508,22 @@ def _review_create(
         runtime_class = spec.get("runtimeClassName")
         if config.webhook.runtime_class_name and (runtime_class is None or runtime_class == ""):
             new_spec["runtimeClassName"] = config.webhook.runtime_class_name
-        usage = requests_quota_usage((s.request, s.init) for s in states)  # the pod as it will be stored
+        if translate and spec.get("resourceClaims"):
+            notes.append("pod already uses resourceClaims: not translated to DRA")
+        elif translate:
+            try:
+                translated = _translate(new_spec, metadata, states, containers, config)
+            except TranslationError as err:
+                return (
+                    _deny(422, "Invalid", err.message, warnings)
+                    if err.invalid
+                    else _forbidden(err.message, warnings)
+                )
+            new_metadata, usage, claims = translated.metadata, translated.usage, translated.claims
+            warnings += translated.warnings
+            notes.append(f"translated to DRA: {', '.join(sorted(c.template_name for c in claims))}")
+        if usage is None:
+            usage = requests_quota_usage((s.request, s.init) for s in states)  # the pod as it will be stored
         if config.quota.enforce:
             if namespace is None:
                 namespace = _string(metadata.get("namespace"), "metadata.namespace")
@@ -492,9 +532,102 @@ def _review_create(
                 return _forbidden(denial.message, warnings)
 
     patch = json_patch_diff(spec, new_spec, "/spec")
+    if new_metadata is not metadata:
+        patch += _metadata_patch(pod, metadata, new_metadata)
     if not patch:
         notes.append("no GPU resource" if not has_gpu else "nothing to change")
-    return _allow(patch=patch, warnings=warnings, notes=notes, quota_usage=usage)
+    return _allow(patch=patch, warnings=warnings, notes=notes, quota_usage=usage, claims=claims)
+
+
+def _metadata_patch(
+    pod: Mapping[str, Any], metadata: Mapping[str, Any], new_metadata: Mapping[str, Any]
+) -> list[JSONPatchOp]:
+    if isinstance(pod.get("metadata"), Mapping):
+        return json_patch_diff(metadata, new_metadata, "/metadata")
+    return [{"op": "add", "path": "/metadata", "value": new_metadata}]
+
+
+def _review_containers(
+    new_spec: dict[str, Any],
+    lists: Mapping[str, list[Any]],
+    config: ControlConfig,
+    core_policy: CorePolicy | str,
+    *,
+    warnings: list[str],
+    notes: list[str],
+) -> tuple[list[_Container], list[dict[str, Any]]]:
+    """Rule 4 on every container, init containers first: their copies go into `new_spec`; returns the
+    states and the copies, in that order."""
+    states: list[_Container] = []
+    containers: list[dict[str, Any]] = []
+    for key, init in (("initContainers", True), ("containers", False)):
+        if not isinstance(new_spec.get(key), list):
+            continue
+        copies: list[dict[str, Any]] = []
+        for index, container in enumerate(lists[key]):
+            if not isinstance(container, Mapping):
+                raise _Invalid(f"spec.{key}[{index}] {_shown(container)} is not an object")
+            copy = dict(container)
+            state = _Container(_container_name(container), init)
+            _review_container(
+                copy, state, config=config, core_policy=core_policy, warnings=warnings, notes=notes
+            )
+            states.append(state)
+            copies.append(copy)
+        containers += copies
+        new_spec[key] = copies
+    return states, containers
+
+
+@dataclass(frozen=True, slots=True)
+class _Translated:
+    metadata: Mapping[str, Any]
+    usage: QuotaUsage
+    claims: tuple[GPUClaim, ...]
+    warnings: tuple[str, ...]
+
+
+def _translate(
+    new_spec: dict[str, Any],
+    metadata: Mapping[str, Any],
+    states: Sequence[_Container],
+    containers: Sequence[dict[str, Any]],
+    config: ControlConfig,
+) -> _Translated:
+    """Rule 7 on the spec the other rules produced (`containers`: its container copies, in `states`'
+    order, edited in place): one claim per GPU container, no HAMi resource left in any container, the
+    pod's claims and the `hami.io/dra-claims` annotation. Raises `TranslationError`."""
+    skipped = next((s for s in states if s.skipped), None)
+    if skipped is not None:
+        raise TranslationError(
+            f"{skipped.label} is privileged and left alone by hami-control's privileged policy skip: in a "
+            "pod translated to DRA its GPU resources would stay outside the pod's claims. Drop "
+            "securityContext.privileged (grant the capabilities it needs instead)"
+        )
+    names = config.requests.names
+    annotations = metadata.get("annotations")
+    annotations = annotations if isinstance(annotations, Mapping) else {}
+    known = config.dra.gpu_memory
+    constraints = pod_constraints(annotations, known)
+    records = []
+    claims: dict[str, GPUClaim] = {}
+    pod_claims: list[dict[str, str]] = []
+    for state, container in zip(states, containers, strict=True):
+        strip_resources(container, names)
+        if not state.gpu:
+            continue
+        assert state.request is not None
+        claim = container_claim(
+            state.request, constraints, label=state.label, names=names, known_models=known
+        )
+        entry = record(state.name, claim)
+        use_claim(container, entry.claim)
+        pod_claims.append({"name": entry.claim, "resourceClaimTemplateName": entry.template})
+        claims.setdefault(entry.template, claim)
+        records.append(entry)
+    new_spec["resourceClaims"] = pod_claims
+    new_metadata = {**metadata, "annotations": {**annotations, DRA_CLAIMS: encode_claims(records)}}
+    return _Translated(new_metadata, claims_usage(records), tuple(claims.values()), constraints.warnings)
 
 
 def _mentions_hami_resource(pod: Any, names: ResourceNames) -> bool:
@@ -536,6 +669,8 @@ class DecisionSummary:
     notes: tuple[str, ...] = ()
     quota_usage: QuotaUsage | None = None
     """See `Decision.quota_usage`."""
+    claims: tuple[GPUClaim, ...] = ()
+    """See `Decision.claims`."""
     exception: BaseException | None = field(default=None, compare=False)
 
     @property
@@ -617,8 +752,19 @@ def _error_result(status: int, message: str, summary: DecisionSummary | None = N
     return AdmissionResult(status, body, summary)
 
 
-def handle_admission_review(body: bytes, config: ControlConfig, quota_view: QuotaView) -> AdmissionResult:
-    """Answer one `POST /webhook` body. Never raises.
+def translates(config: ControlConfig, dra_route: bool) -> bool:
+    """Whether GPU pods reviewed on this route are translated to DRA (`DRATranslation`)."""
+    mode = config.dra.translation
+    return mode is DRATranslation.ALL or (dra_route and mode is DRATranslation.NAMESPACE)
+
+
+def handle_admission_review(
+    body: bytes, config: ControlConfig, quota_view: QuotaView, *, dra_route: bool = False
+) -> AdmissionResult:
+    """Answer one `POST /webhook` body, or with `dra_route` one `POST /webhook/dra` body (the pods of the
+    namespaces that opted in to DRA): GPU pods are translated to DRA claims (rule 7) as
+    `config.dra.translation` says; a GPU pod on the DRA route while translation is off is denied, naming
+    the setting. Never raises.
 
     - 413 when `body` is longer than `config.max_request_body`;
     - 400 with a message for a body that is not JSON, not an `admission.k8s.io/v1` or `v1beta1`
@@ -630,14 +776,14 @@ def handle_admission_review(body: bytes, config: ControlConfig, quota_view: Quot
     The 4xx/5xx bodies are metav1.Status objects.
     """
     try:
-        return _handle(body, config, quota_view)
+        return _handle(body, config, quota_view, dra_route)
     except Exception as err:  # a bug in the envelope itself: still no traceback to the client
         return _error_result(
             500, f"internal error in hami-control ({type(err).__name__})", DecisionSummary(exception=err)
         )
 
 
-def _handle(body: bytes, config: ControlConfig, quota_view: QuotaView) -> AdmissionResult:
+def _handle(body: bytes, config: ControlConfig, quota_view: QuotaView, dra_route: bool) -> AdmissionResult:
     if len(body) > config.server.max_request_body:
         return _error_result(
             413,
@@ -671,7 +817,16 @@ def _handle(body: bytes, config: ControlConfig, quota_view: QuotaView) -> Admiss
         return _error_result(400, "request.object must be the pod being created", summary)
     else:
         try:
-            decision = review_pod(obj or {}, operation, config, quota_view, summary.namespace)
+            translate = translates(config, dra_route)
+            decision = review_pod(
+                obj or {}, operation, config, quota_view, summary.namespace, translate=translate
+            )
+            if dra_route and not translate and decision.allowed and decision.quota_usage is not None:
+                decision = _forbidden(
+                    "this namespace asks for GPU pods through DRA (its webhook entry sends them to "
+                    "/webhook/dra), but hami-control runs with --dra-translation off: ask your admin to set "
+                    "draTranslation: namespace, or remove the namespace's label hami.io/dra"
+                )
         except Exception as err:
             exception = err
             if _mentions_hami_resource(obj, config.requests.names):
@@ -710,9 +865,43 @@ def _handle(body: bytes, config: ControlConfig, quota_view: QuotaView) -> Admiss
         message=decision.message,
         notes=decision.notes,
         quota_usage=decision.quota_usage if decision.allowed else None,
+        claims=decision.claims if decision.allowed else (),
         exception=exception,
     )
     return AdmissionResult(200, out, summary)
+
+
+_DENIAL_REASONS = {403: "Forbidden", 422: "Invalid", 500: "InternalError"}
+
+
+def denied_result(result: AdmissionResult, code: int, message: str) -> AdmissionResult:
+    """`result` (an allowed pod's answer) turned into a denial with `code` and `message`, for what the
+    caller finds after the review (a translated pod's templates could not be created); warnings kept."""
+    body = dict(result.body)
+    old = body.get("response")
+    old = old if isinstance(old, Mapping) else {}
+    response: dict[str, Any] = {"uid": result.summary.uid, "allowed": False}
+    response["status"] = {
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": _DENIAL_REASONS.get(code, "Forbidden"),
+        "code": code,
+    }
+    if "warnings" in old:
+        response["warnings"] = old["warnings"]
+    body["response"] = response
+    summary = replace(
+        result.summary,
+        allowed=False,
+        code=code,
+        patch_ops=0,
+        patch_bytes=0,
+        message=message,
+        quota_usage=None,
+        claims=(),
+    )
+    return AdmissionResult(result.status, body, summary)
 
 
 def _text(value: Any) -> str:
@@ -763,8 +952,10 @@ __all__ = [
     "Decision",
     "DecisionSummary",
     "JSONPatchOp",
+    "denied_result",
     "escape_pointer_token",
     "handle_admission_review",
     "json_patch_diff",
     "review_pod",
+    "translates",
 ]

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import urllib3
 
@@ -66,6 +66,8 @@ process, 40 s with two)."""
 GPU_RESOURCE = "nvidia.com/gpu"
 WEBHOOK_CONFIG_NAME = "hami-webhook"
 IGNORE_LABEL = "hami.io/webhook"
+DRA_NAMESPACE_LABEL = "hami.io/dra"
+"""Namespaces labelled hami.io/dra=enabled have their GPU pods translated to claims (mixed clusters)."""
 STATE_FILE = "cluster.json"
 STATE_VERSION = 1
 
@@ -424,6 +426,11 @@ class Cluster:
                 argv += ["--node-scheduler-policy", self.spec.node_scheduler_policy]
             if self.spec.gpu_scheduler_policy:
                 argv += ["--gpu-scheduler-policy", self.spec.gpu_scheduler_policy]
+            if self.spec.dra_nodes:
+                # An all-DRA cluster translates every GPU pod; a mixed one the namespaces labelled
+                # hami.io/dra=enabled (the second webhook entry, as daemonset/overlays/dra has it).
+                all_dra = len(self.spec.dra_nodes) == len(self.spec.nodes)
+                argv += ["--dra-translation", "all" if all_dra else "namespace"]
             return argv + list(self.spec.control_args)
         if name == SCHEDULER:
             config = self.spec.scheduler_config or default_scheduler_config()
@@ -695,7 +702,7 @@ class Cluster:
 
     def _register_webhook(self) -> None:
         not_ignored = {"matchExpressions": [{"key": IGNORE_LABEL, "operator": "NotIn", "values": ["ignore"]}]}
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": WEBHOOK_CONFIG_NAME},
@@ -723,6 +730,23 @@ class Cluster:
                 }
             ],
         }
+        if self.spec.dra_nodes and len(self.spec.dra_nodes) < len(self.spec.nodes):
+            # Mixed: namespaces labelled hami.io/dra=enabled go to /webhook/dra, the others to /webhook.
+            dp_entry = body["webhooks"][0]
+            dra_ns = {"key": DRA_NAMESPACE_LABEL, "operator": "In", "values": ["enabled"]}
+            dp_entry["namespaceSelector"] = {
+                "matchExpressions": [*not_ignored["matchExpressions"], {**dra_ns, "operator": "NotIn"}]
+            }
+            body["webhooks"].append(
+                {
+                    **dp_entry,
+                    "name": "dra.vgpu.hami.io",
+                    "sideEffects": "NoneOnDryRun",
+                    "timeoutSeconds": 10,
+                    "clientConfig": {**dp_entry["clientConfig"], "url": self.control_url + "/webhook/dra"},
+                    "namespaceSelector": {"matchExpressions": [*not_ignored["matchExpressions"], dra_ns]},
+                }
+            )
         url = self.apiserver_url + "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
         with urllib3.PoolManager() as pool:
             response = pool.request(
