@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from hami_api import dra
+from hami_control.dra_translate import type_selector, uuid_selector
 from hami_sim.scheduler.dra.allocator import (
     REASON_CANNOT_ALLOCATE,
     REASON_INVALID_POOLS,
@@ -466,3 +469,76 @@ def test_allocated_state_sums_shares_and_forgets_removed_claims() -> None:
     assert state.consumed(key) == {"memory": 3 * 2**30, "cores": 30}
     state.remove(held[1])
     assert key not in state.capacity
+
+
+# --- what the project ships: the DeviceClass, the examples, the webhook's selectors -----------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def shipped(path: str) -> list[Json]:
+    return [d for d in yaml.safe_load_all((REPO / path).read_text()) if d]
+
+
+def test_the_shipped_device_class_and_the_example_templates_allocate_as_their_comments_say() -> None:
+    (cls,) = shipped("daemonset/overlays/dra/deviceclass.yaml")
+    slices = [
+        resource_slice(
+            "n1",
+            hami_gpu_device(0, product="NVIDIA-A100-SXM4-80GB"),
+            hami_gpu_device(1, product="NVIDIA-A100-SXM4-80GB"),
+        )
+    ]
+    templates = {
+        d["metadata"]["name"]: d
+        for path in sorted((REPO / "examples" / "dra").glob("*.yaml"))
+        for d in shipped(f"examples/dra/{path.name}")
+        if d["kind"] == "ResourceClaimTemplate"
+    }
+    assert set(templates) >= {"gpu-4000mi-30c", "gpu-whole", "two-gpus-8000mi-50c"}
+
+    def results(template: str) -> list[Json]:
+        claim = {
+            "metadata": {"name": template, "namespace": "dra-demo"},
+            "spec": templates[template]["spec"]["spec"],
+        }
+        outcome = allocate("n1", [claim], slices, [cls], share_id=share_ids())
+        assert outcome.allocations is not None, outcome.reason
+        found: list[Json] = outcome.allocations[0]["devices"]["results"]
+        return found
+
+    (share,) = results("gpu-4000mi-30c")
+    assert share["consumedCapacity"] == {"memory": "4000Mi", "cores": "30"}
+    (whole,) = results("gpu-whole")
+    assert whole["consumedCapacity"] == {"memory": "80Gi", "cores": "100"}
+    two = results("two-gpus-8000mi-50c")
+    assert [(r["device"], r["consumedCapacity"]) for r in two] == [
+        (gpu_name(0), {"memory": "8000Mi", "cores": "50"}),
+        (gpu_name(1), {"memory": "8000Mi", "cores": "50"}),
+    ]
+
+
+def test_the_webhooks_annotation_selectors_pick_the_gpus_hami_would() -> None:
+    slices = [
+        resource_slice(
+            "n1",
+            hami_gpu_device(0, product="Tesla T4", uuid="GPU-a"),
+            hami_gpu_device(1, product="NVIDIA-A100-SXM4-80GB", uuid="GPU-b"),
+            hami_gpu_device(2, product="Tésla V100", uuid="GPU-c"),
+        )
+    ]
+
+    def picked(selector: str) -> str | None:
+        outcome = run([resource_claim("a", device_request(selectors=[selector]))], slices)
+        return (
+            None if outcome.allocations is None else outcome.allocations[0]["devices"]["results"][0]["device"]
+        )
+
+    assert picked(type_selector(["a100"], use=True)) == gpu_name(1)
+    assert (
+        picked(type_selector(["TÉSLA"], use=True)) is None
+    )  # lowerAscii leaves É alone, as HAMi's ToUpper does not
+    assert picked(type_selector(["tésla"], use=True)) == gpu_name(2)
+    assert picked(type_selector(["t4", "a100"], use=False)) == gpu_name(2)
+    assert picked(uuid_selector(["GPU-c"], use=True)) == gpu_name(2)
+    assert picked(uuid_selector(["GPU-a", "GPU-b"], use=False)) == gpu_name(2)
