@@ -466,6 +466,216 @@ def gpu_usage(cache: ClusterCache, uuid: str, node: str = "n1") -> tuple[int, in
     return (g.used, g.usedmem, g.usedcores)
 
 
+# --- DRA: ResourceSlices, DeviceClasses, ResourceClaims (resource.k8s.io/v1) ------------------------------
+
+
+def dra_capacity(
+    value: str,
+    *,
+    default: str | None = None,
+    minimum: str | None = None,
+    maximum: str | None = None,
+    step: str | None = None,
+    valid_values: Sequence[str] | None = None,
+) -> Json:
+    """A DeviceCapacity: `value`, with a requestPolicy when any policy field is given (`minimum` and
+    `maximum`/`step` make a validRange, `valid_values` a validValues list)."""
+    cap: Json = {"value": value}
+    policy: Json = {}
+    if default is not None:
+        policy["default"] = default
+    if minimum is not None or maximum is not None or step is not None:
+        policy["validRange"] = {
+            k: v for k, v in (("min", minimum), ("max", maximum), ("step", step)) if v is not None
+        }
+    if valid_values is not None:
+        policy["validValues"] = list(valid_values)
+    if policy:
+        cap["requestPolicy"] = policy
+    return cap
+
+
+def hami_gpu_device(
+    minor: int = 0,
+    *,
+    memory_mib: int = 81920,
+    product: str = "NVIDIA-A100-SXM4-80GB",
+    shareable: bool = True,
+    uuid: str | None = None,
+    taints: Sequence[Mapping[str, Any]] = (),
+    **attributes: Any,
+) -> Json:
+    """One GPU as hami-node publishes it in DRA mode (hami_api.dra): `hami-gpu-<minor>`, type/uuid/minor/
+    productName attributes (more as `name={"int": 1}`), consumable `memory` (default: the whole GPU,
+    1 Mi..whole in 1 Mi steps) and `cores` (default 100, 0..100), shareable unless `shareable=False`
+    (then no request policy, as the API requires)."""
+    memory = f"{memory_mib}Mi"
+    device: Json = {
+        "name": dra.device_name(minor),
+        "attributes": {
+            dra.ATTR_TYPE: {"string": dra.DEVICE_TYPE},
+            dra.ATTR_UUID: {"string": uuid or f"GPU-{minor:08d}-0000-0000-0000-000000000000"},
+            dra.ATTR_MINOR: {"int": minor},
+            dra.ATTR_PRODUCT_NAME: {"string": product},
+            **attributes,
+        },
+        "capacity": {
+            dra.CAPACITY_MEMORY: dra_capacity(
+                memory, default=memory, minimum="1Mi", maximum=memory, step="1Mi"
+            )
+            if shareable
+            else dra_capacity(memory),
+            dra.CAPACITY_CORES: dra_capacity("100", default="100", minimum="0", maximum="100", step="1")
+            if shareable
+            else dra_capacity("100"),
+        },
+    }
+    if shareable:
+        device["allowMultipleAllocations"] = True
+    if taints:
+        device["taints"] = [dict(t) for t in taints]
+    return device
+
+
+def resource_slice(
+    node_name: str | None = "n1",
+    *devices: Mapping[str, Any],
+    name: str | None = None,
+    driver: str = dra.DRIVER,
+    pool: str | None = None,
+    generation: int = 1,
+    slice_count: int = 1,
+    all_nodes: bool = False,
+    node_selector: Mapping[str, Any] | None = None,
+    resource_version: str | None = None,
+) -> Json:
+    """A ResourceSlice of `devices` (default: two `hami_gpu_device`s) for `node_name` (None with
+    `all_nodes` or `node_selector`); pool name = node name unless given, name `<node>-<driver>`."""
+    spec: Json = {
+        "driver": driver,
+        "pool": {
+            "name": pool or node_name or "cluster",
+            "generation": generation,
+            "resourceSliceCount": slice_count,
+        },
+        "devices": [dict(d) for d in devices] if devices else [hami_gpu_device(0), hami_gpu_device(1)],
+    }
+    if node_name is not None:
+        spec["nodeName"] = node_name
+    if all_nodes:
+        spec["allNodes"] = True
+    if node_selector is not None:
+        spec["nodeSelector"] = dict(node_selector)
+    meta: Json = {"name": name or f"{node_name or pool or 'cluster'}-{driver}"}
+    if resource_version is not None:
+        meta["resourceVersion"] = resource_version
+    return {"apiVersion": dra.API_VERSION, "kind": "ResourceSlice", "metadata": meta, "spec": spec}
+
+
+def device_class(
+    name: str = dra.DEVICE_CLASS, *expressions: str, config: Sequence[Mapping[str, Any]] = ()
+) -> Json:
+    """A DeviceClass with CEL selectors (default: HAMi-DRA's) and optional `config` entries."""
+    spec: Json = {
+        "selectors": [{"cel": {"expression": e}} for e in expressions or (dra.DEVICE_CLASS_SELECTOR,)]
+    }
+    if config:
+        spec["config"] = [dict(c) for c in config]
+    return {"apiVersion": dra.API_VERSION, "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
+
+
+def device_request(
+    name: str = "gpu",
+    *,
+    device_class_name: str = dra.DEVICE_CLASS,
+    count: int | None = None,
+    mode: str | None = None,
+    selectors: Sequence[str] = (),
+    capacity: Mapping[str, str] | None = None,
+    tolerations: Sequence[Mapping[str, Any]] = (),
+    admin: bool | None = None,
+    first_available: Sequence[Mapping[str, Any]] = (),
+) -> Json:
+    """A DeviceRequest: `exactly` from the keywords, or `firstAvailable` sub-requests (each built with
+    this function; its `exactly` is unwrapped)."""
+    if first_available:
+        subs = [{"name": s["name"], **s["exactly"]} for s in first_available]
+        return {"name": name, "firstAvailable": subs}
+    exact: Json = {"deviceClassName": device_class_name}
+    if count is not None:
+        exact["count"] = count
+    if mode is not None:
+        exact["allocationMode"] = mode
+    if selectors:
+        exact["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    if capacity is not None:
+        exact["capacity"] = {"requests": dict(capacity)}
+    if tolerations:
+        exact["tolerations"] = [dict(t) for t in tolerations]
+    if admin is not None:
+        exact["adminAccess"] = admin
+    return {"name": name, "exactly": exact}
+
+
+def dra_claim(
+    name: str = "c",
+    *requests: Mapping[str, Any],
+    namespace: str = "default",
+    uid: str | None = None,
+    constraints: Sequence[Mapping[str, Any]] = (),
+    config: Sequence[Mapping[str, Any]] = (),
+    allocation: Mapping[str, Any] | None = None,
+    reserved_for: Sequence[Mapping[str, Any]] = (),
+    owner_pod: Mapping[str, Any] | None = None,
+) -> Json:
+    """A ResourceClaim with `requests` (default: one `device_request()`), optional constraints and
+    config, and a status (`allocation`, `reserved_for`) when given; `owner_pod` makes the pod its
+    controller (a claim generated from a template)."""
+    devices: Json = {"requests": [dict(r) for r in requests] or [device_request()]}
+    if constraints:
+        devices["constraints"] = [dict(c) for c in constraints]
+    if config:
+        devices["config"] = [dict(c) for c in config]
+    meta: Json = {"name": name, "namespace": namespace}
+    if uid is not None:
+        meta["uid"] = uid
+    if owner_pod is not None:
+        owner_meta = owner_pod.get("metadata") or {}
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": owner_meta.get("name"),
+                "uid": owner_meta.get("uid"),
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    claim: Json = {
+        "apiVersion": dra.API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": meta,
+        "spec": {"devices": devices},
+    }
+    status: Json = {}
+    if allocation is not None:
+        status["allocation"] = dict(allocation)
+    if reserved_for:
+        status["reservedFor"] = [dict(r) for r in reserved_for]
+    if status:
+        claim["status"] = status
+    return claim
+
+
+def gpu_share(
+    memory: str = "4000Mi", cores: str = "30", *, count: int | None = None, name: str = "gpu", **request: Any
+) -> Json:
+    """A request for a slice of HAMi GPUs (capacity memory + cores), as the webhook's templates write it."""
+    return device_request(
+        name, count=count, capacity={dra.CAPACITY_MEMORY: memory, dra.CAPACITY_CORES: cores}, **request
+    )
+
+
 # --- DRA (resource.k8s.io/v1) -------------------------------------------------------------------------
 
 

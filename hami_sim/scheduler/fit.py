@@ -251,19 +251,25 @@ def _match_expression(expr: Mapping[str, Any], value: str | None) -> bool:
     return False
 
 
-def _match_term(term: Mapping[str, Any], node: NodeInfo) -> bool:
+def _match_term(term: Mapping[str, Any], name: str, labels: Mapping[str, str]) -> bool:
     expressions = term.get("matchExpressions") or ()
     fields = term.get("matchFields") or ()
     if not expressions and not fields:
         return False
     for expr in expressions:
-        if not _match_expression(expr, node.labels.get(str(expr.get("key")))):
+        if not _match_expression(expr, labels.get(str(expr.get("key")))):
             return False
     for expr in fields:
-        value = node.name if expr.get("key") == "metadata.name" else None
+        value = name if expr.get("key") == "metadata.name" else None
         if not _match_expression(expr, value):
             return False
     return True
+
+
+def node_selector_matches(selector: Mapping[str, Any], name: str, labels: Mapping[str, str]) -> bool:
+    """A core/v1 NodeSelector (terms ORed, requirements ANDed; matchFields on metadata.name) against a
+    node's name and labels (component-helpers' `nodeaffinity.NodeSelector.Match`)."""
+    return any(_match_term(term, name, labels) for term in selector.get("nodeSelectorTerms") or ())
 
 
 def matches_node_affinity(pod: Mapping[str, Any], node: NodeInfo) -> bool:
@@ -276,7 +282,7 @@ def matches_node_affinity(pod: Mapping[str, Any], node: NodeInfo) -> bool:
     ) or {}
     terms = required.get("nodeSelectorTerms")
     if terms is not None:
-        return any(_match_term(term, node) for term in terms)
+        return any(_match_term(term, node.name, node.labels) for term in terms)
     return True
 
 

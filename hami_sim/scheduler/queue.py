@@ -11,10 +11,11 @@ monotonic clock), nothing here reads a clock or sleeps.
   after a failed bind), or after `unschedulable_timeout` (kube's 5 minutes). A moved pod goes to
   backoffQ while its backoff lasts, else to activeQ.
 - A pod that failed with an error (extender error, failed bind) goes to backoffQ, never to the pool.
-- In-flight: a popped pod is in flight until `done` (scheduled: it leaves the queue), `unschedulable` or
-  `error`. A cluster event during its attempt (kube's moveRequestCycle) sends an unschedulable pod to
-  backoffQ instead of the pool, so the event is not lost. Updates and deletes during the attempt are
-  kept and applied when it comes back.
+- In-flight: a popped pod is in flight until `done` (scheduled: it leaves the queue), `unschedulable`,
+  `gate` (turned away before its attempt, as kube's PreEnqueue: the attempt does not count) or `error`.
+  A cluster event during its attempt (kube's moveRequestCycle) sends an unschedulable pod to backoffQ
+  instead of the pool, so the event is not lost. Updates and deletes during the attempt are kept and
+  applied when it comes back.
 """
 
 from __future__ import annotations
@@ -64,9 +65,16 @@ def backoff_duration(attempts: int, initial: float, maximum: float) -> float:
 
 def _scheduling_relevant(pod: Mapping[str, Any]) -> tuple[Any, ...]:
     """What an update must change to requeue an unschedulable pod (kube's `isPodUpdated` ignores status
-    and resourceVersion-like metadata)."""
+    and resourceVersion-like metadata), plus `status.resourceClaimStatuses` (kube's
+    UpdatePodGeneratedResourceClaim event: the claim controller named a generated claim)."""
     meta = pod.get("metadata") or {}
-    return (pod.get("spec"), meta.get("labels"), meta.get("annotations"), meta.get("deletionTimestamp"))
+    return (
+        pod.get("spec"),
+        meta.get("labels"),
+        meta.get("annotations"),
+        meta.get("deletionTimestamp"),
+        (pod.get("status") or {}).get("resourceClaimStatuses"),
+    )
 
 
 @dataclass(slots=True)
@@ -190,6 +198,14 @@ class SchedulingQueue:
             if self.unschedulable_timeout_s > 0:
                 self._leftover_at = min(self._leftover_at, now + self.unschedulable_timeout_s)
         return qp.state
+
+    def gate(self, qp: QueuedPod, now: float, message: str = "") -> State | None:
+        """A PreEnqueue plugin turned the pod away before its attempt (kube: it never reaches activeQ):
+        the attempt does not count, and the pod waits in the pool for an event, with no backoff."""
+        qp.attempts -= 1
+        if qp.attempts == 0:
+            qp.initial_attempt = None
+        return self.unschedulable(qp, now, message)
 
     def error(self, qp: QueuedPod, now: float, message: str = "") -> State | None:
         """The attempt failed with an error (extender error, bind failure): to backoffQ."""

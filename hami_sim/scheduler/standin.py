@@ -36,6 +36,9 @@ from hami_kube.events import EventLimits, EventRecorder, EventSource
 from hami_kube.reflector import ListSink, Reflector
 from hami_sim.scheduler.cache import ClusterCache
 from hami_sim.scheduler.config import SchedulerConfig
+from hami_sim.scheduler.dra.allocator import AllocationError, new_share_id
+from hami_sim.scheduler.dra.binding import ClaimBindError, pre_bind, unreserve
+from hami_sim.scheduler.dra.plugin import ClaimGate, CycleState, DynamicResources, has_claims
 from hami_sim.scheduler.extender import ExtenderError, HTTPExtender, close_all
 from hami_sim.scheduler.fit import (
     NO_NODES_AVAILABLE,
@@ -61,6 +64,15 @@ KUBE_API_QPS = 50.0
 KUBE_API_BURST = 100
 """kube-scheduler's client-side rate limit (the ClientConnection defaults of its configuration)."""
 """The watches' backoff: 0.2 s doubling to 10 s (the stand-in reconnects fast after an API restart)."""
+DRA_PATHS = (
+    ("resourceclaims", "/apis/resource.k8s.io/v1/resourceclaims"),
+    ("resourceslices", "/apis/resource.k8s.io/v1/resourceslices"),
+    ("deviceclasses", "/apis/resource.k8s.io/v1/deviceclasses"),
+)
+"""What the DynamicResources plugin watches (kube-scheduler's informers)."""
+DRA_NOT_SERVED = (
+    "resource.k8s.io/v1 is not served by the API server: pods with resource claims cannot be scheduled"
+)
 
 
 class SchedulerStartError(RuntimeError):
@@ -81,11 +93,17 @@ class SchedulerCounters:
     """Status writes (PodScheduled conditions) that failed."""
     writes_dropped: int = 0
     """Status writes dropped with their queue full."""
+    waiting: int = 0
+    """Times a pod was turned away before its attempt because a ResourceClaim of it is missing (kube's
+    DynamicResources PreEnqueue)."""
+    claims_allocated: int = 0
+    """ResourceClaims allocated and reserved by PreBind."""
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """One logged outcome: `result` is scheduled, unschedulable, error or bind-failed."""
+    """One logged outcome: `result` is scheduled, unschedulable, error, bind-failed or waiting (a claim of
+    the pod is missing)."""
 
     pod: str
     result: str
@@ -114,6 +132,8 @@ class SchedulerStandIn:
         clock: Callable[[], float] = time.monotonic,
         record_events: bool = True,
         writers: int = 4,
+        dra: bool = True,
+        share_id: Callable[[], str] = new_share_id,
     ) -> None:
         if max_in_flight_binds < 1:
             raise ValueError(f"max_in_flight_binds must be at least 1, got {max_in_flight_binds}")
@@ -142,6 +162,11 @@ class SchedulerStandIn:
         self._events: EventRecorder | None = None
         self._next_start = 0
         self._running = False
+        self.dra = DynamicResources(share_id=share_id)
+        """kube's DynamicResources plugin (claims, slices, classes, assumed allocations)."""
+        self.dra_enabled = dra
+        """Watch resource.k8s.io/v1 and allocate claims; switched off at start when the API server does
+        not serve it."""
 
     # --- life cycle ------------------------------------------------------------------------------------
 
@@ -177,11 +202,16 @@ class SchedulerStandIn:
             retry=_RETRY,
             params={"fieldSelector": POD_SELECTOR},
         )
+        dra = self._dra_reflectors(client) if self.dra_enabled else []
         try:
-            for reflector in (nodes, pods):
+            for reflector in (*dra, nodes, pods):
                 try:
                     await reflector.list()
                 except KubeApiError as err:
+                    if reflector in dra and err.not_found:
+                        log.warning("%s", DRA_NOT_SERVED)
+                        self.dra_enabled, dra = False, []
+                        continue
                     raise SchedulerStartError(
                         f"cannot list {reflector.path} from the API server at {client.host}: {err}"
                     ) from None
@@ -193,6 +223,7 @@ class SchedulerStandIn:
         self._running = True
         loop = asyncio.get_running_loop()
         self._tasks = [
+            *(loop.create_task(r.run(), name=f"scheduler-{r.name}") for r in dra),
             loop.create_task(nodes.run(), name="scheduler-nodes"),
             loop.create_task(pods.run(), name="scheduler-pods"),
             loop.create_task(self._schedule_loop(), name="scheduler-loop"),
@@ -204,11 +235,12 @@ class SchedulerStandIn:
         for note in self.config.notes:
             log.info("note: %s", note)
         log.info(
-            "scheduler %s started: %d nodes, %d pending pods, extenders: %s",
+            "scheduler %s started: %d nodes, %d pending pods, extenders: %s, DRA: %s",
             self.config.scheduler_name,
             len(self.cache.candidates()),
             len(self._pending),
             ", ".join(e.name for e in self.extenders) or "none",
+            self._dra_summary(),
         )
 
     async def stop(self, grace_s: float = 5.0) -> None:
@@ -289,7 +321,59 @@ class SchedulerStandIn:
         if self._wakeup is not None:
             self._wakeup.set()
 
+    def _dra_summary(self) -> str:
+        if not self.dra_enabled:
+            return "off"
+        plugin = self.dra
+        return f"{len(plugin.inventory)} slices, {len(plugin.claims)} claims, {len(plugin.classes)} classes"
+
     # --- informer handlers (synchronous, on the loop) ---------------------------------------------------
+
+    def _dra_reflectors(self, client: KubeApi) -> list[Reflector]:
+        plugin = self.dra
+        sinks = {
+            "resourceclaims": (plugin.replace_claims, plugin.set_claim, plugin.delete_claim),
+            "resourceslices": (plugin.replace_slices, plugin.set_slice, plugin.delete_slice),
+            "deviceclasses": (plugin.replace_classes, plugin.set_class, plugin.delete_class),
+        }
+        reflectors = []
+        for name, path in DRA_PATHS:
+            replace, changed, deleted = sinks[name]
+            reflectors.append(
+                Reflector(
+                    client,
+                    name,
+                    path,
+                    ListSink(self._dra_replace(replace), self._dra_event(changed, deleted)),
+                    retry=_RETRY,
+                )
+            )
+        return reflectors
+
+    def _dra_replace(self, replace: Callable[[Sequence[JSON]], None]) -> Callable[[Sequence[JSON]], None]:
+        def handle(items: Sequence[JSON]) -> None:
+            replace(items)
+            self.queue.move_all(self._clock())
+            self._kick()
+            self._notify()
+
+        return handle
+
+    def _dra_event(
+        self, changed: Callable[[JSON], bool], deleted: Callable[[JSON], bool]
+    ) -> Callable[[str, JSON], None]:
+        """A claim, slice or class event: the plugin's state first, then the unschedulable pool moves when
+        kube's DynamicResources registers the event (claim added, deallocated or released; slice or
+        class added or changed)."""
+
+        def handle(kind: str, obj: JSON) -> None:
+            moves = deleted(obj) if kind == "DELETED" else changed(obj)
+            if moves:
+                self.queue.move_all(self._clock())
+                self._kick()
+            self._notify()
+
+        return handle
 
     def _replace_nodes(self, items: Sequence[JSON]) -> None:
         self.cache.replace_nodes(items)
@@ -392,8 +476,57 @@ class SchedulerStandIn:
         if not nodes:
             self._failed(qp, NO_NODES_AVAILABLE, error=False)
             return False
+        claims: CycleState | None = None
+        if has_claims(pod):
+            proceed, claims = self._dra_pre_filter(qp, len(nodes))
+            if not proceed:
+                return False
         ask = PodAsk.of(pod)
-        feasible, reasons = self._filter(pod, ask, nodes)
+        try:
+            feasible, reasons = self._filter(pod, ask, nodes, claims)
+        except AllocationError as err:
+            self._failed(qp, str(err), error=True)
+            return False
+        feasible_or_error = await self._extenders_filter(pod, feasible, reasons)
+        if isinstance(feasible_or_error, str):
+            self._failed(qp, feasible_or_error, error=True)
+            return False
+        feasible = feasible_or_error
+        if not feasible:
+            self._failed(qp, fit_error_message(len(nodes), reasons), error=False)
+            return False
+        if len(feasible) == 1:
+            host = feasible[0].name
+        else:
+            host = await self._prioritize(pod, ask, feasible, claims)
+        if qp.deleted_in_flight:  # deleted, or bound by someone else, while it was being scheduled
+            self.queue.done(qp)
+            return False
+        if not self._running:
+            self.queue.error(qp, self._clock(), "scheduler stopping")
+            return False
+        if claims is not None:
+            try:
+                self.dra.reserve(claims, host)
+            except AllocationError as err:
+                self._failed(qp, str(err), error=True)
+                return False
+        self.cache.assume(pod, host, ask)
+        self.queue.done(qp)
+        task = asyncio.get_running_loop().create_task(
+            self._bind(
+                qp, pod, host, feasible=len(feasible), total=len(nodes), started=started, claims=claims
+            )
+        )
+        self._binds.add(task)
+        task.add_done_callback(self._binds.discard)
+        return True
+
+    async def _extenders_filter(
+        self, pod: JSON, feasible: list[NodeInfo], reasons: dict[str, list[str]]
+    ) -> list[NodeInfo] | str:
+        """Each interested extender's filter in turn: the nodes left (their reasons added to `reasons`),
+        or the error that ends the cycle."""
         for extender in self.extenders:
             if not feasible:
                 break
@@ -405,8 +538,7 @@ class SchedulerStandIn:
                 if extender.config.ignorable:
                     log.info("skipping ignorable extender %s: %s", extender.name, err)
                     continue
-                self._failed(qp, str(err), error=True)
-                return False
+                return str(err)
             for name, message in answer.failed_unresolvable.items():
                 reasons[name] = [message]
             for name, message in answer.failed.items():
@@ -414,32 +546,39 @@ class SchedulerStandIn:
                     reasons[name] = [message]
             by_name = {n.name: n for n in feasible}
             feasible = [by_name[name] for name in answer.nodes if name in by_name]
-        if not feasible:
-            self._failed(qp, fit_error_message(len(nodes), reasons), error=False)
-            return False
-        if len(feasible) == 1:
-            host = feasible[0].name
-        else:
-            host = await self._prioritize(pod, ask, feasible)
-        if qp.deleted_in_flight:  # deleted, or bound by someone else, while it was being scheduled
-            self.queue.done(qp)
-            return False
-        if not self._running:
-            self.queue.error(qp, self._clock(), "scheduler stopping")
-            return False
-        self.cache.assume(pod, host, ask)
-        self.queue.done(qp)
-        task = asyncio.get_running_loop().create_task(
-            self._bind(qp, pod, host, feasible=len(feasible), total=len(nodes), started=started)
-        )
-        self._binds.add(task)
-        task.add_done_callback(self._binds.discard)
-        return True
+        return feasible
+
+    def _dra_pre_filter(self, qp: QueuedPod, total: int) -> tuple[bool, CycleState | None]:
+        """The DynamicResources plugin's PreEnqueue and PreFilter for a pod with claims: (True, its cycle
+        state), or (False, None) when the attempt ends here: a claim is missing (the pod waits in the pool,
+        its attempt not counted, no event, as kube's PreEnqueue), the pod is unschedulable on every node
+        (FitError with the PreFilter message) or an error."""
+        now = self._clock()
+        try:
+            if not self.dra_enabled:
+                raise ClaimGate(DRA_NOT_SERVED)
+            try:
+                self.dra.pod_claims(qp.pod)
+            except ClaimGate as gate:
+                self.counters.attempts -= 1
+                self.counters.waiting += 1
+                self.queue.gate(qp, now, str(gate))
+                self._decide(Decision(qp.key, "waiting", "", str(gate), qp.attempts, now))
+                log.info("waiting %s: %s", qp.key, gate)
+                return False, None
+            return True, self.dra.pre_filter(qp.pod)
+        except ClaimGate as gate:
+            self._failed(qp, f"0/{total} nodes are available: {gate}.", error=False)
+        except AllocationError as err:
+            self._failed(qp, str(err), error=True)
+        return False, None
 
     def _filter(
-        self, pod: JSON, ask: PodAsk, nodes: list[NodeInfo]
+        self, pod: JSON, ask: PodAsk, nodes: list[NodeInfo], claims: CycleState | None = None
     ) -> tuple[list[NodeInfo], dict[str, list[str]]]:
-        """Own filters from where the last cycle stopped, until enough feasible nodes are found."""
+        """Own filters from where the last cycle stopped, until enough feasible nodes are found; the
+        DynamicResources filter (the claims' allocation on the node) comes last, as in kube's default
+        profile. AllocationError aborts the cycle."""
         total = len(nodes)
         wanted = num_feasible_nodes_to_find(self.config.percentage_of_nodes_to_score, total)
         start = self._next_start % total
@@ -450,6 +589,8 @@ class SchedulerStandIn:
             node = nodes[(start + i) % total]
             processed += 1
             failed = filter_node(pod, ask, node, self.ignored_resources)
+            if not failed and claims is not None:
+                failed = self.dra.filter(claims, node)
             if failed:
                 reasons[node.name] = failed
             else:
@@ -459,8 +600,13 @@ class SchedulerStandIn:
         self._next_start = (start + processed) % total
         return feasible, reasons
 
-    async def _prioritize(self, pod: JSON, ask: PodAsk, feasible: list[NodeInfo]) -> str:
+    async def _prioritize(
+        self, pod: JSON, ask: PodAsk, feasible: list[NodeInfo], claims: CycleState | None = None
+    ) -> str:
         own = {n.name: least_allocated_score(ask, n) for n in feasible}
+        if claims is not None:
+            for name, score in self.dra.scores(claims, own).items():
+                own[name] += score
         interested = [e for e in self.extenders if e.config.is_interested(pod)]
         pairs = [(n.name, n.node) for n in feasible]
         answers: list[tuple[Sequence[tuple[str, int]], int]] = []
@@ -477,12 +623,25 @@ class SchedulerStandIn:
         return select_host(combine_scores(own, answers), self._rng)
 
     async def _bind(
-        self, qp: QueuedPod, pod: JSON, host: str, *, feasible: int, total: int, started: float
+        self,
+        qp: QueuedPod,
+        pod: JSON,
+        host: str,
+        *,
+        feasible: int,
+        total: int,
+        started: float,
+        claims: CycleState | None = None,
     ) -> None:
         assert self._slots is not None
         key = qp.key
         try:
-            error = await self._bind_call(pod, host)
+            error = await self._pre_bind(claims)
+            if error is None:
+                error = await self._bind_call(pod, host)
+            if error is not None and claims is not None and self._client is not None:
+                for problem in await unreserve(self._client, self.dra, claims):
+                    log.info("%s", problem)
             if error is None:
                 self.counters.scheduled += 1
                 meta = pod.get("metadata") or {}
@@ -520,6 +679,19 @@ class SchedulerStandIn:
             self._slots.release()
             self._kick()
             self._notify()
+
+    async def _pre_bind(self, claims: CycleState | None) -> str | None:
+        """DynamicResources PreBind: allocate and reserve the pod's claims; the error or None."""
+        if claims is None:
+            return None
+        if self._client is None:
+            return "no API client"
+        try:
+            await pre_bind(self._client, self.dra, claims)
+        except ClaimBindError as err:
+            return str(err)
+        self.counters.claims_allocated += len(claims.allocations)
+        return None
 
     async def _bind_call(self, pod: JSON, host: str) -> str | None:
         """Bind through the first interested binder extender, else POST the Binding; the error or None."""

@@ -667,3 +667,21 @@ def test_queue_never_loses_or_duplicates_pods(ops: list[str]) -> None:
         popped.add(qp.key)
         q.done(qp)
     assert popped == live
+
+
+def test_a_gated_pod_waits_without_an_attempt_until_its_claim_status_changes() -> None:
+    q = SchedulingQueue(1.0, 10.0)
+    q.add(qpod("p"), 0.0)
+    qp = q.pop(0.0)
+    assert qp is not None
+    assert q.gate(qp, 0.0, "ResourceClaim not created yet") is State.UNSCHEDULABLE
+    assert (qp.attempts, qp.initial_attempt) == (0, None)
+    q.add({**qpod("p"), "status": {"phase": "Pending"}}, 1.0)  # other status: stays
+    assert q.lengths()["unschedulable"] == 1
+    named = {
+        **qpod("p"),
+        "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]},
+    }
+    q.add(named, 1.5)  # the claim controller named the generated claim: moved, no backoff
+    again = q.pop(1.5)
+    assert again is not None and again.attempts == 1
