@@ -116,7 +116,10 @@ class ControlPlane:
             self.templates = TemplateKeeper(
                 self.api, caches.templates, timeout_s=config.dra.template_timeout_s
             )
-        admit: AdmissionHandler = admission_handler(config, caches.quota_view, self.metrics)
+        # With draTranslation "all" the first entry translates too, so both routes keep templates.
+        admit: AdmissionHandler = admission_handler(
+            config, caches.quota_view, self.metrics, templates=self.templates
+        )
         webhook_route(self.routes, admit, max_body=config.server.max_request_body)
         admit_dra = admission_handler(
             config, caches.quota_view, self.metrics, dra_route=True, templates=self.templates
