@@ -164,14 +164,21 @@ class GPUClaim:
         }
         if self.selectors:
             exactly["selectors"] = [{"cel": {"expression": e}} for e in self.selectors]
-        requests: dict[str, str] = {}
-        if self.memory is not None:
-            requests[CAPACITY_MEMORY] = canonical_quantity(f"{self.memory}Mi")
-        requests[CAPACITY_CORES] = canonical_quantity(self.cores)
-        exactly["capacity"] = {"requests": requests}
+        # A whole GPU (all its memory, 100 % of its cores) asks no capacity: the device's request policy
+        # defaults are the whole GPU, so the claim consumes all of it (and no second share fits beside it,
+        # so no distinctAttribute is needed either); the same claim then also works where the cluster lacks
+        # consumable capacity (no gate: capacity requests and distinctAttribute are dropped by the API
+        # server, and devices are exclusive).
+        whole = self.memory is None and self.cores == 100
+        if not whole:
+            requests: dict[str, str] = {}
+            if self.memory is not None:
+                requests[CAPACITY_MEMORY] = canonical_quantity(f"{self.memory}Mi")
+            requests[CAPACITY_CORES] = canonical_quantity(self.cores)
+            exactly["capacity"] = {"requests": requests}
         devices: dict[str, Any] = {"requests": [{"name": REQUEST, "exactly": exactly}]}
         constraints: list[dict[str, Any]] = []
-        if self.gpus > 1:
+        if self.gpus > 1 and not whole:
             constraints.append({"requests": [REQUEST], "distinctAttribute": qualified(ATTR_UUID)})
             if self.same_numa:
                 constraints.append({"requests": [REQUEST], "matchAttribute": qualified(ATTR_NUMA_NODE)})

@@ -157,7 +157,8 @@ class ClusterStatus:
             all(c.alive for c in self.components)
             and self.nodes is not None
             and all(n.ok for n in self.nodes)
-            and self.control_nodes == len(self.nodes)
+            # DRA nodes never reach the extender's cache
+            and self.control_nodes == sum(n.mode != "dra" for n in self.nodes)
         )
 
     def render(self, *, all_nodes: bool = False) -> str:
@@ -174,17 +175,23 @@ class ClusterStatus:
             return "\n".join(out)
         shown = [n for n in self.nodes if all_nodes or len(self.nodes) <= 50 or not n.ok]
         if shown:
-            node_rows = [("NODE", "READY", "GPU ALLOCATABLE", "REGISTERED")]
+            node_rows = [("NODE", "MODE", "READY", "GPU ALLOCATABLE", "REGISTERED")]
             node_rows += [
-                (n.name, "True" if n.ready else "False", n.gpus or "-", "yes" if n.registered else "no")
+                (
+                    n.name,
+                    n.mode,
+                    "True" if n.ready else "False",
+                    n.gpus or "-",
+                    ("yes" if n.registered else "no") + (" (ResourceSlice)" if n.mode == "dra" else ""),
+                )
                 for n in shown
             ]
             out += [_table(node_rows), ""]
         ready = sum(n.ok for n in self.nodes)
         seen = "unknown" if self.control_nodes is None else str(self.control_nodes)
-        out.append(
-            f"nodes: {ready}/{len(self.nodes)} ready with {GPU_RESOURCE}; in hami-control's cache: {seen}"
-        )
+        dra_nodes = sum(n.mode == "dra" for n in self.nodes)
+        ways = f"{GPU_RESOURCE}" + (f" or a ResourceSlice ({dra_nodes} in DRA mode)" if dra_nodes else "")
+        out.append(f"nodes: {ready}/{len(self.nodes)} ready with {ways}; in hami-control's cache: {seen}")
         return "\n".join(out)
 
 

@@ -104,7 +104,7 @@ def test_a_gpu_pod_runs_through_every_real_component(tmp_path: Path, api: Callab
         status = cluster.status()
         assert status.ok
         table = status.render()
-        assert "hami-control" in table and "gpu-node-2  True   8" in table
+        assert "hami-control" in table and "gpu-node-2  device-plugin  True   8" in table
         assert "nodes: 2/2 ready with nvidia.com/gpu; in hami-control's cache: 2" in table
 
         # hami-control restarts on the same port (the webhook and the scheduler keep their URL).

@@ -98,12 +98,21 @@ def test_a_shared_gpu_pod_becomes_one_claim_from_a_template_of_its_size() -> Non
     assert decision.quota_usage == QuotaUsage(4000, 30)
 
 
-def test_a_whole_gpu_leaves_memory_to_the_request_policy_default_and_asks_all_cores() -> None:
+def test_a_whole_gpu_asks_no_capacity_so_the_request_policy_defaults_take_the_whole_device() -> None:
     decision = translated(gpu_pod("train", gpus=1))
     (claim,) = decision.claims
     assert claim.template_name == "hami-gpu-1x-100c"
-    assert template_requests(claim)["exactly"]["capacity"] == {"requests": {"cores": "100"}}
+    assert "capacity" not in template_requests(claim)["exactly"]
     assert decision.quota_usage == QuotaUsage(0, 100)  # HAMi counts a whole GPU's memory as 0 at admission
+
+
+def test_whole_gpus_need_no_distinct_attribute_since_each_share_consumes_a_whole_device() -> None:
+    (claim,) = translated(gpu_pod("train", gpus=2)).claims
+    assert "constraints" not in claim.template_spec()["spec"]["devices"]
+    (sliced,) = translated(gpu_pod("train", gpus=2, gpumem=1000)).claims
+    assert sliced.template_spec()["spec"]["devices"]["constraints"] == [
+        {"requests": ["gpu"], "distinctAttribute": "hami-core-gpu.project-hami.io/uuid"}
+    ]
 
 
 def test_zero_cores_are_written_since_the_cores_default_is_the_whole_gpu() -> None:
@@ -428,6 +437,9 @@ def test_every_translated_claim_asks_what_the_device_plugin_path_would_after_def
         requests = template_requests(claim)["exactly"]
         assert requests["deviceClassName"] == DEVICE_CLASS
         assert requests["count"] == ask.nums
+        if claim.memory is None and ask.coresreq == 100:  # a whole GPU: the request policy's defaults
+            assert "capacity" not in requests
+            continue
         assert requests["capacity"]["requests"]["cores"] == str(ask.coresreq)
         assert requests["capacity"]["requests"].get("memory") == (
             None
