@@ -1,48 +1,70 @@
 """End-to-end pods/s on a whole local cluster (`hami_sim.cluster`): from the pod's creation to Running,
-with the time split per stage, the API writes per pod and the control plane's CPU per pod.
+with the time split per stage, the API writes per pod and the control plane's CPU per pod, through the
+device plugin and the scheduler extender (`--mode device-plugin`), through DRA (`--mode dra`), or both
+side by side (`--modes device-plugin,dra`).
 
-One run per invocation, from scratch:
+One run per mode (and per `--client-limits` setting), each from scratch, in this order:
 
-1. `Cluster.up(ClusterSpec.uniform(nodes, gpus, model, scale=...))` starts the API server, hami-control,
-   the scheduler stand-in and the nodes (one process per kubelet and per daemon up to
-   `SCALE_THRESHOLD` nodes, scale mode above it or with `--scale`).
+1. `Cluster.up(ClusterSpec.uniform(nodes, gpus, model, scale=...).with_mode(mode))` starts the API
+   server, hami-control, the scheduler stand-in and the nodes (one process per kubelet and per daemon up
+   to `SCALE_THRESHOLD` nodes, scale mode above it or with `--scale`); in DRA mode every hami-node runs
+   `--mode dra`, the controller-manager stand-in runs too, and hami-control translates every GPU pod to a
+   claim (`--dra-translation all`).
 2. Idle baseline (`--idle-seconds`): CPU of every process and API writes while nothing happens, so the
    run's numbers can be read net of the cluster's own periodic work (heartbeats, health loops).
-3. The bench lists and watches the pods of its namespace (one HTTP watch on the API server; every event
-   is timestamped on arrival with this process's monotonic clock), then creates `--pods` pods through
-   `--concurrency` concurrent HTTP POSTs: one container, 1 `nvidia.com/gpu`, `nvidia.com/gpumem`
-   1000..4000 MiB (seeded), no `schedulerName` (the webhook sets `hami-scheduler`).
+3. The bench lists and watches the pods of its namespace, and in DRA mode its ResourceClaims too (HTTP
+   watches on the API server; every event is timestamped on arrival with this process's monotonic
+   clock), then creates `--pods` pods through `--concurrency` concurrent HTTP POSTs: one container, 1
+   `nvidia.com/gpu`, `nvidia.com/gpumem` 1000..4000 MiB (seeded), no `schedulerName` (the webhook sets
+   `hami-scheduler`). The same pods in both modes: in DRA mode the webhook rewrites each into a claim
+   from a ResourceClaimTemplate it keeps per size (31 sizes here).
 4. It waits until every pod is Running (or failed, or `--timeout`), then reads the counters.
 
-Per pod, the milestones (all on the bench's clock):
+Per pod, the milestones (all on the bench's clock; `-` where a path has none):
 
-| milestone | how |
-|---|---|
-| post | just before the POST is sent |
-| created | the POST's 201 came back (the API server called the admission webhook synchronously) |
-| bound | first watch event with `spec.nodeName` (the Binding hami-control's `/bind` posted) |
-| allocated | first watch event with `hami.io/bind-phase: success` (hami-node, in the kubelet's `Allocate`) |
-| running | first watch event with `status.phase: Running` (the kubelet stand-in) |
+| milestone | device plugin | DRA |
+|---|---|---|
+| post | just before the POST is sent | same |
+| created | the POST's 201 came back (the API server called the admission webhook synchronously) | same |
+| claimed | - | first event of the pod's claim (ADDED by the controller-manager from the template) |
+| claim_named | - | first pod event whose `status.resourceClaimStatuses` names it (the controller-manager) |
+| claim_allocated | - | first claim event with `status.allocation` (the scheduler's PreBind, before binding) |
+| bound | first pod event with `spec.nodeName` (hami-control's `/bind`) | same (the scheduler's Binding) |
+| allocated | first pod event with `hami.io/bind-phase: success` (hami-node's `Allocate`) | - |
+| running | first pod event with `status.phase: Running` (the kubelet stand-in) | same |
 
-Stages: create = created - post (HTTP + admission webhook + store); scheduling = bound - created (the
-scheduler's queue, its filter/prioritize calls to the extender, hami-control's bind: annotations and
-Binding); Allocate = allocated - bound (the kubelet sees the pod, admits it, calls Allocate on hami-node
-over gRPC, hami-node patches the bind phase); to Running = running - allocated (the kubelet's status
-write). The server-side time of the webhook and of the extender's filter/prioritize/bind come from
-hami-control's `/metrics` histograms (`hami_webhook_duration_seconds`,
+The DRA path has no bind-phase annotation: what replaces the device plugin's Allocate stage (bound ->
+allocated) is inside "bound -> Running" (kubelet's NodePrepareResources on hami-node over gRPC, CDI
+resolution, the status write), and its scheduling is split by the claim milestones instead (the claim's
+allocation is written before the Binding). `bench/dra_prepare.py` times Prepare itself.
+
+Stages: create = created - post (HTTP + admission webhook + store); scheduling = bound - created (device
+plugin: the scheduler's queue, its filter/prioritize calls to the extender, hami-control's bind:
+annotations and Binding; DRA: the claim's creation, the scheduler's queue and allocator, the claim's
+finalizer and status writes, the Binding); Allocate = allocated - bound (the kubelet sees the pod, admits
+it, calls Allocate on hami-node over gRPC, hami-node patches the bind phase); to Running = running -
+allocated; bound -> Running on both paths. The server-side time of the webhook and of the extender's
+filter/prioritize/bind come from hami-control's `/metrics` histograms (`hami_webhook_duration_seconds`,
 `hami_extender_{filter,prioritize,bind}_duration_seconds`), scraped before and after the run: means,
-and p50/p99 as the upper bound of the histogram bucket.
+and p50/p99 as the upper bound of the histogram bucket (none of the extender's on the DRA path).
+
+Client-side rate limits (`--client-limits`): `default` runs the control plane with the limits of the
+components it plays (hami-control and the scheduler 50 requests/s, burst 100; the controller-manager 20,
+burst 30: kube-controller-manager's); `off` lifts those three (`--kube-api-qps 0`), as kube's
+scheduler_perf runs its clients (QPS 5000), whose DRA thresholds are the anchor the issue names. The DRA
+path makes more requests per pod through two of those clients, so the setting matters there.
 
 API writes per pod come from the API server's counters (`GET /hami-sim/counters`, per verb, resource and
 subresource), after minus before; the idle baseline's write rate over the run's length is subtracted
 from writes to anything else than pods and events ("nodes, net"). CPU per process is from /proc
 (`benchlib.cpu_seconds`), raw and net of the idle baseline; resident memory per process (VmRSS) once
 every pod ran. The load generator (this process) shares the machine's cores with the cluster; its CPU
-and the load average are reported with the numbers.
+and the load average are reported with the numbers. With several runs, a side-by-side table follows.
 
 Usage:
 
     python bench/e2e.py [--nodes 20] [--gpus-per-node 8] [--pods 500] [--scale | --no-scale]
+                        [--mode device-plugin|dra | --modes device-plugin,dra] [--client-limits default,off]
                         [--burst] [--concurrency 32] [--timeout S] [--json FILE] [--keep-logs DIR]
 
 `--burst` is the 80-pod burst onto one node: `--nodes 1 --gpus-per-node 8 --pods 80` (8 GPUs split 10:
@@ -86,14 +108,29 @@ HISTOGRAMS = {
     "prioritize": "hami_extender_prioritize_duration_seconds",
     "bind": "hami_extender_bind_duration_seconds",
 }
-MILESTONES = ("post", "created", "bound", "allocated", "running")
+PATHS = ("device-plugin", "dra")
+"""`--modes`: every node's hami-node in this mode (`ClusterSpec.with_mode`); DRA: `--dra-translation all`."""
+CLIENT_LIMITS = ("default", "off")
+"""`--client-limits`: the control plane's client-side rate limits as the components it plays default
+them (hami-control and the scheduler 50 requests/s, burst 100; the controller-manager 20, burst 30), or
+`off` for all three (`--kube-api-qps 0`), as kube's scheduler_perf runs its clients (QPS 5000). The
+kubelets and node daemons keep theirs in both."""
+NO_LIMIT = ("--kube-api-qps", "0")
+MILESTONES = ("post", "created", "claimed", "claim_named", "claim_allocated", "bound", "allocated", "running")
 STAGES = (
     ("create (POST incl. webhook)", "post", "created"),
-    ("scheduling (queue, extender, bind)", "created", "bound"),
+    ("claim created (controller-manager)", "created", "claimed"),
+    ("claim named in the pod's status (controller-manager)", "claimed", "claim_named"),
+    ("claim allocated (scheduler: queue, allocator, 2 claim writes)", "claim_named", "claim_allocated"),
+    ("claim allocated -> bound (Binding)", "claim_allocated", "bound"),
+    ("scheduling: created -> bound", "created", "bound"),
     ("Allocate (kubelet, hami-node)", "bound", "allocated"),
     ("to Running (kubelet status)", "allocated", "running"),
+    ("bound -> Running", "bound", "running"),
     ("end to end", "post", "running"),
 )
+"""(name, from, to): a stage is shown where its milestones were seen (the claim stages on the DRA path,
+Allocate on the device-plugin path)."""
 
 
 def log(message: str) -> None:
@@ -127,6 +164,12 @@ def gpu_pod(i: int, mem: int) -> dict[str, Any]:
 class PodTimes:
     post: float = 0.0
     created: float = 0.0
+    claimed: float = 0.0
+    """DRA: the pod's claim was first seen (ADDED by the controller-manager, from the template)."""
+    claim_named: float = 0.0
+    """DRA: the pod's `status.resourceClaimStatuses` names its claim (the scheduler waits for it)."""
+    claim_allocated: float = 0.0
+    """DRA: the claim first seen with `status.allocation` (the scheduler's PreBind, before the Binding)."""
     bound: float = 0.0
     allocated: float = 0.0
     running: float = 0.0
@@ -139,6 +182,8 @@ def observe(times: PodTimes, pod: Mapping[str, Any], now: float) -> None:
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if status.get("resourceClaimStatuses") and not times.claim_named:
+        times.claim_named = now
     if spec.get("nodeName") and not times.bound:
         times.bound = now
         times.node = str(spec["nodeName"])
@@ -151,6 +196,22 @@ def observe(times: PodTimes, pod: Mapping[str, Any], now: float) -> None:
         times.running = now
     if phase == "Failed" and not times.failed:
         times.failed = f"Failed: {status.get('reason', '')} {status.get('message', '')}".strip()
+
+
+def claim_owner(claim: Mapping[str, Any]) -> str | None:
+    """The name of the pod that controls a claim (the controller-manager's owner reference)."""
+    for ref in (claim.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("kind") == "Pod" and ref.get("controller"):
+            return str(ref.get("name"))
+    return None
+
+
+def observe_claim(times: PodTimes, claim: Mapping[str, Any], now: float) -> None:
+    """Stamp the claim milestones this version of a pod's claim shows for the first time."""
+    if not times.claimed:
+        times.claimed = now
+    if (claim.get("status") or {}).get("allocation") and not times.claim_allocated:
+        times.claim_allocated = now
 
 
 # --- hami-control's /metrics ------------------------------------------------------------------------------
@@ -217,7 +278,11 @@ class StageStats:
 class Result:
     nodes: int
     gpus_per_node: int
+    path: str
+    """device-plugin (the extender) or dra."""
     mode: str
+    client_limits: str
+    """default or off (`CLIENT_LIMITS`)."""
     pods: int
     concurrency: int
     up_seconds: float
@@ -245,6 +310,8 @@ class Result:
     """CPU used by processes outside the cluster and the bench during the run, in % of one core."""
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
     nodes_used: int = 0
+    elapsed_seconds: float = 0.0
+    """From the first POST until every pod ran (or the timeout): the span of the CPU and write counts."""
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -318,7 +385,6 @@ class Bench:
         self.times = [PodTimes() for _ in range(args.pods)]
         self.index = {f"e2e-{i:05d}": i for i in range(args.pods)}
         self.done = asyncio.Event()
-        self.watch_ready = asyncio.Event()
         self.load_max = 0.0
 
     def finished(self) -> int:
@@ -332,31 +398,39 @@ class Bench:
         async with control.get("/metrics") as r:
             return parse_histograms(await r.text())
 
-    async def watch(self, api: aiohttp.ClientSession) -> None:
-        async with api.get(f"/api/v1/namespaces/{NAMESPACE}/pods") as r:
+    async def follow(self, api: aiohttp.ClientSession, path: str, ready: asyncio.Event) -> None:
+        """List then watch `path` (a collection of the bench's namespace); every ADDED or MODIFIED object
+        goes to `on_pod` or `on_claim`, stamped with its arrival time."""
+        async with api.get(path) as r:
             listed = orjson.loads(await r.read())
         version = listed["metadata"]["resourceVersion"]
         timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
-        path = f"/api/v1/namespaces/{NAMESPACE}/pods?watch=true&resourceVersion={version}"
-        async with api.get(path, timeout=timeout) as r:
+        handle = self.on_claim if path.endswith("/resourceclaims") else self.on_pod
+        async with api.get(f"{path}?watch=true&resourceVersion={version}", timeout=timeout) as r:
             if r.status != 200:
-                raise SystemExit(f"watch failed: {r.status} {(await r.read())[:300]!r}")
-            self.watch_ready.set()
+                raise SystemExit(f"watch {path} failed: {r.status} {(await r.read())[:300]!r}")
+            ready.set()
             async for line in r.content:
                 now = time.monotonic()
                 if not line.strip():
                     continue
                 event = orjson.loads(line)
-                if event.get("type") not in ("ADDED", "MODIFIED"):
-                    continue
-                pod = event["object"]
-                i = self.index.get(pod["metadata"]["name"])
-                if i is None:
-                    continue
-                observe(self.times[i], pod, now)
-                if self.finished() == len(self.times):
-                    self.done.set()
-                    return
+                if event.get("type") in ("ADDED", "MODIFIED"):
+                    handle(event["object"], now)
+
+    def on_pod(self, pod: Mapping[str, Any], now: float) -> None:
+        i = self.index.get(pod["metadata"]["name"])
+        if i is None:
+            return
+        observe(self.times[i], pod, now)
+        if self.finished() == len(self.times):
+            self.done.set()
+
+    def on_claim(self, claim: Mapping[str, Any], now: float) -> None:
+        owner = claim_owner(claim)
+        i = self.index.get(owner) if owner else None
+        if i is not None:
+            observe_claim(self.times[i], claim, now)
 
     async def create(self, api: aiohttp.ClientSession) -> None:
         rng = random.Random(self.args.pods)
@@ -396,7 +470,7 @@ class Bench:
             if self.done.is_set():
                 return
             counts = {m: sum(1 for t in self.times if getattr(t, m)) for m in MILESTONES[1:]}
-            text = ", ".join(f"{m} {n}" for m, n in counts.items())
+            text = ", ".join(f"{m} {n}" for m, n in counts.items() if n)
             log(f"  {time.monotonic() - started:5.1f} s: {text}")
 
     async def run(self, result: Result) -> None:
@@ -424,8 +498,14 @@ class Bench:
             idle_writes = diff(writes_by_kind(await self.counters(api)), idle_writes_0)
             result.idle_cpu_percent = {k: round(v * 100 / idle_elapsed, 1) for k, v in idle_cpu.items()}
             # the run
-            watcher = asyncio.create_task(self.watch(api))
-            await asyncio.wait_for(self.watch_ready.wait(), 30)
+            watched = [f"/api/v1/namespaces/{NAMESPACE}/pods"]
+            if result.path == "dra":
+                watched.append(f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims")
+            ready = [asyncio.Event() for _ in watched]
+            watchers = [
+                asyncio.create_task(self.follow(api, p, e)) for p, e in zip(watched, ready, strict=True)
+            ]
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in ready)), 30)
             metrics_0 = await self.metrics(control)
             writes_0 = writes_by_kind(await self.counters(api))
             result.load_average["before"] = [round(x, 2) for x in os.getloadavg()]
@@ -451,8 +531,9 @@ class Bench:
             result.load_average["after"] = [round(x, 2) for x in os.getloadavg()]
             writes = diff(writes_by_kind(await self.counters(api)), writes_0)
             metrics_1 = await self.metrics(control)
-            watcher.cancel()
-            for task in (watcher, sampler, reporter):
+            for task in watchers:
+                task.cancel()
+            for task in (*watchers, sampler, reporter):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self.summarise(result, started, elapsed, cpu, idle_cpu, idle_elapsed, writes, idle_writes)
@@ -472,6 +553,7 @@ class Bench:
         idle_writes: Mapping[str, int],
     ) -> None:
         n = len(self.times)
+        result.elapsed_seconds = round(elapsed, 2)
         running = [t for t in self.times if t.running]
         result.running = len(running)
         failures = [t.failed for t in self.times if t.failed]
@@ -495,7 +577,8 @@ class Bench:
                 for t in self.times
                 if getattr(t, start) and getattr(t, end)
             ]
-            result.stages.append(stage_stats(name, values))
+            if values:
+                result.stages.append(stage_stats(name, values))
         net_writes = dict(writes)
         for kind, count in idle_writes.items():
             if kind.startswith(("pods", "events")):
@@ -518,7 +601,8 @@ class Bench:
 
 def render(result: Result) -> str:
     lines = [
-        f"### {result.nodes} node(s) x {result.gpus_per_node} GPUs, {result.mode}: {result.pods} pods, "
+        f"### {_label(result)}: {result.nodes} node(s) x {result.gpus_per_node} GPUs, {result.mode}: "
+        f"{result.pods} pods, "
         f"{result.concurrency} concurrent POSTs",
         "",
         f"- cluster up in {result.up_seconds:.1f} s; {result.running}/{result.pods} Running "
@@ -583,41 +667,113 @@ def _rss(result: Result, name: str) -> str:
     return f"{result.rss_mib[name]:,.0f}" if name in result.rss_mib else "-"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--nodes", type=int, default=20)
-    parser.add_argument("--gpus-per-node", type=int, default=8)
-    parser.add_argument("--pods", type=int, default=500)
-    parser.add_argument("--scale", action=argparse.BooleanOptionalAction, default=None)
-    parser.add_argument("--burst", action="store_true", help="80 pods onto 1 node x 8 GPUs")
-    parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--idle-seconds", type=float, default=5.0)
-    parser.add_argument("--timeout", type=float, default=0.0, help="seconds to wait for Running (0: auto)")
-    parser.add_argument("--json", type=Path)
-    parser.add_argument("--keep-logs", type=Path, help="copy the cluster's logs here at the end")
-    args = parser.parse_args(argv)
-    if args.burst:
-        args.nodes, args.gpus_per_node, args.pods = 1, 8, 80
-    if args.pods > args.nodes * args.gpus_per_node * 10:
-        parser.error(
-            f"--pods {args.pods}: more than the cluster's {args.nodes * args.gpus_per_node * 10} slots"
+def _union(keys: Sequence[Sequence[str]]) -> list[str]:
+    out: list[str] = []
+    for some in keys:
+        out += [k for k in some if k not in out]
+    return out
+
+
+def render_side_by_side(results: Sequence[Result]) -> str:
+    """One table, a column per path, every number from its own fresh cluster in this invocation."""
+    first = results[0]
+    lines = [
+        f"### side by side: {first.nodes} node(s) x {first.gpus_per_node} GPUs, {first.pods} pods, "
+        f"{first.concurrency} concurrent POSTs, a fresh cluster per column",
+        "",
+        "| | " + " | ".join(_label(r) for r in results) + " |",
+        "|---|" + "---:|" * len(results),
+    ]
+
+    def row(name: str, cell: Callable[[Result], str]) -> None:
+        lines.append(f"| {name} | " + " | ".join(cell(r) for r in results) + " |")
+
+    row("cluster up, s", lambda r: f"{r.up_seconds:.1f}")
+    row("Running / failed", lambda r: f"{r.running} / {r.failed}")
+    row("all Running after the first POST, s", lambda r: f"{r.seconds_to_all_running:.2f}")
+    row("**pods/s**", lambda r: f"**{r.pods_per_second:.1f}**")
+    row("1-min load before / max during", lambda r: f"{r.load_average['before'][0]} / {r.load_1min_max}")
+    row("other processes' CPU, % of a core", lambda r: f"{r.others_cpu_percent:.0f}")
+    row("bench (load generator) CPU, % of a core", _bench_percent)
+    stages = _union([[s.stage for s in r.stages] for r in results])
+    for stage in stages:
+        row(f"{stage}, p50 / p99 ms", lambda r, stage=stage: _stage_cell(r, stage))
+    for key in HISTOGRAMS:
+        row(f"hami-control {key}: calls (mean ms)", lambda r, key=key: _server_cell(r, key))
+    for kind in _union([list(r.writes_per_pod) for r in results]):
+        name = "**API writes per pod, total**" if kind == "total" else f"API writes per pod: {kind}"
+        row(name, lambda r, kind=kind: f"{r.writes_per_pod[kind]:.2f}" if kind in r.writes_per_pod else "-")
+    for proc in _union([list(r.cpu_ms_per_pod_net) for r in results]):
+        row(
+            f"CPU ms per pod, net of idle: {proc}",
+            lambda r, proc=proc: f"{r.cpu_ms_per_pod_net[proc]:.2f}" if proc in r.cpu_ms_per_pod_net else "-",
         )
-    if not args.timeout:
-        args.timeout = 60.0 + args.pods * 0.5
-    spec = ClusterSpec.uniform(args.nodes, args.gpus_per_node, MODEL, scale=args.scale)
+    row("**CPU ms per pod, net of idle: whole cluster**", lambda r: f"**{_cluster_cpu(r):.2f}**")
+    row("RSS of the cluster once all ran, MiB", lambda r: f"{_cluster_rss(r):,.0f}")
+    return "\n".join(lines) + "\n"
+
+
+def _label(result: Result) -> str:
+    return result.path if result.client_limits == "default" else f"{result.path}, client limits off"
+
+
+def _cluster_names(result: Result) -> list[str]:
+    return [k for k in result.cpu_seconds if k != "bench (load generator)"]
+
+
+def _cluster_cpu(result: Result) -> float:
+    return sum(result.cpu_ms_per_pod_net[k] for k in _cluster_names(result))
+
+
+def _cluster_rss(result: Result) -> float:
+    return sum(result.rss_mib.get(k, 0.0) for k in _cluster_names(result))
+
+
+def _bench_percent(result: Result) -> str:
+    seconds = result.cpu_seconds.get("bench (load generator)", 0.0)
+    elapsed = result.elapsed_seconds
+    return f"{seconds * 100 / elapsed:.0f}" if elapsed > 0 else "-"
+
+
+def _stage_cell(result: Result, stage: str) -> str:
+    found = next((s for s in result.stages if s.stage == stage), None)
+    return "-" if found is None else f"{found.p50_ms:,.0f} / {found.p99_ms:,.0f}"
+
+
+def _server_cell(result: Result, key: str) -> str:
+    found = result.server.get(key)
+    if found is None or not found.calls:
+        return "0"
+    return f"{found.calls:,} ({found.mean_ms:.2f})"
+
+
+def run_path(args: argparse.Namespace, path: str, limits: str) -> Result:
+    """One fresh cluster with every node in `path`'s mode, the bench, then the cluster torn down."""
+    lifted = NO_LIMIT if limits == "off" else ()
+    spec = ClusterSpec.uniform(
+        args.nodes,
+        args.gpus_per_node,
+        MODEL,
+        scale=args.scale,
+        control_args=lifted,
+        scheduler_args=lifted,
+        controller_manager_args=lifted,
+    ).with_mode(path)
     mode = (
         f"scale mode ({'--scale' if args.scale else f'above {SCALE_THRESHOLD} nodes'})"
         if spec.scale_mode
         else "one process per part"
     )
-    progress: Callable[[str], None] = lambda message: log(f"cluster: {message}")  # noqa: E731
+    progress: Callable[[str], None] = lambda message: log(f"cluster ({path}): {message}")  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="hami-bench-e2e-") as tmp:
         started = time.monotonic()
         with Cluster.up(spec, Path(tmp) / "state", progress=progress) as cluster:
             result = Result(
                 nodes=args.nodes,
                 gpus_per_node=args.gpus_per_node,
+                path=path,
                 mode=mode,
+                client_limits=limits,
                 pods=args.pods,
                 concurrency=args.concurrency,
                 up_seconds=round(time.monotonic() - started, 1),
@@ -632,18 +788,95 @@ def main(argv: Sequence[str] | None = None) -> int:
                 asyncio.run(Bench(cluster, args).run(result))
             finally:
                 if args.keep_logs is not None:
-                    shutil.copytree(cluster.logs_dir, args.keep_logs, dirs_exist_ok=True)
-    text = render(result)
-    print(text)
-    if args.json is not None:
-        args.json.write_text(json.dumps(asdict(result), indent=2) + "\n")
-    ok = result.running == args.pods
+                    where = args.keep_logs / f"{path}-limits-{limits}"
+                    shutil.copytree(cluster.logs_dir, where, dirs_exist_ok=True)
+    return result
+
+
+def comma_list(choices: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argparse type: a comma-separated list of distinct `choices`."""
+
+    def parse(text: str) -> list[str]:
+        items = [m.strip() for m in text.split(",") if m.strip()]
+        if not items or any(m not in choices for m in items) or len(set(items)) != len(items):
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated list of distinct values among {', '.join(choices)}, got {text!r}"
+            )
+        return items
+
+    return parse
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--pods", type=int, default=500)
+    parser.add_argument("--scale", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--burst", action="store_true", help="80 pods onto 1 node x 8 GPUs")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--mode",
+        dest="modes",
+        type=comma_list(PATHS),
+        help=f"one of {', '.join(PATHS)} (default device-plugin)",
+    )
+    which.add_argument(
+        "--modes",
+        dest="modes",
+        type=comma_list(PATHS),
+        help="several, comma-separated (e.g. device-plugin,dra): one fresh cluster each, in this order, "
+        "and a side-by-side table at the end",
+    )
+    parser.add_argument(
+        "--client-limits",
+        type=comma_list(CLIENT_LIMITS),
+        default=["default"],
+        help="the control plane's client-side rate limits: default, off, or both (default,off: every mode "
+        "runs with each)",
+    )
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--idle-seconds", type=float, default=5.0)
+    parser.add_argument("--timeout", type=float, default=0.0, help="seconds to wait for Running (0: auto)")
+    parser.add_argument("--json", type=Path, help="the results, a list with one object per mode")
+    parser.add_argument(
+        "--keep-logs",
+        type=Path,
+        help="copy the cluster's logs here at the end (a folder per mode if several)",
+    )
+    args = parser.parse_args(argv)
+    args.modes = args.modes or ["device-plugin"]
     if args.burst:
-        verdict = "met" if ok and result.seconds_to_all_running <= GOAL_BURST_SECONDS else "NOT met"
-        log(f"goal: 80-pod burst all Running <= {GOAL_BURST_SECONDS:.0f} s: {verdict}")
-    else:
-        verdict = "met" if ok and result.pods_per_second >= GOAL_PODS_PER_SECOND else "NOT met"
-        log(f"goal: >= {GOAL_PODS_PER_SECOND:.0f} pods/s: {verdict}")
+        args.nodes, args.gpus_per_node, args.pods = 1, 8, 80
+    if args.pods > args.nodes * args.gpus_per_node * 10:
+        parser.error(
+            f"--pods {args.pods}: more than the cluster's {args.nodes * args.gpus_per_node * 10} slots"
+        )
+    if not args.timeout:
+        args.timeout = 60.0 + args.pods * 0.5
+    results = []
+    for limits in args.client_limits:
+        for path in args.modes:
+            result = run_path(args, path, limits)
+            print(render(result), flush=True)
+            results.append(result)
+    if len(results) > 1:
+        print(render_side_by_side(results))
+    if args.json is not None:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    ok = all(r.running == args.pods for r in results)
+    for result in results:
+        if args.burst:
+            met = result.running == args.pods and result.seconds_to_all_running <= GOAL_BURST_SECONDS
+            log(
+                f"{result.path}: goal: 80-pod burst all Running <= {GOAL_BURST_SECONDS:.0f} s: "
+                f"{'met' if met else 'NOT met'}"
+            )
+        else:
+            met = result.running == args.pods and result.pods_per_second >= GOAL_PODS_PER_SECOND
+            log(
+                f"{_label(result)}: goal: >= {GOAL_PODS_PER_SECOND:.0f} pods/s: {'met' if met else 'NOT met'}"
+            )
     return 0 if ok else 1
 
 

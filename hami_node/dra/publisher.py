@@ -10,8 +10,10 @@ field selectors `spec.nodeName`, `spec.driver`, whose deliveries land in `slices
 difference: extra slices (other pools, duplicates, older generations) deleted with UID and
 resourceVersion preconditions, the pool's slice created or updated with the generation bumped. A slice
 written is kept in the local store at once (the helper's MutationCache), so a late watch event never
-leads to a second create. A 409 (someone wrote in between) re-reads the slices and tries again; other
-failures retry with `hami_kube`'s backoff.
+leads to a second create; unless the watch has already delivered its deletion (kubelet's wipe at start
+can delete the slice between the create and its answer): a deleted slice is never put back. A 409
+(someone wrote in between) re-reads the slices and tries again; other failures retry with `hami_kube`'s
+backoff.
 
 Consumable capacity: the first slice is published with it; when the stored slice comes back without
 `allowMultipleAllocations` (`slices.consumable_dropped`), the cluster does not have it (gate
@@ -115,6 +117,8 @@ class SlicePublisher:
         self._backoff = retry.backoff(rng)
         self._lock = threading.Lock()
         self._store: dict[str, dict[str, Any]] = {}
+        self._deleted: dict[str, int | None] = {}
+        """Slices whose deletion the watch delivered since the last list, with its resourceVersion."""
         self._kicked = threading.Event()
         self._listed = threading.Event()
         """Set once the slices the API server holds are known (the watch's first list, or a relist):
@@ -175,6 +179,7 @@ class SlicePublisher:
     def slices_listed(self, items: Sequence[dict[str, Any]]) -> None:
         with self._lock:
             self._store = {_name(s): s for s in items if _name(s)}
+            self._deleted.clear()
         self._listed.set()
         self.kick()
 
@@ -184,6 +189,7 @@ class SlicePublisher:
             return
         with self._lock:
             if kind == "DELETED":
+                self._deleted[name] = _version(obj)
                 if _newer(self._store.get(name), obj):
                     self._store.pop(name, None)
             elif _newer(self._store.get(name), obj):
@@ -344,12 +350,18 @@ class SlicePublisher:
         items = self._api.list_resource_slices(f"spec.nodeName={self._node},spec.driver={self._driver}")
         with self._lock:
             self._store = {_name(s): s for s in items if _name(s)}
+            self._deleted.clear()
         self._listed.set()
 
     def _remember(self, obj: dict[str, Any]) -> None:
+        name = _name(obj)
         with self._lock:
-            if _newer(self._store.get(_name(obj)), obj):
-                self._store[_name(obj)] = obj
+            if name in self._deleted:
+                deleted, written = self._deleted[name], _version(obj)
+                if deleted is None or written is None or deleted >= written:
+                    return  # deleted after this write: kept, it would stand for a slice that is gone
+            if _newer(self._store.get(name), obj):
+                self._store[name] = obj
 
     def _forget(self, obj: Mapping[str, Any]) -> None:
         with self._lock:

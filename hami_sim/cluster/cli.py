@@ -109,6 +109,13 @@ def add_parsers(subparsers: Any) -> None:
         "--scheduler-arg", action="append", default=[], metavar="ARG", help="one more scheduler argument"
     )
     up.add_argument(
+        "--controller-manager-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more controller-manager argument (DRA nodes), e.g. --controller-manager-arg=--workers=8",
+    )
+    up.add_argument(
         "--mode",
         choices=CLUSTER_MODES,
         default="device-plugin",
@@ -200,6 +207,7 @@ def run_up(args: argparse.Namespace) -> int:
         "control_args": tuple(args.control_arg),
         "node_args": tuple(args.node_arg),
         "scheduler_args": tuple(args.scheduler_arg),
+        "controller_manager_args": tuple(args.controller_manager_arg),
         "apiserver_args": tuple(args.apiserver_arg),
         "node_cpu": args.node_cpu,
         "node_memory": args.node_memory,

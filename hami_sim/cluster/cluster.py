@@ -418,7 +418,10 @@ class Cluster:
                 *self.spec.apiserver_args,
             ]
         if name == CONTROLLER_MANAGER:
-            return [py, "-m", "hami_sim.main", CONTROLLER_MANAGER, "--kubeconfig", str(self.kubeconfig)]
+            return [
+                py, "-m", "hami_sim.main", CONTROLLER_MANAGER, "--kubeconfig", str(self.kubeconfig),
+                *self.spec.controller_manager_args,
+            ]  # fmt: skip
         if name == CONTROL:
             tls = self.state_dir / "tls"
             argv = [py, "-m", "hami_control.main", "serve", "--bind", f"127.0.0.1:{self.control_port}"]

@@ -156,6 +156,8 @@ class ClusterSpec:
     """More hami-node flags, for every node (e.g. ("--health-recovery-seconds", "3"))."""
     scheduler_args: tuple[str, ...] = ()
     """More `hami-sim scheduler` flags (e.g. ("--seed", "1"))."""
+    controller_manager_args: tuple[str, ...] = ()
+    """More `hami-sim controller-manager` flags (clusters with DRA nodes), e.g. ("--kube-api-qps", "0")."""
     node_cpu: str = "8"
     node_memory: str = "32Gi"
     timeout_s: float | None = None
@@ -261,6 +263,7 @@ class ClusterSpec:
             "controlArgs": list(self.control_args),
             "nodeArgs": list(self.node_args),
             "schedulerArgs": list(self.scheduler_args),
+            "controllerManagerArgs": list(self.controller_manager_args),
             "nodeCpu": self.node_cpu,
             "nodeMemory": self.node_memory,
             "timeoutSeconds": self.timeout_s,
@@ -286,6 +289,7 @@ class ClusterSpec:
                 control_args=tuple(data.get("controlArgs") or ()),
                 node_args=tuple(data.get("nodeArgs") or ()),
                 scheduler_args=tuple(data.get("schedulerArgs") or ()),
+                controller_manager_args=tuple(data.get("controllerManagerArgs") or ()),
                 node_cpu=str(data.get("nodeCpu", "8")),
                 node_memory=str(data.get("nodeMemory", "32Gi")),
                 timeout_s=data.get("timeoutSeconds"),

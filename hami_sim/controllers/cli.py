@@ -6,11 +6,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import signal
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+KUBE_API_QPS = 20.0
+KUBE_API_BURST = 30
+"""kube-controller-manager's client-side rate limit (`--kube-api-qps`, `--kube-api-burst`; its defaults in
+pkg/controller/apis/config/v1alpha1/defaults.go), not client-go's 5 and 10."""
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -23,6 +29,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--kubeconfig", type=Path, required=True, help="kubeconfig of the API server")
     parser.add_argument("--workers", type=int, default=4, help="concurrent syncs (default: %(default)s)")
+    parser.add_argument(
+        "--kube-api-qps",
+        type=float,
+        default=KUBE_API_QPS,
+        help="requests per second to the API server, client-side, as kube-controller-manager "
+        "(default: %(default)s; 0: no limit)",
+    )
+    parser.add_argument(
+        "--kube-api-burst",
+        type=int,
+        default=KUBE_API_BURST,
+        help="requests allowed at once above --kube-api-qps (default: %(default)s)",
+    )
     parser.add_argument(
         "--log-level",
         default="INFO",
@@ -41,6 +60,12 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         log.error("--workers must be at least 1, got %d", args.workers)
         return 2
+    if math.isnan(args.kube_api_qps):
+        log.error("--kube-api-qps must be a number, got %s", args.kube_api_qps)
+        return 2
+    if args.kube_api_burst < 1:
+        log.error("--kube-api-burst must be at least 1, got %d", args.kube_api_burst)
+        return 2
     try:
         return asyncio.run(_serve(args))
     except KeyboardInterrupt:
@@ -53,7 +78,7 @@ async def _serve(args: argparse.Namespace) -> int:
     from hami_sim.controllers.resourceclaim import ResourceClaimController
 
     try:
-        api = await KubeApi.connect(args.kubeconfig)
+        api = await KubeApi.connect(args.kubeconfig, qps=args.kube_api_qps, burst=args.kube_api_burst)
     except KubeConfigError as exc:
         log.error("cannot start: %s", exc)
         return 1

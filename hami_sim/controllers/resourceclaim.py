@@ -25,7 +25,10 @@ What it does, as `pkg/controller/resourceclaim/controller.go` (kubernetes/kubern
   has not seen).
 
 One asyncio task per worker on the caller's loop, fed by two reflectors (pods, claims) through one
-de-duplicating queue, as the upstream controller's workqueue.
+de-duplicating queue, as the upstream controller's workqueue. A third reflector keeps the templates, which
+upstream reads from its informer's lister (`templateLister`): a claim costs no read of its template. A
+template the watch has not delivered yet (the webhook creates one just before the pod that needs it, on
+another watch) is read from the API server instead, so that this race is no failure.
 """
 
 from __future__ import annotations
@@ -146,6 +149,7 @@ class ResourceClaimController:
         self.workers = workers
         self.pods: dict[str, JSON] = {}
         self.claims: dict[str, JSON] = {}
+        self.templates: dict[str, JSON] = {}
         self.deleted_pod_uids: set[str] = set()
         self.created = 0
         self.deleted = 0
@@ -163,6 +167,12 @@ class ResourceClaimController:
                 "resourceclaims",
                 f"{GROUP_PATH}/resourceclaims",
                 ListSink(self._replace_claims, self._on_claim),
+            ),
+            Reflector(
+                api,
+                "resourceclaimtemplates",
+                f"{GROUP_PATH}/resourceclaimtemplates",
+                ListSink(self._replace_templates, self._on_template),
             ),
         ]
 
@@ -234,6 +244,22 @@ class ResourceClaimController:
             return
         self.claims[key] = claim
         self._enqueue(f"claim:{key}")
+
+    def _replace_templates(self, items: Sequence[JSON]) -> None:
+        self.templates = {_key(t): t for t in items}
+
+    def _on_template(self, kind: str, template: JSON) -> None:
+        if kind == "DELETED":
+            self.templates.pop(_key(template), None)
+        else:
+            self.templates[_key(template)] = template
+
+    async def _template(self, namespace: str, name: str) -> JSON:
+        """From the watch's copy, else read (not delivered yet); KubeApiError (404) when there is none."""
+        cached = self.templates.get(f"{namespace}/{name}")
+        if cached is not None:
+            return cached
+        return await self.api.get(f"{GROUP_PATH}/namespaces/{namespace}/resourceclaimtemplates/{name}")
 
     # -- work -----------------------------------------------------------------------------------
 
@@ -310,9 +336,7 @@ class ResourceClaimController:
             return None
         claim = self._find_orphan(pod, str(pod_claim.get("name")))
         if claim is None:
-            template = await self.api.get(
-                f"{GROUP_PATH}/namespaces/{namespace}/resourceclaimtemplates/{template_name}"
-            )
+            template = await self._template(namespace, str(template_name))
             body = claim_from_template(pod, str(pod_claim.get("name")), template)
             claim = await self.api.request(
                 "POST", f"{GROUP_PATH}/namespaces/{namespace}/resourceclaims", body

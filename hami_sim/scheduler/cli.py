@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import signal
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--seed", type=int, help="seed for tie-breaking between equal nodes (default: random)"
     )
     parser.add_argument(
+        "--kube-api-qps",
+        type=float,
+        help="requests per second to the API server, client-side, as kube-scheduler's flag of that name "
+        "(default: 50, kube-scheduler's; 0: no limit)",
+    )
+    parser.add_argument(
+        "--kube-api-burst",
+        type=int,
+        help="requests allowed at once above --kube-api-qps (default: 100, kube-scheduler's)",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -69,6 +81,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_in_flight_binds < 1:
         log.error("--max-in-flight-binds must be at least 1, got %d", args.max_in_flight_binds)
+        return 2
+    if args.kube_api_qps is not None and math.isnan(args.kube_api_qps):
+        log.error("--kube-api-qps must be a number, got %s", args.kube_api_qps)
+        return 2
+    if args.kube_api_burst is not None and args.kube_api_burst < 1:
+        log.error("--kube-api-burst must be at least 1, got %d", args.kube_api_burst)
         return 2
     if args.extender_ca_file is not None and not args.extender_ca_file.is_file():
         log.error("--extender-ca-file: no such file: %s", args.extender_ca_file)
@@ -95,10 +113,20 @@ def run(args: argparse.Namespace) -> int:
 async def _serve(config: Any, args: argparse.Namespace) -> int:
     from hami_kube.errors import KubeConfigError
     from hami_sim.scheduler.config import ConfigError
-    from hami_sim.scheduler.standin import SchedulerStandIn, SchedulerStartError
+    from hami_sim.scheduler.standin import (
+        KUBE_API_BURST,
+        KUBE_API_QPS,
+        SchedulerStandIn,
+        SchedulerStartError,
+    )
 
     standin = SchedulerStandIn(
-        config, args.kubeconfig, seed=args.seed, max_in_flight_binds=args.max_in_flight_binds
+        config,
+        args.kubeconfig,
+        seed=args.seed,
+        max_in_flight_binds=args.max_in_flight_binds,
+        kube_api_qps=KUBE_API_QPS if args.kube_api_qps is None else args.kube_api_qps,
+        kube_api_burst=KUBE_API_BURST if args.kube_api_burst is None else args.kube_api_burst,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

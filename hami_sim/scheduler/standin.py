@@ -134,9 +134,13 @@ class SchedulerStandIn:
         writers: int = 4,
         dra: bool = True,
         share_id: Callable[[], str] = new_share_id,
+        kube_api_qps: float = KUBE_API_QPS,
+        kube_api_burst: int = KUBE_API_BURST,
     ) -> None:
         if max_in_flight_binds < 1:
             raise ValueError(f"max_in_flight_binds must be at least 1, got {max_in_flight_binds}")
+        self.kube_api_qps = kube_api_qps
+        self.kube_api_burst = kube_api_burst
         self.config = config
         self.kubeconfig = kubeconfig if kubeconfig is not None else (config.kubeconfig or None)
         self.max_in_flight_binds = max_in_flight_binds
@@ -181,7 +185,7 @@ class SchedulerStandIn:
         self._progress = asyncio.Event()
         self._writes = asyncio.Queue(maxsize=10_000)
         client = await KubeApi.connect(
-            self.kubeconfig, max_connections=64, qps=KUBE_API_QPS, burst=KUBE_API_BURST
+            self.kubeconfig, max_connections=64, qps=self.kube_api_qps, burst=self.kube_api_burst
         )
         self._client = client
         self._events = EventRecorder(

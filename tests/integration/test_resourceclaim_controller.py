@@ -267,3 +267,22 @@ def test_generate_name_shortens_both_parts_in_proportion() -> None:
     # 82 characters: each part cut to its share of 57 (60*57//82 = 41, 20*57//82 = 13), no trailing
     # hyphen, as controller.go writes it.
     assert generate_name("a" * 60, "b" * 20) == "a" * 41 + "-" + "b" * 13
+
+
+def test_claims_are_made_from_the_watched_template_without_reading_it_per_pod(
+    apiserver: ApiServerHandle,
+    controller: ResourceClaimController,
+    core_v1: client.CoreV1Api,
+    resource_v1: client.ResourceV1Api,
+) -> None:
+    # Upstream reads templates from its informer's lister; a GET per pod cost a request of the
+    # controller's client-side rate limit each (bench/e2e.py --mode dra ran at a third of the speed).
+    resource_v1.create_namespaced_resource_claim_template(NS, template())
+    wait_for(lambda: f"{NS}/vgpu-4g" in controller.templates, what="the template in the controller's watch")
+    before = apiserver.runner.counters().get(("get", "resourceclaimtemplates", ""), 0)
+    for name in ("w1", "w2", "w3"):
+        core_v1.create_namespaced_pod(NS, dra_pod(name))
+    for name in ("w1", "w2", "w3"):
+        wait_for(lambda name=name: claim_of(core_v1, name), what=f"pod {name}'s claim")
+    assert apiserver.runner.counters().get(("get", "resourceclaimtemplates", ""), 0) == before
+    assert controller.created == 3

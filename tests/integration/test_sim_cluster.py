@@ -252,6 +252,11 @@ def test_cluster_specs_check_their_fields() -> None:
     assert spec.nodes[0].gpus[0] == GPUSpec("NVIDIA A100-SXM4-80GB", 1000)
 
 
+def test_controller_manager_args_survive_cluster_json() -> None:
+    spec = ClusterSpec.uniform(2, 1, controller_manager_args=("--kube-api-qps", "0")).with_mode("dra")
+    assert ClusterSpec.from_data(spec.to_data()).controller_manager_args == ("--kube-api-qps", "0")
+
+
 def test_host_specs_name_the_bad_field() -> None:
     good = {"nodes": [{"name": "n1", "kubeletDir": "/tmp/x/1", "nodeArgs": ["--gpu-backend", "fake"]}]}
     assert parse_host_spec(good, "h.json").nodes[0].node_args == ("--gpu-backend", "fake")

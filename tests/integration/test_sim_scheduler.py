@@ -317,3 +317,16 @@ def test_cli_runs_until_sigterm(
     assert "scheduled default/via-cli -> n1" in "".join(lines) + out
     assert "scheduler hami-scheduler stopped" in out
     assert "Traceback" not in out
+
+
+def test_the_client_takes_kube_schedulers_rate_limit_unless_lifted(
+    apiserver: ApiServerHandle, stub: ExtenderStub, ca_file: tuple[Path, tuple[bytes, bytes]]
+) -> None:
+    config = load_scheduler_config(SHIPPED, extender_url=stub.url, extender_ca_file=str(ca_file[0]))
+    with SchedulerRunner(config, apiserver.kubeconfig, seed=7) as runner:
+        client = runner.standin._client
+        assert client is not None and client.limiter is not None
+        assert (client.limiter.bucket.qps, client.limiter.bucket.burst) == (50.0, 100)
+    with SchedulerRunner(config, apiserver.kubeconfig, seed=7, kube_api_qps=0) as runner:
+        client = runner.standin._client
+        assert client is not None and client.limiter is None

@@ -220,3 +220,28 @@ def test_without_consumable_capacity_whole_gpus_are_published_and_it_is_said_onc
     wait_for(lambda: devices(api) and devices(api)[0].get("taints"), 5.0, "the taint")
     assert api.events == [("Node", NO_CONSUMABLE_CAPACITY_REASON)]
     assert api.calls.count("create") == 1
+
+
+def test_a_slice_deleted_before_its_create_answers_is_published_again(
+    publisher: SlicePublisher, api: Api
+) -> None:
+    # kubelet wipes the node's slices when it starts: the watch can deliver the new slice's ADDED and
+    # DELETED before the create's answer, which must not put the deleted slice back in the store.
+    create = api.create_resource_slice
+    first = True
+
+    def create_then_wiped(body: dict[str, Any]) -> dict[str, Any]:
+        nonlocal first
+        stored = create(body)
+        if first:
+            first = False
+            api.delete_resource_slice(stored["metadata"]["name"])
+            deleted = copy.deepcopy(stored)
+            deleted["metadata"]["resourceVersion"] = str(next(api.versions))
+            publisher.slice_event("ADDED", stored)
+            publisher.slice_event("DELETED", deleted)
+        return stored
+
+    api.create_resource_slice = create_then_wiped  # type: ignore[method-assign]
+    publisher.slices_listed([])
+    wait_for(lambda: api.calls.count("create") == 2 and len(api.slices) == 1, 5.0, "the slice again")

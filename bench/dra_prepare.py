@@ -1,0 +1,595 @@
+"""The node daemon in DRA mode (`hami-node --mode dra`) as its own process with the fake GPU backend:
+NodePrepareResources and NodeUnprepareResources latency over the plugin's real Unix socket, beside a
+floor from the same run, and the daemon's memory and CPU.
+
+Set-up: `hami-sim apiserver` as its own process (the local API server, resource.k8s.io/v1), one Node,
+`hami-node --mode dra --gpu-backend fake` as its own process (8 fake A100s by default), laid out as the
+local cluster lays out a DRA node (`<dir>/k/plugins_registry`, `<dir>/k/plugins`, the CDI directory).
+The bench waits for the node's ResourceSlice, then plays kubelet with plain gRPC clients (the generated
+stubs in `hami_node/dra/api`), one request per pod as kubelet's DRA manager sends them.
+
+Claims are made as the local cluster makes them for a translated GPU pod, untimed, `--live` at a time (80
+by default: a node of 8 GPUs split 10 full): a pod bound to the node asking its claim through a
+ResourceClaimTemplate, the claim generated for it (the Pod its controller owner), the pod's
+`status.resourceClaimStatuses`, and the claim's allocation as the scheduler writes it (`status.allocation`
+with one result on one GPU, a share ID and `consumedCapacity` of 1000..4000 MiB and 10..30 cores,
+`reservedFor` the pod). Then, timed, per claim, `--pace-ms` apart (kubelet creates the pod's containers
+between two pods' Prepares):
+
+1. floor: GetInfo on the registration socket (the same process and gRPC server code, no work in the
+   handler), back to back;
+2. NodePrepareResources of the new claim: the daemon reads the claim and its pod from the API server,
+   then, under its lock, the checkpoint, the claim's CDI spec (written atomically) and directory, and the
+   checkpoint again;
+3. NodePrepareResources of the same claim again (kubelet repeats it after its own restart): the same two
+   reads, the answer from the checkpoint, the spec checked to be there;
+4. NodeUnprepareResources: spec, directory and checkpoint entry removed (no API read).
+
+Every answer is checked (no error; CDI IDs of `k8s.gpu.hami.io/claim`; the spec file there after Prepare
+and gone after Unprepare). The daemon's VmRSS is read after start-up and at the end (VmHWM too); its CPU
+per call and the CPU of other processes on the machine are reported with the load average. Progress goes
+to stderr, a markdown table to stdout. Usage:
+
+    python bench/dra_prepare.py [--claims 1000] [--live 80] [--pace-ms 10] [--gpus 8] [--kube-api-qps Q]
+                                [--json FILE] [--py-spy FILE] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import grpc
+import urllib3
+from benchlib import cpu_seconds, rss_mib, start_apiserver
+
+from hami_api import dra
+from hami_node.cdi import claim_spec_file_name
+from hami_node.dra.api.registration import api_pb2 as reg_pb2
+from hami_node.dra.api.registration import api_pb2_grpc as reg_grpc
+from hami_node.dra.api.v1 import api_pb2 as v1_pb2
+from hami_node.dra.api.v1 import api_pb2_grpc as v1_grpc
+from hami_node.gpu.inventory import generate_inventory, write_inventory
+
+NODE = "bench-dra-node"
+NAMESPACE = "default"
+GROUP = "/apis/resource.k8s.io/v1"
+CDI_KIND = "k8s.gpu.hami.io/claim"
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Stat:
+    name: str
+    samples: list[float] = field(default_factory=list)
+    """Seconds."""
+    errors: int = 0
+    cpu_s: float = 0.0
+    """The daemon's CPU seconds while these calls ran (pauses included)."""
+
+    def q(self, fraction: float) -> float:
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] * 1000 if ordered else math.nan
+
+    def summary(self) -> dict[str, Any]:
+        s = self.samples
+        return {
+            "name": self.name,
+            "count": len(s),
+            "errors": self.errors,
+            "p50_ms": round(statistics.median(s) * 1000, 3) if s else math.nan,
+            "p99_ms": round(self.q(0.99), 3),
+            "max_ms": round(max(s) * 1000, 3) if s else math.nan,
+            "mean_ms": round(statistics.fmean(s) * 1000, 3) if s else math.nan,
+            "daemon_cpu_ms_per_call": round(self.cpu_s * 1000 / len(s), 3) if s else math.nan,
+        }
+
+
+@dataclass
+class Report:
+    stats: list[Stat] = field(default_factory=list)
+    rss_mib: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, float | str] = field(default_factory=dict)
+
+
+class Api:
+    """Plain HTTP to the API server (the load generator stays cheap)."""
+
+    def __init__(self, base: str) -> None:
+        self.pool = urllib3.PoolManager(maxsize=4)
+        self.base = base
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        ok: Sequence[int] = (200, 201),
+        content_type: str = "application/json",
+    ) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        r = self.pool.request(
+            method, self.base + path, body=data, headers={"Content-Type": content_type}, timeout=10.0
+        )
+        if r.status not in ok:
+            raise SystemExit(f"{method} {path}: HTTP {r.status}: {r.data[:300]!r}")
+        return json.loads(r.data) if r.data else None
+
+    def merge_patch(self, path: str, body: object) -> Any:
+        return self.call("PATCH", path, body, content_type="application/merge-patch+json")
+
+
+@dataclass
+class Claim:
+    name: str
+    uid: str
+    pod: str
+
+    def ref(self) -> v1_pb2.Claim:
+        return v1_pb2.Claim(namespace=NAMESPACE, name=self.name, uid=self.uid)
+
+
+def make_claim(api: Api, i: int, device: str, rng: random.Random) -> Claim:
+    """A pod bound to the node with a claim from a template, allocated and reserved as the local cluster
+    does it (claim controller, then the scheduler's PreBind). Untimed."""
+    pod_name = f"p{i:05d}"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod_name, "namespace": NAMESPACE, "labels": {"app": "bench-dra"}},
+        "spec": {
+            "nodeName": NODE,
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "bench-gpu"}],
+            "containers": [{"name": "main", "image": "cuda:12", "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+    }
+    created = api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+    pod_uid = created["metadata"]["uid"]
+    claim = {
+        "apiVersion": dra.API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": {
+            "generateName": f"{pod_name}-gpu-",
+            "namespace": NAMESPACE,
+            "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": pod_name,
+                    "uid": pod_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": dra.DEVICE_CLASS}}]}
+        },
+    }
+    made = api.call("POST", f"{GROUP}/namespaces/{NAMESPACE}/resourceclaims", claim)
+    name, uid = made["metadata"]["name"], made["metadata"]["uid"]
+    api.merge_patch(
+        f"/api/v1/namespaces/{NAMESPACE}/pods/{pod_name}/status",
+        {"status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": name}]}},
+    )
+    result = {
+        "request": "gpu",
+        "driver": dra.DRIVER,
+        "pool": NODE,
+        "device": device,
+        "shareID": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+        "consumedCapacity": {
+            dra.CAPACITY_MEMORY: f"{rng.randrange(1000, 4001, 100)}Mi",
+            dra.CAPACITY_CORES: str(rng.randrange(10, 31, 5)),
+        },
+    }
+    status = {
+        "allocation": {
+            "devices": {"results": [result]},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
+                ]
+            },
+        },
+        "reservedFor": [{"resource": "pods", "name": pod_name, "uid": pod_uid}],
+    }
+    api.merge_patch(f"{GROUP}/namespaces/{NAMESPACE}/resourceclaims/{name}/status", {"status": status})
+    return Claim(name, uid, pod_name)
+
+
+def delete_claims(api: Api, claims: Sequence[Claim]) -> None:
+    for c in claims:
+        api.call("DELETE", f"{GROUP}/namespaces/{NAMESPACE}/resourceclaims/{c.name}", ok=(200, 202, 404))
+        api.call("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{c.pod}", ok=(200, 202, 404))
+
+
+# --- the daemon -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Node:
+    tmp: Path
+    api: Api
+    kubeconfig: Path
+    apiserver_pid: int
+    daemon: subprocess.Popen[bytes] | None = None
+
+    @property
+    def kubelet_dir(self) -> Path:
+        return self.tmp / "k"
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.kubelet_dir / "plugins_registry" / f"{dra.DRIVER}-reg.sock"
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.kubelet_dir / "plugins" / dra.DRIVER / "dra.sock"
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.tmp / "cdi"
+
+
+def start_daemon(node: Node, gpus: int, log_level: str, extra: Sequence[str]) -> subprocess.Popen[bytes]:
+    inventory = node.tmp / "inv" / "gpus.yaml"
+    write_inventory(inventory, generate_inventory(gpus, seed=NODE))
+    command = [
+        sys.executable, "-m", "hami_node.main",
+        "--node-name", NODE,
+        "--mode", "dra",
+        "--kubeconfig", str(node.kubeconfig),
+        "--gpu-backend", "fake",
+        "--fake-inventory", str(inventory),
+        "--hook-path", str(node.tmp / "hook"),
+        "--kubelet-dir", str(node.kubelet_dir),
+        "--kubelet-registry-dir", str(node.kubelet_dir / "plugins_registry"),
+        "--kubelet-plugins-dir", str(node.kubelet_dir / "plugins"),
+        "--cdi-spec-dir", str(node.cdi_dir),
+        "--log-level", log_level,
+        *extra,
+    ]  # fmt: skip
+    logfile = open(node.tmp / "logs" / "node.log", "wb")  # noqa: SIM115 - lives as long as the daemon
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HAMI_", "NODE_NAME", "KUBECONFIG"))}
+    return subprocess.Popen(command, stdout=logfile, stderr=subprocess.STDOUT, env=env)
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if proc.poll() is not None:
+            raise SystemExit(f"{what}: hami-node exited with {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what}: not within {timeout:.0f} s")
+        time.sleep(0.02)
+
+
+def slice_devices(api: Api) -> list[str]:
+    selector = quote(f"spec.nodeName={NODE},spec.driver={dra.DRIVER}")
+    items = api.call("GET", f"{GROUP}/resourceslices?fieldSelector={selector}")["items"]
+    return [d["name"] for s in items for d in s["spec"].get("devices", ())]
+
+
+@contextlib.contextmanager
+def node_under_test(args: argparse.Namespace) -> Iterator[Node]:
+    tmp = Path(tempfile.mkdtemp(prefix="hbd-", dir="/tmp"))  # short: Unix socket paths
+    for sub in ("logs", "inv", "hook", "k", "cdi"):
+        (tmp / sub).mkdir()
+    apiserver: subprocess.Popen[bytes] | None = None
+    node: Node | None = None
+    failed = False
+    try:
+        kubeconfig = tmp / "kubeconfig"
+        apiserver, base = start_apiserver(
+            kubeconfig, tmp / "logs" / "apiserver.log", "--log-level", "WARNING"
+        )
+        api = Api(base)
+        api.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+        node = Node(tmp, api, kubeconfig, apiserver.pid)
+        yield node
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        for proc, name in ((node.daemon if node else None, "hami-node"), (apiserver, "apiserver")):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    log(f"{name} did not stop on SIGTERM; killing it")
+                    proc.kill()
+                    proc.wait(timeout=5)
+        if failed:
+            with contextlib.suppress(OSError):
+                tail = (tmp / "logs" / "node.log").read_text(errors="replace").splitlines()[-25:]
+                log("--- last lines of node.log ---\n" + "\n".join(tail))
+        if args.keep:
+            log(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --- the phases -----------------------------------------------------------------------------------------
+
+
+def check_prepared(node: Node, claim: Claim, answer: Any, stat: Stat) -> None:
+    got = answer.claims.get(claim.uid)
+    ids = [i for d in got.devices for i in d.cdi_device_ids] if got is not None else []
+    if got is None or got.error or not ids or not all(i.startswith(CDI_KIND + "=") for i in ids):
+        stat.errors += 1
+        log(f"Prepare of {claim.name}: unexpected answer {answer}")
+    elif not (node.cdi_dir / claim_spec_file_name(claim.uid)).exists():
+        stat.errors += 1
+        log(f"Prepare of {claim.name}: no CDI spec written")
+
+
+def timed_calls(
+    stat: Stat, claims: Sequence[Claim], call: Callable[[Claim], Any], check: Callable[[Claim, Any], None],
+    *, pace_s: float, daemon_pid: int,
+) -> None:  # fmt: skip
+    cpu_before = cpu_seconds(daemon_pid)
+    for claim in claims:
+        t0 = time.perf_counter()
+        try:
+            answer = call(claim)
+        except grpc.RpcError as err:
+            stat.errors += 1
+            log(f"{stat.name}, {claim.name}: {err}")
+            continue
+        stat.samples.append(time.perf_counter() - t0)
+        check(claim, answer)
+        if pace_s > 0:
+            time.sleep(pace_s)
+    stat.cpu_s += cpu_seconds(daemon_pid) - cpu_before
+
+
+def floor_phase(node: Node, calls: int, report: Report) -> None:
+    stat = Stat("floor: GetInfo on the registration socket (no-op RPC), back to back")
+    assert node.daemon is not None
+    cpu_before = cpu_seconds(node.daemon.pid)
+    with grpc.insecure_channel(f"unix://{node.registration_socket}") as channel:
+        stub = reg_grpc.RegistrationStub(channel)
+        for n in range(calls + 50):
+            t0 = time.perf_counter()
+            info = stub.GetInfo(reg_pb2.InfoRequest(), timeout=10)
+            if n >= 50:
+                stat.samples.append(time.perf_counter() - t0)
+            if info.name != dra.DRIVER:
+                stat.errors += 1
+    stat.cpu_s = cpu_seconds(node.daemon.pid) - cpu_before
+    report.stats.append(stat)
+
+
+def prepare_phases(node: Node, args: argparse.Namespace, report: Report, devices: Sequence[str]) -> None:
+    assert node.daemon is not None
+    pid = node.daemon.pid
+    pace = args.pace_ms / 1000
+    paced = f"calls {args.pace_ms:g} ms apart" if pace > 0 else "back to back"
+    prepare = Stat(f"NodePrepareResources, a new claim ({paced})")
+    again = Stat(f"NodePrepareResources, the same claim again ({paced})")
+    unprepare = Stat(f"NodeUnprepareResources ({paced})")
+    rng = random.Random(args.claims)
+    rounds = 1 + math.ceil(args.claims / args.live)  # the first round warms up
+    log(f"{rounds - 1} rounds of {args.live} claims (+1 warm-up), {len(devices)} GPUs")
+    made = 0
+    with grpc.insecure_channel(f"unix://{node.dra_socket}") as channel:
+        stub = v1_grpc.DRAPluginStub(channel)
+
+        def do_prepare(c: Claim) -> Any:
+            return stub.NodePrepareResources(v1_pb2.NodePrepareResourcesRequest(claims=[c.ref()]), timeout=45)
+
+        def do_unprepare(c: Claim) -> Any:
+            return stub.NodeUnprepareResources(
+                v1_pb2.NodeUnprepareResourcesRequest(claims=[c.ref()]), timeout=45
+            )
+
+        def unprepared(c: Claim, answer: Any) -> None:
+            got = answer.claims.get(c.uid)
+            if got is None or got.error or (node.cdi_dir / claim_spec_file_name(c.uid)).exists():
+                unprepare.errors += 1
+                log(f"Unprepare of {c.name}: unexpected answer {answer}")
+
+        for r in range(rounds):
+            claims = [
+                make_claim(node.api, made + i, devices[(made + i) % len(devices)], rng)
+                for i in range(args.live)
+            ]
+            made += args.live
+            stats = (
+                (prepare, again, unprepare) if r > 0 else (Stat("warm-up"), Stat("warm-up"), Stat("warm-up"))
+            )
+            for stat in stats[:2]:
+                timed_calls(
+                    stat,
+                    claims,
+                    do_prepare,
+                    lambda c, a, s=stat: check_prepared(node, c, a, s),
+                    pace_s=pace,
+                    daemon_pid=pid,
+                )
+            timed_calls(stats[2], claims, do_unprepare, unprepared, pace_s=pace, daemon_pid=pid)
+            delete_claims(node.api, claims)
+            if r % 5 == 0:
+                log(f"  round {r}/{rounds - 1}: {len(prepare.samples)} Prepares timed")
+    report.stats += [prepare, again, unprepare]
+    report.extra["claims prepared and unprepared (warm-up included)"] = made
+
+
+def run(args: argparse.Namespace) -> Report:
+    report = Report()
+    with node_under_test(args) as node:
+        log(f"starting hami-node --mode dra ({args.gpus} fake GPUs)")
+        t0 = time.perf_counter()
+        extra = ["--kube-api-qps", str(args.kube_api_qps)] if args.kube_api_qps is not None else []
+        node.daemon = start_daemon(node, args.gpus, args.log_level, extra)
+        wait_until("the DRA socket", node.dra_socket.exists, 60, node.daemon)
+        devices: list[str] = []
+
+        def published() -> bool:
+            devices[:] = slice_devices(node.api)
+            return len(devices) == args.gpus
+
+        wait_until("the node's ResourceSlice", published, 60, node.daemon)
+        report.extra["start -> slice published, ms"] = round((time.perf_counter() - t0) * 1000, 1)
+        report.rss_mib["after start-up (slice published)"] = rss_mib(node.daemon.pid)
+        report.extra["1-min load average before"] = round(os.getloadavg()[0], 2)
+        machine_0, wall_0 = machine_busy_seconds(), time.monotonic()
+        ours_0 = own_cpu(node)
+        floor_phase(node, args.floor_calls, report)
+        with sampled(node.daemon.pid, args.py_spy):
+            prepare_phases(node, args, report, devices)
+        wall = time.monotonic() - wall_0
+        ours = own_cpu(node)
+        others = (machine_busy_seconds() - machine_0) - (sum(ours.values()) - sum(ours_0.values()))
+        report.extra["CPU of other processes during the phases, % of one core"] = round(
+            max(0.0, others) * 100 / wall, 1
+        )
+        report.extra["bench process CPU during the phases, % of one core"] = round(
+            (ours["bench"] - ours_0["bench"]) * 100 / wall, 1
+        )
+        report.extra["API server CPU during the phases, % of one core"] = round(
+            (ours["apiserver"] - ours_0["apiserver"]) * 100 / wall, 1
+        )
+        report.extra["1-min load average after"] = round(os.getloadavg()[0], 2)
+        report.rss_mib["at the end"] = rss_mib(node.daemon.pid)
+        report.rss_mib["peak (VmHWM)"] = vm_hwm_mib(node.daemon.pid)
+        if node.daemon.poll() is not None:
+            raise SystemExit(f"hami-node exited with {node.daemon.returncode} during the run")
+    return report
+
+
+@contextlib.contextmanager
+def sampled(pid: int, output: Path | None) -> Iterator[None]:
+    """Sample the daemon with py-spy (if asked; it must be on PATH) while the block runs: raw stacks."""
+    if output is None:
+        yield
+        return
+    spy = shutil.which("py-spy")
+    if spy is None:
+        raise SystemExit("--py-spy needs py-spy on PATH (pip install py-spy)")
+    command = [spy, "record", "--pid", str(pid), "--rate", "500", "--format", "raw", "-o", str(output)]
+    proc = subprocess.Popen([*command, "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # py-spy attaches
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+        log(f"py-spy samples of the daemon during the Prepare phases: {output}")
+
+
+def own_cpu(node: Node) -> dict[str, float]:
+    """CPU seconds of the processes of this bench: itself, the API server and the daemon."""
+    assert node.daemon is not None
+    return {
+        "bench": cpu_seconds(os.getpid()),
+        "apiserver": cpu_seconds(node.apiserver_pid),
+        "daemon": cpu_seconds(node.daemon.pid),
+    }
+
+
+def machine_busy_seconds() -> float:
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def vm_hwm_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return math.nan
+
+
+def print_report(report: Report, args: argparse.Namespace) -> None:
+    print(
+        f"\nhami-node --mode dra (fake backend, {args.gpus} GPUs), {args.live} claims prepared at a time, "
+        f"on {os.cpu_count()} cores; the API server and this client share the machine\n"
+    )
+    print("| measure | calls | errors | p50 ms | p99 ms | max ms | mean ms | daemon CPU ms per call |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for s in report.stats:
+        d = s.summary()
+        print(
+            f"| {d['name']} | {d['count']} | {d['errors']} | {d['p50_ms']:.2f} | {d['p99_ms']:.2f} "
+            f"| {d['max_ms']:.2f} | {d['mean_ms']:.2f} | {d['daemon_cpu_ms_per_call']:.2f} |"
+        )
+    print("\n| daemon memory | MiB |")
+    print("|---|---:|")
+    for name, mib in report.rss_mib.items():
+        print(f"| {'VmRSS ' if 'VmHWM' not in name else ''}{name} | {mib:.1f} |")
+    print("\n| other | value |")
+    print("|---|---:|")
+    for name, value in report.extra.items():
+        print(f"| {name} | {value} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--claims", type=int, default=1000, help="claims timed (each prepared twice, unprepared)"
+    )
+    parser.add_argument("--live", type=int, default=80, help="claims prepared at a time (a round)")
+    parser.add_argument("--pace-ms", type=float, default=10.0, help="pause after each call (0: back to back)")
+    parser.add_argument("--floor-calls", type=int, default=1000, help="no-op RPCs for the floor")
+    parser.add_argument("--gpus", type=int, default=8, help="fake GPUs of the node")
+    parser.add_argument("--log-level", default="info", help="the daemon's --log-level")
+    parser.add_argument(
+        "--kube-api-qps",
+        type=float,
+        help="the daemon's --kube-api-qps (default: the daemon's, 50; each Prepare reads the claim "
+        "and its pod, so calls 10 ms apart outrun it once its burst is spent; 0: no limit)",
+    )
+    parser.add_argument("--py-spy", type=Path, help="sample the daemon with py-spy during the Prepare phases")
+    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
+    args = parser.parse_args()
+    if args.claims < 1 or args.live < 1 or not 1 <= args.gpus <= 16 or args.floor_calls < 1:
+        parser.error("--claims, --live and --floor-calls must be at least 1, --gpus 1..16")
+    started = time.monotonic()
+    report = run(args)
+    log(f"done in {time.monotonic() - started:.0f} s")
+    print_report(report, args)
+    if args.json:
+        data = {
+            "stats": [
+                s.summary() | {"samples_ms": [round(x * 1000, 3) for x in s.samples]} for s in report.stats
+            ],
+            "rss_mib": report.rss_mib,
+            "extra": report.extra,
+            "args": {k: str(v) for k, v in vars(args).items()},
+        }
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+    return 0 if all(not s.errors for s in report.stats) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
