@@ -44,11 +44,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
-from typing import Any, Final
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING, Any, Final
 
-import cel
-from cel import stdlib
+if TYPE_CHECKING:
+    import cel
 
 from hami_api.errors import QuantityError
 from hami_api.quantity import parse_quantity
@@ -227,10 +227,7 @@ def _sign(q: Any) -> int:
     return (value > 0) - (value < 0)
 
 
-FUNCTIONS: Final[Mapping[str, Callable[..., Any]]] = {
-    **stdlib.EXTENSIONS["strings"],
-    **stdlib.EXTENSIONS["math"],
-    **stdlib.EXTENSIONS["sets"],
+KUBERNETES_FUNCTIONS: Final[Mapping[str, Callable[..., Any]]] = {
     "quantity": _quantity,
     "isQuantity": _is_quantity,
     "asInteger": _as_integer,
@@ -248,7 +245,29 @@ FUNCTIONS: Final[Mapping[str, Callable[..., Any]]] = {
     "isGreaterThan": _is_greater_than,
     "isLessThan": _is_less_than,
 }
-"""Every function a selector may call (beyond CEL's core)."""
+"""The Kubernetes CEL functions a selector may call (quantities, semver, comparisons)."""
+
+
+@cache
+def _cel() -> Any:
+    """The CEL library, imported at the first selector: `import cel` also loads its command line's
+    dependencies (about 190 ms), which every `hami-sim` sub-command would pay at start otherwise."""
+    import cel
+
+    return cel
+
+
+@cache
+def functions() -> Mapping[str, Callable[..., Any]]:
+    """Every function a selector may call (beyond CEL's core): cel-go's strings, math and sets
+    extensions, then the Kubernetes ones."""
+    stdlib = _cel().stdlib
+    return {
+        **stdlib.EXTENSIONS["strings"],
+        **stdlib.EXTENSIONS["math"],
+        **stdlib.EXTENSIONS["sets"],
+        **KUBERNETES_FUNCTIONS,
+    }
 
 
 # --- compiled selectors ------------------------------------------------------------------------------
@@ -302,7 +321,7 @@ def compile_selector(expression: str) -> Selector:
         if (text := _literal_text(literal)) is not None
     )
     try:
-        program = cel.compile(expression)
+        program = _cel().compile(expression)
     except (ValueError, RuntimeError) as err:
         return Selector(expression, None, f"compilation failed: {err}", domains)
     return Selector(expression, program, "", domains)
@@ -414,6 +433,6 @@ class DeviceView:
                     "attributes": {**base["attributes"], **{key: {} for key in missing_a}},
                     "capacity": {**base["capacity"], **{key: {} for key in missing_c}},
                 }
-            context = cel.Context(variables={"device": device}, functions=dict(FUNCTIONS))
+            context = _cel().Context(variables={"device": device}, functions=dict(functions()))
             self._contexts[domains] = context
         return context
