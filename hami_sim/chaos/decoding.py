@@ -138,7 +138,7 @@ def decode_register(text: str) -> tuple[Gpu, ...]:
         return ()
     if stripped.startswith("["):
         return _json_register(stripped)
-    return _legacy_register(stripped)
+    return _legacy_register(text)
 
 
 # --- hami.io/vgpu-devices-allocated -----------------------------------------------------------------------
