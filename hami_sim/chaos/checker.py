@@ -91,26 +91,35 @@ class ClusterReader:
         self._api.close()
 
     def _get(self, path: str, query: list[tuple[str, Any]]) -> tuple[int, Any]:
+        """One GET (retried on 429, 5xx and connection errors): (status, decoded body or None)."""
         error = ""
         for attempt in range(READ_ATTEMPTS):
             try:
-                response = self._api.call_api(
-                    path,
+                method, url, headers, body, post = self._api.param_serialize(
                     "GET",
+                    path,
                     query_params=query,
                     header_params={"Accept": "application/json"},
                     auth_settings=["BearerToken"],
-                    _preload_content=False,
-                    _return_http_data_only=True,
+                )
+                response = self._api.call_api(
+                    method,
+                    url,
+                    header_params=headers,
+                    body=body,
+                    post_params=post,
                     _request_timeout=REQUEST_TIMEOUT_S,
                 )
-                return 200, json.loads(response.data)
-            except client.ApiException as exc:
-                if exc.status == 404:
-                    return 404, None
-                error = f"GET {path}: {exc.status} {exc.reason}"
-                if exc.status not in (429, 500, 502, 503, 504):
+                status, data = int(response.status), response.read()
+                if status == 200:
+                    return status, json.loads(data)
+                if status == 404:
+                    return status, None
+                error = f"GET {path}: {status} {response.reason}"
+                if status not in (429, 500, 502, 503, 504):
                     break
+            except client.ApiException as exc:
+                error = f"GET {path}: {exc.status} {exc.reason}"
             except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
                 error = f"GET {path}: {type(exc).__name__}: {exc}"
             time.sleep(0.2 * 2**attempt)
