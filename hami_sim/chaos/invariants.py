@@ -854,14 +854,54 @@ def _owned_by(claim: JSON, uid: str) -> bool:
 def pod_usage(
     pod: JSON, claims: Sequence[JSON], devices: Mapping[tuple[str, str], DraDevice]
 ) -> tuple[Fraction, Fraction]:
-    """(MiB, cores) the pod holds against its namespace's quota. Raises DecodeError."""
+    """(MiB, cores) the pod holds against its namespace's quota. A device-plugin pod: its allocation
+    annotation (the MiB chosen). A DRA pod: what its own claims (those it controls) ask per allocated
+    device, as hami-control counts a translated pod: a device with no memory asked (the whole GPU)
+    counts 0 MiB, as HAMi counts a whole-GPU ask before a GPU is chosen; no cores asked counts 100.
+    Raises DecodeError."""
     allocation = pod_allocation(pod) if _annotations(pod).get(VGPU_NODE) else None
     if allocation is not None:
         mem, cores = allocation_usage(allocation, [k for _, k in pod_containers(pod)])
         return Fraction(mem), Fraction(cores)
     uid = pod_uid(pod)
-    shares = [s for claim in claims if _owned_by(claim, uid) for s in claim_shares(claim, devices)]
-    return sum((s.memory / MIB for s in shares), Fraction(0)), sum((s.cores for s in shares), Fraction(0))
+    total_mem = total_cores = Fraction(0)
+    for claim in claims:
+        if not _owned_by(claim, uid):
+            continue
+        asked = claim_asks(claim)
+        for share in claim_shares(claim, devices):
+            asked_mem, asked_cores = asked.get(share.request, (None, None))
+            total_mem += Fraction(0) if asked_mem is None else asked_mem / MIB
+            total_cores += Fraction(100) if asked_cores is None else asked_cores
+    return total_mem, total_cores
+
+
+def claim_asks(claim: JSON) -> dict[str, tuple[Fraction | None, Fraction | None]]:
+    """Per request name (`<request>/<sub-request>` for firstAvailable), the memory (bytes) and cores
+    each device of it asks (None: not asked, the device's default). Raises DecodeError."""
+    devices = _spec(claim).get("devices")
+    requests = devices.get("requests") if isinstance(devices, Mapping) else None
+    asks: dict[str, tuple[Fraction | None, Fraction | None]] = {}
+
+    def ask(name: str, exactly: Any) -> None:
+        capacity = exactly.get("capacity") if isinstance(exactly, Mapping) else None
+        wanted = capacity.get("requests") if isinstance(capacity, Mapping) else None
+        wanted = wanted if isinstance(wanted, Mapping) else {}
+        where = f"resourceclaim {claim_key(claim)} request {name}"
+        asks[name] = (
+            parse_quantity(wanted["memory"], f"{where}.memory") if "memory" in wanted else None,
+            parse_quantity(wanted["cores"], f"{where}.cores") if "cores" in wanted else None,
+        )
+
+    for request in _list(requests):
+        if not isinstance(request, Mapping):
+            continue
+        name = str(request.get("name") or "")
+        ask(name, request.get("exactly"))
+        for sub in _list(request.get("firstAvailable")):
+            if isinstance(sub, Mapping):
+                ask(f"{name}/{sub.get('name')}", sub)
+    return asks
 
 
 def check_quotas(snapshot: Snapshot, devices: Mapping[tuple[str, str], DraDevice], out: _Out) -> None:

@@ -4,7 +4,9 @@ checker itself never imports them)."""
 
 from __future__ import annotations
 
+import ast
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -233,3 +235,20 @@ def test_a_bad_state_file_is_an_error_naming_the_field(decode: object, raw: byte
     assert callable(decode)
     with pytest.raises(D.DecodeError, match=fragment):
         decode(raw)
+
+
+CHECKER_MODULES = ("checker.py", "invariants.py", "decoding.py")
+
+
+@pytest.mark.parametrize("module", CHECKER_MODULES)
+def test_the_checker_imports_nothing_of_ours_but_itself(module: str) -> None:
+    """A bug in hami_api's codecs, hami_kube's client or the stand-ins' writers cannot hide a violation."""
+    path = Path(D.__file__).parent / module
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+    ours = {name for name in imported if name.split(".")[0].startswith("hami_")}
+    assert ours <= {"hami_sim.chaos.decoding", "hami_sim.chaos.invariants"}, ours

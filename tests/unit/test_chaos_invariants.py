@@ -22,6 +22,7 @@ from tests.builders import (
     container,
     dra_result,
     gpu_info,
+    gpu_share,
     hami_gpu_device,
     node,
     pod,
@@ -35,7 +36,7 @@ Json = dict[str, Any]
 Slices = Sequence[tuple[str, int, int]]
 
 
-def gpu_node(name: str = "n1", **fields: Any) -> Json:
+def two_gpu_node(name: str = "n1", **fields: Any) -> Json:
     return node(name, [gpu_info(0, **fields), gpu_info(1, **fields)])
 
 
@@ -103,7 +104,7 @@ def check(
 ) -> list[Violation]:
     snapshot = Snapshot(
         pods=pods,
-        nodes=more.pop("nodes", [gpu_node()]),
+        nodes=more.pop("nodes", [two_gpu_node()]),
         kubelet={"n1": files or NodeFiles()},
         wall_time=NOW,
         at=7.0,
@@ -180,7 +181,7 @@ def test_an_exclusive_slice_shares_its_gpu_with_no_slot() -> None:
 
 def test_slots_over_a_gpu_are_a_violation() -> None:
     found = check(
-        placed("a", [("GPU-1", 100, 0)]), placed("b", [("GPU-1", 100, 0)]), nodes=[gpu_node(count=1)]
+        placed("a", [("GPU-1", 100, 0)]), placed("b", [("GPU-1", 100, 0)]), nodes=[two_gpu_node(count=1)]
     )
     assert kinds(found) == [("gpu-slots-overcommit", "n1/GPU-1")]
 
@@ -404,19 +405,20 @@ def test_a_dra_container_on_another_device_than_its_claim_is_a_mismatch() -> Non
     assert kinds(dra_check([a], [ca], files)) == [("container-memory-mismatch", "default/a/main")]
 
 
-def test_dra_pods_count_their_claims_against_the_quota() -> None:
+def test_dra_pods_count_what_their_claims_ask_against_the_quota() -> None:
     quota = resource_quota({"limits.nvidia.com/gpumem": "6000"}, namespace="default")
     a, b = dra_pod("a", "ca"), dra_pod("b", "cb")
     ca = claimed("ca", dra_result("hami-gpu-0", memory="4000Mi", cores="30"), owner="a")
     cb = claimed("cb", dra_result("hami-gpu-1", memory="4000Mi", cores="30"), owner="b")
-    found = check(
-        a,
-        b,
-        resource_claims=[ca, cb],
-        resource_slices=[resource_slice("n1", *DEVICES)],
-        resource_quotas=[quota],
-    )
+    for claim in (ca, cb):
+        claim["spec"]["devices"]["requests"] = [gpu_share("4000Mi", "30")]
+    slices = [resource_slice("n1", *DEVICES)]
+    found = check(a, b, resource_claims=[ca, cb], resource_slices=slices, resource_quotas=[quota])
     assert kinds(found) == [("quota-exceeded", "default/limits.nvidia.com/gpumem")]
+    assert found[0].evidence["used"] == 8000
+    # a whole GPU asks no memory: it counts 0 MiB, as hami-control counts a translated whole-GPU pod
+    whole = claimed("cb", dra_result("hami-gpu-1", memory="16000Mi", cores="100"), owner="b")
+    assert check(a, b, resource_claims=[ca, whole], resource_slices=slices, resource_quotas=[quota]) == []
 
 
 # --- files --------------------------------------------------------------------------------------------------
