@@ -3,6 +3,7 @@ violation is found with its evidence (device-plugin and DRA paths, the end-of-ru
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -114,6 +115,9 @@ def check(
 
 
 def kinds(violations: Sequence[Violation]) -> list[tuple[str, str]]:
+    """The (kind, subject) of each violation, sorted; every evidence is plain JSON (reports dump it)."""
+    for v in violations:
+        json.dumps(v.evidence, allow_nan=False)
     return sorted(v.key for v in violations)
 
 
