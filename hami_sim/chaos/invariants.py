@@ -39,7 +39,8 @@ At the end of a run (`final_findings`):
   a PodScheduled=False condition or a FailedScheduling event with its message, or a waiting container
   with reason and message; Failed: status reason and message, e.g. kubelet's UnexpectedAdmissionError,
   or a container that exited non-zero with a reason).
-- `pod-in-bind-phase`: a pod still `hami.io/bind-phase=allocating`.
+- `pod-in-bind-phase`: a live pod still `hami.io/bind-phase=allocating` (a pod kubelet rejected before
+  Allocate keeps the annotation, but a Failed pod holds nothing: its reason is what matters).
 - `allocation-leaked` (subject `<node>/<file>/<pod uid>` or `claim/<ns>/<name>/<pod uid>`): a kubelet
   checkpoint entry, a DRA checkpoint entry, a container record or a claim reservation for a pod the API
   server no longer has.
@@ -1090,7 +1091,7 @@ def final_findings(snapshot: Snapshot) -> list[Violation]:
     for pod in snapshot.pods:
         key = pod_key(pod)
         phase = _status(pod).get("phase")
-        if _annotations(pod).get(BIND_PHASE) == "allocating":
+        if is_live(pod) and _annotations(pod).get(BIND_PHASE) == "allocating":
             out.add(
                 "pod-in-bind-phase",
                 key,

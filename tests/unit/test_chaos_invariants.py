@@ -463,6 +463,11 @@ def test_a_pod_ending_pending_or_failed_needs_a_reason_a_person_can_act_on() -> 
 def test_a_pod_left_in_a_bind_phase_is_a_violation() -> None:
     a = placed("a", [("GPU-0", 4000, 30)], bind_phase="allocating")
     assert final(a) == [("pod-in-bind-phase", "default/a")]
+    rejected = placed("r", [("GPU-0", 4000, 30)], bind_phase="allocating", phase="Failed")
+    rejected["status"].update(
+        reason="UnexpectedAdmissionError", message="Allocate failed: no healthy devices"
+    )
+    assert final(rejected) == []
 
 
 def test_allocations_left_for_a_gone_pod_are_leaks() -> None:
