@@ -19,9 +19,10 @@ or GPU, the numbers, and which sources disagree. Kinds:
   container the runtime started (a record in `containers.json`) of a live pod, the GPUs kubelet
   recorded (`kubelet_internal_checkpoint`, or for DRA the claim's devices in `dra_manager_state`), the
   GPUs its env and device nodes name (`NVIDIA_VISIBLE_DEVICES`, the volume-mounts paths, CDI names
-  `<vendor>/gpu=<uuid>`; DRA: `/dev/nvidia<minor>`) and the GPUs of its pod's annotation entry (DRA:
-  its claims' allocation results) must be the same; `CUDA_DEVICE_MEMORY_LIMIT_<i>` must be the
-  annotation's MiB on the i-th GPU (DRA: the claims' consumed memory, GPUs in PCI bus order).
+  `<vendor>/gpu=<uuid>` from the CRI field or `cdi.k8s.io/` annotations; DRA: `/dev/nvidia<minor>`)
+  and the GPUs of its pod's annotation entry (DRA: its claims' allocation results) must be the same;
+  `CUDA_DEVICE_MEMORY_LIMIT_<i>` must be the annotation's MiB on the i-th GPU (DRA: the claims'
+  consumed memory, GPUs in PCI bus order).
 - `bind-phase-stuck` (subject `<ns>/<pod>`): `hami.io/bind-phase=allocating` for longer than the bind
   timeout after `hami.io/bind-time`.
 - `bound-without-allocation`: a live pod with `spec.nodeName` that asks a HAMi resource but carries no
@@ -88,6 +89,7 @@ QUOTA_MEMORY_KEY = "limits.nvidia.com/gpumem"
 QUOTA_CORES_KEY = "limits.nvidia.com/gpucores"
 DRA_DRIVER = "hami-core-gpu.project-hami.io"
 VOLUME_MOUNTS_ROOT = "/var/run/nvidia-container-devices"
+CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 MEMORY_LIMIT_ENV = "CUDA_DEVICE_MEMORY_LIMIT_"
 TERMINAL = frozenset({"Succeeded", "Failed"})
 _DEVICE_NODE = re.compile(r"/dev/nvidia([0-9]+)")
@@ -534,7 +536,11 @@ def runtime_gpus(record: ContainerRecord) -> list[str]:
         )
     elif visible not in ("", "void", "none", "all"):
         gpus.extend(v for v in visible.split(",") if v)
-    for name in record.cdi_devices:
+    names = list(record.cdi_devices)
+    for key, value in sorted(record.annotations.items()):
+        if key.startswith(CDI_ANNOTATION_PREFIX):
+            names.extend(value.split(","))
+    for name in names:
         kind, sep, device = name.partition("=")
         if sep and kind.endswith("/gpu") and device not in gpus:
             gpus.append(device)

@@ -253,6 +253,16 @@ def test_volume_mounts_and_cdi_names_name_the_gpus_too() -> None:
     )
     files = kubelet_files([held(a, "c0", "GPU-0-0"), held(a, "c1", "GPU-1-0")], [mounted, cdi])
     assert check(a, files=files) == []
+    annotated = runtime.ContainerRecord(
+        "uid-a",
+        "default",
+        "a",
+        "c1",
+        env=("CUDA_DEVICE_MEMORY_LIMIT_0=2000m",),
+        annotations={"cdi.k8s.io/nvidia-device-plugin_x": "k8s.device-plugin.nvidia.com/gpu=GPU-1"},
+    )
+    files = kubelet_files([held(a, "c0", "GPU-0-0"), held(a, "c1", "GPU-1-0")], [mounted, annotated])
+    assert check(a, files=files) == []
 
 
 def test_containers_the_runtime_has_not_started_are_not_compared() -> None:
