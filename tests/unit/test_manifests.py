@@ -206,12 +206,15 @@ def test_kustomize_renders_the_whole_install_and_it_validates(rendered: list[Doc
         {
             "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
             "ConfigMap", "Service", "Deployment", "DaemonSet", "PodDisruptionBudget", "Job", "CronJob",
-            "MutatingWebhookConfiguration",
+            "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
         }
     )  # fmt: skip
     assert validate_all(rendered) == []
     # Everything but cluster-scoped objects and the one kube-system RoleBinding is in hami-system.
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
+    cluster_scoped = {
+        "Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+    }  # fmt: skip
     for doc in rendered:
         namespace = doc["metadata"].get("namespace")
         if doc["kind"] in cluster_scoped:
