@@ -1205,6 +1205,21 @@ def test_dra_overlay_translates_the_labelled_namespaces_with_a_scheduler_that_kn
     assert scheduler["command"] == [*base_scheduler["command"], "--feature-gates=DRAConsumableCapacity=true"]
 
 
+@pytest.mark.kubectl
+def test_dra_overlay_runs_the_released_images_of_the_base(
+    rendered: list[Doc], rendered_dra: list[Doc]
+) -> None:
+    """The base's `images` reach only the base's objects: the DRA DaemonSet gets the same from the
+    overlay's own (without it, it would pull `hami-node`, i.e. docker.io/library/hami-node:latest)."""
+    version = package_version()
+    for kind, name in (("DaemonSet", "hami-node"), ("DaemonSet", "hami-node-dra")):
+        spec = pod_spec(find(rendered_dra, kind, name))
+        images = {c["image"] for c in spec.get("initContainers", []) + spec["containers"]}
+        assert images == {f"registry.example.com/hami-py/hami-node:{version}"}, (name, images)
+    base = pod_spec(find(rendered, "DaemonSet", "hami-node"))["containers"][0]["image"]
+    assert pod_spec(find(rendered_dra, "DaemonSet", "hami-node-dra"))["containers"][0]["image"] == base
+
+
 def test_dra_examples_ask_what_their_comments_say() -> None:
     docs = dra_examples()
     namespace = find(docs, "Namespace", "dra-demo")
