@@ -11,7 +11,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from hami_node.durable import is_temporary, remove_durably, write_atomic
 from hami_sim.kubelet.config import KubeletConfig
 from hami_sim.kubelet.devicemanager import DeviceManager
 from hami_sim.kubelet.runtime import ContainerRuntime
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,6 +87,11 @@ while True:
 """
 
 
+def _rewritten(child: subprocess.Popen[bytes], target: Path, before: int) -> bool:
+    assert child.poll() is None, child.stderr.read() if child.stderr else b""
+    return target.exists() and target.stat().st_mtime_ns != before
+
+
 def test_a_writer_killed_at_any_moment_leaves_the_old_bytes_or_the_new_ones(tmp_path: Path) -> None:
     """SIGKILL a process that rewrites a 2 MiB file in a loop, five times: each time the file is whole,
     all `a` or all `b`; what a kill leaves behind is only temporary files `is_temporary` recognises."""
@@ -98,11 +103,12 @@ def test_a_writer_killed_at_any_moment_leaves_the_old_bytes_or_the_new_ones(tmp_
             [sys.executable, "-c", WRITER, str(target), str(size)], cwd=REPO, stderr=subprocess.PIPE
         )
         try:
-            deadline = time.monotonic() + 30
-            while not (target.exists() and target.stat().st_mtime_ns != before):
-                assert child.poll() is None, child.stderr.read() if child.stderr else ""
-                assert time.monotonic() < deadline, "the writer wrote nothing in 30 s"
-                time.sleep(0.005)  # polling for a condition, with a deadline
+            wait_for(
+                lambda child=child, before=before: _rewritten(child, target, before),
+                30.0,
+                "the writer to rewrite the file",
+                interval=0.005,
+            )
         finally:
             child.send_signal(signal.SIGKILL)
             child.wait(timeout=10)

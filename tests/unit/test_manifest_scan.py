@@ -19,9 +19,16 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_manifests import DAEMONSET, DRA_OVERLAY, OVERLAY, kustomize
+from tests.conftest import KUBECTL
 
 REPO = Path(__file__).resolve().parents[2]
+RENDERED = {
+    "base": REPO / "daemonset",
+    "cert-manager": REPO / "daemonset" / "overlays" / "cert-manager",
+    "dra": REPO / "daemonset" / "overlays" / "dra",
+}
+"""What is scanned: the install as `kubectl kustomize` renders each (tests/unit/test_manifests.py
+validates the same three)."""
 CHECKOV = REPO / ".venv-scan" / "bin" / "checkov"
 
 _DIGEST = (
@@ -102,11 +109,17 @@ def scan(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[di
         if os.environ.get("HAMI_REQUIRE_CHECKOV") == "1":
             pytest.fail(f"{CHECKOV} is required here (HAMI_REQUIRE_CHECKOV=1); run hack/setup.sh")
         pytest.skip(f"{CHECKOV} is not installed (hack/setup.sh installs it)")
-    import yaml
-
+    if not os.path.exists(KUBECTL):
+        if os.environ.get("HAMI_REQUIRE_KUBECTL") == "1":
+            pytest.fail("kubectl is required here (HAMI_REQUIRE_KUBECTL=1) but is not installed")
+        pytest.skip("kubectl is not installed (hack/setup.sh installs it when run as root)")
     root = tmp_path_factory.mktemp("scan")
-    for name, directory in (("base", DAEMONSET), ("cert-manager", OVERLAY), ("dra", DRA_OVERLAY)):
-        (root / f"{name}.yaml").write_text(yaml.safe_dump_all(kustomize(directory)))
+    for name, directory in RENDERED.items():
+        render = subprocess.run(
+            [KUBECTL, "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert render.returncode == 0, f"kubectl kustomize {directory} failed: {render.stderr}"
+        (root / f"{name}.yaml").write_text(render.stdout)
     (root / "flagged.yaml").write_text(FLAGGED)
     result = subprocess.run(
         [str(CHECKOV), "--directory", str(root), "--framework", "kubernetes", "--skip-download",
