@@ -69,6 +69,7 @@ from typing import Any, TypeVar
 import yaml
 
 from hami_api.settings import DNS_SUBDOMAIN
+from hami_node.durable import write_atomic
 from hami_node.ports import ObserverFactory
 
 log = logging.getLogger("hami_sim.nodehost")
@@ -240,10 +241,8 @@ def host_spec_data(spec: HostSpec) -> dict[str, Any]:
 
 
 def write_host_spec(path: Path, spec: HostSpec) -> None:
-    """Write the spec as JSON (atomically: temp file and rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(host_spec_data(spec), indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    """Write the spec as JSON (atomically and durably: `hami_node.durable.write_atomic`)."""
+    write_atomic(path, json.dumps(host_spec_data(spec), indent=1) + "\n", mode=0o644)
 
 
 # --- inotify --------------------------------------------------------------------------------------

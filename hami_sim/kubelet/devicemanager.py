@@ -272,7 +272,15 @@ class DeviceManager:
         try:
             checkpoint = read_checkpoint(path)
         except CheckpointError as exc:
-            log.error("node %s: ignoring the device checkpoint: %s", self.config.node_name, exc)
+            # As kubelet: "Continue after failing to read checkpoint file. Device allocation info may NOT
+            # be up-to-date" (pkg/kubelet/cm/devicemanager/manager.go, Start): nothing of it is used, and
+            # the next write replaces it. The error names the file and what is wrong with it.
+            log.error(
+                "node %s: continue after failing to read the device checkpoint (%s); device allocation "
+                "info may not be up-to-date",
+                self.config.node_name,
+                exc,
+            )
             return
         self._pod_devices = PodDevices.from_entries(checkpoint.entries)
         loop = asyncio.get_running_loop()
