@@ -474,7 +474,9 @@ class ApiServer:
         self, request: web.BaseRequest, ctx: _Ctx, info: ResourceInfo | None, verb: str
     ) -> Decision | None:
         """Decide whether a resource request gets a fault. Answers conflict, throttle and error by raising
-        their `ApiError`, waits out `slow`, and returns drop-watch, gone and stale-list for the handlers."""
+        their `ApiError`, delays a watch's opening for `slow`, and returns slow (the answer is held back
+        after the request was served: a client that gives up may miss a write that landed), drop-watch,
+        gone and stale-list for the handlers."""
         query = request.query
         resumed = (
             verb == "watch"
@@ -527,8 +529,8 @@ class ApiServer:
                 f"Internal error occurred: injected fault {rule.name}",
                 causes=[{"message": f"injected fault {rule.name}"}],
             )
-        if rule.fault == "slow":
-            await asyncio.sleep(rule.delay_s)
+        if rule.fault == "slow" and verb == "watch":
+            await asyncio.sleep(rule.delay_s)  # the watch opens late
             return None
         return decision
 
@@ -605,7 +607,15 @@ class ApiServer:
             if verb:
                 ctx.verb = verb
                 fault = await self._fault_for(request, ctx, info, verb)
-        return await self._dispatch(request, ctx, info, namespace, name, sub, method, watching, fault)
+        if fault is None or fault.rule.fault != "slow":
+            return await self._dispatch(request, ctx, info, namespace, name, sub, method, watching, fault)
+        try:
+            response = await self._dispatch(request, ctx, info, namespace, name, sub, method, watching)
+        except ApiError:
+            await asyncio.sleep(fault.rule.delay_s)
+            raise
+        await asyncio.sleep(fault.rule.delay_s)
+        return response
 
     async def _dispatch(  # noqa: PLR0917 - the parts of one routed request
         self,

@@ -310,6 +310,13 @@ def test_slow_answers_past_the_clients_timeout_fail_there_and_the_server_keeps_s
             loop.call(lambda: api.get("/api/v1/namespaces/default"))
         assert info.value.status == 0 and info.value.retriable
         assert loop.call(lambda: api.get("/api/v1/namespaces/default"))["metadata"]["name"] == "default"
+        # The answer is what is held back: a write the client gave up on has landed (so KubeApi never
+        # sends a write again after a transport error; the caller reads before it writes again).
+        set_faults(url, rule("slow", "slow", delaySeconds=2.0, verbs=["create"], limit=1))
+        with pytest.raises(KubeApiError) as info:
+            loop.call(lambda: api.request("POST", CONFIGMAPS, config_map("late")))
+        assert info.value.status == 0
+        assert core_v1.read_namespaced_config_map("late", "default").data == {"v": "1"}
     finally:
         loop.call(api.close)
     assert injected(url) == {"slow": 1}
