@@ -14,7 +14,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -588,9 +588,8 @@ class ApiServer:
         ctx.resource, ctx.subresource, ctx.namespace, ctx.name = plural, sub, namespace or "", name
         if group == "" and plural == "bindings" and namespace is not None and not name and method == "POST":
             ctx.verb, ctx.resource, ctx.subresource = "create", "pods", "binding"
-            if self.faults.active:
-                await self._fault_for(request, ctx, None, "create")
-            return await self._bind(request, namespace, "")
+            slow = await self._fault_for(request, ctx, None, "create") if self.faults.active else None
+            return await self._held_back(self._bind(request, namespace, ""), slow)
         info = discovery.resource_for(group, version, plural)
         if info is None or len(tail) > 2 or (sub and sub not in info.subresources):
             ctx.verb = method.lower()
@@ -609,12 +608,23 @@ class ApiServer:
                 fault = await self._fault_for(request, ctx, info, verb)
         if fault is None or fault.rule.fault != "slow":
             return await self._dispatch(request, ctx, info, namespace, name, sub, method, watching, fault)
+        return await self._held_back(
+            self._dispatch(request, ctx, info, namespace, name, sub, method, watching), fault
+        )
+
+    @staticmethod
+    async def _held_back(
+        serve: Coroutine[Any, Any, web.StreamResponse], slow: Decision | None
+    ) -> web.StreamResponse:
+        """Serve the request, then hold its answer (or its error) back for a slow fault's delay."""
+        if slow is None:
+            return await serve
         try:
-            response = await self._dispatch(request, ctx, info, namespace, name, sub, method, watching)
+            response = await serve
         except ApiError:
-            await asyncio.sleep(fault.rule.delay_s)
+            await asyncio.sleep(slow.rule.delay_s)
             raise
-        await asyncio.sleep(fault.rule.delay_s)
+        await asyncio.sleep(slow.rule.delay_s)
         return response
 
     async def _dispatch(  # noqa: PLR0917 - the parts of one routed request

@@ -27,7 +27,8 @@ from hami_kube.client import KubeApi, component_user_agent
 from hami_kube.errors import KubeApiError
 from hami_kube.reflector import Reflector
 from hami_sim.apiserver import ApiServerRunner
-from tests.apiserver_util import http
+from tests.apiserver_util import bind, http
+from tests.builders import binding, pod
 from tests.conftest import ApiServerHandle
 from tests.integration.control_server_util import LoopThread
 from tests.waiting import wait_for
@@ -190,6 +191,27 @@ def test_conflict_is_kubes_409_on_writes_only(
     assert injected(apiserver.base_url) == {"conflict": 2}
 
 
+def test_a_binding_can_be_made_to_conflict_and_to_answer_late(
+    apiserver: ApiServerHandle, core_v1: Any
+) -> None:
+    url = apiserver.base_url
+    for name in ("p", "q"):
+        core_v1.create_namespaced_pod("default", pod(name))
+    set_faults(url, rule("bind", "conflict", resources=["pods"], subresources=["binding"], limit=1))
+    with pytest.raises(client.ApiException) as info:
+        bind(core_v1, "default", "p", "n1")
+    assert info.value.status == 409
+    assert 'Operation cannot be fulfilled on pods "p"' in json.loads(info.value.body)["message"]
+    assert core_v1.read_namespaced_pod("p", "default").spec.node_name is None
+    # Held back past the caller's timeout, the Binding has still landed (the old /bindings path too).
+    set_faults(url, rule("late", "slow", delaySeconds=2.0, subresources=["binding"]))
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError):
+        core_v1.create_namespaced_binding(
+            "default", binding("q", "n1"), _preload_content=False, _request_timeout=0.3
+        )
+    assert core_v1.read_namespaced_pod("q", "default").spec.node_name == "n1"
+
+
 def test_throttle_is_a_429_with_retry_after_that_clients_wait_out(
     apiserver: ApiServerHandle, core_v1: Any, kubectl: Kubectl
 ) -> None:
@@ -255,17 +277,16 @@ def test_a_dropped_watch_is_cut_mid_stream(quiet: ApiServerRunner) -> None:
     for i in range(5):
         assert http(url, "POST", CONFIGMAPS, config_map(f"cm-{i}"))[0] == 201
     set_faults(url, rule("d", "drop-watch", limit=1), seed=7)  # seed 7: cut after 2 lines
-    with urllib3.PoolManager() as pool:
-        response = pool.request(
-            "GET", f"{url}{CONFIGMAPS}?watch=1&resourceVersion=1", preload_content=False, timeout=10.0
-        )
-        received = b""
-        with pytest.raises(urllib3.exceptions.ProtocolError):
-            for chunk in response.stream(1024):
-                received += chunk
-        response.release_conn()
-    names = [json.loads(line)["object"]["metadata"]["name"] for line in received.splitlines() if line]
+    names: list[str] = []
+    with client.ApiClient(client.Configuration(host=url)) as api_client:
+        core_v1 = client.CoreV1Api(api_client)
+        with pytest.raises(urllib3.exceptions.ProtocolError, match="Response ended prematurely"):
+            for event in watch.Watch().stream(
+                core_v1.list_namespaced_config_map, "default", resource_version="1", timeout_seconds=10
+            ):
+                names.append(event["object"].metadata.name)
     assert names == ["cm-0", "cm-1"]
+    assert injected(url) == {"drop-watch": 1}
 
 
 def test_stale_list_serves_the_previous_answer_with_its_resource_version(
