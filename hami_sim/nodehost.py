@@ -395,8 +395,8 @@ class NodeHost:
             return f"error: no node {name!r} in this host"
         try:
             async with self._node_locks[name]:
-                if verb == "kill":
-                    await self._kill_node(name)
+                if verb == "kill" and not await self._kill_node(name):
+                    return f"error: node {name}: nothing of it runs in this host"
                 if verb in ("stop", "restart"):
                     await self._stop_node(name)
                 if verb in ("start", "restart"):
@@ -411,13 +411,18 @@ class NodeHost:
         if self.role.kubelets:
             await self._stop_kubelet(name)
 
-    async def _kill_node(self, name: str) -> None:
+    async def _kill_node(self, name: str) -> bool:
+        """Drop this host's parts of the node abruptly (see `kill NODE`); False when none runs."""
+        killed = False
         if self.role.daemons and (daemon := self._daemons.pop(name, None)) is not None:
             log.warning("node %s: killing the node daemon (no last writes)", name)
             await self._in_pool(functools.partial(_crash_daemon, daemon))
+            killed = True
         if self.role.kubelets and (kubelet := self._kubelets.pop(name, None)) is not None:
             log.warning("node %s: killing the kubelet stand-in (queued Events dropped)", name)
             await kubelet.stop(abrupt=True)
+            killed = True
+        return killed
 
     async def _start_node(self, name: str) -> None:
         if self.role.kubelets and name not in self._kubelets:

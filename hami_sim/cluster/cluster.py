@@ -206,7 +206,7 @@ class ClusterStatus:
         ]
         out = [_table(rows), ""]
         if self.leader is not None:
-            out += [f"{CONTROL} leader (Lease {LEASE_NAMESPACE}/{CONTROL}): {self.leader}", ""]
+            out += [f"{CONTROL} leader: {self.leader}", ""]
         if self.nodes is None:
             out.append("nodes: unknown (the API server does not answer)")
             return "\n".join(out)
