@@ -220,7 +220,7 @@ def _pods_text(gpu: GPURow, wide: bool) -> str:
 def render_top(top: Top, *, wide: bool = False) -> str:
     """The table: one row per GPU (bars as in the demo), then one line per node whose GPUs hami-control
     does not count. `wide` adds the full UUID, mode, NUMA node and each pod's share."""
-    header = ["NODE", "GPU", "UUID", "MODEL", "SLICES", "MEMORY (MiB)", "", "CORES (%)", "", "HEALTH"]
+    header = ["NODE", "GPU", "UUID", "MODEL", "SLICES", "MEMORY (MiB)", "CORES (%)", "HEALTH"]
     if wide:
         header[5:5] = ["MODE", "NUMA"]
     header.append("PODS")
@@ -237,10 +237,8 @@ def render_top(top: Top, *, wide: bool = False) -> str:
                 gpu.uuid if wide else _short(gpu.uuid),
                 gpu.model,
                 f"{gpu.slices_used}/{total}",
-                bar(gpu.memory_used, gpu.memory_total),
-                f"{gpu.memory_used}/{gpu.memory_total}",
-                bar(gpu.cores_used, gpu.cores_total),
-                f"{gpu.cores_used}/{gpu.cores_total}",
+                f"{bar(gpu.memory_used, gpu.memory_total)} {gpu.memory_used}/{gpu.memory_total}",
+                f"{bar(gpu.cores_used, gpu.cores_total)} {gpu.cores_used}/{gpu.cores_total}",
                 gpu.health,
             ]
             if wide:
