@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import pytest
 import yaml
 
@@ -403,7 +403,7 @@ def test_explain_gives_hamis_reason_and_a_sentence_for_it(reason: Reason) -> Non
 def test_explain_a_pending_pod_that_fits_somewhere_says_where_and_points_at_the_events() -> None:
     nodes, pods, quotas = small_cluster()
     pending = _pending("small", gpumem=70000)
-    events = [
+    events: list[Json] = [
         {"type": "Warning", "reason": "FailedScheduling", "message": "0/4 nodes are available: node selector",
          "count": 3, "lastTimestamp": "2025-01-01T00:00:02Z"},
         {"type": "Normal", "reason": "Other", "message": "x", "lastTimestamp": "2025-01-01T00:00:03Z"},
