@@ -40,6 +40,7 @@ checking the earlier choice), assuming the pod (`PodStore.assume`, which counts 
 cache at once) and entering the window there is no `await`, so concurrent binds onto one node can never
 both take the same capacity. Any failure after that point (the API server's answer, an exception,
 cancellation) forgets the assumption and releases the window before returning.
+Model: the bind/Allocate protocol this takes part in is checked exhaustively in `protocol_model.py`.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ its pod than planned, see `allocation.grant_container`), then releases HAMi's no
 patch guarded by the Node's resourceVersion, so a lock taken meanwhile by another pod is never removed.
 Events (a container moved to another GPU of its pod, a refused mismatch) go to the daemon's event
 recorder (`hami_kube.events`, on the client's loop), which writes them on its own.
+Model: this side of the bind/Allocate protocol is modelled in `hami_control/protocol_model.py`.
 """
 
 from __future__ import annotations
