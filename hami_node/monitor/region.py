@@ -323,7 +323,10 @@ def encode(region: SharedRegion) -> bytes:
         for util in proc.device_util:
             values += [util.dec, util.enc, util.sm]
         values.append(proc.status)
-        _SLOT.pack_into(buf, OFFSET_PROCS + i * SLOT_SIZE, *values)
+        try:
+            _SLOT.pack_into(buf, OFFSET_PROCS + i * SLOT_SIZE, *values)
+        except struct.error as err:
+            raise ValueError(f"process slot {i}: a value does not fit its field: {err}") from None
     _TAIL.pack_into(
         buf,
         OFFSET_PROC_NUM,

@@ -32,6 +32,7 @@ import hashlib
 import logging
 import math
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -46,10 +47,8 @@ from hami_node.monitor.region import (
     DeviceMemory,
     DeviceUtil,
     ProcSlot,
-    RegionField,
     SharedRegion,
     encode,
-    read_int32,
 )
 
 log = logging.getLogger(__name__)
@@ -59,6 +58,7 @@ MIB = 1024 * 1024
 DEFAULT_PRIORITY = 1
 """HAMi-core's priority when CUDA_TASK_PRIORITY is unset (`multiprocess_memory_limit.c`)."""
 SIMULATED_PID = 1
+_TAIL = struct.Struct("<iiiiQ")  # proc_num, utilization_switch, recent_kernel, priority, last_kernel_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,13 +196,15 @@ class ContainerSimulator:
         with open(c.path, "r+b") as file:
             head = file.read(OFFSET_PROCS)
             file.seek(OFFSET_PROC_NUM)
-            tail = file.read(24)
-            if len(head) < OFFSET_PROCS or len(tail) < 24:
+            tail = file.read(_TAIL.size)
+            if len(head) < OFFSET_PROCS or len(tail) < _TAIL.size:
                 raise OSError(f"{c.path} is shorter than a region")
-            recent = read_int32(bytes(OFFSET_PROC_NUM) + tail, RegionField.RECENT_KERNEL)
-            switch = read_int32(bytes(OFFSET_PROC_NUM) + tail, RegionField.UTILIZATION_SWITCH)
+            _procs, switch, recent, _priority, last_kernel = _TAIL.unpack(tail)
             base = replace(
-                initial_region(c.devices, c.priority), recent_kernel=recent, utilization_switch=switch
+                initial_region(c.devices, c.priority),
+                recent_kernel=recent,
+                utilization_switch=switch,
+                last_kernel_time=last_kernel,
             )
             fraction = usage_fraction(now, c.phase, self._period_s)
             region = running_region(base, c.devices, fraction, int(now), blocked=recent < 0)
