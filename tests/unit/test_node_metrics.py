@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami_node.devices import GPUStatus
-from hami_node.gpu.backend import GPUFailed, GPUUsage, PhysicalGPU
+from hami_node.gpu.backend import GPUFailed, GPUNotFound, GPUUsage, PhysicalGPU
+from hami_node.gpu.fake import FakeBackend
+from hami_node.gpu.inventory import generate_inventory
 from hami_node.monitor.exporter import ContainerCollector, GPUCollector, NodeMetrics
 from hami_node.monitor.feedback import FieldWrite
 from hami_node.monitor.region import (
@@ -252,3 +255,20 @@ def test_a_container_of_a_pod_that_left_is_no_longer_written_nor_counted(tmp_pat
     clock.now += 61
     sim.tick(lambda uid: False)
     assert sim.simulated() == []
+
+
+def test_fake_backend_usage_is_what_the_simulator_set_within_the_gpu() -> None:
+    inventory = generate_inventory(2, seed="usage")
+    backend = FakeBackend(inventory, watch=False)
+    backend.init()
+    try:
+        a, b = (g.uuid for g in inventory.gpus)
+        total = inventory.gpus[0].memory_mib * MIB
+        assert backend.usage(a) == GPUUsage(0, total, 0, 0)
+        backend.set_usage({a: (2 * 2**30, 150)})
+        assert backend.usage(a) == GPUUsage(2 * 2**30, total, 100, 0)
+        assert backend.usage(b).memory_used_bytes == 0
+        with pytest.raises(GPUNotFound):
+            backend.usage("GPU-nope")
+    finally:
+        backend.shutdown()
