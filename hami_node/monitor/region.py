@@ -295,26 +295,28 @@ def decode(data: Buffer, size: int | None = None) -> SharedRegion:
     )
 
 
-def encode(region: SharedRegion) -> bytes:
-    """The region's bytes (`REGION_SIZE`), as HAMi-core lays them out: for tests and the fake backend's
-    simulated containers. Raises ValueError for what the layout cannot hold."""
+def encode_parts(region: SharedRegion) -> list[tuple[int, bytes]]:
+    """The region's bytes as (offset, bytes) pieces: the header through the last live process slot, and
+    the tail from `proc_num`; everything else is zero. Writing these into a zero-filled (or sparse)
+    file of `REGION_SIZE` bytes gives `encode(region)`. Raises ValueError for what the layout cannot
+    hold."""
     if len(region.procs) > MAX_PROCS:
         raise ValueError(f"{len(region.procs)} processes, at most {MAX_PROCS}")
     for name in ("uuids", "limit", "sm_limit"):
         if len(getattr(region, name)) != MAX_DEVICES:
             raise ValueError(f"{name} must have {MAX_DEVICES} entries")
-    buf = bytearray(REGION_SIZE)
+    head = bytearray(OFFSET_PROCS + len(region.procs) * SLOT_SIZE)
     _HEADER.pack_into(
-        buf, 0, MAGIC, region.major_version, region.minor_version, region.sm_init_flag, region.owner_pid
+        head, 0, MAGIC, region.major_version, region.minor_version, region.sm_init_flag, region.owner_pid
     )
-    _DEVICE_NUM.pack_into(buf, OFFSET_DEVICE_NUM, region.device_num)
+    _DEVICE_NUM.pack_into(head, OFFSET_DEVICE_NUM, region.device_num)
     for i, text in enumerate(region.uuids):
         raw = text.encode("ascii")
         if len(raw) >= UUID_BYTES or b"\0" in raw:
             raise ValueError(f"uuid[{i}] {text!r} does not fit {UUID_BYTES} bytes with its NUL")
-        buf[OFFSET_UUIDS + i * UUID_BYTES : OFFSET_UUIDS + i * UUID_BYTES + len(raw)] = raw
-    _U64X16.pack_into(buf, OFFSET_LIMIT, *region.limit)
-    _U64X16.pack_into(buf, OFFSET_SM_LIMIT, *region.sm_limit)
+        head[OFFSET_UUIDS + i * UUID_BYTES : OFFSET_UUIDS + i * UUID_BYTES + len(raw)] = raw
+    _U64X16.pack_into(head, OFFSET_LIMIT, *region.limit)
+    _U64X16.pack_into(head, OFFSET_SM_LIMIT, *region.sm_limit)
     for i, proc in enumerate(region.procs):
         values: list[int] = [proc.pid, proc.hostpid]
         for mem in proc.used:
@@ -324,18 +326,25 @@ def encode(region: SharedRegion) -> bytes:
             values += [util.dec, util.enc, util.sm]
         values.append(proc.status)
         try:
-            _SLOT.pack_into(buf, OFFSET_PROCS + i * SLOT_SIZE, *values)
+            _SLOT.pack_into(head, OFFSET_PROCS + i * SLOT_SIZE, *values)
         except struct.error as err:
             raise ValueError(f"process slot {i}: a value does not fit its field: {err}") from None
-    _TAIL.pack_into(
-        buf,
-        OFFSET_PROC_NUM,
+    tail = _TAIL.pack(
         len(region.procs),
         region.utilization_switch,
         region.recent_kernel,
         region.priority,
         region.last_kernel_time,
     )
+    return [(0, bytes(head)), (OFFSET_PROC_NUM, tail)]
+
+
+def encode(region: SharedRegion) -> bytes:
+    """The region's bytes (`REGION_SIZE`), as HAMi-core lays them out: for tests and the fake backend's
+    simulated containers. Raises ValueError for what the layout cannot hold."""
+    buf = bytearray(REGION_SIZE)
+    for offset, part in encode_parts(region):
+        buf[offset : offset + len(part)] = part
     return bytes(buf)
 
 
@@ -364,6 +373,7 @@ __all__ = [
     "check_header",
     "decode",
     "encode",
+    "encode_parts",
     "known_versions",
     "read_int32",
     "write_int32",

@@ -16,8 +16,9 @@ monitor's round, 5 s) it writes one process's usage into each live container's f
   the container (`recent_kernel` -1): then it launches nothing and its utilisation is 0, as HAMi-core's
   rate limiter waits.
 
-Only the fields HAMi-core would change are written (the header and process slot 0, and the tail), in
-place, so the feedback's writes to `utilization_switch` are kept. `tick` returns each fake GPU's sum
+Only the pieces HAMi-core would change are written (the header through process slot 0, and the tail,
+with `utilization_switch` and `recent_kernel` as read just before), in place; the file is sparse, so a
+simulated container costs a few KiB of disk, not the region's 2 MB. `tick` returns each fake GPU's sum
 (memory bytes, utilisation capped at 100), which the daemon hands to `FakeBackend.set_usage`, so the
 per-GPU metrics agree with the containers'. A container whose pod is no longer on the node stops being
 written (and counted) and is forgotten after `forget_after_s`.
@@ -42,13 +43,12 @@ from pathlib import Path
 from hami_node.monitor.region import (
     MAX_DEVICES,
     OFFSET_PROC_NUM,
-    OFFSET_PROCS,
-    SLOT_SIZE,
+    REGION_SIZE,
     DeviceMemory,
     DeviceUtil,
     ProcSlot,
     SharedRegion,
-    encode,
+    encode_parts,
 )
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,9 @@ class ContainerSimulator:
         region = initial_region(devices, priority)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)
         try:
-            os.write(fd, encode(region))
+            os.ftruncate(fd, REGION_SIZE)  # sparse: only the pieces written take disk space
+            for offset, part in encode_parts(region):
+                os.pwrite(fd, part, offset)
         finally:
             os.close(fd)
         with self._lock:
@@ -193,11 +195,10 @@ class ContainerSimulator:
         return totals
 
     def _write(self, c: _Container, now: float) -> SharedRegion:
-        with open(c.path, "r+b") as file:
-            head = file.read(OFFSET_PROCS)
-            file.seek(OFFSET_PROC_NUM)
-            tail = file.read(_TAIL.size)
-            if len(head) < OFFSET_PROCS or len(tail) < _TAIL.size:
+        fd = os.open(c.path, os.O_RDWR)
+        try:
+            tail = os.pread(fd, _TAIL.size, OFFSET_PROC_NUM)
+            if len(tail) < _TAIL.size:
                 raise OSError(f"{c.path} is shorter than a region")
             _procs, switch, recent, _priority, last_kernel = _TAIL.unpack(tail)
             base = replace(
@@ -208,11 +209,10 @@ class ContainerSimulator:
             )
             fraction = usage_fraction(now, c.phase, self._period_s)
             region = running_region(base, c.devices, fraction, int(now), blocked=recent < 0)
-            data = encode(region)
-            file.seek(0)
-            file.write(data[: OFFSET_PROCS + SLOT_SIZE])
-            file.seek(OFFSET_PROC_NUM)
-            file.write(data[OFFSET_PROC_NUM:])
+            for offset, part in encode_parts(region):
+                os.pwrite(fd, part, offset)
+        finally:
+            os.close(fd)
         return region
 
     def simulated(self) -> list[Path]:
