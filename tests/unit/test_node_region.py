@@ -118,6 +118,16 @@ def test_decode_inverts_encode(region: SharedRegion) -> None:
     assert decode(encode(region)) == region
 
 
+@settings(max_examples=20, deadline=None)
+@given(region_st)
+def test_the_encoded_pieces_written_into_zeros_are_the_whole_encoding(region: SharedRegion) -> None:
+    buf = bytearray(REGION_SIZE)
+    for offset, part in r.encode_parts(region):
+        buf[offset : offset + len(part)] = part
+    assert bytes(buf) == encode(region)
+    assert sum(len(part) for _, part in r.encode_parts(region)) < REGION_SIZE // 100
+
+
 @settings(max_examples=60, deadline=None)
 @given(region_st, st.integers(0, REGION_SIZE - 1))
 def test_a_truncated_region_is_refused_never_decoded(region: SharedRegion, length: int) -> None:
