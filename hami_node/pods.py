@@ -54,6 +54,7 @@ from hami_node.allocation import (
     match_pending_pod,
     same_slices,
 )
+from hami_node.ports import PodName
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,16 @@ class Rejected:
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
+
+
+def _pod_name(obj: Mapping[str, Any]) -> PodName:
+    meta = _meta(obj)
+    spec = obj.get("spec")
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    names = tuple(
+        str(c["name"]) for c in containers or () if isinstance(c, Mapping) and isinstance(c.get("name"), str)
+    )
+    return PodName(str(meta.get("namespace") or ""), str(meta.get("name") or ""), names)
 
 
 def pod_key(obj: Mapping[str, Any]) -> str:
@@ -299,6 +310,8 @@ class PodTracker:
         """UIDs of the last pods this daemon finished (bind-phase success or failed). A pod's outcome is
         final for its UID: a copy that still shows it allocating (the watch has not shown our patch yet,
         or a read of the node's pods raced it) never makes it wait again."""
+        self._names: dict[str, PodName] = {}
+        """uid -> namespace, name and containers of every pod the watch shows on this node."""
         self._writes: collections.deque[_Write] = collections.deque()
         self._writing = False
         self._stopping = False
@@ -354,11 +367,13 @@ class PodTracker:
         with self._cond:
             old = self._pending
             self._pending = {}
+            self._names = {}
             present: set[str] = set()
             for obj in pods:
                 uid = _meta(obj).get("uid")
                 if isinstance(uid, str):
                     present.add(uid)
+                    self._names[uid] = _pod_name(obj)
                 self._observe(obj, old.get(pod_key(obj)))
             for uid in [u for u in self._rejected if u not in present]:
                 del self._rejected[uid]
@@ -376,6 +391,7 @@ class PodTracker:
                 if entry is not None and (not uid or entry.pod.uid == uid):
                     del self._pending[key]
                 if isinstance(uid, str):
+                    self._names.pop(uid, None)
                     self._rejected.pop(uid, None)
                     self._foreign.pop(uid, None)
                     self._arrival.pop(uid, None)
@@ -383,6 +399,9 @@ class PodTracker:
                     while len(self._deleted) > _DELETED_KEPT:
                         self._deleted.popitem(last=False)
             else:
+                uid = _meta(pod).get("uid")
+                if isinstance(uid, str) and uid:
+                    self._names[uid] = _pod_name(pod)
                 self._observe(pod, self._pending.pop(pod_key(pod), None))
             self._cond.notify_all()
 
@@ -451,6 +470,11 @@ class PodTracker:
         if uid not in self._arrival:
             self._arrivals += 1
             self._arrival[uid] = self._arrivals
+
+    def pod_name(self, uid: str) -> PodName | None:
+        """`ports.PodDirectory`: the pod with this UID as the watch shows it."""
+        with self._cond:
+            return self._names.get(uid)
 
     # -- the plugin side (ports.PodSource) -------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from hami_node.allocation import (
 )
 from hami_node.kubeapi import event_source
 from hami_node.pods import PodTracker, Rejected, foreign_gpu_counts, waiting_pod
+from hami_node.ports import PodName
 from tests.builders import allocation_annotations, container, pod
 
 NODE = "n1"
@@ -587,3 +588,17 @@ def test_only_foreign_pods_kubelet_has_not_admitted_yet_count() -> None:
     assert foreign_gpu_counts(scheduled_pod("ours", alloc((GPU_A,))), NODE, "nvidia.com/gpu") is None
     assert foreign_gpu_counts(foreign("other", gpus=0), NODE, "nvidia.com/gpu") is None
     assert foreign_gpu_counts(foreign("elsewhere"), "n2", "nvidia.com/gpu") is None
+
+
+def test_pod_names_follow_the_watch_for_the_metrics(tracker: PodTracker) -> None:
+    first = pod(
+        "a", container("main"), container("side"), namespace="ns", uid="uid-a", init=[container("setup")]
+    )
+    tracker.pods_listed([first, pod("b", container("main"), namespace="ns", uid="uid-b")])
+    assert tracker.pod_name("uid-a") == PodName("ns", "a", ("main", "side"))
+    tracker.pod_event("ADDED", pod("c", container("x"), namespace="other", uid="uid-c"))
+    assert tracker.pod_name("uid-c") == PodName("other", "c", ("x",))
+    tracker.pod_event("DELETED", pod("b", container("main"), namespace="ns", uid="uid-b"))
+    assert tracker.pod_name("uid-b") is None
+    tracker.pods_listed([first])
+    assert tracker.pod_name("uid-c") is None and tracker.pod_name("uid-a") is not None
