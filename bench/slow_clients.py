@@ -14,21 +14,24 @@ kube-scheduler's pooled connections are: `/noop` and `/webhook` (a ~2 KB Admissi
 bench/webhook.py's) at `--rate` each, and `/filter` (ExtenderArgs, names-only, every node a candidate,
 bench/extender.py's) at `--filter-rate`.
 
-Phases, the same honest load in each, same run:
+Phases, the same honest load in each, alternated `--rounds` times in one run (quiet, attack, quiet,
+attack, ...; the machine is shared, so alternating spreads others' load over both kinds), each kind's
+latencies pooled over its rounds:
 1. quiet: no attacker;
 2. attack: `--attackers` connections (a separate process, so its work does not disturb the honest
    client's timing) complete their TLS handshake and then send `POST /webhook HTTP/1.1` and an endless
    header a byte at a time, one byte every `--byte-interval` seconds each; a connection the server closes
    is opened again at once. The phase starts once every attacker is connected and trickling.
 
-Reported per phase and endpoint: p50 and p99 in ms, requests, errors; for the attack, the attacker's
-connections, bytes sent and connections the server cut (by the header timeout or an eviction) in the
-phase; the server's CPU seconds per phase; the 1-minute load average at the start and end (the machine
-is shared). Goal: attack p99 <= 2x quiet p99 for /webhook and /filter.
+Reported per kind of phase and endpoint: p50 and p99 in ms, requests, errors; the CPU seconds of
+hami-control, of the attacker and of everything else on the machine (/proc/stat), and the 1-minute load
+average at each phase's start and end (the machine is shared); for the attack, the bytes trickled and the
+connections the server cut (by the header timeout or an eviction). Goal: attack p99 <= 2x quiet p99 for
+/webhook and /filter.
 
 Usage:
 
-    python bench/slow_clients.py [--seconds 20] [--rate 100] [--filter-rate 20] [--attackers 300]
+    python bench/slow_clients.py [--seconds 20] [--rounds 3] [--rate 100] [--filter-rate 20] [--attackers 300]
                                  [--byte-interval 1.0] [--nodes 20] [--max-connections N] [--json FILE]
 """
 
@@ -46,7 +49,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -74,22 +77,46 @@ class Latency:
 
 
 @dataclass
-class Attack:
-    attackers: int
-    connected_at_end: int
-    bytes_sent: int
-    cut_by_server: int
-
-
-@dataclass
 class Phase:
+    """One kind of phase (quiet or attack), summed over the rounds."""
+
     name: str
-    seconds: float
-    server_cpu_s: float
-    load_before: float
-    load_after: float
-    latencies: list[Latency]
-    attack: Attack | None = None
+    seconds: float = 0.0
+    server_cpu_s: float = 0.0
+    attacker_cpu_s: float = 0.0
+    others_cpu_s: float = 0.0
+    """CPU the rest of the machine used (other processes, the load generator, the API server)."""
+    load_averages: list[float] = field(default_factory=list)
+    latencies: list[Latency] = field(default_factory=list)
+    bytes_trickled: int = 0
+    cut_by_server: int = 0
+    raw: dict[str, tuple[list[float], int]] = field(default_factory=dict, repr=False)
+
+    def add(self, path: str, latencies: list[float], errors: int) -> None:
+        old, old_errors = self.raw.get(path, ([], 0))
+        self.raw[path] = (old + latencies, old_errors + errors)
+
+    def summarise(self, order: list[str]) -> None:
+        self.latencies = []
+        for path in order:
+            values, errors = self.raw[path]
+            values = sorted(values)
+            self.latencies.append(
+                Latency(
+                    self.name,
+                    path,
+                    len(values),
+                    round(percentile(values, 0.50) * 1000, 2),
+                    round(percentile(values, 0.99) * 1000, 2),
+                    errors,
+                )
+            )
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent (anything but idle and iowait), from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def log(message: str) -> None:
@@ -144,7 +171,7 @@ def serve_child(argv: list[str]) -> int:
 
 
 def attack_child(port: int, attackers: int, interval_s: float) -> int:
-    """`attackers` TLS connections trickling an endless header; prints `CONNECTED n` once all are
+    """`attackers` TLS connections trickling an endless header; prints `CONNECTED n` once each has
     connected, then on each `report` line from stdin `REPORT <connected> <bytes sent> <cut>`."""
     context = ssl.create_default_context()
     context.check_hostname = False
@@ -152,6 +179,7 @@ def attack_child(port: int, attackers: int, interval_s: float) -> int:
     connected = 0
     sent = 0
     cut = 0
+    ever: set[int] = set()
     ready = asyncio.Event()
     request = b"POST /webhook HTTP/1.1\r\nHost: hami-control\r\nX-Slow: "
 
@@ -165,7 +193,8 @@ def attack_child(port: int, attackers: int, interval_s: float) -> int:
                 await asyncio.sleep(0.1)
                 continue
             connected += 1
-            if connected >= attackers:
+            ever.add(i)
+            if len(ever) >= attackers:  # each has connected (over a cap they cannot all be at once)
                 ready.set()
             position = 0
             try:
@@ -272,15 +301,16 @@ Body = Callable[[int], bytes]
 
 
 async def honest_load(
-    http: aiohttp.ClientSession, streams: list[tuple[str, float, Body]], seconds: float, phase: str
-) -> list[Latency]:
-    """Every stream (path, requests per second, body of request i) at its fixed rate, all at once."""
+    http: aiohttp.ClientSession, streams: list[tuple[str, float, Body]], seconds: float, offset: int
+) -> dict[str, tuple[list[float], int]]:
+    """Every stream (path, requests per second, body of request i) at its fixed rate, all at once;
+    per path, (latencies in seconds, errors)."""
     start = time.perf_counter() + 0.05
-    results: list[Latency] = []
+    results: dict[str, tuple[list[float], int]] = {}
 
     async def stream(path: str, rate: float, body: Body) -> None:
         total = int(rate * seconds)
-        bodies = [body(i) for i in range(total)]
+        bodies = [body(offset + i) for i in range(total)]
         latencies: list[float] = []
         errors = 0
 
@@ -297,21 +327,10 @@ async def honest_load(
             latencies.append(time.perf_counter() - due)
 
         await asyncio.gather(*(one(i) for i in range(total)))
-        latencies.sort()
-        results.append(
-            Latency(
-                phase,
-                path,
-                len(latencies),
-                round(percentile(latencies, 0.50) * 1000, 2),
-                round(percentile(latencies, 0.99) * 1000, 2),
-                errors,
-            )
-        )
+        results[path] = (latencies, errors)
 
     await asyncio.gather(*(stream(*s) for s in streams))
-    order = [s[0] for s in streams]
-    return sorted(results, key=lambda r: order.index(r.path))
+    return results
 
 
 async def bench(args: argparse.Namespace, port: int, control_pid: int) -> list[Phase]:
@@ -335,42 +354,53 @@ async def bench(args: argparse.Namespace, port: int, control_pid: int) -> list[P
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     connector = aiohttp.TCPConnector(ssl=context, limit=args.connections)
-    phases: list[Phase] = []
+    phases = {"quiet": Phase("quiet"), "attack": Phase("attack")}
+    offset = 0
     async with aiohttp.ClientSession(f"https://127.0.0.1:{port}", connector=connector) as http:
         log("warm-up (honest connections opened)")
-        await honest_load(http, streams, 2.0, "warm-up")
-        for name in ("quiet", "attack"):
-            attacker = None
-            attack: Attack | None = None
-            if name == "attack":
-                log(f"attack: {args.attackers} connections, a byte every {args.byte_interval:g} s each")
-                attacker = start_attack(port, args.attackers, args.byte_interval)
-                _, _, cut_before = attack_report(attacker)
-            log(f"{name}: {args.seconds:g} s of honest load")
-            load_before, cpu_before, started = load_average(), cpu_seconds(control_pid), time.monotonic()
-            latencies = await honest_load(http, streams, args.seconds, name)
-            seconds = time.monotonic() - started
-            server_cpu = cpu_seconds(control_pid) - cpu_before
-            if attacker is not None:
-                connected, sent, cut = attack_report(attacker)
-                attack = Attack(args.attackers, connected, sent, cut - cut_before)
-                attacker.terminate()
-                attacker.wait(10)
-            phases.append(
-                Phase(
-                    name,
-                    round(seconds, 1),
-                    round(server_cpu, 2),
-                    load_before,
-                    load_average(),
-                    latencies,
-                    attack,
-                )
-            )
-    return phases
+        await honest_load(http, streams, 2.0, offset)
+        for round_ in range(args.rounds):
+            for phase in phases.values():
+                attacker = None
+                cut_before = sent_before = 0
+                if phase.name == "attack":
+                    log(f"attack: {args.attackers} connections, a byte every {args.byte_interval:g} s each")
+                    attacker = start_attack(port, args.attackers, args.byte_interval)
+                    _, sent_before, cut_before = attack_report(attacker)
+                log(f"round {round_ + 1}/{args.rounds}, {phase.name}: {args.seconds:g} s of honest load")
+                phase.load_averages.append(round(load_average(), 2))
+                server_before, machine_before = cpu_seconds(control_pid), machine_busy_seconds()
+                attacker_before = cpu_seconds(attacker.pid) if attacker is not None else 0.0
+                started = time.monotonic()
+                offset += 100_000
+                for path, (latencies, errors) in (
+                    await honest_load(http, streams, args.seconds, offset)
+                ).items():
+                    phase.add(path, latencies, errors)
+                phase.seconds += time.monotonic() - started
+                server = cpu_seconds(control_pid) - server_before
+                attacker_cpu = 0.0
+                if attacker is not None:
+                    _, sent, cut = attack_report(attacker)
+                    attacker_cpu = cpu_seconds(attacker.pid) - attacker_before
+                    phase.bytes_trickled += sent - sent_before
+                    phase.cut_by_server += cut - cut_before
+                    attacker.terminate()
+                    attacker.wait(10)
+                phase.server_cpu_s += server
+                phase.attacker_cpu_s += attacker_cpu
+                phase.others_cpu_s += machine_busy_seconds() - machine_before - server - attacker_cpu
+                phase.load_averages.append(round(load_average(), 2))
+    for phase in phases.values():
+        phase.summarise([s[0] for s in streams])
+        phase.seconds = round(phase.seconds, 1)
+        phase.server_cpu_s = round(phase.server_cpu_s, 2)
+        phase.attacker_cpu_s = round(phase.attacker_cpu_s, 2)
+        phase.others_cpu_s = round(phase.others_cpu_s, 2)
+    return list(phases.values())
 
 
-def report(phases: list[Phase], stats: dict[str, int] | None) -> str:
+def report(phases: list[Phase], stats: dict[str, int] | None, attackers: int) -> str:
     lines = [
         "| phase | path | requests | p50 ms | p99 ms | errors |",
         "|---|---|---:|---:|---:|---:|",
@@ -383,14 +413,14 @@ def report(phases: list[Phase], stats: dict[str, int] | None) -> str:
     lines.append("")
     for phase in phases:
         line = (
-            f"- {phase.name}: {phase.seconds} s, hami-control CPU {phase.server_cpu_s} s, "
-            f"load average {phase.load_before:.2f} -> {phase.load_after:.2f}"
+            f"- {phase.name}: {phase.seconds} s; CPU seconds: hami-control {phase.server_cpu_s}, "
+            f"attacker {phase.attacker_cpu_s}, everything else on the machine {phase.others_cpu_s}; "
+            f"1-min load average at each phase's start and end {phase.load_averages}"
         )
-        if phase.attack is not None:
-            a = phase.attack
+        if phase.name == "attack":
             line += (
-                f"; attackers {a.attackers} ({a.connected_at_end} connected at the end), "
-                f"{a.bytes_sent} bytes trickled, {a.cut_by_server} connections cut by the server in the phase"
+                f"; {attackers} attackers, {phase.bytes_trickled} bytes trickled, "
+                f"{phase.cut_by_server} connections cut by the server"
             )
         lines.append(line)
     quiet = {r.path: r for r in phases[0].latencies}
@@ -418,6 +448,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of each phase")
+    parser.add_argument("--rounds", type=int, default=3, help="quiet/attack phase pairs, alternated")
     parser.add_argument(
         "--rate", type=float, default=100.0, help="requests per second to /noop and to /webhook"
     )
@@ -468,9 +499,17 @@ def main() -> int:
                     for line in out.splitlines():
                         if line.startswith("STATS "):
                             stats = json.loads(line[6:])
-    print(report(phases, stats))
+    print(report(phases, stats, args.attackers))
     if args.json is not None:
-        args.json.write_text(json.dumps({"phases": [asdict(p) for p in phases], "stats": stats}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "phases": [{k: v for k, v in asdict(p).items() if k != "raw"} for p in phases],
+                    "stats": stats,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -6,8 +6,8 @@ aiohttp's low-level server bounds the request line and headers (`max_line_size`,
 default) and closes a connection idle between requests (`keepalive_timeout`). It has no read timeout on
 the server side, no TLS handshake timeout option in `TCPSite` and no cap on connections. This module adds
 them in the thinnest layer that sees connections: a `RequestHandler` subclass (the protocol aiohttp makes
-per connection), the `web.Server` that makes it, and a site that passes the handshake timeout to
-`loop.create_server`.
+per connection), a small protocol that counts a TLS connection before its handshake and then upgrades it
+(`TlsGate`), the `web.Server` that makes them, and a site serving that server.
 
 The limits and their defaults, next to the Go servers a cluster admin knows:
 
@@ -26,22 +26,24 @@ The limits and their defaults, next to the Go servers a cluster admin knows:
 - `idle_timeout_s` (90 s): a kept-alive connection with no request for this long is closed (aiohttp's
   `keepalive_timeout`; Go's `IdleTimeout`, 90 s in kube-apiserver and controller-runtime, matching the
   idle timeout of Go's `http.DefaultTransport` that kube-apiserver and kube-scheduler call us with).
-- `tls_handshake_timeout_s` (10 s): asyncio's `ssl_handshake_timeout` (its default is 60 s); Go's
-  `http.Transport.TLSHandshakeTimeout` default is 10 s.
-- `max_connections` (1024): open connections (counted once their TLS handshake is done). A new connection
-  over the cap first evicts the connection that has waited longest for its request headers (a slow or
-  silent client); only when no connection is waiting for headers (all are serving requests or idle between
-  them) is the new one refused (closed at once).
+- `tls_handshake_timeout_s` (10 s): asyncio's `ssl_handshake_timeout` in `start_tls` (its default is 60 s);
+  Go's `http.Transport.TLSHandshakeTimeout` default is 10 s.
+- `max_connections` (1024): open connections, counted from the moment one is accepted (its TLS handshake
+  included). A new connection over the cap evicts the connection that has waited longest for its request
+  headers, if that one has waited at least `evict_after_s` (1 s); otherwise the new one is refused at once,
+  before any TLS work (closed).
 
-Why evict rather than refuse: kube-apiserver calls the webhook, and kube-scheduler the extender, over
+Why evict rather than only refuse: kube-apiserver calls the webhook, and kube-scheduler the extender, over
 pooled keep-alive connections (Go's Transport), but a burst of pod creations opens new connections beyond
-the idle pool. A server that refuses new connections at its cap would let an attacker who holds the cap
-fail those admissions (failurePolicy Fail) or skip them (Ignore). Evicting the oldest connection that is
-still waiting for its headers serves every honest client whose headers arrive within the time it takes
-`max_connections` newer connections to be accepted, and never touches a connection that is answering a
-request or idles between requests (the honest clients' pools). Connections in their TLS handshake are not
-counted (the application sees a connection only once its handshake is done); they are bounded by the
-handshake timeout and the process's file limit.
+the idle pool. A server that only refused new connections at its cap would let an attacker who holds the
+cap fail those admissions (failurePolicy Fail) or skip them (Ignore). Evicting a connection that has been
+waiting for its headers for a second (an honest client sends them right after its handshake) frees a slot
+for them, and never touches a connection that is answering a request or idles between requests (the
+honest clients' pools, whose requests are what the limits protect). The 1 s wait bounds the churn: an
+attacker reconnecting at once can make the server do at most `max_connections` TLS handshakes a second
+(and pays one per connection too); beyond that it is refused before the handshake, which costs an accept
+and a close. That is why TLS is done by this module's `TlsGate` (`loop.start_tls`) and not by the
+listening socket: asyncio would run the handshake before the application sees the connection.
 
 Per-connection request limits (Go has none) are not needed: each request is bounded by these timeouts and
 the route's body limit, and aiohttp handles one request of a connection at a time.
@@ -66,6 +68,10 @@ DEFAULT_BODY_TIMEOUT_S = 30.0
 DEFAULT_IDLE_TIMEOUT_S = 90.0
 DEFAULT_TLS_HANDSHAKE_TIMEOUT_S = 10.0
 DEFAULT_MAX_CONNECTIONS = 1024
+DEFAULT_EVICT_AFTER_S = 1.0
+"""A connection waiting this long for its headers may be evicted at the cap. An honest client sends its
+headers right after the handshake (well under 1 s); the wait bounds the evictions, and so the TLS
+handshakes an attacker who reconnects at once can make the server do, to `max_connections` a second."""
 
 BODY_DEADLINE_KEY = web.RequestKey("hami_control.body_deadline", tuple[float, float])
 """The request's state key holding (loop time by which its body must have arrived, the body timeout in
@@ -81,9 +87,18 @@ class ConnectionLimits:
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     tls_handshake_timeout_s: float = DEFAULT_TLS_HANDSHAKE_TIMEOUT_S
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    evict_after_s: float = DEFAULT_EVICT_AFTER_S
+    """How long a connection must have waited for its headers before a new one may evict it (no setting:
+    see `DEFAULT_EVICT_AFTER_S`)."""
 
     def __post_init__(self) -> None:
-        for name in ("header_timeout_s", "body_timeout_s", "idle_timeout_s", "tls_handshake_timeout_s"):
+        for name in (
+            "header_timeout_s",
+            "body_timeout_s",
+            "idle_timeout_s",
+            "tls_handshake_timeout_s",
+            "evict_after_s",
+        ):
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"ConnectionLimits.{name}: expected seconds > 0, got {value!r}")
@@ -105,46 +120,60 @@ class ConnectionStats:
 
 
 class ConnectionGuard:
-    """The open connections and the ones waiting for request headers (oldest first), shared by every
-    connection of one server."""
+    """The open connections (a `TlsGate` while its handshake runs, then its `LimitedConnection`) and the
+    ones waiting for request headers (oldest first), shared by every connection of one server."""
 
     def __init__(self, limits: ConnectionLimits) -> None:
         self.limits = limits
         self.stats = ConnectionStats()
-        self._open: set[LimitedConnection] = set()
-        self._waiting: dict[LimitedConnection, None] = {}
-        """Connections whose header timer runs, in the order the timers started (dicts keep it)."""
+        self._open: set[object] = set()
+        self._handshaking: set[TlsGate] = set()
+        self._waiting: dict[LimitedConnection, float] = {}
+        """Connections whose header timer runs, with the loop time it started, oldest first."""
 
-    def admit(self, conn: LimitedConnection) -> bool:
-        """Count a new connection; at the cap, evict the connection waiting longest for its headers, or
-        refuse `conn` (False) when none waits."""
+    def admit(self, conn: object) -> bool:
+        """Count a new connection; at the cap, evict the connection waiting longest for its headers (if
+        it has waited `evict_after_s`), or refuse `conn` (False)."""
         if len(self._open) >= self.limits.max_connections:
-            victim = next(iter(self._waiting), None)
-            if victim is None:
+            victim = next(iter(self._waiting.items()), None)
+            if victim is None or asyncio.get_running_loop().time() - victim[1] < self.limits.evict_after_s:
                 self.stats.refused += 1
-                log.warning(
-                    "connection refused: %d connections open (--max-connections), none waiting for headers",
-                    len(self._open),
-                )
+                log.debug("connection refused: %d connections open (--max-connections)", len(self._open))
                 return False
             self.stats.evicted += 1
-            victim.drop("evicted: a new connection arrived at --max-connections")
+            victim[0].drop("evicted: a new connection arrived at --max-connections")
         self._open.add(conn)
+        if isinstance(conn, TlsGate):
+            self._handshaking.add(conn)
         self.stats.accepted += 1
         self.stats.open = len(self._open)
         self.stats.peak = max(self.stats.peak, self.stats.open)
         return True
 
+    def handover(self, gate: TlsGate, conn: LimitedConnection) -> None:
+        """`gate`'s handshake is done: its slot is `conn`'s now."""
+        self._handshaking.discard(gate)
+        self._open.discard(gate)
+        self._open.add(conn)
+
     def waiting(self, conn: LimitedConnection, waits: bool) -> None:
         if waits:
-            self._waiting[conn] = None
+            self._waiting[conn] = asyncio.get_running_loop().time()
         else:
             self._waiting.pop(conn, None)
 
-    def release(self, conn: LimitedConnection) -> None:
-        self._waiting.pop(conn, None)
+    def release(self, conn: object) -> None:
+        if isinstance(conn, LimitedConnection):
+            self._waiting.pop(conn, None)
+        elif isinstance(conn, TlsGate):
+            self._handshaking.discard(conn)
         self._open.discard(conn)
         self.stats.open = len(self._open)
+
+    def abort_handshakes(self) -> None:
+        """Drop every connection still in its TLS handshake (the server shuts down)."""
+        for gate in list(self._handshaking):
+            gate.abort()
 
 
 class LimitedConnection(RequestHandler):
@@ -152,17 +181,21 @@ class LimitedConnection(RequestHandler):
     at the first byte after a request was answered, stopped when a request's headers are complete
     (`headers_complete`, called by the server's request factory)."""
 
-    __slots__ = ("_guard", "_header_timer", "_in_request")
+    __slots__ = ("_admitted", "_guard", "_header_timer", "_in_request", "_made")
 
-    def __init__(self, manager: web.Server, *, guard: ConnectionGuard, **kwargs: Any) -> None:
+    def __init__(self, manager: web.Server, *, guard: ConnectionGuard, admitted: bool, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._guard = guard
+        self._admitted = admitted
+        """True when its `TlsGate` already counted it (TLS); else `connection_made` does (plain HTTP)."""
+        self._made = False
         self._header_timer: asyncio.TimerHandle | None = None
         self._in_request = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._made = True
         super().connection_made(transport)
-        if not self._guard.admit(self):
+        if not self._admitted and not self._guard.admit(self):
             transport.abort()  # type: ignore[attr-defined]  # a Transport: abort() without close_notify
             self.force_close()
             return
@@ -176,7 +209,8 @@ class LimitedConnection(RequestHandler):
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stop_header_timer()
         self._guard.release(self)
-        super().connection_lost(exc)
+        if self._made:  # asyncio's TLS layer reports a failed handshake to a protocol never made
+            super().connection_lost(exc)
 
     def headers_complete(self) -> None:
         """A request's line and headers are parsed: its handler runs now."""
@@ -219,15 +253,83 @@ class LimitedConnection(RequestHandler):
         self.drop(f"no complete request headers within {self._guard.limits.header_timeout_s:g} s")
 
 
+class TlsGate(asyncio.Protocol):
+    """What a TLS connection is until its handshake is done: counted against the cap from the moment it
+    is accepted (a connection over the cap is refused before any TLS work), then upgraded with
+    `loop.start_tls` (bounded by the handshake timeout) and handed to its `LimitedConnection`."""
+
+    def __init__(self, server: LimitedServer, context: ssl.SSLContext) -> None:
+        self._server = server
+        self._context = context
+        self._transport: asyncio.Transport | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        if not self._server.guard.admit(self):
+            transport.abort()
+            return
+        transport.pause_reading()  # the ClientHello waits in the socket for start_tls
+        self._task = asyncio.get_running_loop().create_task(self._handshake(transport))
+
+    async def _handshake(self, transport: asyncio.Transport) -> None:
+        guard = self._server.guard
+        conn = self._server.connection(admitted=True)
+        loop = asyncio.get_running_loop()
+        timeout = guard.limits.tls_handshake_timeout_s
+        try:
+            tls = await loop.start_tls(
+                transport,
+                conn,
+                self._context,
+                server_side=True,
+                ssl_handshake_timeout=timeout,
+                ssl_shutdown_timeout=timeout,
+            )
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError, RuntimeError) as err:
+            log.debug("TLS handshake failed: %r", err)
+            guard.release(self)
+            transport.abort()
+            return
+        if tls is None or transport.is_closing():
+            guard.release(self)
+            transport.abort()
+            return
+        guard.handover(self, conn)
+        conn.connection_made(tls)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        """Only while no TLS layer took over the transport (a refused connection, or one closed before
+        `start_tls` began); later the TLS layer gets it."""
+        self._server.guard.release(self)
+
+    def abort(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self._transport is not None:
+            self._transport.abort()
+        self._server.guard.release(self)
+
+
 RequestCallable = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 
 class LimitedServer(web.Server):
-    """aiohttp's low-level server making `LimitedConnection`s. `client_max_size` is aiohttp's own cap on
-    a body read at once (the routes' limits are checked by `read_body`)."""
+    """aiohttp's low-level server making `LimitedConnection`s, behind a `TlsGate` when `ssl_context` is
+    given. `client_max_size` is aiohttp's own cap on a body read at once (the routes' limits are checked
+    by `read_body`)."""
 
-    def __init__(self, handler: RequestCallable, limits: ConnectionLimits, *, client_max_size: int) -> None:
+    def __init__(
+        self,
+        handler: RequestCallable,
+        limits: ConnectionLimits,
+        *,
+        client_max_size: int,
+        ssl_context: ssl.SSLContext | None,
+    ) -> None:
         self.guard = ConnectionGuard(limits)
+        self.ssl_context = ssl_context
 
         async def handle(request: web.BaseRequest) -> web.StreamResponse:
             try:
@@ -255,57 +357,49 @@ class LimitedServer(web.Server):
             "access_log": None,
         }
 
+    def connection(self, *, admitted: bool) -> LimitedConnection:
+        return LimitedConnection(
+            self, loop=self._loop, guard=self.guard, admitted=admitted, **self._handler_options
+        )
+
     def __call__(self) -> RequestHandler:
-        return LimitedConnection(self, loop=self._loop, guard=self.guard, **self._handler_options)
+        """The listening socket's protocol factory (a `TlsGate` stands in for the handler under TLS)."""
+        if self.ssl_context is not None:
+            return TlsGate(self, self.ssl_context)  # type: ignore[return-value]
+        return self.connection(admitted=False)
+
+    def pre_shutdown(self) -> None:
+        self.guard.abort_handshakes()
+        super().pre_shutdown()
 
 
 class LimitedSite(web.BaseSite):
-    """A TCP site as `web.TCPSite`, with the TLS handshake timeout passed to `loop.create_server`."""
+    """A TCP site as `web.TCPSite`, serving `LimitedServer`'s protocols (TLS is the server's `TlsGate`,
+    not the listening socket's)."""
 
-    def __init__(
-        self,
-        runner: web.BaseRunner,
-        host: str | None,
-        port: int,
-        *,
-        ssl_context: ssl.SSLContext | None,
-        tls_handshake_timeout_s: float,
-        backlog: int = 1024,
-    ) -> None:
-        super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
+    def __init__(self, runner: web.BaseRunner, host: str | None, port: int, *, backlog: int = 1024) -> None:
+        super().__init__(runner, backlog=backlog)
         self._host = host
         self._port = port
-        self._handshake_timeout_s = tls_handshake_timeout_s
 
     @property
     def name(self) -> str:
-        return f"{'https' if self._ssl_context else 'http'}://{self._host or '0.0.0.0'}:{self._port}"
+        return f"tcp://{self._host or '0.0.0.0'}:{self._port}"
 
     async def start(self) -> None:
         await super().start()
         server = self._runner.server
         assert server is not None
         loop = asyncio.get_running_loop()
-        tls: dict[str, Any] = {}
-        if self._ssl_context is not None:
-            tls = {
-                "ssl_handshake_timeout": self._handshake_timeout_s,
-                "ssl_shutdown_timeout": self._handshake_timeout_s,
-            }
         self._server = await loop.create_server(
-            server,
-            self._host,
-            self._port,
-            ssl=self._ssl_context,
-            backlog=self._backlog,
-            reuse_address=True,
-            **tls,
+            server, self._host, self._port, backlog=self._backlog, reuse_address=True
         )
 
 
 __all__ = [
     "BODY_DEADLINE_KEY",
     "DEFAULT_BODY_TIMEOUT_S",
+    "DEFAULT_EVICT_AFTER_S",
     "DEFAULT_HEADER_TIMEOUT_S",
     "DEFAULT_IDLE_TIMEOUT_S",
     "DEFAULT_MAX_CONNECTIONS",
@@ -316,4 +410,5 @@ __all__ = [
     "LimitedConnection",
     "LimitedServer",
     "LimitedSite",
+    "TlsGate",
 ]

@@ -552,7 +552,9 @@ class ControlServer:
     def make_server(self) -> LimitedServer:
         # aiohttp's client_max_size bounds request.read(); the routes read through read_body, which
         # applies each route's own limit while reading.
-        return LimitedServer(self._handle, self.limits, client_max_size=self.max_body)
+        return LimitedServer(
+            self._handle, self.limits, client_max_size=self.max_body, ssl_context=self.ssl_context
+        )
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         try:
@@ -570,13 +572,7 @@ class ControlServer:
         server = self.make_server()
         runner = web.ServerRunner(server, shutdown_timeout=self.shutdown_timeout_s)
         await runner.setup()
-        site = LimitedSite(
-            runner,
-            self.host or None,
-            self.port,
-            ssl_context=self.ssl_context,
-            tls_handshake_timeout_s=self.limits.tls_handshake_timeout_s,
-        )
+        site = LimitedSite(runner, self.host or None, self.port)
         try:
             await site.start()
         except BaseException:

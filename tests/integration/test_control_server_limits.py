@@ -88,6 +88,9 @@ def _start(tmp_path: Path, limits: ConnectionLimits) -> Iterator[Rig]:
         loop.close()
 
 
+started = contextlib.contextmanager(_start)
+
+
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
     yield from _start(tmp_path, FAST)
@@ -206,53 +209,94 @@ def test_a_connection_that_never_handshakes_is_closed_after_the_handshake_timeou
         assert _closed_by_peer(sock, 10.0)
 
 
-def test_connections_over_the_cap_evict_slow_ones_and_leave_honest_keep_alive_connections_alone(
-    rig: Rig,
-) -> None:
-    honest = rig.client()
-    slow: list[ssl.SSLSocket] = []
+def _try_raw(rig: Rig) -> ssl.SSLSocket | None:
+    """A TLS connection, or None when the server refused it (closed before the handshake)."""
     try:
-        review = as_body(admission_review({}, uid="before"))
-        assert honest.request("POST", "/webhook", review)[0] == 200
-        for _ in range(12):  # three times the cap, each sending a partial request line
-            sock = rig.raw()
-            sock.sendall(b"POST /webh")
-            slow.append(sock)
-        wait_for(lambda: rig.stats.evicted >= 12 + 1 - FAST.max_connections, what="slow connections evicted")
-        assert rig.stats.open <= FAST.max_connections
-        # The honest connection was idle between requests, never evicted: it answers on the same socket.
-        for i in range(3):
-            status, body = honest.request(
-                "POST", "/webhook", as_body(admission_review({}, uid=f"during-{i}"))
+        return rig.raw()
+    except OSError:  # ssl.SSLError and ConnectionError included
+        return None
+
+
+def test_connections_over_the_cap_evict_slow_ones_and_leave_honest_keep_alive_connections_alone(
+    tmp_path: Path,
+) -> None:
+    limits = ConnectionLimits(header_timeout_s=10.0, max_connections=4, evict_after_s=0.2)
+    with started(tmp_path, limits) as rig:
+        honest = rig.client()
+        slow: list[ssl.SSLSocket] = []
+        try:
+            assert honest.request("POST", "/webhook", as_body(admission_review({}, uid="before")))[0] == 200
+            for _ in range(3):  # the cap, with the honest connection; each sends a partial request line
+                sock = rig.raw()
+                sock.sendall(b"POST /webh")
+                slow.append(sock)
+            oldest_since = time.monotonic()
+            wait_for(
+                lambda: time.monotonic() - oldest_since > 0.3, what="the slow connections to be evictable"
             )
-            assert status == 200 and json.loads(body)["response"]["uid"] == f"during-{i}"
-        assert honest.same_socket
-        # A new honest connection is served too: it evicts the slowest waiter.
-        with rig.client() as fresh:
-            assert fresh.request("GET", "/healthz") == (200, b"ok\n")
-    finally:
-        honest.close()
-        for sock in slow:
-            sock.close()
-    wait_for(lambda: rig.stats.open == 0, what="every connection released")
-    assert rig.stats.refused == 0
+            # A new honest connection evicts the slowest waiter and is served.
+            with rig.client() as fresh:
+                assert fresh.request("GET", "/healthz") == (200, b"ok\n")
+            assert rig.stats.evicted == 1
+            assert _closed_by_peer(slow[0], 10.0)
+            # A flood of slow connections: each is refused, or evicts a waiter of 0.2 s; never over the cap.
+            for _ in range(12):
+                extra = _try_raw(rig)
+                if extra is not None:
+                    with contextlib.suppress(OSError):
+                        extra.sendall(b"POST /webh")
+                    slow.append(extra)
+                assert rig.stats.open <= limits.max_connections
+            # The honest connection idles between requests, so it is never evicted: it answers on its socket.
+            for i in range(3):
+                status, body = honest.request(
+                    "POST", "/webhook", as_body(admission_review({}, uid=f"during-{i}"))
+                )
+                assert status == 200 and json.loads(body)["response"]["uid"] == f"during-{i}"
+            assert honest.same_socket
+        finally:
+            honest.close()
+            for sock in slow:
+                sock.close()
+        wait_for(lambda: rig.stats.open == 0, what="every connection released")
 
 
-def test_a_connection_over_the_cap_is_refused_when_none_waits_for_headers(tmp_path: Path) -> None:
-    limits = ConnectionLimits(max_connections=2)
-    for rig in _start(tmp_path, limits):
+def test_a_connection_over_the_cap_is_refused_before_its_handshake_when_none_waits_for_headers(
+    tmp_path: Path,
+) -> None:
+    with started(tmp_path, ConnectionLimits(max_connections=2)) as rig:
         first, second = rig.client(), rig.client()
         try:
             assert first.request("GET", "/healthz")[0] == 200
             assert second.request("GET", "/healthz")[0] == 200
-            with contextlib.closing(rig.raw()) as third:
-                assert _closed_by_peer(third, 10.0)
+            with pytest.raises(OSError):  # closed during the TLS handshake
+                rig.raw()
             assert rig.stats.refused == 1
             assert first.request("GET", "/healthz") == (200, b"ok\n") and first.same_socket
             assert second.request("GET", "/healthz") == (200, b"ok\n") and second.same_socket
         finally:
             first.close()
             second.close()
-        wait_for(lambda rig=rig: rig.stats.open == 0, what="both connections released")
+        wait_for(lambda: rig.stats.open == 0, what="both connections released")
         with rig.client() as again:
             assert again.request("GET", "/healthz")[0] == 200
+
+
+def test_connections_in_their_tls_handshake_count_against_the_cap_until_the_handshake_timeout(
+    tmp_path: Path,
+) -> None:
+    limits = ConnectionLimits(max_connections=2, tls_handshake_timeout_s=0.5)
+    with started(tmp_path, limits) as rig:
+        with contextlib.ExitStack() as stack:
+            silent = [
+                stack.enter_context(socket.create_connection(("127.0.0.1", rig.port), timeout=10))
+                for _ in range(2)
+            ]
+            wait_for(lambda: rig.stats.open == 2, what="both silent connections counted")
+            with pytest.raises(OSError):
+                rig.raw()
+            for sock in silent:
+                assert _closed_by_peer(sock, 10.0)
+        wait_for(lambda: rig.stats.open == 0, what="the silent connections released")
+        with rig.client() as c:
+            assert c.request("GET", "/healthz") == (200, b"ok\n")
