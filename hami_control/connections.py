@@ -181,7 +181,7 @@ class LimitedConnection(RequestHandler):
     at the first byte after a request was answered, stopped when a request's headers are complete
     (`headers_complete`, called by the server's request factory)."""
 
-    __slots__ = ("_admitted", "_guard", "_header_timer", "_in_request", "_made")
+    __slots__ = ("_admitted", "_early", "_guard", "_header_timer", "_in_request", "_made")
 
     def __init__(self, manager: web.Server, *, guard: ConnectionGuard, admitted: bool, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
@@ -189,6 +189,9 @@ class LimitedConnection(RequestHandler):
         self._admitted = admitted
         """True when its `TlsGate` already counted it (TLS); else `connection_made` does (plain HTTP)."""
         self._made = False
+        self._early: list[bytes] = []
+        """Bytes asyncio's TLS layer handed over before `connection_made` (it reads right after the
+        handshake, before `start_tls` returns the transport), replayed once made."""
         self._header_timer: asyncio.TimerHandle | None = None
         self._in_request = False
 
@@ -200,8 +203,14 @@ class LimitedConnection(RequestHandler):
             self.force_close()
             return
         self._start_header_timer()
+        early, self._early = self._early, []
+        for data in early:
+            self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
+        if not self._made:
+            self._early.append(data)
+            return
         if self._header_timer is None and not self._in_request and self.transport is not None:
             self._start_header_timer()  # the first byte of the next request on a kept-alive connection
         super().data_received(data)
@@ -275,6 +284,9 @@ class TlsGate(asyncio.Protocol):
 
     async def _handshake(self, transport: asyncio.Transport) -> None:
         guard = self._server.guard
+        if transport.is_closing():  # the client left before the handshake began
+            guard.release(self)
+            return
         conn = self._server.connection(admitted=True)
         loop = asyncio.get_running_loop()
         timeout = guard.limits.tls_handshake_timeout_s
