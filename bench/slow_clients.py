@@ -18,8 +18,8 @@ Phases, the same honest load in each, alternated `--rounds` times in one run (qu
 attack, ...; the machine is shared, so alternating spreads others' load over both kinds), each kind's
 latencies pooled over its rounds:
 1. quiet: no attacker;
-2. attack: `--attackers` connections (a separate process, so its work does not disturb the honest
-   client's timing) complete their TLS handshake and then send `POST /webhook HTTP/1.1` and an endless
+2. attack: `--attackers` connections (a separate process at nice 19: it stands for remote clients, so
+   its own CPU should not take the server's or the honest client's) complete their TLS handshake and then send `POST /webhook HTTP/1.1` and an endless
    header a byte at a time, one byte every `--byte-interval` seconds each; a connection the server closes
    is opened again at once. The phase starts once every attacker is connected and trickling.
 
@@ -27,7 +27,8 @@ Reported per kind of phase and endpoint: p50 and p99 in ms, requests, errors; th
 hami-control, of the attacker and of everything else on the machine (/proc/stat), and the 1-minute load
 average at each phase's start and end (the machine is shared); for the attack, the bytes trickled and the
 connections the server cut (by the header timeout or an eviction). Goal: attack p99 <= 2x quiet p99 for
-/webhook and /filter.
+/webhook and /filter. hami-control's event loop lag (how late a 10 ms timer in it runs, p50/p99/max over
+each kind of phase) tells the server's own delay apart from the machine's.
 
 Usage:
 
@@ -88,6 +89,9 @@ class Phase:
     """CPU the rest of the machine used (other processes, the load generator, the API server)."""
     load_averages: list[float] = field(default_factory=list)
     latencies: list[Latency] = field(default_factory=list)
+    loop_lag_ms: dict[str, float] = field(default_factory=dict)
+    """hami-control's event loop lag (a 10 ms timer's lateness) over the phases: p50, p99, max."""
+    lags: list[float] = field(default_factory=list, repr=False)
     bytes_trickled: int = 0
     cut_by_server: int = 0
     raw: dict[str, tuple[list[float], int]] = field(default_factory=dict, repr=False)
@@ -97,6 +101,13 @@ class Phase:
         self.raw[path] = (old + latencies, old_errors + errors)
 
     def summarise(self, order: list[str]) -> None:
+        lags = sorted(self.lags)
+        if lags:
+            self.loop_lag_ms = {
+                "p50": round(percentile(lags, 0.5) * 1000, 2),
+                "p99": round(percentile(lags, 0.99) * 1000, 2),
+                "max": round(lags[-1] * 1000, 2),
+            }
         self.latencies = []
         for path in order:
             values, errors = self.raw[path]
@@ -149,9 +160,26 @@ def serve_child(argv: list[str]) -> int:
             return body
         return web.Response(body=NOOP_ANSWER, content_type="application/json")
 
+    lags: list[float] = []
+
+    async def probe_lag() -> None:
+        """How late the server's event loop runs a 10 ms timer: what any request would wait."""
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + 0.01
+            await asyncio.sleep(0.01)
+            lags.append(loop.time() - due)
+
+    async def lag(_request: web.BaseRequest) -> web.StreamResponse:
+        values = sorted(lags)
+        lags.clear()
+        return web.json_response(values)
+
     async def run() -> None:
         plane = ControlPlane(config)
         plane.routes.add("POST", "/noop", noop)
+        plane.routes.add("GET", "/lag", lag)
+        prober = asyncio.create_task(probe_lag())
         await plane.start()
         assert plane.caches is not None and plane.server is not None
         await plane.caches.wait_synced()
@@ -161,6 +189,7 @@ def serve_child(argv: list[str]) -> int:
         await stop.wait()
         stats = plane.server.stats
         print(f"STATS {json.dumps(asdict(stats))}", flush=True)
+        prober.cancel()
         await plane.stop()
 
     asyncio.run(run())
@@ -173,6 +202,7 @@ def serve_child(argv: list[str]) -> int:
 def attack_child(port: int, attackers: int, interval_s: float) -> int:
     """`attackers` TLS connections trickling an endless header; prints `CONNECTED n` once each has
     connected, then on each `report` line from stdin `REPORT <connected> <bytes sent> <cut>`."""
+    os.nice(19)  # it stands for remote clients: its own CPU should not take the server's
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
@@ -353,7 +383,8 @@ async def bench(args: argparse.Namespace, port: int, control_pid: int) -> list[P
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
-    connector = aiohttp.TCPConnector(ssl=context, limit=args.connections)
+    # Go's Transport keeps idle connections 90 s (aiohttp's default is 15 s).
+    connector = aiohttp.TCPConnector(ssl=context, limit=args.connections, keepalive_timeout=90)
     phases = {"quiet": Phase("quiet"), "attack": Phase("attack")}
     offset = 0
     async with aiohttp.ClientSession(f"https://127.0.0.1:{port}", connector=connector) as http:
@@ -371,6 +402,8 @@ async def bench(args: argparse.Namespace, port: int, control_pid: int) -> list[P
                 phase.load_averages.append(round(load_average(), 2))
                 server_before, machine_before = cpu_seconds(control_pid), machine_busy_seconds()
                 attacker_before = cpu_seconds(attacker.pid) if attacker is not None else 0.0
+                async with http.get("/lag") as r:  # resets the server's record
+                    await r.read()
                 started = time.monotonic()
                 offset += 100_000
                 for path, (latencies, errors) in (
@@ -378,6 +411,8 @@ async def bench(args: argparse.Namespace, port: int, control_pid: int) -> list[P
                 ).items():
                     phase.add(path, latencies, errors)
                 phase.seconds += time.monotonic() - started
+                async with http.get("/lag") as r:
+                    phase.lags += await r.json()
                 server = cpu_seconds(control_pid) - server_before
                 attacker_cpu = 0.0
                 if attacker is not None:
@@ -415,7 +450,8 @@ def report(phases: list[Phase], stats: dict[str, int] | None, attackers: int) ->
         line = (
             f"- {phase.name}: {phase.seconds} s; CPU seconds: hami-control {phase.server_cpu_s}, "
             f"attacker {phase.attacker_cpu_s}, everything else on the machine {phase.others_cpu_s}; "
-            f"1-min load average at each phase's start and end {phase.load_averages}"
+            f"1-min load average at each phase's start and end {phase.load_averages}; "
+            f"hami-control's event loop lag (ms) {phase.loop_lag_ms}"
         )
         if phase.name == "attack":
             line += (
@@ -504,7 +540,9 @@ def main() -> int:
         args.json.write_text(
             json.dumps(
                 {
-                    "phases": [{k: v for k, v in asdict(p).items() if k != "raw"} for p in phases],
+                    "phases": [
+                        {k: v for k, v in asdict(p).items() if k not in ("raw", "lags")} for p in phases
+                    ],
                     "stats": stats,
                 },
                 indent=2,
