@@ -19,9 +19,10 @@ attack, ...; the machine is shared, so alternating spreads others' load over bot
 latencies pooled over its rounds:
 1. quiet: no attacker;
 2. attack: `--attackers` connections (a separate process at nice 19: it stands for remote clients, so
-   its own CPU should not take the server's or the honest client's) complete their TLS handshake and then send `POST /webhook HTTP/1.1` and an endless
-   header a byte at a time, one byte every `--byte-interval` seconds each; a connection the server closes
-   is opened again at once. The phase starts once every attacker is connected and trickling.
+   its own CPU should not take the server's or the honest client's) complete their TLS handshake and
+   then send `POST /webhook HTTP/1.1` and an endless header a byte at a time, one byte every
+   `--byte-interval` seconds each; a connection the server closes is opened again at once. The phase
+   starts once every attacker has connected.
 
 Reported per kind of phase and endpoint: p50 and p99 in ms, requests, errors; the CPU seconds of
 hami-control, of the attacker and of everything else on the machine (/proc/stat), and the 1-minute load

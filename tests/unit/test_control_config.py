@@ -598,6 +598,9 @@ def test_bad_connection_timeouts_name_the_setting(value: str) -> None:
         assert err.key == flag
         assert str(err).startswith(f"command line {flag}: expected a number of seconds > 0")
         assert str(error([], {env: value})).startswith(f"environment {env}: expected a number of seconds > 0")
+        assert str(file_error(f"{key}: {value}\n")).startswith(
+            f"{CONFIG} line 1: {key}: expected a number of seconds > 0"
+        )
     err = file_error("headerReadTimeout: 0\n")
     assert (
         str(err)
