@@ -8,6 +8,9 @@ Routes (more are added by later parts through `Routes.add`):
 - `GET /healthz`: 200 while the process serves (liveness).
 - `GET /readyz`: 200 once the watch caches have synced, 503 (with what is missing) before that.
 
+Every connection is bounded by `hami_control.connections` (header and body read timeouts, idle and TLS
+handshake timeouts, a connection cap); a body by its route's limit, read through `read_body`.
+
 Certificates. `CertificateReloader` polls the certificate and key files (every 2 s by default). Polling
 is used rather than inotify because it sees every way the files get replaced the same way: an in-place
 write, an atomic rename, and the Kubernetes Secret volume's `..data` symlink swap (the file names stay,
