@@ -57,6 +57,14 @@ from hami_api.settings_loader import (
     dataclass_defaults,
 )
 from hami_api.types import CorePolicy, GPUPolicy, NodePolicy
+from hami_control.connections import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_TLS_HANDSHAKE_TIMEOUT_S,
+    ConnectionLimits,
+)
 from hami_kube.config import IN_CLUSTER_ENV
 from hami_kube.election import LeaseSettings
 
@@ -98,6 +106,22 @@ class ServerSettings:
     """Serve plain HTTP (local use only); otherwise both TLS files are required."""
     max_request_body: int = DEFAULT_MAX_REQUEST_BODY
     """Bytes; a larger request body is answered 413."""
+    header_read_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    body_read_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    tls_handshake_timeout_s: float = DEFAULT_TLS_HANDSHAKE_TIMEOUT_S
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    """The connection limits (`hami_control.connections`, where each default is explained)."""
+
+    @property
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            header_timeout_s=self.header_read_timeout_s,
+            body_timeout_s=self.body_read_timeout_s,
+            idle_timeout_s=self.idle_timeout_s,
+            tls_handshake_timeout_s=self.tls_handshake_timeout_s,
+            max_connections=self.max_connections,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +302,8 @@ class ControlConfig:
 
 _GROUPS: dict[str, tuple[type, dict[str, str]]] = {
     "server": (ServerSettings, {n: n for n in (
-        "bind", "tls_cert_file", "tls_key_file", "insecure_http", "max_request_body")}),
+        "bind", "tls_cert_file", "tls_key_file", "insecure_http", "max_request_body", "header_read_timeout_s",
+        "body_read_timeout_s", "idle_timeout_s", "tls_handshake_timeout_s", "max_connections")}),
     "webhook": (WebhookSettings, {n: n for n in (
         "scheduler_name", "force_overwrite_default_scheduler", "core_policy", "runtime_class_name",
         "overwrite_env", "privileged_policy")}),
@@ -484,6 +509,21 @@ _SETTINGS: tuple[Setting, ...] = (
             "debug, info, warning or error", "LEVEL"),
     Setting("max_request_body", "--max-request-body", "HAMI_MAX_REQUEST_BODY", "maxRequestBody", _byte_size,
             "largest request body accepted (bytes or a quantity such as 3Mi)", "SIZE", default_text="3Mi"),
+    Setting("header_read_timeout_s", "--header-read-timeout", "HAMI_HEADER_READ_TIMEOUT", "headerReadTimeout",
+            _seconds, "seconds a connection may take to send a request's line and headers before it is "
+            "closed (Go's ReadHeaderTimeout)", "SECONDS", default_text="15"),
+    Setting("body_read_timeout_s", "--body-read-timeout", "HAMI_BODY_READ_TIMEOUT", "bodyReadTimeout",
+            _seconds, "seconds a request's body may take to arrive after its headers (408 after it)",
+            "SECONDS", default_text="30"),
+    Setting("idle_timeout_s", "--idle-timeout", "HAMI_IDLE_TIMEOUT", "idleTimeout", _seconds,
+            "seconds a kept-alive connection may stay idle between requests (Go's IdleTimeout)", "SECONDS",
+            default_text="90"),
+    Setting("tls_handshake_timeout_s", "--tls-handshake-timeout", "HAMI_TLS_HANDSHAKE_TIMEOUT",
+            "tlsHandshakeTimeout", _seconds, "seconds a new connection may take to finish its TLS handshake",
+            "SECONDS", default_text="10"),
+    Setting("max_connections", "--max-connections", "HAMI_MAX_CONNECTIONS", "maxConnections",
+            _int(1, 1_000_000), "open connections at most; a new one over it evicts the one waiting longest "
+            "for its headers, or is refused when none waits", "N", default_text="1024"),
     Setting("allocate_timeout_s", "--allocate-timeout", "HAMI_ALLOCATE_TIMEOUT", "allocateTimeout", _seconds,
             "seconds a bound pod may wait for the node daemon's Allocate before its node takes the "
             "next pod with the same GPU count", "SECONDS", default_text="30"),

@@ -140,6 +140,7 @@ class ControlPlane:
             config.server.bind.port,
             ssl_context=self.reloader.context if self.reloader is not None else None,
             max_body=max(config.server.max_request_body, EXTENDER_MAX_BODY),
+            limits=config.server.connection_limits,
         )
         try:
             await self.server.start()

@@ -8,6 +8,9 @@ Routes (more are added by later parts through `Routes.add`):
 - `GET /healthz`: 200 while the process serves (liveness).
 - `GET /readyz`: 200 once the watch caches have synced, 503 (with what is missing) before that.
 
+Every connection is bounded by `hami_control.connections` (header and body read timeouts, idle and TLS
+handshake timeouts, a connection cap); a body by its route's limit, read through `read_body`.
+
 Certificates. `CertificateReloader` polls the certificate and key files (every 2 s by default). Polling
 is used rather than inotify because it sees every way the files get replaced the same way: an in-place
 write, an atomic rename, and the Kubernetes Secret volume's `..data` symlink swap (the file names stay,
@@ -34,12 +37,21 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
 from aiohttp import web
 from cryptography import x509
 from cryptography.x509.oid import NameOID
+
+from hami_control.connections import (
+    BODY_DEADLINE_KEY,
+    ConnectionLimits,
+    ConnectionStats,
+    LimitedConnection,
+    LimitedServer,
+    LimitedSite,
+)
 
 log = logging.getLogger(__name__)
 decisions_log = logging.getLogger("hami_control.webhook.decisions")
@@ -48,6 +60,7 @@ Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 DEFAULT_RELOAD_INTERVAL_S = 2.0
+DEFAULT_LIMITS = ConnectionLimits()
 
 
 # --- structured log lines -------------------------------------------------------------------------------
@@ -120,19 +133,53 @@ def json_response(body: object, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
 
 
-async def read_body(request: web.BaseRequest, limit: int) -> bytes | web.Response:
-    """The request body, or a 413 response when it is larger than `limit` bytes (judged from
-    Content-Length before reading when the client sent one)."""
+async def read_body(request: web.BaseRequest, limit: int, *, limit_setting: str = "") -> bytes | web.Response:
+    """The request body, or an error answer that closes the connection: 413 when the body is larger
+    than `limit` bytes (judged from Content-Length before reading when the client sent one, else while
+    reading, so no more than `limit` bytes are ever buffered; `limit_setting` names the setting in the
+    message), 408 when it has not arrived by the request's body deadline (`--body-read-timeout` after the
+    headers, set by `LimitedServer`)."""
+    what = f"{request.method} {request.path}"
     length = request.content_length
     if length is not None and length > limit:
-        return _text(413, f"request body of {length} bytes is over the limit of {limit} bytes")
+        return _closing(413, _too_large(what, f"of {length} bytes", limit, limit_setting))
+    deadline = request.get(BODY_DEADLINE_KEY)
+    chunks: list[bytes] = []
+    size = 0
     try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        return _text(413, f"request body is over the limit of {limit} bytes")
-    if len(body) > limit:
-        return _text(413, f"request body of {len(body)} bytes is over the limit of {limit} bytes")
-    return body
+        async with asyncio.timeout_at(deadline[0] if deadline is not None else None):
+            while chunk := await request.content.read(_READ_CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    return _closing(
+                        413, _too_large(what, f"of more than {limit} bytes", limit, limit_setting)
+                    )
+                chunks.append(chunk)
+    except TimeoutError:
+        if isinstance(request.protocol, LimitedConnection):
+            request.protocol.body_timed_out()
+        seconds = deadline[1] if deadline is not None else 0.0
+        return _closing(
+            408,
+            f"{what}: the request body did not arrive within {seconds:g} s of its headers ({size} bytes "
+            f"received; --body-read-timeout)",
+        )
+    return b"".join(chunks)
+
+
+_READ_CHUNK = 256 * 1024
+
+
+def _too_large(what: str, size: str, limit: int, setting: str) -> str:
+    named = f" ({setting})" if setting else ""
+    return f"{what}: request body {size} is over the limit of {limit} bytes{named}"
+
+
+def _closing(status: int, text: str) -> web.Response:
+    """An error answer after which the connection is closed (the rest of the body is not wanted)."""
+    response = _text(status, text)
+    response.force_close()
+    return response
 
 
 # --- health and readiness ---------------------------------------------------------------------------------
@@ -188,7 +235,7 @@ def webhook_route(
 
     async def webhook(request: web.BaseRequest) -> web.StreamResponse:
         started = time.perf_counter()
-        body = await read_body(request, max_body)
+        body = await read_body(request, max_body, limit_setting="--max-request-body")
         if isinstance(body, web.Response):
             decisions_log.warning(
                 logfmt({"webhook": "rejected", "status": body.status, "reason": body.text or ""})
@@ -472,7 +519,8 @@ class ControlServer:
     """The listening socket and its routes. `await start()`, then `await stop()`.
 
     `ssl_context` None serves plain HTTP (only with `--insecure-http`); otherwise the context is the live
-    one a `CertificateReloader` keeps current."""
+    one a `CertificateReloader` keeps current. `limits` bound slow, idle and surplus connections
+    (`hami_control.connections`); `stats` counts what they did."""
 
     def __init__(
         self,
@@ -482,6 +530,7 @@ class ControlServer:
         *,
         ssl_context: ssl.SSLContext | None,
         max_body: int = DEFAULT_MAX_BODY,
+        limits: ConnectionLimits = DEFAULT_LIMITS,
         shutdown_timeout_s: float = 5.0,
     ) -> None:
         self.routes = routes
@@ -489,25 +538,26 @@ class ControlServer:
         self.port = port
         self.ssl_context = ssl_context
         self.max_body = max_body
+        self.limits = limits
         self.shutdown_timeout_s = shutdown_timeout_s
         self._runner: web.ServerRunner | None = None
+        self._server: LimitedServer | None = None
 
     @property
     def scheme(self) -> str:
         return "http" if self.ssl_context is None else "https"
 
-    def make_server(self) -> web.Server:
-        max_body = self.max_body
+    @property
+    def stats(self) -> ConnectionStats:
+        """Connections open, timed out, evicted and refused since `start()` (zeros before)."""
+        return self._server.guard.stats if self._server is not None else ConnectionStats()
 
-        def make_request(
-            message: Any, payload: Any, protocol: Any, writer: Any, task: Any
-        ) -> web.BaseRequest:
-            # web.Server has no client_max_size option: passed as a keyword it would make aiohttp drop
-            # every handler option (access_log=None included), so the limit is set per request here.
-            loop = asyncio.get_running_loop()
-            return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=max_body)
-
-        return web.Server(self._handle, request_factory=make_request, access_log=None)
+    def make_server(self) -> LimitedServer:
+        # aiohttp's client_max_size bounds request.read(); the routes read through read_body, which
+        # applies each route's own limit while reading.
+        return LimitedServer(
+            self._handle, self.limits, client_max_size=self.max_body, ssl_context=self.ssl_context
+        )
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         try:
@@ -522,22 +572,16 @@ class ControlServer:
 
     async def start(self) -> int:
         """Bind and serve; returns the bound port (useful with port 0)."""
-        runner = web.ServerRunner(self.make_server(), shutdown_timeout=self.shutdown_timeout_s)
+        server = self.make_server()
+        runner = web.ServerRunner(server, shutdown_timeout=self.shutdown_timeout_s)
         await runner.setup()
-        site = web.TCPSite(
-            runner,
-            self.host or None,
-            self.port,
-            ssl_context=self.ssl_context,
-            backlog=1024,
-            reuse_address=True,
-        )
+        site = LimitedSite(runner, self.host or None, self.port)
         try:
             await site.start()
         except BaseException:
             await runner.cleanup()
             raise
-        self._runner = runner
+        self._runner, self._server = runner, server
         self.port = int(runner.addresses[0][1])
         paths = ", ".join(self.routes.paths())
         log.info("serving %s on %s://%s:%d", paths, self.scheme, self.host, self.port)
@@ -556,6 +600,7 @@ __all__ = [
     "CertificateError",
     "CertificateInfo",
     "CertificateReloader",
+    "ConnectionLimits",
     "ControlServer",
     "Handler",
     "ReadinessCheck",

@@ -20,6 +20,14 @@ MAX_SOCKET_PATH = 107
 
 SocketIdentity = tuple[int, int, int]
 
+MAX_RECEIVE_MESSAGE_BYTES = 1024 * 1024
+MAX_CONCURRENT_STREAMS = 32
+SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+    ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
+)
+"""Channel arguments of every server `start_unix_server` makes (see the module docstring)."""
+
 
 class UnixServerError(Exception):
     """The server cannot serve on its socket; the message says why."""
@@ -50,7 +58,8 @@ def start_unix_server(
             f"{MAX_SOCKET_PATH}"
         )
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name_prefix),
+        options=SERVER_OPTIONS,
     )
     add_services(server)
     try:
@@ -78,7 +87,10 @@ def remove_own_socket(socket_path: Path, identity: SocketIdentity | None) -> Non
 
 
 __all__ = [
+    "MAX_CONCURRENT_STREAMS",
+    "MAX_RECEIVE_MESSAGE_BYTES",
     "MAX_SOCKET_PATH",
+    "SERVER_OPTIONS",
     "SocketIdentity",
     "UnixServerError",
     "remove_own_socket",

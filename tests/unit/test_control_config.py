@@ -550,3 +550,76 @@ def test_election_settings_give_hami_kubes_lease_settings() -> None:
         10.0,
         2.0,
     )
+
+
+# --- the HTTPS server's connection limits (issue 16, hardened endpoints) ------------------------------------
+
+_LIMIT_FLAGS = (
+    ("--header-read-timeout", "HAMI_HEADER_READ_TIMEOUT", "headerReadTimeout", "header_read_timeout_s"),
+    ("--body-read-timeout", "HAMI_BODY_READ_TIMEOUT", "bodyReadTimeout", "body_read_timeout_s"),
+    ("--idle-timeout", "HAMI_IDLE_TIMEOUT", "idleTimeout", "idle_timeout_s"),
+    (
+        "--tls-handshake-timeout",
+        "HAMI_TLS_HANDSHAKE_TIMEOUT",
+        "tlsHandshakeTimeout",
+        "tls_handshake_timeout_s",
+    ),
+)
+
+
+def test_connection_limits_default_to_the_go_servers_admins_know() -> None:
+    server = load().server
+    assert (
+        server.header_read_timeout_s,
+        server.body_read_timeout_s,
+        server.idle_timeout_s,
+        server.tls_handshake_timeout_s,
+        server.max_connections,
+    ) == (15.0, 30.0, 90.0, 10.0, 1024)
+    assert server.connection_limits.header_timeout_s == 15.0
+    assert server.connection_limits.max_connections == 1024
+
+
+def test_connection_limits_come_from_flags_environment_and_file() -> None:
+    for flag, env, key, field in _LIMIT_FLAGS:
+        assert getattr(load([flag, "2.5"]).server, field) == 2.5
+        assert getattr(load(env={env: "3"}).server, field) == 3.0
+        assert getattr(load_file(f"{key}: 4\n").server, field) == 4.0
+    assert load(["--max-connections", "64"]).server.max_connections == 64
+    assert load(env={"HAMI_MAX_CONNECTIONS": "128"}).server.max_connections == 128
+    limits = load_file("maxConnections: 256\nheaderReadTimeout: 5\n").server.connection_limits
+    assert (limits.max_connections, limits.header_timeout_s) == (256, 5.0)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "inf"])
+def test_bad_connection_timeouts_name_the_setting(value: str) -> None:
+    for flag, env, key, _ in _LIMIT_FLAGS:
+        err = error([f"{flag}={value}"])
+        assert err.key == flag
+        assert str(err).startswith(f"command line {flag}: expected a number of seconds > 0")
+        assert str(error([], {env: value})).startswith(f"environment {env}: expected a number of seconds > 0")
+        assert str(file_error(f"{key}: {value}\n")).startswith(
+            f"{CONFIG} line 1: {key}: expected a number of seconds > 0"
+        )
+    err = file_error("headerReadTimeout: 0\n")
+    assert (
+        str(err)
+        == f"{CONFIG} line 1: headerReadTimeout: expected a number of seconds > 0, such as 30 or 2.5, got 0"
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "many", "1.5", "2000000"])
+def test_bad_max_connections_names_the_setting(value: str) -> None:
+    err = error(["--max-connections", value])
+    assert err.key == "--max-connections"
+    assert str(err) == f'command line --max-connections: expected an integer from 1 to 1000000, got "{value}"'
+    assert "maxConnections: expected an integer from 1" in str(file_error("maxConnections: 0\n"))
+
+
+def test_connection_limits_in_help() -> None:
+    with pytest.raises(HelpRequested) as info:
+        load(["--help"])
+    flat = " ".join(info.value.text.split())
+    for _, env, _, _ in _LIMIT_FLAGS:
+        assert f"(env {env}; default" in flat
+    assert "(env HAMI_MAX_CONNECTIONS; default 1024)" in flat

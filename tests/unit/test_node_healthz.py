@@ -5,9 +5,13 @@ appears, then 200."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import http.client
+import select
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -154,6 +158,77 @@ def test_ipv6_loopback() -> None:
     server = HealthServer("::1", 0, live=[], ready=[], poll_interval_s=0.05)
     with serving(server):
         assert get(server.port, "/healthz", host="::1") == (200, "ok\n")
+
+
+def _closed_by_peer(sock: socket.socket, wait_s: float) -> bool:
+    readable, _, _ = select.select([sock], [], [], wait_s)
+    if not readable:
+        return False
+    try:
+        return sock.recv(65536) == b""
+    except ConnectionError:
+        return True
+
+
+def test_a_request_sent_a_byte_at_a_time_is_cut_at_the_header_timeout() -> None:
+    """The deadline holds across reads: a byte every 20 ms never lets one read time out, yet the
+    connection is closed once the whole request has taken longer than the header timeout."""
+    server = HealthServer("127.0.0.1", 0, live=[], ready=[], poll_interval_s=0.05, header_timeout_s=0.5)
+    with serving(server), socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        started = time.monotonic()
+        request = b"GET /healthz HTTP/1.0\r\nX-Slow: " + b"a" * 2000 + b"\r\n\r\n"
+        closed = False
+        for byte in request:
+            try:
+                sock.send(bytes([byte]))
+            except ConnectionError:
+                closed = True
+                break
+            if _closed_by_peer(sock, 0.02):  # False on any answer bytes: only EOF or a reset counts
+                closed = True
+                break
+            assert time.monotonic() - started < 10, "the slow request was never cut"
+        assert closed
+        assert time.monotonic() - started >= 0.5
+        # An honest probe is still answered.
+        assert get(server.port, "/healthz") == (200, "ok\n")
+
+
+def test_connections_over_the_cap_evict_the_oldest_still_reading_or_are_refused() -> None:
+    server = HealthServer("127.0.0.1", 0, live=[], ready=[], poll_interval_s=0.05, max_connections=3)
+    with serving(server), contextlib.ExitStack() as stack:
+        slow = [
+            stack.enter_context(socket.create_connection(("127.0.0.1", server.port), timeout=10))
+            for _ in range(3)
+        ]
+        for sock in slow:
+            sock.sendall(b"GET /hea")
+        # A probe over the cap evicts the oldest slow connection and is answered.
+        assert get(server.port, "/healthz") == (200, "ok\n")
+        assert server.evicted == 1
+        assert _closed_by_peer(slow[0], 10.0)
+        wait_for(lambda: server.evicted == 1 and server.refused == 0, what="no more evictions")
+    # Three connections past their request (their answers blocked by a check that waits): a fourth is refused.
+    gate = threading.Event()
+    entered = threading.Semaphore(0)
+
+    def blocked() -> str | None:
+        entered.release()
+        gate.wait(10)
+        return None
+
+    server = HealthServer(
+        "127.0.0.1", 0, live=[Probe("slow", blocked)], ready=[], poll_interval_s=0.05, max_connections=3
+    )
+    with serving(server), concurrent.futures.ThreadPoolExecutor(3) as pool:
+        answers = [pool.submit(get, server.port, "/healthz") for _ in range(3)]
+        for _ in range(3):
+            assert entered.acquire(timeout=10)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as fourth:
+            assert _closed_by_peer(fourth, 10.0)
+        assert server.refused == 1
+        gate.set()
+        assert [a.result(10) for a in answers] == [(200, "ok\n")] * 3
 
 
 # --- wired into the daemon ------------------------------------------------------------------------------
