@@ -48,6 +48,12 @@ LABELS: dict[str, list[str]] = {
     "reason": ["CardInsufficientMemory", "CardInsufficientCore", "NumaNotFit", "CardTypeMismatch"],
     "outcome": ["success", "no_fit", "conflict"],
     "allowed": ["true", "false"],
+    "xid": ["79", "48"],
+    "result": ["success", "failure"],
+    "verb": ["patch", "get"],
+    "code": ["409", "0"],
+    "state": ["decoded", "refused"],
+    "field": ["recent_kernel", "utilization_switch"],
 }
 
 
@@ -95,7 +101,13 @@ def level(unit: str, title: str, legend: str, rng: random.Random) -> float:
         return 16
     if "allocated" in legend:
         return rng.uniform(6, 12)
-    return rng.choice([1, 2, 3]) if "Slices" in title else rng.uniform(10, 60)
+    if "Slices" in title:
+        return rng.choice([1, 2, 3])
+    if "quota" in title:
+        return rng.uniform(10, 60)
+    if "region" in title:
+        return 21 if legend == "decoded" else 0.5
+    return rng.uniform(0.3, 3)  # events per interval: Xids, registrations, unhealthy GPUs
 
 
 def fmt_value(value: float, unit: str) -> str:
@@ -109,7 +121,7 @@ def fmt_value(value: float, unit: str) -> str:
         return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.1f} s"
     if unit in ("reqps", "ops"):
         return f"{value:.1f}/s"
-    return f"{value:.0f}"
+    return f"{value:.3g}"
 
 
 def draw_timeseries(ax: Any, panel: dict[str, Any], unit: str, rng: random.Random) -> None:
