@@ -13,6 +13,10 @@ sample names: a histogram `x` gives `x_bucket`, `x_sum`, `x_count`; a counter `x
 hami-node's from `NODE_METRICS` below: HAMi's vGPU monitor names and hami-node's own `hami_node_*`
 families as hami_node/monitor/exporter.py documents them (replace the list by that registry's families
 once a test can build one cheaply).
+
+Labels too: every label a selector matches on, or an aggregation groups a single metric by, is one that
+metric's series carry (hami-control's from a scrape with every family populated, hami-node's from
+`NODE_LABELS`), so no panel filters or groups on a label that is not there.
 """
 
 from __future__ import annotations
@@ -25,9 +29,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from hami_api.annotations import DEVICES_ALLOCATED
 from hami_control.cache import ClusterCache
+from hami_control.config import ControlConfig
 from hami_control.metrics import ControlMetrics
+from hami_control.pod_store import PodStore
+from hami_control.quota import QuotaLimits, QuotaUsage
+from tests.builders import allocation, allocation_annotations, container, gpu_info, node, pod
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "daemonset" / "components" / "monitoring" / "hami-dashboard.json"
@@ -72,6 +82,29 @@ NODE_METRICS = frozenset(
     }
 )
 """hami-node's /metrics sample names the dashboard may query."""
+
+_HOST = frozenset({"node", "device_index", "device_uuid", "device_type", "zone"})
+_CONTAINER = frozenset({"namespace", "pod", "container", "vdevice_index", "device_uuid", "zone", "node"})
+_HISTOGRAM = frozenset({"node", "result", "le"})
+NODE_LABELS: dict[str, frozenset[str]] = {
+    "hami_host_gpu_memory_used_bytes": _HOST,
+    "hami_host_gpu_utilization_ratio": _HOST,
+    "hami_host_gpu_memory_controller_utilization_ratio": _HOST,  # node from the PodMonitor only
+    **{name: _CONTAINER for name in NODE_METRICS if name.startswith(("hami_vgpu_", "hami_container_"))},
+    "hami_node_gpu_memory_total_bytes": _HOST - {"zone"},
+    "hami_node_gpu_healthy": _HOST - {"zone"},
+    "hami_node_gpu_xid_errors_total": frozenset({"node", "device_uuid", "xid"}),
+    "hami_node_allocate_duration_seconds_bucket": _HISTOGRAM,
+    "hami_node_allocate_duration_seconds_sum": _HISTOGRAM - {"le"},
+    "hami_node_allocate_duration_seconds_count": _HISTOGRAM - {"le"},
+    "hami_node_registrations_total": frozenset({"node", "result"}),
+    "hami_node_list_and_watch_updates_total": frozenset({"node"}),
+    "hami_node_kube_api_errors_total": frozenset({"node", "verb", "code"}),
+    "hami_node_priority_feedback_writes_total": frozenset({"node", "field"}),
+    "hami_node_shared_regions": frozenset({"node", "state"}),
+}
+"""The label names of hami-node's series, the `node` the PodMonitor adds included (every series from a
+hami-node pod gets it; HAMi's per-container families carry none of their own)."""
 
 
 # --- the tokenizer --------------------------------------------------------------------------------------
@@ -229,15 +262,15 @@ def _skip_label_list(toks: list[tuple[str, str]], i: int, expr: str) -> int:
     raise PromQLError(f"unclosed label list in {expr!r}")
 
 
-def _metric_names(expr: str) -> Iterator[str]:
-    toks = tokens(expr)
+def _metric_positions(toks: list[tuple[str, str]], expr: str) -> Iterator[tuple[int, str]]:
+    """(token index, metric name) of every metric the tokens read."""
     depth = 0
     i = 0
     while i < len(toks):
         kind, text = toks[i]
         i += 1
         if kind == "labels":
-            yield from (m[1:-1] for m in _NAME_MATCHER.findall(text))
+            yield from ((i - 1, m[1:-1]) for m in _NAME_MATCHER.findall(text))
         elif kind == "op" and text in "()":
             depth += 1 if text == "(" else -1
             if depth < 0:
@@ -253,14 +286,63 @@ def _metric_names(expr: str) -> Iterator[str]:
             elif text in AGGREGATIONS and i < len(toks) and toks[i][1] in ("by", "without"):
                 continue  # sum by (le) (...)
             else:
-                yield text
+                yield i - 1, text
     if depth:
         raise PromQLError(f"unbalanced '(' in {expr!r}")
 
 
 def metric_names(expr: str) -> set[str]:
     """The metric names a PromQL expression reads."""
-    return set(_metric_names(expr))
+    return {name for _, name in _metric_positions(tokens(expr), expr)}
+
+
+_MATCHER_LABEL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)")
+
+
+def _closing(toks: list[tuple[str, str]], i: int) -> int:
+    """The index of the `)` that closes the `(` at `i`."""
+    depth = 0
+    for j in range(i, len(toks)):
+        depth += {("op", "("): 1, ("op", ")"): -1}.get(toks[j], 0)
+        if depth == 0:
+            return j
+    raise PromQLError("unclosed '('")
+
+
+def label_references(expr: str) -> set[tuple[str, str]]:
+    """(metric, label) pairs an expression relies on: the label names of each selector's matchers, and
+    the `by` labels of an aggregation whose argument reads one metric and aggregates nothing itself
+    (`max by (node) (rate(m{...}[5m]))`); deeper nesting is not followed."""
+    toks = tokens(expr)
+    positions = list(_metric_positions(toks, expr))
+    refs: set[tuple[str, str]] = set()
+    for i, name in positions:
+        if toks[i][0] == "labels":  # {__name__="m", ...}
+            block = toks[i][1]
+        elif i + 1 < len(toks) and toks[i + 1][0] == "labels":
+            block = toks[i + 1][1]
+        else:
+            continue
+        labels = set(_MATCHER_LABEL.findall(re.sub(_STRING, '""', block[1:-1]))) - {"__name__"}
+        refs |= {(name, label) for label in labels}
+    for i, (kind, text) in enumerate(toks):
+        if not (
+            kind == "ident" and text in AGGREGATIONS and toks[i + 1 : i + 3] == [("ident", "by"), ("op", "(")]
+        ):
+            continue
+        end = _closing(toks, i + 2)
+        by = {t for k, t in toks[i + 3 : end] if k == "ident"}
+        if toks[end + 1 : end + 2] != [("op", "(")]:
+            continue
+        inner = range(end + 1, _closing(toks, end + 1))
+        names = {name for j, name in positions if j in inner}
+        nested = any(
+            toks[j][0] == "ident" and toks[j][1] in AGGREGATIONS | LABEL_LIST_KEYWORDS for j in inner
+        )
+        if len(names) == 1 and not nested:
+            (metric,) = names
+            refs |= {(metric, label) for label in by}
+    return refs
 
 
 # --- the dashboard --------------------------------------------------------------------------------------
@@ -318,6 +400,41 @@ def exported() -> frozenset[str]:
     return control_metrics() | NODE_METRICS
 
 
+class _Quotas:
+    """A QuotaSource with one namespace limited in memory and cores."""
+
+    def namespaces(self) -> list[str]:
+        return ["team"]
+
+    def limits(self, namespace: str) -> QuotaLimits:
+        return QuotaLimits(memory=8192, cores=100)
+
+    def used(self, namespace: str) -> QuotaUsage:
+        return QuotaUsage(4096, 50)
+
+
+@cache
+def control_labels() -> dict[str, frozenset[str]]:
+    """Sample name -> label names, from a scrape of hami-control's metrics with every family populated:
+    a node with a GPU, a pod holding a slice of it, a quota, and one observation of each instrument."""
+    gpus = ClusterCache()
+    pods = PodStore(ControlConfig(), gpus)
+    gpus.node_upserted(node("n1", [gpu_info(0, id="GPU-0", count=4)]))
+    held = allocation([("GPU-0", 1000, 10)])
+    annotations = allocation_annotations("n1", held, bind_phase=None, keys=(DEVICES_ALLOCATED,))
+    pods.apply("ADDED", pod("p", container("c0"), uid="u1", phase="Running", annotations=annotations))
+    metrics = ControlMetrics(gpus, _Quotas())
+    metrics.observe_filter(0.001, {"CardInsufficientMemory": 1})
+    metrics.observe_prioritize(0.001)
+    metrics.observe_bind(0.001, "success")
+    metrics.observe_webhook(0.001, allowed=True)
+    out: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(metrics.render()[0].decode()):
+        for sample in family.samples:
+            out.setdefault(sample.name, set()).update(sample.labels)
+    return {name: frozenset(labels) for name, labels in out.items()}
+
+
 # --- the tokenizer's own tests ----------------------------------------------------------------------------
 
 TOKENIZER_CASES = [
@@ -358,6 +475,26 @@ def test_tokenizer_finds_the_metric_names_of_an_expression(expr: str, names: set
 def test_tokenizer_refuses_what_it_does_not_understand(expr: str, error: str) -> None:
     with pytest.raises(PromQLError, match=error):
         metric_names(expr)
+
+
+LABEL_CASES = [
+    ('m{node=~"$node", zone!="x", __name__="m"}', {("m", "node"), ("m", "zone")}),
+    ('{__name__="m", a="}"}', {("m", "a")}),
+    (
+        "histogram_quantile(0.9, sum by (le) (rate(h_bucket{node=~'x'}[5m])))",
+        {("h_bucket", "le"), ("h_bucket", "node")},
+    ),
+    ("sum by (node) (max by (node, uuid) (m))", {("m", "node"), ("m", "uuid")}),  # the outer: not followed
+    ("sum by (node) (a / b)", set()),  # two metrics: not followed
+    ("a{x='1'} / on (y) b{z='2'}", {("a", "x"), ("b", "z")}),
+]
+
+
+@pytest.mark.parametrize(("expr", "refs"), LABEL_CASES, ids=[c[0][:40] for c in LABEL_CASES])
+def test_label_references_are_the_matchers_and_direct_by_labels(
+    expr: str, refs: set[tuple[str, str]]
+) -> None:
+    assert label_references(expr) == refs
 
 
 def test_control_registry_lists_histograms_counters_and_hamis_gauges() -> None:
@@ -404,6 +541,23 @@ def test_every_metric_a_panel_queries_is_exported() -> None:
         "hami_node_allocate_duration_seconds_bucket",
     ):
         assert family in queried, family
+
+
+def test_every_label_a_query_filters_or_groups_by_is_on_its_metric() -> None:
+    """A matcher or `by` label the series do not carry would filter everything out, or group it all into
+    one series, without an error in Grafana. Target labels other than hami-node's `node` (namespace and
+    pod of the scraped pod, job, instance) do not count: they say nothing about GPUs or workloads."""
+    labels = {**control_labels(), **NODE_LABELS}
+    assert set(labels) >= {name for _, expr in panel_queries() for name in metric_names(expr)}
+    missing = sorted(
+        (title, name, label)
+        for title, expr in panel_queries()
+        for name, label in label_references(expr)
+        if label not in labels[name]
+    )
+    assert missing == []
+    # Every family hami-control exports was populated, so its label names are all there.
+    assert set(control_labels()) >= {n for n in control_metrics() if not n.endswith(("_sum", "_count"))}
 
 
 def test_every_variable_queries_an_exported_metric() -> None:
