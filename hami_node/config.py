@@ -257,8 +257,17 @@ class NodeConfig:
     health_checks: HealthChecks = HealthChecks()
     log_level: LogLevel = LogLevel.INFO
     health_bind: HealthBind | None = None
-    """Address of the HTTP health endpoint (GET /healthz, /readyz); None = not served. Off by default so
-    several daemons can share a machine (hami-sim); the DaemonSet sets it."""
+    """Address of the HTTP health endpoint (GET /healthz, /readyz) and the metrics (GET /metrics); None =
+    not served. Off by default so several daemons can share a machine (hami-sim); the DaemonSet sets it."""
+    legacy_metrics: bool = True
+    """Also export HAMi's legacy metric names (HostGPUMemoryUsage, vGPU_device_memory_usage_in_bytes, ...)
+    beside its current ones, as HAMi's vGPU monitor does with --legacy-metrics (off there by default)."""
+    priority_feedback: bool = True
+    """Run HAMi's priority feedback on the containers' shared regions every 5 s, as HAMi's vGPU monitor
+    does (`hami_node.monitor.feedback`)."""
+    fake_container_usage: bool = True
+    """With the fake backend: simulate HAMi-core in the containers Allocate answered for (region files
+    with moving usage, `hami_node.monitor.simulate`), so the metrics show live values."""
     mode: DaemonMode = DaemonMode.DEVICE_PLUGIN
     """Device plugin or DRA (`hami_node.dra`); one per node."""
     kubelet_registry_dir: Path = Path(DEFAULT_KUBELET_REGISTRY_DIR)
@@ -573,8 +582,17 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("log_level", "--log-level", "HAMI_LOG_LEVEL", "logLevel", _enum(LogLevel),
             "the daemon's log level: debug, info, warning or error", "LEVEL"),
     Setting("health_bind", "--health-bind", "HAMI_HEALTH_BIND", "healthBind", _health_bind,
-            "address of the HTTP health endpoint (GET /healthz, /readyz); \"\" = none", "HOST:PORT",
+            "address of the HTTP health endpoint (GET /healthz, /readyz, /metrics); \"\" = none", "HOST:PORT",
             default_text="none; the DaemonSet uses 0.0.0.0:9396"),
+    Setting("legacy_metrics", "--legacy-metrics", "HAMI_LEGACY_METRICS", "legacyMetrics", _bool,
+            "also export HAMi's legacy metric names (HostGPUMemoryUsage, vGPU_device_memory_usage_in_bytes, "
+            "...) at /metrics", "BOOL"),
+    Setting("priority_feedback", "--priority-feedback", "HAMI_PRIORITY_FEEDBACK", "priorityFeedback", _bool,
+            "switch low-priority containers' core limits while a higher-priority one runs on the GPU "
+            "(HAMi's vGPU monitor feedback, through HAMi-core's shared regions)", "BOOL"),
+    Setting("fake_container_usage", "--fake-container-usage", "HAMI_FAKE_CONTAINER_USAGE",
+            "fakeContainerUsage", _bool,
+            "fake backend: write simulated HAMi-core usage for allocated containers", "BOOL"),
     Setting("mode", "--mode", "HAMI_MODE", "mode", _mode,
             "how kubelet gets the GPUs: device-plugin or dra (one mode per node)", "MODE",
             override_key="mode"),

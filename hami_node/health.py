@@ -73,7 +73,10 @@ class HealthMonitor:
         relist_interval_s: float = 30.0,
         backoff_initial_s: float = 1.0,
         backoff_max_s: float = 30.0,
+        on_xid: Callable[[str, int], None] | None = None,
     ) -> None:
+        """`on_xid(uuid, code)` hears of every Xid event, acted on or not (an event for all GPUs once
+        per GPU): the metrics count them."""
         if backoff_initial_s <= 0 or backoff_max_s < backoff_initial_s:
             raise ValueError(
                 f"backoff must satisfy 0 < initial <= max, got initial={backoff_initial_s}, "
@@ -88,6 +91,7 @@ class HealthMonitor:
         self._relist_interval_s = relist_interval_s
         self._backoff_initial_s = backoff_initial_s
         self._backoff_max_s = backoff_max_s
+        self._on_xid = on_xid
         self._connected = False
         self._backoff_s = backoff_initial_s
         self._retry_at = -math.inf
@@ -241,6 +245,9 @@ class HealthMonitor:
     # --- events, re-listing, recovery ----------------------------------------------------------------
 
     def _handle(self, event: GPUEvent, now: float) -> None:
+        if event.kind is GPUEventKind.XID and event.xid is not None and self._on_xid is not None:
+            for uuid in [event.uuid] if event.uuid else [g.uuid for g in self._state.gpus()]:
+                self._on_xid(uuid, event.xid)
         if event.kind is GPUEventKind.XID:
             if event.xid is None or not self._config.health_checks.acts_on(event.xid):
                 log.info("%s: ignored (application error or health checks off for it)", event)

@@ -7,6 +7,8 @@
 - `GET /readyz` (readiness): 200 once every readiness check passes (registered with kubelet, and the GPU
   inventory annotation written on the Node at least once); otherwise 503 with one line per check that
   fails, saying what is missing. `HEAD` answers the same without a body.
+- Pages (`pages`): `GET /metrics` answers the node's Prometheus metrics (`hami_node.monitor.exporter`)
+  on the same port; a page that raises answers 500 with the exception.
 - Anything else: 404 (unknown path) or 501 (other methods, from `http.server`).
 
 A check is a function returning None when it passes, or the reason it does not; a check that raises
@@ -20,7 +22,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 
 Check = Callable[[], str | None]
 """None when the check passes, otherwise why it does not (e.g. "not registered with kubelet")."""
+Page = Callable[[], tuple[str, bytes]]
+"""A page's (content type, body), built per request."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,7 @@ def evaluate(probes: Sequence[Probe]) -> tuple[HTTPStatus, str]:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     routes: dict[str, Sequence[Probe]]
+    pages: Mapping[str, Page]
 
 
 class _IPv6Server(_Server):
@@ -77,13 +82,24 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, with_body: bool) -> None:
         path = self.path.split("?", 1)[0]
         probes = self.server.routes.get(path)
-        if probes is None:
-            status, text = HTTPStatus.NOT_FOUND, f"no such path {path!r}; try /healthz or /readyz\n"
+        page = self.server.pages.get(path)
+        content_type = "text/plain; charset=utf-8"
+        if page is not None:
+            try:
+                content_type, body = page()
+                status = HTTPStatus.OK
+            except Exception as err:
+                log.exception("page %s failed", path)
+                status, body = HTTPStatus.INTERNAL_SERVER_ERROR, f"{path}: {err!r}\n".encode()
+                content_type = "text/plain; charset=utf-8"
+        elif probes is None:
+            known = " or ".join([*self.server.routes, *self.server.pages])
+            status, body = HTTPStatus.NOT_FOUND, f"no such path {path!r}; try {known}\n".encode()
         else:
             status, text = evaluate(probes)
-        body = text.encode()
+            body = text.encode()
         self.send_response(status)
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
@@ -112,9 +128,11 @@ class HealthServer:
         live: Sequence[Probe],
         ready: Sequence[Probe],
         *,
+        pages: Mapping[str, Page] | None = None,
         poll_interval_s: float = 0.5,
     ) -> None:
         self._address = (host, port)
+        self._pages = dict(pages or {})
         self._poll_interval_s = poll_interval_s
         self._routes: dict[str, Sequence[Probe]] = {"/healthz": tuple(live), "/readyz": tuple(ready)}
         self._server: _Server | None = None
@@ -138,6 +156,7 @@ class HealthServer:
                 f"health endpoint --health-bind {shown}: cannot listen: {err.strerror or err}"
             ) from None
         server.routes = self._routes
+        server.pages = self._pages
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever,
@@ -146,7 +165,8 @@ class HealthServer:
             daemon=True,
         )
         self._thread.start()
-        log.info("health endpoint on %s:%d (/healthz, /readyz)", host or "*", self.port)
+        paths = ", ".join([*self._routes, *self._pages])
+        log.info("health endpoint on %s:%d (%s)", host or "*", self.port, paths)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop serving and close the socket. Idempotent."""
@@ -160,4 +180,4 @@ class HealthServer:
             thread.join(timeout_s)
 
 
-__all__ = ["Check", "HealthServer", "HealthServerError", "Probe", "evaluate"]
+__all__ = ["Check", "HealthServer", "HealthServerError", "Page", "Probe", "evaluate"]

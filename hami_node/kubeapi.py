@@ -15,9 +15,9 @@ of the node's pods, bounded by `--allocate-wait-seconds`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 from urllib.parse import quote
 
 from hami_kube.backoff import DEFAULT_RETRY, RetryPolicy
@@ -75,12 +75,25 @@ def _name(name: str) -> str:
     return quote(name, safe="")
 
 
+_T = TypeVar("_T")
+
+
 class NodeApi:
     """The few calls the node daemon makes, each returning plain Kubernetes JSON or raising
-    `KubeApiError`. Thread-safe (every call goes through the bridge's loop)."""
+    `KubeApiError`. Thread-safe (every call goes through the bridge's loop). `on_error(verb, status)`
+    hears of each call that failed (the metrics count them; the reflectors' errors are theirs)."""
 
     def __init__(self, bridge: BlockingKubeApi) -> None:
         self.bridge = bridge
+        self.on_error: Callable[[str, int], None] | None = None
+
+    def _call(self, verb: str, call: Callable[[], _T]) -> _T:
+        try:
+            return call()
+        except KubeApiError as err:
+            if self.on_error is not None:
+                self.on_error(verb, err.status)
+            raise
 
     @classmethod
     def connect(
@@ -115,7 +128,7 @@ class NodeApi:
         return self.bridge.event_recorder(event_source(node_name))
 
     def get_node(self, name: str) -> JSONDict:
-        return self.bridge.get(f"/api/v1/nodes/{_name(name)}")
+        return self._call("get", lambda: self.bridge.get(f"/api/v1/nodes/{_name(name)}"))
 
     def patch_node_annotations(
         self, name: str, annotations: Mapping[str, str | None], resource_version: str | None = None
@@ -125,39 +138,49 @@ class NodeApi:
         meta: JSONDict = {"annotations": dict(annotations)}
         if resource_version:
             meta["resourceVersion"] = resource_version
-        return self.bridge.patch(f"/api/v1/nodes/{_name(name)}", {"metadata": meta})
+        return self._call(
+            "patch", lambda: self.bridge.patch(f"/api/v1/nodes/{_name(name)}", {"metadata": meta})
+        )
 
     def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]
     ) -> JSONDict:
         """Merge-patch a pod's annotations (None deletes a key)."""
-        return self.bridge.patch(
-            f"/api/v1/namespaces/{_name(namespace)}/pods/{_name(name)}",
-            {"metadata": {"annotations": dict(annotations)}},
-        )
+        path = f"/api/v1/namespaces/{_name(namespace)}/pods/{_name(name)}"
+        body = {"metadata": {"annotations": dict(annotations)}}
+        return self._call("patch", lambda: self.bridge.patch(path, body))
 
     def get_pod(self, namespace: str, name: str) -> JSONDict:
-        return self.bridge.get(f"/api/v1/namespaces/{_name(namespace)}/pods/{_name(name)}")
+        return self._call(
+            "get", lambda: self.bridge.get(f"/api/v1/namespaces/{_name(namespace)}/pods/{_name(name)}")
+        )
 
     # --- DRA ----------------------------------------------------------------------------------------
 
     def get_resource_claim(self, namespace: str, name: str) -> JSONDict:
-        return self.bridge.get(f"{RESOURCE_API}/namespaces/{_name(namespace)}/resourceclaims/{_name(name)}")
+        path = f"{RESOURCE_API}/namespaces/{_name(namespace)}/resourceclaims/{_name(name)}"
+        return self._call("get", lambda: self.bridge.get(path))
 
     def list_resource_slices(self, field_selector: str) -> list[JSONDict]:
         """The ResourceSlices matching `field_selector` (`slice_selector`)."""
-        body = self.bridge.get(f"{RESOURCE_API}/resourceslices", {"fieldSelector": field_selector})
+        body = self._call(
+            "list",
+            lambda: self.bridge.get(f"{RESOURCE_API}/resourceslices", {"fieldSelector": field_selector}),
+        )
         items = body.get("items")
         if not isinstance(items, list):
             raise KubeApiError(0, "BadResponse", "resource slice list without items")
         return [item for item in items if isinstance(item, dict)]
 
     def create_resource_slice(self, body: JSONDict) -> JSONDict:
-        return self.bridge.request("POST", f"{RESOURCE_API}/resourceslices", body)
+        return self._call(
+            "create", lambda: self.bridge.request("POST", f"{RESOURCE_API}/resourceslices", body)
+        )
 
     def update_resource_slice(self, name: str, body: JSONDict) -> JSONDict:
         """PUT the slice (its metadata.resourceVersion must be the stored one: 409 Conflict otherwise)."""
-        return self.bridge.request("PUT", f"{RESOURCE_API}/resourceslices/{_name(name)}", body)
+        path = f"{RESOURCE_API}/resourceslices/{_name(name)}"
+        return self._call("update", lambda: self.bridge.request("PUT", path, body))
 
     def delete_resource_slice(self, name: str, uid: str = "", resource_version: str = "") -> None:
         """DELETE the slice, only if it still has this UID and version when given (preconditions, as the
@@ -166,16 +189,24 @@ class NodeApi:
         body: JSONDict = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if preconditions:
             body["preconditions"] = preconditions
-        try:
-            self.bridge.request("DELETE", f"{RESOURCE_API}/resourceslices/{_name(name)}", body)
-        except KubeApiError as err:
-            if not err.not_found:
-                raise
+        path = f"{RESOURCE_API}/resourceslices/{_name(name)}"
+
+        def delete() -> None:
+            try:
+                self.bridge.request("DELETE", path, body)
+            except KubeApiError as err:
+                if not err.not_found:
+                    raise
+
+        self._call("delete", delete)
 
     def list_pods(self, field_selector: str, timeout_s: float | None = None) -> tuple[list[JSONDict], str]:
         """Pods of all namespaces matching `field_selector`, and the list's resourceVersion (`timeout_s`
         bounds the call instead of the client's request timeout)."""
-        body = self.bridge.get("/api/v1/pods", {"fieldSelector": field_selector}, timeout_s=timeout_s)
+        body = self._call(
+            "list",
+            lambda: self.bridge.get("/api/v1/pods", {"fieldSelector": field_selector}, timeout_s=timeout_s),
+        )
         items = body.get("items")
         version = (body.get("metadata") or {}).get("resourceVersion") or ""
         if not isinstance(items, list) or not version:

@@ -2,7 +2,10 @@
 loop, the Kubernetes side (pod watch, bind-phase writer, inventory reporter) and the kubelet plugin
 together, and run until SIGTERM/SIGINT (SIGHUP restarts the plugin and re-registers). With
 `--health-bind`, an HTTP endpoint answers kubelet's probes (`hami_node.healthz`): /healthz while the
-plugin's gRPC server serves, /readyz once it is registered with kubelet and the Node carries the inventory.
+plugin's gRPC server serves, /readyz once it is registered with kubelet and the Node carries the inventory;
+/metrics on the same port serves the node's metrics (`hami_node.monitor.exporter`: per GPU, per container
+from HAMi-core's shared regions, the daemon's health). The container monitor (`hami_node.monitor.loop`)
+runs HAMi's priority feedback on the shared regions and, with fake GPUs, the simulated containers.
 
 With `--mode dra` (`hami_node.dra`) the same backend, device state and health loop feed the DRA side
 instead: the claim preparer, the ResourceSlice publisher (with the watch of the node's slices) and the
@@ -31,21 +34,26 @@ from hami_kube.client import component_user_agent
 from hami_kube.errors import KubeConfigError
 from hami_kube.events import EventSource
 from hami_node import kubeapi
+from hami_node.allocation import vgpu_dir
 from hami_node.cdi import CdiError, cdi_spec_writer, common_device_nodes
 from hami_node.config import ConfigError, HelpRequested, NodeConfig, load_config
 from hami_node.devices import DeviceState, InventoryPublisher
 from hami_node.dra.prepare import ClaimPreparer
 from hami_node.dra.publisher import SlicePublisher
 from hami_node.dra.server import DraPluginServers, DraServerError
-from hami_node.gpu import BackendConfigError, GPUBackend, open_backend
+from hami_node.gpu import BackendConfigError, GPUBackend, GPUBackendKind, open_backend
 from hami_node.gpu.inventory import InventoryError
 from hami_node.gpu.select import device_node_exists
 from hami_node.gpu.topology import read_pair_scores
 from hami_node.health import HealthMonitor
-from hami_node.healthz import HealthServer, HealthServerError, Probe
+from hami_node.healthz import HealthServer, HealthServerError, Page, Probe
+from hami_node.monitor.exporter import ContainerCollector, GPUCollector, NodeMetrics
+from hami_node.monitor.loop import ContainerMonitor
+from hami_node.monitor.regions import RegionScanner, containers_dir
+from hami_node.monitor.simulate import DEFAULT_PRIORITY, ContainerSimulator, SimulatedDevice
 from hami_node.plugin.manager import PluginManager, Restartable, install_signal_handlers
 from hami_node.pods import PodTracker
-from hami_node.ports import ObserverFactory
+from hami_node.ports import AllocatedContainer, ObserverFactory
 from hami_node.reporter import EVENT_SOURCE as REPORTER_EVENT_SOURCE
 from hami_node.reporter import NodeReporter
 
@@ -66,7 +74,8 @@ class NodeDaemon:
     plugin's `DraPluginServers`."""
     stops: list[tuple[str, Callable[[], object]]] = field(default_factory=list)
     health_endpoint: HealthServer | None = None
-    """The /healthz and /readyz server, when `config.health_bind` is set."""
+    """The /healthz, /readyz and /metrics server, when `config.health_bind` is set."""
+    metrics: NodeMetrics | None = None
 
     def stop(self) -> None:
         for name, stop in reversed(self.stops):
@@ -102,17 +111,26 @@ def start_daemon(config: NodeConfig, *, observer_factory: ObserverFactory | None
         raise StartupError(str(exc)) from None
     try:  # until the steps own it, the client's loop thread is closed here on any error
         state = DeviceState(config)
+        simulator = _simulator(config)
+        metrics = NodeMetrics(config.node_name, on_container=None if simulator is None else simulator[1])
+        kube.on_error = metrics.api_error
+        metrics.add_collector(
+            GPUCollector(config.node_name, state.gpus, backend.usage, legacy=config.legacy_metrics)
+        )
         parts = _Common(
             config,
             kube,
             backend,
             state,
             kube.event_recorder(config.node_name),
-            HealthMonitor(backend, state, config),
+            HealthMonitor(backend, state, config, on_xid=metrics.xid),
             device_node_exists(config.gpu_backend),
             observer_factory,
+            metrics,
+            None if simulator is None else simulator[0],
         )
         daemon, steps = _dra_steps(parts) if config.dra else _device_plugin_steps(parts)
+        daemon.metrics = metrics
         if (endpoint := daemon.health_endpoint) is not None:
             # Early, so a port in use fails start-up before the other threads run; it answers 503 until ready.
             steps.insert(1, ("health endpoint", endpoint.start, endpoint.stop))
@@ -150,6 +168,23 @@ class _Common:
     health: HealthMonitor
     exists: Callable[[str], bool]
     observer_factory: ObserverFactory | None
+    metrics: NodeMetrics
+    simulator: ContainerSimulator | None
+
+
+def _simulator(config: NodeConfig) -> tuple[ContainerSimulator, Callable[[AllocatedContainer], None]] | None:
+    """The fake backend's simulated containers (`hami_node.monitor.simulate`) and the Allocate hook that
+    starts one; none with `--fake-container-usage=false`, in DRA mode or with NVML."""
+    if config.gpu_backend is not GPUBackendKind.FAKE or not config.fake_container_usage or config.dra:
+        return None
+    simulator = ContainerSimulator()
+
+    def started(container: AllocatedContainer) -> None:
+        devices = [SimulatedDevice(u, mib * 1024 * 1024, cores) for u, mib, cores in container.devices]
+        priority = DEFAULT_PRIORITY if container.priority is None else container.priority
+        simulator.add(container.pod_uid, Path(container.cache_file), devices, priority)
+
+    return simulator, started
 
 
 def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
@@ -172,13 +207,28 @@ def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
         events=events.with_source(EventSource(REPORTER_EVENT_SOURCE)),
     )
     publisher = InventoryPublisher(state, reporter)
+    metrics = parts.metrics
     if observer_factory is None:
-        plugin = PluginManager(config, state, tracker)
+        plugin = PluginManager(config, state, tracker, observer=metrics)
     else:
-        plugin = PluginManager(config, state, tracker, observer_factory=observer_factory)
+        plugin = PluginManager(config, state, tracker, observer_factory=observer_factory, observer=metrics)
     daemon = NodeDaemon(config, plugin)
     if config.health_bind is not None:
-        daemon.health_endpoint = _health_endpoint(config, plugin, reporter)
+        daemon.health_endpoint = _health_endpoint(config, plugin, reporter, {"/metrics": metrics.render})
+    scanner = RegionScanner(containers_dir(vgpu_dir(config)))
+    metrics.add_collector(
+        ContainerCollector(scanner.scan, tracker, legacy=config.legacy_metrics, refused=scanner.refused)
+    )
+    # Only the fake backend takes the simulated containers' per-GPU sums.
+    set_usage: Callable[[dict[str, tuple[int, int]]], None] | None = getattr(parts.backend, "set_usage", None)
+    monitor = ContainerMonitor(
+        scanner,
+        feedback=config.priority_feedback,
+        simulator=parts.simulator,
+        live=lambda uid: tracker.pod_name(uid) is not None,
+        set_usage=set_usage,
+        written=metrics.feedback_written,
+    )
 
     def stop_tracker() -> None:
         tracker.flush(2.0)  # let the last bind-phase patches out
@@ -194,6 +244,8 @@ def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
         ("inventory publisher", publisher.start, publisher.stop),
         ("kubelet plugin", plugin.start, plugin.stop),
     ]
+    if monitor.active:
+        steps.insert(-1, ("container monitor", monitor.start, monitor.stop))
     cdi = cdi_spec_writer(state, config.cdi_spec_dir, parts.exists, enabled=config.uses_cdi)
     if cdi is not None:  # the spec is written before the plugin hands out a CDI name
         steps.insert(-1, ("CDI spec writer", cdi.start, cdi.stop))
@@ -226,7 +278,8 @@ def _dra_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
         servers = DraPluginServers(config, state, preparer, observer_factory=observer_factory)
     daemon = NodeDaemon(config, servers)
     if config.health_bind is not None:
-        daemon.health_endpoint = _dra_health_endpoint(config, servers, publisher)
+        pages: dict[str, Page] = {"/metrics": parts.metrics.render}
+        daemon.health_endpoint = _dra_health_endpoint(config, servers, publisher, pages)
     steps: list[Step] = [
         ("kubernetes client", lambda: None, kube.close),
         ("health monitor", parts.health.start, parts.health.stop),
@@ -238,7 +291,9 @@ def _dra_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
     return daemon, steps
 
 
-def _health_endpoint(config: NodeConfig, plugin: PluginManager, reporter: NodeReporter) -> HealthServer:
+def _health_endpoint(
+    config: NodeConfig, plugin: PluginManager, reporter: NodeReporter, pages: dict[str, Page]
+) -> HealthServer:
     """/healthz: the plugin's gRPC server serves. /readyz: registered with kubelet (so serving too), and
     the Node's inventory annotation checked or written at least once (a later change still on its way
     does not make the daemon unready)."""
@@ -261,11 +316,12 @@ def _health_endpoint(config: NodeConfig, plugin: PluginManager, reporter: NodeRe
         config.health_bind.port,
         live=[Probe("device plugin", serving)],
         ready=[Probe("kubelet", registered), Probe("inventory", published)],
+        pages=pages,
     )
 
 
 def _dra_health_endpoint(
-    config: NodeConfig, servers: DraPluginServers, publisher: SlicePublisher
+    config: NodeConfig, servers: DraPluginServers, publisher: SlicePublisher, pages: dict[str, Page]
 ) -> HealthServer:
     """/healthz: both DRA sockets serve. /readyz: kubelet registered the plugin and the node's
     ResourceSlice says what the GPUs say (at least once)."""
@@ -287,6 +343,7 @@ def _dra_health_endpoint(
         config.health_bind.port,
         live=[Probe("DRA plugin", serving)],
         ready=[Probe("kubelet", registered), Probe("ResourceSlice", published)],
+        pages=pages,
     )
 
 

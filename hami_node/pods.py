@@ -24,6 +24,7 @@ its pod than planned, see `allocation.grant_container`), then releases HAMi's no
 patch guarded by the Node's resourceVersion, so a lock taken meanwhile by another pod is never removed.
 Events (a container moved to another GPU of its pod, a refused mismatch) go to the daemon's event
 recorder (`hami_kube.events`, on the client's loop), which writes them on its own.
+Model: this side of the bind/Allocate protocol is modelled in `hami_control/protocol_model.py`.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from hami_node.allocation import (
     match_pending_pod,
     same_slices,
 )
+from hami_node.ports import PodName
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,16 @@ class Rejected:
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
+
+
+def _pod_name(obj: Mapping[str, Any]) -> PodName:
+    meta = _meta(obj)
+    spec = obj.get("spec")
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    names = tuple(
+        str(c["name"]) for c in containers or () if isinstance(c, Mapping) and isinstance(c.get("name"), str)
+    )
+    return PodName(str(meta.get("namespace") or ""), str(meta.get("name") or ""), names)
 
 
 def pod_key(obj: Mapping[str, Any]) -> str:
@@ -168,6 +180,27 @@ def not_waiting_reason(obj: Mapping[str, Any], node: str) -> str | None:
     if verdict is None:
         return "its GPUs are all allocated"
     return None
+
+
+def lost_success(obj: Mapping[str, Any], node: str) -> bool:
+    """Whether a pod on `node` runs (phase Running, not being deleted) but still says
+    `hami.io/bind-phase=allocating`: kubelet runs a pod only when every Allocate of its containers
+    succeeded (it rejects the pod otherwise), so its success patch was lost, by a restart of this
+    daemon between the answer and the patch (`hami_control/protocol_model.py`, "restart daemon")."""
+    meta = _meta(obj)
+    spec = obj.get("spec")
+    status = obj.get("status")
+    annotations = meta.get("annotations")
+    return (
+        isinstance(spec, Mapping)
+        and spec.get("nodeName") == node
+        and not meta.get("deletionTimestamp")
+        and isinstance(status, Mapping)
+        and status.get("phase") == "Running"
+        and isinstance(annotations, Mapping)
+        and annotations.get(ann.BIND_PHASE) == BindPhase.ALLOCATING
+        and annotations.get(ann.VGPU_NODE) == node
+    )
 
 
 def foreign_gpu_counts(obj: Mapping[str, Any], node: str, resource: str) -> frozenset[int] | None:
@@ -277,6 +310,8 @@ class PodTracker:
         """UIDs of the last pods this daemon finished (bind-phase success or failed). A pod's outcome is
         final for its UID: a copy that still shows it allocating (the watch has not shown our patch yet,
         or a read of the node's pods raced it) never makes it wait again."""
+        self._names: dict[str, PodName] = {}
+        """uid -> namespace, name and containers of every pod the watch shows on this node."""
         self._writes: collections.deque[_Write] = collections.deque()
         self._writing = False
         self._stopping = False
@@ -332,11 +367,13 @@ class PodTracker:
         with self._cond:
             old = self._pending
             self._pending = {}
+            self._names = {}
             present: set[str] = set()
             for obj in pods:
                 uid = _meta(obj).get("uid")
                 if isinstance(uid, str):
                     present.add(uid)
+                    self._names[uid] = _pod_name(obj)
                 self._observe(obj, old.get(pod_key(obj)))
             for uid in [u for u in self._rejected if u not in present]:
                 del self._rejected[uid]
@@ -354,6 +391,7 @@ class PodTracker:
                 if entry is not None and (not uid or entry.pod.uid == uid):
                     del self._pending[key]
                 if isinstance(uid, str):
+                    self._names.pop(uid, None)
                     self._rejected.pop(uid, None)
                     self._foreign.pop(uid, None)
                     self._arrival.pop(uid, None)
@@ -361,6 +399,9 @@ class PodTracker:
                     while len(self._deleted) > _DELETED_KEPT:
                         self._deleted.popitem(last=False)
             else:
+                uid = _meta(pod).get("uid")
+                if isinstance(uid, str) and uid:
+                    self._names[uid] = _pod_name(pod)
                 self._observe(pod, self._pending.pop(pod_key(pod), None))
             self._cond.notify_all()
 
@@ -374,6 +415,9 @@ class PodTracker:
         elif uid not in self._consumed:
             self._foreign[uid] = (key, counts)
             self._arrive(uid)
+        if uid and uid not in self._finished and lost_success(obj, self.node_name):
+            self._recover_success(obj, uid)
+            return
         verdict = waiting_pod(obj, self.node_name)
         if not isinstance(verdict, PendingPod) and uid not in self._foreign:
             self._arrival.pop(uid, None)
@@ -398,10 +442,39 @@ class PodTracker:
         self._pending[key] = _Entry(pod, obj)
         self._arrive(uid)
 
+    def _recover_success(self, obj: JSONDict, uid: str) -> None:
+        """Queue the success patch of a pod kubelet runs that still says allocating (`lost_success`);
+        lock held."""
+        meta = _meta(obj)
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        log.info(
+            "pod %s/%s runs on %s but still says %s=%s (its answer was lost): writing %s",
+            namespace,
+            name,
+            self.node_name,
+            ann.BIND_PHASE,
+            BindPhase.ALLOCATING,
+            BindPhase.SUCCESS,
+        )
+        entry = self._pending.get(pod_key(obj))
+        if entry is not None and entry.pod.uid == uid:
+            del self._pending[pod_key(obj)]
+        self._arrival.pop(uid, None)
+        self._finished[uid] = None
+        while len(self._finished) > _DELETED_KEPT:
+            self._finished.popitem(last=False)
+        self._writes.append(_Write(namespace, name, uid, BindPhase.SUCCESS, time.monotonic()))
+        self._cond.notify_all()
+
     def _arrive(self, uid: str) -> None:
         if uid not in self._arrival:
             self._arrivals += 1
             self._arrival[uid] = self._arrivals
+
+    def pod_name(self, uid: str) -> PodName | None:
+        """`ports.PodDirectory`: the pod with this UID as the watch shows it."""
+        with self._cond:
+            return self._names.get(uid)
 
     # -- the plugin side (ports.PodSource) -------------------------------------------------------------
 
@@ -690,4 +763,13 @@ class PodTracker:
         return True
 
 
-__all__ = ["EVENT_ACTION", "PodEvents", "PodPatcher", "PodTracker", "Rejected", "pod_key", "waiting_pod"]
+__all__ = [
+    "EVENT_ACTION",
+    "PodEvents",
+    "PodPatcher",
+    "PodTracker",
+    "Rejected",
+    "lost_success",
+    "pod_key",
+    "waiting_pod",
+]

@@ -5,6 +5,7 @@ Kubernetes side needs from the GPU side. The plugin and health code depend on th
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from hami_api.types import ContainerAllocation, GPUInfo
@@ -60,4 +61,57 @@ class InventorySink(Protocol):
     def publish(self, gpus: Sequence[GPUInfo]) -> None:
         """The current inventory (health included). Called on every change; cheap and non-blocking:
         the writer coalesces and writes within 1 s, and re-checks it periodically."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PodName:
+    """A pod on this node as the metrics name it: its namespace, name and (regular, not init)
+    container names, which HAMi's vGPU monitor matches the `<pod uid>_<container>` directories to."""
+
+    namespace: str
+    name: str
+    containers: tuple[str, ...]
+
+
+class PodDirectory(Protocol):
+    """The pods on this node by UID, as the pod watch shows them (`pods.PodTracker`). Thread-safe."""
+
+    def pod_name(self, uid: str) -> PodName | None:
+        """The pod with this UID on this node, None when the watch does not show it (deleted, or not
+        yet listed)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedContainer:
+    """A container Allocate answered for: its pod, the host directory mounted at `<hook>/vgpu`, the
+    file HAMi-core will keep its region in (`cache_file`, in `cache_dir`), its GPUs with their memory
+    (MiB) and core (%) limits, and its `CUDA_TASK_PRIORITY` (None: unset)."""
+
+    pod_uid: str
+    container: str
+    cache_dir: str
+    cache_file: str
+    devices: tuple[tuple[str, int, int], ...]
+    priority: int | None
+
+
+class PluginObserver(Protocol):
+    """What the device plugin reports as it serves (`monitor.exporter.NodeMetrics` counts it; the fake
+    backend's simulator starts a container on `container_allocated`). Called from the gRPC threads and
+    the plugin manager's thread; must not block."""
+
+    def allocate_done(self, seconds: float, ok: bool) -> None:
+        """One Allocate RPC answered (`ok`) or failed, after `seconds`."""
+        ...
+
+    def container_allocated(self, container: AllocatedContainer) -> None: ...
+
+    def list_and_watch_sent(self) -> None:
+        """One ListAndWatch response (a device list) sent to kubelet."""
+        ...
+
+    def registration(self, ok: bool) -> None:
+        """One attempt to register with kubelet, succeeded or failed."""
         ...

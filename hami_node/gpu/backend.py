@@ -46,6 +46,19 @@ class PhysicalGPU:
     driver_version: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class GPUUsage:
+    """What one GPU is doing now (for metrics): memory in bytes, as NVML's nvmlDeviceGetMemoryInfo;
+    `utilization_percent` the share of the last sample period a kernel ran and
+    `memory_utilization_percent` the memory controller's busy share (nvmlDeviceGetUtilizationRates),
+    None where the GPU does not report them."""
+
+    memory_used_bytes: int
+    memory_total_bytes: int
+    utilization_percent: int | None = None
+    memory_utilization_percent: int | None = None
+
+
 class GPUEventKind(StrEnum):
     """What an event reports. The value is the name used in the fake inventory file and in logs."""
 
@@ -187,9 +200,9 @@ class GPUBackend(Protocol):
     may `shutdown()` and `init()` again (with backoff) until it succeeds. Concurrency: `wait_event`
     blocks and runs in the caller's own event thread, concurrently with `list_gpus`, `probe` and
     `links` from other threads; `init` and `shutdown` must not overlap any other call (stop the
-    event thread first: it wakes at least every `timeout_s`), except `links`, which may be called from
-    any thread at any time: it holds `init` and `shutdown` off while it runs, and raises `NvmlFailed`
-    when the backend is not initialised.
+    event thread first: it wakes at least every `timeout_s`), except `links` and `usage`, which may be
+    called from any thread at any time: they hold `init` and `shutdown` off while they run, and raise
+    `NvmlFailed` when the backend is not initialised.
     """
 
     def init(self) -> None:
@@ -219,6 +232,13 @@ class GPUBackend(Protocol):
         """The link from each of these GPUs to each other one: a key (a, b) for every ordered pair of
         different UUIDs, the link as GPU a sees it. Raises `GPUFailed` (and subclasses) when one of the
         GPUs cannot be read, `NvmlFailed`, `ValueError` when a UUID is listed twice."""
+        ...
+
+    def usage(self, uuid: str) -> GPUUsage:
+        """The GPU's memory use and utilisation now (for metrics, never for health).
+
+        Raises `GPUFailed` (and subclasses) or `NvmlFailed`.
+        """
         ...
 
     def probe(self, uuid: str) -> None:

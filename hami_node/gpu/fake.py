@@ -51,6 +51,7 @@ from hami_node.gpu.backend import (
     GPUFailed,
     GPULink,
     GPUNotFound,
+    GPUUsage,
     LibraryNotFound,
     NvmlFailed,
     PhysicalGPU,
@@ -58,6 +59,8 @@ from hami_node.gpu.backend import (
 from hami_node.gpu.inventory import FakeGpu, Inventory, InventoryError, NvmlMode, parse_inventory_text
 
 log = logging.getLogger(__name__)
+
+_MIB = 1024 * 1024
 
 # On Linux (inotify) a write ends with a close event; reacting to "modified" too would read half-written
 # files. Elsewhere there is no close event, so "modified" is all we get.
@@ -98,6 +101,7 @@ class FakeBackend:
         self._reloads = 0
         self._last_error: str | None = None
         self._watcher: _DirWatcher | None = None
+        self._usage: dict[str, tuple[int, int]] = {}
         if isinstance(source, Inventory):
             self._inventory = source
         else:
@@ -173,6 +177,22 @@ class FakeBackend:
                 self._usable_gpu(uuid, check_health=False)
             inventory = self._inventory
             return {(a, b): inventory.link(a, b) for a in uuids for b in uuids if a != b}
+
+    def usage(self, uuid: str) -> GPUUsage:
+        """The GPU's total memory from the inventory; used memory and utilisation as last `set_usage`
+        (the simulated containers' sum, `hami_node.monitor.simulate`), 0 before."""
+        with self._cond:
+            self._raise_if_unusable()
+            gpu = self._usable_gpu(uuid, check_health=False)
+            used, util = self._usage.get(uuid, (0, 0))
+            total = gpu.memory_mib * _MIB
+            return GPUUsage(min(used, total), total, min(util, 100), 0)
+
+    def set_usage(self, usage: dict[str, tuple[int, int]]) -> None:
+        """What the GPUs do now: UUID -> (memory used in bytes, utilisation percent); GPUs not named
+        read 0."""
+        with self._cond:
+            self._usage = dict(usage)
 
     def probe(self, uuid: str) -> None:
         with self._cond:

@@ -52,6 +52,7 @@ from hami_node.gpu.backend import (
     GPUFailed,
     GPULink,
     GPUNotFound,
+    GPUUsage,
     LibraryNotFound,
     NvmlFailed,
     PhysicalGPU,
@@ -358,6 +359,28 @@ class NvmlBackend:
             pynvml.nvmlDeviceGetMemoryInfo(handle)
         except pynvml.NVMLError as err:
             raise _mapped(err, "nvmlDeviceGetMemoryInfo", uuid) from None
+
+    def usage(self, uuid: str) -> GPUUsage:
+        """nvmlDeviceGetMemoryInfo and nvmlDeviceGetUtilizationRates (what HAMi's vGPU monitor exports
+        per GPU); utilisation NOT_SUPPORTED reads as None. Holds the backend's lock, as `links`: the
+        metrics endpoint calls it from its own thread."""
+        gpu: int | None = None
+        mem: int | None = None
+        with self._lock:
+            self._require_init()
+            handle = self._handle(uuid)
+            try:
+                memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            except pynvml.NVMLError as err:
+                raise _mapped(err, "nvmlDeviceGetMemoryInfo", uuid) from None
+            try:
+                rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
+            except pynvml.NVMLError as err:
+                if _code(err) not in _UNSUPPORTED_CODES:
+                    raise _mapped(err, "nvmlDeviceGetUtilizationRates", uuid) from None
+            else:
+                gpu, mem = int(rates.gpu), int(rates.memory)
+        return GPUUsage(int(memory.used), int(memory.total), gpu, mem)
 
     def links(self, uuids: Sequence[str]) -> dict[tuple[str, str], GPULink]:
         """HAMi's per-pair reading (links.go): the PCIe common ancestor of each pair, and each GPU's

@@ -57,7 +57,7 @@ from hami_node.plugin.registration import (
     register,
 )
 from hami_node.plugin.server import PluginServer, PluginServerError
-from hami_node.ports import PodSource
+from hami_node.ports import PluginObserver, PodSource
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,7 @@ class PluginManager:
         dial_timeout_s: float = DIAL_TIMEOUT_S,
         register_timeout_s: float = REGISTER_TIMEOUT_S,
         fallback_poll_s: float = 10.0,
+        observer: PluginObserver | None = None,
     ) -> None:
         if retry_initial_s <= 0 or retry_max_s < retry_initial_s:
             raise ValueError(
@@ -109,7 +110,8 @@ class PluginManager:
         self._parent = self._dir.parent
         self._kubelet_socket = self._dir / config.kubelet_socket.name
         self._plugin_socket = self._dir / config.socket_name
-        self._factory = server_factory or (lambda: PluginServer(config, state, pods))
+        self._factory = server_factory or (lambda: PluginServer(config, state, pods, observer=observer))
+        self._plugin_observer = observer
         self._retry_initial_s = retry_initial_s
         self._retry_max_s = retry_max_s
         self._stop_grace_s = stop_grace_s
@@ -320,8 +322,12 @@ class PluginManager:
                 register_timeout_s=self._register_timeout_s,
             )
         except RegistrationError as err:
+            if self._plugin_observer is not None:
+                self._plugin_observer.registration(False)
             self._stop_server()  # serve afresh next time: kubelet may have removed our socket
             return self._failed(str(err))
+        if self._plugin_observer is not None:
+            self._plugin_observer.registration(True)
         with self._cond:
             self._registered = identity
             self._registrations += 1

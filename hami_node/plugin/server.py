@@ -18,6 +18,7 @@
   IDs containing "MIG" get a plain NVIDIA answer (`NVIDIA_VISIBLE_DEVICES` = the IDs), as HAMi does;
   this daemon never advertises such IDs, so only a stale kubelet checkpoint could send one.
 - PreStartContainer: empty (not required).
+Model: Allocate is modelled in `hami_control/protocol_model.py` (`kubelet-admit`).
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import grpc
 
-from hami_api.resources import pod_container_names
+from hami_api.resources import pod_container_names, pod_containers
 from hami_node.allocation import (
     REASON_GPU_MISMATCH,
     VISIBLE_DEVICES_ENV,
@@ -50,10 +52,14 @@ from hami_node.config import NodeConfig
 from hami_node.devices import DeviceState, StateStreams
 from hami_node.mps import daemon_started
 from hami_node.plugin.api import api_pb2, api_pb2_grpc
-from hami_node.ports import PodSource
+from hami_node.ports import AllocatedContainer, PluginObserver, PodSource
 from hami_node.unixgrpc import SocketIdentity, UnixServerError, remove_own_socket, start_unix_server
 
 log = logging.getLogger(__name__)
+
+TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
+"""HAMi-core's priority variable, which the webhook sets from `nvidia.com/priority` (HAMi's
+`MutateAdmission`)."""
 
 
 def plugin_options() -> api_pb2.DevicePluginOptions:
@@ -66,7 +72,8 @@ class PluginServerError(UnixServerError):
 
 
 class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
-    """The DevicePlugin service. `new_id` makes the containers' cache ids (a uuid4 string each)."""
+    """The DevicePlugin service. `new_id` makes the containers' cache ids (a uuid4 string each);
+    `observer` hears of Allocates, allocated containers and ListAndWatch updates (metrics)."""
 
     def __init__(
         self,
@@ -75,11 +82,13 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         config: NodeConfig,
         *,
         new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        observer: PluginObserver | None = None,
     ) -> None:
         self._state = state
         self._pods = pods
         self._config = config
         self._new_id = new_id
+        self._observer = observer
         self.streams = StateStreams(state)
         """The ListAndWatch streams."""
 
@@ -103,6 +112,8 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
             if devices != sent:
                 healthy = sum(1 for d in devices if d.healthy)
                 log.debug("ListAndWatch: %d devices (%d healthy)", len(devices), healthy)
+                if self._observer is not None:
+                    self._observer.list_and_watch_sent()
                 yield api_pb2.ListAndWatchResponse(devices=virtual_devices_to_proto(devices))
                 sent = devices
 
@@ -132,6 +143,19 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         return api_pb2.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(
+        self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext
+    ) -> api_pb2.AllocateResponse:
+        started = time.monotonic()
+        ok = False
+        try:
+            response = self._allocate(request, context)
+            ok = True
+            return response
+        finally:
+            if self._observer is not None:
+                self._observer.allocate_done(time.monotonic() - started, ok)
+
+    def _allocate(
         self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext
     ) -> api_pb2.AllocateResponse:
         responses = []
@@ -169,6 +193,7 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
             license_file = posixpath.join(self._config.hook_path, "vgpu", "license")
             gpus = self._state.gpus()
             granted = grant_container(pod_object, pod, match.entry, ids, gpus=gpus)
+            cache_id = self._new_id()
             response = container_allocate_response(
                 pod_object,
                 pod.with_allocated(match.entry, granted).current,
@@ -176,12 +201,23 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
                 ids,
                 gpus=gpus,
                 config=self._config,
-                cache_id=self._new_id(),
+                cache_id=cache_id,
                 license_present=os.path.exists(license_file),
                 mps_started=daemon_started(self._config.mps_root, self._config.resource_name),
             )
-            self._make_cache_dir(pod_object, match.entry)
+            cache_dir = self._make_cache_dir(pod_object, match.entry)
             self._pods.allocated(match, granted)
+            if self._observer is not None:
+                self._observer.container_allocated(
+                    AllocatedContainer(
+                        pod.uid,
+                        pod_container_names(pod_object)[match.entry],
+                        cache_dir,
+                        posixpath.join(cache_dir, f"{cache_id}.cache"),
+                        tuple((s.uuid, s.usedmem, s.usedcores) for s in granted),
+                        _task_priority(pod_object, match.entry),
+                    )
+                )
         except DeviceMismatchError as err:
             message, event_reason = err.message, REASON_GPU_MISMATCH
         except AllocationError as err:
@@ -208,14 +244,27 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
             log.exception("reporting the failed allocation of %s", pod.key if pod else "a pod")
         return message
 
-    def _make_cache_dir(self, pod_object: dict[str, object], entry: int) -> None:
-        """HAMi's per-container directory mounted at `<hook>/vgpu`, mode 0777."""
+    def _make_cache_dir(self, pod_object: dict[str, object], entry: int) -> str:
+        """HAMi's per-container directory mounted at `<hook>/vgpu`, mode 0777; returns its path."""
         meta = pod_object.get("metadata")
         uid = meta.get("uid") if isinstance(meta, dict) else None
         name = pod_container_names(pod_object)[entry]
         path = container_cache_dir(self._config, uid if isinstance(uid, str) else "", name)
         os.makedirs(path, exist_ok=True)
         os.chmod(path, 0o777)
+        return path
+
+
+def _task_priority(pod_object: dict[str, object], entry: int) -> int | None:
+    """The container's `CUDA_TASK_PRIORITY` (a literal env value), None when unset or not a number."""
+    container, _init = pod_containers(pod_object)[entry]
+    for env in container.get("env") or ():
+        if isinstance(env, dict) and env.get("name") == TASK_PRIORITY_ENV:
+            try:
+                return int(str(env.get("value")))
+            except ValueError:
+                return None
+    return None
 
 
 class PluginServer:
@@ -231,10 +280,11 @@ class PluginServer:
         *,
         max_workers: int = 8,
         new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        observer: PluginObserver | None = None,
     ) -> None:
         self._config = config
         self._socket_path = config.socket_path
-        self.servicer = DevicePluginServicer(state, pods, config, new_id=new_id)
+        self.servicer = DevicePluginServicer(state, pods, config, new_id=new_id, observer=observer)
         self._max_workers = max_workers
         self._server: grpc.Server | None = None
         self._identity: SocketIdentity | None = None

@@ -4,6 +4,7 @@ and a kubelet "restart".
 
 Everything runs on one asyncio loop (grpc.aio), so many managers can share a loop; nothing here is
 global. The behaviour follows kubelet's pkg/kubelet/cm/devicemanager (see docs/kubelet-standin.md).
+Model: device choice and the checkpoint are modelled in `hami_control/protocol_model.py`.
 """
 
 from __future__ import annotations

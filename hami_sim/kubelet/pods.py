@@ -5,7 +5,10 @@ then mark them Running, or Failed with kubelet's reason and message plus a Warni
 devices and unprepare the claims of pods that end.
 
 A pod whose claims cannot be prepared stays Pending (containers waiting in ContainerCreating) with a
-`FailedPrepareDynamicResources` event, and is tried again with backoff, as kubelet's pod sync does."""
+`FailedPrepareDynamicResources` event, and is tried again with backoff, as kubelet's pod sync does.
+
+Model: admission and restarts are modelled in `hami_control/protocol_model.py` (`Kubelet`).
+"""
 
 from __future__ import annotations
 

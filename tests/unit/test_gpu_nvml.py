@@ -27,6 +27,7 @@ from hami_node.gpu import (
     GPUFailed,
     GPULink,
     GPUNotFound,
+    GPUUsage,
     LibraryNotFound,
     NvmlFailed,
     PhysicalGPU,
@@ -57,6 +58,7 @@ class FakeDevice:
     lost: bool = False
     fail: dict[str, int] = field(default_factory=dict)  # C function name -> NVML error code
     nvlinks: list[FakeNvLink] | None = None  # None: no NVLink (every link call answers NOT_SUPPORTED)
+    utilization: tuple[int, int] | None = (37, 12)  # (gpu, memory) %; None: NOT_SUPPORTED
 
 
 @dataclass
@@ -196,6 +198,16 @@ class FakeNvmlLib:
         out = _out(memory)
         out.total, out.used = found[1].memory_bytes, 512 * 1024 * 1024
         out.free = out.total - out.used
+        return SUCCESS
+
+    def c_nvmlDeviceGetUtilizationRates(self, handle: Any, rates: Any) -> int:
+        found = self._device(handle, "nvmlDeviceGetUtilizationRates")
+        if isinstance(found, int):
+            return found
+        if found[1].utilization is None:
+            return int(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        out = _out(rates)
+        out.gpu, out.memory = found[1].utilization
         return SUCCESS
 
     def c_nvmlDeviceGetMinorNumber(self, handle: Any, minor: Any) -> int:
@@ -462,6 +474,20 @@ def test_probe_answers_normally_then_raises_device_lost(backend: NvmlBackend, li
     assert info.value.uuid == UUIDS[0]
     assert info.value.code == pynvml.NVML_ERROR_GPU_IS_LOST
     assert "GPU is lost" in str(info.value)
+
+
+def test_usage_reads_memory_and_utilisation_and_none_where_not_supported(
+    backend: NvmlBackend, lib: FakeNvmlLib
+) -> None:
+    assert backend.usage(UUIDS[0]) == GPUUsage(512 * 1024 * 1024, lib.devices[0].memory_bytes, 37, 12)
+    lib.devices[1].utilization = None
+    assert backend.usage(UUIDS[1]) == GPUUsage(512 * 1024 * 1024, lib.devices[1].memory_bytes, None, None)
+    lib.devices[2].fail["nvmlDeviceGetUtilizationRates"] = pynvml.NVML_ERROR_UNKNOWN
+    with pytest.raises(GPUFailed):
+        backend.usage(UUIDS[2])
+    backend.shutdown()
+    with pytest.raises(NvmlFailed):
+        backend.usage(UUIDS[0])
 
 
 def test_probe_maps_other_errors(backend: NvmlBackend, lib: FakeNvmlLib) -> None:

@@ -25,6 +25,7 @@ from hami_node.allocation import (
 )
 from hami_node.kubeapi import event_source
 from hami_node.pods import PodTracker, Rejected, foreign_gpu_counts, waiting_pod
+from hami_node.ports import PodName
 from tests.builders import allocation_annotations, container, pod
 
 NODE = "n1"
@@ -336,6 +337,28 @@ def test_completion_patches_success_once(tracker: PodTracker, patcher: FakePatch
     assert names(tracker) == []
 
 
+def test_a_running_pod_still_allocating_gets_the_success_patch_a_restart_lost_once(
+    tracker: PodTracker, patcher: FakePatcher
+) -> None:
+    """protocol_model's "restart daemon" trace: the daemon answered Allocate and was killed before its
+    success patch went out; kubelet runs the pod, which would say allocating for ever."""
+    running = scheduled_pod("p", alloc((GPU_A,)), phase="Running")
+    tracker.pods_listed([running, scheduled_pod("q", alloc((GPU_B,)))])
+    tracker.pod_event("MODIFIED", running)  # seen again before our patch shows: no second write
+    assert names(tracker) == ["q"]
+    assert tracker.flush(5.0)
+    assert patcher.pod_patches == [("default", "p", {ann.BIND_PHASE: "success"})]
+    # Not for a pod being deleted, one that says success, or one on another node.
+    for other in (
+        scheduled_pod("d", alloc((GPU_A,)), phase="Running", deleting=True),
+        scheduled_pod("s", alloc((GPU_A,)), phase="Running", bind_phase="success"),
+        scheduled_pod("o", alloc((GPU_A,)), phase="Running", vgpu_node="n2"),
+    ):
+        tracker.pod_event("MODIFIED", other)
+    assert tracker.flush(5.0)
+    assert len(patcher.pod_patches) == 1
+
+
 def test_same_name_new_pod_waits_again(tracker: PodTracker) -> None:
     tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A,)), uid="u1"))
     tracker.allocated(tracker.match(1))
@@ -565,3 +588,17 @@ def test_only_foreign_pods_kubelet_has_not_admitted_yet_count() -> None:
     assert foreign_gpu_counts(scheduled_pod("ours", alloc((GPU_A,))), NODE, "nvidia.com/gpu") is None
     assert foreign_gpu_counts(foreign("other", gpus=0), NODE, "nvidia.com/gpu") is None
     assert foreign_gpu_counts(foreign("elsewhere"), "n2", "nvidia.com/gpu") is None
+
+
+def test_pod_names_follow_the_watch_for_the_metrics(tracker: PodTracker) -> None:
+    first = pod(
+        "a", container("main"), container("side"), namespace="ns", uid="uid-a", init=[container("setup")]
+    )
+    tracker.pods_listed([first, pod("b", container("main"), namespace="ns", uid="uid-b")])
+    assert tracker.pod_name("uid-a") == PodName("ns", "a", ("main", "side"))
+    tracker.pod_event("ADDED", pod("c", container("x"), namespace="other", uid="uid-c"))
+    assert tracker.pod_name("uid-c") == PodName("other", "c", ("x",))
+    tracker.pod_event("DELETED", pod("b", container("main"), namespace="ns", uid="uid-b"))
+    assert tracker.pod_name("uid-b") is None
+    tracker.pods_listed([first])
+    assert tracker.pod_name("uid-c") is None and tracker.pod_name("uid-a") is not None
