@@ -10,9 +10,8 @@ below pin that down, since a tokenizer that found nothing would pass every dashb
 
 What is exported: hami-control's names from its real registry (`ControlMetrics.registry`, the families'
 sample names: a histogram `x` gives `x_bucket`, `x_sum`, `x_count`; a counter `x` gives `x_total`);
-hami-node's from `NODE_METRICS` below: HAMi's vGPU monitor names and hami-node's own `hami_node_*`
-families as hami_node/monitor/exporter.py documents them (replace the list by that registry's families
-once a test can build one cheaply).
+hami-node's from its real registry too (`hami_node.monitor.exporter.NodeMetrics` with its GPU and
+container collectors), which must include HAMi's vGPU monitor names (`HAMI_VGPU_MONITOR`).
 
 Labels too: every label a selector matches on, or an aggregation groups a single metric by, is one that
 metric's series carry (hami-control's from a scrape with every family populated, hami-node's from
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami_api.annotations import DEVICES_ALLOCATED
@@ -37,13 +37,15 @@ from hami_control.config import ControlConfig
 from hami_control.metrics import ControlMetrics
 from hami_control.pod_store import PodStore
 from hami_control.quota import QuotaLimits, QuotaUsage
+from hami_node.gpu.backend import GPUBackendError, GPUUsage
+from hami_node.monitor.exporter import ContainerCollector, GPUCollector, NodeMetrics
 from tests.builders import allocation, allocation_annotations, container, gpu_info, node, pod
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "daemonset" / "components" / "monitoring" / "hami-dashboard.json"
 Json = dict[str, Any]
 
-NODE_METRICS = frozenset(
+HAMI_VGPU_MONITOR = frozenset(
     {
         # HAMi v2.10.0 cmd/vGPUmonitor/metrics.go, the families its collector exports (without
         # --legacy-metrics, which adds the old names HostGPUMemoryUsage, HostCoreUtilization,
@@ -53,7 +55,7 @@ NODE_METRICS = frozenset(
         # labelled node, device_index, device_uuid, device_type:
         "hami_host_gpu_memory_used_bytes",
         "hami_host_gpu_utilization_ratio",  # 0-100
-        "hami_host_gpu_memory_controller_utilization_ratio",  # 0-100, no node label
+        "hami_host_gpu_memory_controller_utilization_ratio",  # 0-100, no node label of its own
         # Per container and device, from HAMi-core's shared region, labelled namespace, pod, container,
         # vdevice_index, device_uuid:
         "hami_vgpu_memory_used_bytes",
@@ -65,23 +67,9 @@ NODE_METRICS = frozenset(
         "hami_vgpu_memory_module_bytes",
         "hami_vgpu_memory_buffer_bytes",
         # (not hami_mig_device_info: no MIG support in hami-node)
-        # Ours, hami-node's own families (hami_node/monitor/exporter.py): per GPU, labelled node,
-        # device_index, device_uuid, device_type ...
-        "hami_node_gpu_memory_total_bytes",
-        "hami_node_gpu_healthy",
-        "hami_node_gpu_xid_errors_total",  # {node, device_uuid, xid}
-        # ... and the daemon's health.
-        "hami_node_allocate_duration_seconds_bucket",  # histogram {result}
-        "hami_node_allocate_duration_seconds_sum",
-        "hami_node_allocate_duration_seconds_count",
-        "hami_node_registrations_total",  # {result}
-        "hami_node_list_and_watch_updates_total",
-        "hami_node_kube_api_errors_total",  # {verb, code}
-        "hami_node_priority_feedback_writes_total",  # {field}
-        "hami_node_shared_regions",  # {state: decoded|refused}
     }
 )
-"""hami-node's /metrics sample names the dashboard may query."""
+"""HAMi's vGPU monitor names, which hami-node exports too (checked against its registry below)."""
 
 _HOST = frozenset({"node", "device_index", "device_uuid", "device_type", "zone"})
 _CONTAINER = frozenset({"namespace", "pod", "container", "vdevice_index", "device_uuid", "zone", "node"})
@@ -90,7 +78,7 @@ NODE_LABELS: dict[str, frozenset[str]] = {
     "hami_host_gpu_memory_used_bytes": _HOST,
     "hami_host_gpu_utilization_ratio": _HOST,
     "hami_host_gpu_memory_controller_utilization_ratio": _HOST,  # node from the PodMonitor only
-    **{name: _CONTAINER for name in NODE_METRICS if name.startswith(("hami_vgpu_", "hami_container_"))},
+    **{name: _CONTAINER for name in HAMI_VGPU_MONITOR if name.startswith(("hami_vgpu_", "hami_container_"))},
     "hami_node_gpu_memory_total_bytes": _HOST - {"zone"},
     "hami_node_gpu_healthy": _HOST - {"zone"},
     "hami_node_gpu_xid_errors_total": frozenset({"node", "device_uuid", "xid"}),
@@ -385,19 +373,44 @@ def variable_queries() -> list[tuple[str, str]]:
     return out
 
 
-@cache
-def control_metrics() -> frozenset[str]:
-    """The sample names hami-control's /metrics carries, from its real registry."""
+def sample_names(registry: CollectorRegistry) -> frozenset[str]:
+    """The sample names a registry's families write (whether or not they hold samples now)."""
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
     out: set[str] = set()
-    for family in ControlMetrics(ClusterCache()).registry.collect():
+    for family in registry.collect():
         assert family.type in suffixes, f"{family.name}: {family.type} (add its sample suffixes here)"
         out |= {family.name + suffix for suffix in suffixes[family.type]}
     return frozenset(out)
 
 
+@cache
+def control_metrics() -> frozenset[str]:
+    """The sample names hami-control's /metrics carries, from its real registry."""
+    return sample_names(ControlMetrics(ClusterCache()).registry)
+
+
+class _NoPods:
+    def pod_name(self, uid: str) -> None:
+        return None
+
+
+def _no_usage(uuid: str) -> GPUUsage:
+    raise GPUBackendError(f"no GPU {uuid}")
+
+
+@cache
+def node_metrics() -> frozenset[str]:
+    """The sample names hami-node's /metrics carries, from its real registry: `NodeMetrics` with the GPU
+    and container collectors the daemon registers, HAMi's legacy names off (as HAMi has them by
+    default), so the dashboard relies on none of them."""
+    metrics = NodeMetrics("n1")
+    metrics.add_collector(GPUCollector("n1", lambda: [], _no_usage, legacy=False))
+    metrics.add_collector(ContainerCollector(lambda: [], _NoPods(), legacy=False))
+    return sample_names(metrics.registry)
+
+
 def exported() -> frozenset[str]:
-    return control_metrics() | NODE_METRICS
+    return control_metrics() | node_metrics()
 
 
 class _Quotas:
@@ -497,6 +510,14 @@ def test_label_references_are_the_matchers_and_direct_by_labels(
     assert label_references(expr) == refs
 
 
+def test_node_registry_lists_hamis_vgpu_monitor_names_and_ours() -> None:
+    names = node_metrics()
+    assert names >= HAMI_VGPU_MONITOR
+    assert set(NODE_LABELS) <= names  # the label table names only what hami-node exports
+    assert {"hami_node_allocate_duration_seconds_bucket", "hami_node_registrations_total"} <= names
+    assert "HostGPUMemoryUsage" not in names  # legacy names off
+
+
 def test_control_registry_lists_histograms_counters_and_hamis_gauges() -> None:
     names = control_metrics()
     assert {
@@ -522,9 +543,9 @@ def test_every_metric_a_panel_queries_is_exported() -> None:
     missing = {name: sorted(titles) for name, titles in queried.items() if name not in exported()}
     assert missing == {}, "metrics no daemon exports (name: panels)"
     # Both daemons are on it, and each part of the issue has a family.
-    assert set(queried) & control_metrics() and set(queried) & NODE_METRICS
+    assert set(queried) & control_metrics() and set(queried) & node_metrics()
     # No name comes from both daemons (a query would add hami-control's replicas to the nodes).
-    assert control_metrics() & NODE_METRICS == set()
+    assert control_metrics() & node_metrics() == set()
     for family in (
         "hami_gpu_memory_allocated_bytes",  # cluster allocation
         "hami_gpu_core_allocated_ratio",
