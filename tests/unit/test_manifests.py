@@ -17,6 +17,9 @@
   scheduler's managedResources and hami-control's resource names are the same five; the flags and
   environment of the containers and the values files parse with the daemons' own config loaders, the
   certs Job's arguments with `hami-control certs`.
+- The monitoring component (components/monitoring): its PodMonitors validate against the Prometheus
+  Operator's CRD schema (tests/data/crds, strict) and scrape the ports that serve /metrics, hami-control's
+  over HTTPS with the install's CA; rendered over the install it adds only them and the dashboard ConfigMap.
 - The webhook's CEL expression, evaluated (with cel-python, when installed) on GPU and other pods.
 - The Dockerfiles pass hadolint, pin their bases, and COPY only what exists and is not ignored; the
   HAMi-core installer of the node image installs atomically and idempotently.
@@ -1246,3 +1249,164 @@ def test_dra_examples_ask_what_their_comments_say() -> None:
             assert {"name": claim["name"]} in obj["spec"]["containers"][0]["resources"]["claims"]
     limits = pods["inference-translated"]["spec"]["containers"][0]["resources"]["limits"]
     assert set(limits) <= set(HAMI_RESOURCES)
+
+
+# --- monitoring (components/monitoring) --------------------------------------------------------------------
+
+MONITORING = DAEMONSET / "components" / "monitoring"
+PODMONITOR_CRD = REPO / "tests" / "data" / "crds" / "monitoring.coreos.com_podmonitors.yaml"
+
+
+def _strict(schema: Any) -> Any:
+    """A CRD's openAPIV3Schema as a JSON Schema that rejects unknown fields, as the API server does with
+    strict field validation (`kubectl apply --validate=strict`, the default): an object that lists its
+    properties and does not preserve unknown fields gets additionalProperties: false."""
+    if isinstance(schema, list):
+        return [_strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
+    if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        out.setdefault("additionalProperties", False)
+    return out
+
+
+@cache
+def podmonitor_validator() -> Any:
+    import jsonschema
+
+    crd = yaml.safe_load(PODMONITOR_CRD.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    schema = _strict(version["schema"]["openAPIV3Schema"])
+    return jsonschema.Draft7Validator(schema)
+
+
+def podmonitor_problems(doc: Doc) -> list[str]:
+    assert (doc["apiVersion"], doc["kind"]) == ("monitoring.coreos.com/v1", "PodMonitor")
+    body = {k: v for k, v in doc.items() if k != "metadata"}  # metadata: ObjectMeta, not in the CRD
+    return [f"{'.'.join(map(str, e.path))}: {e.message}" for e in podmonitor_validator().iter_errors(body)]
+
+
+@cache
+def monitoring_docs() -> tuple[Doc, ...]:
+    """The component's manifests as written (the generated dashboard ConfigMap not included)."""
+    component = _kustomization(MONITORING)
+    assert (component["apiVersion"], component["kind"]) == ("kustomize.config.k8s.io/v1alpha1", "Component")
+    return tuple(d for entry in component["resources"] for d in _docs((MONITORING / entry).read_text()))
+
+
+def monitor_endpoint(name: str) -> Doc:
+    (endpoint,) = find(monitoring_docs(), "PodMonitor", name)["spec"]["podMetricsEndpoints"]
+    return endpoint
+
+
+def test_pod_monitors_validate_against_the_prometheus_operator_crd() -> None:
+    docs = monitoring_docs()
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
+        ("PodMonitor", "hami-control"),
+        ("PodMonitor", "hami-node"),
+    ]
+    for doc in docs:
+        assert podmonitor_problems(doc) == [], doc["metadata"]["name"]
+        assert doc["metadata"]["namespace"] == NAMESPACE
+        assert doc["metadata"]["labels"]["app.kubernetes.io/version"] == package_version()
+    # Strict: a misspelt field, a wrong type or an unknown scheme fails.
+    good = find(docs, "PodMonitor", "hami-node")
+    endpoint = good["spec"]["podMetricsEndpoints"][0]
+    for bad_endpoint in ({**endpoint, "honourLabels": True}, {**endpoint, "interval": 15}, {**endpoint,
+                         "scheme": "tcp"}):  # fmt: skip
+        bad = {**good, "spec": {**good["spec"], "podMetricsEndpoints": [bad_endpoint]}}
+        assert podmonitor_problems(bad) != [], bad_endpoint
+
+
+def test_every_monitoring_file_is_listed() -> None:
+    component = _kustomization(MONITORING)
+    listed = {(MONITORING / entry).resolve() for entry in component["resources"]}
+    listed |= {(MONITORING / f.split("=", 1)[-1]).resolve() for g in component["configMapGenerator"]
+               for f in g["files"]}  # fmt: skip
+    on_disk = {p.resolve() for p in MONITORING.iterdir() if p.name != "kustomization.yaml"}
+    assert on_disk == listed
+
+
+def _selected(monitor: Doc, workloads: Any) -> list[Doc]:
+    selector = label_selector_from_object(monitor["spec"]["selector"])
+    return [
+        d
+        for d in workloads
+        if d["kind"] in ("Deployment", "DaemonSet")
+        and selector.matches(d["spec"]["template"]["metadata"]["labels"])
+    ]
+
+
+def test_control_pod_monitor_scrapes_every_replica_over_https_with_the_installs_ca() -> None:
+    docs = source_docs()
+    monitor = find(monitoring_docs(), "PodMonitor", "hami-control")
+    assert _selected(monitor, docs) == [find(docs, "Deployment", "hami-control")]
+    endpoint = monitor_endpoint("hami-control")
+    hami = container_named(find(docs, "Deployment", "hami-control"), "hami-control")
+    ports = {p["name"]: p["containerPort"] for p in hami["ports"]}
+    assert ports[endpoint["port"]] == control_config().server.bind.port  # where /metrics is served
+    assert (endpoint["path"], endpoint["scheme"], endpoint["honorLabels"]) == ("/metrics", "https", True)
+    tls = endpoint["tlsConfig"]
+    assert "insecureSkipVerify" not in tls
+    # The CA of the Secret the pods serve from, and a name the serving certificate carries (the certs
+    # Job's --service names it; so does the cert-manager overlay's Certificate).
+    assert tls["ca"] == {"secret": {"name": "hami-tls", "key": "ca.crt"}}
+    certs_args = container_named(find(docs, "Job", "hami-certs"), "certs")["args"]
+    services = [a.removeprefix("--service=") for a in certs_args if a.startswith("--service=")]
+    assert tls["serverName"] in {f"{s}.{NAMESPACE}.svc" for s in services}
+    assert tls["serverName"] in yaml.safe_dump(_docs((OVERLAY / "certificates.yaml").read_text()))
+    # A scrape renders the whole cluster: the timeout leaves it seconds, within the interval.
+    assert endpoint["scrapeTimeout"] == "20s" and endpoint["interval"] == "30s"
+
+
+def test_node_pod_monitor_scrapes_both_node_daemonsets_on_the_health_port() -> None:
+    monitor = find(monitoring_docs(), "PodMonitor", "hami-node")
+    dra_node = find(dra_source_docs(), "DaemonSet", "hami-node-dra")
+    selected = _selected(monitor, [*source_docs(), dra_node])
+    assert selected == [find(source_docs(), "DaemonSet", "hami-node"), dra_node]
+    endpoint = monitor_endpoint("hami-node")
+    assert (endpoint["path"], endpoint["scheme"], endpoint["honorLabels"]) == ("/metrics", "http", True)
+    for ds in selected:
+        daemon = container_named(ds, "hami-node")
+        env = env_of(daemon, {"spec.nodeName": "gpu-node-1"})
+        config = load_node_config(daemon["args"], env, mounted_files(ds, daemon))
+        ports = {p["name"]: p["containerPort"] for p in daemon["ports"]}
+        assert config.health_bind is not None
+        assert ports[endpoint["port"]] == config.health_bind.port, ds["metadata"]["name"]
+    # Per-container series carry no node label: the target's node is added.
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} in endpoint[
+        "relabelings"
+    ]
+
+
+@pytest.mark.kubectl
+def test_monitoring_component_adds_the_monitors_and_the_dashboard_to_the_install(
+    rendered: list[Doc], tmp_path: Path
+) -> None:
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump({
+            "resources": [os.path.relpath(DAEMONSET, tmp_path)],
+            "components": [os.path.relpath(MONITORING, tmp_path)],
+        })
+    )  # fmt: skip
+    with_monitoring = kustomize(tmp_path)
+    # The install is untouched; the component adds exactly its monitors and the dashboard.
+    added = [d for d in with_monitoring if d not in rendered]
+    assert len(with_monitoring) == len(rendered) + len(added)
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in added) == [
+        ("ConfigMap", "hami-dashboard"), ("PodMonitor", "hami-control"), ("PodMonitor", "hami-node"),
+    ]  # fmt: skip
+    for doc in added:
+        assert doc["metadata"]["namespace"] == NAMESPACE
+        if doc["kind"] == "PodMonitor":
+            assert doc == find(monitoring_docs(), "PodMonitor", doc["metadata"]["name"])
+    assert validate_all(d for d in added if d["kind"] == "ConfigMap") == []
+    dashboard = find(added, "ConfigMap", "hami-dashboard")
+    # The Grafana sidecar's label; a fixed name (no hash suffix), the JSON file byte for byte.
+    assert dashboard["metadata"]["name"] == "hami-dashboard"
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["labels"]["app.kubernetes.io/version"] == package_version()
+    assert dashboard["data"] == {
+        "hami-dashboard.json": (MONITORING / "hami-dashboard.json").read_bytes().decode("utf-8")
+    }
