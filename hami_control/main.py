@@ -42,13 +42,15 @@ from hami_control.server import (
     webhook_route,
 )
 from hami_control.writers import KubeBindingWriter, event_recorder
-from hami_kube.client import KubeApi
+from hami_kube.client import KubeApi, component_user_agent
 from hami_kube.errors import KubeApiError, KubeConfigError
 from hami_kube.events import EventRecorder
 
 log = logging.getLogger("hami_control")
 
 EXIT_CONFIG = 2
+COMPONENT = "hami-control"
+"""The component name in the User-Agent of hami-control's API calls."""
 DRA_WEBHOOK_PATH = "/webhook/dra"
 """The webhook entry of the namespaces that opted in to DRA (namespaceSelector hami.io/dra=enabled)."""
 COMMANDS = {
@@ -104,7 +106,11 @@ class ControlPlane:
         try:
             kube = config.kube
             self.api = await KubeApi.connect(
-                kube.kubeconfig, environ=kube.environ, qps=kube.qps, burst=kube.burst
+                kube.kubeconfig,
+                environ=kube.environ,
+                qps=kube.qps,
+                burst=kube.burst,
+                user_agent=component_user_agent(COMPONENT),
             )
         except KubeConfigError as exc:
             raise StartupError(str(exc)) from None
@@ -302,7 +308,9 @@ def split_command(args: Sequence[str]) -> tuple[str, list[str]]:
 
 async def _run_certs(options: CertOptions, kube: KubeSettings) -> int:
     try:
-        api = await KubeApi.connect(kube.kubeconfig, environ=kube.environ)
+        api = await KubeApi.connect(
+            kube.kubeconfig, environ=kube.environ, user_agent=component_user_agent(COMPONENT)
+        )
     except KubeConfigError as exc:
         print(f"hami-control certs: {exc}", file=sys.stderr)
         return EXIT_CONFIG

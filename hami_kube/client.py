@@ -29,6 +29,9 @@ Client-side rate limiting and retries, as client-go's rest client (rest/request.
   transport error: the server may have applied them. Below this, aiohttp sends an idempotent request
   (GET, PUT, DELETE) again at once when its connection was closed under it, once, as Go's transport
   does for a replayable request on a connection the server closed.
+
+Every request carries a `User-Agent` in client-go's shape (`component_user_agent()`), naming the
+component, so the API server's logs, audit and fault rules can tell hami-node from hami-control.
 """
 
 from __future__ import annotations
@@ -36,8 +39,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import logging
+import platform
 import ssl
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -60,6 +66,32 @@ MAX_RETRIES = 10
 TRANSPORT_RETRY_AFTER_S = 1.0
 """The wait before a GET lost to a reset connection is sent again (client-go with_retry.go
 `retryAfterResponse`: an artificial `Retry-After: 1`)."""
+
+
+_GO_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "i686": "386"}
+
+
+@functools.cache
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("hami-py")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def component_user_agent(component: str) -> str:
+    """`<component>/<hami-py version> (<os>/<arch>) hami-py`, client-go's User-Agent shape
+    (rest/config.go DefaultKubernetesUserAgent: `<binary>/<version> (<os>/<arch>) kubernetes/<commit>`),
+    with Go's names for the OS and architecture, e.g. `hami-node/0.1.0 (linux/amd64) hami-py`."""
+    machine = platform.machine().lower()
+    os_name = "darwin" if sys.platform == "darwin" else sys.platform.rstrip("0123456789")
+    return f"{component}/{_version()} ({os_name}/{_GO_ARCH.get(machine, machine or 'unknown')}) hami-py"
+
+
+DEFAULT_COMPONENT = "hami-kube"
+"""The component named by a client that names none."""
 
 
 def _status_of(body: bytes) -> tuple[str, str]:
@@ -167,10 +199,13 @@ class KubeApi:
         limiter: RateLimiter | None = None,
         max_retries: int = MAX_RETRIES,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        user_agent: str | None = None,
     ) -> None:
         """`qps`/`burst`: the client-side rate limit (qps <= 0: none), or `limiter` to give one (its
         clock and sleep injectable); `max_retries`: retries after a Retry-After or a lost GET; `sleep`:
-        how those retries wait (injectable for tests). Raises ValueError naming a bad value."""
+        how those retries wait (injectable for tests); `user_agent`: the User-Agent header (None:
+        `component_user_agent("hami-kube")`; a component passes `component_user_agent("<its name>")`).
+        Raises ValueError naming a bad value."""
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
         self.host = host.rstrip("/")
@@ -187,7 +222,12 @@ class KubeApi:
         connector = aiohttp.TCPConnector(
             limit=max_connections, ssl=ssl_context if ssl_context is not None else False
         )
-        self._session = aiohttp.ClientSession(connector=connector, headers={"Accept": "application/json"})
+        self.user_agent = user_agent if user_agent is not None else component_user_agent(DEFAULT_COMPONENT)
+        if not self.user_agent or any(c in self.user_agent for c in "\r\n"):
+            raise ValueError(f"user_agent must be a non-empty header value, got {self.user_agent!r}")
+        self._session = aiohttp.ClientSession(
+            connector=connector, headers={"Accept": "application/json", "User-Agent": self.user_agent}
+        )
 
     @classmethod
     async def connect(
@@ -448,6 +488,7 @@ __all__ = [
     "PatchType",
     "binding",
     "binding_path",
+    "component_user_agent",
     "probable_eof",
     "retry_after",
 ]

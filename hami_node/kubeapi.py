@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 from hami_kube.backoff import DEFAULT_RETRY, RetryPolicy
 from hami_kube.blocking import BlockingKubeApi, ThreadedEventRecorder, ThreadedReflector
-from hami_kube.client import JSONDict
+from hami_kube.client import JSONDict, component_user_agent
 from hami_kube.errors import KubeApiError
 from hami_kube.events import EventSource
 from hami_kube.reflector import ListSink
@@ -48,10 +48,12 @@ def connect(
     request_timeout_s: float = REQUEST_TIMEOUT_S,
     qps: float = KUBE_API_QPS,
     burst: int = KUBE_API_BURST,
+    user_agent: str | None = None,
 ) -> BlockingKubeApi:
     """The daemon's client: from the kubeconfig file `--kubeconfig` / `KUBECONFIG` named (resolved by the
     daemon's config), or, when None, from the in-cluster service account and the API server's address
-    in `environ` (`NodeConfig.in_cluster_env`; none when None). Raises `KubeConfigError`."""
+    in `environ` (`NodeConfig.in_cluster_env`; none when None); `user_agent`: the User-Agent (None:
+    `component_user_agent("hami-node")`). Raises `KubeConfigError`."""
     return BlockingKubeApi.connect(
         kubeconfig,
         environ=dict(environ or {}),
@@ -59,6 +61,7 @@ def connect(
         request_timeout_s=request_timeout_s,
         qps=qps,
         burst=burst,
+        user_agent=user_agent or component_user_agent(EVENT_COMPONENT),
     )
 
 
@@ -88,10 +91,18 @@ class NodeApi:
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         qps: float = KUBE_API_QPS,
         burst: int = KUBE_API_BURST,
+        user_agent: str | None = None,
     ) -> NodeApi:
         """Calls over a bridge of their own (`connect()`); `close()` ends it. Raises `KubeConfigError`."""
         return cls(
-            connect(kubeconfig, environ=environ, request_timeout_s=request_timeout_s, qps=qps, burst=burst)
+            connect(
+                kubeconfig,
+                environ=environ,
+                request_timeout_s=request_timeout_s,
+                qps=qps,
+                burst=burst,
+                user_agent=user_agent,
+            )
         )
 
     def close(self) -> None:

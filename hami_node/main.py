@@ -27,6 +27,7 @@ from functools import partial
 from pathlib import Path
 
 from hami_kube.blocking import ThreadedEventRecorder
+from hami_kube.client import component_user_agent
 from hami_kube.errors import KubeConfigError
 from hami_kube.events import EventSource
 from hami_node import kubeapi
@@ -95,6 +96,7 @@ def start_daemon(config: NodeConfig, *, observer_factory: ObserverFactory | None
             environ=dict(config.in_cluster_env),
             qps=config.kube_api_qps,
             burst=config.kube_api_burst,
+            user_agent=component_user_agent("hami-node"),
         )
     except KubeConfigError as exc:
         raise StartupError(str(exc)) from None

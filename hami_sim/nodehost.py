@@ -432,9 +432,9 @@ class NodeHost:
             raise errors[0]
 
     async def _shared_client(self) -> Any:
-        from hami_kube.client import KubeApi
+        from hami_kube.client import KubeApi, component_user_agent
         from hami_kube.errors import KubeConfigError
-        from hami_sim.kubelet.standin import KUBE_API_BURST, KUBE_API_QPS
+        from hami_sim.kubelet.standin import KUBE_API_BURST, KUBE_API_QPS, USER_AGENT_COMPONENT
 
         nodes = len(self._nodes)
         try:
@@ -445,6 +445,7 @@ class NodeHost:
                 max_connections=2 * nodes + 32,
                 qps=KUBE_API_QPS * max(nodes, 1),
                 burst=KUBE_API_BURST * max(nodes, 1),
+                user_agent=component_user_agent(USER_AGENT_COMPONENT),
             )
         except KubeConfigError as exc:
             raise HostError(f"cannot load the kubeconfig {self.kubeconfig}: {exc}") from None

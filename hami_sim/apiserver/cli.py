@@ -6,8 +6,12 @@ import argparse
 import asyncio
 import logging
 import signal
+from pathlib import Path
 from typing import Any
 
+import yaml
+
+from hami_sim.apiserver.faults import FaultConfig, parse_config
 from hami_sim.apiserver.kubeconfig import write_kubeconfig
 from hami_sim.apiserver.resource_v1 import FeatureGates
 
@@ -39,6 +43,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "DRAConsumableCapacity=false (default: 1.36's: DRAConsumableCapacity, DRADeviceTaints and "
         "DRAPrioritizedList on)",
     )
+    parser.add_argument(
+        "--faults",
+        metavar="FILE",
+        help='fault-injection rules to start with, YAML or JSON: {"seed": 1, "rules": [...]} as '
+        "PUT /hami-sim/faults takes them (docs/apiserver.md, Fault injection)",
+    )
     parser.set_defaults(handler=run)
     return parser
 
@@ -57,6 +67,11 @@ def run(args: argparse.Namespace) -> int:
         log.error("%s", exc)
         return 2
     try:
+        args.fault_config = _load_faults(args.faults) if args.faults else None
+    except ValueError as exc:
+        log.error("--faults %s: %s", args.faults, exc)
+        return 2
+    try:
         asyncio.run(_serve(args))
     except OSError as exc:
         log.error("cannot serve on %s:%d: %s", args.host, args.port, exc)
@@ -64,11 +79,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_faults(path: str) -> FaultConfig:
+    """The rules in FILE (YAML, or JSON as YAML reads it); ValueError saying what is wrong."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"cannot read it: {exc.strerror or exc}") from None
+    try:
+        body = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not YAML or JSON: {exc}") from None
+    return parse_config({} if body is None else body)
+
+
 async def _serve(args: argparse.Namespace) -> None:
     from hami_sim.apiserver.runner import start_site
     from hami_sim.apiserver.server import ApiServer
 
-    server = ApiServer(history_size=args.history, feature_gates=args.gates)
+    server = ApiServer(history_size=args.history, feature_gates=args.gates, faults=args.fault_config)
     runner, port = await start_site(server, args.host, args.port)
     url = f"http://{args.host}:{port}"
     stop = asyncio.Event()

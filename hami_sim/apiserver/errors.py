@@ -20,6 +20,7 @@ class ApiError(Exception):
         group: str = "",
         kind: str = "",
         causes: list[JSON] | None = None,
+        retry_after_s: int = 0,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -29,6 +30,9 @@ class ApiError(Exception):
         self.group = group
         self.kind = kind
         self.causes = causes
+        self.retry_after_s = retry_after_s
+        """details.retryAfterSeconds; the answer then carries a `Retry-After` header too
+        (apiserver pkg/endpoints/handlers/responsewriters/writers.go ErrorNegotiated)."""
 
     def status(self) -> JSON:
         """The `metav1.Status` body for this error."""
@@ -50,6 +54,8 @@ class ApiError(Exception):
             details["kind"] = self.kind
         if self.causes:
             details["causes"] = self.causes
+        if self.retry_after_s > 0:
+            details["retryAfterSeconds"] = self.retry_after_s
         if details:
             body["details"] = details
         return body

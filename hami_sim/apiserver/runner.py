@@ -7,13 +7,14 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 from aiohttp import web
 
+from hami_sim.apiserver.faults import FaultConfig, parse_config
 from hami_sim.apiserver.kubeconfig import write_kubeconfig
 from hami_sim.apiserver.server import ApiServer
 
@@ -146,6 +147,20 @@ class ApiServerRunner:
 
     def reset_counters(self) -> None:
         self.call(self.server.stats.reset)
+
+    def set_faults(self, config: FaultConfig | Mapping[str, Any]) -> None:
+        """Replace the fault rules (a `FaultConfig`, or its JSON form as PUT /hami-sim/faults takes it;
+        raises `FaultSpecError`)."""
+        parsed = config if isinstance(config, FaultConfig) else parse_config(dict(config))
+        self.call(self.server.set_faults, parsed)
+
+    def clear_faults(self) -> None:
+        self.call(self.server.faults.clear)
+
+    def faults(self) -> dict[str, Any]:
+        """The rules and the injections so far, as GET /hami-sim/faults answers."""
+        answer: dict[str, Any] = self.call(self.server.faults.to_json)
+        return answer
 
     def write_kubeconfig(self, path: str | Path) -> Path:
         return write_kubeconfig(path, self.base_url)

@@ -24,6 +24,15 @@ from aiohttp import web
 
 from hami_sim.apiserver import discovery, errors, kubeproto, strategy, tables
 from hami_sim.apiserver.errors import ApiError, bad_request
+from hami_sim.apiserver.faults import (
+    Decision,
+    FaultConfig,
+    FaultInjector,
+    FaultRequest,
+    FaultSpecError,
+    parse_config,
+    stale_key,
+)
 from hami_sim.apiserver.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
 from hami_sim.apiserver.resource_v1 import DEFAULT_FEATURE_GATES, FeatureGates
 from hami_sim.apiserver.selectors import (
@@ -72,7 +81,19 @@ def _json_response(body: JSON | bytes, status: int = 200) -> web.Response:
 
 
 def _error_response(error: ApiError) -> web.Response:
-    return _json_response(error.status(), error.code)
+    response = _json_response(error.status(), error.code)
+    if error.retry_after_s > 0:
+        response.headers["Retry-After"] = str(error.retry_after_s)
+    return response
+
+
+def _request_verb(method: str, name: str, sub: str, watching: bool) -> str:
+    """kube-apiserver's verb of a resource request (as `_dispatch` routes it), for the fault rules."""
+    if method == "GET":
+        return "watch" if watching else ("get" if name else "list")
+    if method == "DELETE" and not name:
+        return "deletecollection"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, "")
 
 
 def _quote(value: Any) -> str:
@@ -190,6 +211,22 @@ class _Ctx:
     recorded: bool = False
 
 
+class _Drop:
+    """A watch to cut (fault drop-watch) after `remaining` more lines: its connection is closed without
+    the chunked stream's end, as a proxy or a crashed server would drop it."""
+
+    __slots__ = ("remaining", "request")
+
+    def __init__(self, request: web.BaseRequest, remaining: int) -> None:
+        self.request = request
+        self.remaining = remaining
+
+    def cut(self) -> None:
+        transport = self.request.transport
+        if transport is not None:
+            transport.close()
+
+
 class Admission:
     """Glue to the mutating webhook dispatcher (created lazily: most runs register no webhook)."""
 
@@ -247,7 +284,14 @@ class ApiServer:
         clock: Callable[[], float] = time.time,
         webhook_service_resolver: Callable[[str, str, int], str] | None = None,
         feature_gates: FeatureGates = DEFAULT_FEATURE_GATES,
+        faults: FaultConfig | None = None,
     ) -> None:
+        """`faults`: fault-injection rules to start with (`hami_sim.apiserver.faults`; changed later
+        through /hami-sim/faults)."""
+        self.faults = FaultInjector(faults or FaultConfig())
+        self._last_lists: dict[tuple[str, ...], tuple[list[Any], str]] = {}
+        """The last list answer per (resource, namespace, selectors), kept only while a stale-list rule
+        is set: what a stale list serves again."""
         self.store = Store(history_size=history_size, watch_queue=watch_queue)
         self.feature_gates = feature_gates
         self.stats = RequestStats(request_log_size)
@@ -364,7 +408,7 @@ class ApiServer:
         if head == "openapi":
             return self._openapi(parts)
         if head == "hami-sim" and len(parts) == 2:
-            return self._hami_sim(request, parts[1], method)
+            return await self._hami_sim(request, parts[1], method)
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
 
     def _openapi(self, parts: list[str]) -> web.Response:
@@ -376,7 +420,9 @@ class ApiServer:
                 return _json_response(doc)
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
 
-    def _hami_sim(self, request: web.BaseRequest, what: str, method: str) -> web.Response:
+    async def _hami_sim(self, request: web.BaseRequest, what: str, method: str) -> web.Response:
+        if what == "faults":
+            return await self._faults_endpoint(request, method)
         if what == "counters" and method == "GET":
             body = self.stats.counters_json()
             body["resourceVersion"] = str(self.store.resource_version)
@@ -391,6 +437,107 @@ class ApiServer:
             self.stats.reset()
             return _json_response(errors.success_status())
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
+
+    async def _faults_endpoint(self, request: web.BaseRequest, method: str) -> web.Response:
+        """GET the rules and what was injected; PUT `{"seed", "rules"}` to replace them (a 400 naming
+        the field and value leaves the old ones); DELETE to clear them (the counters stay)."""
+        if method == "PUT":
+            raw = await request.read()
+            try:
+                if request.content_type in _YAML_TYPES:
+                    body = yaml.safe_load(raw)
+                else:
+                    body = orjson.loads(raw) if raw.strip() else {}
+            except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
+                raise bad_request(f"couldn't decode the fault rules: {exc}") from None
+            try:
+                config = parse_config(body)
+            except FaultSpecError as err:
+                raise bad_request(f"fault rules: {err}") from None
+            self.set_faults(config)
+        elif method == "DELETE":
+            self.faults.clear()
+            self._last_lists.clear()
+            log.info("fault rules cleared")
+        elif method != "GET":
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on /hami-sim/faults")
+        return _json_response(self.faults.to_json())
+
+    def set_faults(self, config: FaultConfig) -> None:
+        """Replace the fault rules (counters and the random source start again from the seed)."""
+        self.faults.replace(config)
+        self._last_lists.clear()
+        log.info("fault rules set: seed %d, %s", config.seed,
+                 ", ".join(f"{r.name} ({r.fault})" for r in config.rules) or "none")  # fmt: skip
+
+    async def _fault_for(
+        self, request: web.BaseRequest, ctx: _Ctx, info: ResourceInfo | None, verb: str
+    ) -> Decision | None:
+        """Decide whether a resource request gets a fault. Answers conflict, throttle and error by raising
+        their `ApiError`, waits out `slow`, and returns drop-watch, gone and stale-list for the handlers."""
+        query = request.query
+        resumed = (
+            verb == "watch"
+            and query.get("resourceVersion", "") not in ("", "0")
+            and query.get("sendInitialEvents", "") not in ("true", "1")
+        )
+        stale_available = (
+            verb == "list" and not query.get("continue") and self._stale_key(request, ctx) in self._last_lists
+        )
+        decision = self.faults.decide(
+            FaultRequest(
+                verb=verb,
+                resource=ctx.resource,
+                subresource=ctx.subresource,
+                namespace=ctx.namespace,
+                user_agent=request.headers.get("User-Agent", ""),
+                resumed=resumed,
+                stale_available=stale_available,
+            )
+        )
+        if decision is None:
+            return None
+        rule = decision.rule
+        log.info("fault %s (%s) injected: %s %s", rule.name, rule.fault, verb, request.path_qs)
+        group = info.group if info is not None else ""
+        if rule.fault == "conflict":
+            # apiserver pkg/registry/generic/registry/store.go: NewConflict(..., OptimisticLockErrorMsg)
+            raise errors.conflict(group, ctx.resource, ctx.name, errors.STALE_OBJECT)
+        if rule.fault == "throttle":
+            # apimachinery NewTooManyRequests; the Retry-After header as server/filters/
+            # priority-and-fairness.go tooManyRequests and responsewriters ErrorNegotiated set it.
+            raise ApiError(429, "TooManyRequests", "Too many requests, please try again later.",
+                           retry_after_s=rule.retry_after_s)  # fmt: skip
+        if rule.fault == "error":
+            if rule.retry_after_s > 0:
+                # apiserver pkg/storage/errors/storage.go: a storage timeout is NewServerTimeout(res, verb, 2)
+                raise ApiError(
+                    500,
+                    "ServerTimeout",
+                    f"The {verb} operation against {errors.qualified(group, ctx.resource)} could not be "
+                    "completed at this time, please try again.",
+                    name=verb,
+                    group=group,
+                    kind=ctx.resource,
+                    retry_after_s=rule.retry_after_s,
+                )
+            raise ApiError(
+                500,
+                "InternalError",
+                f"Internal error occurred: injected fault {rule.name}",
+                causes=[{"message": f"injected fault {rule.name}"}],
+            )
+        if rule.fault == "slow":
+            await asyncio.sleep(rule.delay_s)
+            return None
+        return decision
+
+    @staticmethod
+    def _stale_key(request: web.BaseRequest, ctx: _Ctx) -> tuple[str, ...]:
+        query = request.query
+        return stale_key(
+            ctx.resource, ctx.namespace, query.get("labelSelector", ""), query.get("fieldSelector", "")
+        )
 
     def _discovery(self, parts: list[str]) -> web.StreamResponse | tuple[str, str, list[str]]:
         """A discovery document for /api, /apis, /apis/<group> and /api(s)/.../<version>; otherwise the
@@ -439,6 +586,8 @@ class ApiServer:
         ctx.resource, ctx.subresource, ctx.namespace, ctx.name = plural, sub, namespace or "", name
         if group == "" and plural == "bindings" and namespace is not None and not name and method == "POST":
             ctx.verb, ctx.resource, ctx.subresource = "create", "pods", "binding"
+            if self.faults.active:
+                await self._fault_for(request, ctx, None, "create")
             return await self._bind(request, namespace, "")
         info = discovery.resource_for(group, version, plural)
         if info is None or len(tail) > 2 or (sub and sub not in info.subresources):
@@ -450,7 +599,13 @@ class ApiServer:
             ctx.verb = method.lower()
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         watching = legacy_watch or request.query.get("watch", "") in ("1", "true", "True")
-        return await self._dispatch(request, ctx, info, namespace, name, sub, method, watching)
+        fault: Decision | None = None
+        if self.faults.active:
+            verb = _request_verb(method, name, sub, watching)
+            if verb:
+                ctx.verb = verb
+                fault = await self._fault_for(request, ctx, info, verb)
+        return await self._dispatch(request, ctx, info, namespace, name, sub, method, watching, fault)
 
     async def _dispatch(  # noqa: PLR0917 - the parts of one routed request
         self,
@@ -462,18 +617,19 @@ class ApiServer:
         sub: str,
         method: str,
         watching: bool,
+        fault: Decision | None = None,
     ) -> web.StreamResponse:
         """The verb of a routed resource request (kube-apiserver's request info: get, list, watch, create,
         update, patch, delete, deletecollection)."""
         if method == "GET":
             if watching:
                 ctx.verb = "watch"
-                return await self._watch(request, ctx, info, namespace, name)
+                return await self._watch(request, ctx, info, namespace, name, fault)
             if name:
                 ctx.verb = "get"
                 return self._get(request, info, namespace or "", name)
             ctx.verb = "list"
-            return self._list(request, info, namespace)
+            return self._list(request, info, namespace, fault)
         if method == "POST":
             ctx.verb = "create"
             if name and sub == "binding":
@@ -656,7 +812,13 @@ class ApiServer:
     def _get(self, request: web.BaseRequest, info: ResourceInfo, namespace: str, name: str) -> web.Response:
         return self._object_response(request, info, self.store.get(info, namespace, name), 200)
 
-    def _list(self, request: web.BaseRequest, info: ResourceInfo, namespace: str | None) -> web.Response:
+    def _list(
+        self,
+        request: web.BaseRequest,
+        info: ResourceInfo,
+        namespace: str | None,
+        fault: Decision | None = None,
+    ) -> web.Response:
         label, field = self._selectors(request, info)
         token = request.query.get("continue", "")
         limit_text = request.query.get("limit", "")
@@ -667,8 +829,21 @@ class ApiServer:
         if token:
             items, rv, next_token = self._next_page(token, limit)
         else:
-            items = self.store.list(info, namespace, label, field)
-            rv = str(self.store.resource_version)
+            key = stale_key(
+                info.plural,
+                namespace or "",
+                request.query.get("labelSelector", ""),
+                request.query.get("fieldSelector", ""),
+            )
+            if fault is not None and key in self._last_lists:
+                # stale-list: the previous answer again, with its older resourceVersion, as a watch cache
+                # that lags behind etcd serves it (the client's watch from there catches up).
+                items, rv = self._last_lists[key]
+            else:
+                items = self.store.list(info, namespace, label, field)
+                rv = str(self.store.resource_version)
+                if self.faults.has("stale-list"):
+                    self._last_lists[key] = (items, rv)
             next_token = ""
             if 0 < limit < len(items) and not tables.wants_table(request.headers.get("Accept", "")):
                 next_token = self._remember_snapshot(items, rv, limit)
@@ -985,8 +1160,14 @@ class ApiServer:
 
     # -- watch ---------------------------------------------------------------------------------
 
-    async def _watch(
-        self, request: web.BaseRequest, ctx: _Ctx, info: ResourceInfo, namespace: str | None, name: str
+    async def _watch(  # noqa: PLR0917
+        self,
+        request: web.BaseRequest,
+        ctx: _Ctx,
+        info: ResourceInfo,
+        namespace: str | None,
+        name: str,
+        fault: Decision | None = None,
     ) -> web.StreamResponse:
         started = time.perf_counter()
         query = request.query
@@ -1017,12 +1198,24 @@ class ApiServer:
         index_value = field.required_value(info.watch_index_field) if field is not None else None
         expired: ApiError | None = None
         watcher: Watcher | None = None
-        try:
-            watcher = self.store.watch(info, namespace, resource_version, label, field, index_value)
-        except ApiError as error:
-            if error.code != 410:
-                raise
-            expired = error
+        if fault is not None and fault.rule.fault == "gone" and resource_version is not None:
+            # watch_cache_history.go: "too old resource version: %d (%d)"; as an ERROR event in the
+            # stream (cacher.go Watch) or, with goneAs "status", as the HTTP answer itself.
+            expired = ApiError(
+                410,
+                "Expired",
+                f"too old resource version: {resource_version} "
+                f"({max(resource_version, self.store.resource_version)})",
+            )
+            if fault.gone_status:
+                raise expired
+        else:
+            try:
+                watcher = self.store.watch(info, namespace, resource_version, label, field, index_value)
+            except ApiError as error:
+                if error.code != 410:
+                    raise
+                expired = error
         response = web.StreamResponse(
             status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
         )
@@ -1035,9 +1228,18 @@ class ApiServer:
             return response
         if self._closing:
             watcher.close()
+        drop_after = fault.drop_after if fault is not None and fault.rule.fault == "drop-watch" else None
         try:
             await self._stream(
-                response, watcher, info, timeout, bookmarks, send_initial, want_table, include_object
+                response,
+                watcher,
+                info,
+                timeout,
+                bookmarks,
+                send_initial,
+                want_table,
+                include_object,
+                _Drop(request, drop_after) if drop_after is not None else None,
             )
         finally:
             self.store.unwatch(watcher)
@@ -1050,6 +1252,19 @@ class ApiServer:
         except (ConnectionError, RuntimeError):
             return False
         return True
+
+    async def _send(self, response: web.StreamResponse, lines: list[bytes], drop: _Drop | None) -> bool:
+        """Write watch lines; False when the stream is over (the client went, or drop-watch cut it after
+        its count of lines)."""
+        if drop is not None and len(lines) >= drop.remaining:
+            lines = lines[: drop.remaining]
+            if lines:
+                await self._write(response, b"".join(lines))
+            drop.cut()
+            return False
+        if drop is not None:
+            drop.remaining -= len(lines)
+        return not lines or await self._write(response, b"".join(lines))
 
     def _bookmark(self, info: ResourceInfo, initial_end: bool = False) -> bytes:
         meta: JSON = {"resourceVersion": str(self.store.resource_version)}
@@ -1087,18 +1302,22 @@ class ApiServer:
         send_initial: bool,
         want_table: bool,
         include_object: str,
+        drop: _Drop | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         next_bookmark = loop.time() + self.bookmark_interval
         queue = watcher.queue
+        if drop is not None and drop.remaining <= 0:
+            drop.cut()
+            return
         if send_initial:
             # Initial ADDED events are already queued; mark their end for watch-list clients.
-            chunk = b"".join(self._encode(info, t, e, want_table, include_object) for t, e in queue)
+            lines = [self._encode(info, t, e, want_table, include_object) for t, e in queue]
             queue.clear()
             if bookmarks:
-                chunk += self._bookmark(info, initial_end=True)
-            if chunk and not await self._write(response, chunk):
+                lines.append(self._bookmark(info, initial_end=True))
+            if not await self._send(response, lines, drop):
                 return
         while True:
             if not queue and not watcher.closed:
@@ -1113,8 +1332,8 @@ class ApiServer:
                         pass
             if queue:
                 batch = [queue.popleft() for _ in range(min(len(queue), 500))]
-                chunk = b"".join(self._encode(info, t, e, want_table, include_object) for t, e in batch)
-                if not await self._write(response, chunk):
+                lines = [self._encode(info, t, e, want_table, include_object) for t, e in batch]
+                if not await self._send(response, lines, drop):
                     return
                 continue
             if watcher.closed:
@@ -1124,12 +1343,12 @@ class ApiServer:
                 break
             now = loop.time()
             if now >= deadline:
-                if bookmarks and not await self._write(response, self._bookmark(info)):
+                if bookmarks and not await self._send(response, [self._bookmark(info)], drop):
                     return
                 break
             if bookmarks and now >= next_bookmark:
                 next_bookmark = now + self.bookmark_interval
-                if not await self._write(response, self._bookmark(info)):
+                if not await self._send(response, [self._bookmark(info)], drop):
                     return
         with contextlib.suppress(ConnectionError, RuntimeError):
             await response.write_eof()

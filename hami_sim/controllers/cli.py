@@ -13,6 +13,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+USER_AGENT_COMPONENT = "hami-sim-controller-manager"
+"""The component name in the User-Agent of the controller-manager stand-in's API calls."""
 KUBE_API_QPS = 20.0
 KUBE_API_BURST = 30
 """kube-controller-manager's client-side rate limit (`--kube-api-qps`, `--kube-api-burst`; its defaults in
@@ -73,12 +75,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from hami_kube.client import KubeApi
+    from hami_kube.client import KubeApi, component_user_agent
     from hami_kube.errors import KubeConfigError
     from hami_sim.controllers.resourceclaim import ResourceClaimController
 
     try:
-        api = await KubeApi.connect(args.kubeconfig, qps=args.kube_api_qps, burst=args.kube_api_burst)
+        api = await KubeApi.connect(
+            args.kubeconfig,
+            qps=args.kube_api_qps,
+            burst=args.kube_api_burst,
+            user_agent=component_user_agent(USER_AGENT_COMPONENT),
+        )
     except KubeConfigError as exc:
         log.error("cannot start: %s", exc)
         return 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from hami_kube.client import KubeApi
+from hami_kube.client import KubeApi, component_user_agent
 from hami_node.ports import ObserverFactory
 from hami_sim.kubelet.config import KubeletConfig
 from hami_sim.kubelet.devicemanager import DeviceManager
@@ -19,6 +19,8 @@ from hami_sim.kubelet.runtime import ContainerRuntime
 
 log = logging.getLogger(__name__)
 
+USER_AGENT_COMPONENT = "hami-sim-kubelet"
+"""The component name in the User-Agent of the kubelet stand-in's API calls."""
 KUBE_API_QPS = 50.0
 KUBE_API_BURST = 100
 """Kubelet's client-side rate limit (KubeletConfiguration kubeAPIQPS / kubeAPIBurst defaults)."""
@@ -55,7 +57,10 @@ class Kubelet:
         try:
             if self._api is None and self.config.kubeconfig is not None:
                 self._api = await KubeApi.connect(
-                    self.config.kubeconfig, qps=KUBE_API_QPS, burst=KUBE_API_BURST
+                    self.config.kubeconfig,
+                    qps=KUBE_API_QPS,
+                    burst=KUBE_API_BURST,
+                    user_agent=component_user_agent(USER_AGENT_COMPONENT),
                 )
                 self._owns_client = True
             self.runtime.load()

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from hami_kube.backoff import RetryPolicy
-from hami_kube.client import KubeApi, PatchType
+from hami_kube.client import KubeApi, PatchType, component_user_agent
 from hami_kube.errors import KubeApiError
 from hami_kube.events import EventLimits, EventRecorder, EventSource
 from hami_kube.reflector import ListSink, Reflector
@@ -60,6 +60,8 @@ JSON = dict[str, Any]
 POD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 """kube-scheduler's pod informer leaves terminal pods out."""
 _RETRY = RetryPolicy(initial=0.2, maximum=10.0)
+USER_AGENT_COMPONENT = "hami-sim-scheduler"
+"""The component name in the User-Agent of the scheduler stand-in's API calls."""
 KUBE_API_QPS = 50.0
 KUBE_API_BURST = 100
 """kube-scheduler's client-side rate limit (the ClientConnection defaults of its configuration)."""
@@ -185,7 +187,11 @@ class SchedulerStandIn:
         self._progress = asyncio.Event()
         self._writes = asyncio.Queue(maxsize=10_000)
         client = await KubeApi.connect(
-            self.kubeconfig, max_connections=64, qps=self.kube_api_qps, burst=self.kube_api_burst
+            self.kubeconfig,
+            max_connections=64,
+            qps=self.kube_api_qps,
+            burst=self.kube_api_burst,
+            user_agent=component_user_agent(USER_AGENT_COMPONENT),
         )
         self._client = client
         self._events = EventRecorder(
