@@ -36,7 +36,15 @@ nodes:
 
 With `--control-socket PATH` the host answers one-line commands on a Unix socket: `stop NODE`,
 `start NODE`, `restart NODE` (this host's parts of that node; a restart is a stop and a fresh start, as
-a process restart would be) and `ping`. The answer is `ok` or `error: <why>`. `host_command` sends one.
+a process restart would be), `kill NODE` and `ping`. The answer is `ok` or `error: <why>`.
+`host_command` sends one.
+
+`kill NODE` drops this host's parts of the node as close to a crash (SIGKILL) as an in-process part can
+get: a node daemon's Kubernetes client is closed first, so its last writes (the pod tracker's queued
+bind-phase patches, the reporter's) never reach the API server, then its threads and sockets are
+stopped; a kubelet stand-in stops with its queued Events dropped. What a real crash would leave behind
+and this does not: the Unix socket files (they are removed) and half-done work of other threads. `start
+NODE` brings them back.
 
 SIGTERM/SIGINT stop every hosted part (daemons first flush their last patches) and exit 0. SIGUSR1
 writes every thread's stack to the log (faulthandler), for a host that seems stuck.
@@ -380,13 +388,15 @@ class NodeHost:
         words = line.split()
         if words == ["ping"]:
             return "ok"
-        if len(words) != 2 or words[0] not in ("stop", "start", "restart"):
-            return f"error: unknown command {line.strip()!r} (expected stop|start|restart NODE, or ping)"
+        if len(words) != 2 or words[0] not in ("stop", "start", "restart", "kill"):
+            return f"error: unknown command {line.strip()!r} (expected stop|start|restart|kill NODE, or ping)"
         verb, name = words
         if name not in self._nodes:
             return f"error: no node {name!r} in this host"
         try:
             async with self._node_locks[name]:
+                if verb == "kill":
+                    await self._kill_node(name)
                 if verb in ("stop", "restart"):
                     await self._stop_node(name)
                 if verb in ("start", "restart"):
@@ -400,6 +410,14 @@ class NodeHost:
             await self._stop_daemon(name)
         if self.role.kubelets:
             await self._stop_kubelet(name)
+
+    async def _kill_node(self, name: str) -> None:
+        if self.role.daemons and (daemon := self._daemons.pop(name, None)) is not None:
+            log.warning("node %s: killing the node daemon (no last writes)", name)
+            await self._in_pool(functools.partial(_crash_daemon, daemon))
+        if self.role.kubelets and (kubelet := self._kubelets.pop(name, None)) is not None:
+            log.warning("node %s: killing the kubelet stand-in (queued Events dropped)", name)
+            await kubelet.stop(abrupt=True)
 
     async def _start_node(self, name: str) -> None:
         if self.role.kubelets and name not in self._kubelets:
@@ -507,6 +525,17 @@ class NodeHost:
         daemon = self._daemons.pop(name, None)
         if daemon is not None:
             await self._in_pool(daemon.stop, pool)
+
+
+def _crash_daemon(daemon: Any) -> None:
+    """Stop a `hami_node.main.NodeDaemon` with its Kubernetes client closed first (see `kill NODE`)."""
+    for part, stop in daemon.stops:
+        if part == "kubernetes client":
+            try:
+                stop()
+            except Exception:
+                log.exception("closing a killed daemon's Kubernetes client failed")
+    daemon.stop()
 
 
 # --- control socket ------------------------------------------------------------------------------

@@ -7,8 +7,10 @@ See docs/local-cluster.md.
 from hami_sim.cluster.cluster import (
     APISERVER,
     CONTROL,
+    CONTROL_SERVICE,
     DAEMON_HOST,
     DAEMON_PREFIX,
+    GPU_FAULTS,
     KUBELET_HOST,
     KUBELET_PREFIX,
     SCHEDULER,
@@ -36,8 +38,10 @@ from hami_sim.cluster.spec import (
 __all__ = [
     "APISERVER",
     "CONTROL",
+    "CONTROL_SERVICE",
     "DAEMON_HOST",
     "DAEMON_PREFIX",
+    "GPU_FAULTS",
     "KUBELET_HOST",
     "KUBELET_PREFIX",
     "SCALE_THRESHOLD",

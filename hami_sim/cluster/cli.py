@@ -27,7 +27,10 @@ def _state_dir(parser: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(subparsers: Any) -> None:
+    from hami_sim.cluster import service
     from hami_sim.cluster.spec import CLUSTER_MODES
+
+    service.add_parser(subparsers)
 
     up = subparsers.add_parser(
         "up",
@@ -97,6 +100,14 @@ def add_parsers(subparsers: Any) -> None:
         default=[],
         metavar="ARG",
         help="one more hami-control argument, e.g. --control-arg=--bind-wait-timeout=20 (repeatable)",
+    )
+    up.add_argument(
+        "--control-replicas",
+        type=int,
+        default=1,
+        metavar="N",
+        help="hami-control replicas (default: %(default)s); above 1 each runs with --leader-elect behind a "
+        "Service-like proxy on the control URL that sends to the leader",
     )
     up.add_argument(
         "--node-arg",
@@ -205,6 +216,7 @@ def run_up(args: argparse.Namespace) -> int:
         "scale": args.scale,
         "scheduler_config": args.scheduler_config.resolve() if args.scheduler_config else None,
         "control_args": tuple(args.control_arg),
+        "control_replicas": args.control_replicas,
         "node_args": tuple(args.node_arg),
         "scheduler_args": tuple(args.scheduler_arg),
         "controller_manager_args": tuple(args.controller_manager_arg),

@@ -13,19 +13,24 @@ Unix sockets live under a short directory in /tmp (`run_dir`), because socket pa
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import re
 import shutil
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -34,7 +39,17 @@ import urllib3
 
 from hami_api import dra
 from hami_api.annotations import NODE_REGISTER
-from hami_node.gpu.inventory import write_inventory
+from hami_node.gpu.backend import GPUEventKind
+from hami_node.gpu.inventory import (
+    FakeEvent,
+    FakeGpu,
+    Inventory,
+    InventoryError,
+    NvmlMode,
+    load_inventory,
+    write_inventory,
+)
+from hami_sim.cluster import service
 from hami_sim.cluster.process import Proc, stop_all
 from hami_sim.cluster.spec import ClusterSpec, SpecError, node_inventory
 from hami_sim.nodehost import (
@@ -52,6 +67,11 @@ log = logging.getLogger("hami_sim.cluster")
 
 APISERVER = "apiserver"
 CONTROL = "hami-control"
+"""hami-control; with several replicas (`ClusterSpec.control_replicas`), the one that leads now."""
+CONTROL_SERVICE = "control-service"
+"""With several hami-control replicas: the Service-like proxy on the control URL (cluster/service.py)."""
+LEASE_NAMESPACE = "kube-system"
+"""Where several hami-control replicas elect their leader (`--leader-elect-namespace`)."""
 SCHEDULER = "scheduler"
 CONTROLLER_MANAGER = "controller-manager"
 KUBELET_HOST = "kubelets"
@@ -74,6 +94,7 @@ STATE_VERSION = 1
 _READY: dict[str, re.Pattern[str]] = {
     APISERVER: re.compile(r"hami-sim apiserver ready at (http://\S+)"),
     CONTROL: re.compile(r"serving \S.* on https://127\.0\.0\.1:(\d+)"),
+    CONTROL_SERVICE: re.compile(re.escape(service.READY_MARKER)),
     SCHEDULER: re.compile(r"hami-sim scheduler ready"),
     CONTROLLER_MANAGER: re.compile(r"hami-sim controller-manager ready"),
     KUBELET_HOST: re.compile(re.escape(READY_MARKER)),
@@ -81,13 +102,25 @@ _READY: dict[str, re.Pattern[str]] = {
     KUBELET_PREFIX: re.compile(r"hami-sim kubelet ready"),
     DAEMON_PREFIX: re.compile(r"hami-node running on node"),
 }
-_STOP_ORDER = ((SCHEDULER, "daemons"), ("kubelets", CONTROL, CONTROLLER_MANAGER), (APISERVER,))
+_STOP_ORDER = ((SCHEDULER, "daemons"), ("kubelets", "controls", CONTROLLER_MANAGER), (APISERVER,))
 """down, in stages (each stage at once): the scheduler (no new binds) and the node daemons while their
 kubelets still answer (a plugin whose kubelet vanished first may sit in a registration attempt until
 its dial timeout); then the kubelets and hami-control; the API server last (the others write their
 last patches to it)."""
 
 _T = TypeVar("_T")
+
+GPU_FAULTS = ("xid", "ecc-double-bit", "unhealthy", "lost", "nvml-failing", "nvml-absent")
+"""What `Cluster.inject_gpu_fault` injects through a node's fake inventory (docs/fake-gpus.md):
+`xid` (an Xid event, code `xid`, default 79: fallen off the bus) and `ecc-double-bit` (an uncorrectable
+ECC event) fire once and make the GPU unhealthy at once; `unhealthy` (`health: false`: NVML calls about
+the GPU such as nvmlDeviceGetMemoryInfo fail, so its probe fails and it cannot recover; hami-node lists
+it unhealthy at its next relist, every 30 s, or at once after an event) and `lost` (`lost: true`: the
+GPU stops answering, NVML_ERROR_GPU_IS_LOST, with one device-lost event) stay until cleared;
+`nvml-failing` (every NVML call fails) and `nvml-absent` (the driver is gone) are about the whole node
+(gpu_index None)."""
+_NODE_FAULTS = ("nvml-failing", "nvml-absent")
+_SIGNALS_THAT_END = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
 
 class ClusterError(Exception):
@@ -150,6 +183,8 @@ class ClusterStatus:
     """None when the API server does not answer."""
     control_nodes: int | None
     """Nodes in hami-control's cache (hami_scheduler_cache_nodes); None when it does not answer."""
+    leader: str | None = None
+    """With several hami-control replicas: the one the Lease names (None: none, or one replica)."""
 
     @property
     def ok(self) -> bool:
@@ -170,6 +205,8 @@ class ClusterStatus:
             for c in self.components
         ]
         out = [_table(rows), ""]
+        if self.leader is not None:
+            out += [f"{CONTROL} leader (Lease {LEASE_NAMESPACE}/{CONTROL}): {self.leader}", ""]
         if self.nodes is None:
             out.append("nodes: unknown (the API server does not answer)")
             return "\n".join(out)
@@ -221,6 +258,7 @@ class Cluster:
         self._progress = progress or log.info
         self._t0 = time.monotonic()
         self._last_progress = ""
+        self._inventory_lock = threading.Lock()
 
     # --- paths ----------------------------------------------------------------------------------
 
@@ -253,6 +291,65 @@ class Cluster:
         docs/fake-gpus.md; write a new file and rename it over this one)."""
         return self.state_dir / "nodes" / node / "gpus.yaml"
 
+    # --- GPU faults (the fake inventory) ------------------------------------------------------------
+
+    def inject_gpu_fault(self, node: str, gpu_index: int | None, kind: str, *, xid: int = 79) -> None:
+        """Inject one of `GPU_FAULTS` on GPU `gpu_index` of `node` by editing its fake inventory (hami-node
+        applies it within milliseconds; docs/fake-gpus.md). `nvml-failing` and `nvml-absent` are about the
+        whole node: `gpu_index` None. Event faults (`xid`, `ecc-double-bit`) fire once each call; they
+        stay in the file until `clear_gpu_fault`, and a node daemon started meanwhile fires them again at
+        its start (as it reads every event of the file then). `ClusterError` for a bad node, GPU or kind."""
+        if kind not in GPU_FAULTS:
+            raise ClusterError(f"kind: expected one of {', '.join(GPU_FAULTS)}, got {kind!r}")
+        if (kind in _NODE_FAULTS) != (gpu_index is None):
+            raise ClusterError(
+                f"gpu_index: {kind} is about " + ("the whole node: give None" if kind in _NODE_FAULTS else
+                "one GPU: give its index") + f", got {gpu_index!r}"
+            )  # fmt: skip
+
+        def edit(inventory: Inventory) -> Inventory:
+            if kind in _NODE_FAULTS:
+                mode = NvmlMode.FAILING if kind == "nvml-failing" else NvmlMode.ABSENT
+                return replace(inventory, nvml=mode)
+            gpu = _inventory_gpu(inventory, node, gpu_index)
+            if kind in ("unhealthy", "lost"):
+                changed = replace(gpu, healthy=False) if kind == "unhealthy" else replace(gpu, lost=True)
+                return replace(inventory, gpus=tuple(changed if g is gpu else g for g in inventory.gpus))
+            event_id = f"hami-sim-{kind}-{gpu.index}-{uuid.uuid4().hex[:12]}"
+            event = FakeEvent(event_id, GPUEventKind(kind), gpu.uuid, xid if kind == "xid" else None)
+            return replace(inventory, events=(*inventory.events, event))
+
+        self._edit_inventory(node, edit)
+
+    def clear_gpu_fault(self, node: str, gpu_index: int | None) -> None:
+        """Undo `inject_gpu_fault` on GPU `gpu_index` of `node` (`health: true`, `lost: false`, its events
+        removed from the file), or with None the node-wide ones (`nvml: ok`, events about all GPUs
+        removed). Whether the GPU is advertised again is then the node daemon's health recovery's call
+        (hami-node --health-recovery-seconds)."""
+
+        def edit(inventory: Inventory) -> Inventory:
+            if gpu_index is None:
+                events = tuple(e for e in inventory.events if e.gpu is not None)
+                return replace(inventory, nvml=NvmlMode.OK, events=events)
+            gpu = _inventory_gpu(inventory, node, gpu_index)
+            fixed = replace(gpu, healthy=True, lost=False)
+            gpus = tuple(fixed if g is gpu else g for g in inventory.gpus)
+            events = tuple(e for e in inventory.events if e.gpu != gpu.uuid)
+            return replace(inventory, gpus=gpus, events=events)
+
+        self._edit_inventory(node, edit)
+
+    def _edit_inventory(self, node: str, edit: Callable[[Inventory], Inventory]) -> None:
+        if node not in self.node_names:
+            raise ClusterError(f"node: no node {node!r}; the nodes are: {', '.join(self.node_names)}")
+        path = self.inventory_path(node)
+        with self._inventory_lock:
+            try:
+                inventory = load_inventory(path)
+            except InventoryError as exc:
+                raise ClusterError(f"cannot read the fake inventory of {node}: {exc}") from None
+            write_inventory(path, edit(inventory))
+
     def kubelet_dir(self, node: str) -> Path:
         return self.run_dir / str(self.node_names.index(node) + 1)
 
@@ -264,8 +361,15 @@ class Cluster:
         return {name: p.pid for name, p in self.procs.items()}
 
     @property
+    def control_replicas(self) -> list[str]:
+        """hami-control's processes: `hami-control`, or `hami-control-0`, `hami-control-1`, ... ."""
+        count = self.spec.control_replicas
+        return [CONTROL] if count == 1 else [f"{CONTROL}-{i}" for i in range(count)]
+
+    @property
     def components(self) -> list[str]:
-        """Every restartable name: the processes, and in scale mode the per-node parts too."""
+        """Every restartable name: the processes, and in scale mode the per-node parts too. With several
+        hami-control replicas, `hami-control` (not listed) also names the current leader."""
         names = list(self.procs)
         if self.spec.scale_mode:
             names += [f"{prefix}{n}" for n in self.node_names for prefix in (KUBELET_PREFIX, DAEMON_PREFIX)]
@@ -422,9 +526,16 @@ class Cluster:
                 py, "-m", "hami_sim.main", CONTROLLER_MANAGER, "--kubeconfig", str(self.kubeconfig),
                 *self.spec.controller_manager_args,
             ]  # fmt: skip
-        if name == CONTROL:
+        if name == CONTROL_SERVICE:
+            argv = [py, "-m", "hami_sim.main", "service-proxy", "--port", str(self.control_port)]
+            argv += ["--ca-file", str(self.ca_file)]
+            for replica in self.control_replicas:
+                argv += ["--endpoint", f"{replica}={self.procs[replica].port}"]
+            return argv
+        if name in self.control_replicas:
             tls = self.state_dir / "tls"
-            argv = [py, "-m", "hami_control.main", "serve", "--bind", f"127.0.0.1:{self.control_port}"]
+            port = self.control_port if name == CONTROL else self.procs[name].port
+            argv = [py, "-m", "hami_control.main", "serve", "--bind", f"127.0.0.1:{port}"]
             argv += [
                 "--tls-cert-file",
                 str(tls / "hami-control.crt"),
@@ -441,6 +552,10 @@ class Cluster:
                 # hami.io/dra=enabled (the second webhook entry, as daemonset/overlays/dra has it).
                 all_dra = len(self.spec.dra_nodes) == len(self.spec.nodes)
                 argv += ["--dra-translation", "all" if all_dra else "namespace"]
+            if name != CONTROL:
+                # The Lease holder starts with the pod name (hami_control.leader.default_identity); no
+                # --pod-namespace, so no replica tries to label a pod that does not exist here.
+                argv += ["--leader-elect", "--leader-elect-namespace", LEASE_NAMESPACE, "--pod-name", name]
             return argv + list(self.spec.control_args)
         if name == SCHEDULER:
             config = self.spec.scheduler_config or default_scheduler_config()
@@ -476,14 +591,15 @@ class Cluster:
             return self._hosts()
         return [f"{prefix}{n}" for n in self.node_names for prefix in (KUBELET_PREFIX, DAEMON_PREFIX)]
 
-    def _launch(self, name: str, *, append: bool = False) -> Proc:
+    def _launch(self, name: str, *, append: bool = False, port: int | None = None) -> Proc:
         proc = self.procs.get(name)
         if proc is None:
             log_name = name.replace("/", "-")
-            proc = Proc(name, self._argv(name), self.logs_dir / f"{log_name}.log")
+            proc = Proc(name, [], self.logs_dir / f"{log_name}.log")
             self.procs[name] = proc
-        else:
-            proc.argv = self._argv(name)
+        if port is not None:
+            proc.port = port
+        proc.argv = self._argv(name)
         proc.start(append=append)
         self._save()
         return proc
@@ -500,7 +616,14 @@ class Cluster:
         # Everything else starts at once (start-up is mostly imports: CPU-bound, so overlap pays). The
         # scheduler needs the extender's URL up front: pick hami-control's port now.
         self.control_port = _free_port()
-        self._launch(CONTROL)
+        if self.spec.control_replicas == 1:
+            self._launch(CONTROL, port=self.control_port)
+        else:
+            taken = {self.control_port}
+            for replica in self.control_replicas:
+                taken.add(replica_port := _free_port(taken))
+                self._launch(replica, port=replica_port)
+            self._launch(CONTROL_SERVICE, port=self.control_port)
         self._launch(SCHEDULER)
         if self.spec.dra_nodes:
             self._launch(CONTROLLER_MANAGER)
@@ -513,7 +636,11 @@ class Cluster:
             self._launch(name)
         self._wait_control_serving(deadline)
         self._wait_control_ready(deadline)
-        self._say(f"hami-control serving on {self.control_url}")
+        replicas = self.spec.control_replicas
+        self._say(
+            f"hami-control serving on {self.control_url}"
+            + (f" ({replicas} replicas, leader {self.leader()})" if replicas > 1 else "")
+        )
         self._register_webhook()
         self._say(f"webhook {WEBHOOK_CONFIG_NAME} registered (failurePolicy Fail)")
         self._wait_marker(self.procs[SCHEDULER], deadline)
@@ -529,32 +656,42 @@ class Cluster:
         )
 
     def _wait_control_serving(self, deadline: float) -> None:
-        """Wait for hami-control's "serving" line; should its port have been taken meanwhile, pick
-        another and start it (and the scheduler, which has the URL) again."""
-        for attempt in range(3):
-            control = self.procs[CONTROL]
-            try:
-                self._wait_marker(control, deadline)
-                control.port = self.control_port
-                self._save()
-                return
-            except ClusterError as exc:
-                if (
-                    exc.component != CONTROL
-                    or "Address already in use" not in control.new_output()
-                    or attempt == 2
-                ):
-                    raise
-            self._say(f"port {self.control_port} was taken meanwhile; hami-control tries another")
-            stop_all([self.procs[SCHEDULER]], 5.0)
-            self.control_port = _free_port()
-            self._launch(CONTROL, append=True)
-            self._launch(SCHEDULER, append=True)
+        """Wait for hami-control's "serving" line (each replica's, then the proxy's); should a port have
+        been taken meanwhile, pick another and start it again (and what has its port: the scheduler has
+        the control URL, the proxy the replicas' ports)."""
+        front = CONTROL if self.spec.control_replicas == 1 else CONTROL_SERVICE
+        names = [r for r in self.control_replicas if r != CONTROL] + [front]
+        for name in names:
+            for attempt in range(3):
+                proc = self.procs[name]
+                try:
+                    self._wait_marker(proc, deadline)
+                    break
+                except ClusterError as exc:
+                    if (
+                        exc.component != name
+                        or "Address already in use" not in proc.new_output()
+                        or attempt == 2
+                    ):
+                        raise
+                taken = {p.port for p in self.procs.values() if p.port} | {self.control_port}
+                port = _free_port(taken)
+                self._say(f"port {proc.port} was taken meanwhile; {name} tries {port}")
+                if name == front:
+                    stop_all([self.procs[SCHEDULER]], 5.0)
+                    self.control_port = port
+                    self._launch(name, append=True, port=port)
+                    self._launch(SCHEDULER, append=True)
+                else:
+                    stop_all([self.procs[front]], 5.0)
+                    self._launch(name, append=True, port=port)
+                    self._launch(front, append=True)
+        self._save()
 
     # --- waiting ----------------------------------------------------------------------------------
 
-    def _check_alive(self, what: str) -> None:
-        for proc in self.procs.values():
+    def _check_alive(self, what: str, procs: Sequence[Proc] | None = None) -> None:
+        for proc in self.procs.values() if procs is None else procs:
             if not proc.alive():
                 raise ClusterError(
                     f"{proc.name} {proc.why_dead()} while waiting for {what}; last lines of {proc.log}:\n"
@@ -569,10 +706,14 @@ class Cluster:
         what: str,
         culprit: str | None,
         max_delay: float = 0.25,
+        *,
+        alive: Sequence[Proc] | None = None,
     ) -> _T:
+        """Poll `condition` until it is truthy; `ClusterError` at `deadline` or when one of `alive`
+        (None: every component) is dead."""
         delay = 0.02
         while True:
-            self._check_alive(what)
+            self._check_alive(what, alive)
             value = condition()
             if value:
                 return value
@@ -585,28 +726,43 @@ class Cluster:
             time.sleep(delay)
             delay = min(delay * 2, max_delay)
 
-    def _wait_marker(self, proc: Proc, deadline: float) -> re.Match[str]:
+    def _wait_marker(self, proc: Proc, deadline: float, *, only: bool = False) -> re.Match[str]:
+        """Wait for `proc`'s ready line; `only`: fail when it dies (else when any component does)."""
         if proc.name.startswith(DAEMON_HOST):
             pattern = _READY[DAEMON_HOST]
+        elif proc.name in self.control_replicas:
+            pattern = _READY[CONTROL]
         else:
             pattern = _READY[proc.name if proc.name in _READY else proc.name.split("/")[0] + "/"]
         return self._wait(
-            lambda: pattern.search(proc.new_output()), deadline, f"{proc.name} to start", proc.name
+            lambda: pattern.search(proc.new_output()),
+            deadline,
+            f"{proc.name} to start",
+            proc.name,
+            alive=[proc] if only else None,
         )
 
-    def _wait_control_ready(self, deadline: float) -> None:
+    def _wait_control_ready(self, deadline: float, replica: str | None = None) -> None:
+        """Wait for /readyz (watch caches synced): of `replica` on its own port, or else of every
+        replica and then, with several, for one to lead as the proxy on the control URL sees it."""
+        names = [replica] if replica is not None else self.control_replicas
         with self._control_pool() as pool:
 
-            def ready() -> bool:
+            def answers(url: str) -> bool:
                 try:
-                    return (
-                        pool.request("GET", self.control_url + "/readyz", timeout=5.0, retries=False).status
-                        == 200
-                    )
+                    return pool.request("GET", url, timeout=5.0, retries=False).status == 200
                 except urllib3.exceptions.HTTPError:
                     return False
 
-            self._wait(ready, deadline, f"{CONTROL} /readyz to answer 200", CONTROL)
+            for name in names:
+                url = f"https://127.0.0.1:{self.procs[name].port}/readyz"
+                what = f"{name} /readyz to answer 200"
+                only = [self.procs[name]] if replica is not None else None
+                self._wait(partial(answers, url), deadline, what, name, alive=only)
+            if replica is None and self.spec.control_replicas > 1:
+                url = self.control_url + service.LEADER_PATH
+                what = f"a {CONTROL} replica to lead, through {CONTROL_SERVICE}"
+                self._wait(lambda: answers(url), deadline, what, CONTROL_SERVICE)
 
     @contextmanager
     def _control_pool(self) -> Iterator[urllib3.PoolManager]:
@@ -828,9 +984,83 @@ class Cluster:
         if self.control_port and self.ca_file.exists():
             with self._control_pool() as pool:
                 seen = self._control_cache_nodes(pool)
-        return ClusterStatus(components, nodes, seen)
+        leader = None
+        if self.spec.control_replicas > 1 and self.apiserver_url:
+            with contextlib.suppress(ClusterError):
+                leader = self.leader()
+        return ClusterStatus(components, nodes, seen, leader)
+
+    # --- leader election --------------------------------------------------------------------------
+
+    def lease(self) -> tuple[str, str]:
+        """(namespace, name) of the Lease the hami-control replicas elect their leader with."""
+        namespace, name = LEASE_NAMESPACE, CONTROL
+        args = list(self.spec.control_args)
+        for i, arg in enumerate(args):  # the last one given wins, as in hami-control's flag parsing
+            for flag in ("--leader-elect-namespace", "--leader-elect-lease"):
+                value = arg.removeprefix(flag + "=") if arg.startswith(flag + "=") else None
+                if arg == flag and i + 1 < len(args):
+                    value = args[i + 1]
+                if value is not None and flag.endswith("namespace"):
+                    namespace = value
+                elif value is not None:
+                    name = value
+        return namespace, name
+
+    def leader(self) -> str:
+        """The hami-control replica the leader Lease names (`hami-control-<i>`; with one replica,
+        `hami-control`). The Lease may still name a replica that died until another takes it over
+        (`wait_leader`). `ClusterError` when no replica holds it."""
+        if self.spec.control_replicas == 1:
+            return CONTROL
+        namespace, name = self.lease()
+        url = f"{self.apiserver_url}/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+        try:
+            with urllib3.PoolManager() as pool:
+                response = pool.request("GET", url, timeout=10.0, retries=False)
+        except urllib3.exceptions.HTTPError as exc:
+            message = f"cannot read the Lease {namespace}/{name}: {exc}"
+            raise ClusterError(message, component=APISERVER) from None
+        holder = ""
+        if response.status == 200:
+            holder = str((json.loads(response.data).get("spec") or {}).get("holderIdentity") or "")
+        elif response.status != 404:
+            raise ClusterError(f"reading the Lease {namespace}/{name}: HTTP {response.status}")
+        replica = holder.rsplit("_", 1)[0]  # <pod name>_<random suffix> (default_identity)
+        if replica not in self.control_replicas:
+            raise ClusterError(f"no {CONTROL} replica holds the Lease {namespace}/{name} (holder {holder!r})")
+        return replica
+
+    def wait_leader(self, timeout_s: float = 60.0, *, other_than: str | None = None) -> str:
+        """Wait until a running replica (not `other_than`) holds the Lease and answers the extender
+        (/readyz/extender 200), and return it."""
+        deadline = time.monotonic() + timeout_s
+        with self._control_pool() as pool:
+
+            def leading() -> str | None:
+                try:
+                    name = self.leader()
+                except ClusterError:
+                    return None
+                if name == other_than or not self.procs[name].alive():
+                    return None
+                url = f"https://127.0.0.1:{self.procs[name].port}{service.LEADER_PATH}"
+                try:
+                    ok = pool.request("GET", url, timeout=5.0, retries=False).status == 200
+                except urllib3.exceptions.HTTPError:
+                    return None
+                return name if ok else None
+
+            what = f"a {CONTROL} replica{f' other than {other_than}' if other_than else ''} to lead"
+            return self._wait(leading, deadline, what, None, alive=())
 
     # --- restart ----------------------------------------------------------------------------------
+
+    def _resolve(self, component: str) -> str:
+        """`hami-control` with several replicas is the current leader; any other name stays."""
+        if component == CONTROL and self.spec.control_replicas > 1:
+            return self.leader()
+        return component
 
     def _proc_for(self, component: str) -> tuple[Proc, str | None]:
         """The process that runs `component`, and the node to command in it (scale mode), if any."""
@@ -844,6 +1074,7 @@ class Cluster:
     def stop_component(self, component: str, *, grace_s: float = 10.0) -> None:
         """Stop one component (SIGTERM, SIGKILL after `grace_s`); in scale mode a node's kubelet or
         hami-node is stopped inside its host process."""
+        component = self._resolve(component)
         proc, node = self._proc_for(component)
         if component == APISERVER:
             raise ClusterError("the apiserver holds the whole cluster in memory: stop it with down")
@@ -854,7 +1085,8 @@ class Cluster:
 
     def start_component(self, component: str, *, timeout_s: float = 60.0) -> None:
         """Start a stopped component again and wait until it is up (hami-control: serving and ready, on
-        the port it had)."""
+        the port it had; with several replicas, `hami-control-<i>` serving and ready on its own port)."""
+        component = self._resolve(component)
         proc, node = self._proc_for(component)
         if node is not None:
             self._host_command(proc, f"start {node}")
@@ -867,13 +1099,15 @@ class Cluster:
             raise ClusterError("the apiserver holds the whole cluster in memory: start a new cluster with up")
         deadline = time.monotonic() + timeout_s
         self._launch(component, append=True)
-        self._wait_marker(proc, deadline)
-        if component == CONTROL:
-            self._wait_control_ready(deadline)
+        self._wait_marker(proc, deadline, only=True)
+        if component in self.control_replicas:
+            self._wait_control_ready(deadline, component)
 
     def restart(self, component: str, *, grace_s: float = 10.0, timeout_s: float = 60.0) -> None:
         """Stop and start one component: `hami-control`, `scheduler`, `kubelet/<node>`, `hami-node/<node>`
-        (in scale mode also the hosts `kubelets` and `hami-nodes`). The apiserver cannot restart."""
+        (in scale mode also the hosts `kubelets` and `hami-nodes`), `hami-control-<i>` and
+        `control-service` with several replicas. The apiserver cannot restart."""
+        component = self._resolve(component)
         proc, node = self._proc_for(component)
         if component == APISERVER:
             raise ClusterError("the apiserver holds the whole cluster in memory: it cannot be restarted")
@@ -882,6 +1116,30 @@ class Cluster:
             return
         stop_all([proc], grace_s)
         self.start_component(component, timeout_s=timeout_s)
+
+    def kill(self, component: str, sig: signal.Signals = signal.SIGKILL, *, timeout_s: float = 10.0) -> None:
+        """Send `sig` (default SIGKILL: no grace, no last writes) to a component and, for a signal that
+        ends a process, wait until it is gone; `start_component` brings it back. `hami-control` is the
+        leader when there are several replicas. In scale mode a node's `kubelet/<node>` or
+        `hami-node/<node>` is dropped inside its host as abruptly as an in-process part can be
+        (hami_sim.nodehost: `kill`; only SIGKILL). The apiserver cannot be killed (it holds the cluster)."""
+        component = self._resolve(component)
+        proc, node = self._proc_for(component)
+        if component == APISERVER:
+            raise ClusterError("the apiserver holds the whole cluster in memory: it cannot be killed")
+        if node is not None:
+            if sig != signal.SIGKILL:
+                raise ClusterError(f"{component} runs inside {proc.name}: only SIGKILL can drop it")
+            self._host_command(proc, f"kill {node}", timeout_s)
+            return
+        if not proc.alive():
+            raise ClusterError(f"{component} is not running", component=component)
+        proc.signal(sig)
+        if sig in _SIGNALS_THAT_END and not proc.wait_gone(timeout_s):
+            raise ClusterError(
+                f"{component} (pid {proc.pid}) still runs {timeout_s:g} s after {sig.name}",
+                component=component,
+            )
 
     def _host_command(self, host: Proc, command: str, timeout_s: float = 60.0) -> None:
         try:
@@ -921,6 +1179,8 @@ class Cluster:
     def _stage_procs(self, part: str) -> list[Proc]:
         if part == "daemons":
             return [p for n, p in self.procs.items() if n.startswith((DAEMON_PREFIX, DAEMON_HOST))]
+        if part == "controls":
+            return [p for n, p in self.procs.items() if n in self.control_replicas or n == CONTROL_SERVICE]
         if part == "kubelets":
             return [p for n, p in self.procs.items() if n.startswith(KUBELET_PREFIX) or n == KUBELET_HOST]
         return [self.procs[part]] if part in self.procs else []
@@ -941,12 +1201,22 @@ class Cluster:
         self.down()
 
 
-def _free_port() -> int:
-    """A loopback TCP port free right now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+def _free_port(taken: set[int] | None = None) -> int:
+    """A loopback TCP port free right now (the kernel's pick), none of `taken`."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port not in (taken or ()):
+            return port
+
+
+def _inventory_gpu(inventory: Inventory, node: str, index: int | None) -> FakeGpu:
+    found = next((g for g in inventory.gpus if g.index == index), None)
+    if found is None:
+        indexes = ", ".join(str(g.index) for g in inventory.gpus)
+        raise ClusterError(f"gpu_index: node {node} has no GPU with index {index!r} (it has {indexes})")
+    return found
 
 
 def _write_private(path: Path, data: bytes) -> None:

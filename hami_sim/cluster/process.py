@@ -89,6 +89,14 @@ class Proc:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
 
+    def wait_gone(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for the process to end (and reap it when this process started it);
+        False when it still runs."""
+        gone = _wait_gone([self], timeout_s)
+        if gone and self.popen is not None and self.popen.returncode is None:
+            self.popen.wait()
+        return gone
+
     def new_output(self) -> str:
         """The log written since this run started."""
         try:

@@ -152,6 +152,9 @@ class ClusterSpec:
     """KubeSchedulerConfiguration for the scheduler stand-in; None: daemonset/scheduler/'s."""
     control_args: tuple[str, ...] = ()
     """More hami-control flags (e.g. ("--bind-wait-timeout", "20"))."""
+    control_replicas: int = 1
+    """hami-control replicas. Above 1 each runs with `--leader-elect` (Lease kube-system/hami-control) as
+    `hami-control-<i>`, behind a Service-like proxy on the control URL (hami_sim.cluster.service)."""
     node_args: tuple[str, ...] = ()
     """More hami-node flags, for every node (e.g. ("--health-recovery-seconds", "3"))."""
     scheduler_args: tuple[str, ...] = ()
@@ -180,6 +183,9 @@ class ClusterSpec:
             value = getattr(self, name)
             if value is not None and (not value.strip() or any(c.isspace() for c in value)):
                 raise SpecError(f"{name}: expected a policy name, got {value!r}")
+        replicas = self.control_replicas
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+            raise SpecError(f"control_replicas: expected an integer >= 1, got {replicas!r}")
         if self.timeout_s is not None and not self.timeout_s > 0:
             raise SpecError(f"timeout_s: must be positive, got {self.timeout_s!r}")
 
@@ -261,6 +267,7 @@ class ClusterSpec:
             "scale": self.scale_mode,
             "schedulerConfig": str(self.scheduler_config) if self.scheduler_config else None,
             "controlArgs": list(self.control_args),
+            "controlReplicas": self.control_replicas,
             "nodeArgs": list(self.node_args),
             "schedulerArgs": list(self.scheduler_args),
             "controllerManagerArgs": list(self.controller_manager_args),
@@ -287,6 +294,7 @@ class ClusterSpec:
                 scale=bool(data["scale"]),
                 scheduler_config=Path(config) if config else None,
                 control_args=tuple(data.get("controlArgs") or ()),
+                control_replicas=int(data.get("controlReplicas") or 1),
                 node_args=tuple(data.get("nodeArgs") or ()),
                 scheduler_args=tuple(data.get("schedulerArgs") or ()),
                 controller_manager_args=tuple(data.get("controllerManagerArgs") or ()),

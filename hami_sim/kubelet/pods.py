@@ -13,9 +13,11 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from hami_api.errors import QuantityError
@@ -46,6 +48,27 @@ EVENTS_GRACE_S = 1.0
 FAILED_PREPARE = "FailedPrepareDynamicResources"
 """Kubelet's event reason when a pod's claims could not be prepared (pkg/kubelet/events)."""
 CREATE_CONTAINER_ERROR = "CreateContainerError"
+RUN_SECONDS = "sim.hami.io/run-seconds"
+"""A stand-in-only pod annotation (it runs no containers): the pod's containers exit 0 that many seconds
+after they started (docs/kubelet-standin.md, "Containers that finish")."""
+MIN_RESTART_INTERVAL_S = 1.0
+"""restartPolicy Always: kubelet's restart backoff (10 s doubling to 5 min) is skipped, but a container
+restarts at most once per this many seconds, so `run-seconds: "0"` cannot spin."""
+
+
+def run_seconds(pod: JSON) -> float | None:
+    """The pod's `sim.hami.io/run-seconds` (None: absent, the containers run until the pod is deleted);
+    `ValueError` naming the annotation and value for anything but a finite number >= 0."""
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(RUN_SECONDS)
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"annotation {RUN_SECONDS}: expected a number of seconds >= 0, got {value!r}")
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -122,6 +145,10 @@ class PodAdmitter:
         """Pods whose start is to be tried again (claims that could not be prepared), in order."""
         self._start_failures: dict[str, int] = {}
         self._start_timers: dict[str, asyncio.TimerHandle] = {}
+        self._exit_timers: dict[str, asyncio.TimerHandle] = {}
+        """Pods whose containers exit after `sim.hami.io/run-seconds`, and when."""
+        self._exits: dict[str, None] = {}
+        """Pods whose containers have exited, to be handled next, in order."""
         self._start_retry = RetryPolicy(
             initial=config.prepare_retry_initial, maximum=config.prepare_retry_max
         )
@@ -147,17 +174,19 @@ class PodAdmitter:
             asyncio.create_task(self._work(), name=f"admit-{node}"),
         ]
 
-    async def stop(self) -> None:
-        for timer in self._start_timers.values():
+    async def stop(self, *, events_grace_s: float = EVENTS_GRACE_S) -> None:
+        """Stop following and admitting pods; queued Events get `events_grace_s` to be written."""
+        for timer in (*self._start_timers.values(), *self._exit_timers.values()):
             timer.cancel()
         self._start_timers.clear()
+        self._exit_timers.clear()
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self._events.stop(EVENTS_GRACE_S)
+        await self._events.stop(events_grace_s)
 
     async def wait_synced(self, seconds: float) -> None:
         """Wait until the first list of this node's pods has been read."""
@@ -267,8 +296,10 @@ class PodAdmitter:
             return
         self._seen.add(uid)
         if phase == "Running":
-            # Admitted by an earlier run of this node; its devices come from the checkpoint.
+            # Admitted by an earlier run of this node; its devices come from the checkpoint. Its
+            # containers kept running meanwhile: they exit when they would have.
             self._active.add(uid)
+            self._schedule_exit(uid, pod, _started_at(pod))
             return
         self._pending[uid] = (str(meta.get("creationTimestamp") or ""), next(self._seq))
         self._wake.set()
@@ -284,6 +315,10 @@ class PodAdmitter:
         self._pending.pop(uid, None)
         self._active.discard(uid)
         self._forget_start(uid)
+        self._exits.pop(uid, None)
+        timer = self._exit_timers.pop(uid, None)
+        if timer is not None:
+            timer.cancel()
         self._manager.remove_pod(uid)
         self._runtime.remove_pod(uid)
         if self._dra is not None:
@@ -302,7 +337,14 @@ class PodAdmitter:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._pending or self._starts:
+            while self._pending or self._starts or self._exits:
+                if self._exits:  # first: a pod that ends frees its devices for the next
+                    uid = next(iter(self._exits))
+                    del self._exits[uid]
+                    pod = self._pods.get(uid)
+                    if pod is not None and uid in self._active:
+                        await self._containers_exited(uid, pod)
+                    continue
                 if self._pending:
                     uid = min(self._pending, key=self._pending.__getitem__)
                     del self._pending[uid]
@@ -385,6 +427,7 @@ class PodAdmitter:
         self._runtime.record_pod(uid, records)
         await self._write_status(pod, _running_status(pod))
         log.info("node %s: pod %s/%s admitted and running", self.config.node_name, namespace, name)
+        self._schedule_exit(uid, pod, datetime.now(UTC))
         await self._record(AdmissionResult(namespace, name, uid, True))
 
     def _container_record(self, uid: str, pod: JSON, container: Mapping[str, Any]) -> ContainerRecord:
@@ -397,6 +440,59 @@ class PodAdmitter:
         }
         cdi_ids = self._dra.container_cdi_ids(pod, container) if self._dra is not None else []
         return container_record(pod, name, responses, cdi_ids, self.config.cdi_dirs)
+
+    # ------------------------------------------------------------------------------ containers that end
+
+    def _schedule_exit(self, uid: str, pod: JSON, started: datetime | None, minimum: float = 0.0) -> None:
+        """With `sim.hami.io/run-seconds`, the containers exit 0 that long after `started` (now when
+        unknown), at the earliest in `minimum` seconds; a bad value is a warning and the pod runs on."""
+        try:
+            seconds = run_seconds(pod)
+        except ValueError as exc:
+            namespace, name = _key(pod)
+            log.warning(
+                "node %s: pod %s/%s: %s; it runs until deleted", self.config.node_name, namespace, name, exc
+            )
+            return
+        if seconds is None:
+            return
+        elapsed = (datetime.now(UTC) - started).total_seconds() if started is not None else 0.0
+        old = self._exit_timers.pop(uid, None)
+        if old is not None:
+            old.cancel()
+        delay = max(minimum, seconds - elapsed)
+        self._exit_timers[uid] = asyncio.get_running_loop().call_later(delay, self._exited, uid)
+
+    def _exited(self, uid: str) -> None:
+        self._exit_timers.pop(uid, None)
+        if uid in self._active:
+            self._exits[uid] = None
+            self._wake.set()
+
+    async def _containers_exited(self, uid: str, pod: JSON) -> None:
+        """The containers exited 0. restartPolicy Always: restarted in place with restartCount + 1 (its
+        devices stay; kubelet's CrashLoopBackOff is skipped, see MIN_RESTART_INTERVAL_S). Never and
+        OnFailure: the pod Succeeded, and like kubelet for a terminated pod (its devices leave the
+        active pods' set: devicemanager's UpdateAllocatedDevices; its claims are unprepared) the
+        devices are freed at once."""
+        namespace, name = _key(pod)
+        node = self.config.node_name
+        if ((pod.get("spec") or {}).get("restartPolicy") or "Always") == "Always":
+            status = _restarted_status(pod)
+            await self._write_status(pod, status)
+            restarts = max((c["restartCount"] for c in status["containerStatuses"]), default=0)
+            log.info(
+                "node %s: pod %s/%s: containers exited 0, restarted (restarts: %d)",
+                node,
+                namespace,
+                name,
+                restarts,
+            )
+            self._schedule_exit(uid, pod, None, MIN_RESTART_INTERVAL_S)
+            return
+        await self._write_status(pod, _succeeded_status(pod))
+        log.info("node %s: pod %s/%s: containers exited 0, pod Succeeded", node, namespace, name)
+        self._end(uid)
 
     async def _prepare_failed(self, uid: str, pod: JSON, error: str) -> None:
         """The pod's claims could not be prepared: Pending, a Warning event, and another try later."""
@@ -527,7 +623,13 @@ class PodAdmitter:
         )
 
 
-def _conditions(pod: JSON, ready: bool, initialized: bool = True, sandbox: bool = True) -> list[JSON]:
+def _conditions(
+    pod: JSON,
+    ready: bool,
+    initialized: bool = True,
+    sandbox: bool = True,
+    not_ready: str = "ContainersNotReady",
+) -> list[JSON]:
     now = now_rfc3339()
     old = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
 
@@ -543,8 +645,8 @@ def _conditions(pod: JSON, ready: bool, initialized: bool = True, sandbox: bool 
     return [
         condition("PodReadyToStartContainers", sandbox),
         condition("Initialized", initialized, "ContainersNotInitialized"),
-        condition("Ready", ready, "ContainersNotReady"),
-        condition("ContainersReady", ready, "ContainersNotReady"),
+        condition("Ready", ready, not_ready),
+        condition("ContainersReady", ready, not_ready),
         condition("PodScheduled", True),
     ]
 
@@ -595,6 +697,90 @@ def _running_status(pod: JSON) -> JSON:
     }
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
+    return status
+
+
+def _started_at(pod: JSON) -> datetime | None:
+    """When the pod's containers (last) started, from its container statuses; None when unknown."""
+    times = []
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        text = ((status.get("state") or {}).get("running") or {}).get("startedAt")
+        with contextlib.suppress(TypeError, ValueError):
+            times.append(datetime.fromisoformat(str(text).replace("Z", "+00:00")))
+    return max(times) if times else None
+
+
+def _statuses_by_name(pod: JSON, key: str) -> dict[str, JSON]:
+    return {str(c.get("name")): c for c in (pod.get("status") or {}).get(key) or []}
+
+
+def _restarted_status(pod: JSON) -> JSON:
+    """restartPolicy Always after the containers exited 0: each running again, restartCount + 1, the
+    exit in lastState (kubelet's status after a container restart)."""
+    status = _running_status(pod)
+    old = _statuses_by_name(pod, "containerStatuses")
+    now = now_rfc3339()
+    for entry in status["containerStatuses"]:
+        before = old.get(entry["name"]) or {}
+        started = ((before.get("state") or {}).get("running") or {}).get("startedAt") or now
+        entry["restartCount"] = int(before.get("restartCount") or 0) + 1
+        entry["lastState"] = {
+            "terminated": {
+                "exitCode": 0,
+                "reason": "Completed",
+                "startedAt": started,
+                "finishedAt": now,
+                "containerID": entry["containerID"],
+            }
+        }
+    if "initContainerStatuses" in status and (pod.get("status") or {}).get("initContainerStatuses"):
+        status["initContainerStatuses"] = (pod.get("status") or {})["initContainerStatuses"]
+    return status
+
+
+def _succeeded_status(pod: JSON) -> JSON:
+    """Every container terminated with exit code 0 (reason Completed; restartable init containers,
+    sidecars, stopped with them): the pod Succeeded, not Ready (reason PodCompleted) and its sandbox gone,
+    as kubelet reports a pod whose containers all completed (pkg/kubelet/status generateAPIPodStatus)."""
+    now = now_rfc3339()
+    previous = pod.get("status") or {}
+
+    def terminated(c: JSON, statuses: dict[str, JSON]) -> JSON:
+        before = statuses.get(str(c["name"])) or {}
+        state = before.get("state") or {}
+        if "terminated" in state:  # an init container that ran to completion
+            return {**before, "ready": False, "started": False}
+        started = (state.get("running") or {}).get("startedAt") or now
+        return {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "",
+            "containerID": _container_id(pod, c["name"]),
+            "restartCount": int(before.get("restartCount") or 0),
+            "ready": False,
+            "started": False,
+            "state": {
+                "terminated": {
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": started,
+                    "finishedAt": now,
+                    "containerID": _container_id(pod, c["name"]),
+                }
+            },
+        }
+
+    spec = pod.get("spec") or {}
+    apps = _statuses_by_name(pod, "containerStatuses")
+    inits = _statuses_by_name(pod, "initContainerStatuses")
+    status: JSON = {
+        "phase": "Succeeded",
+        "conditions": _conditions(pod, ready=False, sandbox=False, not_ready="PodCompleted"),
+        "containerStatuses": [terminated(c, apps) for c in spec.get("containers") or []],
+        "startTime": previous.get("startTime") or now,
+    }
+    if spec.get("initContainers"):
+        status["initContainerStatuses"] = [terminated(c, inits) for c in spec["initContainers"]]
     return status
 
 

@@ -14,7 +14,7 @@ from hami_sim.kubelet.devicemanager import DeviceManager
 from hami_sim.kubelet.dra.manager import DraManager
 from hami_sim.kubelet.node import NodeStatusReporter
 from hami_sim.kubelet.podresources.server import PodResourcesServer
-from hami_sim.kubelet.pods import PodAdmitter
+from hami_sim.kubelet.pods import EVENTS_GRACE_S, PodAdmitter
 from hami_sim.kubelet.runtime import ContainerRuntime
 
 log = logging.getLogger(__name__)
@@ -103,11 +103,13 @@ class Kubelet:
         if self.pod_resources is not None:
             await self.pod_resources.start()
 
-    async def stop(self) -> None:
+    async def stop(self, *, abrupt: bool = False) -> None:
+        """Stop every part; `abrupt` (a kill of an in-process kubelet) drops the queued Events instead of
+        giving them a second to be written."""
         if self.pod_resources is not None:
             await self.pod_resources.stop()
         if self.pods is not None:
-            await self.pods.stop()
+            await self.pods.stop(events_grace_s=0.0 if abrupt else EVENTS_GRACE_S)
         if self.node_status is not None:
             await self.node_status.stop()
         if self.dra is not None:

@@ -4,6 +4,7 @@ checkpoint, and a restart that keeps running pods' devices."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import threading
@@ -16,8 +17,9 @@ import pytest
 from hami_node.plugin.api import api_pb2
 from hami_sim.kubelet import CheckpointError, KubeletConfig, KubeletRunner, Snapshot, read_checkpoint
 from hami_sim.kubelet.checkpoint import encode_checkpoint
-from tests.apiserver_util import create_and_bind
-from tests.builders import container, node
+from hami_sim.kubelet.pods import RUN_SECONDS, run_seconds
+from tests.apiserver_util import bind, create_and_bind
+from tests.builders import container, node, pod
 from tests.conftest import ApiServerHandle
 from tests.integration.kubelet_plugin import TIMEOUT, FakePlugin, devices
 from tests.waiting import wait_for, wait_node
@@ -454,3 +456,90 @@ def test_pods_bound_before_the_kubelet_starts_are_admitted(
     config = KubeletConfig(NODE, short_dir / "dp", kubeconfig=apiserver.kubeconfig)
     with KubeletRunner(config) as runner:
         assert runner.wait_for_pod(NS, "early-bird").admitted
+
+
+# --- containers that finish: sim.hami.io/run-seconds ------------------------------------------------
+
+
+def run_pod(core_v1: Any, name: str, run_seconds: str, restart_policy: str, limit: str = "2") -> str:
+    body = pod(
+        name,
+        container("main", limits={RES: limit}),
+        annotations={RUN_SECONDS: run_seconds},
+        restartPolicy=restart_policy,
+    )
+    uid = str(core_v1.create_namespaced_pod(NS, body).metadata.uid)
+    assert bind(core_v1, NS, name, NODE).get("status") == "Success"
+    return uid
+
+
+@pytest.mark.parametrize("policy", ["Never", "OnFailure"])
+def test_run_seconds_ends_a_never_restarted_pod_succeeded_and_frees_its_devices(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any, policy: str
+) -> None:
+    make_plugin("a", "b")
+    uid = run_pod(core_v1, "batch", "0.3", policy)
+    assert kubelet.wait_for_pod(NS, "batch").admitted
+    done = wait_for(
+        lambda: (p := core_v1.read_namespaced_pod("batch", NS)).status.phase == "Succeeded" and p,
+        10,
+        "the pod to succeed",
+    )
+    (status,) = done.status.container_statuses
+    terminated = status.state.terminated
+    assert (terminated.exit_code, terminated.reason, status.ready) == (0, "Completed", False)
+    assert {c.type: c.reason for c in done.status.conditions}["Ready"] == "PodCompleted"
+    kubelet.wait_for_devices(lambda s: allocated(s) == frozenset())
+    assert read_checkpoint(kubelet.config.checkpoint_path).for_container(uid, "main") == []
+    run_pod(core_v1, "next", "60", "Never")
+    assert kubelet.wait_for_pod(NS, "next").admitted
+
+
+def test_run_seconds_restarts_an_always_pods_containers_in_place(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    make_plugin("a", "b")
+    run_pod(core_v1, "server", "0", "Always")
+    assert kubelet.wait_for_pod(NS, "server").admitted
+
+    def restarted_twice() -> Any:
+        p = core_v1.read_namespaced_pod("server", NS)
+        statuses = p.status.container_statuses or []
+        return statuses and statuses[0].restart_count >= 2 and p
+
+    running = wait_for(restarted_twice, 10, "two restarts (at most one a second)")
+    (status,) = running.status.container_statuses
+    assert running.status.phase == "Running" and status.state.running is not None
+    assert (status.last_state.terminated.exit_code, status.last_state.terminated.reason) == (0, "Completed")
+    assert allocated(kubelet.snapshot()) == {"a", "b"}
+
+
+def test_a_bad_run_seconds_is_a_warning_and_the_pod_runs_on(
+    kubelet: KubeletRunner,
+    make_plugin: Callable[..., FakePlugin],
+    core_v1: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    make_plugin("a")
+    run_pod(core_v1, "odd", "soon", "Never", limit="1")
+    assert kubelet.wait_for_pod(NS, "odd").admitted
+
+    def warned() -> bool:
+        return any(RUN_SECONDS in r.getMessage() and "'soon'" in r.getMessage() for r in caplog.records)
+
+    wait_for(warned, 5, "the warning")
+    assert core_v1.read_namespaced_pod("odd", NS).status.phase == "Running"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, None), ("0", 0.0), ("2.5", 2.5), ("-1", ValueError), ("nan", ValueError),
+                            ("inf", ValueError), ("", ValueError)]
+)  # fmt: skip
+def test_run_seconds_accepts_only_finite_non_negative_numbers(value: str | None, expected: Any) -> None:
+    annotations = {} if value is None else {RUN_SECONDS: value}
+    body = {"metadata": {"annotations": annotations}}
+    if expected is ValueError:
+        with pytest.raises(ValueError, match=re.escape(RUN_SECONDS)):
+            run_seconds(body)
+    else:
+        assert run_seconds(body) == expected

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from kubernetes import client
 from kubernetes import config as kube_config
 
 from hami_api.annotations import BIND_PHASE, DEVICES_ALLOCATED, NODE_REGISTER, VGPU_NODE
+from hami_node.gpu.inventory import load_inventory, write_inventory
 from hami_sim.cluster import (
     Cluster,
     ClusterError,
@@ -30,6 +32,7 @@ from hami_sim.cluster import (
     parse_inventory_spec,
 )
 from hami_sim.cluster.process import start_ticks
+from hami_sim.cluster.service import ServiceProxy, parse_endpoint
 from hami_sim.nodehost import SpecError as HostSpecError
 from hami_sim.nodehost import parse_host_spec
 from tests.builders import gpu_pod
@@ -266,3 +269,57 @@ def test_host_specs_name_the_bad_field() -> None:
         parse_host_spec({"nodes": [{"name": "n1", "kubeletDir": "/" + "x" * 100}]}, "h.json")
     with pytest.raises(HostSpecError, match=r"h\.json: unknown key 'node'"):
         parse_host_spec({"node": []}, "h.json")
+
+
+def test_control_replicas_are_checked_and_kept_in_cluster_json(tmp_path: Path) -> None:
+    for bad in (0, True, 1.5):
+        with pytest.raises(SpecError, match="control_replicas: expected an integer >= 1"):
+            ClusterSpec.uniform(1, 1, control_replicas=bad)
+    spec = ClusterSpec.uniform(1, 1, control_replicas=2)
+    assert ClusterSpec.from_data(spec.to_data()).control_replicas == 2
+    assert ClusterSpec.from_data({**spec.to_data(), "controlReplicas": None}).control_replicas == 1
+    assert Cluster(spec, tmp_path).control_replicas == ["hami-control-0", "hami-control-1"]
+    assert Cluster(ClusterSpec.uniform(1, 1), tmp_path).control_replicas == ["hami-control"]
+
+
+def test_the_leader_lease_follows_the_last_control_arg(tmp_path: Path) -> None:
+    assert Cluster(ClusterSpec.uniform(1, 1, control_replicas=2), tmp_path).lease() == (
+        "kube-system",
+        "hami-control",
+    )
+    args = ("--leader-elect-namespace", "a", "--leader-elect-lease=l1", "--leader-elect-namespace=b")
+    spec = ClusterSpec.uniform(1, 1, control_replicas=2, control_args=args)
+    assert Cluster(spec, tmp_path).lease() == ("b", "l1")
+
+
+def test_the_service_proxy_sends_to_the_leader_else_to_ready_replicas_in_turn() -> None:
+    a, b = parse_endpoint("hami-control-0=9001"), parse_endpoint("hami-control-1=9002")
+    proxy = ServiceProxy(9000, [a, b], ssl.create_default_context())
+    assert proxy.choose() is None  # no endpoint ready: the connection is refused
+    proxy.ready = [a, b]
+    assert [proxy.choose() for _ in range(4)] == [a, b, a, b]
+    proxy.leader = b
+    assert {proxy.choose() for _ in range(4)} == {b}
+    for bad in ("hami-control-0", "=9001", "x=0", "x=port"):
+        with pytest.raises(ValueError, match="--endpoint: expected NAME=PORT"):
+            parse_endpoint(bad)
+
+
+def test_gpu_faults_edit_the_nodes_fake_inventory(tmp_path: Path) -> None:
+    spec = ClusterSpec.uniform(1, 2)
+    cluster = Cluster(spec, tmp_path)
+    path = cluster.inventory_path("gpu-node-1")
+    path.parent.mkdir(parents=True)
+    write_inventory(path, node_inventory(spec.nodes[0]))
+    cluster.inject_gpu_fault("gpu-node-1", 1, "lost")
+    cluster.inject_gpu_fault("gpu-node-1", 1, "ecc-double-bit")
+    cluster.inject_gpu_fault("gpu-node-1", None, "nvml-absent")
+    inventory = load_inventory(path)
+    assert [g.lost for g in inventory.gpus] == [False, True]
+    assert [(e.kind.value, e.gpu) for e in inventory.events] == [("ecc-double-bit", inventory.gpus[1].uuid)]
+    assert inventory.nvml.value == "absent"
+    cluster.clear_gpu_fault("gpu-node-1", 1)
+    cluster.clear_gpu_fault("gpu-node-1", None)
+    assert load_inventory(path) == node_inventory(spec.nodes[0])
+    with pytest.raises(ClusterError, match="node: no node 'gpu-node-9'"):
+        cluster.clear_gpu_fault("gpu-node-9", 0)
