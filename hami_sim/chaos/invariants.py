@@ -1,0 +1,1111 @@
+"""The invariants the chaos checker holds the cluster to, over one `Snapshot` of what the API server and
+the kubelet stand-ins' state files said. Pure: no I/O, no clock; `checker.InvariantChecker` reads the
+snapshots and decides which findings persist long enough to be violations.
+
+Each finding is a `Violation(kind, subject, message, evidence, at)`; the evidence names the pod, node
+or GPU, the numbers, and which sources disagree. Kinds:
+
+- `gpu-memory-overcommit`, `gpu-cores-overcommit`, `gpu-slots-overcommit` (subject `<node>/<gpu uuid>`
+  or, DRA, `<pool>/<device>`): what live pods (phase neither Succeeded nor Failed, still in the API)
+  hold on a GPU exceeds what its node registered (`hami.io/node-nvidia-register`: devmem MiB, devcore,
+  count) or what its ResourceSlice offers (capacities `memory`, `cores`; one claim only on a device
+  without `allowMultipleAllocations`). A pod holds its footprint (the most it holds at once: each
+  regular init container with the sidecars started before it, then every sidecar and app container
+  together), from `hami.io/vgpu-devices-allocated` on pods carrying `hami.io/vgpu-node`, as HAMi's
+  scheduler counts it. Cores follow HAMi: a slice with 0 cores sets no limit and takes none; a slice
+  with all of a 100-core GPU's cores (exclusive) shares the GPU with no other slot.
+  DRA: every allocated claim's results on the device, `consumedCapacity` (none: the whole device).
+- `container-gpu-mismatch`, `container-memory-mismatch` (subject `<ns>/<pod>/<container>`): for a
+  container the runtime started (a record in `containers.json`) of a live pod, the GPUs kubelet
+  recorded (`kubelet_internal_checkpoint`, or for DRA the claim's devices in `dra_manager_state`), the
+  GPUs its env and device nodes name (`NVIDIA_VISIBLE_DEVICES`, the volume-mounts paths, CDI names
+  `<vendor>/gpu=<uuid>`; DRA: `/dev/nvidia<minor>`) and the GPUs of its pod's annotation entry (DRA:
+  its claims' allocation results) must be the same; `CUDA_DEVICE_MEMORY_LIMIT_<i>` must be the
+  annotation's MiB on the i-th GPU (DRA: the claims' consumed memory, GPUs in PCI bus order).
+- `bind-phase-stuck` (subject `<ns>/<pod>`): `hami.io/bind-phase=allocating` for longer than the bind
+  timeout after `hami.io/bind-time`.
+- `bound-without-allocation`: a live pod with `spec.nodeName` that asks a HAMi resource but carries no
+  allocation annotation (the device-plugin path: kubelet cannot be told which GPU it has).
+- `annotation-undecodable`: an annotation the checker cannot read (named in the message).
+- `quota-exceeded` (subject the namespace): the namespace's live pods hold more GPU memory or cores
+  than a ResourceQuota's `limits.nvidia.com/gpumem` / `limits.nvidia.com/gpucores` allows (the only
+  keys HAMi honours; per pod max(sum of regular containers, largest init container), per-GPU values x
+  GPUs; DRA pods: their own claims' consumed capacity).
+- `state-unreadable` (subject `<node>/<file>`): a kubelet state file that does not parse.
+
+At the end of a run (`final_findings`):
+- `pod-not-settled`: a pod neither Running nor Succeeded without a reason a person can act on (Pending:
+  a PodScheduled=False condition or a FailedScheduling event with its message, or a waiting container
+  with reason and message; Failed: status reason and message, e.g. kubelet's UnexpectedAdmissionError,
+  or a container that exited non-zero with a reason).
+- `pod-in-bind-phase`: a pod still `hami.io/bind-phase=allocating`.
+- `allocation-leaked` (subject `<node>/<file>/<pod uid>` or `claim/<ns>/<name>/<pod uid>`): a kubelet
+  checkpoint entry, a DRA checkpoint entry, a container record or a claim reservation for a pod the API
+  server no longer has.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from hami_sim.chaos.decoding import (
+    BIND_PHASE,
+    BIND_TIME,
+    DEVICES_ALLOCATED,
+    DEVICES_TO_ALLOCATE,
+    MIB,
+    NODE_REGISTER,
+    VGPU_NODE,
+    Allocation,
+    ClaimEntry,
+    ContainerRecord,
+    DecodeError,
+    DeviceEntry,
+    Gpu,
+    Slice,
+    decode_allocation,
+    decode_register,
+    device_gpu,
+    parse_quantity,
+)
+
+JSON = Mapping[str, Any]
+
+GPU_RESOURCE = "nvidia.com/gpu"
+HAMI_RESOURCES = (
+    "nvidia.com/gpu",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpumem-percentage",
+    "nvidia.com/gpucores",
+)
+QUOTA_MEMORY_KEY = "limits.nvidia.com/gpumem"
+QUOTA_CORES_KEY = "limits.nvidia.com/gpucores"
+DRA_DRIVER = "hami-core-gpu.project-hami.io"
+VOLUME_MOUNTS_ROOT = "/var/run/nvidia-container-devices"
+MEMORY_LIMIT_ENV = "CUDA_DEVICE_MEMORY_LIMIT_"
+TERMINAL = frozenset({"Succeeded", "Failed"})
+_DEVICE_NODE = re.compile(r"/dev/nvidia([0-9]+)")
+_LIMIT = re.compile(r"([0-9]+)([kKmMgG]?)")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken invariant: its kind, what it is about, a sentence, the evidence, and when
+    (the checker's clock) it was seen."""
+
+    kind: str
+    subject: str
+    message: str
+    evidence: dict[str, Any]
+    at: float
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.kind, self.subject)
+
+
+@dataclass(frozen=True)
+class NodeFiles:
+    """One kubelet stand-in's state files (None: the file does not exist)."""
+
+    device_entries: tuple[DeviceEntry, ...] | None = None
+    claim_entries: tuple[ClaimEntry, ...] | None = None
+    containers: tuple[ContainerRecord, ...] | None = None
+    errors: Mapping[str, str] = field(default_factory=dict)
+    """File name -> why it could not be read."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the checker read in one pass. `wall_time` is Unix time (bind-time is in Unix seconds);
+    `at` is the checker's clock."""
+
+    pods: Sequence[JSON] = ()
+    nodes: Sequence[JSON] = ()
+    resource_claims: Sequence[JSON] = ()
+    resource_slices: Sequence[JSON] = ()
+    resource_quotas: Sequence[JSON] = ()
+    kubelet: Mapping[str, NodeFiles] = field(default_factory=dict)
+    events: Sequence[JSON] = ()
+    wall_time: float = 0.0
+    at: float = 0.0
+
+
+class _Out:
+    """Collects findings of one pass (first finding per key wins)."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.found: dict[tuple[str, str], Violation] = {}
+
+    def add(self, kind: str, subject: str, message: str, **evidence: Any) -> None:
+        self.found.setdefault((kind, subject), Violation(kind, subject, message, evidence, self.at))
+
+
+# --- pods ---------------------------------------------------------------------------------------------------
+
+
+def _meta(obj: JSON) -> JSON:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _annotations(obj: JSON) -> JSON:
+    ann = _meta(obj).get("annotations")
+    return ann if isinstance(ann, Mapping) else {}
+
+
+def _spec(obj: JSON) -> JSON:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _status(obj: JSON) -> JSON:
+    status = obj.get("status")
+    return status if isinstance(status, Mapping) else {}
+
+
+def pod_key(pod: JSON) -> str:
+    meta = _meta(pod)
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def pod_uid(pod: JSON) -> str:
+    return str(_meta(pod).get("uid") or "")
+
+
+def is_live(pod: JSON) -> bool:
+    return _status(pod).get("phase") not in TERMINAL
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def pod_containers(pod: JSON) -> list[tuple[JSON, str]]:
+    """Every container in allocation order (init containers first) with its kind: init, sidecar, app."""
+    out: list[tuple[JSON, str]] = []
+    for c in _list(_spec(pod).get("initContainers")):
+        if isinstance(c, Mapping):
+            out.append((c, "sidecar" if c.get("restartPolicy") == "Always" else "init"))
+    out.extend((c, "app") for c in _list(_spec(pod).get("containers")) if isinstance(c, Mapping))
+    return out
+
+
+def pod_allocation(pod: JSON) -> Allocation | None:
+    """The pod's allocation annotation (allocated, else to-allocate); None when it has none.
+    Raises DecodeError."""
+    ann = _annotations(pod)
+    text = ann.get(DEVICES_ALLOCATED) or ""
+    name = DEVICES_ALLOCATED
+    if not text:
+        text, name = ann.get(DEVICES_TO_ALLOCATE) or "", DEVICES_TO_ALLOCATE
+    if not text:
+        return None
+    return decode_allocation(str(text), name)
+
+
+@dataclass
+class Held:
+    """What one pod holds on one GPU at its busiest."""
+
+    slots: int = 0
+    mem: int = 0
+    cores: int = 0
+    exclusive: bool = False
+
+    def widen(self, other: Held) -> None:
+        self.slots = max(self.slots, other.slots)
+        self.mem = max(self.mem, other.mem)
+        self.cores = max(self.cores, other.cores)
+        self.exclusive = self.exclusive or other.exclusive
+
+
+def footprint(allocation: Allocation, kinds: Sequence[str]) -> dict[str, Held]:
+    """Per GPU, the most the pod holds at once over its phases (each regular init container with the
+    sidecars started before it; then every sidecar and app container)."""
+
+    def phase(slices: Iterable[Slice]) -> dict[str, Held]:
+        out: dict[str, Held] = {}
+        for s in slices:
+            held = out.setdefault(s.uuid, Held())
+            held.slots += 1
+            held.mem += s.mem
+            held.cores += s.cores
+            held.exclusive = held.exclusive or s.cores >= 100
+        return out
+
+    phases: list[dict[str, Held]] = []
+    sidecars: list[Slice] = []
+    apps: list[Slice] = []
+    for index, slices in enumerate(allocation):
+        kind = kinds[index] if index < len(kinds) else "app"
+        if kind == "init":
+            phases.append(phase([*sidecars, *slices]))
+        elif kind == "sidecar":
+            sidecars.extend(slices)
+        else:
+            apps.extend(slices)
+    phases.append(phase([*sidecars, *apps]))
+    total: dict[str, Held] = {}
+    for p in phases:
+        for uuid, held in p.items():
+            total.setdefault(uuid, Held()).widen(held)
+    return total
+
+
+# --- GPUs: device-plugin path -------------------------------------------------------------------------------
+
+
+def registered_gpus(nodes: Iterable[JSON], out: _Out | None = None) -> dict[str, tuple[str, Gpu]]:
+    """Every registered GPU by UUID: (node, GPU)."""
+    gpus: dict[str, tuple[str, Gpu]] = {}
+    for node in nodes:
+        name = str(_meta(node).get("name") or "")
+        text = _annotations(node).get(NODE_REGISTER)
+        if not text:
+            continue
+        try:
+            for gpu in decode_register(str(text)):
+                gpus[gpu.id] = (name, gpu)
+        except DecodeError as err:
+            if out is not None:
+                out.add(
+                    "annotation-undecodable", f"node/{name}", str(err), node=name, annotation=NODE_REGISTER
+                )
+    return gpus
+
+
+def _holdings(pods: Iterable[JSON], out: _Out) -> dict[str, list[tuple[str, Held]]]:
+    """Per GPU, (pod, what it holds) of every live pod placed by HAMi."""
+    per_gpu: dict[str, list[tuple[str, Held]]] = {}
+    for pod in pods:
+        if not is_live(pod) or not _annotations(pod).get(VGPU_NODE):
+            continue
+        try:
+            allocation = pod_allocation(pod)
+        except DecodeError as err:
+            out.add("annotation-undecodable", pod_key(pod), str(err), pod=pod_key(pod))
+            continue
+        if allocation is None:
+            continue
+        kinds = [kind for _, kind in pod_containers(pod)]
+        for uuid, held in footprint(allocation, kinds).items():
+            per_gpu.setdefault(uuid, []).append((pod_key(pod), held))
+    return per_gpu
+
+
+def check_gpu_capacity(pods: Iterable[JSON], gpus: Mapping[str, tuple[str, Gpu]], out: _Out) -> None:
+    for uuid, holders in sorted(_holdings(pods, out).items()):
+        if uuid not in gpus:
+            continue  # never registered: nothing to hold it against
+        node, gpu = gpus[uuid]
+        slots = sum(h.slots for _, h in holders)
+        mem = sum(h.mem for _, h in holders)
+        cores = sum(h.cores for _, h in holders)
+        evidence = {
+            "node": node,
+            "gpu": uuid,
+            "registered": {"count": gpu.count, "devmem": gpu.devmem, "devcore": gpu.devcore},
+            "held": {"slots": slots, "mem": mem, "cores": cores},
+            "pods": [{"pod": p, "slots": h.slots, "mem": h.mem, "cores": h.cores} for p, h in holders],
+            "sources": [f"node {node} {NODE_REGISTER}", f"pods' {DEVICES_ALLOCATED}"],
+        }
+        subject = f"{node}/{uuid}"
+        if mem > gpu.devmem:
+            out.add(
+                "gpu-memory-overcommit",
+                subject,
+                f"GPU {uuid} on {node}: {mem} MiB held of {gpu.devmem}",
+                **evidence,
+            )
+        exclusive = gpu.devcore == 100 and slots > 1 and any(h.exclusive for _, h in holders)
+        if cores > gpu.devcore or exclusive:
+            why = "an exclusive (100-core) slice shares it" if cores <= gpu.devcore else f"{cores} cores held"
+            out.add(
+                "gpu-cores-overcommit", subject, f"GPU {uuid} on {node}: {why} of {gpu.devcore}", **evidence
+            )
+        if slots > gpu.count:
+            out.add(
+                "gpu-slots-overcommit",
+                subject,
+                f"GPU {uuid} on {node}: {slots} slots held of {gpu.count}",
+                **evidence,
+            )
+
+
+# --- GPUs: DRA ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DraDevice:
+    pool: str
+    name: str
+    node: str
+    memory: Fraction
+    """Bytes."""
+    cores: Fraction
+    shared: bool
+    minor: int | None
+    bus_id: str
+
+
+def _attribute(device: JSON, name: str) -> Any:
+    attrs = device.get("attributes")
+    raw = attrs.get(name) if isinstance(attrs, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return None
+    for kind in ("int", "string", "version", "bool"):
+        if kind in raw:
+            return raw[kind]
+    return None
+
+
+def _capacity(device: JSON, name: str, where: str) -> Fraction | None:
+    caps = device.get("capacity")
+    entry = caps.get(name) if isinstance(caps, Mapping) else None
+    if not isinstance(entry, Mapping) or "value" not in entry:
+        return None
+    return parse_quantity(entry["value"], f"{where}.capacity.{name}")
+
+
+def dra_devices(slices: Iterable[JSON], out: _Out) -> dict[tuple[str, str], DraDevice]:
+    """Our driver's devices, (pool, device) -> device, from each pool's newest generation."""
+    newest: dict[str, int] = {}
+    ours = [s for s in slices if _spec(s).get("driver") == DRA_DRIVER]
+    for s in ours:
+        pool = _spec(s).get("pool") or {}
+        newest[str(pool.get("name"))] = max(
+            newest.get(str(pool.get("name")), 0), int(pool.get("generation") or 0)
+        )
+    devices: dict[tuple[str, str], DraDevice] = {}
+    for s in ours:
+        spec = _spec(s)
+        pool = spec.get("pool") or {}
+        if int(pool.get("generation") or 0) != newest[str(pool.get("name"))]:
+            continue
+        for device in _list(spec.get("devices")):
+            if not isinstance(device, Mapping):
+                continue
+            where = f"resourceslice {_meta(s).get('name')} device {device.get('name')}"
+            try:
+                memory = _capacity(device, "memory", where) or Fraction(0)
+                cores = _capacity(device, "cores", where)
+            except DecodeError as err:
+                out.add("annotation-undecodable", where, str(err))
+                continue
+            minor = _attribute(device, "minor")
+            key = (str(pool.get("name")), str(device.get("name")))
+            devices[key] = DraDevice(
+                key[0],
+                key[1],
+                str(spec.get("nodeName") or ""),
+                memory,
+                Fraction(100) if cores is None else cores,
+                bool(device.get("allowMultipleAllocations")),
+                minor if isinstance(minor, int) else None,
+                str(_attribute(device, "pcieBusID") or ""),
+            )
+    return devices
+
+
+@dataclass(frozen=True)
+class Share:
+    claim: str
+    request: str
+    pool: str
+    device: str
+    memory: Fraction
+    cores: Fraction
+
+
+def claim_key(claim: JSON) -> str:
+    return pod_key(claim)
+
+
+def claim_shares(claim: JSON, devices: Mapping[tuple[str, str], DraDevice]) -> list[Share]:
+    """The claim's results of our driver, each with what it consumes (no consumedCapacity: the whole
+    device). Raises DecodeError."""
+    allocation = _status(claim).get("allocation")
+    results = (
+        (allocation or {}).get("devices", {}).get("results") if isinstance(allocation, Mapping) else None
+    )
+    shares = []
+    for i, result in enumerate(_list(results)):
+        if not isinstance(result, Mapping) or result.get("driver") != DRA_DRIVER:
+            continue
+        key = (str(result.get("pool")), str(result.get("device")))
+        device = devices.get(key)
+        consumed = result.get("consumedCapacity")
+        consumed = consumed if isinstance(consumed, Mapping) else {}
+        where = f"resourceclaim {claim_key(claim)} result {i}.consumedCapacity"
+        memory = parse_quantity(consumed["memory"], f"{where}.memory") if "memory" in consumed else None
+        cores = parse_quantity(consumed["cores"], f"{where}.cores") if "cores" in consumed else None
+        if not consumed:
+            memory = device.memory if device else Fraction(0)
+            cores = device.cores if device else Fraction(100)
+        shares.append(
+            Share(
+                claim_key(claim),
+                str(result.get("request") or ""),
+                key[0],
+                key[1],
+                memory or Fraction(0),
+                cores or Fraction(0),
+            )
+        )
+    return shares
+
+
+def check_dra_capacity(
+    claims: Iterable[JSON], devices: Mapping[tuple[str, str], DraDevice], out: _Out
+) -> None:
+    per_device: dict[tuple[str, str], list[Share]] = {}
+    for claim in claims:
+        try:
+            for share in claim_shares(claim, devices):
+                per_device.setdefault((share.pool, share.device), []).append(share)
+        except DecodeError as err:
+            out.add("annotation-undecodable", f"claim/{claim_key(claim)}", str(err), claim=claim_key(claim))
+    for key, shares in sorted(per_device.items()):
+        device = devices.get(key)
+        if device is None:
+            continue
+        memory = sum((s.memory for s in shares), Fraction(0))
+        cores = sum((s.cores for s in shares), Fraction(0))
+        holders = sorted({s.claim for s in shares})
+        evidence = {
+            "node": device.node,
+            "pool": device.pool,
+            "device": device.name,
+            "capacity": {"memoryMiB": float(device.memory / MIB), "cores": float(device.cores)},
+            "held": {"memoryMiB": float(memory / MIB), "cores": float(cores), "claims": len(holders)},
+            "claims": [
+                {
+                    "claim": s.claim,
+                    "request": s.request,
+                    "memoryMiB": float(s.memory / MIB),
+                    "cores": float(s.cores),
+                }
+                for s in shares
+            ],
+            "sources": ["resourceslice capacity", "resourceclaims' status.allocation"],
+        }
+        subject = f"{device.pool}/{device.name}"
+        if memory > device.memory:
+            out.add(
+                "gpu-memory-overcommit",
+                subject,
+                f"device {subject}: {float(memory / MIB)} MiB held of {float(device.memory / MIB)}",
+                **evidence,
+            )
+        if cores > device.cores:
+            out.add(
+                "gpu-cores-overcommit",
+                subject,
+                f"device {subject}: {float(cores)} cores held of {float(device.cores)}",
+                **evidence,
+            )
+        if not device.shared and len(holders) > 1:
+            out.add(
+                "gpu-slots-overcommit",
+                subject,
+                f"device {subject} allows one claim, {len(holders)} hold it",
+                **evidence,
+            )
+
+
+# --- containers ---------------------------------------------------------------------------------------------
+
+
+def runtime_gpus(record: ContainerRecord) -> list[str]:
+    """The GPUs a device-plugin container's env, mounts and CDI names give it, in env order."""
+    gpus: list[str] = []
+    visible = record.env.get("NVIDIA_VISIBLE_DEVICES", "")
+    if visible == VOLUME_MOUNTS_ROOT:
+        gpus.extend(
+            m[len(VOLUME_MOUNTS_ROOT) + 1 :] for m in record.mounts if m.startswith(VOLUME_MOUNTS_ROOT + "/")
+        )
+    elif visible not in ("", "void", "none", "all"):
+        gpus.extend(v for v in visible.split(",") if v)
+    for name in record.cdi_devices:
+        kind, sep, device = name.partition("=")
+        if sep and kind.endswith("/gpu") and device not in gpus:
+            gpus.append(device)
+    return list(dict.fromkeys(gpus))
+
+
+def memory_limits(env: Mapping[str, str]) -> list[int] | str:
+    """CUDA_DEVICE_MEMORY_LIMIT_0.._n-1 in MiB, or the bad value."""
+    limits: list[int] = []
+    while (value := env.get(f"{MEMORY_LIMIT_ENV}{len(limits)}")) is not None:
+        match = _LIMIT.fullmatch(value)
+        if match is None:
+            return f"{MEMORY_LIMIT_ENV}{len(limits)}={value}"
+        number, unit = int(match.group(1)), match.group(2).lower()
+        limits.append({"k": number // 1024, "g": number * 1024}.get(unit, number) if unit else number // MIB)
+    return limits
+
+
+def _container_index(pod: JSON, container: str) -> int | None:
+    return next((i for i, (c, _) in enumerate(pod_containers(pod)) if c.get("name") == container), None)
+
+
+def _check_dp_container(
+    pod: JSON, record: ContainerRecord, entries: Sequence[DeviceEntry], out: _Out
+) -> None:
+    subject = f"{pod_key(pod)}/{record.container}"
+    kubelet = sorted({device_gpu(d) for e in entries if e.resource == GPU_RESOURCE for d in e.device_ids})
+    runtime = runtime_gpus(record)
+    try:
+        allocation = pod_allocation(pod) or ()
+    except DecodeError:
+        return  # reported by the capacity check
+    index = _container_index(pod, record.container)
+    slices = allocation[index] if index is not None and index < len(allocation) else ()
+    annotated = sorted({s.uuid for s in slices})
+    if not (kubelet or runtime or annotated):
+        return
+    if not kubelet == sorted(runtime) == annotated:
+        out.add(
+            "container-gpu-mismatch",
+            subject,
+            f"container {subject}: kubelet recorded {kubelet}, its env names {sorted(runtime)}, "
+            f"its pod's annotation {annotated}",
+            pod=pod_key(pod),
+            container=record.container,
+            kubelet_checkpoint=kubelet,
+            runtime=runtime,
+            annotation=annotated,
+            path="device-plugin",
+        )
+        return
+    limits = memory_limits(record.env)
+    expected: dict[str, int] = {}
+    for s in slices:
+        expected[s.uuid] = expected.get(s.uuid, 0) + s.mem
+    if (
+        isinstance(limits, list)
+        and len(limits) == len(runtime)
+        and not record.env.get("NVIDIA_VISIBLE_DEVICES", "").startswith("/")
+    ):
+        got: dict[str, int] | list[int] = dict(zip(runtime, limits, strict=True))
+        want: dict[str, int] | list[int] = expected
+    else:
+        got, want = limits if isinstance(limits, list) else [], sorted(expected.values())
+        got = sorted(got)
+    if isinstance(limits, str) or got != want:
+        out.add(
+            "container-memory-mismatch",
+            subject,
+            f"container {subject}: memory limits {got if not isinstance(limits, str) else limits} MiB, "
+            f"its pod's annotation {want}",
+            pod=pod_key(pod),
+            container=record.container,
+            env=got if not isinstance(limits, str) else limits,
+            annotation=want,
+            path="device-plugin",
+        )
+
+
+def _pod_claim_names(pod: JSON) -> dict[str, str]:
+    """Pod claim name -> ResourceClaim name."""
+    names: dict[str, str] = {}
+    statuses = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in _list(_status(pod).get("resourceClaimStatuses"))
+        if isinstance(s, Mapping)
+    }
+    for entry in _list(_spec(pod).get("resourceClaims")):
+        if not isinstance(entry, Mapping):
+            continue
+        name = entry.get("resourceClaimName") or statuses.get(entry.get("name"))
+        if name:
+            names[str(entry.get("name"))] = str(name)
+    return names
+
+
+def _container_claims(pod: JSON, container: str) -> list[tuple[str, str]]:
+    """(claim name, request or "") the container names."""
+    names = _pod_claim_names(pod)
+    spec: JSON = next((c for c, _ in pod_containers(pod) if c.get("name") == container), {})
+    resources = spec.get("resources")
+    if not isinstance(resources, Mapping):
+        return []
+    out = []
+    for ref in _list(resources.get("claims")):
+        if isinstance(ref, Mapping) and str(ref.get("name")) in names:
+            out.append((names[str(ref.get("name"))], str(ref.get("request") or "")))
+    return out
+
+
+@dataclass(frozen=True)
+class DraView:
+    devices: Mapping[tuple[str, str], DraDevice]
+    claims: Mapping[str, JSON]
+    """ns/name -> claim."""
+
+
+def _request_matches(result_request: str, wanted: str) -> bool:
+    return not wanted or result_request == wanted or result_request.startswith(wanted + "/")
+
+
+def _dra_kubelet(
+    refs: Sequence[tuple[str, str]], namespace: str, uid: str, entries: Sequence[ClaimEntry]
+) -> set[tuple[str, str]]:
+    """The devices kubelet recorded for the container's claims ("?" names a claim it has no entry of)."""
+    kubelet: set[tuple[str, str]] = set()
+    for claim_name, _ in refs:
+        found = [
+            e for e in entries if e.namespace == namespace and e.claim == claim_name and uid in e.pod_uids
+        ]
+        if not found:
+            kubelet.add(("?", f"claim {claim_name} not in dra_manager_state"))
+        for entry in found:
+            kubelet.update((d.pool, d.device) for d in entry.devices if d.driver == DRA_DRIVER)
+    return kubelet
+
+
+def _device_node_devices(record: ContainerRecord, node: str, view: DraView) -> list[tuple[str, str]]:
+    by_minor = {d.minor: d for d in view.devices.values() if d.node == node and d.minor is not None}
+    out = []
+    for path in record.device_nodes:
+        match = _DEVICE_NODE.fullmatch(path)
+        if match is None:
+            continue
+        minor = int(match.group(1))
+        device = by_minor.get(minor)
+        out.append((device.pool, device.name) if device else ("?", path))
+    return sorted(out)
+
+
+def _check_dra_container(
+    pod: JSON, record: ContainerRecord, node: str, entries: Sequence[ClaimEntry], *, view: DraView, out: _Out
+) -> None:
+    refs = _container_claims(pod, record.container)
+    namespace = str(_meta(pod).get("namespace") or "")
+    every: list[Share] = []
+    mine: list[Share] = []
+    used: list[tuple[str, str]] = []
+    for claim_name, request in refs:
+        claim = view.claims.get(f"{namespace}/{claim_name}")
+        try:
+            shares = claim_shares(claim, view.devices) if claim else []
+        except DecodeError:
+            return  # reported by the capacity check
+        if shares:
+            used.append((claim_name, request))
+            every.extend(shares)
+            mine.extend(s for s in shares if _request_matches(s.request, request))
+    if not every:
+        return
+    kubelet = sorted(_dra_kubelet(used, namespace, pod_uid(pod), entries))
+    runtime = _device_node_devices(record, node, view)
+    allocated = sorted({(s.pool, s.device) for s in mine})
+    subject = f"{pod_key(pod)}/{record.container}"
+    if runtime != allocated or kubelet != sorted({(s.pool, s.device) for s in every}):
+        out.add(
+            "container-gpu-mismatch",
+            subject,
+            f"container {subject}: kubelet recorded {kubelet} for its claims, its device nodes name "
+            f"{runtime}, its claims' allocation {allocated}",
+            pod=pod_key(pod),
+            container=record.container,
+            kubelet_checkpoint=[list(k) for k in kubelet],
+            runtime=[list(r) for r in runtime],
+            claim_allocation=[list(a) for a in allocated],
+            path="dra",
+        )
+        return
+    order = sorted(allocated, key=lambda k: (view.devices[k].bus_id, view.devices[k].minor or 0))
+    want = [int(sum((s.memory for s in mine if (s.pool, s.device) == k), Fraction(0)) // MIB) for k in order]
+    limits = memory_limits(record.env)
+    if limits != want:
+        out.add(
+            "container-memory-mismatch",
+            subject,
+            f"container {subject}: memory limits {limits} MiB, its claims' consumed memory {want}",
+            pod=pod_key(pod),
+            container=record.container,
+            env=limits,
+            claim_allocation=want,
+            path="dra",
+        )
+
+
+def check_containers(snapshot: Snapshot, view: DraView, out: _Out) -> None:
+    pods = {pod_uid(p): p for p in snapshot.pods if is_live(p)}
+    for node, files in sorted(snapshot.kubelet.items()):
+        for record in files.containers or ():
+            pod = pods.get(record.pod_uid)
+            if pod is None:
+                continue
+            if _container_claims(pod, record.container):
+                _check_dra_container(pod, record, node, files.claim_entries or (), view=view, out=out)
+            else:
+                entries = [
+                    e
+                    for e in files.device_entries or ()
+                    if e.pod_uid == record.pod_uid and e.container == record.container
+                ]
+                _check_dp_container(pod, record, entries, out)
+
+
+# --- bind phase, bound pods ---------------------------------------------------------------------------------
+
+
+def asks_hami(pod: JSON) -> bool:
+    for container, _ in pod_containers(pod):
+        resources = container.get("resources")
+        if not isinstance(resources, Mapping):
+            continue
+        for part in ("limits", "requests"):
+            values = resources.get(part)
+            if isinstance(values, Mapping) and any(name in values for name in HAMI_RESOURCES):
+                return True
+    return False
+
+
+def check_bind(pods: Iterable[JSON], wall_time: float, bind_timeout_s: float, out: _Out) -> None:
+    for pod in pods:
+        if not is_live(pod):
+            continue
+        ann = _annotations(pod)
+        key = pod_key(pod)
+        if ann.get(BIND_PHASE) == "allocating":
+            raw = str(ann.get(BIND_TIME) or "")
+            if not raw.isdigit():
+                out.add("annotation-undecodable", key, f"{BIND_TIME} {raw!r} is not unix seconds", pod=key)
+            elif wall_time - int(raw) > bind_timeout_s:
+                out.add(
+                    "bind-phase-stuck",
+                    key,
+                    f"pod {key}: {BIND_PHASE}=allocating for {wall_time - int(raw):.0f} s "
+                    f"(timeout {bind_timeout_s:.0f} s)",
+                    pod=key,
+                    bind_time=int(raw),
+                    now=wall_time,
+                    node=_spec(pod).get("nodeName"),
+                )
+        if (
+            _spec(pod).get("nodeName")
+            and asks_hami(pod)
+            and not (ann.get(DEVICES_ALLOCATED) or ann.get(DEVICES_TO_ALLOCATE))
+        ):
+            out.add(
+                "bound-without-allocation",
+                key,
+                f"pod {key} is bound to {_spec(pod).get('nodeName')} and asks for GPUs "
+                f"but has no {DEVICES_ALLOCATED}",
+                pod=key,
+                node=_spec(pod).get("nodeName"),
+                phase=_status(pod).get("phase"),
+            )
+
+
+# --- quotas -------------------------------------------------------------------------------------------------
+
+
+def quota_limits(quotas: Iterable[JSON], out: _Out) -> dict[str, dict[str, tuple[Fraction, str]]]:
+    """Per namespace, per key, the smallest hard limit and the quota that sets it."""
+    limits: dict[str, dict[str, tuple[Fraction, str]]] = {}
+    for quota in quotas:
+        hard = _spec(quota).get("hard")
+        if not isinstance(hard, Mapping):
+            continue
+        namespace = str(_meta(quota).get("namespace") or "")
+        for key in (QUOTA_MEMORY_KEY, QUOTA_CORES_KEY):
+            if key not in hard:
+                continue
+            try:
+                value = parse_quantity(hard[key], f"resourcequota {pod_key(quota)} spec.hard[{key}]")
+            except DecodeError as err:
+                out.add("annotation-undecodable", f"resourcequota/{pod_key(quota)}", str(err))
+                continue
+            current = limits.setdefault(namespace, {}).get(key)
+            if current is None or value < current[0]:
+                limits[namespace][key] = (value, pod_key(quota))
+    return limits
+
+
+def allocation_usage(allocation: Allocation, kinds: Sequence[str]) -> tuple[int, int]:
+    """(MiB, cores): max(sum over regular containers, largest init container), each separately."""
+    mem = cores = 0
+    init_mem = init_cores = 0
+    for index, slices in enumerate(allocation):
+        m, c = sum(s.mem for s in slices), sum(s.cores for s in slices)
+        if index < len(kinds) and kinds[index] != "app":
+            init_mem, init_cores = max(init_mem, m), max(init_cores, c)
+        else:
+            mem, cores = mem + m, cores + c
+    return max(mem, init_mem), max(cores, init_cores)
+
+
+def _owned_by(claim: JSON, uid: str) -> bool:
+    return any(
+        isinstance(o, Mapping) and o.get("uid") == uid for o in _list(_meta(claim).get("ownerReferences"))
+    )
+
+
+def pod_usage(
+    pod: JSON, claims: Sequence[JSON], devices: Mapping[tuple[str, str], DraDevice]
+) -> tuple[Fraction, Fraction]:
+    """(MiB, cores) the pod holds against its namespace's quota. A device-plugin pod: its allocation
+    annotation (the MiB chosen). A DRA pod: what its own claims (those it controls) ask per allocated
+    device, as hami-control counts a translated pod: a device with no memory asked (the whole GPU)
+    counts 0 MiB, as HAMi counts a whole-GPU ask before a GPU is chosen; no cores asked counts 100.
+    Raises DecodeError."""
+    allocation = pod_allocation(pod) if _annotations(pod).get(VGPU_NODE) else None
+    if allocation is not None:
+        mem, cores = allocation_usage(allocation, [k for _, k in pod_containers(pod)])
+        return Fraction(mem), Fraction(cores)
+    uid = pod_uid(pod)
+    total_mem = total_cores = Fraction(0)
+    for claim in claims:
+        if not _owned_by(claim, uid):
+            continue
+        asked = claim_asks(claim)
+        for share in claim_shares(claim, devices):
+            asked_mem, asked_cores = asked.get(share.request, (None, None))
+            total_mem += Fraction(0) if asked_mem is None else asked_mem / MIB
+            total_cores += Fraction(100) if asked_cores is None else asked_cores
+    return total_mem, total_cores
+
+
+def claim_asks(claim: JSON) -> dict[str, tuple[Fraction | None, Fraction | None]]:
+    """Per request name (`<request>/<sub-request>` for firstAvailable), the memory (bytes) and cores
+    each device of it asks (None: not asked, the device's default). Raises DecodeError."""
+    devices = _spec(claim).get("devices")
+    requests = devices.get("requests") if isinstance(devices, Mapping) else None
+    asks: dict[str, tuple[Fraction | None, Fraction | None]] = {}
+
+    def ask(name: str, exactly: Any) -> None:
+        capacity = exactly.get("capacity") if isinstance(exactly, Mapping) else None
+        wanted = capacity.get("requests") if isinstance(capacity, Mapping) else None
+        wanted = wanted if isinstance(wanted, Mapping) else {}
+        where = f"resourceclaim {claim_key(claim)} request {name}"
+        asks[name] = (
+            parse_quantity(wanted["memory"], f"{where}.memory") if "memory" in wanted else None,
+            parse_quantity(wanted["cores"], f"{where}.cores") if "cores" in wanted else None,
+        )
+
+    for request in _list(requests):
+        if not isinstance(request, Mapping):
+            continue
+        name = str(request.get("name") or "")
+        ask(name, request.get("exactly"))
+        for sub in _list(request.get("firstAvailable")):
+            if isinstance(sub, Mapping):
+                ask(f"{name}/{sub.get('name')}", sub)
+    return asks
+
+
+def check_quotas(snapshot: Snapshot, devices: Mapping[tuple[str, str], DraDevice], out: _Out) -> None:
+    limits = quota_limits(snapshot.resource_quotas, out)
+    if not limits:
+        return
+    claims_by_ns: dict[str, list[JSON]] = {}
+    for claim in snapshot.resource_claims:
+        claims_by_ns.setdefault(str(_meta(claim).get("namespace") or ""), []).append(claim)
+    for namespace, keys in sorted(limits.items()):
+        used_mem = used_cores = Fraction(0)
+        holders = []
+        for pod in snapshot.pods:
+            if not is_live(pod) or _meta(pod).get("namespace") != namespace:
+                continue
+            try:
+                mem, cores = pod_usage(pod, claims_by_ns.get(namespace, []), devices)
+            except DecodeError:
+                continue  # reported by the capacity checks
+            if mem or cores:
+                used_mem, used_cores = used_mem + mem, used_cores + cores
+                holders.append({"pod": pod_key(pod), "memMiB": float(mem), "cores": float(cores)})
+        for key, used in ((QUOTA_MEMORY_KEY, used_mem), (QUOTA_CORES_KEY, used_cores)):
+            if key in keys and used > keys[key][0]:
+                limit, quota = keys[key]
+                out.add(
+                    "quota-exceeded",
+                    f"{namespace}/{key}",
+                    f"namespace {namespace}: live pods hold {float(used)} of {key}, "
+                    f"ResourceQuota {quota} allows {float(limit)}",
+                    namespace=namespace,
+                    key=key,
+                    quota=quota,
+                    limit=float(limit),
+                    used=float(used),
+                    pods=holders,
+                    sources=["resourcequota spec.hard", f"pods' {DEVICES_ALLOCATED} / claims' allocation"],
+                )
+
+
+# --- passes -------------------------------------------------------------------------------------------------
+
+
+def check_files(snapshot: Snapshot, out: _Out) -> None:
+    for node, files in sorted(snapshot.kubelet.items()):
+        for name, error in sorted(files.errors.items()):
+            out.add(
+                "state-unreadable", f"{node}/{name}", f"node {node}: {name}: {error}", node=node, file=name
+            )
+
+
+def findings(
+    snapshot: Snapshot,
+    *,
+    bind_timeout_s: float,
+    known_gpus: Mapping[str, tuple[str, Gpu]] | None = None,
+) -> list[Violation]:
+    """Every invariant broken in this snapshot. `known_gpus` are GPUs seen registered before (a GPU
+    dropped from its node's annotation is still held to what it had)."""
+    out = _Out(snapshot.at)
+    gpus = dict(known_gpus or {})
+    gpus.update(registered_gpus(snapshot.nodes, out))
+    check_gpu_capacity(snapshot.pods, gpus, out)
+    devices = dra_devices(snapshot.resource_slices, out)
+    check_dra_capacity(snapshot.resource_claims, devices, out)
+    claims = {claim_key(c): c for c in snapshot.resource_claims}
+    check_containers(snapshot, DraView(devices, claims), out)
+    check_bind(snapshot.pods, snapshot.wall_time, bind_timeout_s, out)
+    check_quotas(snapshot, devices, out)
+    check_files(snapshot, out)
+    return list(out.found.values())
+
+
+# --- the end of a run ---------------------------------------------------------------------------------------
+
+
+def _events_for(events: Iterable[JSON], pod: JSON) -> list[JSON]:
+    uid, key = pod_uid(pod), pod_key(pod)
+    out = []
+    for event in events:
+        obj = event.get("involvedObject") or event.get("regarding") or {}
+        if not isinstance(obj, Mapping) or obj.get("kind", "Pod") != "Pod":
+            continue
+        if obj.get("uid") == uid or (
+            not obj.get("uid") and f"{obj.get('namespace')}/{obj.get('name')}" == key
+        ):
+            out.append(event)
+    return out
+
+
+def actionable_reason(pod: JSON, events: Iterable[JSON]) -> str | None:
+    """The reason a person can act on for a pod that is neither Running nor Succeeded, or None."""
+    status = _status(pod)
+    phase = status.get("phase")
+    statuses = [*_list(status.get("initContainerStatuses")), *_list(status.get("containerStatuses"))]
+    if phase == "Failed":
+        if status.get("reason") and status.get("message"):
+            return f"{status['reason']}: {status['message']}"
+        for cs in statuses:
+            term = ((cs or {}).get("state") or {}).get("terminated") or {}
+            if term.get("exitCode") and term.get("reason"):
+                return f"container {cs.get('name')} {term['reason']} (exit {term['exitCode']})"
+        return None
+    if phase != "Pending":
+        return None
+    for condition in _list(status.get("conditions")):
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("message")
+        ):
+            return f"{condition.get('reason')}: {condition['message']}"
+    for event in _events_for(events, pod):
+        if event.get("reason") == "FailedScheduling" and (event.get("message") or event.get("note")):
+            return f"FailedScheduling: {event.get('message') or event.get('note')}"
+    for cs in statuses:
+        waiting = ((cs or {}).get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") and waiting.get("message"):
+            return f"container {cs.get('name')} {waiting['reason']}: {waiting['message']}"
+    return None
+
+
+def _leaks(snapshot: Snapshot, out: _Out) -> None:
+    uids = {pod_uid(p) for p in snapshot.pods}
+    for node, files in sorted(snapshot.kubelet.items()):
+        for entry in files.device_entries or ():
+            if entry.pod_uid not in uids:
+                out.add(
+                    "allocation-leaked",
+                    f"{node}/kubelet_internal_checkpoint/{entry.pod_uid}",
+                    f"node {node}: kubelet still holds {list(entry.device_ids)} for gone pod {entry.pod_uid}",
+                    node=node,
+                    pod_uid=entry.pod_uid,
+                    container=entry.container,
+                    devices=list(entry.device_ids),
+                )
+        for claim in files.claim_entries or ():
+            for uid in sorted(claim.pod_uids - uids):
+                out.add(
+                    "allocation-leaked",
+                    f"{node}/dra_manager_state/{uid}",
+                    f"node {node}: claim {claim.namespace}/{claim.claim} still prepared for gone pod {uid}",
+                    node=node,
+                    pod_uid=uid,
+                    claim=f"{claim.namespace}/{claim.claim}",
+                )
+        for record in files.containers or ():
+            if record.pod_uid not in uids:
+                out.add(
+                    "allocation-leaked",
+                    f"{node}/containers.json/{record.pod_uid}",
+                    f"node {node}: container {record.namespace}/{record.pod}/{record.container} "
+                    "of a gone pod is still recorded",
+                    node=node,
+                    pod_uid=record.pod_uid,
+                    pod=f"{record.namespace}/{record.pod}",
+                )
+    for resource_claim in snapshot.resource_claims:
+        for ref in _list(_status(resource_claim).get("reservedFor")):
+            if not isinstance(ref, Mapping) or ref.get("resource") != "pods":
+                continue
+            gone = str(ref.get("uid") or "")
+            if gone not in uids:
+                out.add(
+                    "allocation-leaked",
+                    f"claim/{claim_key(resource_claim)}/{gone}",
+                    f"claim {claim_key(resource_claim)} reserved for gone pod {ref.get('name')} ({gone})",
+                    claim=claim_key(resource_claim),
+                    pod_uid=gone,
+                    pod=ref.get("name"),
+                )
+
+
+def final_findings(snapshot: Snapshot) -> list[Violation]:
+    """What must hold once a run is over (see the module docstring)."""
+    out = _Out(snapshot.at)
+    for pod in snapshot.pods:
+        key = pod_key(pod)
+        phase = _status(pod).get("phase")
+        if _annotations(pod).get(BIND_PHASE) == "allocating":
+            out.add(
+                "pod-in-bind-phase",
+                key,
+                f"pod {key} ({phase}) is still {BIND_PHASE}=allocating",
+                pod=key,
+                phase=phase,
+            )
+        if phase in ("Running", "Succeeded"):
+            continue
+        reason = actionable_reason(pod, snapshot.events)
+        if reason is None:
+            out.add(
+                "pod-not-settled",
+                key,
+                f"pod {key} ended {phase} with no reason a person can act on",
+                pod=key,
+                phase=phase,
+                node=_spec(pod).get("nodeName"),
+                conditions=_list(_status(pod).get("conditions")),
+                events=[
+                    {"reason": e.get("reason"), "message": e.get("message")}
+                    for e in _events_for(snapshot.events, pod)
+                ],
+            )
+    _leaks(snapshot, out)
+    return list(out.found.values())
