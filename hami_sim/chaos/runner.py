@@ -331,6 +331,8 @@ class FaultLog:
     windows: list[tuple[float, float]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     api_injected: dict[str, int] = field(default_factory=dict)
+    in_bind: int = 0
+    """`kill-control-in-bind` faults that found a pod in bind-phase allocating when they killed."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def done(self, kind: str, start: float, end: float) -> None:
@@ -431,6 +433,9 @@ class FaultRunner:
             deadline = self.clock() + IN_BIND_WAIT_S
             while not self.tracker.any_allocating() and self.clock() < deadline and not self.stop.is_set():
                 time.sleep(0.01)
+            if self.tracker.any_allocating():
+                with self.log.lock:
+                    self.log.in_bind += 1
         component = self._component(fault)
         self.cluster.kill(component)
         try:
@@ -548,7 +553,10 @@ class ChaosRun:
                 thread.join(130.0)
             bar.close()
         with self._checker_lock:
-            final = self._checker.final_check()
+            try:
+                final = self._checker.final_check()
+            finally:
+                self._checker.close()
         self._record(final)
         self.report.checker_passes += 1
         self._finish(api)
@@ -710,6 +718,11 @@ class ChaosRun:
         report.fault_errors = list(self.faults.errors)
         report.api_injected = dict(self.faults.api_injected)
         report.create_retries = self._retries
+        if report.faults.get("kill-control-in-bind"):
+            report.notes.append(
+                f"kill-control-in-bind: {self.faults.in_bind} of {report.faults['kill-control-in-bind']} "
+                "killed the leader while a pod was in bind-phase allocating"
+            )
         with_faults: list[float] = []
         without: list[float] = []
         for t in self.tracker.snapshot():

@@ -21,7 +21,8 @@ Kinds:
 - API server faults (interface of hami_sim/apiserver/faults.py): `api-conflict` (409 on writes),
   `api-throttle` (429 with Retry-After), `api-error` (500), `api-slow` (answers delayed, some past the
   clients' timeouts), `api-drop-watch` (watches closed mid-stream), `api-gone` (410 on a resumed watch),
-  `api-stale-list` (a list served from an older snapshot). Their rules match only the components under
+  `api-stale-list` (a list served from an older snapshot; with 410s on resumed watches in the same
+  window, so that components list again and get the older answer). Their rules match only the components under
   test by User-Agent (`TARGET_USER_AGENTS`), never the runner or the checker, which observe.
 """
 
@@ -173,8 +174,11 @@ def api_rules(kind: str, name: str, rng: random.Random, spec: ScheduleSpec) -> t
         return (_rule(name, "drop-watch", round(rng.uniform(0.3, 0.8), 2), verbs=["watch"]),)
     if kind == "api-gone":
         return (_rule(name, "gone", round(rng.uniform(0.3, 0.8), 2), verbs=["watch"]),)
-    if kind == "api-stale-list":
-        return (_rule(name, "stale-list", round(rng.uniform(0.2, 0.5), 2), verbs=["list"]),)
+    if kind == "api-stale-list":  # components list again after a 410: then they get an older answer
+        return (
+            _rule(f"{name}-relist", "gone", round(rng.uniform(0.3, 0.6), 2), verbs=["watch"]),
+            _rule(name, "stale-list", round(rng.uniform(0.3, 0.6), 2), verbs=["list"]),
+        )
     raise ValueError(f"not an API fault kind: {kind!r}")
 
 

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hami_sim.chaos.runner import ChaosOptions, run_chaos
 from hami_sim.chaos.schedule import ALL_KINDS
 
 
+@pytest.mark.timeout(300)
 def test_short_chaos_run_has_no_violation_and_loses_no_pod(tmp_path: Path) -> None:
     options = ChaosOptions(
         pods=200,
