@@ -61,7 +61,7 @@ from hami_sim.chaos.workload import (
     build_workload,
     path_shape,
 )
-from hami_sim.cluster import Cluster, ClusterSpec, GPUSpec, NodeSpec, node_inventory
+from hami_sim.cluster import Cluster, ClusterError, ClusterSpec, GPUSpec, NodeSpec, node_inventory
 
 log = logging.getLogger("hami_sim.chaos")
 
@@ -74,6 +74,7 @@ FAULT_GRACE_S = 5.0
 IN_BIND_WAIT_S = 5.0
 """How long `kill-control-in-bind` waits for a pod in bind-phase allocating before it kills anyway."""
 TRANSIENT = (0, 429, 500, 502, 503, 504)
+START_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -331,6 +332,8 @@ class FaultLog:
     windows: list[tuple[float, float]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     api_injected: dict[str, int] = field(default_factory=dict)
+    start_failures: list[str] = field(default_factory=list)
+    """Components that exited at a start (each was started again)."""
     in_bind: int = 0
     """`kill-control-in-bind` faults that found a pod in bind-phase allocating when they killed."""
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -441,7 +444,22 @@ class FaultRunner:
         try:
             self._hold(fault.duration_s)
         finally:
-            self.cluster.start_component(component, timeout_s=120.0)
+            self._start(component)
+
+    def _start(self, component: str) -> None:
+        """Start a killed component again; one that exits at start is started again after 1, 2, 4, 8 s
+        (as kubelet restarts a crashed container), each such exit noted in the report."""
+        for attempt in range(START_ATTEMPTS):
+            try:
+                self.cluster.start_component(component, timeout_s=120.0)
+                return
+            except ClusterError as exc:
+                first = str(exc).splitlines()[0][:300]
+                with self.log.lock:
+                    self.log.start_failures.append(f"{component}: {first}")
+                if attempt == START_ATTEMPTS - 1:
+                    raise
+            self.stop.wait(2.0**attempt)
 
     def _api_window(self, fault: Fault) -> None:
         body = {"seed": self.seed * 100_003 + fault.seq, "rules": [dict(r) for r in fault.rules]}
@@ -718,6 +736,7 @@ class ChaosRun:
         report.fault_errors = list(self.faults.errors)
         report.api_injected = dict(self.faults.api_injected)
         report.create_retries = self._retries
+        report.notes += [f"exited at start, started again: {line}" for line in self.faults.start_failures]
         if report.faults.get("kill-control-in-bind"):
             report.notes.append(
                 f"kill-control-in-bind: {self.faults.in_bind} of {report.faults['kill-control-in-bind']} "

@@ -185,7 +185,7 @@ def api_rules(kind: str, name: str, rng: random.Random, spec: ScheduleSpec) -> t
 def _target(kind: str, rng: random.Random, spec: ScheduleSpec) -> tuple[str, int | None]:
     if kind == "kill-control-follower":
         return "follower", None
-    if kind.startswith("kill-control"):
+    if kind in ("kill-control-leader", "kill-control-in-bind"):
         return "leader", None
     if kind == "kill-scheduler":
         return "scheduler", None

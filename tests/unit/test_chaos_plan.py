@@ -122,8 +122,15 @@ def test_schedule_has_each_kind_in_its_lane_within_the_run() -> None:
     }
     for fault in lanes["api"]:
         assert fault.rules and all(r["userAgents"] == list(TARGET_USER_AGENTS) for r in fault.rules)
+    targets = {"kill-control-follower": "follower", "kill-control-leader": "leader",
+               "kill-control-in-bind": "leader", "kill-scheduler": "scheduler",
+               "kill-controller-manager": "controller-manager"}  # fmt: skip
     for fault in faults:
-        if fault.kind == "gpu-nvml":
+        if fault.kind in targets:
+            assert fault.target == targets[fault.kind], fault
+        elif fault.kind in ("kill-kubelet", "kill-hami-node"):
+            assert fault.target in {f"{fault.kind.removeprefix('kill-')}/{n}" for n in NODES}
+        elif fault.kind == "gpu-nvml":
             assert fault.target in NODES and fault.gpu is None
         elif fault.kind.startswith("gpu-"):
             assert fault.target in NODES and fault.gpu in range(4)
