@@ -96,6 +96,9 @@ class ChaosOptions:
     """The run stops creating pods after this long (the report says so), then settles."""
     settle_s: float = 300.0
     """How long the end waits for every pod to be Running, Succeeded or Failed."""
+    quiet_s: float = 10.0
+    """At the end, once no more pods are deleted, how long the cluster gets to act on the last changes
+    before the checker's final check."""
     faults_per_kind: int | None = None
     """None: max(2, pods / 500)."""
     fault_kinds: tuple[str, ...] = ALL_KINDS
@@ -119,6 +122,7 @@ class ChaosOptions:
             ("max_live", self.max_live is None or self.max_live >= 1),
             ("duration_cap_s", self.duration_cap_s > 0),
             ("settle_s", self.settle_s > 0),
+            ("quiet_s", self.quiet_s >= 0),
         )
         for name, ok in checks:
             if not ok:
@@ -206,10 +210,17 @@ class PodTrack:
     deleted_by_run: bool = False
     vanished: bool = False
     """Gone from the API server without the run deleting it."""
+    gone: bool = False
+    """Gone from the API server (a DELETED event, or missing from a relist)."""
 
     @property
     def done(self) -> bool:
         return bool(self.refused) or self.deleted_by_run or self.phase in ("Succeeded", "Failed")
+
+    @property
+    def deleting(self) -> bool:
+        """Deleted by the run and still on the API server."""
+        return self.deleted_by_run and not self.gone
 
     @property
     def settled(self) -> bool:
@@ -240,20 +251,20 @@ class PodTracker:
             seen.add(self._observe(obj))
         with self._lock:
             for key, track in self.pods.items():
-                if track.created_at is not None and key not in seen and not track.deleted_by_run:
-                    track.vanished = True
+                if track.created_at is not None and key not in seen:
+                    track.gone = True
+                    if not track.deleted_by_run:
+                        track.vanished = True
 
     def apply(self, kind: str, obj: JSONDict) -> None:
         key = self._observe(obj)
         if kind == "DELETED":
             with self._lock:
                 track = self.pods.get(key)
-                if (
-                    track is not None
-                    and not track.deleted_by_run
-                    and track.phase not in ("Succeeded", "Failed")
-                ):
-                    track.vanished = True
+                if track is not None:
+                    track.gone = True
+                    if not track.deleted_by_run and track.phase not in ("Succeeded", "Failed"):
+                        track.vanished = True
 
     def _observe(self, obj: JSONDict) -> tuple[str, str]:
         meta = obj.get("metadata") or {}
@@ -493,6 +504,7 @@ class ChaosRun:
         self._deletes: list[tuple[float, int, tuple[str, str]]] = []
         self._deletes_lock = threading.Lock()
         self._stop = threading.Event()
+        self._no_more_deletes = threading.Event()
         self._retries = 0
         self._checker: Any = None
         self._checker_lock = threading.Lock()
@@ -564,6 +576,8 @@ class ChaosRun:
                     self._progress(bar)
             say("faults done; waiting for every pod to settle")
             self._settle(bar)
+            say(f"settled; no more deletes, waiting {self.options.quiet_s:g} s for the cluster to be quiet")
+            self._quiesce()
         finally:
             faults.stop.set()
             self._stop.set()
@@ -658,7 +672,7 @@ class ChaosRun:
         with concurrent.futures.ThreadPoolExecutor(
             max(1, self.options.concurrency // 2), "chaos-delete"
         ) as pool:
-            while not self._stop.is_set():
+            while not self._stop.is_set() and not self._no_more_deletes.is_set():
                 due: list[tuple[str, str]] = []
                 with self._deletes_lock:
                     while self._deletes and self._deletes[0][0] <= self.clock():
@@ -718,6 +732,22 @@ class ChaosRun:
             self._progress(bar)
             time.sleep(0.5)
         self.report.notes.append(f"not every pod settled within {self.options.settle_s:g} s")
+
+    def _quiesce(self) -> None:
+        """The end's quiet: no more deletes (pods due later stay Running), the pods deleted so far gone
+        from the API server (up to `settle_s`), then `quiet_s` for controllers, node daemons and kubelets
+        to act on the last changes (claims' reservedFor, devices of deleted pods), before `final_check`,
+        which wants a cluster meant to be quiet."""
+        self._no_more_deletes.set()
+        deadline = self.clock() + self.options.settle_s
+        while self.clock() < deadline and any(t.deleting for t in self.tracker.snapshot()):
+            time.sleep(0.2)
+        still = sum(t.deleting for t in self.tracker.snapshot())
+        if still:
+            self.report.notes.append(
+                f"{still} pods deleted by the run were still on the API server at the end"
+            )
+        self._stop.wait(self.options.quiet_s)
 
     def _progress(self, bar: ProgressBar) -> None:
         c = self.tracker.counts()
