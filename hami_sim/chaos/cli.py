@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
             max_live=args.max_live,
             duration_cap_s=args.duration_cap,
             settle_s=args.settle,
+            quiet_s=args.quiet_seconds,
             faults_per_kind=args.faults_per_kind,
             fault_kinds=args.faults,
             progress=not args.no_progress,
@@ -115,6 +116,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--settle", type=float, default=300.0, help="seconds the end waits for every pod to settle"
+    )
+    parser.add_argument(
+        "--quiet-seconds",
+        type=float,
+        default=10.0,
+        help="at the end, seconds the cluster gets to act on the last deletes before the final check "
+        "(default: %(default)s)",
     )
     parser.add_argument("--state-dir", type=Path, default=Path(".hami-sim-chaos"))
     parser.add_argument("--json", type=Path, default=None, help="write the report as JSON to this file")
