@@ -577,7 +577,7 @@ class ChaosRun:
             say("faults done; waiting for every pod to settle")
             self._settle(bar)
             say(f"settled; no more deletes, waiting {self.options.quiet_s:g} s for the cluster to be quiet")
-            self._quiesce()
+            self._quiesce(api)
         finally:
             faults.stop.set()
             self._stop.set()
@@ -733,11 +733,12 @@ class ChaosRun:
             time.sleep(0.5)
         self.report.notes.append(f"not every pod settled within {self.options.settle_s:g} s")
 
-    def _quiesce(self) -> None:
+    def _quiesce(self, api: BlockingKubeApi) -> None:
         """The end's quiet: no more deletes (pods due later stay Running), the pods deleted so far gone
-        from the API server (up to `settle_s`), then `quiet_s` for controllers, node daemons and kubelets
-        to act on the last changes (claims' reservedFor, devices of deleted pods), before `final_check`,
-        which wants a cluster meant to be quiet."""
+        from the API server and (with DRA nodes) no ResourceClaim left of a gone pod (up to `settle_s`:
+        the controller-manager, rate-limited as kube-controller-manager is, may be tens of seconds behind
+        after a burst of deletes), then `quiet_s` for node daemons and kubelets to act on the last
+        changes, before `final_check`, which wants a cluster meant to be quiet."""
         self._no_more_deletes.set()
         deadline = self.clock() + self.options.settle_s
         while self.clock() < deadline and any(t.deleting for t in self.tracker.snapshot()):
@@ -747,7 +748,36 @@ class ChaosRun:
             self.report.notes.append(
                 f"{still} pods deleted by the run were still on the API server at the end"
             )
+        if self.spec.dra_nodes:
+            started = self.clock()
+            while self.clock() < deadline and (orphans := self._orphan_claims(api)):
+                time.sleep(0.5)
+            waited = self.clock() - started
+            if orphans:
+                self.report.notes.append(f"{orphans} ResourceClaims of gone pods were left at the end")
+            elif waited > 1.0:
+                self.report.notes.append(
+                    f"the controller-manager removed the last claims of gone pods {waited:.0f} s after "
+                    "the last delete"
+                )
         self._stop.wait(self.options.quiet_s)
+
+    def _orphan_claims(self, api: BlockingKubeApi) -> int:
+        """ResourceClaims generated for a pod (owner reference) that is gone: the controller-manager (the
+        local cluster's garbage collector too) has not caught up yet; -1 when the lists fail."""
+        try:
+            claims = api.get("/apis/resource.k8s.io/v1/resourceclaims", timeout_s=30.0).get("items") or []
+            pods = api.get("/api/v1/pods", {"labelSelector": f"{RUN_LABEL}={self.run_id}"}, timeout_s=30.0)
+        except KubeApiError:
+            return -1
+        uids = {str((p.get("metadata") or {}).get("uid")) for p in pods.get("items") or []}
+        owners = [
+            str(ref.get("uid"))
+            for claim in claims
+            for ref in (claim.get("metadata") or {}).get("ownerReferences") or []
+            if ref.get("kind") == "Pod" and ref.get("controller")
+        ]
+        return sum(uid not in uids for uid in owners)
 
     def _progress(self, bar: ProgressBar) -> None:
         c = self.tracker.counts()
