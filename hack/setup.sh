@@ -30,6 +30,17 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
+# checkov (tests/unit/test_manifest_scan.py) in a virtualenv of its own: its dependencies conflict with
+# ours (hack/scan-requirements.txt says which).
+scan_stamp=".venv-scan/.installed-$(sha256sum hack/scan-requirements.txt | cut -c1-16)"
+if [ ! -f "$scan_stamp" ]; then
+  echo "setup: installing checkov into .venv-scan"
+  [ -x .venv-scan/bin/python ] || "$py" -m venv .venv-scan
+  .venv-scan/bin/python -m pip install --quiet --disable-pip-version-check -r hack/scan-requirements.txt
+  rm -f .venv-scan/.installed-*
+  touch "$scan_stamp"
+fi
+
 if ! command -v kubectl >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing kubectl (Debian package kubernetes-client)"

@@ -40,6 +40,7 @@ checking the earlier choice), assuming the pod (`PodStore.assume`, which counts 
 cache at once) and entering the window there is no `await`, so concurrent binds onto one node can never
 both take the same capacity. Any failure after that point (the API server's answer, an exception,
 cancellation) forgets the assumption and releases the window before returning.
+Model: the bind/Allocate protocol this takes part in is checked exhaustively in `protocol_model.py`.
 """
 
 from __future__ import annotations
@@ -406,12 +407,26 @@ class Binder:
     def pod_event(self, old: AllocatingPod | None, new: AllocatingPod | None) -> None:
         """A pod store change (a `pod_store.PodListener`): its bind phase, or its end, may release its
         node's window. A pod kubelet rejected (Failed before any Allocate) never gets a bind-phase answer:
-        its window is released as for a deleted pod."""
+        its window is released as for a deleted pod.
+
+        A pod the watch shows newly allocating on a node (bound there by an earlier run of this process,
+        or by another replica) that is not in a window enters its node's window, as `adopt_allocating`
+        does for a new leader: the first list after a restart brings every such pod, so a restarted
+        single replica (no leader election) never binds a pod with the same GPU count next to one its
+        previous run bound (the node daemon could not tell their Allocate calls apart;
+        `protocol_model`'s trace "restart control" without election)."""
         if new is None:
             if old is not None:
                 self.pod_changed(old.uid, None, deleted=True)
             return
         self.pod_changed(new.uid, new.annotations.get(BIND_PHASE), new.terminal)
+        if (
+            _allocating(new)
+            and not (old is not None and _allocating(old) and old.node_name == new.node_name)
+            and self.window.entry(new.uid) is None
+        ):
+            counts = frozenset(r.nums for r in new.requests if r is not None and r.nums > 0)
+            self.adopt(new.node_name, new.uid, counts, f"{new.namespace}/{new.name}")
 
     def adopt(self, node: str, uid: str, counts: frozenset[int], who: str = "") -> None:
         """Put a pod bound by someone else (the previous leader) and not yet answered by its node daemon
@@ -424,7 +439,7 @@ class Binder:
         how many."""
         adopted = 0
         for pod in pods:
-            if pod.terminal or not pod.node_name or pod.annotations.get(BIND_PHASE) != BindPhase.ALLOCATING:
+            if not _allocating(pod):
                 continue
             counts = frozenset(r.nums for r in pod.requests if r is not None and r.nums > 0)
             self.adopt(pod.node_name, pod.uid, counts, f"{pod.namespace}/{pod.name}")
@@ -697,6 +712,13 @@ class Binder:
         wakeups, self._wakeups = self._wakeups, {}
         for wakeup in wakeups.values():
             wakeup.set()
+
+
+def _allocating(pod: AllocatingPod) -> bool:
+    """Bound to a node and waiting for its node daemon's answer (`hami.io/bind-phase=allocating`)."""
+    return (
+        bool(pod.node_name) and not pod.terminal and pod.annotations.get(BIND_PHASE) == BindPhase.ALLOCATING
+    )
 
 
 def _when(moment: datetime) -> str:

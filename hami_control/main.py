@@ -2,7 +2,9 @@
 server with its webhook, health and readiness routes, certificate reloading) on one asyncio loop until
 SIGTERM/SIGINT, and stop gracefully (requests in flight finish, then the watches end).
 
-    hami-control [serve] [flags]      # serve is the default (and, for now, the only) command
+    hami-control [serve] [flags]      # serve is the default command
+    hami-control certs [flags]        # the webhook's TLS Secret and caBundle
+    hami-control status top|explain|quota [flags]   # read-only, as `kubectl hami` (status/cli.py)
 
 Start-up errors (bad flags or config file, unreadable certificates, no kubeconfig, a port in use) print
 one line naming what to fix and exit 2; they never print a traceback."""
@@ -56,6 +58,7 @@ DRA_WEBHOOK_PATH = "/webhook/dra"
 COMMANDS = {
     "serve": "run the webhook and the scheduler extender until SIGTERM (default)",
     "certs": "create or renew the webhook's TLS Secret and caBundle (the install Job runs it)",
+    "status": "what hami-control sees of a cluster: top, explain pod NAME, quota (as kubectl hami)",
 }
 
 
@@ -350,6 +353,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     if command == "certs":
         return certs_main(rest)
+    if command == "status":
+        from hami_control.status.cli import run as status_run
+
+        return status_run(rest, "hami-control status")
     try:
         config = load_config(rest, os.environ, _read_file)
     except HelpRequested as help_text:

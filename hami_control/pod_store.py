@@ -39,6 +39,7 @@ entry is dropped when the watch shows a new pod of that name (or one with that g
 `assume_ttl_s` (60 s) when the pod never appears (another webhook denied it, the create failed). A
 check therefore counts watched usage + assumed usage: a burst cannot overshoot; a failed create holds
 its quota for at most the TTL.
+Model: the assumptions and watch-derived holdings are modelled in `protocol_model.py` (`Binder`).
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ PodReader = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
 _ZERO = QuotaUsage()
 
 
-class _QuotaWithoutPod:
+class QuotaWithoutPod:
     """The namespace's usage minus the pod being filtered (it counts once bound, as everything else)."""
 
     def __init__(self, view: QuotaView, namespace: str, own: QuotaUsage) -> None:
@@ -152,7 +152,7 @@ class Extender:
             return None
         view = self.quota
         if view is not None and self.config.quota.enforce and (cycle.own.memory or cycle.own.cores):
-            view = _QuotaWithoutPod(view, ask.namespace, cycle.own)
+            view = QuotaWithoutPod(view, ask.namespace, cycle.own)
         return ask.under_quota(view, self.config)
 
     def _fitter(self, cycle: PodCycle, ask: PodAsk | None) -> NodeFit | None:
@@ -331,4 +331,4 @@ class Extender:
         return lock
 
 
-__all__ = ["Extender", "ExtenderArgsError", "PodReader"]
+__all__ = ["Extender", "ExtenderArgsError", "PodReader", "QuotaWithoutPod"]

@@ -902,6 +902,29 @@ def in_cluster_credentials(
     return Credentials(server, source=where, auth=auth, tls=tls, ssl_context=tls.context())
 
 
+def context_namespace(
+    kubeconfig: str | Path | None,
+    *,
+    context: str | None = None,
+    flag: str = "--kubeconfig",
+    environ: Mapping[str, str] | None = None,
+    service_account_dir: Path = SERVICE_ACCOUNT_DIR,
+) -> str:
+    """The namespace a client of these credentials works in when none is named, as kubectl picks it: the
+    context's `namespace`, in a pod its service account's namespace, else `default`. Raises
+    KubeConfigError like `load_credentials`."""
+    env = os.environ if environ is None else environ
+    files = _kubeconfig_files(kubeconfig, env, flag)
+    if files is None:
+        try:
+            return (service_account_dir / "namespace").read_text().strip() or "default"
+        except OSError:
+            return "default"
+    chosen = select(merge_documents([(f, _read_yaml(f)) for f in files]), context)
+    namespace = chosen.context.body.get("namespace")
+    return namespace if isinstance(namespace, str) and namespace else "default"
+
+
 async def _official_credentials(files: Sequence[Path], context: str, where: str) -> Credentials:
     """The fallback: the official loader fills a Configuration; its header is asked for each request."""
     from kubernetes.aio import config as kube_config
@@ -952,6 +975,7 @@ __all__ = [
     "Kubeconfig",
     "Selection",
     "UserSettings",
+    "context_namespace",
     "in_cluster_credentials",
     "join_host_port",
     "load_credentials",

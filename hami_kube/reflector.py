@@ -4,8 +4,11 @@ Reflector, fed to one store per resource).
 The list is paged (`limit`/`continue`, 500 objects a page as client-go and kubectl), so a large cluster is
 never parsed at once; the watch starts from the list's resourceVersion with bookmarks. A watch that ends
 (server timeout, dropped connection) resumes from the last resourceVersion seen; 410 Gone (that version
-left the server's history) relists at once; any other error waits with `RetryPolicy`'s backoff. A
-sink that fails on one event is logged and the watch goes on. `synced` is set after the first list.
+left the server's history) relists at once; any other error waits with `RetryPolicy`'s backoff, unless
+the attempt delivered a list or a change first (a watch cut mid-stream after events resumes at once, as
+client-go's reflector treats an unexpected EOF as the end of a watch that made progress:
+tools/cache/reflector.go handleWatch, apimachinery watch/streamwatcher.go). A sink that fails on one
+event is logged and the watch goes on. `synced` is set after the first list.
 """
 
 from __future__ import annotations
@@ -120,6 +123,8 @@ class Reflector:
         self.watches = 0
         self._rng = rng or random.Random()
         self._backoff = retry.backoff(self._rng)
+        self._delivered = False
+        """Whether the current attempt has fed the sink a list or a change."""
 
     @property
     def failures(self) -> int:
@@ -129,21 +134,23 @@ class Reflector:
     async def run(self) -> None:
         while True:
             started = time.monotonic()
+            self._delivered = False
             try:
-                progressed = await self._attempt()
+                await self._attempt()
             except KubeApiError as err:
-                progressed = False
                 if err.gone:
                     log.info("%s watch: %s; relisting", self.name, err.message or "resourceVersion too old")
                     self.resource_version = None
                     continue
-                self._log_failure(err)
+                if self._delivered:
+                    log.info("%s watch ended after changes: %s; resuming", self.name, err)
+                else:
+                    self._log_failure(err)
             except asyncio.CancelledError:
                 raise
             except Exception:
-                progressed = False
                 log.exception("%s watch failed unexpectedly", self.name)
-            if progressed or time.monotonic() - started >= 1.0:
+            if self._delivered or time.monotonic() - started >= 1.0:
                 self._working()
             else:
                 await asyncio.sleep(self._backoff.next())
@@ -185,20 +192,19 @@ class Reflector:
         self.synced.set()
         self._working()
 
-    async def _attempt(self) -> bool:
-        """One list (when needed) and one watch; True when something was delivered."""
-        progressed = False
+    async def _attempt(self) -> None:
+        """One list (when needed) and one watch; `_delivered` says whether they fed the sink."""
         if self.resource_version is None:
             await self.list()
-            progressed = True
+            self._delivered = True
         timeout = int(self.watch_timeout_s * self._rng.uniform(1.0, 1.5))
         version = self.resource_version
         assert version is not None  # set by the list
         async with self.api.watch(self.path, version, timeout, self.params) as events:
             self.watches += 1
             async for event in events:
-                progressed = self._on_event(event) or progressed
-        return progressed
+                if self._on_event(event):
+                    self._delivered = True
 
     def _on_event(self, event: JSONDict) -> bool:
         kind = event.get("type")

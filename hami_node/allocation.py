@@ -21,6 +21,7 @@ How Allocate is answered (HAMi's device plugin, nvinternal/plugin/server.go `All
 3. `container_allocate_response(pod, allocation, entry, device_ids, gpus=, config=, cache_id=)` checks the
    request (count, known device IDs on the entry's GPUs, known and healthy GPUs) and builds the response;
    `to_proto(response)` turns it into the gRPC message.
+Model: the lookup is modelled in `hami_control/protocol_model.py` (`ProtocolModel._lookup`).
 """
 
 from __future__ import annotations

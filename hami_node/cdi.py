@@ -30,7 +30,7 @@ GenerateTransientSpecName), devices named `<claimUID>-<device>-<shareID or whole
 runtime may cache specs, and a claim UID is never reused), built by `build_claim_spec` from the edits the
 DRA plugin computes; `remove_spec` deletes it on NodeUnprepareResources.
 
-The file is written atomically (a temporary file in the same directory, fsync, rename), rewritten when
+The file is written atomically and durably (`hami_node.durable.write_atomic`), rewritten when
 the GPU list changes (a GPU gone is no longer defined), removed when the node has no GPU (a CDI spec must
 define at least one device), and never removed when the daemon stops: kubelet restarts the containers of
 admitted pods without calling Allocate, and the runtime resolves their CDI names again then. At start-up
@@ -45,12 +45,13 @@ import json
 import logging
 import os
 import re
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from hami_node.durable import TMP_SUFFIX, fsync_directory, is_temporary, remove_durably, write_atomic
 
 if TYPE_CHECKING:
     from hami_node.devices import DeviceState
@@ -79,7 +80,6 @@ VISIBLE_DEVICES_VOID = "NVIDIA_VISIBLE_DEVICES=void"
 
 _DEVICE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 """CDI's ValidateDeviceName (pkg/parser/parser.go): letters, digits, `_ - . :`; alphanumeric ends."""
-_TMP_SUFFIX = ".tmp"
 _SPEC_KEYS = frozenset({"cdiVersion", "kind", "devices", "containerEdits"})
 
 
@@ -255,43 +255,16 @@ def common_device_nodes(exists: Callable[[str], bool]) -> tuple[str, ...]:
 
 
 def write_spec(spec_dir: Path, data: bytes, file_name: str = SPEC_FILE_NAME) -> Path:
-    """Write a spec file (the node's, or `file_name`: a claim's) atomically (`atomic_write`, mode 0644).
-    Creates `spec_dir` if needed. Raises OSError."""
-    return atomic_write(spec_dir, file_name, data)
-
-
-def atomic_write(directory: Path, file_name: str, data: bytes, mode: int = 0o644) -> Path:
-    """Write a file so that a reader sees the old bytes or the new ones, never a part, and a crash
-    leaves one of them: a temporary file beside it (hidden, ending .tmp, so a runtime scanning a CDI
-    directory for *.json and *.yaml never reads it half-written), fsync, chmod `mode`, rename over the
-    old one, fsync the directory (the CDI specs; the DRA plugin's checkpoint). Creates `directory` if
-    needed. Raises OSError."""
-    directory.mkdir(parents=True, exist_ok=True)
-    target = directory / file_name
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{file_name}.", suffix=_TMP_SUFFIX)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(directory)
-    return target
+    """Write a spec file (the node's, or `file_name`: a claim's) atomically and durably
+    (`hami_node.durable.write_atomic`, mode 0644: its temporary file is hidden and ends in .tmp, so a
+    runtime scanning the directory for *.json and *.yaml never reads it half-written). Creates
+    `spec_dir` if needed. Raises OSError."""
+    return write_atomic(spec_dir / file_name, data)
 
 
 def remove_spec(spec_dir: Path, file_name: str) -> bool:
     """Remove one spec file (a claim's); whether it was there. Raises OSError for what cannot be removed."""
-    try:
-        (spec_dir / file_name).unlink()
-    except FileNotFoundError:
-        return False
-    _fsync_dir(spec_dir)
-    return True
+    return remove_durably(spec_dir / file_name)
 
 
 def remove_stale_claim_temps(spec_dir: Path) -> list[Path]:
@@ -304,7 +277,7 @@ def remove_stale_claim_temps(spec_dir: Path) -> list[Path]:
         return removed
     prefix = f".{CLAIM_VENDOR}-{CLAIM_CLASS}_"
     for name in names:
-        if name.startswith(prefix) and name.endswith(_TMP_SUFFIX):
+        if name.startswith(prefix) and name.endswith(TMP_SUFFIX):
             with contextlib.suppress(FileNotFoundError):
                 (spec_dir / name).unlink()
                 removed.append(spec_dir / name)
@@ -322,7 +295,7 @@ def remove_stale(spec_dir: Path, *, spec_too: bool) -> list[Path]:
     except FileNotFoundError:
         return removed
     for name in names:
-        ours = name.startswith(f".{SPEC_FILE_NAME}.") and name.endswith(_TMP_SUFFIX)
+        ours = is_temporary(name, SPEC_FILE_NAME)
         if name == SPEC_FILE_NAME and spec_too:
             try:
                 ours = written_by_us((spec_dir / name).read_bytes())
@@ -336,16 +309,8 @@ def remove_stale(spec_dir: Path, *, spec_too: bool) -> list[Path]:
                 path.unlink()
                 removed.append(path)
     if removed:
-        _fsync_dir(spec_dir)
+        fsync_directory(spec_dir)
     return removed
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- keeping it current ----------------------------------------------------------------------------------
@@ -497,7 +462,6 @@ __all__ = [
     "CdiGpu",
     "CdiSpecWriter",
     "SpecGpu",
-    "atomic_write",
     "build_claim_spec",
     "build_spec",
     "cdi_spec_writer",

@@ -24,6 +24,7 @@ its pod than planned, see `allocation.grant_container`), then releases HAMi's no
 patch guarded by the Node's resourceVersion, so a lock taken meanwhile by another pod is never removed.
 Events (a container moved to another GPU of its pod, a refused mismatch) go to the daemon's event
 recorder (`hami_kube.events`, on the client's loop), which writes them on its own.
+Model: this side of the bind/Allocate protocol is modelled in `hami_control/protocol_model.py`.
 """
 
 from __future__ import annotations
@@ -168,6 +169,27 @@ def not_waiting_reason(obj: Mapping[str, Any], node: str) -> str | None:
     if verdict is None:
         return "its GPUs are all allocated"
     return None
+
+
+def lost_success(obj: Mapping[str, Any], node: str) -> bool:
+    """Whether a pod on `node` runs (phase Running, not being deleted) but still says
+    `hami.io/bind-phase=allocating`: kubelet runs a pod only when every Allocate of its containers
+    succeeded (it rejects the pod otherwise), so its success patch was lost, by a restart of this
+    daemon between the answer and the patch (`hami_control/protocol_model.py`, "restart daemon")."""
+    meta = _meta(obj)
+    spec = obj.get("spec")
+    status = obj.get("status")
+    annotations = meta.get("annotations")
+    return (
+        isinstance(spec, Mapping)
+        and spec.get("nodeName") == node
+        and not meta.get("deletionTimestamp")
+        and isinstance(status, Mapping)
+        and status.get("phase") == "Running"
+        and isinstance(annotations, Mapping)
+        and annotations.get(ann.BIND_PHASE) == BindPhase.ALLOCATING
+        and annotations.get(ann.VGPU_NODE) == node
+    )
 
 
 def foreign_gpu_counts(obj: Mapping[str, Any], node: str, resource: str) -> frozenset[int] | None:
@@ -374,6 +396,9 @@ class PodTracker:
         elif uid not in self._consumed:
             self._foreign[uid] = (key, counts)
             self._arrive(uid)
+        if uid and uid not in self._finished and lost_success(obj, self.node_name):
+            self._recover_success(obj, uid)
+            return
         verdict = waiting_pod(obj, self.node_name)
         if not isinstance(verdict, PendingPod) and uid not in self._foreign:
             self._arrival.pop(uid, None)
@@ -397,6 +422,30 @@ class PodTracker:
             pod = before.pod
         self._pending[key] = _Entry(pod, obj)
         self._arrive(uid)
+
+    def _recover_success(self, obj: JSONDict, uid: str) -> None:
+        """Queue the success patch of a pod kubelet runs that still says allocating (`lost_success`);
+        lock held."""
+        meta = _meta(obj)
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        log.info(
+            "pod %s/%s runs on %s but still says %s=%s (its answer was lost): writing %s",
+            namespace,
+            name,
+            self.node_name,
+            ann.BIND_PHASE,
+            BindPhase.ALLOCATING,
+            BindPhase.SUCCESS,
+        )
+        entry = self._pending.get(pod_key(obj))
+        if entry is not None and entry.pod.uid == uid:
+            del self._pending[pod_key(obj)]
+        self._arrival.pop(uid, None)
+        self._finished[uid] = None
+        while len(self._finished) > _DELETED_KEPT:
+            self._finished.popitem(last=False)
+        self._writes.append(_Write(namespace, name, uid, BindPhase.SUCCESS, time.monotonic()))
+        self._cond.notify_all()
 
     def _arrive(self, uid: str) -> None:
         if uid not in self._arrival:
@@ -690,4 +739,13 @@ class PodTracker:
         return True
 
 
-__all__ = ["EVENT_ACTION", "PodEvents", "PodPatcher", "PodTracker", "Rejected", "pod_key", "waiting_pod"]
+__all__ = [
+    "EVENT_ACTION",
+    "PodEvents",
+    "PodPatcher",
+    "PodTracker",
+    "Rejected",
+    "lost_success",
+    "pod_key",
+    "waiting_pod",
+]

@@ -6,7 +6,7 @@ webhook, the scheduler stand-in, the extender, the kubelet stand-ins and the nod
 real part), and prints:
 
 - for each pod its outcome: the node and GPUs it got, or why it was refused or is pending, in plain words;
-- a per-GPU usage table (slices, memory, cores) with bars;
+- a per-GPU usage table (slices, memory, cores) with bars, `kubectl hami top`'s (hami_control.status);
 - the environment one container received from the node daemon's Allocate (what HAMi-core enforces).
 
 Then it tears the cluster down (`--keep` leaves it running for `kubectl --kubeconfig
@@ -26,17 +26,14 @@ from typing import Any
 import yaml
 
 from hami_api import dra
-from hami_api.annotations import (
-    DEVICES_ALLOCATED,
-    DEVICES_TO_ALLOCATE,
-    NODE_REGISTER,
-    decode_node_register,
-    decode_pod_allocation,
-)
-from hami_api.types import GPUInfo, PodAllocation
+from hami_api.annotations import DEVICES_ALLOCATED, DEVICES_TO_ALLOCATE, decode_pod_allocation
+from hami_api.types import PodAllocation
+from hami_control.config import ControlConfig
+from hami_control.status.dra import claim_shares, dra_gpus, pod_claim_names
+from hami_control.status.snapshot import Snapshot
+from hami_control.status.top import build_top, render_top
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "demo"
-BAR = 20
 
 
 @dataclass
@@ -141,7 +138,7 @@ def _outcomes(
     for namespace, name in created:
         pod = core.read_namespaced_pod(name, namespace)
         if resource is not None and pod.spec.resource_claims and pod.status.phase == "Running":
-            results = pod_claim_results(resource, pod)
+            results = pod_claim_results(core, resource, pod)
             parts = [f"{claim}: {uuid[-8:]} {mem} MiB {cores}%" for claim, uuid, mem, cores in results]
             text = f"Running on {pod.spec.node_name} through DRA; " + "; ".join(parts)
             out.append(Outcome(namespace, name, text, True))
@@ -162,129 +159,41 @@ def _outcomes(
     return out
 
 
-def _bar(used: int, total: int) -> str:
-    filled = round(BAR * used / total) if total > 0 else 0
-    return "#" * min(filled, BAR) + "." * (BAR - min(filled, BAR))
+def _json(core: Any, obj: Any) -> Any:
+    """An official-client object as the API server's JSON (what the status code reads)."""
+    return core.api_client.sanitize_for_serialization(obj)
 
 
-def _quantity_int(value: Any) -> int:
-    from hami_api.quantity import quantity_value
-
-    return quantity_value(str(value))
-
-
-def dra_gpus(resource: Any) -> dict[str, tuple[str, GPUInfo]]:
-    """The GPUs DRA nodes publish (our driver's ResourceSlices), by device `<pool>/<device>`, as GPUInfo:
-    uuid, model, memory (MiB), cores 100, index from the `minor` attribute; `count` is 0 (no slots)."""
-    out: dict[str, tuple[str, GPUInfo]] = {}
-    for item in resource.list_resource_slice(field_selector=f"spec.driver={dra.DRIVER}").items:
-        node = item.spec.node_name or ""
-        for device in item.spec.devices or []:
-            attrs = device.attributes or {}
-
-            def attr(name: str, attrs: Any = attrs) -> Any:
-                value = attrs.get(name)
-                return None if value is None else (value.string or value.int or value.version)
-
-            memory = (device.capacity or {}).get(dra.CAPACITY_MEMORY)
-            info = GPUInfo(
-                id=str(attr(dra.ATTR_UUID) or device.name),
-                index=int(attr(dra.ATTR_MINOR) or 0),
-                count=0,
-                devmem=_quantity_int(memory.value) // dra.MIB if memory is not None else 0,
-                devcore=100,
-                type=str(attr(dra.ATTR_PRODUCT_NAME) or "?"),
-                numa=0,
-                mode="hami-core",
-                health=not device.taints,
-            )
-            out[f"{item.spec.pool.name}/{device.name}"] = (node, info)
-    return out
+def _dra_objects(core: Any, resource: Any) -> tuple[list[Any], list[Any]]:
+    """Our driver's ResourceSlices and every ResourceClaim, as JSON."""
+    slices = _json(core, resource.list_resource_slice(field_selector=f"spec.driver={dra.DRIVER}"))
+    claims = _json(core, resource.list_resource_claim_for_all_namespaces())
+    return slices.get("items") or [], claims.get("items") or []
 
 
-def dra_usage(resource: Any, gpus: dict[str, tuple[str, GPUInfo]]) -> dict[str, list[int]]:
-    """Per device `<pool>/<device>`: [shares, MiB, cores] that allocated claims consume (a result without
-    consumedCapacity, a cluster without consumable capacity, takes the whole GPU)."""
-    used: dict[str, list[int]] = {key: [0, 0, 0] for key in gpus}
-    for claim in resource.list_resource_claim_for_all_namespaces().items:
-        allocation = claim.status.allocation if claim.status else None
-        for result in (allocation.devices.results or []) if allocation and allocation.devices else []:
-            key = f"{result.pool}/{result.device}"
-            if result.driver != dra.DRIVER or key not in used:
-                continue
-            consumed = result.consumed_capacity or {}
-            gpu = gpus[key][1]
-            mem = consumed.get(dra.CAPACITY_MEMORY)
-            cores = consumed.get(dra.CAPACITY_CORES)
-            used[key][0] += 1
-            used[key][1] += _quantity_int(mem) // dra.MIB if mem is not None else gpu.devmem
-            used[key][2] += _quantity_int(cores) if cores is not None else gpu.devcore
-    return used
-
-
-def pod_claim_results(resource: Any, pod: Any) -> list[tuple[str, str, int, int]]:
+def pod_claim_results(core: Any, resource: Any, pod: Any) -> list[tuple[str, str, int, int]]:
     """(claim, device uuid or name, MiB, cores) of the pod's allocated claims."""
-    names = [c.resource_claim_name for c in pod.status.resource_claim_statuses or [] if c.resource_claim_name]
-    names += [c.resource_claim_name for c in pod.spec.resource_claims or [] if c.resource_claim_name]
-    gpus = dra_gpus(resource)
-    out = []
-    for name in names:
-        claim = resource.read_namespaced_resource_claim(name, pod.metadata.namespace)
-        allocation = claim.status.allocation if claim.status else None
-        for result in (allocation.devices.results or []) if allocation and allocation.devices else []:
-            node_gpu = gpus.get(f"{result.pool}/{result.device}")
-            gpu = node_gpu[1] if node_gpu else None
-            consumed = result.consumed_capacity or {}
-            mem = consumed.get(dra.CAPACITY_MEMORY)
-            cores = consumed.get(dra.CAPACITY_CORES)
-            out.append(
-                (
-                    name,
-                    gpu.id if gpu else result.device,
-                    _quantity_int(mem) // dra.MIB if mem is not None else (gpu.devmem if gpu else 0),
-                    _quantity_int(cores) if cores is not None else 100,
-                )
-            )
-    return out
+    slices, claims = _dra_objects(core, resource)
+    gpus = dra_gpus(slices)
+    names = set(pod_claim_names(_json(core, pod)))
+    mine = [
+        c
+        for c in claims
+        if c["metadata"]["namespace"] == pod.metadata.namespace and c["metadata"]["name"] in names
+    ]
+    return [(s.claim, gpus[s.device].info.id, s.memory, s.cores) for s in claim_shares(mine, gpus)]
 
 
 def usage_table(core: Any, resource: Any = None) -> str:
-    """Per GPU: slices, memory and cores in use (from the node inventory and the pods' allocations; on
-    DRA nodes from the ResourceSlices and the claims' allocations, when `resource` (ResourceV1Api) is
-    given: there, slices are the claims' shares and have no fixed count)."""
-    gpus: dict[str, tuple[str, GPUInfo]] = {}
-    for node in core.list_node().items:
-        text = (node.metadata.annotations or {}).get(NODE_REGISTER)
-        if text:
-            for gpu in decode_node_register(text):
-                gpus[gpu.id] = (node.metadata.name, gpu)
-    used: dict[str, list[int]] = {uuid: [0, 0, 0] for uuid in gpus}
-    if resource is not None:
-        dra_nodes = dra_gpus(resource)
-        gpus.update(dra_nodes)
-        used.update(dra_usage(resource, dra_nodes))
-    for pod in core.list_pod_for_all_namespaces().items:
-        if pod.status.phase in ("Succeeded", "Failed") or not pod.spec.node_name:
-            continue
-        allocation = _allocation(pod)
-        inits = pod.spec.init_containers or []
-        for index, container in enumerate(allocation.containers if allocation else ()):
-            if index < len(inits) and inits[index].restart_policy != "Always":
-                continue  # plain init containers have finished once the pod runs (sidecars run on)
-            for s in container.devices:
-                if s.uuid in used:
-                    used[s.uuid][0] += 1
-                    used[s.uuid][1] += s.usedmem
-                    used[s.uuid][2] += s.usedcores
-    lines = [f"{'node':<8} {'GPU':<10} {'model':<24} {'slices':>6}  {'memory (MiB)':<36} {'cores':<30}"]
-    for uuid, (node, gpu) in sorted(gpus.items(), key=lambda item: (item[1][0], item[1][1].index)):
-        slots, mem, cores = used[uuid]
-        count = str(gpu.count) if gpu.count else "-"
-        lines.append(
-            f"{node:<8} {gpu.id[-8:]:<10} {gpu.type[:24]:<24} {slots:>3}/{count:<2}  "
-            f"{_bar(mem, gpu.devmem)} {mem:>6}/{gpu.devmem:<6}  {_bar(cores, gpu.devcore)} {cores:>3}%"
-        )
-    return "\n".join(lines)
+    """`kubectl hami top`'s table (hami_control.status): per GPU, slices, memory and cores in use, health
+    and pods, as hami-control counts them from the node inventory and the pods' allocations; on DRA nodes
+    (when `resource`, ResourceV1Api, is given) from the ResourceSlices and the claims' allocations, where
+    slices are the claims' shares and have no fixed count."""
+    nodes = _json(core, core.list_node()).get("items") or []
+    pods = _json(core, core.list_pod_for_all_namespaces()).get("items") or []
+    slices, claims = _dra_objects(core, resource) if resource is not None else ([], [])
+    snapshot = Snapshot.of(ControlConfig(), nodes, pods, (), slices, claims)
+    return render_top(build_top(snapshot))
 
 
 def container_env(cluster: Any, core: Any, namespace: str, name: str, container: str) -> dict[str, str]:

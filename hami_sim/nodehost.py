@@ -77,6 +77,7 @@ from typing import Any, TypeVar
 import yaml
 
 from hami_api.settings import DNS_SUBDOMAIN
+from hami_node.durable import write_atomic
 from hami_node.ports import ObserverFactory
 
 log = logging.getLogger("hami_sim.nodehost")
@@ -248,10 +249,8 @@ def host_spec_data(spec: HostSpec) -> dict[str, Any]:
 
 
 def write_host_spec(path: Path, spec: HostSpec) -> None:
-    """Write the spec as JSON (atomically: temp file and rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(host_spec_data(spec), indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    """Write the spec as JSON (atomically and durably: `hami_node.durable.write_atomic`)."""
+    write_atomic(path, json.dumps(host_spec_data(spec), indent=1) + "\n", mode=0o644)
 
 
 # --- inotify --------------------------------------------------------------------------------------
@@ -395,8 +394,8 @@ class NodeHost:
             return f"error: no node {name!r} in this host"
         try:
             async with self._node_locks[name]:
-                if verb == "kill":
-                    await self._kill_node(name)
+                if verb == "kill" and not await self._kill_node(name):
+                    return f"error: node {name}: nothing of it runs in this host"
                 if verb in ("stop", "restart"):
                     await self._stop_node(name)
                 if verb in ("start", "restart"):
@@ -411,13 +410,18 @@ class NodeHost:
         if self.role.kubelets:
             await self._stop_kubelet(name)
 
-    async def _kill_node(self, name: str) -> None:
+    async def _kill_node(self, name: str) -> bool:
+        """Drop this host's parts of the node abruptly (see `kill NODE`); False when none runs."""
+        killed = False
         if self.role.daemons and (daemon := self._daemons.pop(name, None)) is not None:
             log.warning("node %s: killing the node daemon (no last writes)", name)
             await self._in_pool(functools.partial(_crash_daemon, daemon))
+            killed = True
         if self.role.kubelets and (kubelet := self._kubelets.pop(name, None)) is not None:
             log.warning("node %s: killing the kubelet stand-in (queued Events dropped)", name)
             await kubelet.stop(abrupt=True)
+            killed = True
+        return killed
 
     async def _start_node(self, name: str) -> None:
         if self.role.kubelets and name not in self._kubelets:

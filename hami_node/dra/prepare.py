@@ -37,7 +37,6 @@ from typing import Any, Protocol
 
 from hami_kube.errors import KubeApiError
 from hami_node.cdi import (
-    atomic_write,
     claim_spec_file_name,
     encode_spec,
     remove_spec,
@@ -68,6 +67,7 @@ from hami_node.dra.claims import (
     prepare_claim,
     reserved_pods,
 )
+from hami_node.durable import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -389,7 +389,7 @@ class ClaimPreparer:
             return ckpt.Checkpoint()
 
     def _save(self, checkpoint: ckpt.Checkpoint) -> None:
-        atomic_write(self._dir, ckpt.FILE_NAME, ckpt.encode(checkpoint), mode=0o600)
+        write_atomic(self.checkpoint_path, ckpt.encode(checkpoint), mode=0o600)
 
 
 def _bad_uid(ref: ClaimRef) -> str:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -19,6 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
+from hami_node.durable import write_atomic
 from hami_node.gpu.backend import GPUEventKind, GPULink, PhysicalGPU, TopologyLevel
 
 DEFAULT_MODEL = "NVIDIA A100-SXM4-80GB"
@@ -530,16 +529,10 @@ def render_inventory(inventory: Inventory, fmt: Literal["yaml", "json"] = "yaml"
 
 
 def write_inventory(path: Path, inventory: Inventory) -> None:
-    """Write atomically (temp file + rename in the same directory); format by suffix (.json or YAML)."""
+    """Write atomically and durably (`hami_node.durable.write_atomic`, mode 0600); format by suffix (.json
+    or YAML)."""
     text = render_inventory(inventory, "json" if _is_json(path.name) else "yaml")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text, mode=0o600)
 
 
 def default_pci_bus_id(index: int) -> str:

@@ -18,6 +18,7 @@
   IDs containing "MIG" get a plain NVIDIA answer (`NVIDIA_VISIBLE_DEVICES` = the IDs), as HAMi does;
   this daemon never advertises such IDs, so only a stale kubelet checkpoint could send one.
 - PreStartContainer: empty (not required).
+Model: Allocate is modelled in `hami_control/protocol_model.py` (`kubelet-admit`).
 """
 
 from __future__ import annotations

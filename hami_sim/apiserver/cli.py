@@ -7,13 +7,13 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from hami_sim.apiserver.faults import FaultConfig, parse_config
 from hami_sim.apiserver.kubeconfig import write_kubeconfig
 from hami_sim.apiserver.resource_v1 import FeatureGates
+
+if TYPE_CHECKING:
+    from hami_sim.apiserver.faults import FaultConfig
 
 log = logging.getLogger("hami_sim.apiserver")
 
@@ -81,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _load_faults(path: str) -> FaultConfig:
     """The rules in FILE (YAML, or JSON as YAML reads it); ValueError saying what is wrong."""
+    import yaml
+
+    from hami_sim.apiserver.faults import parse_config
+
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:

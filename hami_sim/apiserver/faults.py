@@ -202,7 +202,10 @@ def parse_rule(raw: Any, where: str = "rules[0]") -> FaultRule:
         raise FaultSpecError(where, raw, "must be an object")
     for key in raw:
         if key not in _KNOWN_FIELDS:
-            raise FaultSpecError(f"{where}.{key}", raw[key], f"unknown field; known: {sorted(_KNOWN_FIELDS)}")
+            shown = key or '""'
+            raise FaultSpecError(
+                f"{where}.{shown}", raw[key], f"unknown field; known: {sorted(_KNOWN_FIELDS)}"
+            )
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise FaultSpecError(f"{where}.name", name, "must be a non-empty string")
@@ -249,7 +252,7 @@ def parse_config(raw: Any) -> FaultConfig:
         raise FaultSpecError("body", raw, 'must be an object {"seed": ..., "rules": [...]}')
     for key in raw:
         if key not in ("seed", "rules"):
-            raise FaultSpecError(key, raw[key], "unknown field; known: ['rules', 'seed']")
+            raise FaultSpecError(str(key) or '""', raw[key], "unknown field; known: ['rules', 'seed']")
     seed = raw.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise FaultSpecError("seed", seed, "must be an integer")
@@ -259,10 +262,11 @@ def parse_config(raw: Any) -> FaultConfig:
     if not isinstance(rules_raw, list):
         raise FaultSpecError("rules", rules_raw, "must be a list of rules")
     rules = tuple(parse_rule(r, f"rules[{i}]") for i, r in enumerate(rules_raw))
-    names = collections.Counter(r.name for r in rules)
+    seen: set[str] = set()
     for i, rule in enumerate(rules):
-        if names[rule.name] > 1:
+        if rule.name in seen:
             raise FaultSpecError(f"rules[{i}].name", rule.name, "must be unique among the rules")
+        seen.add(rule.name)
     return FaultConfig(seed=seed, rules=rules)
 
 

@@ -8,6 +8,8 @@ from typing import Any
 
 import yaml
 
+from hami_node.durable import write_atomic
+
 CLUSTER = "hami-sim"
 USER = "hami-sim-admin"
 CONTEXT = "hami-sim"
@@ -31,10 +33,4 @@ def kubeconfig(server_url: str, *, namespace: str = "default") -> dict[str, Any]
 
 def write_kubeconfig(path: str | os.PathLike[str], server_url: str) -> Path:
     """Write the kubeconfig atomically (mode 0600) and return its path."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(kubeconfig(server_url), sort_keys=False))
-    tmp.chmod(0o600)
-    tmp.replace(target)
-    return target
+    return write_atomic(path, yaml.safe_dump(kubeconfig(server_url), sort_keys=False), mode=0o600)

@@ -14,7 +14,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -474,7 +474,9 @@ class ApiServer:
         self, request: web.BaseRequest, ctx: _Ctx, info: ResourceInfo | None, verb: str
     ) -> Decision | None:
         """Decide whether a resource request gets a fault. Answers conflict, throttle and error by raising
-        their `ApiError`, waits out `slow`, and returns drop-watch, gone and stale-list for the handlers."""
+        their `ApiError`, delays a watch's opening for `slow`, and returns slow (the answer is held back
+        after the request was served: a client that gives up may miss a write that landed), drop-watch,
+        gone and stale-list for the handlers."""
         query = request.query
         resumed = (
             verb == "watch"
@@ -527,8 +529,8 @@ class ApiServer:
                 f"Internal error occurred: injected fault {rule.name}",
                 causes=[{"message": f"injected fault {rule.name}"}],
             )
-        if rule.fault == "slow":
-            await asyncio.sleep(rule.delay_s)
+        if rule.fault == "slow" and verb == "watch":
+            await asyncio.sleep(rule.delay_s)  # the watch opens late
             return None
         return decision
 
@@ -586,9 +588,8 @@ class ApiServer:
         ctx.resource, ctx.subresource, ctx.namespace, ctx.name = plural, sub, namespace or "", name
         if group == "" and plural == "bindings" and namespace is not None and not name and method == "POST":
             ctx.verb, ctx.resource, ctx.subresource = "create", "pods", "binding"
-            if self.faults.active:
-                await self._fault_for(request, ctx, None, "create")
-            return await self._bind(request, namespace, "")
+            slow = await self._fault_for(request, ctx, None, "create") if self.faults.active else None
+            return await self._held_back(self._bind(request, namespace, ""), slow)
         info = discovery.resource_for(group, version, plural)
         if info is None or len(tail) > 2 or (sub and sub not in info.subresources):
             ctx.verb = method.lower()
@@ -605,7 +606,26 @@ class ApiServer:
             if verb:
                 ctx.verb = verb
                 fault = await self._fault_for(request, ctx, info, verb)
-        return await self._dispatch(request, ctx, info, namespace, name, sub, method, watching, fault)
+        if fault is None or fault.rule.fault != "slow":
+            return await self._dispatch(request, ctx, info, namespace, name, sub, method, watching, fault)
+        return await self._held_back(
+            self._dispatch(request, ctx, info, namespace, name, sub, method, watching), fault
+        )
+
+    @staticmethod
+    async def _held_back(
+        serve: Coroutine[Any, Any, web.StreamResponse], slow: Decision | None
+    ) -> web.StreamResponse:
+        """Serve the request, then hold its answer (or its error) back for a slow fault's delay."""
+        if slow is None:
+            return await serve
+        try:
+            response = await serve
+        except ApiError:
+            await asyncio.sleep(slow.rule.delay_s)
+            raise
+        await asyncio.sleep(slow.rule.delay_s)
+        return response
 
     async def _dispatch(  # noqa: PLR0917 - the parts of one routed request
         self,

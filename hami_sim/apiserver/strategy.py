@@ -133,6 +133,17 @@ MUTATING_WEBHOOK_CONFIGURATION = ResourceInfo(
     "admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations",
     "mutatingwebhookconfiguration", False,
 )  # fmt: skip
+# Stored (daemonset/base/node/admission-policy.yaml installs them), defaulted as kube does
+# (pkg/apis/admissionregistration/v1/defaults.go), not evaluated: tests/unit/test_node_policy.py evaluates
+# hami-node's policy as kube-apiserver would.
+VALIDATING_ADMISSION_POLICY = ResourceInfo(
+    "admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy", "validatingadmissionpolicies",
+    "validatingadmissionpolicy", False, subresources=("status",),
+)  # fmt: skip
+VALIDATING_ADMISSION_POLICY_BINDING = ResourceInfo(
+    "admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding",
+    "validatingadmissionpolicybindings", "validatingadmissionpolicybinding", False,
+)  # fmt: skip
 EVENTS_V1_EVENT = ResourceInfo(
     "events.k8s.io", "v1", "Event", "events", "event", True, short_names=("ev",),
     extra_field_labels=("reason", "type", "regarding.kind", "regarding.name", "regarding.namespace"),
@@ -162,6 +173,8 @@ RESOURCES: tuple[ResourceInfo, ...] = (
     SECRET,
     CONFIG_MAP,
     MUTATING_WEBHOOK_CONFIGURATION,
+    VALIDATING_ADMISSION_POLICY,
+    VALIDATING_ADMISSION_POLICY_BINDING,
     EVENTS_V1_EVENT,
     DEVICE_CLASS,
     RESOURCE_SLICE,
@@ -620,6 +633,35 @@ def _default_webhooks(body: JSON) -> None:
         raise invalid(MUTATING_WEBHOOK_CONFIGURATION.group, "MutatingWebhookConfiguration", name, causes)
 
 
+def _default_match_resources(match: Any) -> None:
+    """SetDefaults_MatchResources and SetDefaults_NamedRuleWithOperations (admissionregistration/v1)."""
+    if not isinstance(match, dict):
+        return
+    match.setdefault("namespaceSelector", {})
+    match.setdefault("objectSelector", {})
+    match.setdefault("matchPolicy", "Equivalent")
+    for key in ("resourceRules", "excludeResourceRules"):
+        for rule in match.get(key) or []:
+            if isinstance(rule, dict):
+                rule.setdefault("scope", "*")
+
+
+def _default_admission_policy(info: ResourceInfo, body: JSON) -> None:
+    """A ValidatingAdmissionPolicy's failurePolicy (Fail) and match defaults; a binding's matchResources."""
+    spec = body.get("spec")
+    if not isinstance(spec, dict):
+        name = str(body.get("metadata", {}).get("name", ""))
+        raise invalid(info.group, info.kind, name, [("spec", "Required value", "")])
+    if info is VALIDATING_ADMISSION_POLICY:
+        spec.setdefault("failurePolicy", "Fail")
+        _default_match_resources(spec.get("matchConstraints"))
+    else:
+        _default_match_resources(spec.get("matchResources"))
+
+
+_ADMISSION_POLICIES = (VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING)
+
+
 _DRA = (DEVICE_CLASS, RESOURCE_SLICE, RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE)
 
 
@@ -691,6 +733,8 @@ def prepare_for_create(info: ResourceInfo, body: JSON, gates: FeatureGates = DEF
             body["type"] = "Opaque"  # SetDefaults_Secret (pkg/apis/core/v1/defaults.go)
     elif info is MUTATING_WEBHOOK_CONFIGURATION:
         _default_webhooks(body)
+    elif info in _ADMISSION_POLICIES:
+        _default_admission_policy(info, body)
     elif info is NODE:
         spec = body.get("spec")
         if spec is None:
@@ -798,6 +842,8 @@ def prepare_for_update(
             )
     elif info is MUTATING_WEBHOOK_CONFIGURATION:
         _default_webhooks(new)
+    elif info in _ADMISSION_POLICIES and subresource != "status":
+        _default_admission_policy(info, new)
     elif info is NAMESPACE:
         labels = new_meta.get("labels")
         new_meta["labels"] = {**(labels or {}), "kubernetes.io/metadata.name": new_meta["name"]}

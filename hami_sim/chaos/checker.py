@@ -122,7 +122,8 @@ class ClusterReader:
                 error = f"GET {path}: {exc.status} {exc.reason}"
             except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
                 error = f"GET {path}: {type(exc).__name__}: {exc}"
-            time.sleep(0.2 * 2**attempt)
+            if attempt + 1 < READ_ATTEMPTS:
+                time.sleep(0.2 * 2**attempt)
         raise CheckerReadError(error)
 
     def list(self, name: str) -> list[dict[str, Any]]:

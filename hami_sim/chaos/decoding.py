@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -270,6 +270,8 @@ class ContainerRecord:
     """Container paths."""
     device_nodes: tuple[str, ...]
     """Container paths."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """The container annotations its device plugins returned (CDI names under `cdi.k8s.io/...`)."""
 
 
 def _load(raw: bytes, what: str) -> Any:
@@ -388,6 +390,10 @@ def decode_containers(raw: bytes) -> tuple[ContainerRecord, ...]:
                 ),
                 mounts=_paths(record.get("mounts"), "containerPath", f"{where}.mounts"),
                 device_nodes=_paths(record.get("deviceNodes"), "path", f"{where}.deviceNodes"),
+                annotations={
+                    str(k): _str(v, f"{where}.annotations[{k}]")
+                    for k, v in _obj(record.get("annotations"), f"{where}.annotations").items()
+                },
             )
         )
     return tuple(records)

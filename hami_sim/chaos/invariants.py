@@ -19,9 +19,10 @@ or GPU, the numbers, and which sources disagree. Kinds:
   container the runtime started (a record in `containers.json`) of a live pod, the GPUs kubelet
   recorded (`kubelet_internal_checkpoint`, or for DRA the claim's devices in `dra_manager_state`), the
   GPUs its env and device nodes name (`NVIDIA_VISIBLE_DEVICES`, the volume-mounts paths, CDI names
-  `<vendor>/gpu=<uuid>`; DRA: `/dev/nvidia<minor>`) and the GPUs of its pod's annotation entry (DRA:
-  its claims' allocation results) must be the same; `CUDA_DEVICE_MEMORY_LIMIT_<i>` must be the
-  annotation's MiB on the i-th GPU (DRA: the claims' consumed memory, GPUs in PCI bus order).
+  `<vendor>/gpu=<uuid>` from the CRI field or `cdi.k8s.io/` annotations; DRA: `/dev/nvidia<minor>`)
+  and the GPUs of its pod's annotation entry (DRA: its claims' allocation results) must be the same;
+  `CUDA_DEVICE_MEMORY_LIMIT_<i>` must be the annotation's MiB on the i-th GPU (DRA: the claims'
+  consumed memory, GPUs in PCI bus order).
 - `bind-phase-stuck` (subject `<ns>/<pod>`): `hami.io/bind-phase=allocating` for longer than the bind
   timeout after `hami.io/bind-time`.
 - `bound-without-allocation`: a live pod with `spec.nodeName` that asks a HAMi resource but carries no
@@ -30,7 +31,8 @@ or GPU, the numbers, and which sources disagree. Kinds:
 - `quota-exceeded` (subject the namespace): the namespace's live pods hold more GPU memory or cores
   than a ResourceQuota's `limits.nvidia.com/gpumem` / `limits.nvidia.com/gpucores` allows (the only
   keys HAMi honours; per pod max(sum of regular containers, largest init container), per-GPU values x
-  GPUs; DRA pods: their own claims' consumed capacity).
+  GPUs; DRA pods: what their own claims ask per allocated device, a whole GPU's memory counting 0 MiB
+  as hami-control counts a translated pod).
 - `state-unreadable` (subject `<node>/<file>`): a kubelet state file that does not parse.
 
 At the end of a run (`final_findings`):
@@ -38,7 +40,8 @@ At the end of a run (`final_findings`):
   a PodScheduled=False condition or a FailedScheduling event with its message, or a waiting container
   with reason and message; Failed: status reason and message, e.g. kubelet's UnexpectedAdmissionError,
   or a container that exited non-zero with a reason).
-- `pod-in-bind-phase`: a pod still `hami.io/bind-phase=allocating`.
+- `pod-in-bind-phase`: a live pod still `hami.io/bind-phase=allocating` (a pod kubelet rejected before
+  Allocate keeps the annotation, but a Failed pod holds nothing: its reason is what matters).
 - `allocation-leaked` (subject `<node>/<file>/<pod uid>` or `claim/<ns>/<name>/<pod uid>`): a kubelet
   checkpoint entry, a DRA checkpoint entry, a container record or a claim reservation for a pod the API
   server no longer has.
@@ -86,6 +89,7 @@ QUOTA_MEMORY_KEY = "limits.nvidia.com/gpumem"
 QUOTA_CORES_KEY = "limits.nvidia.com/gpucores"
 DRA_DRIVER = "hami-core-gpu.project-hami.io"
 VOLUME_MOUNTS_ROOT = "/var/run/nvidia-container-devices"
+CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 MEMORY_LIMIT_ENV = "CUDA_DEVICE_MEMORY_LIMIT_"
 TERMINAL = frozenset({"Succeeded", "Failed"})
 _DEVICE_NODE = re.compile(r"/dev/nvidia([0-9]+)")
@@ -532,7 +536,11 @@ def runtime_gpus(record: ContainerRecord) -> list[str]:
         )
     elif visible not in ("", "void", "none", "all"):
         gpus.extend(v for v in visible.split(",") if v)
-    for name in record.cdi_devices:
+    names = list(record.cdi_devices)
+    for key, value in sorted(record.annotations.items()):
+        if key.startswith(CDI_ANNOTATION_PREFIX):
+            names.extend(value.split(","))
+    for name in names:
         kind, sep, device = name.partition("=")
         if sep and kind.endswith("/gpu") and device not in gpus:
             gpus.append(device)
@@ -649,6 +657,9 @@ class DraView:
     claims: Mapping[str, JSON]
     """ns/name -> claim."""
 
+    def by_minor(self, node: str) -> dict[int, DraDevice]:
+        return {d.minor: d for d in self.devices.values() if d.node == node and d.minor is not None}
+
 
 def _request_matches(result_request: str, wanted: str) -> bool:
     return not wanted or result_request == wanted or result_request.startswith(wanted + "/")
@@ -670,8 +681,7 @@ def _dra_kubelet(
     return kubelet
 
 
-def _device_node_devices(record: ContainerRecord, node: str, view: DraView) -> list[tuple[str, str]]:
-    by_minor = {d.minor: d for d in view.devices.values() if d.node == node and d.minor is not None}
+def _device_node_devices(record: ContainerRecord, by_minor: Mapping[int, DraDevice]) -> list[tuple[str, str]]:
     out = []
     for path in record.device_nodes:
         match = _DEVICE_NODE.fullmatch(path)
@@ -684,7 +694,13 @@ def _device_node_devices(record: ContainerRecord, node: str, view: DraView) -> l
 
 
 def _check_dra_container(
-    pod: JSON, record: ContainerRecord, node: str, entries: Sequence[ClaimEntry], *, view: DraView, out: _Out
+    pod: JSON,
+    record: ContainerRecord,
+    entries: Sequence[ClaimEntry],
+    *,
+    view: DraView,
+    by_minor: Mapping[int, DraDevice],
+    out: _Out,
 ) -> None:
     refs = _container_claims(pod, record.container)
     namespace = str(_meta(pod).get("namespace") or "")
@@ -704,7 +720,7 @@ def _check_dra_container(
     if not every:
         return
     kubelet = sorted(_dra_kubelet(used, namespace, pod_uid(pod), entries))
-    runtime = _device_node_devices(record, node, view)
+    runtime = _device_node_devices(record, by_minor)
     allocated = sorted({(s.pool, s.device) for s in mine})
     subject = f"{pod_key(pod)}/{record.container}"
     if runtime != allocated or kubelet != sorted({(s.pool, s.device) for s in every}):
@@ -740,19 +756,19 @@ def _check_dra_container(
 def check_containers(snapshot: Snapshot, view: DraView, out: _Out) -> None:
     pods = {pod_uid(p): p for p in snapshot.pods if is_live(p)}
     for node, files in sorted(snapshot.kubelet.items()):
+        by_minor = view.by_minor(node)
+        held: dict[tuple[str, str], list[DeviceEntry]] = {}
+        for entry in files.device_entries or ():
+            held.setdefault((entry.pod_uid, entry.container), []).append(entry)
         for record in files.containers or ():
             pod = pods.get(record.pod_uid)
             if pod is None:
                 continue
             if _container_claims(pod, record.container):
-                _check_dra_container(pod, record, node, files.claim_entries or (), view=view, out=out)
+                claims = files.claim_entries or ()
+                _check_dra_container(pod, record, claims, view=view, by_minor=by_minor, out=out)
             else:
-                entries = [
-                    e
-                    for e in files.device_entries or ()
-                    if e.pod_uid == record.pod_uid and e.container == record.container
-                ]
-                _check_dp_container(pod, record, entries, out)
+                _check_dp_container(pod, record, held.get((record.pod_uid, record.container), []), out)
 
 
 # --- bind phase, bound pods ---------------------------------------------------------------------------------
@@ -845,14 +861,18 @@ def allocation_usage(allocation: Allocation, kinds: Sequence[str]) -> tuple[int,
     return max(mem, init_mem), max(cores, init_cores)
 
 
-def _owned_by(claim: JSON, uid: str) -> bool:
-    return any(
-        isinstance(o, Mapping) and o.get("uid") == uid for o in _list(_meta(claim).get("ownerReferences"))
-    )
+def claims_by_owner(claims: Iterable[JSON]) -> dict[str, list[JSON]]:
+    """Pod uid -> the claims it owns (generated for it from a template)."""
+    owned: dict[str, list[JSON]] = {}
+    for claim in claims:
+        for ref in _list(_meta(claim).get("ownerReferences")):
+            if isinstance(ref, Mapping) and ref.get("kind", "Pod") == "Pod" and ref.get("uid"):
+                owned.setdefault(str(ref["uid"]), []).append(claim)
+    return owned
 
 
 def pod_usage(
-    pod: JSON, claims: Sequence[JSON], devices: Mapping[tuple[str, str], DraDevice]
+    pod: JSON, owned: Sequence[JSON], devices: Mapping[tuple[str, str], DraDevice]
 ) -> tuple[Fraction, Fraction]:
     """(MiB, cores) the pod holds against its namespace's quota. A device-plugin pod: its allocation
     annotation (the MiB chosen). A DRA pod: what its own claims (those it controls) ask per allocated
@@ -863,11 +883,8 @@ def pod_usage(
     if allocation is not None:
         mem, cores = allocation_usage(allocation, [k for _, k in pod_containers(pod)])
         return Fraction(mem), Fraction(cores)
-    uid = pod_uid(pod)
     total_mem = total_cores = Fraction(0)
-    for claim in claims:
-        if not _owned_by(claim, uid):
-            continue
+    for claim in owned:
         asked = claim_asks(claim)
         for share in claim_shares(claim, devices):
             asked_mem, asked_cores = asked.get(share.request, (None, None))
@@ -908,9 +925,7 @@ def check_quotas(snapshot: Snapshot, devices: Mapping[tuple[str, str], DraDevice
     limits = quota_limits(snapshot.resource_quotas, out)
     if not limits:
         return
-    claims_by_ns: dict[str, list[JSON]] = {}
-    for claim in snapshot.resource_claims:
-        claims_by_ns.setdefault(str(_meta(claim).get("namespace") or ""), []).append(claim)
+    owned = claims_by_owner(snapshot.resource_claims)
     for namespace, keys in sorted(limits.items()):
         used_mem = used_cores = Fraction(0)
         holders = []
@@ -918,7 +933,7 @@ def check_quotas(snapshot: Snapshot, devices: Mapping[tuple[str, str], DraDevice
             if not is_live(pod) or _meta(pod).get("namespace") != namespace:
                 continue
             try:
-                mem, cores = pod_usage(pod, claims_by_ns.get(namespace, []), devices)
+                mem, cores = pod_usage(pod, owned.get(pod_uid(pod), []), devices)
             except DecodeError:
                 continue  # reported by the capacity checks
             if mem or cores:
@@ -1082,7 +1097,7 @@ def final_findings(snapshot: Snapshot) -> list[Violation]:
     for pod in snapshot.pods:
         key = pod_key(pod)
         phase = _status(pod).get("phase")
-        if _annotations(pod).get(BIND_PHASE) == "allocating":
+        if is_live(pod) and _annotations(pod).get(BIND_PHASE) == "allocating":
             out.add(
                 "pod-in-bind-phase",
                 key,

@@ -39,6 +39,7 @@ import urllib3
 
 from hami_api import dra
 from hami_api.annotations import NODE_REGISTER
+from hami_node.durable import write_atomic
 from hami_node.gpu.backend import GPUEventKind
 from hami_node.gpu.inventory import (
     FakeEvent,
@@ -206,7 +207,7 @@ class ClusterStatus:
         ]
         out = [_table(rows), ""]
         if self.leader is not None:
-            out += [f"{CONTROL} leader (Lease {LEASE_NAMESPACE}/{CONTROL}): {self.leader}", ""]
+            out += [f"{CONTROL} leader: {self.leader}", ""]
         if self.nodes is None:
             out.append("nodes: unknown (the API server does not answer)")
             return "\n".join(out)
@@ -438,8 +439,8 @@ class Cluster:
         )
         _write_private(self.state_dir / "tls" / "ca.key", ca_key)
         _write_private(self.state_dir / "tls" / "hami-control.key", key)
-        (self.state_dir / "tls" / "hami-control.crt").write_bytes(cert)
-        self.ca_file.write_bytes(ca_cert)
+        write_atomic(self.state_dir / "tls" / "hami-control.crt", cert, mode=0o644)
+        write_atomic(self.ca_file, ca_cert, mode=0o644)
         for node in self.spec.nodes:
             path = self.inventory_path(node.name)
             (path.parent / "hook").mkdir(parents=True)
@@ -940,9 +941,7 @@ class Cluster:
             "components": {name: p.to_data() for name, p in self.procs.items()},
             "spec": self.spec.to_data(),
         }
-        tmp = self.state_file.with_name(f".{STATE_FILE}.tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        os.replace(tmp, self.state_file)
+        write_atomic(self.state_file, (json.dumps(data, indent=1) + "\n").encode())
 
     @classmethod
     def load(
@@ -1220,6 +1219,4 @@ def _inventory_gpu(inventory: Inventory, node: str, index: int | None) -> FakeGp
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+    write_atomic(path, data, mode=0o600)

@@ -27,6 +27,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from hami_node.durable import write_atomic
 from hami_node.plugin.api import api_pb2
 
 NO_TOPOLOGY = -1
@@ -190,13 +191,9 @@ def write_checkpoint(
     registered: Mapping[str, Sequence[str]],
     encoder: CheckpointEncoder | None = None,
 ) -> None:
-    """Write atomically (temporary file, then rename), mode 0644; `encoder` keeps the previous write's
-    work for the next one."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_bytes((encoder or CheckpointEncoder()).encode(entries, registered))
-    tmp.chmod(0o644)
-    tmp.replace(target)
+    """Write atomically and durably (`hami_node.durable.write_atomic`: kubelet's filestore writeFile plus
+    the directory's fsync), mode 0644; `encoder` keeps the previous write's work for the next one."""
+    write_atomic(path, (encoder or CheckpointEncoder()).encode(entries, registered), mode=0o644)
 
 
 def _str(value: Any, where: str) -> str:

@@ -4,6 +4,7 @@ and a kubelet "restart".
 
 Everything runs on one asyncio loop (grpc.aio), so many managers can share a loop; nothing here is
 global. The behaviour follows kubelet's pkg/kubelet/cm/devicemanager (see docs/kubelet-standin.md).
+Model: device choice and the checkpoint are modelled in `hami_control/protocol_model.py`.
 """
 
 from __future__ import annotations
@@ -272,7 +273,15 @@ class DeviceManager:
         try:
             checkpoint = read_checkpoint(path)
         except CheckpointError as exc:
-            log.error("node %s: ignoring the device checkpoint: %s", self.config.node_name, exc)
+            # As kubelet: "Continue after failing to read checkpoint file. Device allocation info may NOT
+            # be up-to-date" (pkg/kubelet/cm/devicemanager/manager.go, Start): nothing of it is used, and
+            # the next write replaces it. The error names the file and what is wrong with it.
+            log.error(
+                "node %s: continue after failing to read the device checkpoint (%s); device allocation "
+                "info may not be up-to-date",
+                self.config.node_name,
+                exc,
+            )
             return
         self._pod_devices = PodDevices.from_entries(checkpoint.entries)
         loop = asyncio.get_running_loop()

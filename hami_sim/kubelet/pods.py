@@ -5,7 +5,10 @@ then mark them Running, or Failed with kubelet's reason and message plus a Warni
 devices and unprepare the claims of pods that end.
 
 A pod whose claims cannot be prepared stays Pending (containers waiting in ContainerCreating) with a
-`FailedPrepareDynamicResources` event, and is tried again with backoff, as kubelet's pod sync does."""
+`FailedPrepareDynamicResources` event, and is tried again with backoff, as kubelet's pod sync does.
+
+Model: admission and restarts are modelled in `hami_control/protocol_model.py` (`Kubelet`).
+"""
 
 from __future__ import annotations
 
@@ -486,9 +489,10 @@ class PodAdmitter:
     async def _containers_exited(self, uid: str, pod: JSON) -> None:
         """The containers exited 0. restartPolicy Always: restarted in place with restartCount + 1 (its
         devices stay; kubelet's CrashLoopBackOff is skipped, see MIN_RESTART_INTERVAL_S). Never and
-        OnFailure: the pod Succeeded, and like kubelet for a terminated pod (its devices leave the
-        active pods' set: devicemanager's UpdateAllocatedDevices; its claims are unprepared) the
-        devices are freed at once."""
+        OnFailure: the pod Succeeded and leaves the active pods; its claims are unprepared and its
+        devices freed at once. Kubelet frees a terminated pod's devices at the next Allocate
+        (pkg/kubelet/cm/devicemanager/manager.go: UpdateAllocatedDevices drops every pod not among the
+        active ones before allocating), which the next pod sees the same way."""
         namespace, name = _key(pod)
         node = self.config.node_name
         if ((pod.get("spec") or {}).get("restartPolicy") or "Always") == "Always":

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hami_node.durable import write_atomic
 from hami_node.plugin.api import api_pb2
 from hami_sim.kubelet.dra.cdi import ContainerView, load_registry
 
@@ -273,9 +274,7 @@ class ContainerRuntime:
         return next((r for r in self._pods.get(pod_uid, ()) if r.container == container), None)
 
     def _write(self) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:
-            tmp.write_bytes(_file(self._encoded.values()))
-            tmp.replace(self.path)
+            write_atomic(self.path, _file(self._encoded.values()), mode=0o644)
         except OSError as exc:
             log.error("cannot write the container record %s: %s", self.path, exc)

@@ -3,8 +3,8 @@ kubelet and its hami-node inside host processes; hami-node recovers a GPU after 
 
 - `Cluster.kill` drops a node's kubelet stand-in and hami-node inside their hosts (SIGKILL-like) and a
   process (the scheduler) with SIGKILL; `start_component` brings each back and a new GPU pod runs.
-- A pod annotated `sim.hami.io/run-seconds` with restartPolicy Never ends Succeeded, and its GPUs go to
-  the pod that waited for them (kubelet and hami-control both let go of them).
+- A pod annotated `sim.hami.io/run-seconds` with restartPolicy Never ends Succeeded; hami-control and
+  kubelet let go of its GPUs, and the next pod gets them.
 - `inject_gpu_fault` / `clear_gpu_fault` round trip through the node's fake inventory: an Xid turns a GPU
   unhealthy in the node's register annotation; one whose NVML calls fail too stays so past the quiet
   period, and recovers once cleared.
@@ -16,11 +16,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import urllib3
 
 from hami_api.annotations import BIND_PHASE, DEVICES_ALLOCATED, NODE_REGISTER, decode_node_register
 from hami_node.gpu.inventory import NvmlMode, load_inventory
 from hami_sim.cluster import Cluster, ClusterError, ClusterSpec
+from hami_sim.kubelet import read_checkpoint
 from hami_sim.kubelet.pods import RUN_SECONDS
+from hami_sim.tls import client_ssl_context
 from tests.builders import gpu_pod
 from tests.e2e.e2e_util import core_v1
 from tests.waiting import wait_for
@@ -60,6 +63,8 @@ def test_killed_node_parts_and_scheduler_come_back_with_start_component(cluster:
     cluster.kill("hami-node/gpu-node-1")
     cluster.kill("kubelet/gpu-node-1")
     assert not (cluster.kubelet_dir(NODE) / "kubelet.sock").exists()
+    with pytest.raises(ClusterError, match="nothing of it runs in this host"):
+        cluster.kill("kubelet/gpu-node-1")
     cluster.kill("scheduler")
     assert not cluster.procs["scheduler"].alive()
     with pytest.raises(ClusterError, match="scheduler is not running"):
@@ -74,20 +79,28 @@ def test_killed_node_parts_and_scheduler_come_back_with_start_component(cluster:
     assert cluster.status().ok
 
 
-def test_a_completed_pods_gpus_go_to_the_pod_that_waited(cluster: Cluster, core: Any) -> None:
+def test_a_completed_pods_gpus_are_let_go_and_go_to_the_next_pod(cluster: Cluster, core: Any) -> None:
     whole: dict[str, Any] = {"gpus": 2, "gpumem_percentage": 100}
-    core.create_namespaced_pod(
-        "default", gpu_pod("batch", **whole, annotations={RUN_SECONDS: "3"}, restartPolicy="Never")
-    )
+    batch = gpu_pod("batch", **whole, annotations={RUN_SECONDS: "2"}, restartPolicy="Never")
+    uid = core.create_namespaced_pod("default", batch).metadata.uid
     wait_for(lambda: phase(core, "batch") == "Running", 30, "the batch pod to run")
-    core.create_namespaced_pod("default", gpu_pod("next", **whole))
-    wait_for(lambda: phase(core, "next") == "Running", 60, "the next pod to get the GPUs")
-    batch = core.read_namespaced_pod("batch", "default")
-    assert batch.status.phase == "Succeeded"
-    (status,) = batch.status.container_statuses
+    wait_for(lambda: phase(core, "batch") == "Succeeded", 30, "the batch pod to succeed")
+    (status,) = core.read_namespaced_pod("batch", "default").status.container_statuses
     assert (status.state.terminated.exit_code, status.state.terminated.reason) == (0, "Completed")
+    # Both let go of its GPUs: hami-control's usage (its /metrics) and kubelet's checkpoint.
+    wait_for(lambda: 'pod="batch"' not in control_metrics(cluster), 10, "hami-control to drop its usage")
+    checkpoint = read_checkpoint(cluster.kubelet_dir(NODE) / "kubelet_internal_checkpoint")
+    assert checkpoint.for_container(uid, "main") == []
+    core.create_namespaced_pod("default", gpu_pod("next", **whole))
+    wait_for(lambda: phase(core, "next") == "Running", 30, "the next pod to get both GPUs")
     after = core.read_namespaced_pod("next", "default")
     assert after.metadata.annotations[DEVICES_ALLOCATED].count("NVIDIA") == 2
+
+
+def control_metrics(cluster: Cluster) -> str:
+    context = client_ssl_context(cluster.ca_file.read_bytes())
+    with urllib3.PoolManager(ssl_context=context) as pool:
+        return str(pool.request("GET", cluster.control_url + "/metrics", timeout=10.0).data.decode())
 
 
 def test_gpu_faults_round_trip_through_the_fake_inventory(cluster: Cluster, core: Any) -> None:

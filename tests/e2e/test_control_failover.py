@@ -120,5 +120,8 @@ def test_killing_the_leader_mid_burst_loses_no_pod(cluster: Cluster) -> None:
         cluster.start_component(leader)  # back, as a follower of the new leader
         wait_for(lambda: extender_ready(port_a, cluster.ca_file) == 503, 30, "replica A following again")
         assert cluster.leader() == follower
+        table = cluster.status().render()
+        assert f"hami-control leader: {follower}" in table
+        assert all(name in table for name in ("hami-control-0", "hami-control-1", "control-service"))
     finally:
         api_client.close()

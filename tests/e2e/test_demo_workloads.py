@@ -23,7 +23,7 @@ from hami_api.annotations import (
 )
 from hami_node.plugin.api.constants import CHECKPOINT_FILE
 from hami_sim.cluster import Cluster, ClusterSpec, GPUSpec, NodeSpec
-from hami_sim.demo import EXAMPLES, _create, _documents, container_env
+from hami_sim.demo import EXAMPLES, _create, _documents, container_env, usage_table
 from hami_sim.kubelet.checkpoint import read_checkpoint
 from hami_sim.kubelet.config import KubeletConfig
 from hami_sim.kubelet.podresources import api_pb2 as podresources_pb2
@@ -111,9 +111,16 @@ def test_demo_workloads_land_as_expected(cluster: Cluster, core: Any) -> None:
         for gpu in decode_node_register(node.metadata.annotations[NODE_REGISTER]):
             sizes[gpu.id] = gpu.devmem
     training = allocation_of(pods[("default", "training")])
+    training_node = pods[("default", "training")].spec.node_name
     assert len(training[0]) == 2 and all(mem == sizes[g] and cores == 100 for g, mem, cores in training[0])
     t4 = pods[("default", "t4-only")]
     assert t4.spec.node_name == "gpu-t4"
+    # The demo's table (`kubectl hami top`'s): every pod on its GPUs, training's two GPUs full.
+    table = usage_table(core).splitlines()
+    assert all(any(f"{ns}/{name}" in line for line in table) for ns, name in expected)
+    for gpu, mem, _ in training[0]:
+        (line,) = [line for line in table if f"..{gpu[-8:]}" in line and line.startswith(training_node)]
+        assert f"{mem}/{mem}" in line and "default/training" in line
     notebook = allocation_of(pods[("default", "notebook")])[0]
     assert notebook[0][1] == sizes[notebook[0][0]] * 25 // 100 and notebook[0][2] == 30
     pipeline = allocation_of(pods[("default", "pipeline")])

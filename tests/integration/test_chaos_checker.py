@@ -3,11 +3,16 @@ gives no violation, one over-committed GPU gives exactly one, and only once two 
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hami_node.plugin.api import api_pb2
-from hami_sim.chaos.checker import InvariantChecker
+from hami_sim.apiserver.kubeconfig import write_kubeconfig
+from hami_sim.chaos import checker as checker_module
+from hami_sim.chaos.checker import CheckerReadError, InvariantChecker
 from hami_sim.kubelet import checkpoint as kcp
 from hami_sim.kubelet import runtime
 from tests.apiserver_util import create_and_bind
@@ -77,3 +82,18 @@ def test_the_final_check_finds_a_stuck_pod_and_an_allocation_left_for_a_gone_pod
         ("pod-in-bind-phase", "default/stuck"),
         ("pod-not-settled", "default/stuck"),
     ]
+
+
+def test_a_pass_that_cannot_reach_the_api_server_is_skipped_and_the_final_check_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as sock:  # a port nothing listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}")
+    monkeypatch.setattr(checker_module, "READ_ATTEMPTS", 1)
+    with InvariantChecker(kubeconfig, {}) as checker:
+        assert checker.check_once() == []
+        assert (checker.passes, checker.skipped_passes) == (0, 1)
+        with pytest.raises(CheckerReadError, match="GET /api/v1/pods"):
+            checker.final_check()

@@ -375,6 +375,8 @@ def test_the_in_cluster_address_comes_from_the_environ_given_not_the_process(
 def test_client_errors_are_typed(kube: NodeApi, apiserver: Any) -> None:
     with pytest.raises(KubeApiError) as err:
         kube.get_node("absent")
+    # The daemon names itself to the API server (fault rules and logs tell it from hami-control).
+    assert apiserver.runner.requests(limit=1)[0]["userAgent"].startswith("hami-node/")
     assert (err.value.status, err.value.reason, err.value.not_found, err.value.retriable) == (
         404, "NotFound", True, False,
     )  # fmt: skip

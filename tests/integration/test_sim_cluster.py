@@ -201,6 +201,9 @@ def test_bad_input_is_refused_before_anything_starts(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "GPU model 'Mystery GPU': its memory is unknown" in result.stderr
     assert not (tmp_path / "s").exists()
+    result = hami_sim("up", "--state-dir", str(tmp_path / "s"), "--control-replicas", "0", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "control_replicas: expected an integer >= 1, got 0" in result.stderr
 
 
 # --- specs (pure) ------------------------------------------------------------------------------------

@@ -911,6 +911,23 @@ def test_a_new_leader_adopts_only_the_pods_still_allocating_on_a_node() -> None:
     assert {e.uid: e.counts for e in w.binder.window} == {"a": frozenset({2}), "f": frozenset({1})}
 
 
+def test_a_pod_the_watch_shows_newly_allocating_enters_its_node_window() -> None:
+    """protocol_model's "restart control" trace without leader election: the restarted replica's first
+    list shows a pod its previous run bound, still allocating; without a window entry a pod with the
+    same GPU count was bound next to it and the node daemon handed the first pod's GPUs to the second."""
+    w = world()
+    w.binder.pod_event(None, Watched("a", "n1"))
+    assert w.binder.window.pending("n1") == ("a",)
+    assert {e.uid: e.counts for e in w.binder.window} == {"a": frozenset({2})}
+    # Swept after its timeout: a later event of the same allocating pod does not bring it back.
+    w.binder.window.release("a")
+    w.binder.pod_event(Watched("a", "n1"), Watched("a", "n1"))
+    # Neither do pods that are answered, ended or unbound.
+    for other in (Watched("b", "n1", phase="success"), Watched("c", "n1", terminal=True), Watched("d", "")):
+        w.binder.pod_event(None, other)
+    assert len(w.binder.window) == 0
+
+
 @pytest.mark.parametrize(
     ("pod", "deleted", "released"),
     [

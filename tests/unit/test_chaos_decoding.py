@@ -204,6 +204,7 @@ def test_the_container_record_reads_as_the_runtime_writes_it() -> None:
         env=("NVIDIA_VISIBLE_DEVICES=GPU-0", "CUDA_DEVICE_MEMORY_LIMIT_0=4000m", "A=b=c"),
         mounts=({"containerPath": "/usr/local/vgpu", "hostPath": "/h", "options": []},),
         device_nodes=({"path": "/dev/nvidia0", "hostPath": "/dev/nvidia0", "permissions": "rw"},),
+        annotations={"cdi.k8s.io/x": "k8s.device-plugin.nvidia.com/gpu=GPU-0"},
     )
     (decoded,) = D.decode_containers(runtime.encode_containers([record]))
     assert decoded == D.ContainerRecord(
@@ -215,6 +216,7 @@ def test_the_container_record_reads_as_the_runtime_writes_it() -> None:
         ("k8s.device-plugin.nvidia.com/gpu=GPU-0",),
         ("/usr/local/vgpu",),
         ("/dev/nvidia0",),
+        {"cdi.k8s.io/x": "k8s.device-plugin.nvidia.com/gpu=GPU-0"},
     )
 
 

@@ -3,6 +3,7 @@ violation is found with its evidence (device-plugin and DRA paths, the end-of-ru
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -114,6 +115,9 @@ def check(
 
 
 def kinds(violations: Sequence[Violation]) -> list[tuple[str, str]]:
+    """The (kind, subject) of each violation, sorted; every evidence is plain JSON (reports dump it)."""
+    for v in violations:
+        json.dumps(v.evidence, allow_nan=False)
     return sorted(v.key for v in violations)
 
 
@@ -248,6 +252,16 @@ def test_volume_mounts_and_cdi_names_name_the_gpus_too() -> None:
         env=("CUDA_DEVICE_MEMORY_LIMIT_0=2000m",),
     )
     files = kubelet_files([held(a, "c0", "GPU-0-0"), held(a, "c1", "GPU-1-0")], [mounted, cdi])
+    assert check(a, files=files) == []
+    annotated = runtime.ContainerRecord(
+        "uid-a",
+        "default",
+        "a",
+        "c1",
+        env=("CUDA_DEVICE_MEMORY_LIMIT_0=2000m",),
+        annotations={"cdi.k8s.io/nvidia-device-plugin_x": "k8s.device-plugin.nvidia.com/gpu=GPU-1"},
+    )
+    files = kubelet_files([held(a, "c0", "GPU-0-0"), held(a, "c1", "GPU-1-0")], [mounted, annotated])
     assert check(a, files=files) == []
 
 
@@ -459,6 +473,11 @@ def test_a_pod_ending_pending_or_failed_needs_a_reason_a_person_can_act_on() -> 
 def test_a_pod_left_in_a_bind_phase_is_a_violation() -> None:
     a = placed("a", [("GPU-0", 4000, 30)], bind_phase="allocating")
     assert final(a) == [("pod-in-bind-phase", "default/a")]
+    rejected = placed("r", [("GPU-0", 4000, 30)], bind_phase="allocating", phase="Failed")
+    rejected["status"].update(
+        reason="UnexpectedAdmissionError", message="Allocate failed: no healthy devices"
+    )
+    assert final(rejected) == []
 
 
 def test_allocations_left_for_a_gone_pod_are_leaks() -> None:

@@ -288,6 +288,23 @@ def test_a_corrupt_checkpoint_is_moved_aside_and_prepare_still_works(
     assert preparer.prepare([A])[UID_A].claim is not None
 
 
+def test_a_corrupt_checkpoint_is_reported_with_its_path_and_rebuilt_from_the_claims(
+    config: NodeConfig, api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint cut short (or edited) is never trusted: the error names the file and the reason, and
+    the claim prepared again is read from the API server and gets what it got before, back in a new
+    checkpoint."""
+    first = preparer_for(config, api).prepare([A])[UID_A].claim
+    assert first is not None
+    path = config.dra_plugin_dir / CHECKPOINT
+    good = path.read_bytes()
+    path.write_bytes(good[: len(good) // 2])
+    again = preparer_for(config, api)
+    assert f"DRA checkpoint {path} cannot be used (not JSON" in caplog.text
+    assert again.prepare([A])[UID_A].claim == first
+    assert json.loads(path.read_text())["claims"].keys() == {UID_A}
+
+
 def test_interrupted_spec_writes_are_cleaned_at_start(config: NodeConfig, api: Api) -> None:
     config.cdi_spec_dir.mkdir(parents=True)
     leftover = config.cdi_spec_dir / f".{claim_spec_file_name(UID_A)}.x1y2.tmp"

@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
 from hami_kube.config import (
     Entry,
+    context_namespace,
     join_host_port,
     merge_documents,
     parse_cluster,
@@ -367,3 +369,23 @@ def test_exec_output_mistakes_name_the_user_and_the_field(output: bytes, message
     with pytest.raises(KubeConfigError) as info:
         parse_exec_credential(output, V1, "kubeconfig /a: user 'u'")
     assert str(info.value).startswith(f"kubeconfig /a: user 'u': {message}")
+
+
+def test_context_namespace_is_the_contexts_else_the_service_accounts_else_default(tmp_path: Path) -> None:
+    config = doc(
+        clusters={"c": {"server": "http://127.0.0.1:1"}},
+        contexts={"team": {"cluster": "c", "namespace": "ai-team"}, "plain": {"cluster": "c"}},
+        current="team",
+    )
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    assert context_namespace(path) == "ai-team"
+    assert context_namespace(path, context="plain") == "default"
+    assert context_namespace(None, environ={"KUBECONFIG": str(path)}, context="team") == "ai-team"
+    account = tmp_path / "sa"
+    account.mkdir()
+    assert context_namespace(None, environ={}, service_account_dir=account) == "default"
+    (account / "namespace").write_text("hami-system\n")
+    assert context_namespace(None, environ={}, service_account_dir=account) == "hami-system"
+    with pytest.raises(KubeConfigError, match="no context named 'other'"):
+        context_namespace(path, context="other")

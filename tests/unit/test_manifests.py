@@ -206,12 +206,15 @@ def test_kustomize_renders_the_whole_install_and_it_validates(rendered: list[Doc
         {
             "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
             "ConfigMap", "Service", "Deployment", "DaemonSet", "PodDisruptionBudget", "Job", "CronJob",
-            "MutatingWebhookConfiguration",
+            "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
         }
     )  # fmt: skip
     assert validate_all(rendered) == []
     # Everything but cluster-scoped objects and the one kube-system RoleBinding is in hami-system.
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
+    cluster_scoped = {
+        "Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+    }  # fmt: skip
     for doc in rendered:
         namespace = doc["metadata"].get("namespace")
         if doc["kind"] in cluster_scoped:
@@ -1200,6 +1203,21 @@ def test_dra_overlay_translates_the_labelled_namespaces_with_a_scheduler_that_kn
     assert version and int(version.group(1)) >= 34, scheduler["image"]
     base_scheduler = container_named(find(source_docs(), "Deployment", "hami-control"), "kube-scheduler")
     assert scheduler["command"] == [*base_scheduler["command"], "--feature-gates=DRAConsumableCapacity=true"]
+
+
+@pytest.mark.kubectl
+def test_dra_overlay_runs_the_released_images_of_the_base(
+    rendered: list[Doc], rendered_dra: list[Doc]
+) -> None:
+    """The base's `images` reach only the base's objects: the DRA DaemonSet gets the same from the
+    overlay's own (without it, it would pull `hami-node`, i.e. docker.io/library/hami-node:latest)."""
+    version = package_version()
+    for kind, name in (("DaemonSet", "hami-node"), ("DaemonSet", "hami-node-dra")):
+        spec = pod_spec(find(rendered_dra, kind, name))
+        images = {c["image"] for c in spec.get("initContainers", []) + spec["containers"]}
+        assert images == {f"registry.example.com/hami-py/hami-node:{version}"}, (name, images)
+    base = pod_spec(find(rendered, "DaemonSet", "hami-node"))["containers"][0]["image"]
+    assert pod_spec(find(rendered_dra, "DaemonSet", "hami-node-dra"))["containers"][0]["image"] == base
 
 
 def test_dra_examples_ask_what_their_comments_say() -> None:

@@ -336,6 +336,28 @@ def test_completion_patches_success_once(tracker: PodTracker, patcher: FakePatch
     assert names(tracker) == []
 
 
+def test_a_running_pod_still_allocating_gets_the_success_patch_a_restart_lost_once(
+    tracker: PodTracker, patcher: FakePatcher
+) -> None:
+    """protocol_model's "restart daemon" trace: the daemon answered Allocate and was killed before its
+    success patch went out; kubelet runs the pod, which would say allocating for ever."""
+    running = scheduled_pod("p", alloc((GPU_A,)), phase="Running")
+    tracker.pods_listed([running, scheduled_pod("q", alloc((GPU_B,)))])
+    tracker.pod_event("MODIFIED", running)  # seen again before our patch shows: no second write
+    assert names(tracker) == ["q"]
+    assert tracker.flush(5.0)
+    assert patcher.pod_patches == [("default", "p", {ann.BIND_PHASE: "success"})]
+    # Not for a pod being deleted, one that says success, or one on another node.
+    for other in (
+        scheduled_pod("d", alloc((GPU_A,)), phase="Running", deleting=True),
+        scheduled_pod("s", alloc((GPU_A,)), phase="Running", bind_phase="success"),
+        scheduled_pod("o", alloc((GPU_A,)), phase="Running", vgpu_node="n2"),
+    ):
+        tracker.pod_event("MODIFIED", other)
+    assert tracker.flush(5.0)
+    assert len(patcher.pod_patches) == 1
+
+
 def test_same_name_new_pod_waits_again(tracker: PodTracker) -> None:
     tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A,)), uid="u1"))
     tracker.allocated(tracker.match(1))

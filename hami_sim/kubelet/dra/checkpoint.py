@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hami_node.durable import write_atomic
 from hami_sim.kubelet.checkpoint import go_json
 
 CHECKPOINT_FILE = "dra_manager_state"
@@ -114,12 +115,8 @@ def encode_checkpoint(entries: Iterable[ClaimInfoState] | None) -> bytes:
 
 
 def write_checkpoint(path: str | os.PathLike[str], entries: Iterable[ClaimInfoState] | None) -> None:
-    """Write atomically (a temporary file in the same directory, then a rename), mode 0644."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_bytes(encode_checkpoint(entries))
-    tmp.chmod(0o644)
-    tmp.replace(target)
+    """Write atomically and durably (`hami_node.durable.write_atomic`), mode 0644."""
+    write_atomic(path, encode_checkpoint(entries), mode=0o644)
 
 
 # ------------------------------------------------------------------------------ decoding

@@ -1,0 +1,880 @@
+"""A model of the bind/Allocate protocol, for the explicit-state checker in `protocol_check`.
+
+The pending window, the annotations on the Binding and the node daemon's lookup at Allocate form a
+small distributed protocol between the control plane, the API server, kubelet and the node daemon. This
+module states it as a transition system: every component's state is a frozen value, every step one
+component can take is an action, and the checker explores every interleaving of them.
+
+**Components and where each action is in the code**
+
+- *API server* (`State.api`, one `Pod` per pod: node, GPUs of `hami.io/vgpu-devices-to-allocate`,
+  `hami.io/bind-phase`, phase, reason; None once deleted). Every change is queued, in order, on each
+  watch that shows that pod (`_set_pod`): the control plane sees every pod, a node's kubelet and node
+  daemon the pods bound to that node (`spec.nodeName` field selector). A queued change is delivered
+  whenever the checker chooses (`deliver ...`): each consumer sees the API's changes in order, but
+  late. Binding requests in flight are `State.requests`; the API server serves them in any order
+  (`api-bind`), answering 409 when the pod is already bound or gone.
+- *Control plane* (`Binder`, `hami_control/binder.py` and `pod_store.py`):
+  `bind-start` is kube-scheduler calling `/bind` for a pod the API shows unbound, on a node where the
+  extender's filter fits it (`Binder.bind` -> `_reserve`: a pod already in a window is refused; a pod
+  whose GPU counts meet a pending pod's on the node waits, `_obstacle`); `bind-wake` is a waiting bind
+  woken by a window release (`_wake`); the reservation (`_reserve` after its last await: fit on the
+  watch-fed cache, `PodStore.assume`, `PendingWindow.enter`) is atomic, and sends the Binding
+  (`_write`); `bind-answer` is the API's answer reaching `_write` (an error rolls back: `_rollback`
+  forgets the assumption and releases the window). `deliver control` is one pod event reaching
+  `PodStore.apply` (the allocation it shows replaces the assumption, `_confirm`; a deletion or a
+  terminal phase drops it) and then `Binder.pod_event` (bind-phase success/failed, deletion or a
+  terminal phase releases the window). `restart control` loses every bind in flight, the window and the
+  assumptions, and relists (`ClusterCaches` resync); with `Config.election` the new leader adopts the
+  pods still allocating into the windows (`main._start_election` -> `Binder.adopt_allocating`).
+  Timeouts: `wait-timeout` (`bind_wait_s`), `sweep-window` and `expire-assumption` (`Binder.sweep`,
+  `allocate_timeout_s`).
+- *kubelet* (`Kubelet`, `hami_sim/kubelet/pods.py` `PodAdmitter`, `devicemanager.py`): `kubelet-admit`
+  takes a pod bound to its node that it has not admitted (`_work`, in creation order by default), asks
+  the device plugin's GetPreferredAllocation, chooses its devices (`_devices_to_allocate`: the preferred
+  ones when free, else the first free) and calls Allocate; `kubelet-record` writes the checkpoint
+  (`_allocate_resource` -> `_write_checkpoint`) and the pod's status (Running, or Failed with
+  `UnexpectedAdmissionError` when Allocate failed or no device was free). `restart kubelet` loses the
+  admission in progress, keeps the checkpoint (`_load_checkpoint`) and relists: Running pods keep their
+  devices, Pending ones are admitted again, reusing checkpointed devices without a call.
+- *node daemon* (`Daemon`, `hami_node/pods.py` `PodTracker`, `hami_node/allocation.py`,
+  `hami_node/plugin/server.py`): its view of the pods bound to its node comes from its watch
+  (`PodTracker.pod_event`); at Allocate it looks up the one waiting pod (phase Pending, bind-phase
+  allocating, not finished by it) whose container asks that many GPUs (`match_pending_pod`; two is
+  `AmbiguousPodError`), on a miss reads the node's pods once (`_read_node_pods`), checks kubelet's
+  devices against the pod's GPUs (`grant_container`) and queues bind-phase success or failed
+  (`allocated` / `failed` -> `_finish`); `daemon-send` is its writer thread sending the head of the
+  queue (`_write_loop` -> `_send`). `restart daemon` loses the queue, the finished and deleted sets and
+  relists.
+
+**Abstractions.** Every pod has one container asking `PodSpec.gpus` whole GPUs; every GPU holds one
+container (capacity 1, split count 1), so kubelet's device IDs are the GPUs themselves. Fitting is
+first-fit over the node's GPUs in order (a deterministic choice; which GPUs does not matter to the
+protocol). GetPreferredAllocation and Allocate of one admission are one step. Timeouts are longer than
+every normal step: a timeout action is enabled only in states where no progress action is (that is the
+timing assumption the code's defaults make: `allocate_timeout_s` 30 s against a node daemon's answer
+in milliseconds). Faults (restarts, deletions, a Binding committed whose answer is lost) may happen in
+any state, each within its budget.
+
+**Properties** (`violations`, `done`): no GPU holds more than its capacity as the API records
+allocations, nor as a kubelet's checkpoint records devices; every checkpointed container's GPUs are its
+pod's annotation GPUs; the node daemon never answers kubelet's Allocate for one pod with another pod
+(recorded by the transition, `State.wrong`); in a final state (nothing but faults enabled) no pod is
+stuck in bind-phase allocating and no window entry or assumption outlives its pod; and (liveness,
+checked by `protocol_check`) from every state a state is reachable where every pod is settled: Running
+with its bind-phase answered, Failed with a reason, deleted, or unbound because no node has room for it
+(by the API's allocations).
+
+`Config` has switches for mutated protocols (`window_rule=False`: pods with equal GPU counts pending
+together; `assume_before_await=False`: the assumption made only once the Binding is answered), used by
+the tests to show the checker catches those bugs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple, TypeVar
+
+_T = TypeVar("_T")
+
+ALLOCATING = "allocating"
+SUCCESS = "success"
+FAILED = "failed"
+PENDING = "Pending"
+RUNNING = "Running"
+FAILED_PHASE = "Failed"
+ADMISSION_ERROR = "UnexpectedAdmissionError"
+
+PROGRESS, FAULT, TIMEOUT = "progress", "fault", "timeout"
+
+
+# --- configuration ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodSpec:
+    name: str
+    gpus: int
+    """Whole GPUs its one container asks for (`nvidia.com/gpu`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    name: str
+    gpus: tuple[str, ...]
+    """Its GPUs (capacity one container each), in fitting order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    nodes: tuple[NodeSpec, ...]
+    pods: tuple[PodSpec, ...]
+    """In creation order (kubelet admits in that order)."""
+    restarts: frozenset[str] = frozenset()
+    """Components that may restart once: "control", "kubelet/<node>", "daemon/<node>"."""
+    deletable: frozenset[str] = frozenset()
+    """Pods a user may delete (once) at any time."""
+    lost_answers: int = 0
+    """Bindings the API server may commit while the control plane gets no answer (a timeout, a reset)."""
+    election: bool = True
+    """A restarted control plane adopts the pods still allocating (`Binder.adopt_allocating`): what a new
+    leader does with `--leader-elect`. Without election nothing adopts them."""
+    kubelet_any_order: bool = False
+    """kubelet may admit its pending pods in any order (default: creation order, as the stand-in)."""
+    force_delete: bool = False
+    """Deletions remove a bound pod at once (`kubectl delete --force --grace-period=0`) instead of
+    setting its deletionTimestamp and letting its kubelet remove it."""
+    recover_lost_success: bool = True
+    """The node daemon patches bind-phase success for a pod it sees Running but still allocating
+    (`hami_node.pods.lost_success`). False: as the code was before that fix."""
+    adopt_from_watch: bool = True
+    """The control plane enters a pod its watch shows newly allocating into its node's window
+    (`Binder.pod_event`). False: as the code was before that fix."""
+    window_rule: bool = True
+    """Mutation switch: False lets pods with equal GPU counts be pending on one node together."""
+    assume_before_await: bool = True
+    """Mutation switch: False assumes the pod only once the Binding is answered."""
+    node_index: dict[str, int] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Config.nodes: duplicate node names {names}")
+        gpus = [g for n in self.nodes for g in n.gpus]
+        if len(set(gpus)) != len(gpus):
+            raise ValueError(f"Config.nodes: duplicate GPU names {gpus}")
+        pods = [p.name for p in self.pods]
+        if len(set(pods)) != len(pods):
+            raise ValueError(f"Config.pods: duplicate pod names {pods}")
+        for pod in self.pods:
+            if pod.gpus < 1:
+                raise ValueError(f"Config.pods: pod {pod.name} asks {pod.gpus} GPUs, expected >= 1")
+        components = {"control"} | {f"{kind}/{n}" for kind in ("kubelet", "daemon") for n in names}
+        if not self.restarts <= components:
+            raise ValueError(f"Config.restarts: unknown components {sorted(self.restarts - components)}")
+        if not self.deletable <= set(pods):
+            raise ValueError(f"Config.deletable: unknown pods {sorted(self.deletable - set(pods))}")
+        object.__setattr__(self, "node_index", {n: i for i, n in enumerate(names)})
+
+
+def small_config(**changes: Any) -> Config:
+    """The configuration the tests check: 2 nodes (n1 with two GPUs, n2 with one), 3 pods (a and b ask 1
+    GPU each, c asks 2: equal counts for the window's rule, more asked than there is room); `changes`
+    adds faults (restarts, deletions, lost answers) or switches (`Config` fields)."""
+    nodes = (NodeSpec("n1", ("g1", "g2")), NodeSpec("n2", ("g3",)))
+    pods = (PodSpec("a", 1), PodSpec("b", 1), PodSpec("c", 2))
+    return replace(Config(nodes, pods), **changes)
+
+
+# --- state ------------------------------------------------------------------------------------------------
+
+
+class Pod(NamedTuple):
+    """The API server's record of a pod (what the protocol reads of it)."""
+
+    node: str = ""
+    gpus: tuple[str, ...] = ()
+    """`hami.io/vgpu-devices-to-allocate` (and `-allocated`), as GPUs."""
+    bind_phase: str = ""
+    phase: str = PENDING
+    deleting: bool = False
+    """`metadata.deletionTimestamp` set: kubelet stops it, then removes it."""
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase == FAILED_PHASE
+
+
+View = tuple[Pod | None, ...]
+"""Per pod (by index): what a component's watch has shown of it (None: nothing, or deleted)."""
+Event = tuple[int, Pod | None]
+"""A watch event: the pod's index and its new state (None: deleted)."""
+
+
+class Task(NamedTuple):
+    """A `/bind` call in progress in the control plane."""
+
+    stage: str
+    """"wait" (for the window), "sent" (Binding written, no answer yet), "answer" (answer arrived)."""
+    node: str
+    gpus: tuple[str, ...] = ()
+    result: str = ""
+    """"ok", "rejected" (409/404) or "error" (no answer)."""
+
+
+class Request(NamedTuple):
+    """A Binding the API server has received and not served yet."""
+
+    pod: int
+    node: str
+    gpus: tuple[str, ...]
+
+
+class Binder(NamedTuple):
+    view: View
+    chan: tuple[Event, ...]
+    window: frozenset[tuple[int, str]]
+    """(pod, node) pending entries."""
+    assumed: frozenset[tuple[int, str, tuple[str, ...]]]
+    tasks: tuple[Task | None, ...]
+
+
+class Kubelet(NamedTuple):
+    view: View
+    chan: tuple[Event, ...]
+    seen: frozenset[int]
+    """Pods it has admitted or rejected (never admitted again, until a restart)."""
+    admitting: tuple[int, tuple[str, ...], str] | None
+    """(pod, devices, `ADMISSION_ERROR` or "") between the Allocate answer and the checkpoint/status."""
+    checkpoint: frozenset[tuple[int, tuple[str, ...]]]
+    """(pod, devices) of `kubelet_internal_checkpoint`: survives restarts."""
+
+
+class Daemon(NamedTuple):
+    view: View
+    chan: tuple[Event, ...]
+    finished: frozenset[int]
+    deleted: frozenset[int]
+    writes: tuple[tuple[int, str], ...]
+    """bind-phase patches queued, in order."""
+
+
+class State(NamedTuple):
+    api: tuple[Pod | None, ...]
+    requests: tuple[Request, ...]
+    binder: Binder
+    kubelets: tuple[Kubelet, ...]
+    daemons: tuple[Daemon, ...]
+    restarts: frozenset[str]
+    deletable: frozenset[int]
+    lost_answers: int
+    wrong: str = ""
+    """Set by a transition that breaks "the daemon answers Allocate for the pod kubelet admits"."""
+
+
+def _for_control(pod: Pod | None) -> Pod | None:
+    """What the control plane reads of a pod: not whether it runs or is being deleted, only whether it
+    ended (`PodRecord.terminal`)."""
+    if pod is None or (pod.phase != RUNNING and not pod.deleting):
+        return pod
+    return pod._replace(phase=FAILED_PHASE if pod.terminal else PENDING, deleting=False)
+
+
+def _for_kubelet(pod: Pod | None) -> Pod | None:
+    """What kubelet reads of a pod bound to it: that it is there, whether it is being deleted, and
+    whether it ended."""
+    if pod is None:
+        return None
+    return Pod(node=pod.node, phase=FAILED_PHASE if pod.terminal else PENDING, deleting=pod.deleting)
+
+
+def _allocating(pod: Pod | None) -> bool:
+    return pod is not None and bool(pod.node) and not pod.terminal and pod.bind_phase == ALLOCATING
+
+
+def _put(seq: tuple[_T, ...], index: int, value: _T) -> tuple[_T, ...]:
+    return (*seq[:index], value, *seq[index + 1 :])
+
+
+# --- the model --------------------------------------------------------------------------------------------
+
+
+class ProtocolModel:
+    """The transition system of the protocol under `config` (a `protocol_check.TransitionSystem`)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.counts = tuple(p.gpus for p in config.pods)
+        self.names = tuple(p.name for p in config.pods)
+        self._last: tuple[State, list[tuple[str, str, State]]] | None = None
+
+    # -- helpers ---------------------------------------------------------------------------------------
+
+    def initial(self) -> State:
+        n_pods, n_nodes = len(self.config.pods), len(self.config.nodes)
+        api: tuple[Pod | None, ...] = tuple(Pod() for _ in range(n_pods))
+        empty: View = (None,) * n_pods
+        binder = Binder(api, (), frozenset(), frozenset(), (None,) * n_pods)
+        kubelet = Kubelet(empty, (), frozenset(), None, frozenset())
+        daemon = Daemon(empty, (), frozenset(), frozenset(), ())
+        deletable = frozenset(i for i, name in enumerate(self.names) if name in self.config.deletable)
+        return State(
+            api,
+            (),
+            binder,
+            (kubelet,) * n_nodes,
+            (daemon,) * n_nodes,
+            self.config.restarts,
+            deletable,
+            self.config.lost_answers,
+        )
+
+    def _set_pod(self, state: State, index: int, new: Pod | None) -> State:
+        """Change the API's pod and queue the change on every watch that shows it, as each consumer
+        reads it (`_for_control`, `_for_kubelet`): a change a consumer cannot tell from the previous
+        state is not queued for it (delivering it would change nothing)."""
+        old = state.api[index]
+        binder = state.binder
+        if _for_control(new) != _for_control(old):
+            binder = binder._replace(chan=(*binder.chan, (index, _for_control(new))))
+        kubelets, daemons = list(state.kubelets), list(state.daemons)
+        for i, node in enumerate(self.config.nodes):
+            mine_new = new if new is not None and new.node == node.name else None
+            mine_old = old if old is not None and old.node == node.name else None
+            if mine_new is None and mine_old is None:
+                continue
+            if _for_kubelet(mine_new) != _for_kubelet(mine_old):
+                event = (index, _for_kubelet(mine_new))
+                kubelets[i] = kubelets[i]._replace(chan=(*kubelets[i].chan, event))
+            if mine_new != mine_old:
+                daemons[i] = daemons[i]._replace(chan=(*daemons[i].chan, (index, mine_new)))
+        api = _put(state.api, index, new)
+        return state._replace(api=api, binder=binder, kubelets=tuple(kubelets), daemons=tuple(daemons))
+
+    def _node_view(self, state: State, node: str) -> View:
+        return tuple(p if p is not None and p.node == node else None for p in state.api)
+
+    @staticmethod
+    def _held(binder: Binder) -> dict[int, tuple[str, tuple[str, ...]]]:
+        """What the control plane's GPU cache counts per pod (`PodStore._settle`): the watched
+        allocation, else the assumption."""
+        held: dict[int, tuple[str, tuple[str, ...]]] = {}
+        for pod, node, gpus in binder.assumed:
+            held[pod] = (node, gpus)
+        for i, seen in enumerate(binder.view):
+            if seen is not None and seen.node and seen.gpus and not seen.terminal:
+                held[i] = (seen.node, seen.gpus)
+        return held
+
+    def _fit(self, used: set[str], pod: int, node: str) -> tuple[str, ...] | None:
+        spec = self.config.nodes[self.config.node_index[node]]
+        free = [g for g in spec.gpus if g not in used]
+        need = self.counts[pod]
+        return tuple(free[:need]) if len(free) >= need else None
+
+    def _cache_fit(self, binder: Binder, pod: int, node: str) -> tuple[str, ...] | None:
+        used = {g for _, (_, gpus) in self._held(binder).items() for g in gpus}
+        return self._fit(used, pod, node)
+
+    def _api_used(self, state: State) -> set[str]:
+        return {g for p in state.api if p is not None and p.node and not p.terminal for g in p.gpus}
+
+    def _blocked(self, binder: Binder, pod: int, node: str) -> bool:
+        """`Binder._obstacle`: a pod pending on `node` asks the same GPU count (never, with the window's
+        rule switched off)."""
+        if not self.config.window_rule:
+            return False
+        return any(n == node and q != pod and self.counts[q] == self.counts[pod] for q, n in binder.window)
+
+    def _assume(self, binder: Binder, pod: int, node: str, gpus: tuple[str, ...]) -> Binder:
+        """`PodStore.assume`: not when the watch already shows the pod's allocation."""
+        seen = binder.view[pod]
+        if seen is not None and seen.gpus and seen.node and not seen.terminal:
+            return binder
+        kept = frozenset(a for a in binder.assumed if a[0] != pod)
+        return binder._replace(assumed=kept | {(pod, node, gpus)})
+
+    @staticmethod
+    def _forget(binder: Binder, pod: int) -> Binder:
+        return binder._replace(assumed=frozenset(a for a in binder.assumed if a[0] != pod))
+
+    @staticmethod
+    def _release(binder: Binder, pod: int) -> Binder:
+        return binder._replace(window=frozenset(w for w in binder.window if w[0] != pod))
+
+    # -- the control plane -----------------------------------------------------------------------------
+
+    def _reserve(self, state: State, pod: int, node: str) -> State:
+        """`Binder._reserve` after its last await, then `_write` sending the Binding."""
+        binder = state.binder
+        gpus = self._cache_fit(binder, pod, node)
+        if gpus is None:  # no_fit: the bind fails, kube-scheduler retries later
+            return state._replace(binder=binder._replace(tasks=_put(binder.tasks, pod, None)))
+        if self.config.assume_before_await:
+            binder = self._assume(binder, pod, node, gpus)
+        binder = binder._replace(
+            window=frozenset(w for w in binder.window if w[0] != pod) | {(pod, node)},
+            tasks=_put(binder.tasks, pod, Task("sent", node, gpus)),
+        )
+        requests = tuple(sorted((*state.requests, Request(pod, node, gpus))))
+        return state._replace(binder=binder, requests=requests)
+
+    def _control(self, state: State) -> Iterator[tuple[str, str, State]]:
+        binder = state.binder
+        for pod, task in enumerate(binder.tasks):
+            name = self.names[pod]
+            if task is None:
+                # kube-scheduler's informer lags like ours: it may retry a pod the API already bound
+                seen = binder.view[pod]
+                if seen is None or seen.node or seen.terminal or any(w[0] == pod for w in binder.window):
+                    continue
+                for node in self.config.nodes:
+                    if self._cache_fit(binder, pod, node.name) is None:
+                        continue
+                    label = f"bind-start {name} -> {node.name}"
+                    if self._blocked(binder, pod, node.name):
+                        tasks = _put(binder.tasks, pod, Task("wait", node.name))
+                        yield (
+                            PROGRESS,
+                            label + " (waits)",
+                            state._replace(binder=binder._replace(tasks=tasks)),
+                        )
+                    else:
+                        yield PROGRESS, label, self._reserve(state, pod, node.name)
+            elif task.stage == "wait":
+                if not self._blocked(binder, pod, task.node):
+                    yield PROGRESS, f"bind-wake {name}", self._reserve(state, pod, task.node)
+                else:
+                    tasks = _put(binder.tasks, pod, None)
+                    yield TIMEOUT, f"wait-timeout {name}", state._replace(binder=binder._replace(tasks=tasks))
+            elif task.stage == "answer":
+                yield PROGRESS, f"bind-answer {name} ({task.result})", self._answer(state, pod, task)
+        if binder.chan:
+            yield (
+                PROGRESS,
+                f"deliver control {self._event_text(binder.chan[0])}",
+                self._deliver_control(state),
+            )
+        for pod, where in sorted(binder.window):
+            released = self._release(binder, pod)
+            yield TIMEOUT, f"sweep-window {self.names[pod]} on {where}", state._replace(binder=released)
+        for pod, _, _ in sorted(binder.assumed):
+            forgotten = self._forget(binder, pod)
+            yield TIMEOUT, f"expire-assumption {self.names[pod]}", state._replace(binder=forgotten)
+
+    def _answer(self, state: State, pod: int, task: Task) -> State:
+        binder = state.binder._replace(tasks=_put(state.binder.tasks, pod, None))
+        if task.result == "ok":
+            if not self.config.assume_before_await:
+                binder = self._assume(binder, pod, task.node, task.gpus)
+        else:  # `_rollback`
+            binder = self._release(self._forget(binder, pod), pod)
+        return state._replace(binder=binder)
+
+    def _deliver_control(self, state: State) -> State:
+        """One event through `PodStore.apply` / `_deleted` and `Binder.pod_event`."""
+        binder = state.binder
+        (pod, new), rest = binder.chan[0], binder.chan[1:]
+        binder = binder._replace(view=_put(binder.view, pod, new), chan=rest)
+        if new is None or new.terminal or (new.node and new.gpus):
+            binder = self._forget(binder, pod)
+        if new is None or new.terminal or new.bind_phase in (SUCCESS, FAILED):
+            binder = self._release(binder, pod)
+        old = state.binder.view[pod]
+        if (
+            self.config.adopt_from_watch
+            and _allocating(new)
+            and not (_allocating(old) and old is not None and new is not None and old.node == new.node)
+            and not any(w[0] == pod for w in binder.window)
+        ):
+            assert new is not None
+            binder = binder._replace(window=binder.window | {(pod, new.node)})
+        return state._replace(binder=binder)
+
+    def _restarts_control(self, state: State) -> Iterator[State]:
+        """The control plane dies and comes back: each Binding it had sent is served by the API server or
+        dropped before the new process lists (the timing assumption: a dead client's request is served
+        within the seconds a restart takes); then the new process relists, its window and assumptions
+        empty, adopting the pods still allocating (`Config.election`: the new leader's
+        `adopt_allocating`; `Config.adopt_from_watch`: `Binder.pod_event` on the first list)."""
+        outcomes: list[State] = [state._replace(requests=())]
+        for request in state.requests:
+            served: list[State] = []
+            for base in outcomes:
+                served.append(base)
+                pod = base.api[request.pod]
+                if pod is not None and not pod.node and not pod.terminal:
+                    bound = pod._replace(node=request.node, gpus=request.gpus, bind_phase=ALLOCATING)
+                    served.append(self._set_pod(base, request.pod, bound))
+            outcomes = served
+        n_pods = len(self.names)
+        for after in outcomes:
+            window: frozenset[tuple[int, str]] = frozenset()
+            if self.config.election or self.config.adopt_from_watch:
+                window = frozenset(
+                    (i, p.node)
+                    for i, p in enumerate(after.api)
+                    if p is not None and p.node and not p.terminal and p.bind_phase == ALLOCATING
+                )
+            view = tuple(_for_control(p) for p in after.api)
+            yield after._replace(binder=Binder(view, (), window, frozenset(), (None,) * n_pods))
+
+    # -- the API server --------------------------------------------------------------------------------
+
+    def _api(self, state: State) -> Iterator[tuple[str, str, State]]:
+        for i, request in enumerate(state.requests):
+            name = self.names[request.pod]
+            rest = state.requests[:i] + state.requests[i + 1 :]
+            pod = state.api[request.pod]
+            commits = pod is not None and not pod.node and not pod.terminal
+            base = state._replace(requests=rest)
+            if commits:
+                assert pod is not None
+                bound = pod._replace(node=request.node, gpus=request.gpus, bind_phase=ALLOCATING)
+                base = self._set_pod(base, request.pod, bound)
+            result = "ok" if commits else "rejected"
+            yield (
+                PROGRESS,
+                f"api-bind {name} -> {request.node} ({result})",
+                self._answered(base, request, result),
+            )
+            if commits and state.lost_answers > 0:
+                lost = self._answered(base._replace(lost_answers=state.lost_answers - 1), request, "error")
+                yield FAULT, f"api-bind {name} -> {request.node} (committed, answer lost)", lost
+
+    def _answered(self, state: State, request: Request, result: str) -> State:
+        """The API's answer reaches the `/bind` call that sent it, if that call is still there. An "ok"
+        answer changes nothing but ending the call when the pod was assumed before the await, so it
+        ends the call at once (one interleaving less, none lost: the API already shows the pod bound,
+        so nothing else can start a bind of it)."""
+        task = state.binder.tasks[request.pod]
+        if task is None or task.stage != "sent":
+            return state
+        if result == "ok" and self.config.assume_before_await:
+            answered = None
+        else:
+            answered = task._replace(stage="answer", result=result)
+        tasks = _put(state.binder.tasks, request.pod, answered)
+        return state._replace(binder=state.binder._replace(tasks=tasks))
+
+    # -- kubelet ---------------------------------------------------------------------------------------
+
+    def _kubelet(self, state: State, k: int) -> Iterator[tuple[str, str, State]]:
+        node = self.config.nodes[k].name
+        kubelet = state.kubelets[k]
+        if kubelet.chan:
+            yield (
+                PROGRESS,
+                f"deliver kubelet/{node} {self._event_text(kubelet.chan[0])}",
+                self._deliver_kubelet(state, k),
+            )
+        if kubelet.admitting is not None:
+            yield (
+                PROGRESS,
+                f"kubelet-record {node} {self.names[kubelet.admitting[0]]}",
+                self._record(state, k),
+            )
+            return
+        for i, p in enumerate(kubelet.view):
+            if p is not None and p.deleting:  # kubelet stops it, frees its devices, removes it
+                yield PROGRESS, f"kubelet-remove {node} {self.names[i]}", self._remove(state, k, i)
+        waiting = [
+            i
+            for i, p in enumerate(kubelet.view)
+            if p is not None and p.phase == PENDING and not p.deleting and i not in kubelet.seen
+        ]
+        for pod in waiting if self.config.kubelet_any_order else waiting[:1]:
+            yield from self._admit(state, k, pod)
+
+    def _admit(self, state: State, k: int, pod: int) -> Iterator[tuple[str, str, State]]:
+        node = self.config.nodes[k]
+        kubelet = state.kubelets[k]
+        kubelet = kubelet._replace(seen=kubelet.seen | {pod})
+        label = f"kubelet-admit {node.name} {self.names[pod]}"
+        kept = next((d for p, d in kubelet.checkpoint if p == pod), None)
+        if kept is not None:  # admitted before a restart: its devices come from the checkpoint
+            kubelet = kubelet._replace(admitting=(pod, kept, ""))
+            yield PROGRESS, label + " (checkpointed devices)", self._with_kubelet(state, k, kubelet)
+            return
+        used = {g for _, devices in kubelet.checkpoint for g in devices}
+        free = [g for g in node.gpus if g not in used]
+        need = self.counts[pod]
+        if len(free) < need:
+            kubelet = kubelet._replace(admitting=(pod, (), ADMISSION_ERROR))
+            yield PROGRESS, label + " (no free device)", self._with_kubelet(state, k, kubelet)
+            return
+        daemon = state.daemons[k]
+        daemon, steer, _ = self._lookup(state, k, daemon, need)  # GetPreferredAllocation's steering
+        steered = daemon.view[steer] if steer is not None else None
+        preferred = steered.gpus if steered is not None else ()
+        devices = preferred if preferred and set(preferred) <= set(free) else tuple(free[:need])
+        daemon, match, error = self._lookup(state, k, daemon, need)
+        wrong = state.wrong
+        if match is None:
+            reason = ADMISSION_ERROR
+        else:
+            granted = daemon.view[match]
+            assert granted is not None
+            if set(devices) == set(granted.gpus):
+                reason = ""
+                write = SUCCESS
+            else:
+                reason = ADMISSION_ERROR
+                error = f"devices {devices} are not pod {self.names[match]}'s {granted.gpus}"
+                write = FAILED
+            daemon = daemon._replace(
+                finished=daemon.finished | {match}, writes=(*daemon.writes, (match, write))
+            )
+            if match != pod and not wrong:
+                wrong = (
+                    f"daemon/{node.name} answered kubelet's Allocate for pod {self.names[pod]} with pod "
+                    f"{self.names[match]} (GPUs {granted.gpus}, bind-phase {write})"
+                )
+        kubelet = kubelet._replace(admitting=(pod, devices, reason))
+        daemons = _put(state.daemons, k, daemon)
+        nxt = self._with_kubelet(state, k, kubelet)._replace(daemons=daemons, wrong=wrong)
+        yield PROGRESS, label + f" -> {devices}" + (f" (fails: {error})" if reason else ""), nxt
+
+    def _with_kubelet(self, state: State, k: int, kubelet: Kubelet) -> State:
+        return state._replace(kubelets=_put(state.kubelets, k, kubelet))
+
+    def _record(self, state: State, k: int) -> State:
+        kubelet = state.kubelets[k]
+        assert kubelet.admitting is not None
+        pod, devices, reason = kubelet.admitting
+        kubelet = kubelet._replace(admitting=None)
+        if not reason and kubelet.view[pod] is not None:
+            kubelet = kubelet._replace(checkpoint=kubelet.checkpoint | {(pod, devices)})
+        state = self._with_kubelet(state, k, kubelet)
+        current = state.api[pod]
+        if current is None or current.phase != PENDING:
+            return state
+        if reason:
+            return self._set_pod(state, pod, current._replace(phase=FAILED_PHASE))
+        return self._set_pod(state, pod, current._replace(phase=RUNNING))
+
+    def _remove(self, state: State, k: int, pod: int) -> State:
+        kubelet = state.kubelets[k]
+        kubelet = kubelet._replace(checkpoint=frozenset(c for c in kubelet.checkpoint if c[0] != pod))
+        state = self._with_kubelet(state, k, kubelet)
+        return self._set_pod(state, pod, None) if state.api[pod] is not None else state
+
+    def _deliver_kubelet(self, state: State, k: int) -> State:
+        kubelet = state.kubelets[k]
+        (pod, new), rest = kubelet.chan[0], kubelet.chan[1:]
+        kubelet = kubelet._replace(view=_put(kubelet.view, pod, new), chan=rest)
+        if new is None or new.terminal:  # `PodAdmitter._end`: its devices are freed
+            kubelet = kubelet._replace(checkpoint=frozenset(c for c in kubelet.checkpoint if c[0] != pod))
+        return self._with_kubelet(state, k, kubelet)
+
+    def _restart_kubelet(self, state: State, k: int) -> State:
+        listed = self._node_view(state, self.config.nodes[k].name)
+        seen = frozenset(i for i, p in enumerate(listed) if p is not None and p.phase != PENDING)
+        alive = {i for i, p in enumerate(listed) if p is not None and not p.terminal}
+        view = tuple(_for_kubelet(p) for p in listed)
+        checkpoint = frozenset(c for c in state.kubelets[k].checkpoint if c[0] in alive)
+        return self._with_kubelet(state, k, Kubelet(view, (), seen, None, checkpoint))
+
+    # -- the node daemon -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _waiting(daemon: Daemon) -> list[int]:
+        """`waiting_pod` over the daemon's view, less the pods it finished."""
+        return [
+            i
+            for i, p in enumerate(daemon.view)
+            if p is not None
+            and p.phase == PENDING
+            and not p.deleting
+            and p.bind_phase == ALLOCATING
+            and p.gpus
+            and i not in daemon.finished
+        ]
+
+    def _lookup(self, state: State, k: int, daemon: Daemon, count: int) -> tuple[Daemon, int | None, str]:
+        """`PodTracker._match`: the one waiting pod asking `count` GPUs; on a miss, one read of the
+        node's pods (`_read_node_pods`) and a second try."""
+        for attempt in range(2):
+            matches = [i for i in self._waiting(daemon) if self.counts[i] == count]
+            if len(matches) > 1:
+                names = ", ".join(self.names[i] for i in matches)
+                return daemon, None, f"AmbiguousPodError ({names})"
+            if matches:
+                return daemon, matches[0], ""
+            if attempt == 0:
+                node = self.config.nodes[k].name
+                known = set(self._waiting(daemon))
+                view = list(daemon.view)
+                for i, p in enumerate(state.api):
+                    if (
+                        p is not None
+                        and p.node == node
+                        and i not in known
+                        and i not in daemon.deleted
+                        and i not in daemon.finished
+                        and p.phase == PENDING
+                        and not p.deleting
+                        and p.bind_phase == ALLOCATING
+                    ):
+                        view[i] = p
+                daemon = daemon._replace(view=tuple(view))
+        return daemon, None, f"no pod pending on node with {count} GPU(s)"
+
+    def _daemon(self, state: State, k: int) -> Iterator[tuple[str, str, State]]:
+        node = self.config.nodes[k].name
+        daemon = state.daemons[k]
+        if daemon.chan:
+            (pod, new), rest = daemon.chan[0], daemon.chan[1:]
+            deleted = daemon.deleted | {pod} if new is None else daemon.deleted
+            moved = daemon._replace(view=_put(daemon.view, pod, new), chan=rest, deleted=deleted)
+            moved = self._recover(moved, pod)
+            nxt = state._replace(daemons=_put(state.daemons, k, moved))
+            yield PROGRESS, f"deliver daemon/{node} {self._event_text(daemon.chan[0])}", nxt
+        if daemon.writes:
+            (pod, phase), rest_writes = daemon.writes[0], daemon.writes[1:]
+            nxt = state._replace(daemons=_put(state.daemons, k, daemon._replace(writes=rest_writes)))
+            current = state.api[pod]
+            if current is not None:
+                nxt = self._set_pod(nxt, pod, current._replace(bind_phase=phase))
+            yield PROGRESS, f"daemon-send {node} {self.names[pod]} bind-phase={phase}", nxt
+
+    def _recover(self, daemon: Daemon, pod: int) -> Daemon:
+        """`PodTracker._observe` -> `_recover_success`: a pod it sees Running and still allocating
+        gets its success patch (once)."""
+        seen = daemon.view[pod]
+        if (
+            not self.config.recover_lost_success
+            or pod in daemon.finished
+            or seen is None
+            or seen.phase != RUNNING
+            or seen.deleting
+            or seen.bind_phase != ALLOCATING
+        ):
+            return daemon
+        return daemon._replace(finished=daemon.finished | {pod}, writes=(*daemon.writes, (pod, SUCCESS)))
+
+    def _restart_daemon(self, state: State, k: int) -> State:
+        view = self._node_view(state, self.config.nodes[k].name)
+        daemon = Daemon(view, (), frozenset(), frozenset(), ())
+        for pod in range(len(view)):
+            daemon = self._recover(daemon, pod)
+        return state._replace(daemons=_put(state.daemons, k, daemon))
+
+    # -- faults ----------------------------------------------------------------------------------------
+
+    def _faults(self, state: State) -> Iterator[tuple[str, str, State]]:
+        for component in sorted(state.restarts):
+            left = state._replace(restarts=state.restarts - {component})
+            if component == "control":
+                for after in self._restarts_control(left):
+                    bound = [self.names[r.pod] for r in left.requests if after.api[r.pod] != left.api[r.pod]]
+                    served = (
+                        f" (Bindings in flight served: {', '.join(bound) or 'none'})" if left.requests else ""
+                    )
+                    yield FAULT, "restart control" + served, after
+                continue
+            kind, node = component.split("/")
+            k = self.config.node_index[node]
+            restart = self._restart_kubelet if kind == "kubelet" else self._restart_daemon
+            yield FAULT, f"restart {component}", restart(left, k)
+        for pod in sorted(state.deletable):
+            current = state.api[pod]
+            if current is not None:
+                gone = state._replace(deletable=state.deletable - {pod})
+                if current.node and not self.config.force_delete:
+                    yield (
+                        FAULT,
+                        f"delete {self.names[pod]}",
+                        self._set_pod(gone, pod, current._replace(deleting=True)),
+                    )
+                else:
+                    yield FAULT, f"delete {self.names[pod]} (removed at once)", self._set_pod(gone, pod, None)
+
+    # -- the transition system -------------------------------------------------------------------------
+
+    def actions(self, state: State) -> list[tuple[str, str, State]]:
+        """(kind, label, next state) of every action enabled in `state`, timeouts only when no progress
+        action is enabled."""
+        if self._last is not None and self._last[0] is state:
+            return self._last[1]
+        found = list(self._control(state))
+        found.extend(self._api(state))
+        for k in range(len(self.config.nodes)):
+            found.extend(self._kubelet(state, k))
+            found.extend(self._daemon(state, k))
+        found.extend(self._faults(state))
+        if any(kind == PROGRESS for kind, _, _ in found):
+            found = [a for a in found if a[0] != TIMEOUT]
+        self._last = (state, found)
+        return found
+
+    def successors(self, state: State) -> Iterable[tuple[str, State]]:
+        return [(label, nxt) for _, label, nxt in self.actions(state) if nxt is not state]
+
+    def final(self, state: State) -> bool:
+        """Nothing but faults can happen."""
+        return all(kind == FAULT for kind, _, _ in self.actions(state))
+
+    def violations(self, state: State) -> Iterator[tuple[str, str]]:
+        if state.wrong:
+            yield "wrong-pod", state.wrong
+        holders: dict[str, list[str]] = {}
+        for i, p in enumerate(state.api):
+            if p is not None and p.node and not p.terminal:
+                for g in p.gpus:
+                    holders.setdefault(g, []).append(self.names[i])
+        for gpu, pods in sorted(holders.items()):
+            if len(pods) > 1:
+                yield (
+                    "gpu-capacity-api",
+                    f"GPU {gpu} is allocated to pods {', '.join(pods)} by their annotations",
+                )
+        for k, kubelet in enumerate(state.kubelets):
+            node = self.config.nodes[k].name
+            devices: dict[str, list[str]] = {}
+            for pod, ids in sorted(kubelet.checkpoint):
+                for g in ids:
+                    devices.setdefault(g, []).append(self.names[pod])
+                annotated = state.api[pod]
+                if annotated is not None and set(ids) != set(annotated.gpus):
+                    yield (
+                        "device-annotation",
+                        f"kubelet/{node} checkpoints pod {self.names[pod]} on {ids}, its annotation says "
+                        f"{annotated.gpus}",
+                    )
+            for gpu, pods in sorted(devices.items()):
+                if len(pods) > 1:
+                    yield (
+                        "gpu-capacity-kubelet",
+                        f"kubelet/{node} checkpoints GPU {gpu} for {', '.join(pods)}",
+                    )
+        if self.final(state):
+            yield from self._final_violations(state)
+
+    def _final_violations(self, state: State) -> Iterator[tuple[str, str]]:
+        for i, p in enumerate(state.api):
+            if p is not None and p.bind_phase == ALLOCATING and not p.terminal:
+                yield (
+                    "stuck-allocating",
+                    f"pod {self.names[i]} ({p.phase}) keeps bind-phase allocating for ever",
+                )
+        for pod, node in sorted(state.binder.window):
+            if state.api[pod] is None:
+                yield "window-outlives-pod", f"window entry of deleted pod {self.names[pod]} on {node}"
+        for pod, node, _ in sorted(state.binder.assumed):
+            if state.api[pod] is None:
+                yield "assumption-outlives-pod", f"assumption of deleted pod {self.names[pod]} on {node}"
+
+    def done(self, state: State) -> bool:
+        """Every pod settled: Running with its bind-phase answered, Failed, deleted, or unbound because no
+        node has room for it by the API's allocations."""
+        used = self._api_used(state)
+        for i, p in enumerate(state.api):
+            if p is None or p.terminal:
+                continue
+            if p.phase == RUNNING and p.bind_phase != ALLOCATING:
+                continue
+            if not p.node and all(self._fit(used, i, n.name) is None for n in self.config.nodes):
+                continue
+            return False
+        return True
+
+    def _event_text(self, event: Event) -> str:
+        pod, new = event
+        if new is None:
+            return f"{self.names[pod]} deleted"
+        parts = [f"node={new.node or '-'}", f"bind-phase={new.bind_phase or '-'}", f"phase={new.phase}"]
+        if new.deleting:
+            parts.append("deleting")
+        return f"{self.names[pod]} {' '.join(parts)}"
+
+
+__all__ = [
+    "Config",
+    "NodeSpec",
+    "PodSpec",
+    "ProtocolModel",
+    "State",
+    "small_config",
+]

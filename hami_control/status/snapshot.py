@@ -1,0 +1,98 @@
+"""The cluster as hami-control sees it, built from plain JSON lists by hami-control's own stores. Pure.
+
+Nodes go through `gpu_sinks.GPUNodeSink` into `cache.ClusterCache` (the register annotation, the cordon
+annotation, `status.allocatable`), pods into `pod_store.PodStore` (the allocation annotations reduced to
+each pod's footprint, the namespaces' quota usage), ResourceQuotas into `quota_store.QuotaCache`: so
+every number shown is the number the extender and the webhook work with. DRA ResourceSlices and
+ResourceClaims are kept as they are for `dra`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami_api.annotations import NODE_REGISTER
+from hami_control.cache import ClusterCache
+from hami_control.config import ControlConfig
+from hami_control.gpu_sinks import GPUNodeSink
+from hami_control.pod_store import PodStore
+from hami_control.quota_store import ClusterQuotaView, QuotaCache
+from hami_kube.client import JSONDict
+from hami_kube.reflector import replace_all
+
+Json = Mapping[str, Any]
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def meta(obj: Json) -> Mapping[str, Any]:
+    return _mapping(obj.get("metadata"))
+
+
+def name_of(obj: Json) -> str:
+    return str(meta(obj).get("name") or "")
+
+
+def namespace_of(obj: Json) -> str:
+    return str(meta(obj).get("namespace") or "default")
+
+
+def annotations_of(obj: Json) -> Mapping[str, Any]:
+    return _mapping(meta(obj).get("annotations"))
+
+
+@dataclass
+class Snapshot:
+    """One read of the cluster. `nodes` keeps every Node (by name) for what the stores do not keep (a
+    node without GPUs, the raw annotations); `quota_objects` the ResourceQuotas for their names."""
+
+    config: ControlConfig
+    gpus: ClusterCache
+    pods: PodStore
+    quotas: QuotaCache
+    quota_view: ClusterQuotaView
+    nodes: dict[str, JSONDict] = field(default_factory=dict)
+    quota_objects: tuple[JSONDict, ...] = ()
+    slices: tuple[JSONDict, ...] = ()
+    claims: tuple[JSONDict, ...] = ()
+
+    @staticmethod
+    def of(  # noqa: PLR0917 (the lists of one read)
+        config: ControlConfig,
+        nodes: Iterable[JSONDict],
+        pods: Sequence[JSONDict],
+        quotas: Sequence[JSONDict] = (),
+        slices: Iterable[JSONDict] = (),
+        claims: Iterable[JSONDict] = (),
+    ) -> Snapshot:
+        """Feed the lists to hami-control's stores, as its reflectors do after their first list."""
+        listed = list(nodes)
+        gpus = ClusterCache(config.requests.names)
+        GPUNodeSink(gpus).replace(listed)
+        store = PodStore(config, gpus)
+        replace_all(store, pods)
+        quota_cache = QuotaCache(config)
+        replace_all(quota_cache, quotas)
+        return Snapshot(
+            config,
+            gpus,
+            store,
+            quota_cache,
+            ClusterQuotaView(store, quota_cache),
+            {name_of(n): n for n in listed if name_of(n)},
+            tuple(quotas),
+            tuple(slices),
+            tuple(claims),
+        )
+
+    def has_register(self, node: str) -> bool:
+        """Whether the node carries hami-node's register annotation (a node without it has no HAMi GPUs)."""
+        obj = self.nodes.get(node)
+        return obj is not None and NODE_REGISTER in annotations_of(obj)
+
+
+__all__ = ["Json", "Snapshot", "annotations_of", "meta", "name_of", "namespace_of"]
