@@ -290,7 +290,8 @@ def extender_routes(
     """`POST /filter`, `/prioritize`, `/bind`: kube-scheduler's extender v1 JSON. Problems with a request
     come back in the verb's own answer shape (`Error`, or an empty priority list), with status 200, as
     kube-scheduler expects; only an oversized body gets 413. While `gate` gives a reason the verbs answer
-    it, and `GET /readyz/extender` (which the extender Service's readiness probe asks) is 503 with it."""
+    it and close the connection (so the next call reaches the leader through the Service), and
+    `GET /readyz/extender` (which the extender Service's readiness probe asks) is 503 with it."""
 
     def refused(path: str, why: str) -> object:
         if path == "/prioritize":
@@ -312,7 +313,12 @@ def extender_routes(
                 return body
             why = gate() if gate is not None else None
             if why is not None:
-                return json_response(refused(path, why))
+                # Closed after the answer: the scheduler's next call opens a new connection, which the
+                # extender Service sends to the replica that leads now (kube-proxy picks endpoints per
+                # new connection; an established one stays with a replica that may never lead again).
+                response = json_response(refused(path, why))
+                response.force_close()
+                return response
             try:
                 answer = await call(body)
             except Exception:

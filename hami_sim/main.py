@@ -9,6 +9,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     from hami_sim import demo, nodehost
     from hami_sim.apiserver import cli as apiserver_cli
+    from hami_sim.chaos import cli as chaos_cli
     from hami_sim.cluster import cli as cluster_cli
     from hami_sim.controllers import cli as controllers_cli
     from hami_sim.kubelet import cli as kubelet_cli
@@ -21,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster_cli.add_parsers(sub)
     nodehost.add_parser(sub)
     demo.add_parser(sub)
+    chaos_cli.add_parser(sub)
     args = parser.parse_args(argv)
     handler = args.handler
     result: int = handler(args)

@@ -400,7 +400,19 @@ class PodAdmitter:
                 reason, message = exc.reason, exc.message
             await self._reject(uid, pod, reason, message)
             return
+        if self._gone_meanwhile(uid):
+            return
         await self._start(uid, pod)
+
+    def _gone_meanwhile(self, uid: str) -> bool:
+        """Whether the pod was deleted (or ended) while its admission or start awaited a plugin. Then
+        what was allocated or recorded since is dropped again (`_end` is idempotent), as kubelet's pod
+        worker stops syncing a pod it is told is deleted (pkg/kubelet/pod_workers.go) and its
+        housekeeping removes what an orphaned pod still holds (HandlePodCleanups)."""
+        if uid in self._active:
+            return False
+        self._end(uid)
+        return True
 
     async def _start(self, uid: str, pod: JSON) -> None:
         """Kubelet's SyncPod for an admitted pod: prepare its claims (DRA) before anything else, then
@@ -426,6 +438,8 @@ class PodAdmitter:
                 message = f"failed to create containerd container: CDI device injection failed: {exc}"
                 await self._cannot_start(uid, pod, container["name"], message, CREATE_CONTAINER_ERROR)
                 return
+        if self._gone_meanwhile(uid):
+            return
         self._forget_start(uid)
         self._runtime.record_pod(uid, records)
         await self._write_status(pod, _running_status(pod))

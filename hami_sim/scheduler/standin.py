@@ -60,6 +60,8 @@ JSON = dict[str, Any]
 POD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 """kube-scheduler's pod informer leaves terminal pods out."""
 _RETRY = RetryPolicy(initial=0.2, maximum=10.0)
+START_TIMEOUT_S = 60.0
+"""How long `start` keeps listing again after answers worth another try (5xx, 429, no answer)."""
 USER_AGENT_COMPONENT = "hami-sim-scheduler"
 """The component name in the User-Agent of the scheduler stand-in's API calls."""
 KUBE_API_QPS = 50.0
@@ -75,6 +77,25 @@ DRA_PATHS = (
 DRA_NOT_SERVED = (
     "resource.k8s.io/v1 is not served by the API server: pods with resource claims cannot be scheduled"
 )
+
+
+async def _first_list(reflector: Reflector, deadline: float) -> None:
+    """The reflector's first list, tried again with its backoff after an answer worth another try (a
+    5xx, a 429, no answer) until `deadline` (loop time), as kube-scheduler's informers keep listing
+    until their caches sync (client-go tools/cache/reflector.go ListAndWatch under wait.BackoffUntil,
+    WaitForCacheSync in cmd/kube-scheduler/app/server.go). Raises the last `KubeApiError` otherwise."""
+    loop = asyncio.get_running_loop()
+    backoff = reflector.retry.backoff()
+    while True:
+        try:
+            await reflector.list()
+            return
+        except KubeApiError as err:
+            delay = backoff.next()
+            if not err.retriable or err.status == 401 or loop.time() + delay > deadline:
+                raise
+            log.warning("listing %s: %s; listing again in %.1f s", reflector.path, err, delay)
+            await asyncio.sleep(delay)
 
 
 class SchedulerStartError(RuntimeError):
@@ -138,10 +159,12 @@ class SchedulerStandIn:
         share_id: Callable[[], str] = new_share_id,
         kube_api_qps: float = KUBE_API_QPS,
         kube_api_burst: int = KUBE_API_BURST,
+        start_timeout_s: float = START_TIMEOUT_S,
     ) -> None:
         if max_in_flight_binds < 1:
             raise ValueError(f"max_in_flight_binds must be at least 1, got {max_in_flight_binds}")
         self.kube_api_qps = kube_api_qps
+        self.start_timeout_s = start_timeout_s
         self.kube_api_burst = kube_api_burst
         self.config = config
         self.kubeconfig = kubeconfig if kubeconfig is not None else (config.kubeconfig or None)
@@ -214,9 +237,10 @@ class SchedulerStandIn:
         )
         dra = self._dra_reflectors(client) if self.dra_enabled else []
         try:
+            deadline = asyncio.get_running_loop().time() + self.start_timeout_s
             for reflector in (*dra, nodes, pods):
                 try:
-                    await reflector.list()
+                    await _first_list(reflector, deadline)
                 except KubeApiError as err:
                     if reflector in dra and err.not_found:
                         log.warning("%s", DRA_NOT_SERVED)

@@ -365,6 +365,31 @@ def test_deleted_pod_frees_its_devices(
     assert kubelet.wait_for_pod(NS, "next").admitted
 
 
+def test_a_pod_deleted_during_its_allocate_is_not_started_and_frees_its_devices(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    """A pod deleted while its Allocate is in flight: once Allocate answers, the stand-in does not start
+    it (no record in containers.json, no Running status) and frees its devices, as kubelet's pod worker
+    does. (Found by `hami-sim chaos`: the runtime kept the gone pod's containers recorded for good.)"""
+    plugin = make_plugin("a", "b")
+    gate = threading.Event()
+    plugin.allocate_gate = gate
+    create_and_bind(core_v1, "racer", NODE, [container("main", limits={RES: "2"})])
+    admitter = kubelet.kubelet.pods
+    assert admitter is not None
+    try:
+        assert plugin.allocate_entered.wait(TIMEOUT), "Allocate was not called"
+        core_v1.delete_namespaced_pod("racer", NS)
+        wait_for(lambda: admitter.pod_by_name(NS, "racer") is None, what="the stand-in saw the deletion")
+    finally:
+        gate.set()
+    plugin.allocate_gate = None
+    create_and_bind(core_v1, "next", NODE, [container("main", limits={RES: "2"})])
+    assert kubelet.wait_for_pod(NS, "next").admitted  # both devices were freed
+    assert {(r.pod, r.container) for r in kubelet.containers().records} == {("next", "main")}
+    assert kubelet.wait_for_devices(lambda s: len(allocated(s)) == 2)
+
+
 def test_pre_start_container_is_called_with_the_containers_devices(
     kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
 ) -> None:

@@ -330,3 +330,21 @@ def test_the_client_takes_kube_schedulers_rate_limit_unless_lifted(
     with SchedulerRunner(config, apiserver.kubeconfig, seed=7, kube_api_qps=0) as runner:
         client = runner.standin._client
         assert client is not None and client.limiter is None
+
+
+def test_start_lists_again_while_the_api_server_answers_500_then_schedules(
+    apiserver: ApiServerHandle, stub: ExtenderStub, ca_file: tuple[Path, tuple[bytes, bytes]], core_v1: Any
+) -> None:
+    """A scheduler (re)started during an API server fault window keeps listing until its caches sync, as
+    kube-scheduler's informers do, instead of exiting (found by `hami-sim chaos`: a killed scheduler
+    that could not start again left every pod Pending)."""
+    core_v1.create_node(node("n1", allocatable=RESOURCES))
+    rule = {"name": "first-lists", "fault": "error", "probability": 1.0, "verbs": ["list"],
+            "resources": ["nodes", "pods"], "userAgents": ["hami-sim-scheduler"], "limit": 3}  # fmt: skip
+    apiserver.runner.set_faults({"seed": 1, "rules": [rule]})
+    config = load_scheduler_config(SHIPPED, extender_url=stub.url, extender_ca_file=str(ca_file[0]))
+    with SchedulerRunner(config, apiserver.kubeconfig, seed=7) as runner:
+        assert apiserver.runner.faults()["injectedByRule"] == {"first-lists": 3}
+        core_v1.create_namespaced_pod(NS, gpu_pod("after-faults", scheduler_name=HAMI))
+        runner.wait_for(lambda s: s.counters.scheduled == 1, 10)
+    assert node_of(core_v1, "after-faults") == "n1"

@@ -82,3 +82,33 @@ def test_readyz_extender_is_503_with_the_gates_reason_then_200() -> None:
         (503, "not ready: hami-control is starting: its caches are not synced yet (waiting for pods)\n"),
         (200, "ok\n"),
     ]
+
+
+def test_a_refused_extender_call_closes_its_connection_and_an_answered_one_keeps_it() -> None:
+    """A replica that may not answer (a follower) closes the connection after saying so: the scheduler's
+    next call opens a new one, which the extender Service sends to the leader. (Found by `hami-sim
+    chaos`: a scheduler kept its keep-alive connection to a deposed leader, which answered "not leader"
+    to every filter, and a pod stayed Pending for good.)"""
+    synced = {"pods": False}
+
+    async def main() -> list[tuple[str | None, str | None]]:
+        routes = Routes()
+        extender_routes(routes, _Verbs(), gate=extender_gate(None, lambda: synced))
+        server = ControlServer(routes, "127.0.0.1", 0, ssl_context=None)
+        await server.start()
+        answers = []
+        try:
+            async with aiohttp.ClientSession() as session:
+                for ready in (False, True):
+                    synced["pods"] = ready
+                    url = f"http://127.0.0.1:{server.port}/filter"
+                    async with session.post(url, data=b"{}") as response:
+                        answer = await response.json()
+                        answers.append((response.headers.get("Connection"), answer.get("Error")))
+        finally:
+            await server.stop()
+        return answers
+
+    refused, answered = asyncio.run(main())
+    assert refused == ("close", "hami-control is starting: its caches are not synced yet (waiting for pods)")
+    assert answered[0] != "close"

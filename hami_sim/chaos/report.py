@@ -1,0 +1,278 @@
+"""The chaos run's report (text and JSON) and its progress bar, pure apart from the bar's writes.
+
+`ChaosReport` holds what a run found: pods (planned, created, refused at creation, deleted by the run,
+Succeeded, Running, Failed with their reasons, lost), faults injected by kind (the runner's and the API
+server's own counters from `GET /hami-sim/faults`), the checker's violations by kind with the first
+pieces of evidence of each, time to Running p50/p99 for pods created with and without a fault active,
+the duration and the seed. `render_text()` is what `hami-sim chaos` prints, `to_data()` its `--json`.
+
+A pod is lost when it was created, not deleted by the run, and at the end is neither Running nor
+Succeeded nor Failed with a reason a person can act on (`status.reason`/`message`).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+EVIDENCE_PER_KIND = 3
+"""Violations shown per kind in the report (all are counted)."""
+LOST_SHOWN = 20
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100) by nearest rank; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+@dataclass(frozen=True)
+class LatencySummary:
+    count: int
+    p50_s: float | None
+    p99_s: float | None
+    max_s: float | None
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> LatencySummary:
+        return cls(
+            len(values), percentile(values, 50), percentile(values, 99), max(values) if values else None
+        )
+
+    def to_data(self) -> dict[str, Any]:
+        return {"count": self.count, "p50Seconds": _r(self.p50_s), "p99Seconds": _r(self.p99_s),
+                "maxSeconds": _r(self.max_s)}  # fmt: skip
+
+    def text(self) -> str:
+        if not self.count:
+            return "no pods"
+        return f"p50 {self.p50_s:.2f} s, p99 {self.p99_s:.2f} s, max {self.max_s:.2f} s ({self.count} pods)"
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+@dataclass(frozen=True)
+class ViolationSummary:
+    kind: str
+    subject: str
+    message: str
+    evidence: Mapping[str, Any]
+    at_s: float
+    """Seconds since the run started."""
+
+    def to_data(self) -> dict[str, Any]:
+        return {"kind": self.kind, "subject": self.subject, "message": self.message,
+                "evidence": dict(self.evidence), "atSeconds": round(self.at_s, 2)}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LostPod:
+    namespace: str
+    name: str
+    phase: str
+    why: str
+
+    def to_data(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "name": self.name, "phase": self.phase, "why": self.why}
+
+
+@dataclass
+class ChaosReport:
+    seed: int
+    mode: str
+    nodes: int
+    gpus_per_node: int
+    pods_planned: int
+    duration_s: float = 0.0
+    cluster_up_s: float = 0.0
+    pods_created: int = 0
+    refused: dict[str, int] = field(default_factory=dict)
+    """Pods the API server refused at creation (quota), by reason (first words of the message)."""
+    create_retries: int = 0
+    """Creates sent again after a transient refusal (hami-control's webhook unreachable mid-restart)."""
+    deleted: int = 0
+    succeeded: int = 0
+    running: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+    """Pods Failed at the end, by their status reason."""
+    lost: list[LostPod] = field(default_factory=list)
+    faults: dict[str, int] = field(default_factory=dict)
+    """Faults the runner injected, by kind."""
+    fault_errors: list[str] = field(default_factory=list)
+    """Faults the runner could not inject or recover from (each a line)."""
+    api_injected: dict[str, int] = field(default_factory=dict)
+    """The API server's own count of injected faults, by fault (summed over the windows)."""
+    violations: dict[str, int] = field(default_factory=dict)
+    evidence: list[ViolationSummary] = field(default_factory=list)
+    """The first `EVIDENCE_PER_KIND` violations of each kind."""
+    running_with_faults: LatencySummary = field(default_factory=lambda: LatencySummary.of(()))
+    running_without_faults: LatencySummary = field(default_factory=lambda: LatencySummary.of(()))
+    checker_passes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def violation_count(self) -> int:
+        return sum(self.violations.values())
+
+    @property
+    def ok(self) -> bool:
+        return self.violation_count == 0 and not self.lost
+
+    def add_violations(self, found: Sequence[ViolationSummary]) -> None:
+        for v in found:
+            seen = self.violations.get(v.kind, 0)
+            self.violations[v.kind] = seen + 1
+            if seen < EVIDENCE_PER_KIND:
+                self.evidence.append(v)
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "seed": self.seed,
+            "mode": self.mode,
+            "nodes": self.nodes,
+            "gpusPerNode": self.gpus_per_node,
+            "durationSeconds": round(self.duration_s, 1),
+            "clusterUpSeconds": round(self.cluster_up_s, 1),
+            "pods": {
+                "planned": self.pods_planned,
+                "created": self.pods_created,
+                "refusedAtCreation": dict(sorted(self.refused.items())),
+                "createRetries": self.create_retries,
+                "deletedByRun": self.deleted,
+                "succeeded": self.succeeded,
+                "running": self.running,
+                "failed": dict(sorted(self.failed.items())),
+                "lost": len(self.lost),
+                "lostPods": [p.to_data() for p in self.lost],
+            },
+            "faults": {
+                "injected": dict(sorted(self.faults.items())),
+                "total": sum(self.faults.values()),
+                "apiServerInjected": dict(sorted(self.api_injected.items())),
+                "errors": list(self.fault_errors),
+            },
+            "violations": {
+                "total": self.violation_count,
+                "byKind": dict(sorted(self.violations.items())),
+                "evidence": [v.to_data() for v in self.evidence],
+                "checkerPasses": self.checker_passes,
+            },
+            "timeToRunning": {
+                "withFaults": self.running_with_faults.to_data(),
+                "withoutFaults": self.running_without_faults.to_data(),
+            },
+            "notes": list(self.notes),
+        }
+
+    def render_text(self) -> str:
+        lines = [
+            f"== hami-sim chaos: seed {self.seed}, mode {self.mode}, {self.nodes} nodes x "
+            f"{self.gpus_per_node} GPUs, {self.duration_s:.0f} s (cluster up in {self.cluster_up_s:.0f} s)",
+            f"result: {'PASS' if self.ok else 'FAIL'}: {self.violation_count} violations, "
+            f"{len(self.lost)} pods lost",
+            "",
+            "pods",
+            f"  planned {self.pods_planned}, created {self.pods_created}, deleted by the run {self.deleted}, "
+            f"Succeeded {self.succeeded}, Running {self.running}",
+        ]
+        if self.refused:
+            lines.append("  refused at creation: " + _counts(self.refused))
+        if self.create_retries:
+            lines.append(f"  creates retried after a transient refusal: {self.create_retries}")
+        if self.failed:
+            lines.append("  Failed (with a reason): " + _counts(self.failed))
+        lines.append(f"  lost: {len(self.lost)}")
+        for pod in self.lost[:LOST_SHOWN]:
+            lines.append(f"    {pod.namespace}/{pod.name}: {pod.phase}: {pod.why}")
+        if len(self.lost) > LOST_SHOWN:
+            lines.append(f"    ... and {len(self.lost) - LOST_SHOWN} more (see the JSON report)")
+        lines += ["", f"faults injected: {sum(self.faults.values())}"]
+        lines += [f"  {kind:<26} {count}" for kind, count in sorted(self.faults.items())]
+        if self.api_injected:
+            lines.append("  the API server's count, by fault: " + _counts(self.api_injected))
+        for error in self.fault_errors:
+            lines.append(f"  not injected: {error}")
+        lines += ["", f"violations: {self.violation_count} (checker passes: {self.checker_passes})"]
+        lines += [f"  {kind:<26} {count}" for kind, count in sorted(self.violations.items())]
+        for v in self.evidence:
+            lines.append(f"  - [{v.kind}] {v.subject} at {v.at_s:.1f} s: {v.message}")
+            if v.evidence:
+                lines.append(f"      evidence: {_short(v.evidence)}")
+        lines += [
+            "",
+            "time to Running (creation -> Running)",
+            f"  created while a fault was active: {self.running_with_faults.text()}",
+            f"  created with no fault active:     {self.running_without_faults.text()}",
+        ]
+        if self.notes:
+            lines += ["", "notes"] + [f"  {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _counts(values: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(values.items()))
+
+
+def _short(evidence: Mapping[str, Any], limit: int = 400) -> str:
+    text = ", ".join(f"{k}={v!r}" for k, v in evidence.items())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class ProgressBar:
+    """A one-line progress bar on a terminal (redrawn in place), or a line every `every_s` seconds
+    elsewhere (a log, CI). In-house: no dependency for a few dozen characters."""
+
+    def __init__(self, total: int, *, stream: TextIO | None = None, width: int = 30, every_s: float = 10.0,
+                 enabled: bool = True) -> None:  # fmt: skip
+        self.total = max(1, total)
+        self.stream = stream if stream is not None else sys.stderr
+        self.width = width
+        self.every_s = every_s
+        self.enabled = enabled
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last = 0.0
+        self._drawn = False
+
+    def line(self, done: int, status: str) -> str:
+        filled = min(self.width, self.width * done // self.total)
+        return f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total} {status}"
+
+    def update(self, done: int, status: str, *, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < (0.5 if self.tty else self.every_s):
+            return
+        self._last = now
+        text = self.line(done, status)
+        if self.tty:
+            self.stream.write("\r" + text[:200].ljust(120))
+            self._drawn = True
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.tty and self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+__all__ = [
+    "ChaosReport",
+    "LatencySummary",
+    "LostPod",
+    "ProgressBar",
+    "ViolationSummary",
+    "percentile",
+]
