@@ -12,7 +12,7 @@ The grammar is apimachinery's:
 Values are exact (`Fraction`). `quantity_value` has Go's `Quantity.Value()` semantics: the value rounded
 up, away from zero, to a whole number, so "100m" is 1 and "-1.5" is -2. Anything else raises
 `QuantityError` with the text. Stricter than Go in two corners nobody writes: a number needs at least one
-digit ("." is rejected) and exponents are limited to +-1000.
+digit ("." is rejected), exponents are limited to +-1000 and a number to 1,000 digits.
 
 `canonical_quantity` is the text kube-apiserver writes back for a quantity it was sent (apimachinery's
 `ParseQuantity` then `Quantity.String`, k8s.io/apimachinery/pkg/api/resource/quantity.go):
@@ -35,6 +35,9 @@ _PATTERN = re.compile(
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _MAX_EXPONENT = 1000
+# Go reads any number of digits; past a thousand no quantity means anything, and Python's int() refuses
+# a text of more than 4,300 digits (with a ValueError that is not a QuantityError).
+_MAX_DIGITS = 1000
 
 
 def _text(text: str | int | float) -> str:
@@ -43,6 +46,8 @@ def _text(text: str | int | float) -> str:
     if isinstance(text, bool):
         raise QuantityError(str(text), "is a boolean, not a quantity")
     if isinstance(text, int):
+        if abs(text) >= 10**_MAX_DIGITS:
+            raise QuantityError(f"<{text.bit_length()}-bit integer>", f"has more than {_MAX_DIGITS} digits")
         return str(text)
     if isinstance(text, float):
         if not math.isfinite(text):
@@ -59,6 +64,8 @@ def _match(text: str) -> re.Match[str]:
         raise QuantityError(text, "is not a valid Kubernetes quantity")
     if not match["int"] and not match["frac"]:
         raise QuantityError(text, "has no digits")
+    if len(match["int"]) + len(match["frac"] or "") > _MAX_DIGITS:
+        raise QuantityError(text, f"has more than {_MAX_DIGITS} digits")
     return match
 
 
@@ -81,7 +88,13 @@ def parse_quantity(text: str | int | float) -> Fraction:
 
 
 def _decimal_exponent(text: str, suffix: str) -> int:
-    exponent = _DECIMAL[suffix] if suffix in _DECIMAL else int(suffix[1:])
+    if suffix in _DECIMAL:
+        exponent = _DECIMAL[suffix]
+    else:
+        sign, digits = suffix[1:2] if suffix[1:2] in "+-" else "", suffix[1:].lstrip("+-").lstrip("0")
+        if len(digits) > len(str(_MAX_EXPONENT)):  # before int(), which refuses past 4,300 digits
+            raise QuantityError(text, f"has an exponent beyond +-{_MAX_EXPONENT}")
+        exponent = int(sign + (digits or "0"))
     if abs(exponent) > _MAX_EXPONENT:
         raise QuantityError(text, f"has an exponent beyond +-{_MAX_EXPONENT}")
     return exponent

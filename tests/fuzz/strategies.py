@@ -109,9 +109,7 @@ def mutated(text: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
             return s[:i] + s[i + 1 :]
         return s[:i] + junk + s[i:]
 
-    return st.builds(
-        mutate, text, st.integers(0, 10_000), st.sampled_from(["cut", "drop", "splice"]), texts
-    )
+    return st.builds(mutate, text, st.integers(0, 10_000), st.sampled_from(["cut", "drop", "splice"]), texts)
 
 
 def raw_text(alphabet: str) -> st.SearchStrategy[str]:
