@@ -224,7 +224,7 @@ def _object(value: Any, where: str) -> dict[str, Any]:
 def decode_checkpoint(raw: bytes, *, verify: bool = True) -> Checkpoint:
     try:
         document = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
         raise CheckpointError(f"not JSON: {exc}") from exc
     document = _object(document, "checkpoint")
     data = _object(document.get("Data"), "Data")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 INT_EDGES = (
@@ -65,7 +66,7 @@ texts = st.text(max_size=40) | st.sampled_from(STRING_EDGES + INT_EDGE_TEXT)
 floats = st.floats(allow_nan=False, allow_infinity=False)
 json_scalars = st.none() | st.booleans() | ints | floats | texts
 # Python values a caller may hand over that JSON cannot carry (from YAML, or a bug upstream).
-python_scalars = json_scalars | st.floats() | st.binary(max_size=8) | st.just(object())
+python_scalars = json_scalars | st.floats() | st.binary(max_size=8) | st.complex_numbers()
 
 
 def json_values(scalars: st.SearchStrategy[Any] = json_scalars, leaves: int = 30) -> st.SearchStrategy[Any]:
@@ -115,3 +116,11 @@ def mutated(text: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
 def raw_text(alphabet: str) -> st.SearchStrategy[str]:
     """Text made mostly of the format's own separators and digits, so it gets past the first checks."""
     return st.text(alphabet=st.sampled_from(alphabet) | st.characters(), max_size=200)
+
+
+# Every fuzz test: no deadline (a 100,000-deep document takes a while to refuse) and the example count
+# of the loaded profile (the default's 100, or HYPOTHESIS_PROFILE=long's 100,000).
+fuzz_settings = settings(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+)

@@ -23,7 +23,7 @@ from hami_control.dra_translate import ANNOTATION as DRA_CLAIMS
 from hami_control.dra_translate import decode_claims, encode_claims
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.webhook import handle_admission_review
-from tests.fuzz.strategies import deep_json_text, json_values, mutated, nested_text, texts
+from tests.fuzz.strategies import deep_json_text, fuzz_settings, json_values, mutated, nested_text, texts
 from tests.fuzz.test_annotations_fuzz import structured as annotation_text
 from tests.fuzz.test_requests_fuzz import quantities
 
@@ -144,6 +144,7 @@ _DEEP_POD = (
 )
 
 
+@fuzz_settings
 @given(bodies, st.sampled_from(list(DRATranslation)), st.booleans())
 @example(_DEEP_POD, DRATranslation.OFF, False)
 @example(b"[" * 100_000 + b"]" * 100_000, DRATranslation.OFF, False)
@@ -164,6 +165,7 @@ def test_any_admission_review_body_gets_an_answer_and_never_an_internal_error(
         assert result.body["message"]
 
 
+@fuzz_settings
 @given(reviews)
 def test_a_review_leaves_the_request_it_was_given_unchanged(review: dict[str, Any]) -> None:
     """Decoding the body is the webhook's only copy: the caller's bytes give the same review again."""
@@ -184,6 +186,7 @@ claims_text = (
 ) | deep_json_text()
 
 
+@fuzz_settings
 @given(claims_text | texts)
 @example("[" + nested_text(300) + "]")  # orjson reads 1,024 levels but writes only 255
 def test_dra_claims_annotation_decodes_or_is_refused_and_round_trips(text: str) -> None:

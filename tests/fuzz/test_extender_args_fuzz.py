@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hami_control.binder import read_binding_args
 from hami_control.config import ControlConfig, ServerSettings
 from hami_control.extender import ExtenderArgsError, read_candidates, read_pod_ask
-from tests.fuzz.strategies import json_values, texts
+from tests.fuzz.strategies import fuzz_settings, json_values, texts
 from tests.fuzz.test_admission_fuzz import _pod, mostly
 
 CONFIG = ControlConfig(server=ServerSettings(insecure_http=True))
@@ -62,6 +62,7 @@ binding_args = (
 )
 
 
+@fuzz_settings
 @given(extender_args)
 def test_any_extender_args_give_candidates_and_an_ask_or_a_clear_error(args: Any) -> None:
     before = copy.deepcopy(args)
@@ -86,6 +87,7 @@ def check_extender_args(args: Any) -> None:
         assert ask is None or ask.requests
 
 
+@fuzz_settings
 @given(binding_args)
 def test_any_binding_args_give_a_binding_or_an_error_naming_the_field(args: Any) -> None:
     check_binding_args(args)

@@ -21,7 +21,15 @@ from hami_api.resources import (
     pod_has_hami_resource,
     pod_requests,
 )
-from tests.fuzz.strategies import INT_EDGES, json_values, mutated, python_scalars, raw_text, texts
+from tests.fuzz.strategies import (
+    INT_EDGES,
+    fuzz_settings,
+    json_values,
+    mutated,
+    python_scalars,
+    raw_text,
+    texts,
+)
 
 _quantity_text = st.builds(
     lambda sign, whole, dot, frac, suffix: sign + whole + dot + frac + suffix,
@@ -43,6 +51,7 @@ quantities = (
 )
 
 
+@fuzz_settings
 @given(quantities)
 @example("1" * 5000)  # int() refuses more than 4,300 digits
 @example("0." + "1" * 5000)
@@ -65,7 +74,7 @@ def test_any_quantity_parses_or_is_refused_with_quantity_error(raw: Any) -> None
 
 
 _NAMES = ResourceNames()
-_resource_key = st.sampled_from(sorted(_NAMES.all) + ["cpu", "memory", ""])
+_resource_key = st.sampled_from([*sorted(_NAMES.all), "cpu", "memory", ""])
 _resource_value = quantities | json_values(leaves=4)
 _resources = st.dictionaries(
     st.sampled_from(["limits", "requests", "claims"]),
@@ -93,6 +102,7 @@ defaults = st.builds(
 )
 
 
+@fuzz_settings
 @given(pods, defaults)
 @example(
     {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1" * 5000}}}]}}, RequestDefaults()
