@@ -21,11 +21,14 @@ import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hami_api import dra
 from hami_sim.apiserver import ApiServerRunner
 from tests.apiserver_util import http
 from tests.builders import admission_review, as_body, gpu_info, gpu_pod, node
@@ -353,3 +356,253 @@ def assert_refused_or_answered(route: str, status: int, body: bytes) -> None:
 
 def test_the_server_still_serves_after_the_fuzzing(control: ControlProcess) -> None:
     assert_serving(control)
+
+
+# --- hami-node's gRPC services on Unix sockets ----------------------------------------------------------
+
+DEVICE_PLUGIN_METHODS = (
+    "/v1beta1.DevicePlugin/GetDevicePluginOptions",
+    "/v1beta1.DevicePlugin/Allocate",
+    "/v1beta1.DevicePlugin/GetPreferredAllocation",
+    "/v1beta1.DevicePlugin/PreStartContainer",
+)
+DRA_METHODS = (
+    "/pluginregistration.Registration/GetInfo",
+    "/pluginregistration.Registration/NotifyRegistrationStatus",
+    "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources",
+    "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources",
+    "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodePrepareResources",
+    "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodeUnprepareResources",
+)
+# Bytes that are not the message: cut-off fields, wrong wire types, unknown fields, groups nested past
+# protobuf's recursion limit, a length that runs past the end, a varint that never ends.
+BAD_MESSAGES = {
+    "garbage": b"\xff\xff\xff\xff",
+    "cut-off-string": b"\x0a\x05ab",
+    "wrong-wire-type-varint-for-message": b"\x0a\x00\x08\x01" + b"\x0a\x02\x08\x01",
+    "wrong-wire-type-fixed64": b"\x09" + b"\x00" * 8,
+    "unknown-fields": b"\xa0\x06\x01\xaa\x06\x03abc\xb5\x06\x00\x00\x00\x00",
+    "deep-groups": b"\x0b" * 200 + b"\x0c" * 200,
+    "deep-messages": b"\x0a\x7f" * 120,
+    "huge-length": b"\x0a\xff\xff\xff\xff\x0f",
+    "endless-varint": b"\x08" + b"\xff" * 20,
+    "empty": b"",
+}
+
+
+def call_raw(channel: Any, method: str, payload: bytes) -> Any:
+    """One unary call with `payload` as the request's bytes: the response bytes, or the grpc.RpcError."""
+    try:
+        return channel.unary_unary(method)(payload, timeout=10)
+    except grpc.RpcError as err:
+        return err
+
+
+def assert_grpc_answer(method: str, outcome: Any) -> None:
+    """An answer or a gRPC status; UNKNOWN is what grpc sends when the servicer itself raised."""
+    if isinstance(outcome, grpc.RpcError):
+        code, details = outcome.code(), outcome.details() or ""  # type: ignore[attr-defined]
+        if method.endswith("/NotifyRegistrationStatus") and details.startswith("failed registration process"):
+            return  # kubelet said registration failed: the error the upstream helper returns for it
+        assert code not in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNAVAILABLE), (method, outcome)
+        assert "Exception calling application" not in details, (method, details)
+    else:
+        assert isinstance(outcome, bytes)
+
+
+@pytest.fixture(scope="module")
+def device_plugin() -> Iterator[Path]:
+    import shutil
+    import tempfile
+
+    from hami_node.config import NodeConfig
+    from hami_node.devices import DeviceState
+    from hami_node.plugin.server import PluginServer
+    from tests.integration.test_plugin_grpc import MemoryPods
+
+    base = Path(tempfile.mkdtemp(prefix="hf-", dir="/tmp"))  # Unix socket paths: ~107 bytes at most
+    (base / "hook").mkdir()
+    config = NodeConfig(
+        node_name="node-a", kubelet_dir=base, hook_path=str(base / "hook"), device_split_count=3
+    )
+    server = PluginServer(config, DeviceState(config), MemoryPods("node-a"))
+    server.start()
+    try:
+        yield server.socket_path
+    finally:
+        close_channels(server.socket_path)
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def dra_plugin(apiserver_url: tuple[str, Path]) -> Iterator[tuple[Path, Path]]:
+    from hami_node.gpu.inventory import generate_inventory
+    from tests.dra_node_util import make_dra_rig
+    from tests.waiting import wait_for
+
+    rigs = make_dra_rig(
+        "dra-fuzz", apiserver_url[1], apiserver_url[0], generate_inventory(2, seed="dra-fuzz")
+    )
+    rig = next(rigs)
+    try:
+        rig.start()
+        wait_for(lambda: rig.dra_socket.exists() and rig.registration_socket.exists(), 20, "the DRA sockets")
+        yield rig.registration_socket, rig.dra_socket
+    finally:
+        close_channels(rig.registration_socket, rig.dra_socket)
+        rigs.close()
+
+
+_CHANNELS: dict[Path, Any] = {}
+
+
+def grpc_channel(path: Path) -> Any:
+    """One channel per socket for the module (a fresh HTTP/2 connection per call would make these tests
+    slow); the fixtures close them. A call that broke the connection is seen by the next good call."""
+    if path not in _CHANNELS:
+        channel = grpc.insecure_channel(f"unix://{path}")
+        grpc.channel_ready_future(channel).result(timeout=10)
+        _CHANNELS[path] = channel
+    return _CHANNELS[path]
+
+
+def close_channels(*paths: Path) -> None:
+    for path in paths:
+        channel = _CHANNELS.pop(path, None)
+        if channel is not None:
+            channel.close()
+
+
+def assert_device_plugin_serves(path: Path) -> None:
+    from hami_node.plugin.api import api_pb2, api_pb2_grpc
+
+    channel = grpc_channel(path)
+    options = api_pb2_grpc.DevicePluginStub(channel).GetDevicePluginOptions(api_pb2.Empty(), timeout=10)
+    assert options.get_preferred_allocation_available
+
+
+def assert_dra_plugin_serves(registration: Path, dra_socket: Path) -> None:
+    from hami_node.dra.api.registration import api_pb2 as reg_pb2
+    from hami_node.dra.api.registration import api_pb2_grpc as reg_grpc
+    from hami_node.dra.api.v1 import api_pb2 as v1_pb2
+    from hami_node.dra.api.v1 import api_pb2_grpc as v1_grpc
+
+    channel = grpc_channel(registration)
+    info = reg_grpc.RegistrationStub(channel).GetInfo(reg_pb2.InfoRequest(), timeout=10)
+    assert info.name == dra.DRIVER
+    channel = grpc_channel(dra_socket)
+    answer = v1_grpc.DRAPluginStub(channel).NodePrepareResources(
+        v1_pb2.NodePrepareResourcesRequest(), timeout=10
+    )
+    assert dict(answer.claims) == {}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_MESSAGES))
+@pytest.mark.parametrize("method", DEVICE_PLUGIN_METHODS)
+def test_the_device_plugin_answers_bytes_that_are_not_its_message_with_a_status(
+    device_plugin: Path, method: str, name: str
+) -> None:
+    channel = grpc_channel(device_plugin)
+    assert_grpc_answer(method, call_raw(channel, method, BAD_MESSAGES[name]))
+    assert_device_plugin_serves(device_plugin)
+
+
+@pytest.mark.parametrize("name", sorted(BAD_MESSAGES))
+@pytest.mark.parametrize("method", DRA_METHODS)
+def test_the_dra_plugin_answers_bytes_that_are_not_its_message_with_a_status(
+    dra_plugin: tuple[Path, Path], method: str, name: str
+) -> None:
+    registration, dra_socket = dra_plugin
+    path = registration if "Registration" in method else dra_socket
+    channel = grpc_channel(path)
+    assert_grpc_answer(method, call_raw(channel, method, BAD_MESSAGES[name]))
+    assert_dra_plugin_serves(registration, dra_socket)
+
+
+@pytest.mark.parametrize(
+    "opening",
+    [
+        b"",
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x12\x04",
+        b"\xff" * 4096,
+    ],
+    ids=["connect-close", "http1", "half-http2-preface", "garbage"],
+)
+def test_garbage_instead_of_http2_on_the_sockets_leaves_the_plugins_serving(
+    device_plugin: Path, dra_plugin: tuple[Path, Path], opening: bytes
+) -> None:
+    for path in (device_plugin, *dra_plugin):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
+            raw.settimeout(5)
+            raw.connect(str(path))
+            if opening:
+                raw.sendall(opening)
+            raw.shutdown(socket.SHUT_WR)
+            read_until_closed_or(raw, b"\x00never\x00", limit=2.0)
+    assert_device_plugin_serves(device_plugin)
+    assert_dra_plugin_serves(*dra_plugin)
+
+
+def _with_unknown_fields(message: bytes, extra: bytes) -> bytes:
+    return message + extra
+
+
+@fuzz_settings
+@given(
+    method=st.sampled_from(DEVICE_PLUGIN_METHODS + DRA_METHODS),
+    payload=st.binary(max_size=300)
+    | st.builds(_with_unknown_fields, st.sampled_from(list(BAD_MESSAGES.values())), st.binary(max_size=40)),
+)
+def test_random_bytes_to_every_grpc_method_get_an_answer_or_a_status(
+    device_plugin: Path, dra_plugin: tuple[Path, Path], method: str, payload: bytes
+) -> None:
+    if method.startswith("/v1beta1.DevicePlugin"):
+        path = device_plugin
+    else:
+        path = dra_plugin[0] if "Registration" in method else dra_plugin[1]
+    channel = grpc_channel(path)
+    assert_grpc_answer(method, call_raw(channel, method, payload))
+
+
+def test_the_plugins_still_serve_after_the_fuzzing(
+    device_plugin: Path, dra_plugin: tuple[Path, Path]
+) -> None:
+    close_channels(device_plugin, *dra_plugin)  # new connections, not only the ones kept open
+    assert_device_plugin_serves(device_plugin)
+    assert_dra_plugin_serves(*dra_plugin)
+
+
+# --- the local API server stand-in (our test infrastructure) ------------------------------------------
+
+APISERVER_BODIES = {
+    "invalid-json": b'{"metadata": ',
+    "deep-arrays": DEEP_ARRAYS,
+    "deep-objects": DEEP_OBJECTS,
+    "not-utf8": b"\xff\xfe{",
+    "json-scalar": b"7",
+    "huge-number": b'{"metadata": {"name": "p", "generation": ' + b"9" * 5000 + b"}}",
+    "wrong-kind": b'{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "p"}}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(APISERVER_BODIES))
+@pytest.mark.parametrize(
+    ("method", "path", "content_type"),
+    [
+        ("POST", "/api/v1/namespaces/default/pods", "application/json"),
+        ("PUT", "/api/v1/nodes/gpu-a", "application/json"),
+        ("PATCH", "/api/v1/nodes/gpu-a", "application/merge-patch+json"),
+        ("PATCH", "/api/v1/nodes/gpu-a", "application/json-patch+json"),
+        ("POST", "/api/v1/namespaces/default/pods", "text/plain"),
+    ],
+)
+def test_the_local_api_server_refuses_malformed_bodies_and_keeps_serving(
+    apiserver_url: tuple[str, Path], method: str, path: str, content_type: str, name: str
+) -> None:
+    base_url = apiserver_url[0]
+    status, body = http(base_url, method, path, APISERVER_BODIES[name], content_type=content_type)
+    assert 400 <= status < 500, (status, body)
+    status, node_object = http(base_url, "GET", "/api/v1/nodes/gpu-a")
+    assert status == 200 and node_object["metadata"]["name"] == "gpu-a"
