@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -129,3 +130,24 @@ def test_any_node_config_file_environment_and_flags_give_a_config_or_a_clear_err
 ) -> None:
     _, loader = DAEMONS["hami-node"]
     check_daemon("hami-node", data.draw(_files(loader)), data.draw(_env(loader)), data.draw(_argv(loader)))
+
+
+# Regressions: int() of a setting of over 4,300 digits raised ValueError instead of ConfigError.
+_HUGE = "9" * 5000
+
+
+@pytest.mark.parametrize(
+    ("daemon", "argv", "env"),
+    [
+        ("hami-control", [f"--default-cores={_HUGE}"], {}),
+        ("hami-control", [], {"HAMI_KUBE_API_BURST": _HUGE}),
+        ("hami-node", [f"--device-split-count={_HUGE}"], {}),
+        ("hami-node", [], {"DP_DISABLE_HEALTHCHECKS": _HUGE}),
+        ("hami-node", [], {"HAMI_FILTER_DEVICES": f"0,{_HUGE}"}),
+    ],
+    ids=["control-flag", "control-env", "node-flag", "node-xids", "node-filter-devices"],
+)
+def test_a_setting_of_thousands_of_digits_is_refused_naming_it(
+    daemon: str, argv: list[str], env: dict[str, str]
+) -> None:
+    check_daemon(daemon, "", env, argv)
