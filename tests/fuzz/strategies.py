@@ -81,20 +81,24 @@ def nested_text(depth: int, opener: str = "[", closer: str = "]") -> str:
     return opener * depth + closer * depth
 
 
-def deep_json_text() -> st.SearchStrategy[str]:
-    """JSON that nests past any recursion limit: arrays or objects, closed or cut off."""
+def deep_json_text(depths: tuple[int, ...] = (300, 1_100, 5_000)) -> st.SearchStrategy[str]:
+    """JSON that nests past any recursion limit: arrays or objects, closed or cut off. The default depths
+    pass orjson's 255 levels written, its 1,024 read and Python's recursion limit (1,000); the
+    100,000-deep documents are explicit examples. PyYAML takes seconds to refuse 1,000 levels (its
+    parser is quadratic in depth), so the YAML readers' tests draw `YAML_DEPTHS`."""
     return st.builds(
         lambda depth, kind, closed: (
             ("[" * depth + ("]" * depth if closed else ""))
             if kind == "array"
             else ('{"a":' * depth + "1" + ("}" * depth if closed else ""))
         ),
-        # past orjson's 255 levels written, its 1,024 read and Python's recursion limit (1,000); the
-        # 100,000-deep documents are each test's explicit examples (they take long to refuse in YAML)
-        st.sampled_from([300, 1_100, 5_000]),
+        st.sampled_from(depths),
         st.sampled_from(["array", "object"]),
         st.booleans(),
     )
+
+
+YAML_DEPTHS = (300,)
 
 
 def json_text(values: st.SearchStrategy[Any]) -> st.SearchStrategy[str]:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from hami_node import cdi as node_cdi
 from hami_sim.kubelet.dra.cdi import CdiSpecError, decode_spec_file, parse_spec
-from tests.fuzz.strategies import deep_json_text, fuzz_settings, json_values, mutated, texts
+from tests.fuzz.strategies import YAML_DEPTHS, deep_json_text, fuzz_settings, json_values, mutated, texts
 from tests.fuzz.test_admission_fuzz import mostly
 
 _value = json_values(leaves=5)
@@ -92,7 +92,7 @@ spec_bytes = (
     specs.map(lambda s: json.dumps(s).encode())
     | specs.map(lambda s: yaml.safe_dump(s, allow_unicode=True).encode("utf-8", "surrogatepass"))
     | mutated(specs.map(json.dumps)).map(lambda t: t.encode("utf-8", "surrogatepass"))
-    | deep_json_text().map(str.encode)
+    | deep_json_text(YAML_DEPTHS).map(str.encode)
     | st.binary(max_size=200)
 )
 _DEEP = b"[" * 100_000 + b"]" * 100_000

@@ -24,7 +24,7 @@ from hami_node.gpu.inventory import (
     render_inventory,
 )
 from hami_sim.kubelet import checkpoint as kubelet_checkpoint
-from tests.fuzz.strategies import deep_json_text, fuzz_settings, json_values, mutated, texts
+from tests.fuzz.strategies import YAML_DEPTHS, deep_json_text, fuzz_settings, json_values, mutated, texts
 from tests.fuzz.test_admission_fuzz import mostly
 
 _value = json_values(leaves=5)
@@ -76,7 +76,7 @@ _inventory_text = (
     inventories.map(json.dumps)
     | mutated(inventories.map(json.dumps))
     | inventories.map(lambda d: yaml.safe_dump(d, allow_unicode=True))
-    | deep_json_text()
+    | deep_json_text(YAML_DEPTHS)
     | texts
 )
 _DEEP = "[" * 100_000 + "]" * 100_000

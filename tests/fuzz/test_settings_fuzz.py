@@ -21,7 +21,15 @@ import hami_control.config as control_config
 import hami_node.config as node_config
 from hami_api.settings import ConfigError, HelpRequested
 from hami_api.settings_loader import parse_document
-from tests.fuzz.strategies import INT_EDGES, STRING_EDGES, deep_json_text, fuzz_settings, json_values, texts
+from tests.fuzz.strategies import (
+    INT_EDGES,
+    STRING_EDGES,
+    YAML_DEPTHS,
+    deep_json_text,
+    fuzz_settings,
+    json_values,
+    texts,
+)
 from tests.fuzz.test_admission_fuzz import mostly
 
 FILE = Path("/etc/hami/config.yaml")
@@ -45,7 +53,7 @@ def check_document(text: str) -> None:
 
 
 @fuzz_settings
-@given(deep_json_text() | texts | st.text(max_size=300))
+@given(deep_json_text(YAML_DEPTHS) | texts | st.text(max_size=300))
 @example(_DEEP)  # PyYAML recursed once per level: RecursionError
 @example("a: " + "9" * 5000)  # PyYAML's int() refuses over 4,300 digits: ValueError
 @example("a: 0x" + "f" * 5000)
@@ -79,7 +87,7 @@ def _files(loader: Any) -> st.SearchStrategy[str]:
     return (
         document.map(json.dumps)
         | document.map(lambda d: yaml.safe_dump(d, allow_unicode=True))
-        | deep_json_text()
+        | deep_json_text(YAML_DEPTHS)
     )
 
 
