@@ -16,22 +16,22 @@ import orjson
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-import hami_api.annotations as A
 from hami_api.errors import WireFormatError
 from hami_control.config import ControlConfig, DRATranslation, ServerSettings
 from hami_control.dra_translate import ANNOTATION as DRA_CLAIMS
 from hami_control.dra_translate import decode_claims, encode_claims
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.webhook import handle_admission_review
-from tests.fuzz.strategies import deep_json_text, fuzz_settings, json_values, mutated, nested_text, texts
-from tests.fuzz.test_annotations_fuzz import structured as annotation_text
-from tests.fuzz.test_requests_fuzz import quantities
-
-
-def mostly(valid: st.SearchStrategy[Any], hostile: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    """`valid` three times in four, so most examples get past this level to the ones below it."""
-    return st.one_of(valid, valid, valid, hostile)
-
+from tests.fuzz.strategies import (
+    deep_json_text,
+    fuzz_settings,
+    json_values,
+    mostly,
+    mutated,
+    nested_text,
+    pod_objects,
+    texts,
+)
 
 _BASE = ControlConfig(server=ServerSettings(insecure_http=True))
 CONFIGS = {mode: _BASE.with_settings(dra_translation=mode) for mode in DRATranslation}
@@ -45,64 +45,7 @@ class View:
         return QuotaUsage(memory=1000, cores=10)
 
 
-_HAMI_KEYS = [
-    A.CORE_POLICY,
-    A.USE_GPU_TYPE,
-    A.NOUSE_GPU_TYPE,
-    A.USE_GPU_UUID,
-    A.NOUSE_GPU_UUID,
-    A.NUMA_BIND,
-    A.VGPU_MODE,
-    A.GPU_SCHEDULER_POLICY,
-    A.NODE_SCHEDULER_POLICY,
-    A.DEVICES_TO_ALLOCATE,
-    DRA_CLAIMS,
-    "hami.io/dra-model",
-    "x",
-]
-_RESOURCES = ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"]
 _value = json_values(leaves=5)
-_limits = st.dictionaries(st.sampled_from([*_RESOURCES, "nvidia.com/priority", "cpu"]), quantities | _value)
-_container = st.fixed_dictionaries(
-    {"name": st.sampled_from(["a", "b", "", "A_B"]) | texts},
-    optional={
-        "resources": st.dictionaries(st.sampled_from(["limits", "requests"]), _limits | _value) | _value,
-        "env": st.lists(st.dictionaries(st.sampled_from(["name", "value"]), texts | _value), max_size=3)
-        | _value,
-        "securityContext": st.dictionaries(st.just("privileged"), _value | st.booleans()) | _value,
-        "resourceClaims": _value,
-    },
-)
-_annotations = st.dictionaries(st.sampled_from(_HAMI_KEYS), annotation_text | texts, max_size=4) | _value
-_pod = st.fixed_dictionaries(
-    {},
-    optional={
-        "apiVersion": st.just("v1") | _value,
-        "kind": st.just("Pod") | _value,
-        "metadata": st.fixed_dictionaries(
-            {},
-            optional={
-                "name": texts | _value,
-                "namespace": texts | _value,
-                "generateName": texts | _value,
-                "annotations": _annotations,
-                "labels": _value,
-            },
-        )
-        | _value,
-        "spec": st.fixed_dictionaries(
-            {},
-            optional={
-                "containers": st.lists(_container, max_size=3) | _value,
-                "initContainers": st.lists(_container, max_size=2) | _value,
-                "schedulerName": st.sampled_from(["", "hami-scheduler", "default-scheduler"]) | _value,
-                "resourceClaims": _value,
-                "runtimeClassName": _value,
-            },
-        )
-        | _value,
-    },
-)
 _request = st.fixed_dictionaries(
     {
         "uid": mostly(st.just("u-1"), texts | _value),
@@ -113,8 +56,8 @@ _request = st.fixed_dictionaries(
         "operation": mostly(st.sampled_from(["CREATE", "UPDATE", "DELETE", "CONNECT"]), _value),
     },
     optional={
-        "object": mostly(_pod, _value),
-        "oldObject": _pod | _value,
+        "object": mostly(pod_objects, _value),
+        "oldObject": pod_objects | _value,
         "namespace": st.just("ai-team") | texts | _value,
         "name": texts | _value,
         "subResource": st.sampled_from(["", "status"]) | _value,

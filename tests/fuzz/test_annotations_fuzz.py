@@ -7,7 +7,6 @@ values; this file starts from hostile text instead (structured near-valid forms,
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -17,14 +16,11 @@ from hypothesis import strategies as st
 import hami_api.annotations as A
 from hami_api.errors import WireFormatError
 from tests.fuzz.strategies import (
-    INT_EDGE_TEXT,
-    STRING_EDGES,
+    annotation_values,
     deep_json_text,
     fuzz_settings,
-    json_values,
     mutated,
     raw_text,
-    texts,
 )
 
 Decoder = Callable[[str], Any]
@@ -78,71 +74,8 @@ def check_all(text: str) -> None:
         check_codec(key, text)
 
 
-# --- structured forms that get past the first checks ---------------------------------------------------
-
-_GPU_KEYS = ("id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "migProfiles", "health")
-_field_value = json_values(leaves=6)
-_mig = st.dictionaries(
-    st.sampled_from(("name", "memoryMB", "core", "sliceCount", "placements", "x")),
-    _field_value
-    | st.lists(
-        st.dictionaries(st.sampled_from(("start", "size", "x")), _field_value, max_size=3), max_size=3
-    ),
-    max_size=5,
-)
-_gpu_json = st.dictionaries(
-    st.sampled_from((*_GPU_KEYS, "Id", "")),
-    _field_value | st.lists(_mig, max_size=2),
-    max_size=len(_GPU_KEYS),
-)
-register_json = st.lists(_gpu_json, max_size=4).map(json.dumps)
-
-_token = st.sampled_from(STRING_EDGES + INT_EDGE_TEXT) | st.text(max_size=8)
-_legacy_gpu = st.lists(_token, min_size=5, max_size=10).map(",".join)
-register_legacy = st.lists(_legacy_gpu, max_size=4).map(lambda gpus: ":".join(gpus) + ":")
-
-_slice = st.lists(_token, min_size=3, max_size=5).map(",".join)
-_container = st.lists(_slice, max_size=3).map(lambda slices: "".join(s + ":" for s in slices))
-allocation = st.lists(_container, max_size=4).map(lambda cs: "".join(c + ";" for c in cs))
-
-pair_scores = st.lists(
-    st.dictionaries(
-        st.sampled_from(("uuid", "score", "x")),
-        _field_value | st.dictionaries(texts, _field_value, max_size=3),
-        max_size=3,
-    ),
-    max_size=3,
-).map(json.dumps)
-
-_times = st.sampled_from(
-    (
-        "2026-01-02 03:04:05",
-        "2026-01-02T03:04:05Z",
-        "2026-01-02T03:04:05.123456789+05:30",
-        "2026-01-02 03:04:05.123 +0000 UTC",
-        "0000-00-00 00:00:00",
-        "9999-12-31T23:59:59Z",
-        "2026-02-30T00:00:00Z",
-        "2026-01-02T24:00:00Z",
-    )
-) | st.datetimes().map(str)
-handshakes = st.tuples(st.sampled_from(("Requesting_", "Deleted_", "Reported ", "")), _times | _token).map(
-    "".join
-)
-node_locks = st.tuples(_times | _token, st.sampled_from(("", ",")), _token, _token).map(
-    lambda p: p[0] + (p[1] + p[2] + "," + p[3] if p[1] else "")
-)
-weights = st.dictionaries(texts, _field_value, max_size=4).map(json.dumps) | st.lists(
-    st.tuples(texts, _token).map("=".join), max_size=4
-).map(",".join)
-
-structured = st.one_of(
-    register_json, register_legacy, allocation, pair_scores, handshakes, node_locks, weights
-)
-
-
 @fuzz_settings
-@given(structured | mutated(structured))
+@given(annotation_values | mutated(annotation_values))
 @example("a," + "1" * 5000 + ",1,1,t,0,true:")  # a count past int()'s 4,300-digit limit
 @example("a,NVIDIA," + "1" * 5000 + ",1:;")
 @example("9" * 5000)
@@ -165,7 +98,7 @@ def test_deeply_nested_json_is_refused_naming_the_annotation(text: str) -> None:
 
 
 @fuzz_settings
-@given(st.dictionaries(st.sampled_from([*CODECS, A.USE_GPU_UUID, A.NOUSE_GPU_TYPE]), structured))
+@given(st.dictionaries(st.sampled_from([*CODECS, A.USE_GPU_UUID, A.NOUSE_GPU_TYPE]), annotation_values))
 def test_a_device_selector_from_any_annotations_is_read_or_refused(annotations: dict[str, str]) -> None:
     try:
         A.decode_device_selector(annotations)

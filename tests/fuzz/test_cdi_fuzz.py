@@ -15,8 +15,15 @@ from hypothesis import strategies as st
 
 from hami_node import cdi as node_cdi
 from hami_sim.kubelet.dra.cdi import CdiSpecError, decode_spec_file, parse_spec
-from tests.fuzz.strategies import YAML_DEPTHS, deep_json_text, fuzz_settings, json_values, mutated, texts
-from tests.fuzz.test_admission_fuzz import mostly
+from tests.fuzz.strategies import (
+    YAML_DEPTHS,
+    deep_json_text,
+    fuzz_settings,
+    json_values,
+    mostly,
+    mutated,
+    texts,
+)
 
 _value = json_values(leaves=5)
 _node = st.fixed_dictionaries(

@@ -24,9 +24,13 @@ from hami_node.dra.claims import (
     is_pod_private,
     reserved_pods,
 )
-from tests.fuzz.strategies import fuzz_settings, json_values, texts
-from tests.fuzz.test_admission_fuzz import mostly
-from tests.fuzz.test_requests_fuzz import quantities
+from tests.fuzz.strategies import (
+    fuzz_settings,
+    json_values,
+    mostly,
+    quantities,
+    texts,
+)
 
 DRIVER, POOL = "gpu.hami.io", "node-a"
 REF = ClaimRef("ns", "c", "uid-1")

@@ -32,9 +32,9 @@ from hami_api import dra
 from hami_sim.apiserver import ApiServerRunner
 from tests.apiserver_util import http
 from tests.builders import admission_review, as_body, gpu_info, gpu_pod, node
+from tests.control_process_util import ControlProcess, start_control
+from tests.control_server_util import KeepAliveClient
 from tests.fuzz.strategies import fuzz_settings, json_values, nested_text
-from tests.integration.control_process_util import ControlProcess, start_control
-from tests.integration.control_server_util import KeepAliveClient
 
 WEBHOOK_LIMIT = 3 * 1024 * 1024  # hami-control's default --max-request-body (3Mi)
 EXTENDER_LIMIT = 64 * 1024 * 1024  # hami_control.server.EXTENDER_MAX_BODY
@@ -410,6 +410,27 @@ def assert_grpc_answer(method: str, outcome: Any) -> None:
         assert isinstance(outcome, bytes)
 
 
+class NoPendingPods:
+    """A `hami_node.ports.PodSource` with no pod waiting for devices: Allocate fails with
+    NoPendingPodError, which the plugin answers as a gRPC status."""
+
+    def match(self, device_count: int) -> Any:
+        from hami_node.allocation import match_pending_pod
+
+        found = match_pending_pod((), device_count)
+        assert not hasattr(found, "pod")
+        raise found.error("node-a")  # type: ignore[union-attr]
+
+    def steering_gpus(self, device_count: int) -> tuple[str, ...]:
+        return ()
+
+    def pod_object(self, pod: Any) -> dict[str, object]:
+        raise AssertionError("no pod is pending")
+
+    def allocated(self, match: Any, granted: Any = None) -> None:
+        raise AssertionError("no pod is pending")
+
+
 @pytest.fixture(scope="module")
 def device_plugin() -> Iterator[Path]:
     import shutil
@@ -418,14 +439,13 @@ def device_plugin() -> Iterator[Path]:
     from hami_node.config import NodeConfig
     from hami_node.devices import DeviceState
     from hami_node.plugin.server import PluginServer
-    from tests.integration.test_plugin_grpc import MemoryPods
 
     base = Path(tempfile.mkdtemp(prefix="hf-", dir="/tmp"))  # Unix socket paths: ~107 bytes at most
     (base / "hook").mkdir()
     config = NodeConfig(
         node_name="node-a", kubelet_dir=base, hook_path=str(base / "hook"), device_split_count=3
     )
-    server = PluginServer(config, DeviceState(config), MemoryPods("node-a"))
+    server = PluginServer(config, DeviceState(config), NoPendingPods())
     server.start()
     try:
         yield server.socket_path

@@ -16,8 +16,13 @@ from hypothesis import strategies as st
 from hami_control.binder import read_binding_args
 from hami_control.config import ControlConfig, ServerSettings
 from hami_control.extender import ExtenderArgsError, read_candidates, read_pod_ask
-from tests.fuzz.strategies import fuzz_settings, json_values, texts
-from tests.fuzz.test_admission_fuzz import _pod, mostly
+from tests.fuzz.strategies import (
+    fuzz_settings,
+    json_values,
+    mostly,
+    pod_objects,
+    texts,
+)
 
 CONFIG = ControlConfig(server=ServerSettings(insecure_http=True))
 DEEP = orjson.loads(b"[" * 1000 + b"]" * 1000)  # orjson reads 1,024 levels; repr() stops near 1,000
@@ -38,7 +43,7 @@ extender_args = (
     st.fixed_dictionaries(
         {},
         optional={
-            "Pod": mostly(_pod, _value),
+            "Pod": mostly(pod_objects, _value),
             "NodeNames": mostly(_names, _value),
             "Nodes": _nodes,
         },

@@ -24,8 +24,15 @@ from hami_node.gpu.inventory import (
     render_inventory,
 )
 from hami_sim.kubelet import checkpoint as kubelet_checkpoint
-from tests.fuzz.strategies import YAML_DEPTHS, deep_json_text, fuzz_settings, json_values, mutated, texts
-from tests.fuzz.test_admission_fuzz import mostly
+from tests.fuzz.strategies import (
+    YAML_DEPTHS,
+    deep_json_text,
+    fuzz_settings,
+    json_values,
+    mostly,
+    mutated,
+    texts,
+)
 
 _value = json_values(leaves=5)
 _uuids = st.sampled_from(["GPU-0", "GPU-1", "GPU-2"])

@@ -28,9 +28,9 @@ from tests.fuzz.strategies import (
     deep_json_text,
     fuzz_settings,
     json_values,
+    mostly,
     texts,
 )
-from tests.fuzz.test_admission_fuzz import mostly
 
 FILE = Path("/etc/hami/config.yaml")
 Loader = Callable[[Sequence[str], Mapping[str, str], Callable[[Path], str]], Any]
