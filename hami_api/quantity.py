@@ -12,7 +12,8 @@ The grammar is apimachinery's:
 Values are exact (`Fraction`). `quantity_value` has Go's `Quantity.Value()` semantics: the value rounded
 up, away from zero, to a whole number, so "100m" is 1 and "-1.5" is -2. Anything else raises
 `QuantityError` with the text. Stricter than Go in two corners nobody writes: a number needs at least one
-digit ("." is rejected), exponents are limited to +-1000 and a number to 1,000 digits.
+digit ("." is rejected), exponents are limited to +-1000, a number to 1,000 digits and a value to below
+1e1001 (so the canonical text of every accepted value is accepted too).
 
 `canonical_quantity` is the text kube-apiserver writes back for a quantity it was sent (apimachinery's
 `ParseQuantity` then `Quantity.String`, k8s.io/apimachinery/pkg/api/resource/quantity.go):
@@ -38,6 +39,7 @@ _MAX_EXPONENT = 1000
 # Go reads any number of digits; past a thousand no quantity means anything, and Python's int() refuses
 # a text of more than 4,300 digits (with a ValueError that is not a QuantityError).
 _MAX_DIGITS = 1000
+_TOO_LARGE = 10 ** (_MAX_EXPONENT + 1)
 
 
 def _text(text: str | int | float) -> str:
@@ -73,6 +75,8 @@ def parse_quantity(text: str | int | float) -> Fraction:
     """The exact value of a quantity. Accepts the JSON forms the API server may send: a string, an int
     or (rarely) a float, which is read through its shortest decimal form."""
     if isinstance(text, int) and not isinstance(text, bool):
+        if abs(text) >= _TOO_LARGE:
+            raise QuantityError(f"<{text.bit_length()}-bit integer>", f"is 1e{_MAX_EXPONENT + 1} or more")
         return Fraction(text)
     text = _text(text)
     match = _match(text)
@@ -84,6 +88,8 @@ def parse_quantity(text: str | int | float) -> Fraction:
     base, exponent = (1024, _BINARY[suffix]) if suffix in _BINARY else (10, _decimal_exponent(text, suffix))
     scale: int = base ** abs(exponent)
     value = mantissa * scale if exponent >= 0 else mantissa / scale
+    if value >= _TOO_LARGE:  # "1000e1000" is 1e1003, written back as "1e1003": refuse it here already
+        raise QuantityError(text, f"is 1e{_MAX_EXPONENT + 1} or more")
     return -value if match["sign"] == "-" else value
 
 
@@ -164,6 +170,10 @@ def canonical_quantity(text: str | int | float) -> str:
     if precision >= 0 and scale >= -9:
         shifted = num + denom
         digits = int(shifted)
+        if (
+            base == 10 and scale > _MAX_EXPONENT - 20 and digits * 10**scale >= _TOO_LARGE
+        ):  # at most 18 digits
+            raise QuantityError(text, f"is 1e{_MAX_EXPONENT + 1} or more")  # what parse_quantity refuses
         magnitude = digits << exponent if base == 2 else digits
         if magnitude <= _INT64_MAX:
             if base == 2:
