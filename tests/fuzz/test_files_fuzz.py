@@ -156,6 +156,8 @@ kubelet_bytes = (
 @given(kubelet_bytes, st.booleans())
 @example(_DEEP.encode(), False)  # json.loads raises RecursionError, not ValueError
 @example(b'{"Data": {"PodDeviceEntries": [{"DeviceIDs": {"' + b"1" * 5000 + b'": []}}]}}', False)
+@example(b'{"Data": {"PodDeviceEntries": [], "RegisteredDevices": {"\\ud800": []}}, "Checksum": 0}', True)
+@example(b'{"Data": {"PodDeviceEntries": [], "RegisteredDevices": {"\\ud800": []}}, "Checksum": 0}', False)
 def test_any_kubelet_checkpoint_decodes_or_is_refused(raw: bytes, verify: bool) -> None:
     try:
         checkpoint = kubelet_checkpoint.decode_checkpoint(raw, verify=verify)
