@@ -12,8 +12,8 @@ The grammar is apimachinery's:
 Values are exact (`Fraction`). `quantity_value` has Go's `Quantity.Value()` semantics: the value rounded
 up, away from zero, to a whole number, so "100m" is 1 and "-1.5" is -2. Anything else raises
 `QuantityError` with the text. Stricter than Go in two corners nobody writes: a number needs at least one
-digit ("." is rejected), exponents are limited to +-1000, a number to 1,000 digits and a value to below
-1e1001 (so the canonical text of every accepted value is accepted too).
+digit ("." is rejected), exponents are limited to +-1000, a number to 1,000 significant digits (4,000 in
+all) and a value to below 1e1001 (so the canonical text of every accepted value is accepted too).
 
 `canonical_quantity` is the text kube-apiserver writes back for a quantity it was sent (apimachinery's
 `ParseQuantity` then `Quantity.String`, k8s.io/apimachinery/pkg/api/resource/quantity.go):
@@ -39,6 +39,7 @@ _MAX_EXPONENT = 1000
 # Go reads any number of digits; past a thousand no quantity means anything, and Python's int() refuses
 # a text of more than 4,300 digits (with a ValueError that is not a QuantityError).
 _MAX_DIGITS = 1000
+_MAX_TEXT_DIGITS = 4000  # leading and trailing zeros included; int() refuses past 4,300
 _TOO_LARGE = 10 ** (_MAX_EXPONENT + 1)
 
 
@@ -48,8 +49,8 @@ def _text(text: str | int | float) -> str:
     if isinstance(text, bool):
         raise QuantityError(str(text), "is a boolean, not a quantity")
     if isinstance(text, int):
-        if abs(text) >= 10**_MAX_DIGITS:
-            raise QuantityError(f"<{text.bit_length()}-bit integer>", f"has more than {_MAX_DIGITS} digits")
+        if abs(text) >= _TOO_LARGE:
+            raise QuantityError(f"<{text.bit_length()}-bit integer>", f"is 1e{_MAX_EXPONENT + 1} or more")
         return str(text)
     if isinstance(text, float):
         if not math.isfinite(text):
@@ -66,8 +67,12 @@ def _match(text: str) -> re.Match[str]:
         raise QuantityError(text, "is not a valid Kubernetes quantity")
     if not match["int"] and not match["frac"]:
         raise QuantityError(text, "has no digits")
-    if len(match["int"]) + len(match["frac"] or "") > _MAX_DIGITS:
-        raise QuantityError(text, f"has more than {_MAX_DIGITS} digits")
+    digits = match["int"] + (match["frac"] or "")
+    # significant digits: a canonical text pads its mantissa with up to two zeros, which must read back
+    if len(digits) > _MAX_TEXT_DIGITS:
+        raise QuantityError(text, f"has more than {_MAX_TEXT_DIGITS} digits")
+    if len(digits.strip("0")) > _MAX_DIGITS:
+        raise QuantityError(text, f"has more than {_MAX_DIGITS} significant digits")
     return match
 
 
