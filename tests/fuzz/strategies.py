@@ -151,15 +151,17 @@ _quantity_text = st.builds(
     st.sampled_from(["", "m", "k", "Ki", "Mi", "Ei", "E", "e3", "e-9", "E+18", "e1000", "e1001", "e-1001"])
     | st.sampled_from(["e", "e-", "e+"]).map(lambda e: e + "0" * 5000 + "7"),
 )
-quantities = (
+json_quantities = (
     _quantity_text
     | mutated(_quantity_text)
     | raw_text("0123456789.+-eEkKMGTPimnu ")
     | st.integers()
     | st.sampled_from(INT_EDGES)
-    | st.floats()
-    | python_scalars
+    | floats
 )
+"""Quantities as a JSON document carries them (text or numbers)."""
+quantities = json_quantities | st.floats() | python_scalars
+"""...and what a caller may hand over besides (NaN, bytes, complex)."""
 
 
 # --- annotation values: structured forms that get past the decoders' first checks -------------------
@@ -245,7 +247,9 @@ _HAMI_KEYS = [
 ]
 _RESOURCES = ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"]
 _value = json_values(leaves=5)
-_limits = st.dictionaries(st.sampled_from([*_RESOURCES, "nvidia.com/priority", "cpu"]), quantities | _value)
+_limits = st.dictionaries(
+    st.sampled_from([*_RESOURCES, "nvidia.com/priority", "cpu"]), json_quantities | _value
+)
 _container = st.fixed_dictionaries(
     {"name": st.sampled_from(["a", "b", "", "A_B"]) | texts},
     optional={
