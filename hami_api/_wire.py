@@ -45,8 +45,13 @@ def parse_int(where: Where, field: str, text: str, bounds: tuple[int, int] = INT
     """Go's strconv.ParseInt/ParseUint in base 10: optional sign, ASCII digits, in range."""
     if not _GO_INT.fullmatch(text):
         where.fail(text, "is not an integer", field)
-    value = int(text)
     low, high = bounds
+    # Past 20 significant digits the value is outside every 64-bit bound, and int() refuses a text of
+    # more than 4,300 digits with a ValueError of its own: decide the range from the text alone.
+    if len(text.lstrip("+-").lstrip("0")) > 20:
+        value = -(10**20) if text.startswith("-") else 10**20
+    else:
+        value = int(text)
     if value < low:
         where.fail(text, "must not be negative" if low == 0 else f"is below {low}", field)
     if value > high:

@@ -12,7 +12,8 @@ The grammar is apimachinery's:
 Values are exact (`Fraction`). `quantity_value` has Go's `Quantity.Value()` semantics: the value rounded
 up, away from zero, to a whole number, so "100m" is 1 and "-1.5" is -2. Anything else raises
 `QuantityError` with the text. Stricter than Go in two corners nobody writes: a number needs at least one
-digit ("." is rejected) and exponents are limited to +-1000.
+digit ("." is rejected), exponents are limited to +-1000, a number to 1,000 significant digits (4,000 in
+all) and a value to below 1e1001 (so the canonical text of every accepted value is accepted too).
 
 `canonical_quantity` is the text kube-apiserver writes back for a quantity it was sent (apimachinery's
 `ParseQuantity` then `Quantity.String`, k8s.io/apimachinery/pkg/api/resource/quantity.go):
@@ -35,6 +36,11 @@ _PATTERN = re.compile(
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _MAX_EXPONENT = 1000
+# Go reads any number of digits; past a thousand no quantity means anything, and Python's int() refuses
+# a text of more than 4,300 digits (with a ValueError that is not a QuantityError).
+_MAX_DIGITS = 1000
+_MAX_TEXT_DIGITS = 4000  # leading and trailing zeros included; int() refuses past 4,300
+_TOO_LARGE = 10 ** (_MAX_EXPONENT + 1)
 
 
 def _text(text: str | int | float) -> str:
@@ -43,6 +49,8 @@ def _text(text: str | int | float) -> str:
     if isinstance(text, bool):
         raise QuantityError(str(text), "is a boolean, not a quantity")
     if isinstance(text, int):
+        if abs(text) >= _TOO_LARGE:
+            raise QuantityError(f"<{text.bit_length()}-bit integer>", f"is 1e{_MAX_EXPONENT + 1} or more")
         return str(text)
     if isinstance(text, float):
         if not math.isfinite(text):
@@ -59,6 +67,12 @@ def _match(text: str) -> re.Match[str]:
         raise QuantityError(text, "is not a valid Kubernetes quantity")
     if not match["int"] and not match["frac"]:
         raise QuantityError(text, "has no digits")
+    digits = match["int"] + (match["frac"] or "")
+    # significant digits: a canonical text pads its mantissa with up to two zeros, which must read back
+    if len(digits) > _MAX_TEXT_DIGITS:
+        raise QuantityError(text, f"has more than {_MAX_TEXT_DIGITS} digits")
+    if len(digits.strip("0")) > _MAX_DIGITS:
+        raise QuantityError(text, f"has more than {_MAX_DIGITS} significant digits")
     return match
 
 
@@ -66,6 +80,8 @@ def parse_quantity(text: str | int | float) -> Fraction:
     """The exact value of a quantity. Accepts the JSON forms the API server may send: a string, an int
     or (rarely) a float, which is read through its shortest decimal form."""
     if isinstance(text, int) and not isinstance(text, bool):
+        if abs(text) >= _TOO_LARGE:
+            raise QuantityError(f"<{text.bit_length()}-bit integer>", f"is 1e{_MAX_EXPONENT + 1} or more")
         return Fraction(text)
     text = _text(text)
     match = _match(text)
@@ -77,11 +93,19 @@ def parse_quantity(text: str | int | float) -> Fraction:
     base, exponent = (1024, _BINARY[suffix]) if suffix in _BINARY else (10, _decimal_exponent(text, suffix))
     scale: int = base ** abs(exponent)
     value = mantissa * scale if exponent >= 0 else mantissa / scale
+    if value >= _TOO_LARGE:  # "1000e1000" is 1e1003, written back as "1e1003": refuse it here already
+        raise QuantityError(text, f"is 1e{_MAX_EXPONENT + 1} or more")
     return -value if match["sign"] == "-" else value
 
 
 def _decimal_exponent(text: str, suffix: str) -> int:
-    exponent = _DECIMAL[suffix] if suffix in _DECIMAL else int(suffix[1:])
+    if suffix in _DECIMAL:
+        exponent = _DECIMAL[suffix]
+    else:
+        sign, digits = suffix[1:2] if suffix[1:2] in "+-" else "", suffix[1:].lstrip("+-").lstrip("0")
+        if len(digits) > len(str(_MAX_EXPONENT)):  # before int(), which refuses past 4,300 digits
+            raise QuantityError(text, f"has an exponent beyond +-{_MAX_EXPONENT}")
+        exponent = int(sign + (digits or "0"))
     if abs(exponent) > _MAX_EXPONENT:
         raise QuantityError(text, f"has an exponent beyond +-{_MAX_EXPONENT}")
     return exponent
@@ -151,6 +175,10 @@ def canonical_quantity(text: str | int | float) -> str:
     if precision >= 0 and scale >= -9:
         shifted = num + denom
         digits = int(shifted)
+        if (
+            base == 10 and scale > _MAX_EXPONENT - 20 and digits * 10**scale >= _TOO_LARGE
+        ):  # at most 18 digits
+            raise QuantityError(text, f"is 1e{_MAX_EXPONENT + 1} or more")  # what parse_quantity refuses
         magnitude = digits << exponent if base == 2 else digits
         if magnitude <= _INT64_MAX:
             if base == 2:

@@ -25,6 +25,9 @@ Parser = Callable[[object], Any]
 """A setting's parser: the value as written -> the typed value, or `Invalid`."""
 
 INT_PATTERN = re.compile(r"[+-]?[0-9]+")
+MAX_INT_DIGITS = 100
+"""An integer setting written with more significant digits is out of every range (and Python's int()
+refuses a text of over 4,300 digits with a ValueError of its own)."""
 GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 """What Go's strconv.ParseBool reads as true (HAMi's and NVIDIA's flags are parsed by it)."""
 GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -115,6 +118,8 @@ def parse_int(low: int, high: int | None = None) -> Callable[[object], int]:
         if isinstance(value, int):
             number = value
         elif isinstance(value, str) and INT_PATTERN.fullmatch(value.strip()):
+            if len(value.strip().lstrip("+-").lstrip("0")) > MAX_INT_DIGITS:  # int() refuses 4,300 digits
+                raise Invalid(expected)
             number = int(value.strip())
         else:
             raise Invalid(expected)

@@ -420,6 +420,12 @@ def parse_document(text: str, source: str) -> Document:
         problem = getattr(err, "problem", None) or str(err)
         line = mark.line + 1 if mark is not None else None
         raise ConfigError(source, "", f"is not valid YAML or JSON: {problem}", line) from None
+    except ConfigError:  # a key given twice (_record_lines); ConfigError is a ValueError too
+        raise
+    except RecursionError:  # PyYAML (and _record_lines) recurse once per level of nesting
+        raise ConfigError(source, "", "is not valid YAML or JSON: nested too deep") from None
+    except ValueError as err:  # PyYAML's int() of a number of over 4,300 digits
+        raise ConfigError(source, "", f"is not valid YAML or JSON: {err}") from None
     return Document(source, value, lines)
 
 

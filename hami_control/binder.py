@@ -254,7 +254,10 @@ class BindingArgs:
 
 
 def _shown(value: object) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):  # JSON nested past the recursion limit; an int past 4,300 digits
+        return f"<{type(value).__name__} nested too deep or too long to show>"
     return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
 
 

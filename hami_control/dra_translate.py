@@ -484,6 +484,15 @@ def _count(entry: Mapping[str, Any], key: str, index: int, *, low: int, nullable
     return value
 
 
+def _entry_text(entry: Any) -> str:
+    """An entry written back for an error message; orjson writes at most 255 levels of nesting (it reads
+    1,024), so a deeper entry is named by its type."""
+    try:
+        return orjson.dumps(entry).decode()
+    except orjson.JSONEncodeError:
+        return f"<{type(entry).__name__} nested deeper than 255 levels>"
+
+
 def decode_claims(text: str) -> tuple[ClaimRecord, ...]:
     """`hami.io/dra-claims`, strictly: a list of objects with exactly the six keys, names as strings,
     gpus >= 1, memory >= 1 or null, cores >= 0. Raises `WireFormatError` naming the entry and key."""
@@ -498,9 +507,7 @@ def decode_claims(text: str) -> tuple[ClaimRecord, ...]:
         where = f"entry {index}"
         if not isinstance(entry, dict) or set(entry) != _RECORD_KEYS:
             keys = ", ".join(sorted(_RECORD_KEYS))
-            raise WireFormatError(
-                ANNOTATION, where, orjson.dumps(entry).decode(), f"is not an object of {keys}"
-            )
+            raise WireFormatError(ANNOTATION, where, _entry_text(entry), f"is not an object of {keys}")
         for key in ("container", "claim", "template"):
             if not isinstance(entry[key], str) or not entry[key]:
                 raise WireFormatError(ANNOTATION, where, repr(entry[key]), "is not a name", key)

@@ -142,7 +142,10 @@ _MAX_SHOWN = 80
 
 
 def _shown(value: object) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):  # JSON nested past the recursion limit; an int past 4,300 digits
+        return f"<{_kind(value)} nested too deep or too long to show>"
     return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
 
 

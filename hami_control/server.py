@@ -324,7 +324,11 @@ def extender_routes(
             except Exception:
                 log.exception("extender %s failed on a %d-byte request", path, len(body))
                 answer = refused(path, f"internal error in the extender's {path} (see its log)")
-            return json_response(answer)
+            try:
+                return json_response(answer)
+            except orjson.JSONEncodeError as err:  # /filter echoes the Nodes it was sent: orjson reads
+                # 1,024 levels of nesting but writes 255, so a Node nested deeper cannot be sent back
+                return json_response(refused(path, f"the answer cannot be written as JSON ({err})"))
 
         routes.add("POST", path, handler)
 

@@ -221,7 +221,7 @@ def written_by_us(data: bytes) -> bool:
     the same kind carry the driver's mounts and hooks, so they never pass."""
     try:
         spec = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past Python's recursion limit
         return False
     if not isinstance(spec, dict) or spec.get("kind") != CDI_KIND or set(spec) - _SPEC_KEYS:
         return False
@@ -238,10 +238,13 @@ def written_by_us(data: bytes) -> bool:
         if not isinstance(device, dict) or set(device) != {"name", "containerEdits"}:
             return False
         node = device["containerEdits"]
-        if not isinstance(node, dict) or set(node) != {"deviceNodes"} or len(node["deviceNodes"]) != 1:
+        if not isinstance(node, dict) or set(node) != {"deviceNodes"}:
             return False
-        path = node["deviceNodes"][0].get("path", "") if isinstance(node["deviceNodes"][0], dict) else ""
-        if not re.fullmatch(r"/dev/nvidia[0-9]+", path):
+        nodes = node["deviceNodes"]
+        if not isinstance(nodes, list) or len(nodes) != 1 or not isinstance(nodes[0], dict):
+            return False
+        path = nodes[0].get("path")
+        if not isinstance(path, str) or not re.fullmatch(r"/dev/nvidia[0-9]+", path):
             return False
     return True
 

@@ -33,6 +33,7 @@ from hami_api.dra import DRIVER as DEFAULT_DRA_DRIVER
 from hami_api.settings import (
     DNS_SUBDOMAIN,
     LISTEN_ADDRESS,
+    MAX_INT_DIGITS,
     ConfigError,
     HelpRequested,
     Invalid,
@@ -373,7 +374,7 @@ def _xids(value: object) -> XidList:
             raise Invalid(expected)
         if isinstance(item, int) and item >= 0:
             xids.add(item)
-        elif isinstance(item, str) and item.isascii() and item.isdigit():
+        elif isinstance(item, str) and item.isascii() and item.isdigit() and len(item) <= MAX_INT_DIGITS:
             xids.add(int(item))
         else:
             raise Invalid(expected)
@@ -407,7 +408,7 @@ def _filter_devices(value: object) -> FilterDevices:
         for item in _items(value, expected):
             if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
                 indexes.append(item)
-            elif isinstance(item, str) and item.isascii() and item.isdigit():
+            elif isinstance(item, str) and item.isascii() and item.isdigit() and len(item) <= MAX_INT_DIGITS:
                 indexes.append(int(item))
             elif isinstance(item, str) and item and not item.startswith("-"):
                 uuids.append(item)

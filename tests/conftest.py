@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 from kubernetes import client
 
 from hami_sim.apiserver import ApiServerRunner
@@ -18,9 +18,18 @@ from hami_sim.apiserver import ApiServerRunner
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 
 # CI runs the property tests with a fixed seed (deterministic: a red CI is a bug, never bad luck);
-# local runs keep exploring new examples.
+# local runs keep exploring new examples. `HYPOTHESIS_PROFILE=long` is the fuzzing run outside CI
+# (docs/reliability.md, "Fuzzing"): at least 100,000 examples per property, no deadline.
 settings.register_profile("ci", derandomize=True, deadline=None)
-if os.environ.get("CI"):
+settings.register_profile(
+    "long",
+    max_examples=100_000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+if os.environ.get("HYPOTHESIS_PROFILE"):
+    settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
+elif os.environ.get("CI"):
     settings.load_profile("ci")
 
 

@@ -138,7 +138,7 @@ def decode(data: bytes) -> Checkpoint:
     """The checkpoint in a file's bytes. Raises `CheckpointError`."""
     try:
         doc = json.loads(data)
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:  # RecursionError: nested past Python's recursion limit
         raise CheckpointError(f"not JSON: {err}") from None
     if not isinstance(doc, dict) or doc.get("kind") != KIND:
         raise CheckpointError(

@@ -165,6 +165,19 @@ class PreparedClaim:
 # --- reading a claim ---------------------------------------------------------------------------------------
 
 
+_MAX_SHOWN = 80
+
+
+def _shown(value: object) -> str:
+    """A value from the claim for a message: repr, shortened; a value nested past the recursion limit
+    (the API server's JSON may nest 1,024 levels, repr() stops near 1,000) by its type."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"<{type(value).__name__} nested too deep to show>"
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
 def _map(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
@@ -184,7 +197,9 @@ def check_claim(claim: Mapping[str, Any], ref: ClaimRef) -> None:
     checks, kubeletplugin/draplugin.go getResourceClaims). Raises `ClaimError`."""
     uid = _map(claim.get("metadata")).get("uid")
     if uid != ref.uid:
-        raise ClaimError(f"claim {ref.key} got replaced: its UID is {uid!r}, kubelet asked for {ref.uid}")
+        raise ClaimError(
+            f"claim {ref.key} got replaced: its UID is {_shown(uid)}, kubelet asked for {ref.uid}"
+        )
     if not _map(_map(claim.get("status")).get("allocation")):
         raise ClaimError(f"claim {ref.key} is not allocated")
 
@@ -197,7 +212,7 @@ def _capacity(consumed: Mapping[str, Any], name: str, driver: str) -> object | N
 
 def _quantity(value: object, what: str) -> int:
     if not isinstance(value, str | int) or isinstance(value, bool):
-        raise ClaimError(f"{what}: expected a quantity, got {value!r}")
+        raise ClaimError(f"{what}: expected a quantity, got {_shown(value)}")
     try:
         return quantity_value(value)
     except QuantityError as err:
@@ -208,18 +223,18 @@ def _share(result: Mapping[str, Any], where: str, driver: str) -> Share:
     device = result.get("device")
     request = result.get("request")
     if not isinstance(device, str) or not device:
-        raise ClaimError(f"{where}.device: expected a device name, got {device!r}")
+        raise ClaimError(f"{where}.device: expected a device name, got {_shown(device)}")
     if not isinstance(request, str) or not request:
-        raise ClaimError(f"{where}.request: expected a request name, got {request!r}")
+        raise ClaimError(f"{where}.request: expected a request name, got {_shown(request)}")
     share_id = result.get("shareID")
     if share_id is not None and (not isinstance(share_id, str) or not share_id):
-        raise ClaimError(f"{where}.shareID: expected a share ID, got {share_id!r}")
+        raise ClaimError(f"{where}.shareID: expected a share ID, got {_shown(share_id)}")
     consumed = result.get("consumedCapacity")
     memory: int | None = None
     cores: int | None = None
     if consumed is not None:
         if not isinstance(consumed, Mapping):
-            raise ClaimError(f"{where}.consumedCapacity: expected a mapping, got {consumed!r}")
+            raise ClaimError(f"{where}.consumedCapacity: expected a mapping, got {_shown(consumed)}")
         raw_memory = _capacity(consumed, dra.CAPACITY_MEMORY, driver)
         if raw_memory is not None:
             memory = _quantity(raw_memory, f"{where}.consumedCapacity.memory")

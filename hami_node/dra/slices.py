@@ -236,13 +236,22 @@ def _map(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _text(value: object) -> str:
+    """A name or timestamp from a stored object; "" for anything that is not a string."""
+    return value if isinstance(value, str) else ""
+
+
 def generation(slice_: Mapping[str, Any]) -> int:
     value = _map(_map(slice_.get("spec")).get("pool")).get("generation")
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def pool_name(slice_: Mapping[str, Any]) -> str:
-    return str(_map(_map(slice_.get("spec")).get("pool")).get("name", ""))
+    return _text(_map(_map(slice_.get("spec")).get("pool")).get("name"))
 
 
 def pick_slice(
@@ -257,7 +266,7 @@ def pick_slice(
 
     def rank(s: Mapping[str, Any]) -> tuple[int, str, str]:
         meta = _map(s.get("metadata"))
-        return -generation(s), str(meta.get("creationTimestamp", "")), str(meta.get("name", ""))
+        return -generation(s), _text(meta.get("creationTimestamp")), _text(meta.get("name"))
 
     ours.sort(key=rank)
     return ours[0], [*ours[1:], *others]
@@ -342,8 +351,8 @@ def consumable_dropped(desired: Sequence[Mapping[str, Any]], stored: Mapping[str
     wanted = {d.get("name") for d in desired if d.get("allowMultipleAllocations") is True}
     if not wanted:
         return False
-    devices = _map(stored.get("spec")).get("devices") or []
-    by_name = {d.get("name"): d for d in devices if isinstance(d, Mapping)}
+    devices = _list(_map(stored.get("spec")).get("devices"))
+    by_name = {d.get("name"): d for d in devices if isinstance(d, Mapping) and isinstance(d.get("name"), str)}
     return any(
         name in by_name and by_name[name].get("allowMultipleAllocations") is not True for name in wanted
     )
@@ -354,12 +363,12 @@ def stored_taint_times(stored: Mapping[str, Any] | None) -> dict[tuple[str, str]
     out: dict[tuple[str, str], str] = {}
     if stored is None:
         return out
-    for device in _map(stored.get("spec")).get("devices") or []:
+    for device in _list(_map(stored.get("spec")).get("devices")):
         if not isinstance(device, Mapping):
             continue
-        for taint in device.get("taints") or []:
+        for taint in _list(device.get("taints")):
             if isinstance(taint, Mapping) and isinstance(taint.get("timeAdded"), str):
-                out[(str(device.get("name")), str(taint.get("value", "")))] = taint["timeAdded"]
+                out[(_text(device.get("name")), _text(taint.get("value")))] = taint["timeAdded"]
     return out
 
 

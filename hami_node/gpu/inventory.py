@@ -240,7 +240,7 @@ class _Fields:
     def done(self) -> None:
         for key in self._map:
             if key not in self._seen:
-                where = self.at(str(key))
+                where = self.at(str(key) or '""')
                 raise self._errors.at(where, "unknown field (see docs/fake-gpus.md for the format)")
 
 
@@ -460,6 +460,8 @@ def parse_inventory_text(text: str, source: str = "<inventory>") -> Inventory:
             data: object = json.loads(text)
         except json.JSONDecodeError as exc:
             raise errors.at(f"line {exc.lineno}, column {exc.colno}", f"not valid JSON: {exc.msg}") from None
+        except (ValueError, RecursionError) as exc:  # a number of over 4,300 digits; nesting too deep
+            raise errors.at("whole file", f"not valid JSON: {exc}") from None
     else:
         try:
             data = yaml.safe_load(text)
@@ -468,6 +470,10 @@ def parse_inventory_text(text: str, source: str = "<inventory>") -> Inventory:
             where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "whole file"
             raise errors.at(where, f"not valid YAML: {exc.problem or exc}") from None
         except yaml.YAMLError as exc:
+            raise errors.at("whole file", f"not valid YAML: {exc}") from None
+        except RecursionError:  # PyYAML's scanner and constructor recurse once per level of nesting
+            raise errors.at("whole file", "not valid YAML: nested too deep") from None
+        except ValueError as exc:  # PyYAML's int() of a number of over 4,300 digits
             raise errors.at("whole file", f"not valid YAML: {exc}") from None
     if data is None:
         raise errors.at("whole file", "is empty (expected a mapping with a gpus list)")

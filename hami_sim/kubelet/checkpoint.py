@@ -20,6 +20,7 @@ import base64
 import binascii
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,17 +197,29 @@ def write_checkpoint(
     write_atomic(path, (encoder or CheckpointEncoder()).encode(entries, registered), mode=0o644)
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _shown(value: Any) -> str:
+    try:
+        return json.dumps(value)[:80]
+    except (RecursionError, ValueError):  # nested near the recursion limit; an int of over 4,300 digits
+        return f"<{type(value).__name__}>"
+
+
 def _str(value: Any, where: str) -> str:
     if not isinstance(value, str):
-        raise CheckpointError(f"{where}: expected a string, got {json.dumps(value)[:80]}")
-    return value
+        raise CheckpointError(f"{where}: expected a string, got {_shown(value)}")
+    # Go's encoding/json reads an unpaired surrogate escape ("\ud800") as U+FFFD; so does this (a lone
+    # surrogate cannot be written back as UTF-8, and the checksum is over what Go would write)
+    return _LONE_SURROGATE.sub("\ufffd", value)
 
 
 def _str_list(value: Any, where: str) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise CheckpointError(f"{where}: expected a list of strings, got {json.dumps(value)[:80]}")
+        raise CheckpointError(f"{where}: expected a list of strings, got {_shown(value)}")
     return [_str(item, f"{where}[{i}]") for i, item in enumerate(value)]
 
 
@@ -214,20 +227,20 @@ def _object(value: Any, where: str) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise CheckpointError(f"{where}: expected an object, got {json.dumps(value)[:80]}")
+        raise CheckpointError(f"{where}: expected an object, got {_shown(value)}")
     return value
 
 
 def decode_checkpoint(raw: bytes, *, verify: bool = True) -> Checkpoint:
     try:
         document = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
         raise CheckpointError(f"not JSON: {exc}") from exc
     document = _object(document, "checkpoint")
     data = _object(document.get("Data"), "Data")
     checksum = document.get("Checksum")
     if not isinstance(checksum, int) or isinstance(checksum, bool):
-        raise CheckpointError(f"Checksum: expected an integer, got {json.dumps(checksum)[:80]}")
+        raise CheckpointError(f"Checksum: expected an integer, got {_shown(checksum)}")
     entries: list[PodDeviceEntry] = []
     rows: list[tuple[str, str, str, Mapping[int, Sequence[str]], str]] = []
     raw_entries = data.get("PodDeviceEntries")
@@ -258,7 +271,7 @@ def decode_checkpoint(raw: bytes, *, verify: bool = True) -> Checkpoint:
         entries.append(PodDeviceEntry(uid, container, resource, ids, response))
         rows.append((uid, container, resource, ids, encoded))
     registered = {
-        name: tuple(_str_list(ids, f"Data.RegisteredDevices[{name}]"))
+        _str(name, "Data.RegisteredDevices key"): tuple(_str_list(ids, f"Data.RegisteredDevices[{name}]"))
         for name, ids in _object(data.get("RegisteredDevices"), "Data.RegisteredDevices").items()
     }
     if verify:

@@ -30,7 +30,7 @@ from hami_sim.apiserver import ApiServerRunner
 from tests.apiserver_util import bind, http
 from tests.builders import binding, pod
 from tests.conftest import ApiServerHandle
-from tests.integration.control_server_util import LoopThread
+from tests.control_server_util import LoopThread
 from tests.waiting import wait_for
 
 FAST = RetryPolicy(initial=0.01, maximum=0.05)

@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes import client
 
 from tests.conftest import ApiServerHandle
-from tests.integration.control_process_util import control_env
+from tests.control_process_util import control_env
 
 FLAGS = ("--namespace", "hami-system", "--service", "hami-webhook", "--service", "hami-scheduler-extender")
 

@@ -26,8 +26,8 @@ from hami_api.annotations import (
 )
 from tests.builders import gpu_info, gpu_pod, node
 from tests.conftest import ApiServerHandle
-from tests.integration.control_process_util import ControlProcess, raw_pod, start_control
-from tests.integration.control_server_util import KeepAliveClient
+from tests.control_process_util import ControlProcess, raw_pod, start_control
+from tests.control_server_util import KeepAliveClient
 from tests.waiting import wait_for
 
 GPU_MEM = 16000

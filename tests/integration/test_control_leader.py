@@ -17,8 +17,8 @@ from kubernetes import client
 
 from tests.builders import container, pod
 from tests.conftest import ApiServerHandle
-from tests.integration.control_process_util import ControlProcess, start_control
-from tests.integration.control_server_util import KeepAliveClient
+from tests.control_process_util import ControlProcess, start_control
+from tests.control_server_util import KeepAliveClient
 from tests.waiting import wait_for
 
 TIMING = (

@@ -32,7 +32,7 @@ from hami_kube.backoff import RetryPolicy
 from hami_kube.client import KubeApi
 from hami_sim.apiserver import ApiServerRunner
 from tests.builders import admission_review, as_body, gpu_pod
-from tests.integration.control_server_util import (
+from tests.control_server_util import (
     CA,
     KeepAliveClient,
     LoopThread,

@@ -28,7 +28,7 @@ from hami_control.server import (
     webhook_route,
 )
 from tests.builders import admission_review, as_body
-from tests.integration.control_server_util import CA, KeepAliveClient, LoopThread, write_pair
+from tests.control_server_util import CA, KeepAliveClient, LoopThread, write_pair
 from tests.waiting import wait_for
 
 FAST = ConnectionLimits(

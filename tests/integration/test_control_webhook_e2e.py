@@ -19,8 +19,8 @@ from kubernetes.client import ApiException
 
 from tests.builders import admission_review, as_body, container, gpu_pod, pod, resource_quota
 from tests.conftest import ApiServerHandle
-from tests.integration.control_process_util import ControlProcess, control_env, raw_pod, start_control
-from tests.integration.control_server_util import KeepAliveClient
+from tests.control_process_util import ControlProcess, control_env, raw_pod, start_control
+from tests.control_server_util import KeepAliveClient
 from tests.waiting import wait_for
 
 

@@ -31,7 +31,7 @@ from hami_sim.apiserver.resource_v1 import FeatureGates
 from hami_sim.apiserver.runner import ApiServerRunner
 from tests.builders import admission_review, as_body, gpu_pod
 from tests.conftest import ApiServerHandle
-from tests.integration.control_server_util import LoopThread
+from tests.control_server_util import LoopThread
 from tests.waiting import wait_for
 
 SHARED = GPUClaim(1, 4000, 30)

@@ -24,8 +24,8 @@ from hami_kube.client import KubeApi
 from hami_sim.controllers.resourceclaim import ResourceClaimController
 from tests.builders import gpu_pod, resource_quota
 from tests.conftest import ApiServerHandle
-from tests.integration.control_process_util import ControlProcess, raw_pod, start_control
-from tests.integration.control_server_util import LoopThread
+from tests.control_process_util import ControlProcess, raw_pod, start_control
+from tests.control_server_util import LoopThread
 from tests.waiting import wait_for
 
 DRA_LABEL = {"hami.io/dra": "enabled"}

@@ -21,7 +21,7 @@ from hami_kube.errors import KubeApiError, KubeConfigError
 from hami_kube.reflector import ListSink, Reflector
 from hami_sim.apiserver import ApiServerRunner
 from tests.builders import pod
-from tests.integration.control_server_util import LoopThread
+from tests.control_server_util import LoopThread
 from tests.waiting import wait_for
 
 FAST = RetryPolicy(initial=0.01, maximum=0.05)

@@ -15,7 +15,7 @@ import pytest
 from hami_kube.client import KubeApi
 from hami_kube.election import LeaseElection, LeaseSettings
 from hami_sim.apiserver import ApiServerRunner
-from tests.integration.control_server_util import LoopThread
+from tests.control_server_util import LoopThread
 
 
 class Clock:

@@ -19,7 +19,7 @@ from hami_kube.events import COMBINED_PREFIX, EventRecorder, EventSource
 from hami_kube.flowcontrol import RateLimiter
 from tests.clocks import FakeTime
 from tests.conftest import ApiServerHandle
-from tests.integration.control_server_util import LoopThread
+from tests.control_server_util import LoopThread
 from tests.integration.scripted_http import Answer, ScriptedServer
 from tests.waiting import wait_for
 

@@ -18,7 +18,7 @@ from hami_kube.errors import KubeApiError
 from hami_kube.flowcontrol import RateLimiter
 from tests.clocks import FakeTime
 from tests.conftest import ApiServerHandle
-from tests.integration.control_server_util import LoopThread
+from tests.control_server_util import LoopThread
 from tests.integration.scripted_http import Answer, ScriptedServer, retry_after
 
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"

@@ -318,6 +318,8 @@ def decode_spec_file(data: bytes, path: str) -> Any:
         return yaml.safe_load(data)
     except (ValueError, yaml.YAMLError) as exc:
         raise CdiSpecError(f"CDI spec {path}: does not parse: {exc}") from None
+    except RecursionError:  # json and PyYAML recurse once per level of nesting
+        raise CdiSpecError(f"CDI spec {path}: does not parse: nested too deep") from None
 
 
 def parse_spec(document: Any, path: str, priority: int = 0) -> CdiSpec:

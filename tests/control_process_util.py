@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from tests.integration.control_server_util import CA, KeepAliveClient, write_pair
+from tests.control_server_util import CA, KeepAliveClient, write_pair
 from tests.waiting import wait_for
 
 _ENV_KEEP = ("PATH", "HOME", "LANG", "TMPDIR", "VIRTUAL_ENV")
