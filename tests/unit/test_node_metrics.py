@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami_node.devices import GPUStatus
-from hami_node.gpu.backend import GPUFailed, GPUNotFound, GPUUsage, PhysicalGPU
+from hami_node.gpu.backend import GPUFailed, GPUNotFound, GPUUsage
 from hami_node.gpu.fake import FakeBackend
 from hami_node.gpu.inventory import generate_inventory
 from hami_node.monitor.exporter import ContainerCollector, GPUCollector, NodeMetrics
@@ -26,6 +26,7 @@ from hami_node.monitor.region import (
 from hami_node.monitor.regions import RegionScanner, apply_writes, read_region
 from hami_node.monitor.simulate import MIB, ContainerSimulator, SimulatedDevice, usage_fraction
 from hami_node.ports import PodName
+from tests.builders import physical_gpu
 
 GPU_A = "GPU-0b3c1d2e-1111-2222-3333-444455556666"
 GPU_B = "GPU-9f8e7d6c-aaaa-bbbb-cccc-ddddeeeeffff"
@@ -39,8 +40,8 @@ def samples(body: bytes) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
-def gpu(index: int, uuid: str, healthy: bool = True) -> GPUStatus:
-    info = PhysicalGPU(index, uuid, "Tesla T4", 15360, index, 0, f"0000:0{index}:00.0")
+def gpu_status(index: int, uuid: str, healthy: bool = True) -> GPUStatus:
+    info = physical_gpu(uuid, index, model="Tesla T4", memory_mib=15360, pci_bus_id=f"0000:0{index}:00.0")
     return GPUStatus(info, fault=None if healthy else "Xid 79")
 
 
@@ -61,7 +62,9 @@ def usage(uuid: str) -> GPUUsage:
 def test_per_gpu_families_carry_hami_s_names_labels_and_zone_and_ours_the_rest() -> None:
     metrics = NodeMetrics("node-1")
     metrics.add_collector(
-        GPUCollector("node-1", lambda: [gpu(0, GPU_A), gpu(1, GPU_B, False)], usage, legacy=True)
+        GPUCollector(
+            "node-1", lambda: [gpu_status(0, GPU_A), gpu_status(1, GPU_B, False)], usage, legacy=True
+        )
     )
     metrics.xid(GPU_B, 79)
     content_type, body = metrics.render()
@@ -86,7 +89,7 @@ def test_per_gpu_families_carry_hami_s_names_labels_and_zone_and_ours_the_rest()
 
 def test_legacy_names_are_left_out_when_turned_off() -> None:
     metrics = NodeMetrics("n")
-    metrics.add_collector(GPUCollector("n", lambda: [gpu(0, GPU_A)], usage, legacy=False))
+    metrics.add_collector(GPUCollector("n", lambda: [gpu_status(0, GPU_A)], usage, legacy=False))
     got = samples(metrics.render()[1])
     assert "hami_host_gpu_memory_used_bytes" in got and "HostGPUMemoryUsage" not in got
 
