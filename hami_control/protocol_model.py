@@ -44,8 +44,9 @@ component can take is an action, and the checker explores every interleaving of 
   `hami_node/plugin/server.py`): its view of the pods bound to its node comes from its watch
   (`PodTracker.pod_event`); at Allocate it looks up the one waiting pod (phase Pending, bind-phase
   allocating, not finished by it) whose container asks that many GPUs (`match_pending_pod`; two is
-  `AmbiguousPodError`), on a miss reads the node's pods once (`_read_node_pods`), checks kubelet's
-  devices against the pod's GPUs (`grant_container`) and queues bind-phase success or failed
+  `AmbiguousPodError`), confirms each match with a GET of the pod (`_confirm`: one the API shows no
+  longer waiting is dropped from its view), on a miss reads the node's pods once (`_read_node_pods`),
+  checks kubelet's devices against the pod's GPUs (`grant_container`) and queues bind-phase success or failed
   (`allocated` / `failed` -> `_finish`); `daemon-send` is its writer thread sending the head of the
   queue (`_write_loop` -> `_send`). `restart daemon` loses the queue, the finished and deleted sets and
   relists.
@@ -138,6 +139,10 @@ class Config:
     """A Binding answered with an error whose outcome is unknown (no answer, a 5xx, a timeout) keeps the
     assumption and the window entry for the watch or the sweep (`Binder._keep`); only a refusal rolls
     back. False: as the code was before that fix (every error rolled back)."""
+    confirm_match: bool = True
+    """The node daemon confirms a match from its watch with a GET of the pod (`PodTracker._confirm`): one
+    the API shows gone, being deleted, ended or no longer allocating is dropped from its view and the
+    lookup repeats. False: as the code was before that fix."""
     window_rule: bool = True
     """Mutation switch: False lets pods with equal GPU counts be pending on one node together."""
     assume_before_await: bool = True
@@ -686,33 +691,53 @@ class ProtocolModel:
         ]
 
     def _lookup(self, state: State, k: int, daemon: Daemon, count: int) -> tuple[Daemon, int | None, str]:
-        """`PodTracker._match`: the one waiting pod asking `count` GPUs; on a miss, one read of the
-        node's pods (`_read_node_pods`) and a second try."""
+        """`PodTracker._match`: the one waiting pod asking `count` GPUs, each match confirmed by a GET
+        (`_confirm`, `Config.confirm_match`); on a miss, one read of the node's pods (`_read_node_pods`)
+        and a second try."""
+        node = self.config.nodes[k].name
         for attempt in range(2):
             matches = [i for i in self._waiting(daemon) if self.counts[i] == count]
+            stale = [i for i in matches if not self._still_waiting(state, node, i)]
+            while self.config.confirm_match and stale:  # dropped: what the GET showed replaces it
+                view = list(daemon.view)
+                for i in stale:
+                    current = state.api[i]
+                    view[i] = current if current is not None and current.node == node else None
+                gone = {i for i in stale if state.api[i] is None}
+                daemon = daemon._replace(view=tuple(view), deleted=daemon.deleted | gone)
+                matches = [i for i in self._waiting(daemon) if self.counts[i] == count]
+                stale = [i for i in matches if not self._still_waiting(state, node, i)]
             if len(matches) > 1:
                 names = ", ".join(self.names[i] for i in matches)
                 return daemon, None, f"AmbiguousPodError ({names})"
             if matches:
                 return daemon, matches[0], ""
             if attempt == 0:
-                node = self.config.nodes[k].name
                 known = set(self._waiting(daemon))
                 view = list(daemon.view)
                 for i, p in enumerate(state.api):
                     if (
-                        p is not None
-                        and p.node == node
-                        and i not in known
+                        i not in known
                         and i not in daemon.deleted
                         and i not in daemon.finished
-                        and p.phase == PENDING
-                        and not p.deleting
-                        and p.bind_phase == ALLOCATING
+                        and self._still_waiting(state, node, i)
                     ):
                         view[i] = p
                 daemon = daemon._replace(view=tuple(view))
         return daemon, None, f"no pod pending on node with {count} GPU(s)"
+
+    @staticmethod
+    def _still_waiting(state: State, node: str, pod: int) -> bool:
+        """`waiting_pod` over the API's copy of the pod."""
+        p = state.api[pod]
+        return (
+            p is not None
+            and p.node == node
+            and p.phase == PENDING
+            and not p.deleting
+            and p.bind_phase == ALLOCATING
+            and bool(p.gpus)
+        )
 
     def _daemon(self, state: State, k: int) -> Iterator[tuple[str, str, State]]:
         node = self.config.nodes[k].name

@@ -136,8 +136,11 @@ class NodeApi:
             {"metadata": {"annotations": dict(annotations)}},
         )
 
-    def get_pod(self, namespace: str, name: str) -> JSONDict:
-        return self.bridge.get(f"/api/v1/namespaces/{_name(namespace)}/pods/{_name(name)}")
+    def get_pod(self, namespace: str, name: str, timeout_s: float | None = None) -> JSONDict:
+        """The pod (`timeout_s` bounds the call instead of the client's request timeout)."""
+        return self.bridge.get(
+            f"/api/v1/namespaces/{_name(namespace)}/pods/{_name(name)}", timeout_s=timeout_s
+        )
 
     # --- DRA ----------------------------------------------------------------------------------------
 

@@ -85,6 +85,22 @@ def test_a_binding_committed_or_dropped_without_an_answer_keeps_every_property()
     assert_holds(explore(lost_answers=1), 85_134)
 
 
+def test_a_deleted_pod_the_node_daemon_still_sees_never_takes_the_next_pods_allocate() -> None:
+    """Graceful deletion of a: the node daemon's GET confirms every match from its watch
+    (`PodTracker._confirm`), so a pod its watch still shows waiting never answers b's Allocate."""
+    assert_holds(explore(pods=TWO_PODS, nodes=ONE_NODE, deletable=frozenset({"a"})), 13_932)
+
+
+def test_a_rejected_pod_the_node_daemon_still_sees_never_takes_the_next_pods_allocate() -> None:
+    """Restarts of the control plane, kubelet and the node daemon on a one-GPU node: a pod kubelet
+    rejected (Failed) that a restarted node daemon's view brings back as waiting is not confirmed."""
+    single = (NodeSpec("n1", ("g1",)),)
+    assert_holds(
+        explore(pods=TWO_PODS, nodes=single, restarts=frozenset({"control", "daemon/n1", "kubelet/n1"})),
+        6_436,
+    )
+
+
 # --- mutations: the checker catches the bugs the protocol prevents --------------------------------------
 
 
@@ -155,6 +171,42 @@ def test_regression_rolling_back_a_binding_whose_answer_was_lost_overbooks_a_gpu
     assert "GPU g1 is allocated to pods a, b" in found
 
 
+@pytest.mark.parametrize("force", [False, True])
+def test_regression_a_deleted_pod_the_node_daemon_still_saw_took_the_next_pods_allocate(force: bool) -> None:
+    """Before `PodTracker._confirm`: the node daemon answered from its watch alone."""
+    found = assert_found(
+        explore(
+            pods=TWO_PODS, nodes=ONE_NODE, deletable=frozenset({"a"}), force_delete=force, confirm_match=False
+        ),
+        "wrong-pod",
+        "delete a",
+        "deliver control a deleted",
+        "api-bind b -> n1 (ok)",
+    )
+    assert "with pod a" in found or "for pod a" in found
+
+
+def test_regression_a_rejected_pod_the_node_daemon_still_saw_took_the_next_pods_allocate() -> None:
+    """Before `PodTracker._confirm`, with a pod kubelet rejected (Failed): a kubelet restart makes it call
+    Allocate again for a, which fails; a node daemon restart brings a back as waiting in its view; the
+    control plane sees a Failed, binds b, and the daemon answered b's Allocate with a."""
+    single = (NodeSpec("n1", ("g1",)),)
+    assert_found(
+        explore(
+            pods=TWO_PODS,
+            nodes=single,
+            restarts=frozenset({"control", "daemon/n1", "kubelet/n1"}),
+            confirm_match=False,
+        ),
+        "wrong-pod",
+        "restart kubelet/n1",
+        "restart daemon/n1",
+        "kubelet-record n1 a",
+        "bind-start b -> n1",
+        "kubelet-admit n1 b",
+    )
+
+
 # --- open findings: the code as it is breaks these; see docs/reliability.md ------------------------------
 
 
@@ -173,36 +225,20 @@ def test_open_finding_a_kubelet_restart_before_its_checkpoint_gives_one_pod_anot
     )
 
 
-@pytest.mark.parametrize("force", [False, True])
-def test_open_finding_a_deleted_pod_the_node_daemon_still_sees_takes_the_next_pods_allocate(
-    force: bool,
-) -> None:
-    """The control plane's watch shows a's deletion and its window lets b (same count) in; kubelet
-    admits b while the node daemon's watch still shows a waiting, so it answers b's Allocate with a."""
+def test_open_finding_kubelet_admitting_a_force_deleted_pod_it_still_sees_gets_the_next_pods_gpus() -> None:
+    """Force deletion (no grace period) removes a at once; the control plane's watch shows it and its
+    window lets b (same count) in; kubelet, its watch behind, admits a, which the API no longer has, and
+    the node daemon (its GET confirms b) answers that Allocate with b: Allocate names no pod. Graceful
+    deletion cannot do this (kubelet removes the pod itself, so it has seen the deletion)."""
     found = assert_found(
-        explore(pods=TWO_PODS, nodes=ONE_NODE, deletable=frozenset({"a"}), force_delete=force),
+        explore(pods=TWO_PODS, nodes=ONE_NODE, deletable=frozenset({"a"}), force_delete=True),
         "wrong-pod",
-        "delete a",
+        "delete a (removed at once)",
         "deliver control a deleted",
         "api-bind b -> n1 (ok)",
+        "kubelet-admit n1 a",
     )
-    assert "with pod a" in found or "for pod a" in found
-
-
-def test_open_finding_a_rejected_pod_the_node_daemon_still_sees_takes_the_next_pods_allocate() -> None:
-    """The same with a pod kubelet rejected (Failed): a kubelet restart makes it call Allocate for a
-    again, which fails; a node daemon restart brings a back as waiting in its view; the control plane
-    sees a Failed, binds b, and the daemon, its watch behind, answers b's Allocate with a."""
-    single = (NodeSpec("n1", ("g1",)),)
-    assert_found(
-        explore(pods=TWO_PODS, nodes=single, restarts=frozenset({"control", "daemon/n1", "kubelet/n1"})),
-        "wrong-pod",
-        "restart kubelet/n1",
-        "restart daemon/n1",
-        "kubelet-record n1 a",
-        "bind-start b -> n1",
-        "kubelet-admit n1 b",
-    )
+    assert "for pod a with pod b" in found
 
 
 @pytest.mark.skipif(not os.environ.get("HAMI_PROTOCOL_LONG"), reason="long run: set HAMI_PROTOCOL_LONG=1")
