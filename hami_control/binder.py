@@ -39,7 +39,11 @@ its expiry). We never write or take over a lock.
 checking the earlier choice), assuming the pod (`PodStore.assume`, which counts its slices in the GPU
 cache at once) and entering the window there is no `await`, so concurrent binds onto one node can never
 both take the same capacity. Any failure after that point (the API server's answer, an exception,
-cancellation) forgets the assumption and releases the window before returning.
+cancellation) that is a definite refusal (a 4xx: the pod is bound elsewhere, gone, another UID)
+forgets the assumption and releases the window before returning; when the outcome is unknown (no
+answer, a 5xx, a client timeout, cancellation: the Binding may have been committed) both stay until the
+watch shows the pod or `sweep` expires them (`allocate_timeout_s`), and a 409 naming this very node
+means an earlier Binding of the pod landed: bound.
 Model: the bind/Allocate protocol this takes part in is checked exhaustively in `protocol_model.py`.
 """
 
@@ -423,6 +427,13 @@ class Binder:
                 self.pod_changed(old.uid, None, deleted=True)
             return
         self.pod_changed(new.uid, new.annotations.get(BIND_PHASE), new.terminal)
+        kept = self.window.entry(new.uid)
+        if kept is not None and new.node_name and new.node_name != kept.node:
+            # bound elsewhere (a bind whose outcome was unknown did not land; someone else bound it)
+            self.window.release(new.uid)
+            log.info("pod %s is bound to node %s, not %s: node window released", kept.who, new.node_name,
+                     kept.node)  # fmt: skip
+            self._wake(kept.node)
         if (
             _allocating(new)
             and not (old is not None and _allocating(old) and old.node_name == new.node_name)
@@ -655,19 +666,35 @@ class Binder:
         return lock
 
     async def _write(self, request: BindingArgs, allocation: PodAllocation) -> dict[str, Any]:
+        """Send the Binding. Only a definite refusal (`_refused`) rolls the reservation back; when the
+        outcome is unknown (no answer, a 5xx, a client timeout, an unexpected error, cancellation) the
+        Binding may have been committed, so the assumption and the window entry stay until the watch
+        shows the pod (bound: they become its watched allocation and its window; deleted or bound
+        elsewhere: dropped) or `sweep` expires them after `allocate_timeout_s`
+        (`protocol_model.py`, "committed, answer lost")."""
         try:
             annotations = binding_annotations(allocation, request.node, int(self._wall_clock()))
             await self._writer.bind(request.namespace, request.name, request.uid, request.node, annotations)
         except BindRejected as err:
-            self._rollback(request)
-            return self._fail(request, _rejected(request, err, True))
+            if _landed(err, request.node):
+                log.info(
+                    "bind of pod %s to node %s: the API server says it is already bound there (an earlier "
+                    "Binding whose answer was lost): bound",
+                    request.who,
+                    request.node,
+                )
+            elif _refused(err):
+                self._rollback(request)
+                return self._fail(request, _rejected(request, err, True))
+            else:
+                self._keep(request, str(err))
+                return self._fail(request, _rejected(request, err, True))
         except Exception as err:
             log.exception("bind of pod %s to node %s failed", request.who, request.node)
-            self._rollback(request)
+            self._keep(request, f"{type(err).__name__}: {err}")
             return self._fail(request, _Failed("api_error", _api_error(request, err)))
-        except BaseException:  # cancelled: whatever happened to the Binding, the watch will tell
-            log.warning("bind of pod %s to node %s cancelled; assumption dropped", request.who, request.node)
-            self._rollback(request)
+        except BaseException:
+            self._keep(request, "cancelled")
             raise
         gpus = _gpus_text(allocation)
         self.outcomes["success"] += 1
@@ -679,6 +706,17 @@ class Binder:
             f"Successfully assigned {request.who} GPUs {gpus} to {request.node}",
         )
         return {"Error": ""}
+
+    def _keep(self, request: BindingArgs, why: str) -> None:
+        """The Binding's outcome is unknown: keep the reservation for the watch or the sweep."""
+        log.warning(
+            "bind of pod %s to node %s: outcome unknown (%s); its GPUs stay counted and its node window "
+            "held until the pod watch shows it or %s pass",
+            request.who,
+            request.node,
+            why,
+            _seconds(self.allocate_timeout_s),
+        )
 
     def _rollback(self, request: BindingArgs) -> None:
         self._pods.forget(request.uid)
@@ -731,6 +769,28 @@ def _when(moment: datetime) -> str:
 
 def _api_error(request: BindingArgs, err: Exception) -> str:
     return f"binding pod {request.who} to node {request.node} failed: {type(err).__name__}: {err}"
+
+
+_ASSIGNED = re.compile(r'is already assigned to node "([^"]*)"')
+
+
+def _landed(err: BindRejected, node: str) -> bool:
+    """A 409 saying the pod is already assigned to `node` itself: kube-apiserver's Binding refusal for a
+    bound pod names its node (pkg/registry/core/pod/storage/storage.go, `setPodNodeAndMetadata`: "pod %v
+    is already assigned to node %q", wrapped in a Conflict by `assignPod`). Only this binder binds a
+    GPU pod, and a pod in a window is never bound again, so it is this bind's own Binding that landed:
+    sent again by the client after an answer that was lost or a 5xx with Retry-After (client-go's
+    with_retry.go, as `hami_kube.client`), or by an earlier bind whose outcome was unknown."""
+    found = _ASSIGNED.search(err.message) if err.status == 409 else None
+    return found is not None and found.group(1) == node
+
+
+def _refused(err: BindRejected) -> bool:
+    """The API server answered and did not commit the Binding: a 4xx (409 already bound elsewhere,
+    being deleted or another UID; 404 gone; 400/403/422; 429, rejected before it was handled). No
+    answer (status 0), 408 and every 5xx (a timeout may come after the write was committed) leave the
+    outcome unknown."""
+    return 400 <= err.status < 500 and err.status != 408
 
 
 def _rejected(request: BindingArgs, err: BindRejected, gpu: bool) -> _Failed:

@@ -19,8 +19,9 @@ resource, handlers fed from it); everything else about pods is derived from it, 
   shows the pod with a decodable allocation replaces the assumption (never both); an event that does
   not yet show it (no `hami.io/vgpu-node`, an older copy of the pod) leaves it in place. `forget` drops
   an assumption after a failed bind, `expire` the ones no watch confirmed within a TTL. A terminal or
-  deleted pod releases both. A relist drops the pods it no longer has, but pods known only through
-  `assume` stay (their bind may be in flight).
+  deleted pod releases both, and so does a pod the watch shows bound to another node than assumed (a
+  bind whose outcome was unknown did not land there). A relist drops the pods it no longer has, but
+  pods known only through `assume` stay (their bind may be in flight).
 - **Listeners** get (old, new) records on every change, a relist's differences included: the binder's
   pending window reads the bind phase from them.
 - **The GPU ask** of a pod is rebuilt from its record (`PodRecord.ask`, requests parsed once per event),
@@ -647,7 +648,12 @@ class PodStore:
 
     def _confirm(self, record: PodRecord, old: PodRecord | None) -> None:
         """After a watch event: an allocation shown (or the pod's end) replaces the binder's assumption."""
-        if record.terminal or record.held is not None:
+        bound = self._bound.get(record.uid)
+        if (
+            record.terminal
+            or record.held is not None
+            or (bound is not None and record.node_name and record.node_name != bound.held.node)
+        ):  # its allocation shown, its end, or bound to another node than assumed (a lost bind)
             self._bound.pop(record.uid, None)
         if record.held_error and (old is None or old.held_error != record.held_error):
             log.warning("pod %s/%s skipped: %s", record.namespace, record.name, record.held_error)

@@ -13,20 +13,23 @@ component can take is an action, and the checker explores every interleaving of 
   daemon the pods bound to that node (`spec.nodeName` field selector). A queued change is delivered
   whenever the checker chooses (`deliver ...`): each consumer sees the API's changes in order, but
   late. Binding requests in flight are `State.requests`; the API server serves them in any order
-  (`api-bind`), answering 409 when the pod is already bound or gone.
+  (`api-bind`), answering 409 when the pod is already bound or gone; with `Config.lost_answers` a
+  Binding may be committed with its answer lost, or dropped unhandled without an answer.
 - *Control plane* (`Binder`, `hami_control/binder.py` and `pod_store.py`):
   `bind-start` is kube-scheduler calling `/bind` for a pod the API shows unbound, on a node where the
   extender's filter fits it (`Binder.bind` -> `_reserve`: a pod already in a window is refused; a pod
   whose GPU counts meet a pending pod's on the node waits, `_obstacle`); `bind-wake` is a waiting bind
   woken by a window release (`_wake`); the reservation (`_reserve` after its last await: fit on the
   watch-fed cache, `PodStore.assume`, `PendingWindow.enter`) is atomic, and sends the Binding
-  (`_write`); `bind-answer` is the API's answer reaching `_write` (an error rolls back: `_rollback`
-  forgets the assumption and releases the window). `deliver control` is one pod event reaching
-  `PodStore.apply` (the allocation it shows replaces the assumption, `_confirm`; a deletion or a
-  terminal phase drops it) and then `Binder.pod_event` (bind-phase success/failed, deletion or a
-  terminal phase releases the window). `restart control` loses every bind in flight, the window and the
-  assumptions, and relists (`ClusterCaches` resync); with `Config.election` the new leader adopts the
-  pods still allocating into the windows (`main._start_election` -> `Binder.adopt_allocating`).
+  (`_write`); `bind-answer` is the API's answer reaching `_write` (a refusal rolls back: `_rollback`
+  forgets the assumption and releases the window; an error whose outcome is unknown keeps both,
+  `_keep`, for the watch or the sweep; a 409 naming the same node is success, `_landed`).
+  `deliver control` is one pod event reaching `PodStore.apply` (the allocation it shows replaces the
+  assumption, `_confirm`; a deletion, a terminal phase or another node drops it) and then
+  `Binder.pod_event` (bind-phase success/failed, deletion or a terminal phase releases the window).
+  `restart control` loses every bind in flight, the window and the assumptions, and relists
+  (`ClusterCaches` resync); with `Config.election` the new leader adopts the pods still allocating
+  into the windows (`main._start_election` -> `Binder.adopt_allocating`).
   Timeouts: `wait-timeout` (`bind_wait_s`), `sweep-window` and `expire-assumption` (`Binder.sweep`,
   `allocate_timeout_s`).
 - *kubelet* (`Kubelet`, `hami_sim/kubelet/pods.py` `PodAdmitter`, `devicemanager.py`): `kubelet-admit`
@@ -41,8 +44,9 @@ component can take is an action, and the checker explores every interleaving of 
   `hami_node/plugin/server.py`): its view of the pods bound to its node comes from its watch
   (`PodTracker.pod_event`); at Allocate it looks up the one waiting pod (phase Pending, bind-phase
   allocating, not finished by it) whose container asks that many GPUs (`match_pending_pod`; two is
-  `AmbiguousPodError`), on a miss reads the node's pods once (`_read_node_pods`), checks kubelet's
-  devices against the pod's GPUs (`grant_container`) and queues bind-phase success or failed
+  `AmbiguousPodError`), confirms each match with a GET of the pod (`_confirm`: one the API shows no
+  longer waiting is dropped from its view), on a miss reads the node's pods once (`_read_node_pods`),
+  checks kubelet's devices against the pod's GPUs (`grant_container`) and queues bind-phase success or failed
   (`allocated` / `failed` -> `_finish`); `daemon-send` is its writer thread sending the head of the
   queue (`_write_loop` -> `_send`). `restart daemon` loses the queue, the finished and deleted sets and
   relists.
@@ -131,6 +135,14 @@ class Config:
     adopt_from_watch: bool = True
     """The control plane enters a pod its watch shows newly allocating into its node's window
     (`Binder.pod_event`). False: as the code was before that fix."""
+    keep_unknown_outcome: bool = True
+    """A Binding answered with an error whose outcome is unknown (no answer, a 5xx, a timeout) keeps the
+    assumption and the window entry for the watch or the sweep (`Binder._keep`); only a refusal rolls
+    back. False: as the code was before that fix (every error rolled back)."""
+    confirm_match: bool = True
+    """The node daemon confirms a match from its watch with a GET of the pod (`PodTracker._confirm`): one
+    the API shows gone, being deleted, ended or no longer allocating is dropped from its view and the
+    lookup repeats. False: as the code was before that fix."""
     window_rule: bool = True
     """Mutation switch: False lets pods with equal GPU counts be pending on one node together."""
     assume_before_await: bool = True
@@ -448,8 +460,9 @@ class ProtocolModel:
         if task.result == "ok":
             if not self.config.assume_before_await:
                 binder = self._assume(binder, pod, task.node, task.gpus)
-        else:  # `_rollback`
+        elif task.result == "rejected" or not self.config.keep_unknown_outcome:  # `_rollback`
             binder = self._release(self._forget(binder, pod), pod)
+        # "error" (outcome unknown): `_keep`, the watch or the sweep settles it
         return state._replace(binder=binder)
 
     def _deliver_control(self, state: State) -> State:
@@ -509,11 +522,16 @@ class ProtocolModel:
             pod = state.api[request.pod]
             commits = pod is not None and not pod.node and not pod.terminal
             base = state._replace(requests=rest)
+            if state.lost_answers > 0:  # dropped before the API server handled it: no answer either
+                dropped = self._answered(base._replace(lost_answers=state.lost_answers - 1), request, "error")
+                yield FAULT, f"api-bind {name} -> {request.node} (dropped, no answer)", dropped
             if commits:
                 assert pod is not None
                 bound = pod._replace(node=request.node, gpus=request.gpus, bind_phase=ALLOCATING)
                 base = self._set_pod(base, request.pod, bound)
-            result = "ok" if commits else "rejected"
+            # 409 naming this very node: the pod's own Binding landed before (`binder._landed`)
+            landed = pod is not None and pod.node == request.node and not pod.terminal
+            result = "ok" if commits or landed else "rejected"
             yield (
                 PROGRESS,
                 f"api-bind {name} -> {request.node} ({result})",
@@ -673,33 +691,53 @@ class ProtocolModel:
         ]
 
     def _lookup(self, state: State, k: int, daemon: Daemon, count: int) -> tuple[Daemon, int | None, str]:
-        """`PodTracker._match`: the one waiting pod asking `count` GPUs; on a miss, one read of the
-        node's pods (`_read_node_pods`) and a second try."""
+        """`PodTracker._match`: the one waiting pod asking `count` GPUs, each match confirmed by a GET
+        (`_confirm`, `Config.confirm_match`); on a miss, one read of the node's pods (`_read_node_pods`)
+        and a second try."""
+        node = self.config.nodes[k].name
         for attempt in range(2):
             matches = [i for i in self._waiting(daemon) if self.counts[i] == count]
+            stale = [i for i in matches if not self._still_waiting(state, node, i)]
+            while self.config.confirm_match and stale:  # dropped: what the GET showed replaces it
+                view = list(daemon.view)
+                for i in stale:
+                    current = state.api[i]
+                    view[i] = current if current is not None and current.node == node else None
+                gone = {i for i in stale if state.api[i] is None}
+                daemon = daemon._replace(view=tuple(view), deleted=daemon.deleted | gone)
+                matches = [i for i in self._waiting(daemon) if self.counts[i] == count]
+                stale = [i for i in matches if not self._still_waiting(state, node, i)]
             if len(matches) > 1:
                 names = ", ".join(self.names[i] for i in matches)
                 return daemon, None, f"AmbiguousPodError ({names})"
             if matches:
                 return daemon, matches[0], ""
             if attempt == 0:
-                node = self.config.nodes[k].name
                 known = set(self._waiting(daemon))
                 view = list(daemon.view)
                 for i, p in enumerate(state.api):
                     if (
-                        p is not None
-                        and p.node == node
-                        and i not in known
+                        i not in known
                         and i not in daemon.deleted
                         and i not in daemon.finished
-                        and p.phase == PENDING
-                        and not p.deleting
-                        and p.bind_phase == ALLOCATING
+                        and self._still_waiting(state, node, i)
                     ):
                         view[i] = p
                 daemon = daemon._replace(view=tuple(view))
         return daemon, None, f"no pod pending on node with {count} GPU(s)"
+
+    @staticmethod
+    def _still_waiting(state: State, node: str, pod: int) -> bool:
+        """`waiting_pod` over the API's copy of the pod."""
+        p = state.api[pod]
+        return (
+            p is not None
+            and p.node == node
+            and p.phase == PENDING
+            and not p.deleting
+            and p.bind_phase == ALLOCATING
+            and bool(p.gpus)
+        )
 
     def _daemon(self, state: State, k: int) -> Iterator[tuple[str, str, State]]:
         node = self.config.nodes[k].name

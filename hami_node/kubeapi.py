@@ -150,10 +150,10 @@ class NodeApi:
         body = {"metadata": {"annotations": dict(annotations)}}
         return self._call("patch", lambda: self.bridge.patch(path, body))
 
-    def get_pod(self, namespace: str, name: str) -> JSONDict:
-        return self._call(
-            "get", lambda: self.bridge.get(f"/api/v1/namespaces/{_name(namespace)}/pods/{_name(name)}")
-        )
+    def get_pod(self, namespace: str, name: str, timeout_s: float | None = None) -> JSONDict:
+        """The pod (`timeout_s` bounds the call instead of the client's request timeout)."""
+        path = f"/api/v1/namespaces/{_name(namespace)}/pods/{_name(name)}"
+        return self._call("get", lambda: self.bridge.get(path, timeout_s=timeout_s))
 
     # --- DRA ----------------------------------------------------------------------------------------
 

@@ -11,10 +11,14 @@ it, so a `success` pod has nothing left to allocate and is not waiting. A pod bo
 annotations do not decode (or name another node) is skipped, with the reason logged once per value;
 Allocate's error then mentions it.
 
-A request the watch cannot answer (the watch lags behind the bind kubelet saw, or the pod never was a
-HAMi pod) costs one read of the node's pods from the API server, bounded by `read_timeout_s`; what it
-finds waiting is added, and if still nothing fits, Allocate fails at once with the pods that wait (and
-their GPU counts) and why the other pods bound here do not. Nothing ever waits for the watch.
+A pod the watch matches is confirmed with a GET before Allocate answers with it (`_confirm`, as HAMi's
+plugin reads the pod at every Allocate): the watch may still show a pod deleted or ended whose window
+the control plane has released, with a pod asking as many GPUs bound here since; a match the GET does
+not confirm is dropped and the lookup repeats (two matches: each is confirmed). A request the watch
+cannot answer (the watch lags behind the bind kubelet saw, or the pod never was a HAMi pod) costs one
+read of the node's pods from the API server, bounded by `read_timeout_s`; what it finds waiting is
+added (fresh: not confirmed again), and if still nothing fits, Allocate fails at once with the pods
+that wait (and their GPU counts) and why the other pods bound here do not. Nothing ever waits for the watch.
 
 Writes never block Allocate: `allocated()`/`failed()` queue them, and one writer thread sends them in
 order, retrying with backoff while the API server is unreachable. Per pod it sends ONE merge patch of
@@ -47,6 +51,7 @@ from hami_kube.errors import KubeApiError
 from hami_node.allocation import (
     REASON_GPU_REASSIGNED,
     AllocationError,
+    AmbiguousPodError,
     ForeignPodError,
     NoPendingPod,
     PendingPod,
@@ -77,6 +82,8 @@ class PodPatcher(Protocol):
     def list_pods(
         self, field_selector: str, timeout_s: float | None = None
     ) -> tuple[list[JSONDict], str]: ...
+
+    def get_pod(self, namespace: str, name: str, timeout_s: float | None = None) -> Mapping[str, Any]: ...
 
 
 class PodEvents(Protocol):
@@ -321,6 +328,10 @@ class PodTracker:
         self.locks_released = 0
         self.misses = 0
         """Requests the watch could not answer (each cost one read of the node's pods)."""
+        self.confirms = 0
+        """GETs of a pod the watch matched (`_confirm`)."""
+        self.stale = 0
+        """Matches the API no longer confirmed (the watch lagged behind the pod's deletion or end)."""
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -490,16 +501,97 @@ class PodTracker:
         return self._match(device_count, allocate=True)
 
     def _match(self, device_count: int, *, allocate: bool) -> PodMatch:
-        with self._cond:
-            found = self._resolve(device_count, allocate)
+        """The watch's answer, confirmed by a GET of the pod (`_confirm`); a match the API no longer
+        confirms is dropped and the lookup repeats. A miss costs one read of the node's pods (what it
+        adds is fresh: not read again). Two matches are each confirmed: ambiguous only if both still
+        wait."""
+        fresh: set[str] = set()
+        listed: list[JSONDict] | None = None
+        read_error = ""
+        while True:
+            ambiguous: AmbiguousPodError | None = None
+            found: PodMatch | NoPendingPod | None = None
+            candidates: list[PendingPod] = []
+            with self._cond:
+                try:
+                    found = self._resolve(device_count, allocate)
+                except AmbiguousPodError as err:
+                    ambiguous = err
+                    candidates = [self._pending[k].pod for k in err.pods if k in self._pending]
+                if isinstance(found, NoPendingPod) and listed is not None:
+                    raise self._no_match_error(found, listed, read_error)
+            if ambiguous is not None:
+                stale = [p for p in candidates if p.uid not in fresh]
+                confirmed = [p for p in stale if self._confirm(p)]
+                fresh.update(p.uid for p in confirmed)
+                if len(confirmed) == len(stale):
+                    raise ambiguous
+                continue
             if isinstance(found, PodMatch):
-                return found
-        listed, read_error = self._read_node_pods()
+                if found.pod.uid in fresh or self._confirm(found.pod):
+                    return found
+                continue
+            before = {p.uid for p in self.waiting()}
+            listed, read_error = self._read_node_pods()
+            fresh.update(p.uid for p in self.waiting() if p.uid not in before)
+
+    def _confirm(self, pod: PendingPod) -> bool:
+        """Whether the API server still shows `pod` waiting here: the watch may lag behind a deletion
+        or an end (kubelet rejected it, it was deleted) that the control plane has seen, and then let a
+        pod with the same GPU count be bound here, whose Allocate this one would take
+        (`hami_control/protocol_model.py`, "a deleted pod the node daemon still sees"). As HAMi's
+        plugin, which reads the pending pod at every Allocate (pkg/device-plugin/nvidiadevice/
+        nvinternal/plugin/server.go `Allocate` -> pkg/util/util.go `GetPendingPod`). Gone, being
+        deleted, no longer Pending or allocating, another UID or another node: False, and the watch's
+        copy is replaced by what the API said. A failed read keeps the watch's answer (logged): the
+        API server being away must not fail every admission."""
+        self.confirms += 1
+        try:
+            obj: Mapping[str, Any] | None = self._patcher.get_pod(
+                pod.namespace, pod.name, self._read_timeout_s
+            )
+        except KubeApiError as err:
+            if err.status != 404:
+                log.warning("Allocate: confirming pod %s failed, answering from the watch: %s", pod.key, err)
+                return True
+            obj = None
+        verdict = waiting_pod(obj, self.node_name) if obj is not None else None
+        spec = obj.get("spec") if obj is not None else None
+        if (
+            isinstance(verdict, PendingPod)
+            and verdict.uid == pod.uid
+            and isinstance(spec, Mapping)
+            and spec.get("nodeName") == self.node_name
+        ):
+            return True
+        self.stale += 1
+        why = (
+            "gone"
+            if obj is None
+            else (not_waiting_reason(obj, self.node_name) or "not the pod the watch showed")
+        )
+        log.info("Allocate: pod %s no longer waits here (%s); its watch copy dropped", pod.key, why)
         with self._cond:
-            found = self._resolve(device_count, allocate)
-            if isinstance(found, PodMatch):
-                return found
-            raise self._no_match_error(found, listed, read_error)
+            self._drop(pod, obj)
+            self._cond.notify_all()
+        return False
+
+    def _drop(self, pod: PendingPod, obj: Mapping[str, Any] | None) -> None:
+        """Replace the watch's copy of `pod` (waiting) with what the API server said; lock held."""
+        entry = self._pending.get(pod.key)
+        if entry is not None and entry.pod.uid == pod.uid:
+            del self._pending[pod.key]
+        same = obj is not None and _meta(obj).get("uid") == pod.uid
+        if same:
+            assert obj is not None
+            self._observe(dict(obj), None)
+        else:  # gone (or another pod under its name): as a DELETED event of it
+            self._arrival.pop(pod.uid, None)
+            self._deleted[pod.uid] = None
+            while len(self._deleted) > _DELETED_KEPT:
+                self._deleted.popitem(last=False)
+            if obj is not None:
+                self._observe(dict(obj), None)
 
     def _resolve(self, count: int, allocate: bool) -> PodMatch | NoPendingPod:
         """The waiting pod kubelet's request for `count` devices is for; lock held.

@@ -420,10 +420,18 @@ def test_unregistered_node() -> None:
             BindRejected(
                 409,
                 "Conflict",
-                'Operation cannot be fulfilled on pods/binding "p": pod p is already assigned',
+                'Operation cannot be fulfilled on pods/binding "p": pod p is already assigned to node "n2"',
             ),
             "conflict",
             "it is already bound or its UID changed (uid uid-p); API server: Conflict: Operation cannot be",
+            True,
+        ),
+        (
+            BindRejected(
+                409, "Conflict", "Precondition failed: UID in precondition: uid-p, UID in object meta: x"
+            ),
+            "conflict",
+            "it is already bound or its UID changed (uid uid-p); API server: Conflict: Precondition failed",
             True,
         ),
         (
@@ -433,23 +441,23 @@ def test_unregistered_node() -> None:
             False,
         ),
         (
-            BindRejected(0, "ConnectionReset", "peer closed"),
+            BindRejected(422, "Invalid", "Binding.target.name: Required value"),
             "api_error",
-            "(no answer from the API server)",
+            "(API server answered 422): Invalid: Binding.target.name: Required value",
             True,
         ),
         (
-            BindRejected(500, "InternalError", "etcd"),
+            BindRejected(429, "TooManyRequests", "too many requests"),
             "api_error",
-            "(API server answered 500): InternalError: etcd",
+            "(API server answered 429): TooManyRequests: too many requests",
             True,
         ),
-        (RuntimeError("adapter bug"), "api_error", "failed: RuntimeError: adapter bug", True),
     ],
 )
-def test_rejected_binding_forgets_and_releases(
+def test_refused_binding_forgets_and_releases(
     error: Exception, outcome: str, expected: str, event: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A 4xx is a definite refusal (nothing was committed): the reservation is rolled back at once."""
     w = world()
     p = w.add(pending_pod("p"))
     w.writer.reject["p"] = error
@@ -464,7 +472,96 @@ def test_rejected_binding_forgets_and_releases(
     assert [e[1:3] for e in w.events.seen] == ([("Warning", "BindingFailed")] if event else [])
 
 
-def test_cancelled_binding_rolls_back() -> None:
+UNKNOWN_OUTCOMES = [
+    (BindRejected(0, "ConnectionReset", "peer closed"), "(no answer from the API server)"),
+    (BindRejected(0, "Timeout", "no answer within 30 s"), "(no answer from the API server)"),
+    (BindRejected(500, "InternalError", "etcd"), "(API server answered 500): InternalError: etcd"),
+    (BindRejected(504, "Timeout", "request timed out"), "(API server answered 504): Timeout: request"),
+    (RuntimeError("adapter bug"), "failed: RuntimeError: adapter bug"),
+]
+
+
+def assert_kept(w: World, uid: str = "uid-p") -> None:
+    """The reservation of a bind whose outcome is unknown: assumed on n1, pending in n1's window."""
+    held = w.cache.holding(uid)
+    assert held is not None and held.assumed and held.node == "n1"
+    assert w.binder.window.pending("n1") == (uid,)
+
+
+@pytest.mark.parametrize(("error", "expected"), UNKNOWN_OUTCOMES)
+def test_a_binding_whose_outcome_is_unknown_keeps_its_reservation_until_the_sweep(
+    error: Exception, expected: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No answer, a 5xx or an unexpected error: the Binding may have been committed
+    (`protocol_model`, "committed, answer lost"), so its GPUs stay counted and its window entry held; a
+    retry of the pod is refused (and sends nothing) until `sweep` expires the reservation (the API never
+    showed the pod bound), after which it binds again."""
+    w = world(allocate_timeout_s=30.0)
+    p = w.add(pending_pod("p"))
+    w.writer.reject["p"] = error
+    with caplog.at_level(logging.CRITICAL, logger="hami_control.binder"):
+        result = run(w.bind(args(p)))
+        assert expected in result["Error"] and "default/p" in result["Error"]
+        assert w.binder.outcomes == {"api_error": 1}
+        assert [e[1:3] for e in w.events.seen] == [("Warning", "BindingFailed")]
+        assert_kept(w)
+        assert sorted([gpu_usage(w.cache, "GPU-0"), gpu_usage(w.cache, "GPU-1")]) == [(0, 0, 0), (1, 4000, 0)]
+        retry = run(w.bind(args(p)))
+        assert retry["Error"].startswith("pod default/p is already bound to node n1 and waiting")
+        w.clock.now += 31
+        assert w.binder.sweep() == ["uid-p"]
+        assert w.cache.holding("uid-p") is None and w.binder.pending_count() == 0
+        del w.writer.reject["p"]
+        assert run(w.bind(args(p))) == {"Error": ""}
+    assert len(w.writer.calls) == 2  # the refused retry sent nothing
+    assert w.binder.outcomes == {"api_error": 1, "conflict": 1, "success": 1}
+
+
+@pytest.mark.parametrize("where", ["n1", "n2", "deleted"])
+def test_the_watch_settles_a_binding_whose_outcome_was_unknown(where: str) -> None:
+    """The pod shows up bound on n1 (the Binding was committed: its allocation replaces the assumption,
+    its window entry stays until the node daemon answers), bound to n2 (someone else bound it: both
+    dropped) or deleted (both dropped)."""
+    w = world()
+    w.store.add_listener(w.binder.pod_event)  # as main wires them
+    p = w.add(pending_pod("p"))
+    w.writer.reject["p"] = BindRejected(0, "ConnectionReset", "peer closed")
+    assert "no answer" in run(w.bind(args(p)))["Error"]
+    assert_kept(w)
+    if where == "deleted":
+        w.deleted("default", "p", "uid-p")
+        assert w.cache.holding("uid-p") is None and w.binder.pending_count() == 0
+        return
+    annotations = w.writer.calls[0].annotations if where == "n1" else {}
+    meta = dict(p["metadata"], annotations=annotations)
+    w.store.apply("MODIFIED", dict(p, metadata=meta, spec=dict(p["spec"], nodeName=where)))
+    held = w.cache.holding("uid-p")
+    if where == "n1":
+        assert held is not None and not held.assumed and held.node == "n1"
+        assert w.binder.window.pending("n1") == ("uid-p",)
+    else:
+        assert held is None and w.binder.pending_count() == 0
+
+
+def test_a_conflict_naming_the_same_node_is_the_bindings_own_success() -> None:
+    """kube-apiserver answers 409 "pod p is already assigned to node "n1"" to a Binding sent again after
+    its first one landed (the answer lost): the pod is bound where we bound it."""
+    w = world()
+    p = w.add(pending_pod("p"))
+    w.writer.reject["p"] = BindRejected(
+        409,
+        "Conflict",
+        'Operation cannot be fulfilled on pods/binding "p": pod p is already assigned to node "n1"',
+    )
+    assert run(w.bind(args(p))) == {"Error": ""}
+    assert_kept(w)
+    assert w.binder.outcomes == {"success": 1}
+    assert [e[1:3] for e in w.events.seen] == [("Normal", "BindingSucceed")]
+
+
+def test_a_cancelled_binding_keeps_its_reservation() -> None:
+    """Cancelled while the Binding is in flight (kube-scheduler gave up on the HTTP call): whether it
+    was committed is unknown, so the reservation stays for the watch or the sweep."""
     w = world()
     p = w.add(pending_pod("p"))
 
@@ -472,12 +569,15 @@ def test_cancelled_binding_rolls_back() -> None:
         w.writer.gate = asyncio.Event()
         task = asyncio.create_task(w.bind(args(p)))
         await until(lambda: len(w.writer.calls) == 1, "the binding call")
-        assert w.cache.holding("uid-p") is not None and w.binder.pending_count() == 1
+        assert_kept(w)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     run(scenario())
+    assert_kept(w)
+    w.clock.now += 31
+    assert w.binder.sweep() == ["uid-p"]
     assert w.cache.holding("uid-p") is None and w.binder.pending_count() == 0
 
 

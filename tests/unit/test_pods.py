@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -85,6 +85,9 @@ class FakePatcher:
         self.api_pods: list[dict[str, Any]] = []
         """What a list of the node's pods returns (the API server's view, ahead of the watch)."""
         self.events: list[Mapping[str, Any]] = []
+        self.watched: dict[tuple[str, str], dict[str, Any]] = {}
+        """The pods the tracker's watch showed last (`saw`): what `get_pod` answers unless `api_pods`
+        has the pod."""
 
     def _maybe_fail(self, call: tuple[str, ...]) -> None:
         self.calls.append(call)
@@ -105,6 +108,27 @@ class FakePatcher:
         with self.lock:
             self._maybe_fail(("list-pods", field_selector))
             return [dict(p) for p in self.api_pods], "7"
+
+    def get_pod(self, namespace: str, name: str, timeout_s: float | None = None) -> Mapping[str, Any]:
+        """The pod as `api_pods` has it, else as the watch last showed it (`watched`), else 404."""
+        with self.lock:
+            self._maybe_fail(("get-pod", namespace, name))
+            for obj in self.api_pods:
+                if (obj["metadata"].get("namespace"), obj["metadata"]["name"]) == (namespace, name):
+                    return dict(obj)
+            found = self.watched.get((namespace, name))
+            if found is None:
+                raise KubeApiError(404, "NotFound", f'pods "{name}" not found')
+            return dict(found)
+
+    def saw(self, kind: str, pod: Mapping[str, Any]) -> None:
+        """The watch delivered `pod`: the API server has it too (or something newer)."""
+        key = (pod["metadata"].get("namespace") or "default", pod["metadata"]["name"])
+        with self.lock:
+            if kind == "DELETED":
+                self.watched.pop(key, None)
+            else:
+                self.watched[key] = dict(pod)
 
     def record(  # noqa: PLR0917
         self, namespace: str, name: str, uid: str, type_: str, reason: str, message: str, *, action: str = ""
@@ -151,9 +175,29 @@ def patcher() -> FakePatcher:
     return FakePatcher()
 
 
+class WatchedTracker(PodTracker):
+    """The tracker with its watch feeding the fake API server too: whatever the watch shows, the API
+    server has (the watch is never ahead of it)."""
+
+    def __init__(self, patcher: FakePatcher, retry: RetryPolicy = FAST) -> None:
+        super().__init__(NODE, patcher, events=patcher, retry=retry)
+        self.api = patcher
+
+    def pods_listed(self, pods: Sequence[dict[str, Any]]) -> None:
+        with self.api.lock:
+            self.api.watched.clear()
+        for obj in pods:
+            self.api.saw("ADDED", obj)
+        super().pods_listed(pods)
+
+    def pod_event(self, kind: str, pod: dict[str, Any]) -> None:
+        self.api.saw(kind, pod)
+        super().pod_event(kind, pod)
+
+
 @pytest.fixture
 def tracker(patcher: FakePatcher) -> Iterator[PodTracker]:
-    t = PodTracker(NODE, patcher, events=patcher, retry=FAST)
+    t = WatchedTracker(patcher)
     t.start()
     yield t
     t.stop()
@@ -331,7 +375,8 @@ def test_completion_patches_success_once(tracker: PodTracker, patcher: FakePatch
     assert tracker.flush(5.0)
     assert patcher.pod_patches == [("default", "p", {ann.BIND_PHASE: "success"})]
     assert tracker.patches_sent == 1
-    assert [c[0] for c in patcher.calls] == ["patch-pod", "get-node"]  # no lock: no node write
+    # the match confirmed with a GET of the pod; no lock: no node write
+    assert [c[0] for c in patcher.calls] == ["get-pod", "patch-pod", "get-node"]
     # Our patch shows up; then the pod is forgotten.
     tracker.pod_event("MODIFIED", scheduled_pod("p", alloc((GPU_A,)), bind_phase="success"))
     assert names(tracker) == []
@@ -378,20 +423,23 @@ def test_failure_patches_failed(tracker: PodTracker, patcher: FakePatcher) -> No
 
 
 def test_writes_retry_until_the_api_answers(tracker: PodTracker, patcher: FakePatcher) -> None:
+    tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A,))))
+    match = tracker.match(1)
     patcher.failures = [KubeApiError(0, "ConnectionRefused", "down")] * 3 + [
         KubeApiError(503, "ServiceUnavailable", "busy")
     ]
-    tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A,))))
-    tracker.allocated(tracker.match(1))
+    tracker.allocated(match)
     assert tracker.flush(10.0)
     assert patcher.pod_patches == [("default", "p", {ann.BIND_PHASE: "success"})]
-    assert [c[0] for c in patcher.calls] == ["patch-pod"] * 5 + ["get-node"]
+    assert [c[0] for c in patcher.calls] == ["get-pod"] + ["patch-pod"] * 5 + ["get-node"]
 
 
 def test_a_write_for_a_deleted_pod_is_dropped(tracker: PodTracker, patcher: FakePatcher) -> None:
-    patcher.failures = [KubeApiError(404, "NotFound", 'pods "p" not found')]
     tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A,))))
-    tracker.allocated(tracker.match(1))
+    match = tracker.match(1)
+    patcher.failures = [KubeApiError(404, "NotFound", 'pods "p" not found')]
+    tracker.allocated(match)
+    assert tracker.flush(5.0)  # the 404 is p's patch's, not q's GET's
     tracker.pod_event("ADDED", scheduled_pod("q", alloc((GPU_B,))))
     tracker.allocated(tracker.match(1))
     assert tracker.flush(5.0)
@@ -462,11 +510,12 @@ def test_relist_keeps_partial_progress(tracker: PodTracker) -> None:
 
 
 def test_stop_drops_unsent_writes(patcher: FakePatcher) -> None:
-    tracker = PodTracker(NODE, patcher, events=patcher, retry=RetryPolicy(initial=30, maximum=30))
+    tracker = WatchedTracker(patcher, retry=RetryPolicy(initial=30, maximum=30))
     tracker.start()
-    patcher.failures = [KubeApiError(0, "ConnectionRefused", "down")]
     tracker.pod_event("ADDED", scheduled_pod("p", alloc((GPU_A,))))
-    tracker.allocated(tracker.match(1))
+    match = tracker.match(1)
+    patcher.failures = [KubeApiError(0, "ConnectionRefused", "down")]
+    tracker.allocated(match)
     assert not tracker.flush(0.2)  # the first try failed, the retry waits 30 s
     tracker.stop()
     assert tracker.flush(0.1)
@@ -602,3 +651,72 @@ def test_pod_names_follow_the_watch_for_the_metrics(tracker: PodTracker) -> None
     assert tracker.pod_name("uid-b") is None
     tracker.pods_listed([first])
     assert tracker.pod_name("uid-c") is None and tracker.pod_name("uid-a") is not None
+
+
+# --- a match is confirmed by the API server (protocol model finding 5) -----------------------------------
+
+
+def gone_from_api(patcher: FakePatcher, name: str) -> None:
+    """The API server no longer has pod `name`, and the watch has not said so yet."""
+    with patcher.lock:
+        del patcher.watched[("default", name)]
+
+
+@pytest.mark.parametrize(
+    "now",
+    [
+        None,
+        scheduled_pod("a", alloc((GPU_A,)), deleting=True),
+        scheduled_pod("a", alloc((GPU_A,)), phase="Failed"),
+        scheduled_pod("a", alloc((GPU_A,)), phase="Succeeded"),
+        scheduled_pod("a", alloc((GPU_A,)), bind_phase="failed"),
+        scheduled_pod("a", uid="another", bind_phase=None, vgpu_node=None),  # re-created, not bound yet
+        scheduled_pod("a", alloc((GPU_A,)), vgpu_node="n2"),
+    ],
+    ids=["deleted", "deleting", "failed", "succeeded", "no-longer-allocating", "another-uid", "another-node"],
+)
+def test_a_pod_the_watch_still_shows_waiting_but_the_api_does_not_never_takes_the_next_pods_allocate(
+    tracker: PodTracker, patcher: FakePatcher, now: dict[str, Any] | None
+) -> None:
+    """The watch shows a waiting (its deletion or end not delivered yet); the API server has b bound
+    since with the same GPU count, and maybe a as it is now. b's Allocate gets b, never a."""
+    tracker.pod_event("ADDED", scheduled_pod("a", alloc((GPU_A,))))
+    gone_from_api(patcher, "a")
+    patcher.api_pods = [scheduled_pod("b", alloc((GPU_B,)))] + ([now] if now is not None else [])
+    match = tracker.match(1)
+    assert match.pod.name == "b" and match.pod.uid == "uid-default-b"
+    assert names(tracker) == ["b"]
+    assert (tracker.confirms, tracker.stale, tracker.misses) == (1, 1, 1)
+    assert [c[0] for c in patcher.calls] == ["get-pod", "list-pods"]  # b came fresh from the list
+
+
+def test_a_confirmed_match_costs_one_get_and_no_list(tracker: PodTracker, patcher: FakePatcher) -> None:
+    tracker.pod_event("ADDED", scheduled_pod("a", alloc((GPU_A,))))
+    assert tracker.match(1).pod.name == "a"
+    assert tracker.steering_gpus(1) == (GPU_A,)
+    assert [c[:3] for c in patcher.calls] == [("get-pod", "default", "a")] * 2
+    assert (tracker.confirms, tracker.stale, tracker.misses) == (2, 0, 0)
+
+
+def test_two_matches_of_which_one_is_gone_are_not_ambiguous(
+    tracker: PodTracker, patcher: FakePatcher
+) -> None:
+    tracker.pod_event("ADDED", scheduled_pod("a", alloc((GPU_A,))))
+    tracker.pod_event("ADDED", scheduled_pod("b", alloc((GPU_B,))))
+    gone_from_api(patcher, "a")
+    assert tracker.match(1).pod.name == "b"
+    assert names(tracker) == ["b"]
+    assert [c[:3] for c in patcher.calls] == [("get-pod", "default", "a"), ("get-pod", "default", "b")]
+
+
+def test_when_the_api_server_cannot_confirm_the_watch_answers(
+    tracker: PodTracker, patcher: FakePatcher, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failed GET (not a 404) must not fail the admission: the watch's match stands, logged."""
+    tracker.pod_event("ADDED", scheduled_pod("a", alloc((GPU_A,))))
+    patcher.failures = [KubeApiError(503, "ServiceUnavailable", "busy")]
+    with caplog.at_level(logging.WARNING, logger="hami_node.pods"):
+        assert tracker.match(1).pod.name == "a"
+    assert any(
+        "confirming pod default/a failed, answering from the watch" in r.getMessage() for r in caplog.records
+    )

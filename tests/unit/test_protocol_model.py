@@ -10,11 +10,15 @@ pod is settled (docs/reliability.md, "Protocol model"):
 - no faults: 16,920 states, 58,826 transitions;
 - a restart of the control plane (single replica, no leader election): 33,840 states;
 - a restart of the node daemon on n1: 38,535 states; on n2: 38,250 states;
-- a restart of kubelet on n2: 167,298 states.
+- a restart of kubelet on n2: 167,298 states;
+- one Binding committed with its answer lost or dropped unanswered: 85,134 states;
+- a and b on n1 with a deleted gracefully: 13,932 states; with restarts of the control plane, kubelet
+  and the node daemon on a one-GPU n1: 6,436 states.
 
 The mutation tests show the checker catches the bugs the protocol is there to prevent; the regression
-tests replay the two bugs the model found and this branch fixed; the open findings are bugs the model
-finds in the code as it is, pinned here until they are fixed (flip them into passing configurations).
+tests replay the bugs the model found that were fixed (findings 1, 2, 3, 5); the open findings (4, 6)
+are bugs the model finds in the code as it is, pinned here until they are fixed (flip them into
+passing configurations).
 """
 
 from __future__ import annotations
@@ -78,6 +82,29 @@ def test_a_kubelet_restart_on_the_node_with_one_gpu_keeps_every_property() -> No
     assert_holds(explore(restarts=frozenset({"kubelet/n2"})), 167_298)
 
 
+def test_a_binding_committed_or_dropped_without_an_answer_keeps_every_property() -> None:
+    """A Binding committed with its answer lost, or dropped unhandled: `Binder._write` keeps the
+    assumption and the window entry (the outcome is unknown) for the watch to confirm or the sweep to
+    expire; a second send answered 409 naming the same node is success (`binder._landed`)."""
+    assert_holds(explore(lost_answers=1), 85_134)
+
+
+def test_a_deleted_pod_the_node_daemon_still_sees_never_takes_the_next_pods_allocate() -> None:
+    """Graceful deletion of a: the node daemon's GET confirms every match from its watch
+    (`PodTracker._confirm`), so a pod its watch still shows waiting never answers b's Allocate."""
+    assert_holds(explore(pods=TWO_PODS, nodes=ONE_NODE, deletable=frozenset({"a"})), 13_932)
+
+
+def test_a_rejected_pod_the_node_daemon_still_sees_never_takes_the_next_pods_allocate() -> None:
+    """Restarts of the control plane, kubelet and the node daemon on a one-GPU node: a pod kubelet
+    rejected (Failed) that a restarted node daemon's view brings back as waiting is not confirmed."""
+    single = (NodeSpec("n1", ("g1",)),)
+    assert_holds(
+        explore(pods=TWO_PODS, nodes=single, restarts=frozenset({"control", "daemon/n1", "kubelet/n1"})),
+        6_436,
+    )
+
+
 # --- mutations: the checker catches the bugs the protocol prevents --------------------------------------
 
 
@@ -134,20 +161,57 @@ def test_regression_a_node_daemon_restart_before_its_success_patch_left_the_pod_
     assert "keeps bind-phase allocating" in found
 
 
-# --- open findings: the code as it is breaks these; see docs/reliability.md ------------------------------
-
-
-def test_open_finding_a_binding_committed_whose_answer_is_lost_overbooks_a_gpu() -> None:
-    """`Binder._write` rolls back (forgets the assumption, releases the window) on any error, also when
-    the outcome is unknown (no answer, a 5xx, a client timeout): the Binding may have been committed."""
-    assert_found(
-        explore(pods=TWO_PODS, lost_answers=1),
+def test_regression_rolling_back_a_binding_whose_answer_was_lost_overbooks_a_gpu() -> None:
+    """Before `Binder._keep`: `_write` rolled back on any error, also when the Binding had been
+    committed and only its answer was lost (a 5xx after the write, a client timeout, a reset)."""
+    found = assert_found(
+        explore(pods=TWO_PODS, lost_answers=1, keep_unknown_outcome=False),
         "gpu-capacity-api",
         "api-bind a -> n1 (committed, answer lost)",
         "bind-answer a (error)",
         "bind-start b -> n1",
         "api-bind b -> n1 (ok)",
     )
+    assert "GPU g1 is allocated to pods a, b" in found
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_regression_a_deleted_pod_the_node_daemon_still_saw_took_the_next_pods_allocate(force: bool) -> None:
+    """Before `PodTracker._confirm`: the node daemon answered from its watch alone."""
+    found = assert_found(
+        explore(
+            pods=TWO_PODS, nodes=ONE_NODE, deletable=frozenset({"a"}), force_delete=force, confirm_match=False
+        ),
+        "wrong-pod",
+        "delete a",
+        "deliver control a deleted",
+        "api-bind b -> n1 (ok)",
+    )
+    assert "with pod a" in found or "for pod a" in found
+
+
+def test_regression_a_rejected_pod_the_node_daemon_still_saw_took_the_next_pods_allocate() -> None:
+    """Before `PodTracker._confirm`, with a pod kubelet rejected (Failed): a kubelet restart makes it call
+    Allocate again for a, which fails; a node daemon restart brings a back as waiting in its view; the
+    control plane sees a Failed, binds b, and the daemon answered b's Allocate with a."""
+    single = (NodeSpec("n1", ("g1",)),)
+    assert_found(
+        explore(
+            pods=TWO_PODS,
+            nodes=single,
+            restarts=frozenset({"control", "daemon/n1", "kubelet/n1"}),
+            confirm_match=False,
+        ),
+        "wrong-pod",
+        "restart kubelet/n1",
+        "restart daemon/n1",
+        "kubelet-record n1 a",
+        "bind-start b -> n1",
+        "kubelet-admit n1 b",
+    )
+
+
+# --- open findings: the code as it is breaks these; see docs/reliability.md ------------------------------
 
 
 def test_open_finding_a_kubelet_restart_before_its_checkpoint_gives_one_pod_anothers_gpus() -> None:
@@ -165,36 +229,20 @@ def test_open_finding_a_kubelet_restart_before_its_checkpoint_gives_one_pod_anot
     )
 
 
-@pytest.mark.parametrize("force", [False, True])
-def test_open_finding_a_deleted_pod_the_node_daemon_still_sees_takes_the_next_pods_allocate(
-    force: bool,
-) -> None:
-    """The control plane's watch shows a's deletion and its window lets b (same count) in; kubelet
-    admits b while the node daemon's watch still shows a waiting, so it answers b's Allocate with a."""
+def test_open_finding_kubelet_admitting_a_force_deleted_pod_it_still_sees_gets_the_next_pods_gpus() -> None:
+    """Force deletion (no grace period) removes a at once; the control plane's watch shows it and its
+    window lets b (same count) in; kubelet, its watch behind, admits a, which the API no longer has, and
+    the node daemon (its GET confirms b) answers that Allocate with b: Allocate names no pod. Graceful
+    deletion cannot do this (kubelet removes the pod itself, so it has seen the deletion)."""
     found = assert_found(
-        explore(pods=TWO_PODS, nodes=ONE_NODE, deletable=frozenset({"a"}), force_delete=force),
+        explore(pods=TWO_PODS, nodes=ONE_NODE, deletable=frozenset({"a"}), force_delete=True),
         "wrong-pod",
-        "delete a",
+        "delete a (removed at once)",
         "deliver control a deleted",
         "api-bind b -> n1 (ok)",
+        "kubelet-admit n1 a",
     )
-    assert "with pod a" in found or "for pod a" in found
-
-
-def test_open_finding_a_rejected_pod_the_node_daemon_still_sees_takes_the_next_pods_allocate() -> None:
-    """The same with a pod kubelet rejected (Failed): a kubelet restart makes it call Allocate for a
-    again, which fails; a node daemon restart brings a back as waiting in its view; the control plane
-    sees a Failed, binds b, and the daemon, its watch behind, answers b's Allocate with a."""
-    single = (NodeSpec("n1", ("g1",)),)
-    assert_found(
-        explore(pods=TWO_PODS, nodes=single, restarts=frozenset({"control", "daemon/n1", "kubelet/n1"})),
-        "wrong-pod",
-        "restart kubelet/n1",
-        "restart daemon/n1",
-        "kubelet-record n1 a",
-        "bind-start b -> n1",
-        "kubelet-admit n1 b",
-    )
+    assert "for pod a with pod b" in found
 
 
 @pytest.mark.skipif(not os.environ.get("HAMI_PROTOCOL_LONG"), reason="long run: set HAMI_PROTOCOL_LONG=1")

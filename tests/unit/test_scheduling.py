@@ -364,7 +364,8 @@ def test_bind_of_an_unseen_pod_reads_it_from_the_api_once() -> None:
 
     ext, _, writer = bound_extender(read_pod=read)
     p = ns_pod(uid="u-new")
-    writer.reject["p"] = BindRejected(500, "InternalError", "etcd")  # the first Binding fails
+    # the first Binding is refused (a 429 is never handled: rolled back, so the retry binds at once)
+    writer.reject["p"] = BindRejected(429, "TooManyRequests", "too many requests, etcd")
     assert "etcd" in asyncio.run(ext.bind(bind_args(p)))["Error"]
     assert asyncio.run(ext.bind(bind_args(p))) == {"Error": ""}  # kube-scheduler's retry
     assert reads == ["p"] and len(writer.calls) == 2
