@@ -36,8 +36,14 @@ nodes:
 
 With `--control-socket PATH` the host answers one-line commands on a Unix socket: `stop NODE`,
 `start NODE`, `restart NODE` (this host's parts of that node; a restart is a stop and a fresh start, as
-a process restart would be), `kill NODE` and `ping`. The answer is `ok` or `error: <why>`.
-`host_command` sends one.
+a process restart would be), `kill NODE`, `ping` and `ports`. The answer is `ok` or `error: <why>`;
+`ports` answers a JSON object of the port each running node daemon's health endpoint (/metrics,
+/healthz, /readyz; `--health-bind` in its `nodeArgs`) listens on. `host_command` sends one.
+
+Health ports: each daemon binds the port its flags give. Should that port have been taken between the
+pick and the bind, the daemon takes a free port of the kernel's instead (logged; `ports` tells it), and
+keeps that port across its restarts in this host. A daemon's endpoint costs one mostly idle thread: 250
+took 0.6% of a core and 5 MiB together.
 
 `kill NODE` drops this host's parts of the node as close to a crash (SIGKILL) as an in-process part can
 get: a node daemon's Kubernetes client is closed first, so its last writes (the pod tracker's queued
@@ -55,6 +61,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import faulthandler
 import functools
 import gc
@@ -101,6 +108,7 @@ _KUBELET_CONCURRENCY = 32
 _STOP_CONCURRENCY = 32
 _OBSERVER_TIMEOUT_S = 10.0
 _INOTIFY_INSTANCES = 8
+_PORT_IN_USE = "Address already in use"
 _T = TypeVar("_T")
 
 
@@ -338,6 +346,8 @@ class NodeHost:
         self._observers: ObserverFactory | None = None
         self._kubelets: dict[str, Any] = {}
         self._daemons: dict[str, Any] = {}
+        self._health_ports: dict[str, int] = {}
+        """The port each daemon's health endpoint took (kept across its restarts in this host)."""
         self._node_locks = {name: asyncio.Lock() for name in self._nodes}
 
     @property
@@ -387,8 +397,13 @@ class NodeHost:
         words = line.split()
         if words == ["ping"]:
             return "ok"
+        if words == ["ports"]:
+            return json.dumps({n: self._health_ports[n] for n in self._daemons if n in self._health_ports})
         if len(words) != 2 or words[0] not in ("stop", "start", "restart", "kill"):
-            return f"error: unknown command {line.strip()!r} (expected stop|start|restart|kill NODE, or ping)"
+            return (
+                f"error: unknown command {line.strip()!r} (expected stop|start|restart|kill NODE, ping or "
+                "ports)"
+            )
         verb, name = words
         if name not in self._nodes:
             return f"error: no node {name!r} in this host"
@@ -509,21 +524,37 @@ class NodeHost:
 
         argv = daemon_argv(self._nodes[name], self.kubeconfig)
         try:
-            return load_config(argv, {}, _read_file)
+            config = load_config(argv, {}, _read_file)
         except (ConfigError, HelpRequested) as exc:
             raise HostError(f"node {name}: hami-node: {exc}") from None
+        port = self._health_ports.get(name)
+        if config.health_bind is not None and port is not None:
+            config = dataclasses.replace(
+                config, health_bind=dataclasses.replace(config.health_bind, port=port)
+            )
+        return config
 
     async def _start_daemon(self, name: str) -> None:
         from hami_node.main import StartupError, start_daemon
 
         config = self._daemon_config(name)
+        observers = self._observers
         try:
-            observers = self._observers
-            self._daemons[name] = await self._in_pool(
-                lambda: start_daemon(config, observer_factory=observers)
-            )
+            try:
+                daemon = await self._in_pool(lambda: start_daemon(config, observer_factory=observers))
+            except StartupError as exc:
+                if config.health_bind is None or _PORT_IN_USE not in str(exc):
+                    raise
+                # Taken between the pick and the bind: the kernel's pick cannot be (`ports` tells it).
+                log.warning("node %s: %s; taking a free port instead", name, exc)
+                taken = dataclasses.replace(config.health_bind, port=0)
+                config = dataclasses.replace(config, health_bind=taken)
+                daemon = await self._in_pool(lambda: start_daemon(config, observer_factory=observers))
         except StartupError as exc:
             raise HostError(f"node {name}: hami-node: {exc}") from None
+        self._daemons[name] = daemon
+        if daemon.health_endpoint is not None:
+            self._health_ports[name] = daemon.health_endpoint.port
 
     async def _stop_daemon(self, name: str, pool: ThreadPoolExecutor | None = None) -> None:
         daemon = self._daemons.pop(name, None)

@@ -156,6 +156,13 @@ def add_parsers(subparsers: Any) -> None:
         metavar="SECONDS",
         help="how long to wait for it all (default: 60 + 0.5 per node)",
     )
+    up.add_argument(
+        "--no-node-metrics",
+        dest="node_metrics",
+        action="store_false",
+        help="no health endpoint (/metrics, /healthz, /readyz) for the node daemons (by default each has "
+        "one on a free port of 127.0.0.1; `hami-sim status -o wide` lists them)",
+    )
     up.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     up.set_defaults(handler=run_up)
 
@@ -180,6 +187,12 @@ def add_parsers(subparsers: Any) -> None:
     )
     _state_dir(status)
     status.add_argument("--all-nodes", action="store_true", help="list every node even in a big cluster")
+    status.add_argument(
+        "-o",
+        "--output",
+        choices=["wide"],
+        help="wide: also each node daemon's /metrics URL (its health endpoint on 127.0.0.1)",
+    )
     status.set_defaults(handler=run_status)
 
 
@@ -224,6 +237,7 @@ def run_up(args: argparse.Namespace) -> int:
         "node_cpu": args.node_cpu,
         "node_memory": args.node_memory,
         "timeout_s": args.timeout,
+        "node_metrics": args.node_metrics,
     }
     try:
         if args.inventory is not None:
@@ -293,5 +307,5 @@ def run_status(args: argparse.Namespace) -> int:
         f"cluster in {cluster.state_dir}: {cluster.spec.describe()}"
         + (" (scale mode)" if cluster.spec.scale_mode else "")
     )
-    print(status.render(all_nodes=args.all_nodes))
+    print(status.render(all_nodes=args.all_nodes, wide=args.output == "wide"))
     return 0 if status.ok else EXIT_FAILED

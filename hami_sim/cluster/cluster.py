@@ -6,6 +6,8 @@ daemons another: `hami_sim.nodehost`); they talk through the real protocols only
 
 Files: `<state>/` holds `kubeconfig`, `cluster.json` (pids, ports, paths, the spec), `ca.crt`,
 `tls/`, `nodes/<node>/gpus.yaml` (each node's fake inventory: edit it to inject faults) and `logs/`.
+Every node daemon serves its health endpoint (/healthz, /readyz, /metrics) on a port of its own on
+127.0.0.1 (`Cluster.node_metrics_url`), unless the spec turns that off (`ClusterSpec.node_metrics`).
 Unix sockets live under a short directory in /tmp (`run_dir`), because socket paths are limited to
 107 bytes. `down` removes all of it but the logs.
 """
@@ -89,6 +91,10 @@ WEBHOOK_CONFIG_NAME = "hami-webhook"
 IGNORE_LABEL = "hami.io/webhook"
 DRA_NAMESPACE_LABEL = "hami.io/dra"
 """Namespaces labelled hami.io/dra=enabled have their GPU pods translated to claims (mixed clusters)."""
+PORT_IN_USE = "Address already in use"
+"""What a process logs when its port was taken between the pick and its bind (it is started again on
+another port, at most `_PORT_ATTEMPTS` times)."""
+_PORT_ATTEMPTS = 3
 STATE_FILE = "cluster.json"
 STATE_VERSION = 1
 
@@ -169,6 +175,8 @@ class NodeStatus:
     """hami-node's inventory annotation is on the Node (device-plugin mode), or its ResourceSlice is
     published (DRA mode)."""
     mode: str = "device-plugin"
+    metrics_url: str | None = None
+    """The node daemon's /metrics (`Cluster.node_metrics_url`); None when it serves none."""
 
     @property
     def ok(self) -> bool:
@@ -197,9 +205,9 @@ class ClusterStatus:
             and self.control_nodes == sum(n.mode != "dra" for n in self.nodes)
         )
 
-    def render(self, *, all_nodes: bool = False) -> str:
+    def render(self, *, all_nodes: bool = False, wide: bool = False) -> str:
         """The tables `hami-sim status` prints: components, then nodes (all of them when `all_nodes` or
-        at most 50, else those not ready and a summary)."""
+        at most 50, else those not ready and a summary); `wide` adds each node daemon's /metrics URL."""
         rows = [("COMPONENT", "PID", "ALIVE", "PORT", "LOG")]
         rows += [
             (c.name, str(c.pid), "yes" if c.alive else "NO", str(c.port) if c.port else "-", str(c.log))
@@ -213,7 +221,9 @@ class ClusterStatus:
             return "\n".join(out)
         shown = [n for n in self.nodes if all_nodes or len(self.nodes) <= 50 or not n.ok]
         if shown:
-            node_rows = [("NODE", "MODE", "READY", "GPU ALLOCATABLE", "REGISTERED")]
+            node_rows: list[tuple[str, ...]] = [
+                ("NODE", "MODE", "READY", "GPU ALLOCATABLE", "REGISTERED", "METRICS")
+            ]
             node_rows += [
                 (
                     n.name,
@@ -221,9 +231,12 @@ class ClusterStatus:
                     "True" if n.ready else "False",
                     n.gpus or "-",
                     ("yes" if n.registered else "no") + (" (ResourceSlice)" if n.mode == "dra" else ""),
+                    n.metrics_url or "-",
                 )
                 for n in shown
             ]
+            if not wide:
+                node_rows = [row[:-1] for row in node_rows]
             out += [_table(node_rows), ""]
         ready = sum(n.ok for n in self.nodes)
         seen = "unknown" if self.control_nodes is None else str(self.control_nodes)
@@ -256,6 +269,9 @@ class Cluster:
         self.procs: dict[str, Proc] = {}
         self.apiserver_url = ""
         self.control_port = 0
+        self.node_health_ports: dict[str, int] = {}
+        """Each node daemon's health endpoint port on 127.0.0.1 (empty when `spec.node_metrics` is off)."""
+        self._rebinds: dict[str, int] = {}
         self._progress = progress or log.info
         self._t0 = time.monotonic()
         self._last_progress = ""
@@ -286,6 +302,23 @@ class Cluster:
     @property
     def node_names(self) -> list[str]:
         return [n.name for n in self.spec.nodes]
+
+    def node_metrics_url(self, node: str) -> str:
+        """`http://127.0.0.1:<port>/metrics` of the node daemon of `node` (its health endpoint also serves
+        /healthz and /readyz). `ClusterError` for an unknown node, or when the cluster runs without
+        (`ClusterSpec.node_metrics` off)."""
+        if node not in self.node_names:
+            raise ClusterError(f"node: no node {node!r}; the nodes are: {', '.join(self.node_names)}")
+        url = self._metrics_url_or_none(node)
+        if url is None:
+            raise ClusterError(
+                f"node {node}: its daemon serves no metrics (the cluster runs with node_metrics off)"
+            )
+        return url
+
+    def _metrics_url_or_none(self, node: str) -> str | None:
+        port = self.node_health_ports.get(node)
+        return None if port is None else f"http://127.0.0.1:{port}/metrics"
 
     def inventory_path(self, node: str) -> Path:
         """The node's fake GPU inventory; hami-node applies edits within milliseconds (see
@@ -445,6 +478,9 @@ class Cluster:
             path = self.inventory_path(node.name)
             (path.parent / "hook").mkdir(parents=True)
             write_inventory(path, node_inventory(node))
+        if self.spec.node_metrics:
+            for node in self.spec.nodes:
+                self.node_health_ports[node.name] = _free_port(self._taken_ports())
         if self.spec.scale_mode:
             for host in self._hosts():
                 write_host_spec(self._host_spec_path(host), self._host_spec(host))
@@ -460,6 +496,8 @@ class Cluster:
             "--device-split-count",
             str(self.spec.split),
         ]
+        if node in self.node_health_ports:
+            args += ["--health-bind", f"127.0.0.1:{self.node_health_ports[node]}"]
         if node in self.spec.dra_nodes:
             # The kubelet directory plays /var/lib/kubelet/device-plugins; DRA's directories sit beside
             # its sockets, where the kubelet stand-in watches them (KubeletConfig's defaults).
@@ -600,6 +638,11 @@ class Cluster:
             self.procs[name] = proc
         if port is not None:
             proc.port = port
+        if self.spec.scale_mode and name in self._hosts()[1:]:
+            # the ports the daemons have now (a host that took another port for one keeps it)
+            write_host_spec(self._host_spec_path(name), self._host_spec(name))
+        if name.startswith(DAEMON_PREFIX):
+            proc.port = self.node_health_ports.get(name.removeprefix(DAEMON_PREFIX))
         proc.argv = self._argv(name)
         proc.start(append=append)
         self._save()
@@ -616,14 +659,12 @@ class Cluster:
         self._say(f"apiserver ready at {self.apiserver_url}")
         # Everything else starts at once (start-up is mostly imports: CPU-bound, so overlap pays). The
         # scheduler needs the extender's URL up front: pick hami-control's port now.
-        self.control_port = _free_port()
+        self.control_port = _free_port(self._taken_ports())
         if self.spec.control_replicas == 1:
             self._launch(CONTROL, port=self.control_port)
         else:
-            taken = {self.control_port}
             for replica in self.control_replicas:
-                taken.add(replica_port := _free_port(taken))
-                self._launch(replica, port=replica_port)
+                self._launch(replica, port=_free_port(self._taken_ports()))
             self._launch(CONTROL_SERVICE, port=self.control_port)
         self._launch(SCHEDULER)
         if self.spec.dra_nodes:
@@ -651,6 +692,10 @@ class Cluster:
             self._create_device_class()
             self._say(f"controller-manager ready; DeviceClass {dra.DEVICE_CLASS} created")
         self.wait_ready(deadline - time.monotonic())
+        if self.spec.scale_mode and self.node_health_ports:
+            for host in self._hosts()[1:]:
+                self._wait_marker(self.procs[host], deadline)  # its control socket answers from then on
+                self._read_host_ports(host)
         self._say(
             f"cluster up in {time.monotonic() - self._t0:.1f} s: {self.spec.describe()}; "
             f"kubeconfig {self.kubeconfig}"
@@ -675,8 +720,7 @@ class Cluster:
                         or attempt == 2
                     ):
                         raise
-                taken = {p.port for p in self.procs.values() if p.port} | {self.control_port}
-                port = _free_port(taken)
+                port = _free_port(self._taken_ports())
                 self._say(f"port {proc.port} was taken meanwhile; {name} tries {port}")
                 if name == front:
                     stop_all([self.procs[SCHEDULER]], 5.0)
@@ -691,9 +735,31 @@ class Cluster:
 
     # --- waiting ----------------------------------------------------------------------------------
 
+    def _taken_ports(self) -> set[int]:
+        """Every port this cluster has given out (picked, perhaps not bound yet)."""
+        ports = {p.port for p in self.procs.values() if p.port} | set(self.node_health_ports.values())
+        return ports | {self.control_port}
+
+    def _rebind_daemon(self, proc: Proc) -> bool:
+        """A node daemon that exited because its health port was taken between the pick and its bind:
+        start it again on another free port (at most `_PORT_ATTEMPTS` times a run), as hami-control is
+        (`_wait_control_serving`). True when it was started again."""
+        if not proc.name.startswith(DAEMON_PREFIX) or self._rebinds.get(proc.name, 0) >= _PORT_ATTEMPTS:
+            return False
+        output = proc.new_output()
+        if PORT_IN_USE not in output or "--health-bind" not in output:
+            return False
+        node = proc.name.removeprefix(DAEMON_PREFIX)
+        self._rebinds[proc.name] = self._rebinds.get(proc.name, 0) + 1
+        old = self.node_health_ports[node]
+        self.node_health_ports[node] = _free_port(self._taken_ports())
+        self._say(f"port {old} was taken meanwhile; {proc.name} tries {self.node_health_ports[node]}")
+        self._launch(proc.name, append=True)
+        return True
+
     def _check_alive(self, what: str, procs: Sequence[Proc] | None = None) -> None:
         for proc in self.procs.values() if procs is None else procs:
-            if not proc.alive():
+            if not proc.alive() and not self._rebind_daemon(proc):
                 raise ClusterError(
                     f"{proc.name} {proc.why_dead()} while waiting for {what}; last lines of {proc.log}:\n"
                     f"{proc.tail()}",
@@ -816,6 +882,8 @@ class Cluster:
                 continue
             registered = bool((node.get("metadata", {}).get("annotations") or {}).get(NODE_REGISTER))
             out.append(NodeStatus(name, ready, gpus, registered))
+        if self.node_health_ports:
+            out = [replace(n, metrics_url=self._metrics_url_or_none(n.name)) for n in out]
         return tuple(out)
 
     def _nodes_with_slices(self, pool: urllib3.PoolManager) -> set[str]:
@@ -938,6 +1006,7 @@ class Cluster:
             "caFile": str(self.ca_file),
             "apiserverUrl": self.apiserver_url,
             "controlPort": self.control_port,
+            "nodeHealthPorts": dict(self.node_health_ports),
             "components": {name: p.to_data() for name, p in self.procs.items()},
             "spec": self.spec.to_data(),
         }
@@ -964,6 +1033,8 @@ class Cluster:
             )
             cluster.apiserver_url = str(data.get("apiserverUrl") or "")
             cluster.control_port = int(data.get("controlPort") or 0)
+            ports = data.get("nodeHealthPorts") or {}
+            cluster.node_health_ports = {str(node): int(port) for node, port in ports.items()}
             cluster.procs = {name: Proc.from_data(name, p) for name, p in data["components"].items()}
         except (KeyError, TypeError, ValueError, SpecError) as exc:
             raise ClusterError(f"{path}: malformed ({exc})") from None
@@ -1099,6 +1170,8 @@ class Cluster:
         deadline = time.monotonic() + timeout_s
         self._launch(component, append=True)
         self._wait_marker(proc, deadline, only=True)
+        if self.spec.scale_mode and component in self._hosts()[1:] and self.node_health_ports:
+            self._read_host_ports(component)
         if component in self.control_replicas:
             self._wait_control_ready(deadline, component)
 
@@ -1140,15 +1213,39 @@ class Cluster:
                 component=component,
             )
 
-    def _host_command(self, host: Proc, command: str, timeout_s: float = 60.0) -> None:
+    def _host_command(self, host: Proc, command: str, timeout_s: float = 60.0) -> str:
         try:
             answer = host_command(self._host_socket(host.name), command, timeout_s)
         except OSError as exc:
             raise ClusterError(
                 f"{host.name} does not answer {command!r}: {exc}", component=host.name
             ) from None
-        if answer != "ok":
+        if answer != "ok" and not (command == "ports" and answer.startswith("{")):
             raise ClusterError(f"{host.name}: {command}: {answer}", component=host.name)
+        if (
+            command.startswith(("start ", "restart "))
+            and host.name != KUBELET_HOST
+            and self.node_health_ports
+        ):
+            self._read_host_ports(host.name)
+        return answer
+
+    def _read_host_ports(self, host: str) -> None:
+        """Record the health ports the daemons of a scale-mode host listen on: the picked ones, or where a
+        port was taken meanwhile, the one the host took instead (hami_sim.nodehost: `ports`)."""
+        answer = self._host_command(self.procs[host], "ports")
+        try:
+            ports = {str(node): int(port) for node, port in json.loads(answer).items()}
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise ClusterError(
+                f"{host}: ports: unexpected answer {answer[:200]!r} ({exc})", component=host
+            ) from None
+        changed = {
+            n: p for n, p in ports.items() if n in self.node_health_ports and self.node_health_ports[n] != p
+        }
+        if changed:
+            self.node_health_ports.update(changed)
+            self._save()
 
     # --- down -------------------------------------------------------------------------------------
 

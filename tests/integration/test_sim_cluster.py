@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import ssl
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -178,10 +180,29 @@ def test_cli_up_status_down_in_scale_mode(tmp_path: Path, api: Callable[[Path], 
         assert "(scale mode)" in status.stdout and "hami-nodes" in status.stdout
         assert "nodes: 2/2 ready" in status.stdout
 
-        # A node daemon restarts inside its host, from another process than the one that started it.
+        # Each hosted daemon serves /metrics on its own port, listed by status -o wide.
         cluster = Cluster.load(state)
+        wide = hami_sim("status", "--state-dir", str(state), "-o", "wide", cwd=tmp_path)
+        urls = [cluster.node_metrics_url(n) for n in cluster.node_names]
+        assert len(set(urls)) == 2 and all(url in wide.stdout for url in urls), wide.stdout
+        assert all('node="gpu-node-' in urllib.request.urlopen(u, timeout=10).read().decode() for u in urls)
+
+        # A daemon whose port was taken while it was stopped takes another; cluster.json follows.
+        cluster.stop_component("hami-node/gpu-node-1")
+        with socket.socket() as squatter:
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            squatter.bind(("127.0.0.1", int(urls[0].rsplit(":", 1)[1].split("/")[0])))
+            squatter.listen()
+            cluster.start_component("hami-node/gpu-node-1")
+        moved = Cluster.load(state).node_metrics_url("gpu-node-1")
+        assert moved != urls[0]
+        assert 'node="gpu-node-1"' in urllib.request.urlopen(moved, timeout=10).read().decode()
+
+        # A node daemon restarts inside its host, from another process than the one that started it (on
+        # the port it had).
         cluster.restart("hami-node/gpu-node-1")
         assert "hami-node/gpu-node-1" in cluster.components
+        assert Cluster.load(state).node_metrics_url("gpu-node-1") == moved
         core_v1 = api(cluster.kubeconfig)
         core_v1.create_namespaced_pod("default", gpu_pod("after-restart", gpumem=1000))
         wait_running(core_v1, "after-restart")
