@@ -91,9 +91,9 @@ class TaskMix:
     def of(counts: Iterable[tuple[TaskShape, float]]) -> TaskMix:
         """A mix from (shape, count or weight) pairs, merged per shape and normalised; ordered by weight
         (heaviest first, then by shape) so that equal inputs give equal mixes."""
-        merged: Counter[TaskShape] = Counter()
+        merged: dict[TaskShape, float] = {}
         for shape, weight in counts:
-            merged[shape] += weight
+            merged[shape] = merged.get(shape, 0.0) + weight
         ordered = sorted(merged.items(), key=lambda item: (-item[1], item[0]))
         total = sum(w for _, w in ordered)
         if total <= 0:
