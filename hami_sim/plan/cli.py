@@ -11,7 +11,7 @@ from hami_control.frag import MixError, parse_mix
 from hami_sim.plan.engine import POLICIES
 from hami_sim.plan.experiments import InflationResult, ReplayResult, inflation, replay, workload_mix
 from hami_sim.plan.inputs import DEFAULT_SPLIT, InputError, read_nodes, read_pods_csv, read_workload_yaml
-from hami_sim.plan.report import RunInfo, write_report
+from hami_sim.plan.report import RunInfo, describe_mix, write_report
 
 
 def _policies(text: str) -> list[str]:
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         sum(n.gpus for n in nodes),
         len(nodes),
         len(tasks),
-        mix.text(),
+        describe_mix(mix),
     )
     write_report(args.out, info, results, args.steps, charts=not args.no_charts)
     print(f"hami-sim plan: report in {args.out / 'report.md'}")

@@ -302,3 +302,12 @@ def test_command_line_errors(
     with pytest.raises(SystemExit):
         main(["plan", "--nodes", str(trace[0]), "--pods", str(bad), "--out", "o", "--policies", "best"])
     assert "unknown policy best" in capsys.readouterr().err
+
+
+def test_the_planning_examples_read_and_replay() -> None:
+    root = Path(__file__).resolve().parents[2] / "examples" / "planning"
+    nodes = read_nodes(root / "pools.yaml")
+    tasks = read_workload_yaml(root / "workload.yaml", seed=1)
+    assert sum(n.gpus for n in nodes) == 16 * 8 + 24 * 2
+    result = replay(nodes, tasks[:300], "fragmentation", seed=1)
+    assert len(result.pending_s) + result.never == 300
