@@ -5,7 +5,8 @@ the 8,152 of the default list) and the time replay of the 8,152 tasks, both in t
 
 The floor, in the same run: the extender's own vectorised filter (`gputable.simple_ask` +
 `gputable.evaluate`, what every placement starts with) for each GPU task of the default list once, on
-the empty cluster, nothing placed. What a policy costs above it is scoring, `fit_pod` on the chosen node and the bookkeeping.
+the empty cluster, nothing placed. What a policy costs above it is scoring, `fit_pod` on the chosen
+node and the bookkeeping.
 
     python bench/plan.py [--data DIR] [--policies binpack,fragmentation]
 """
