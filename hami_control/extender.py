@@ -101,6 +101,7 @@ from hami_control.frag import DEFAULT_MIX, TaskMix
 from hami_control.gputable import (
     GPUTable,
     evaluate,
+    fragmentation_scores,
     group_rows,
     node_reasons,
     node_scores,
@@ -610,9 +611,22 @@ def prioritize_nodes(
     score = [0] * len(hosts)
     exact = range(len(hosts))
     simple = simple_ask(table, ask.requests, ask.selector, ask.gpu_policy, ask.quota) if table else None
-    if ask.node_policy is NodePolicy.FRAGMENTATION:
-        simple = None  # scored from the GPUs fit_pod picks (frag.py), node by node
-    if table is not None and simple is not None:
+    fragmentation = ask.node_policy is NodePolicy.FRAGMENTATION
+    if fragmentation and not (
+        simple is not None and simple.request.nums == 1 and ask.gpu_policy == (GPUPolicy.FRAGMENTATION,)
+    ):
+        simple = None  # scored from the GPUs fit_pod picks, node by node
+    if table is not None and simple is not None and fragmentation:
+        rows = table.rows(hosts)
+        known = np.flatnonzero(rows >= 0)
+        ev = evaluate(table, rows[known], simple)
+        fast, slow = fragmentation_scores(table, ev, simple.request, ask.mix)
+        full = np.zeros(len(hosts), dtype=np.int64)
+        scored = ev.fits & ~slow
+        full[known[scored]] = fast[scored]
+        score = full.tolist()
+        exact = known[ev.fits & slow].tolist()
+    elif table is not None and simple is not None:
         rows = table.rows(hosts)
         known = np.flatnonzero(rows >= 0)
         ev = evaluate(table, rows[known], simple)

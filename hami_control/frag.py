@@ -233,9 +233,31 @@ def combine(
     fits = holding >= mix.gpus
     if host_ok is not None:
         fits = fits & host_ok
-    per_shape = np.where(fits, small, total[..., None])
-    result: FloatArray = per_shape @ mix.p
+    return _expected(np.where(fits, small, total[..., None]), mix)
+
+
+def _expected(per_shape: IntArray, mix: MixArrays) -> FloatArray:
+    """sum_m p_m F(m) over the last axis; a per-row sum, so every row gets the same float operations
+    whatever the leading shape (the extender's vectorised scores equal the node-by-node ones)."""
+    result: FloatArray = (per_shape * mix.p).sum(axis=-1)
     return result
+
+
+def after_each_gpu(
+    free: IntArray, newfree: IntArray, mix: TaskMix, host_ok: BoolArray | None = None
+) -> FloatArray:
+    """For free amounts `(N, W)`: F_n(M) `(N, W)` with GPU g's free amount replaced by `newfree[:, g]`
+    (one slice more on g), from the per-shape terms changed in g's column only."""
+    a = arrays(mix)
+    small, holding = shape_terms(free, a)
+    f, nf = free[..., None], newfree[..., None]
+    small2 = small[:, None, :] - np.where(f < a.milli, f, 0) + np.where(nf < a.milli, nf, 0)
+    holding2 = holding[:, None, :] - (f >= a.milli) + (nf >= a.milli)
+    total2 = free.sum(axis=-1)[:, None] - free + newfree
+    fits = holding2 >= a.gpus
+    if host_ok is not None:
+        fits = fits & host_ok[:, None, :]
+    return _expected(np.where(fits, small2, total2[..., None]), a)
 
 
 def fragmentation(free: IntArray, mix: TaskMix, host_ok: BoolArray | None = None) -> FloatArray:
@@ -256,12 +278,12 @@ def gpu_growth(
     """For each GPU of `gpus` (GPUs of `node`): how much F_n(M) grows with one slice of `request` more on
     it (negative: it shrinks). What the `fragmentation` GPU policy sorts by."""
     free = node_free(node)
+    newfree = free.copy()
+    for col, gpu in enumerate(node.gpus):
+        newfree[col] = gpu_free_milli(gpu.plus(1, request.memory_on(gpu.info.devmem), request.coresreq))
+    after = after_each_gpu(free[None, :], newfree[None, :], mix)[0]
     at = {g.id: i for i, g in enumerate(node.gpus)}
-    choices = np.repeat(free[None, :], len(gpus), axis=0)
-    for row, gpu in enumerate(gpus):
-        taken = gpu.plus(1, request.memory_on(gpu.info.devmem), request.coresreq)
-        choices[row, at[gpu.id]] = gpu_free_milli(taken)
-    growth: FloatArray = fragmentation(choices, mix) - fragmentation(free, mix)
+    growth: FloatArray = after[[at[g.id] for g in gpus]] - fragmentation(free, mix)
     return growth
 
 
@@ -274,6 +296,7 @@ __all__ = [
     "MixError",
     "TaskMix",
     "TaskShape",
+    "after_each_gpu",
     "arrays",
     "combine",
     "fragmentation",

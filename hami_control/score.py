@@ -59,8 +59,13 @@ def fragmentation_score(node: NodeGPUs, pod_slices: Iterable[GPUSlice], mix: Tas
     placed, relative to the milli-GPUs they take (see the module note)."""
     after = with_slices(node, pod_slices)
     taken = int(node_free(node).sum() - node_free(after).sum())
-    growth = node_fragmentation(after, mix) - node_fragmentation(node, mix)
-    score = MAX_SCORE / 2 * (1 - growth / max(taken, 1))
+    return growth_score(node_fragmentation(after, mix) - node_fragmentation(node, mix), taken)
+
+
+def growth_score(growth: float, taken: int) -> float:
+    """`5 x (1 - growth / taken)` clamped to 0..10 (growth rounded to 1e-6 milli-GPUs first, so sums in a
+    different order cannot tip a score across a rounding boundary)."""
+    score = MAX_SCORE / 2 * (1 - round(growth, 6) / max(taken, 1))
     return min(max(score, 0.0), float(MAX_SCORE))
 
 
@@ -100,4 +105,12 @@ def gpu_score(
     )
 
 
-__all__ = ["MAX_SCORE", "fragmentation_score", "gpu_score", "node_priority", "node_score", "node_usage"]
+__all__ = [
+    "MAX_SCORE",
+    "fragmentation_score",
+    "gpu_score",
+    "growth_score",
+    "node_priority",
+    "node_score",
+    "node_usage",
+]

@@ -43,6 +43,7 @@ from hami_control.fit import NO_SELECTOR, Fit, fit_pod
 from hami_control.frag import (
     MILLI,
     TaskMix,
+    after_each_gpu,
     arrays,
     combine,
     free_milli_arrays,
@@ -350,12 +351,7 @@ class Cluster:
             t.usedcores[rows] + request.coresreq,
             t.present[rows] & t.healthy[rows] & ~t.cordoned[rows],
         )
-        fm, nm = f[..., None], newfree[..., None]
-        small = self.small[rows][:, None, :] - np.where(fm < a.milli, fm, 0) + np.where(nm < a.milli, nm, 0)
-        holding = self.holding[rows][:, None, :] - (fm >= a.milli) + (nm >= a.milli)
-        tot = (total[first][:, None] - f + newfree)[..., None]
-        fits = (holding >= a.gpus) & host[:, None, :]
-        chosen: FloatArray = np.where(fits, small, tot) @ a.p
+        chosen = after_each_gpu(f, newfree, self.mix, host)
         growth = np.where(passing[first], chosen - before[first][:, None], np.inf)
         per_cand = growth[which.ravel()]
         best = per_cand.min()

@@ -12,7 +12,7 @@ from hami_api.resources import ContainerRequest
 from hami_api.settings import ConfigError
 from hami_api.types import GPUPolicy, GPUSlice, NodePolicy
 from hami_control.config import ControlConfig, load_config
-from hami_control.extender import prioritize_pod
+from hami_control.extender import Candidates, prioritize_nodes, prioritize_pod, read_pod_ask
 from hami_control.fit import Fit, fit_pod
 from hami_control.frag import (
     DEFAULT_MIX,
@@ -24,6 +24,7 @@ from hami_control.frag import (
     node_fragmentation,
     parse_mix,
 )
+from hami_control.gputable import GPUTable
 from hami_control.score import fragmentation_score
 from hami_control.usage import NodeGPUs
 from tests.builders import container, gpu_info, node_gpus, pod
@@ -201,3 +202,61 @@ def test_fragmentation_is_between_zero_and_the_free_amount(
     f = np.array(values, dtype=np.int64)
     got = float(fragmentation(f, mix))
     assert -1e-9 <= got <= f.sum() + 1e-9
+
+
+gpu_sizes = st.sampled_from([16000, 16000, 24000, 81920])
+
+
+@st.composite
+def fragmented_nodes(draw: st.DrawFn) -> list[NodeGPUs]:
+    nodes = []
+    for n in range(draw(st.integers(1, 4))):
+        gpus = [gpu_info(i, id=f"n{n}-{i}", devmem=draw(gpu_sizes)) for i in range(draw(st.integers(1, 4)))]
+        slices = []
+        for g in gpus:
+            share = draw(st.integers(0, 10)) * 10
+            if share:
+                slices.append(GPUSlice(g.id, g.devmem * share // 100, share))
+        nodes.append(node_gpus(*gpus, name=f"n{n}", slices=slices))
+    return nodes
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    fragmented_nodes(),
+    st.one_of(
+        st.builds(
+            lambda p: {"gpumem_percentage": p, "gpucores": p}, st.integers(1, 10).map(lambda x: 10 * x)
+        ),
+        st.builds(
+            lambda m, c: {"gpumem": m, "gpucores": c}, st.sampled_from([2000, 8000]), st.integers(0, 60)
+        ),
+    ),
+    st.sampled_from(["1000:1,500:1", "810:3,470:2,250:1", "2x1000:1,300:2"]),
+)
+def test_vectorised_fragmentation_scores_equal_node_by_node(
+    nodes: list[NodeGPUs], request: dict[str, int], mix_text: str
+) -> None:
+    config = ControlConfig().with_settings(
+        node_scheduler_policy=NodePolicy.FRAGMENTATION,
+        gpu_scheduler_policy=(GPUPolicy.FRAGMENTATION,),
+        fragmentation_mix=parse_mix(mix_text),
+    )
+    ask = read_pod_ask(pod("p", container("c", gpus=1, **request), namespace="ns", uid="u"), config)
+    assert ask is not None
+    by_name = {n.name: n for n in nodes}
+
+    class View:
+        def node_gpus(self, name: str) -> NodeGPUs | None:
+            return by_name.get(name)
+
+        def unregistered_reason(self, name: str) -> str | None:
+            return None
+
+    table = GPUTable()
+    for n in nodes:
+        table.set_node(n)
+    candidates = Candidates(tuple(by_name))
+    fast = prioritize_nodes(ask, candidates, View(), table=table)
+    slow = prioritize_nodes(ask, candidates, View())
+    assert fast == slow
