@@ -243,21 +243,36 @@ def _expected(per_shape: IntArray, mix: MixArrays) -> FloatArray:
     return result
 
 
+def after_change(  # noqa: PLR0917 (the node's terms and the change, named)
+    small: IntArray,
+    holding: IntArray,
+    total: IntArray,
+    was: IntArray,
+    now: IntArray,
+    mix: TaskMix,
+    host_ok: BoolArray | None = None,
+) -> FloatArray:
+    """F_n(M) after one GPU's free amount goes from `was` to `now` `(...)`, from the node's `shape_terms`
+    `(..., T)` and total free `(...)` before (shapes broadcast)."""
+    a = arrays(mix)
+    f, nf = was[..., None], now[..., None]
+    small2 = small - np.where(f < a.milli, f, 0) + np.where(nf < a.milli, nf, 0)
+    holding2 = holding - (f >= a.milli) + (nf >= a.milli)
+    fits = holding2 >= a.gpus
+    if host_ok is not None:
+        fits = fits & host_ok
+    return _expected(np.where(fits, small2, (total - was + now)[..., None]), a)
+
+
 def after_each_gpu(
     free: IntArray, newfree: IntArray, mix: TaskMix, host_ok: BoolArray | None = None
 ) -> FloatArray:
     """For free amounts `(N, W)`: F_n(M) `(N, W)` with GPU g's free amount replaced by `newfree[:, g]`
-    (one slice more on g), from the per-shape terms changed in g's column only."""
-    a = arrays(mix)
-    small, holding = shape_terms(free, a)
-    f, nf = free[..., None], newfree[..., None]
-    small2 = small[:, None, :] - np.where(f < a.milli, f, 0) + np.where(nf < a.milli, nf, 0)
-    holding2 = holding[:, None, :] - (f >= a.milli) + (nf >= a.milli)
-    total2 = free.sum(axis=-1)[:, None] - free + newfree
-    fits = holding2 >= a.gpus
-    if host_ok is not None:
-        fits = fits & host_ok[:, None, :]
-    return _expected(np.where(fits, small2, total2[..., None]), a)
+    (one slice more on g)."""
+    small, holding = shape_terms(free, arrays(mix))
+    host = None if host_ok is None else host_ok[:, None, :]
+    total = free.sum(axis=-1)[:, None]
+    return after_change(small[:, None, :], holding[:, None, :], total, free, newfree, mix, host)
 
 
 def fragmentation(free: IntArray, mix: TaskMix, host_ok: BoolArray | None = None) -> FloatArray:
@@ -296,6 +311,7 @@ __all__ = [
     "MixError",
     "TaskMix",
     "TaskShape",
+    "after_change",
     "after_each_gpu",
     "arrays",
     "combine",

@@ -43,7 +43,7 @@ from hami_control.fit import NO_SELECTOR, Fit, fit_pod
 from hami_control.frag import (
     MILLI,
     TaskMix,
-    after_each_gpu,
+    after_change,
     arrays,
     combine,
     free_milli_arrays,
@@ -151,7 +151,7 @@ class Cluster:
         """F_n(M) of each node as it is (kept per node)."""
         self._refresh(np.arange(n))
         self._hash = (
-            np.random.default_rng(0).integers(1, 2**62, size=self.table.width + 3, dtype=np.int64) | 1
+            np.random.default_rng(0).integers(1, 2**62, size=self.table.width + 4, dtype=np.int64) | 1
         )
 
     # --- state ---------------------------------------------------------------------------------------------
@@ -324,41 +324,43 @@ class Cluster:
             holding = self.holding[cand] - request.nums
             after = combine(self.small[cand], holding, total - MILLI * request.nums, a, host)
             return self._pick(cand, after - before, lowest=True), None
-        # Identical candidates (same model, free GPUs, passing GPUs, CPU and memory) score alike: compute
-        # each distinct one once (keyed by a 64-bit hash of those values).
-        key = np.concatenate(
-            [
-                free,
-                passing.astype(np.int64),
-                self.cpu_free[cand][:, None],
-                self.mem_free[cand][:, None],
-                self.model_id[cand][:, None],
-            ],
-            axis=1,
-        )
-        weights = np.resize(self._hash, key.shape[1])
-        _, first, which = np.unique(key @ weights, return_index=True, return_inverse=True)
+        # One-GPU pod: a growth per (node, GPU that passes). Pairs with the same node state (its free
+        # amounts as a multiset, the shapes it hosts before and after) and the same GPU change score
+        # alike: compute each distinct one once (keyed by a 64-bit hash of those values).
         t = self.table
-        rows = cand[first]
-        host = self.host_ok(rows, task.cpu_milli, task.memory_mib)
-        f = free[first]
         newfree = free_milli_arrays(
-            t.count[rows],
-            t.used[rows] + 1,
-            t.devmem[rows],
-            t.usedmem[rows] + mem[first],
-            t.devcore[rows],
-            t.usedcores[rows] + request.coresreq,
-            t.present[rows] & t.healthy[rows] & ~t.cordoned[rows],
+            t.count[cand],
+            t.used[cand] + 1,
+            t.devmem[cand],
+            t.usedmem[cand] + mem,
+            t.devcore[cand],
+            t.usedcores[cand] + request.coresreq,
+            t.present[cand] & t.healthy[cand] & ~t.cordoned[cand],
         )
-        chosen = after_each_gpu(f, newfree, self.mix, host)
-        growth = np.where(passing[first], chosen - before[first][:, None], np.inf)
-        per_cand = growth[which.ravel()]
-        best = per_cand.min()
-        ties = np.argwhere(per_cand <= best + _TIE)
-        c, g = ties[0] if len(ties) == 1 else ties[self.rng.integers(len(ties))]
-        row = int(cand[c])
-        return row, self.nodes[row].gpus[int(g)].id
+        host = self.host_ok(cand, task.cpu_milli, task.memory_mib)
+        bits = np.int64(1) << (np.arange(host.shape[1], dtype=np.int64) % 62)
+        w = self._hash
+        width = free.shape[1]
+        node_key = (
+            np.sort(free, axis=1) @ w[:width]
+            + (host @ bits) * w[width]
+            + (self.host_ok(cand) @ bits) * w[width + 1]
+        )
+        cc, gg = np.nonzero(passing)
+        was, now = free[cc, gg], newfree[cc, gg]
+        _, first, which = np.unique(
+            node_key[cc] + was * w[width + 2] + now * w[width + 3], return_index=True, return_inverse=True
+        )
+        pc = cc[first]
+        rows = cand[pc]
+        after = after_change(
+            self.small[rows], self.holding[rows], total[pc], was[first], now[first], self.mix, host[pc]
+        )
+        growth = (after - before[pc])[which.ravel()]
+        ties = np.flatnonzero(growth <= growth.min() + _TIE)
+        i = int(ties[0] if len(ties) == 1 else ties[self.rng.integers(len(ties))])
+        row = int(cand[cc[i]])
+        return row, self.nodes[row].gpus[int(gg[i])].id
 
 
 __all__ = ["POLICIES", "Cluster", "Placement", "Policy"]
