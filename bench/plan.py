@@ -28,7 +28,12 @@ from hami_sim.plan.engine import POLICIES, Cluster
 from hami_sim.plan.experiments import inflation, replay, workload_mix
 from hami_sim.plan.inputs import NodeSpec, Task, read_nodes, read_pods_csv
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "openb"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = next(
+    (p for p in (ROOT.parent / "shared/data/openb", ROOT.parent.parent / "shared/data/openb") if p.exists()),
+    ROOT.parent / "shared/data/openb",
+)
+"""../shared/data/openb from the repository (or from a worktree one level deeper)."""
 
 
 def floor(nodes: Sequence[NodeSpec], tasks: Sequence[Task]) -> float:
