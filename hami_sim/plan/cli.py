@@ -7,19 +7,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hami_control.frag import MixError, parse_mix
-from hami_sim.plan.engine import POLICIES
-from hami_sim.plan.experiments import InflationResult, ReplayResult, inflation, replay, workload_mix
-from hami_sim.plan.inputs import DEFAULT_SPLIT, InputError, read_nodes, read_pods_csv, read_workload_yaml
-from hami_sim.plan.report import RunInfo, describe_mix, write_report
+from hami_sim.plan import DEFAULT_SPLIT, POLICY_NAMES
 
 
 def _policies(text: str) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()]
-    bad = [p for p in names if p not in POLICIES]
+    bad = [p for p in names if p not in POLICY_NAMES]
     if not names or bad:
         raise argparse.ArgumentTypeError(
-            f"unknown policy {', '.join(bad) or repr(text)}; expected a comma list of {', '.join(POLICIES)}"
+            f"unknown policy {', '.join(bad) or repr(text)}; "
+            f"expected a comma list of {', '.join(POLICY_NAMES)}"
         )
     return list(dict.fromkeys(names))
 
@@ -48,8 +45,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--policies",
         type=_policies,
-        default=list(POLICIES),
-        help=f"comma list of {', '.join(POLICIES)} (default: all)",
+        default=list(POLICY_NAMES),
+        help=f"comma list of {', '.join(POLICY_NAMES)} (default: all)",
     )
     parser.add_argument("--experiment", choices=("replay", "inflation"), default="inflation")
     parser.add_argument("--out", type=Path, required=True, help="directory for the report")
@@ -82,6 +79,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from hami_control.frag import MixError, parse_mix
+    from hami_sim.plan.experiments import InflationResult, ReplayResult, inflation, replay, workload_mix
+    from hami_sim.plan.inputs import InputError, read_nodes, read_pods_csv, read_workload_yaml
+    from hami_sim.plan.report import RunInfo, describe_mix, write_report
+
     try:
         nodes = read_nodes(args.nodes, args.split_count)
         if args.pods is not None:

@@ -53,6 +53,7 @@ from hami_control.frag import (
 from hami_control.gputable import GPUTable, evaluate, node_scores, score_inputs, simple_ask
 from hami_control.score import node_priority
 from hami_control.usage import NodeGPUs, with_slices, without_slices
+from hami_sim.plan import POLICY_NAMES
 from hami_sim.plan.inputs import NodeSpec, Task
 
 FloatArray = npt.NDArray[np.float64]
@@ -75,6 +76,8 @@ POLICIES: dict[str, Policy] = {
     "hami": Policy("hami", None, (GPUPolicy.SPREAD,)),
     "fragmentation": Policy("fragmentation", NodePolicy.FRAGMENTATION, (GPUPolicy.FRAGMENTATION,)),
 }
+if tuple(POLICIES) != POLICY_NAMES:  # pragma: no cover - kept in step by hand
+    raise ImportError("hami_sim.plan.POLICY_NAMES and engine.POLICIES differ")
 APP = (ContainerKind.APP,)
 _TIE = 1e-6
 

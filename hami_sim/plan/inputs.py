@@ -47,9 +47,9 @@ from typing import Any
 import numpy as np
 import yaml
 
+from hami_sim.plan import DEFAULT_SPLIT
+
 MILLI = 1000
-DEFAULT_SPLIT = 10
-"""Tasks that may share one GPU (HAMi's deviceSplitCount default)."""
 DEFAULT_GPU_MEMORY = 16384
 GPU_MEMORY_MIB = {
     "P100": 16384,
