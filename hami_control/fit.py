@@ -202,12 +202,14 @@ def _sort(
 ) -> list[GPUUsage]:
     """HAMi's sort of the GPUs (gpu_policy.go `Less`, see the module note), stable over `gpus`' order.
     Fit walks the result from the end."""
+    score = {g.id: gpu_score(g, request, weights) for g in gpus}
+    less_growth: dict[str, float] = {}
     if GPUPolicy.FRAGMENTATION in policy:
         # Negated growth: sorted ascending and walked from the end, the least growth is tried first.
         growth = gpu_growth(node, gpus, request, mix)
-        score = {g.id: -float(x) for g, x in zip(gpus, growth, strict=True)}
-    else:
-        score = {g.id: gpu_score(g, request, weights) for g in gpus}
+        less_growth = {g.id: -float(x) for g, x in zip(gpus, growth, strict=True)}
+    if tuple(policy) == (GPUPolicy.FRAGMENTATION,):
+        score = less_growth
     if len(policy) <= 1 and tuple(policy) != (GPUPolicy.NUMA,):
         single = policy[0] if policy else GPUPolicy.SPREAD
         binpack = single in {GPUPolicy.BINPACK, GPUPolicy.FRAGMENTATION}
@@ -227,7 +229,9 @@ def _sort(
     def key(gpu: GPUUsage) -> tuple[float, ...]:
         parts: list[float] = []
         for p in chain:
-            if p in {GPUPolicy.BINPACK, GPUPolicy.FRAGMENTATION}:
+            if p is GPUPolicy.FRAGMENTATION:
+                parts.append(less_growth[gpu.id])
+            elif p is GPUPolicy.BINPACK:
                 parts.append(score[gpu.id])
             elif p is GPUPolicy.SPREAD:
                 parts.append(-score[gpu.id])

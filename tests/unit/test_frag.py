@@ -134,6 +134,17 @@ def test_fragmentation_gpu_policy_keeps_the_gpu_that_still_fits_the_mix() -> Non
     assert frag.allocation.containers[0].uuids == ("GPU-0",)
 
 
+def test_fragmentation_in_a_policy_chain_is_one_key_in_the_order_written() -> None:
+    n = node_gpus(gpu_info(0), gpu_info(1), slices=[GPUSlice("GPU-1", 6400, 40)])
+    mix = parse_mix("500:1")
+    pod_ask = ((half(), False),)
+    first = fit_pod(n, pod_ask, policy=(GPUPolicy.BINPACK, GPUPolicy.FRAGMENTATION), mix=mix)
+    second = fit_pod(n, pod_ask, policy=(GPUPolicy.FRAGMENTATION, GPUPolicy.BINPACK), mix=mix)
+    assert isinstance(first, Fit) and isinstance(second, Fit)
+    assert first.allocation.containers[0].uuids == ("GPU-1",)
+    assert second.allocation.containers[0].uuids == ("GPU-0",)
+
+
 def test_fragmentation_score_prefers_the_node_whose_fragment_the_pod_fills() -> None:
     mix = parse_mix("1000:1,500:1")
     holed = node_gpus(gpu_info(0), slices=[GPUSlice("GPU-0", 8000, 50)], name="holed")  # 500 free
