@@ -188,18 +188,23 @@ class Handshake:
 
 
 class NodePolicy(StrEnum):
+    """HAMi's binpack and spread, and ours: fragmentation (hami_control/frag.py, docs/planning.md)."""
+
     BINPACK = "binpack"
     SPREAD = "spread"
+    FRAGMENTATION = "fragmentation"
 
 
 class GPUPolicy(StrEnum):
-    """binpack, spread and numa order the devices; mutex and topology-aware filter them."""
+    """binpack, spread and numa order the devices; mutex and topology-aware filter them; fragmentation
+    (ours, not HAMi's) orders them by the growth of the node's fragmentation (hami_control/frag.py)."""
 
     BINPACK = "binpack"
     SPREAD = "spread"
     NUMA = "numa"
     MUTEX = "mutex"
     TOPOLOGY_AWARE = "topology-aware"
+    FRAGMENTATION = "fragmentation"
 
 
 class CorePolicy(StrEnum):

@@ -65,6 +65,7 @@ from hami_control.connections import (
     DEFAULT_TLS_HANDSHAKE_TIMEOUT_S,
     ConnectionLimits,
 )
+from hami_control.frag import DEFAULT_MIX, MixError, TaskMix, parse_mix
 from hami_kube.config import IN_CLUSTER_ENV
 from hami_kube.election import LeaseSettings
 
@@ -167,6 +168,8 @@ class SchedulingSettings:
 
     node_policy: NodePolicy = NodePolicy.BINPACK
     gpu_policy: tuple[GPUPolicy, ...] = (GPUPolicy.SPREAD,)
+    fragmentation_mix: TaskMix = DEFAULT_MIX
+    """The task mix the fragmentation policies measure against (`frag.parse_mix`; configured, not learned)."""
 
 
 class DRATranslation(StrEnum):
@@ -309,7 +312,8 @@ _GROUPS: dict[str, tuple[type, dict[str, str]]] = {
         "overwrite_env", "privileged_policy")}),
     "quota": (QuotaSettings, {"enforce_quota": "enforce"}),
     "scheduling": (SchedulingSettings, {
-        "node_scheduler_policy": "node_policy", "gpu_scheduler_policy": "gpu_policy"}),
+        "node_scheduler_policy": "node_policy", "gpu_scheduler_policy": "gpu_policy",
+        "fragmentation_mix": "fragmentation_mix"}),
     "binder": (BinderSettings, {"allocate_timeout_s": "allocate_timeout_s", "bind_wait_s": "bind_wait_s"}),
     "election": (ElectionSettings, {
         "leader_elect": "enabled", "leader_elect_namespace": "namespace", "leader_elect_lease": "lease",
@@ -380,6 +384,16 @@ def _gpu_policy(value: object) -> tuple[GPUPolicy, ...]:
         return decode_gpu_policy(value)
     except WireFormatError:
         raise Invalid(expected) from None
+
+
+def _mix(value: object) -> TaskMix:
+    expected = "a task mix [Nx]MILLI:WEIGHT,... (e.g. 1000:50,500:30,2x1000:20)"
+    if not isinstance(value, str):
+        raise Invalid(expected)
+    try:
+        return parse_mix(value)
+    except MixError as err:
+        raise Invalid(f"{expected}: {err}") from None
 
 
 _path = parse_path
@@ -494,11 +508,14 @@ _SETTINGS: tuple[Setting, ...] = (
             "check namespace ResourceQuotas limits.<gpumem> and limits.<gpucores>", "BOOL",
             optional_bool=True),
     Setting("node_scheduler_policy", "--node-scheduler-policy", "HAMI_NODE_SCHEDULER_POLICY",
-            "nodeSchedulerPolicy", _enum(NodePolicy), "binpack or spread", "POLICY"),
+            "nodeSchedulerPolicy", _enum(NodePolicy), "binpack, spread or fragmentation", "POLICY"),
     Setting("gpu_scheduler_policy", "--gpu-scheduler-policy", "HAMI_GPU_SCHEDULER_POLICY",
             "gpuSchedulerPolicy", _gpu_policy,
-            "binpack, spread, topology-aware, numa or mutex (or a comma chain)", "POLICY",
+            "binpack, spread, topology-aware, numa, mutex or fragmentation (or a comma chain)", "POLICY",
             default_text="spread"),
+    Setting("fragmentation_mix", "--fragmentation-mix", "HAMI_FRAGMENTATION_MIX", "fragmentationMix", _mix,
+            "task mix of the fragmentation policies: [Nx]MILLI:WEIGHT,... (milli-GPUs per task shape)",
+            "MIX", default_text="OpenB's GPU task mix"),
     Setting("kubeconfig", "--kubeconfig", "KUBECONFIG", "kubeconfig", _path, "kubeconfig file", "FILE",
             default_text="in-cluster config", relative_to_file=True),
     Setting("kube_api_qps", "--kube-api-qps", "HAMI_KUBE_API_QPS", "kubeAPIQPS", parse_qps,

@@ -32,7 +32,9 @@ Filter (`filter_pod`):
 
 Prioritize (`prioritize_pod`): one entry per candidate (first occurrence of each name), score 0..10 by the
 node policy (`hami.io/node-scheduler-policy` on the pod unless empty, else the config's), from
-`score.node_priority` over the node with the pod's chosen slices placed at their peak. A node the pod
+`score.node_priority` over the node with the pod's chosen slices placed at their peak (`fragmentation`:
+how little the node's fragmentation for the configured task mix grows, `score.fragmentation_score`,
+computed node by node from fit_pod's GPU choice). A node the pod
 does not fit on (or that is unregistered) scores 0. A pod without a GPU request, or one whose request
 cannot be read, scores 0 everywhere: the same for all nodes, so kube-scheduler's other scores decide
 (kube-scheduler ignores an extender's failed prioritize anyway). Unreadable candidates give `[]`.
@@ -95,9 +97,11 @@ from hami_control.fit import (
     Reason,
     fit_pod,
 )
+from hami_control.frag import DEFAULT_MIX, TaskMix
 from hami_control.gputable import (
     GPUTable,
     evaluate,
+    fragmentation_scores,
     group_rows,
     node_reasons,
     node_scores,
@@ -257,6 +261,8 @@ class PodAsk:
     quota: QuotaCheck | None = None
     sidecars: frozenset[int] = frozenset()
     """Indexes of the restartable init containers (they keep running beside later containers)."""
+    mix: TaskMix = DEFAULT_MIX
+    """The task mix of the fragmentation policies (the config's `fragmentation_mix`)."""
 
     @property
     def kinds(self) -> tuple[ContainerKind, ...]:
@@ -271,11 +277,12 @@ class PodAsk:
             quota=self.quota,
             weights=self.weights,
             sidecars=self.sidecars,
+            mix=self.mix,
         )
 
     def priority(self, node: NodeGPUs, fit: Fit) -> int:
         """0..10 by the node policy, the node with the pod's chosen slices at their peak."""
-        return node_priority(node, footprint_slices(fit.allocation, self.kinds), self.node_policy)
+        return node_priority(node, footprint_slices(fit.allocation, self.kinds), self.node_policy, self.mix)
 
     def under_quota(self, quota: QuotaView | None, config: ControlConfig) -> PodAsk:
         """This ask checked against `quota` now (its namespace's limits and usage as they are); without a
@@ -407,6 +414,7 @@ def ask_from_requests(  # noqa: PLR0917 (the parts of a pod, named)
         weights,
         None,
         sidecars or _NO_SIDECARS,
+        config.scheduling.fragmentation_mix,
     )
 
 
@@ -606,7 +614,22 @@ def prioritize_nodes(
     score = [0] * len(hosts)
     exact = range(len(hosts))
     simple = simple_ask(table, ask.requests, ask.selector, ask.gpu_policy, ask.quota) if table else None
-    if table is not None and simple is not None:
+    fragmentation = ask.node_policy is NodePolicy.FRAGMENTATION
+    if fragmentation and not (
+        simple is not None and simple.request.nums == 1 and ask.gpu_policy == (GPUPolicy.FRAGMENTATION,)
+    ):
+        simple = None  # scored from the GPUs fit_pod picks, node by node
+    if table is not None and simple is not None and fragmentation:
+        rows = table.rows(hosts)
+        known = np.flatnonzero(rows >= 0)
+        ev = evaluate(table, rows[known], simple)
+        fast, slow = fragmentation_scores(table, ev, simple.request, ask.mix)
+        full = np.zeros(len(hosts), dtype=np.int64)
+        scored = ev.fits & ~slow
+        full[known[scored]] = fast[scored]
+        score = full.tolist()
+        exact = known[ev.fits & slow].tolist()
+    elif table is not None and simple is not None:
         rows = table.rows(hosts)
         known = np.flatnonzero(rows >= 0)
         ev = evaluate(table, rows[known], simple)

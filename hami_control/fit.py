@@ -20,7 +20,10 @@ keep the order the list had): one policy: binpack = by GPU score ascending then 
 (walked from the end: busiest first), spread (and any other single policy) = by score descending then
 NUMA ascending (idlest first); mutex = by slots used descending then NUMA ascending (idle GPUs first);
 with `numa-bind`, binpack = NUMA descending then score ascending, spread = NUMA ascending then score
-descending. A chain (`binpack,numa`, or `numa` alone): the binpack/spread/numa keys in the order
+descending. Fragmentation (ours, not HAMi's) = by the growth of the node's fragmentation for the task mix
+with one slice of the request on the GPU (`frag.gpu_growth`), descending, then NUMA ascending (walked
+from the end: the GPU whose use fragments the node least first); with `numa-bind`, NUMA as binpack.
+A chain (`binpack,numa`, or `numa` alone): the binpack/spread/numa keys in the order
 written (numa ascending; spread when none is named; numa first under `numa-bind`), then the GPU index.
 A container's list starts as the previous regular container left it (HAMi sorts one copy of the node in
 place for all of them); init containers start from inventory order (HAMi sorts a fresh copy for each).
@@ -69,6 +72,7 @@ from hami_api.types import (
     PodAllocation,
     ScoringWeights,
 )
+from hami_control.frag import DEFAULT_MIX, TaskMix, gpu_growth
 from hami_control.quota import QuotaUsage
 from hami_control.score import gpu_score
 from hami_control.usage import GPUUsage, NodeGPUs, with_slices
@@ -183,7 +187,7 @@ def _capacity_reason(gpu: GPUUsage, request: ContainerRequest) -> Reason | None:
     return None
 
 
-_SORT_KEYS = (GPUPolicy.BINPACK, GPUPolicy.SPREAD, GPUPolicy.NUMA)
+_SORT_KEYS = (GPUPolicy.BINPACK, GPUPolicy.SPREAD, GPUPolicy.NUMA, GPUPolicy.FRAGMENTATION)
 
 
 def _sort(
@@ -192,13 +196,23 @@ def _sort(
     policy: Sequence[GPUPolicy],
     weights: ScoringWeights,
     numa_bind: bool,
+    *,
+    node: NodeGPUs,
+    mix: TaskMix,
 ) -> list[GPUUsage]:
     """HAMi's sort of the GPUs (gpu_policy.go `Less`, see the module note), stable over `gpus`' order.
     Fit walks the result from the end."""
     score = {g.id: gpu_score(g, request, weights) for g in gpus}
+    less_growth: dict[str, float] = {}
+    if GPUPolicy.FRAGMENTATION in policy:
+        # Negated growth: sorted ascending and walked from the end, the least growth is tried first.
+        growth = gpu_growth(node, gpus, request, mix)
+        less_growth = {g.id: -float(x) for g, x in zip(gpus, growth, strict=True)}
+    if tuple(policy) == (GPUPolicy.FRAGMENTATION,):
+        score = less_growth
     if len(policy) <= 1 and tuple(policy) != (GPUPolicy.NUMA,):
         single = policy[0] if policy else GPUPolicy.SPREAD
-        binpack = single is GPUPolicy.BINPACK
+        binpack = single in {GPUPolicy.BINPACK, GPUPolicy.FRAGMENTATION}
         if single is GPUPolicy.MUTEX:
             return sorted(gpus, key=lambda g: (-g.used, g.info.numa))
         if numa_bind:
@@ -215,7 +229,9 @@ def _sort(
     def key(gpu: GPUUsage) -> tuple[float, ...]:
         parts: list[float] = []
         for p in chain:
-            if p is GPUPolicy.BINPACK:
+            if p is GPUPolicy.FRAGMENTATION:
+                parts.append(less_growth[gpu.id])
+            elif p is GPUPolicy.BINPACK:
                 parts.append(score[gpu.id])
             elif p is GPUPolicy.SPREAD:
                 parts.append(-score[gpu.id])
@@ -411,6 +427,7 @@ def _place(
     weights: ScoringWeights,
     quota: QuotaCheck | None,
     excluded: Mapping[int, Mapping[str, Reason]],
+    mix: TaskMix,
 ) -> Fit | FitFailure | _Conflict:
     """One pass over the containers in kubelet's admission order (see `fit_pod`)."""
     pool = ReusePool()
@@ -434,6 +451,8 @@ def _place(
             policy,
             weights,
             selector.numa_bind,
+            node=placed,
+            mix=mix,
         )
         if regular:
             app_order = tuple(g.id for g in ranked)
@@ -496,10 +515,12 @@ def fit_pod(
     quota: QuotaCheck | None = None,
     weights: ScoringWeights = DEFAULT_WEIGHTS,
     sidecars: Collection[int] = (),
+    mix: TaskMix = DEFAULT_MIX,
 ) -> FitResult:
     """Fit a pod on `node`. `requests` has one (request or None, is init container) per container, init
     containers first (`hami_api.resources.pod_requests` order); `sidecars` are the indexes of the
-    restartable init containers. `policy` is the GPU policy chain. The namespace quota is checked per
+    restartable init containers. `policy` is the GPU policy chain (`mix`: the task mix of the
+    fragmentation GPU policy). The namespace quota is checked per
     GPU like HAMi (before memory and cores).
 
     Containers are placed in kubelet's admission order (the annotation's order), each against the node
@@ -526,6 +547,7 @@ def fit_pod(
             weights=weights,
             quota=quota,
             excluded=excluded,
+            mix=mix,
         )
         if isinstance(outcome, FitFailure):
             return replace(outcome, unresolvable=unresolvable)

@@ -29,8 +29,9 @@ import numpy.typing as npt
 from hami_api.resources import ContainerRequest
 from hami_api.types import DeviceSelector, GPUPolicy, NodePolicy
 from hami_control.fit import QuotaCheck, Reason, reasons_text
+from hami_control.frag import TaskMix, after_each_gpu, fragmentation, free_milli_arrays
 from hami_control.quota import QuotaUsage
-from hami_control.score import MAX_SCORE
+from hami_control.score import MAX_SCORE, growth_score
 from hami_control.usage import NodeGPUs
 
 IntArray = npt.NDArray[np.int64]
@@ -408,6 +409,43 @@ def node_scores(
     return np.rint(np.clip(score, 0.0, float(MAX_SCORE))).astype(np.int64)
 
 
+def fragmentation_scores(
+    table: GPUTable, ev: Evaluation, request: ContainerRequest, mix: TaskMix
+) -> tuple[IntArray, BoolArray]:
+    """`score.node_priority` under the fragmentation node policy for a one-GPU pod placed by the
+    fragmentation GPU policy, for each candidate: fit_pod takes the passing GPU whose slice grows the
+    node's fragmentation least (`frag.gpu_growth`), and the score is `score.growth_score` of that growth.
+    Same per-row float operations as the node-by-node path. Also a mask of the candidates to score node
+    by node instead: GPUs tied on the least growth that would take different amounts (GPUs of different
+    sizes, where fit_pod's pick depends on NUMA order). Meaningless where the node does not fit."""
+    t, sel = table, ev.selected
+    in_service = t.present[sel] & t.healthy[sel] & ~t.cordoned[sel]
+    count, used, devmem = t.count[sel], t.used[sel], t.devmem[sel]
+    usedmem, devcore, usedcores = t.usedmem[sel], t.devcore[sel], t.usedcores[sel]
+    free = free_milli_arrays(count, used, devmem, usedmem, devcore, usedcores, in_service)
+    newfree = free_milli_arrays(
+        count, used + 1, devmem, usedmem + ev.mem, devcore, usedcores + request.coresreq, in_service
+    )
+    if ev.pick is not None:
+        free, newfree, passing = free[ev.pick], newfree[ev.pick], ev.code[ev.pick] == 0
+    else:
+        passing = ev.code == 0
+    growth = np.where(passing, after_each_gpu(free, newfree, mix) - fragmentation(free, mix)[:, None], np.inf)
+    least = growth.min(axis=1, initial=np.inf)
+    tied = passing & (growth == least[:, None])
+    taken = free - newfree
+    big = np.iinfo(np.int64).max
+    low = np.where(tied, taken, big).min(axis=1, initial=big)
+    high = np.where(tied, taken, -1).max(axis=1, initial=-1)
+    finite = np.isfinite(least)
+    safe_least = np.where(finite, least, 0.0)
+    scores = np.array(
+        [round(growth_score(g, int(k))) for g, k in zip(safe_least.tolist(), low.tolist(), strict=True)],
+        dtype=np.int64,
+    )
+    return scores, finite & (low != high)
+
+
 def group_rows(rows: IntArray) -> tuple[IntArray, IntArray]:
     """(distinct rows, index of each row's distinct row): `np.unique(rows, axis=0, return_inverse=True)`
     but on one packed integer key per row (a 1-D sort, ~20x faster on thousands of rows)."""
@@ -447,6 +485,7 @@ __all__ = [
     "GPUTable",
     "SimpleAsk",
     "evaluate",
+    "fragmentation_scores",
     "group_rows",
     "node_reasons",
     "node_scores",

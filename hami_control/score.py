@@ -15,6 +15,11 @@ name ("NVIDIA-Tesla V100-PCIE-32GB"), so they never match and HAMi scores curren
 with the same usage but different sizes then tie although the request fills one much more. Here the
 request always counts: in the GPU score as above, and in the node score as the pod's chosen slices
 (the node as it would be with the pod placed).
+
+Fragmentation (ours, not HAMi's; `hami_control.frag`): the node score is how little the node's expected
+fragmentation for the task mix grows with the pod placed, relative to what the pod takes:
+`5 x (1 - growth / pod's milli-GPUs)` clamped to 0..10, so a pod that fills exactly a fragment scores 10,
+one that leaves the fragmentation as it was 5, and one that fragments as much as it takes 0.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections.abc import Iterable
 
 from hami_api.resources import ContainerRequest
 from hami_api.types import GPUSlice, NodePolicy, ScoringWeights
+from hami_control.frag import DEFAULT_MIX, TaskMix, node_fragmentation, node_free
 from hami_control.usage import GPUUsage, NodeGPUs, with_slices
 
 MAX_SCORE = 10
@@ -48,17 +54,39 @@ def node_usage(node: NodeGPUs) -> float:
     return MAX_SCORE * (slots + cores + mem) / 3
 
 
-def node_score(node: NodeGPUs, pod_slices: Iterable[GPUSlice], policy: NodePolicy) -> float:
+def fragmentation_score(node: NodeGPUs, pod_slices: Iterable[GPUSlice], mix: TaskMix = DEFAULT_MIX) -> float:
+    """0..10, higher is better: how little the node's fragmentation for `mix` grows with the pod's slices
+    placed, relative to the milli-GPUs they take (see the module note)."""
+    after = with_slices(node, pod_slices)
+    taken = int(node_free(node).sum() - node_free(after).sum())
+    return growth_score(node_fragmentation(after, mix) - node_fragmentation(node, mix), taken)
+
+
+def growth_score(growth: float, taken: int) -> float:
+    """`5 x (1 - growth / taken)` clamped to 0..10 (growth rounded to 1e-6 milli-GPUs first, so sums in a
+    different order cannot tip a score across a rounding boundary)."""
+    score = MAX_SCORE / 2 * (1 - round(growth, 6) / max(taken, 1))
+    return min(max(score, 0.0), float(MAX_SCORE))
+
+
+def node_score(
+    node: NodeGPUs, pod_slices: Iterable[GPUSlice], policy: NodePolicy, mix: TaskMix = DEFAULT_MIX
+) -> float:
     """0..10, higher is better for `policy`: the node's usage with the pod's slices placed (binpack),
-    or 10 minus it (spread). Pass the pod's peak slices (`usage.peak_slices`) of its fit on this node."""
+    or 10 minus it (spread), or the `fragmentation_score` for `mix`. Pass the pod's peak slices
+    (`usage.peak_slices`) of its fit on this node."""
+    if policy is NodePolicy.FRAGMENTATION:
+        return fragmentation_score(node, pod_slices, mix)
     usage = node_usage(with_slices(node, pod_slices))
     score = usage if policy is NodePolicy.BINPACK else MAX_SCORE - usage
     return min(max(score, 0.0), float(MAX_SCORE))
 
 
-def node_priority(node: NodeGPUs, pod_slices: Iterable[GPUSlice], policy: NodePolicy) -> int:
+def node_priority(
+    node: NodeGPUs, pod_slices: Iterable[GPUSlice], policy: NodePolicy, mix: TaskMix = DEFAULT_MIX
+) -> int:
     """`node_score` rounded to the whole number kube-scheduler's HostPriority carries."""
-    return round(node_score(node, pod_slices, policy))
+    return round(node_score(node, pod_slices, policy, mix))
 
 
 def gpu_score(
@@ -77,4 +105,12 @@ def gpu_score(
     )
 
 
-__all__ = ["MAX_SCORE", "gpu_score", "node_priority", "node_score", "node_usage"]
+__all__ = [
+    "MAX_SCORE",
+    "fragmentation_score",
+    "gpu_score",
+    "growth_score",
+    "node_priority",
+    "node_score",
+    "node_usage",
+]

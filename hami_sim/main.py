@@ -13,6 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     from hami_sim.cluster import cli as cluster_cli
     from hami_sim.controllers import cli as controllers_cli
     from hami_sim.kubelet import cli as kubelet_cli
+    from hami_sim.plan import cli as plan_cli
     from hami_sim.scheduler import cli as scheduler_cli
 
     apiserver_cli.add_parser(sub)
@@ -23,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     nodehost.add_parser(sub)
     demo.add_parser(sub)
     chaos_cli.add_parser(sub)
+    plan_cli.add_parser(sub)
     args = parser.parse_args(argv)
     handler = args.handler
     result: int = handler(args)

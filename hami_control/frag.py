@@ -1,0 +1,326 @@
+"""GPU fragmentation relative to a workload's task mix, and the fragmentation-gradient-descent choice. Pure.
+
+The measure is the one of Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with
+Fragmentation Gradient Descent" (USENIX ATC'23, section 4; the authors' simulator computes it in
+hkust-adsl/kubernetes-scheduler-simulator pkg/utils/frag.go `NodeGpuShareFragAmount`). GPU amounts are in
+milli-GPUs (1000 = one whole GPU). For a node with free amounts f_g on its GPUs and one task type m
+(`milli` of each of `gpus` GPUs, optionally CPU, memory and the GPU models it accepts):
+
+- the node cannot host m (a model m does not accept, too little CPU or memory, fewer than `gpus` GPUs with
+  f_g >= milli): every free milli of the node is a fragment, F_n(m) = sum_g f_g;
+- it can: the GPUs that cannot hold m's share are the fragments, F_n(m) = sum over f_g < milli of f_g.
+
+The node's fragmentation for the mix M is the expected fragment of a task drawn from it,
+F_n(M) = sum_m p_m F_n(m), and the cluster's the sum over its nodes. FGD places a task on the node and GPUs
+where F_n(M) grows least. The paper's mix also holds CPU-only tasks, for which every free GPU milli is a
+fragment whatever the node does; their term moves by the same amount for every placement of a GPU task,
+so the mixes here leave them out.
+
+A GPU's free amount, as hami-control accounts GPUs (`free_milli`): 0 when it is out of service or has no
+free slot, else the smaller of its free cores and its free memory as shares of the whole GPU.
+
+The extender's mix (`--fragmentation-mix`) is configured, not learned: `DEFAULT_MIX` is the GPU task mix
+of Alibaba's OpenB production trace (the most common shapes covering 95% of its GPU tasks, the
+simulator's `GetTypicalPods` rule). `hami-sim plan` learns the mix of the workload it replays
+(`mix_from_tasks`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import numpy.typing as npt
+
+from hami_api.resources import ContainerRequest
+from hami_control.usage import GPUUsage, NodeGPUs
+
+MILLI = 1000
+"""Milli-GPUs of one whole GPU."""
+POPULARITY = 0.95
+"""`mix_from_tasks` keeps the most common task shapes covering this share of the tasks (the simulator's
+DefaultTypicalPodPopularityThreshold)."""
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+class MixError(ValueError):
+    """A task mix that cannot be used; the message names the entry and the value."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TaskShape:
+    """One task type of a mix: `milli` of each of `gpus` GPUs (`milli` 1000 when `gpus` > 1), the CPU
+    (milli-cores) and memory (MiB) it needs on the node (0: not checked) and the GPU models it accepts
+    (empty: any)."""
+
+    gpus: int
+    milli: int
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    models: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.gpus < 1:
+            raise MixError(f"task shape: gpus must be at least 1, got {self.gpus}")
+        if not 0 < self.milli <= MILLI:
+            raise MixError(f"task shape: milli must be 1..{MILLI}, got {self.milli}")
+        if self.gpus > 1 and self.milli != MILLI:
+            raise MixError(f"task shape: a task of {self.gpus} GPUs takes whole GPUs, got milli {self.milli}")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskMix:
+    """Task shapes and their probabilities (normalised, summing to 1). A value: equal mixes score alike."""
+
+    shapes: tuple[TaskShape, ...]
+    weights: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.shapes or len(self.shapes) != len(self.weights):
+            raise MixError("task mix: needs at least one shape, with one weight each")
+        if any(w <= 0 for w in self.weights):
+            raise MixError(f"task mix: weights must be positive, got {list(self.weights)}")
+
+    @staticmethod
+    def of(counts: Iterable[tuple[TaskShape, float]]) -> TaskMix:
+        """A mix from (shape, count or weight) pairs, merged per shape and normalised; ordered by weight
+        (heaviest first, then by shape) so that equal inputs give equal mixes."""
+        merged: dict[TaskShape, float] = {}
+        for shape, weight in counts:
+            merged[shape] = merged.get(shape, 0.0) + weight
+        ordered = sorted(merged.items(), key=lambda item: (-item[1], item[0]))
+        total = sum(w for _, w in ordered)
+        if total <= 0:
+            raise MixError("task mix: no task shape with a positive weight")
+        return TaskMix(tuple(s for s, _ in ordered), tuple(w / total for _, w in ordered))
+
+    def text(self) -> str:
+        """The `parse_mix` form (weights as percentages)."""
+        return ",".join(
+            f"{f'{s.gpus}x' if s.gpus > 1 else ''}{s.milli}:{100 * w:.4g}"
+            for s, w in zip(self.shapes, self.weights, strict=True)
+        )
+
+
+def parse_mix(text: str) -> TaskMix:
+    """`[Nx]MILLI:WEIGHT,...`, e.g. `1000:48,810:13,470:9,2x1000:3`: a task of MILLI milli-GPUs (N whole
+    GPUs with `Nx1000`) drawn with relative weight WEIGHT. Raises `MixError` naming the entry."""
+    pairs: list[tuple[TaskShape, float]] = []
+    for i, part in enumerate(p.strip() for p in text.split(",")):
+        where = f"task mix entry {i + 1} {part!r}"
+        shape_text, sep, weight_text = part.partition(":")
+        if not sep:
+            raise MixError(f"{where}: expected [Nx]MILLI:WEIGHT")
+        count_text, x, milli_text = shape_text.strip().rpartition("x")
+        try:
+            gpus = int(count_text) if x else 1
+            milli = int(milli_text)
+            weight = float(weight_text)
+        except ValueError:
+            raise MixError(f"{where}: expected whole numbers N and MILLI and a number WEIGHT") from None
+        if not weight > 0:
+            raise MixError(f"{where}: the weight must be positive, got {weight_text.strip()!r}")
+        try:
+            pairs.append((TaskShape(gpus, milli), weight))
+        except MixError as err:
+            raise MixError(f"{where}: {err}") from None
+    return TaskMix.of(pairs)
+
+
+DEFAULT_MIX_TEXT = "1000:3911,810:1078,470:750,320:328,650:253,230:140,460:128,590:75,160:74"
+"""The GPU tasks of OpenB's default trace (openb_pod_list_default.csv), by count: the shapes covering 95%."""
+DEFAULT_MIX = parse_mix(DEFAULT_MIX_TEXT)
+
+
+def mix_from_tasks(shapes: Iterable[TaskShape], popularity: float = POPULARITY) -> TaskMix:
+    """The mix of a workload (one shape per task): the most common shapes covering `popularity` of the
+    tasks, renormalised (the simulator's `GetTypicalPods`)."""
+    counts = Counter(shapes)
+    if not counts:
+        raise MixError("task mix: the workload has no GPU task")
+    total = sum(counts.values())
+    kept: list[tuple[TaskShape, float]] = []
+    covered = 0
+    for shape, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        if covered >= popularity * total:
+            break
+        kept.append((shape, n))
+        covered += n
+    return TaskMix.of(kept)
+
+
+@dataclass(frozen=True, slots=True)
+class MixArrays:
+    """A mix as arrays over its T shapes."""
+
+    milli: IntArray
+    gpus: IntArray
+    p: FloatArray
+    cpu: IntArray
+    memory: IntArray
+
+
+@lru_cache(maxsize=16)
+def arrays(mix: TaskMix) -> MixArrays:
+    shapes = mix.shapes
+    return MixArrays(
+        np.array([s.milli for s in shapes], dtype=np.int64),
+        np.array([s.gpus for s in shapes], dtype=np.int64),
+        np.array(mix.weights, dtype=np.float64),
+        np.array([s.cpu_milli for s in shapes], dtype=np.int64),
+        np.array([s.memory_mib for s in shapes], dtype=np.int64),
+    )
+
+
+# --- free amounts -----------------------------------------------------------------------------------------
+
+
+def free_milli_arrays(  # noqa: PLR0917 (the columns of a GPU table, named)
+    count: IntArray,
+    used: IntArray,
+    devmem: IntArray,
+    usedmem: IntArray,
+    devcore: IntArray,
+    usedcores: IntArray,
+    in_service: BoolArray,
+) -> IntArray:
+    """Per GPU, the milli-GPUs free (see the module note), over arrays of any shape."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cores = np.where(devcore > 0, (devcore - usedcores) * MILLI // np.maximum(devcore, 1), MILLI)
+        mem = np.where(devmem > 0, (devmem - usedmem) * MILLI // np.maximum(devmem, 1), MILLI)
+    free = np.clip(np.minimum(cores, mem), 0, MILLI)
+    return np.where(in_service & (used < count), free, 0).astype(np.int64)
+
+
+def gpu_free_milli(gpu: GPUUsage) -> int:
+    """One GPU's free milli-GPUs (`free_milli_arrays` for one GPU)."""
+    if not gpu.healthy or gpu.cordoned or gpu.used >= gpu.info.count:
+        return 0
+    info = gpu.info
+    cores = (info.devcore - gpu.usedcores) * MILLI // info.devcore if info.devcore > 0 else MILLI
+    mem = (info.devmem - gpu.usedmem) * MILLI // info.devmem if info.devmem > 0 else MILLI
+    return max(0, min(cores, mem, MILLI))
+
+
+def node_free(node: NodeGPUs) -> IntArray:
+    return np.array([gpu_free_milli(g) for g in node.gpus], dtype=np.int64)
+
+
+# --- the measure ------------------------------------------------------------------------------------------
+
+
+def shape_terms(free: IntArray, mix: MixArrays) -> tuple[IntArray, IntArray]:
+    """For free amounts `(..., W)`: per shape `(..., T)`, the milli on GPUs too small for its share
+    (`small`) and how many GPUs can hold its share (`holding`)."""
+    f = free[..., :, None]
+    too_small = f < mix.milli
+    small = np.where(too_small, f, 0).sum(axis=-2)
+    holding = np.count_nonzero(~too_small, axis=-2)
+    return small.astype(np.int64), holding.astype(np.int64)
+
+
+def combine(
+    small: IntArray, holding: IntArray, total: IntArray, mix: MixArrays, host_ok: BoolArray | None = None
+) -> FloatArray:
+    """F_n(M) from `shape_terms` and the total free milli `(...)`; `host_ok` `(..., T)` says per shape
+    whether the node's model, CPU and memory accept it (None: yes)."""
+    fits = holding >= mix.gpus
+    if host_ok is not None:
+        fits = fits & host_ok
+    return _expected(np.where(fits, small, total[..., None]), mix)
+
+
+def _expected(per_shape: IntArray, mix: MixArrays) -> FloatArray:
+    """sum_m p_m F(m) over the last axis; a per-row sum, so every row gets the same float operations
+    whatever the leading shape (the extender's vectorised scores equal the node-by-node ones)."""
+    result: FloatArray = (per_shape * mix.p).sum(axis=-1)
+    return result
+
+
+def after_change(  # noqa: PLR0917 (the node's terms and the change, named)
+    small: IntArray,
+    holding: IntArray,
+    total: IntArray,
+    was: IntArray,
+    now: IntArray,
+    mix: TaskMix,
+    host_ok: BoolArray | None = None,
+) -> FloatArray:
+    """F_n(M) after one GPU's free amount goes from `was` to `now` `(...)`, from the node's `shape_terms`
+    `(..., T)` and total free `(...)` before (shapes broadcast)."""
+    a = arrays(mix)
+    f, nf = was[..., None], now[..., None]
+    small2 = small - np.where(f < a.milli, f, 0) + np.where(nf < a.milli, nf, 0)
+    holding2 = holding - (f >= a.milli) + (nf >= a.milli)
+    fits = holding2 >= a.gpus
+    if host_ok is not None:
+        fits = fits & host_ok
+    return _expected(np.where(fits, small2, (total - was + now)[..., None]), a)
+
+
+def after_each_gpu(
+    free: IntArray, newfree: IntArray, mix: TaskMix, host_ok: BoolArray | None = None
+) -> FloatArray:
+    """For free amounts `(N, W)`: F_n(M) `(N, W)` with GPU g's free amount replaced by `newfree[:, g]`
+    (one slice more on g)."""
+    small, holding = shape_terms(free, arrays(mix))
+    host = None if host_ok is None else host_ok[:, None, :]
+    total = free.sum(axis=-1)[:, None]
+    return after_change(small[:, None, :], holding[:, None, :], total, free, newfree, mix, host)
+
+
+def fragmentation(free: IntArray, mix: TaskMix, host_ok: BoolArray | None = None) -> FloatArray:
+    """F_n(M) in milli-GPUs for free amounts `(..., W)` (GPUs past a node's last count as 0 free)."""
+    a = arrays(mix)
+    small, holding = shape_terms(free, a)
+    return combine(small, holding, free.sum(axis=-1), a, host_ok)
+
+
+def node_fragmentation(node: NodeGPUs, mix: TaskMix = DEFAULT_MIX) -> float:
+    """The node's F_n(M) in milli-GPUs, from its GPUs alone (no CPU or memory: what the extender sees)."""
+    return float(fragmentation(node_free(node), mix))
+
+
+def gpu_growth(
+    node: NodeGPUs, gpus: Sequence[GPUUsage], request: ContainerRequest, mix: TaskMix = DEFAULT_MIX
+) -> FloatArray:
+    """For each GPU of `gpus` (GPUs of `node`): how much F_n(M) grows with one slice of `request` more on
+    it (negative: it shrinks). What the `fragmentation` GPU policy sorts by."""
+    free = node_free(node)
+    newfree = free.copy()
+    for col, gpu in enumerate(node.gpus):
+        newfree[col] = gpu_free_milli(gpu.plus(1, request.memory_on(gpu.info.devmem), request.coresreq))
+    after = after_each_gpu(free[None, :], newfree[None, :], mix)[0]
+    at = {g.id: i for i, g in enumerate(node.gpus)}
+    growth: FloatArray = after[[at[g.id] for g in gpus]] - fragmentation(free, mix)
+    return growth
+
+
+__all__ = [
+    "DEFAULT_MIX",
+    "DEFAULT_MIX_TEXT",
+    "MILLI",
+    "POPULARITY",
+    "MixArrays",
+    "MixError",
+    "TaskMix",
+    "TaskShape",
+    "after_change",
+    "after_each_gpu",
+    "arrays",
+    "combine",
+    "fragmentation",
+    "free_milli_arrays",
+    "gpu_free_milli",
+    "gpu_growth",
+    "mix_from_tasks",
+    "node_fragmentation",
+    "node_free",
+    "parse_mix",
+]

@@ -1,0 +1,123 @@
+"""`hami-sim plan`: replay a workload on an inventory with each policy and write the report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from hami_sim.plan import DEFAULT_SPLIT, POLICY_NAMES
+
+
+def _policies(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in names if p not in POLICY_NAMES]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {', '.join(bad) or repr(text)}; "
+            f"expected a comma list of {', '.join(POLICY_NAMES)}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def _steps(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected whole percentages separated by commas, got {text!r}"
+        ) from None
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "plan",
+        help="capacity planning: replay a workload with each scheduling policy (docs/planning.md)",
+        description="Replay a workload (OpenB pod CSV, or a YAML of pod mixes) on an inventory (OpenB node "
+        "CSV or YAML node pools) through hami-control's fit and score code, per policy, and write "
+        "report.md, report.json and PNG charts. See docs/planning.md.",
+    )
+    parser.add_argument("--nodes", type=Path, required=True, help="node CSV (OpenB) or YAML node pools")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--pods", type=Path, help="pod CSV (OpenB)")
+    source.add_argument("--workload", type=Path, help="YAML of pod mixes (arrival rates and durations)")
+    parser.add_argument(
+        "--policies",
+        type=_policies,
+        default=list(POLICY_NAMES),
+        help=f"comma list of {', '.join(POLICY_NAMES)} (default: all)",
+    )
+    parser.add_argument("--experiment", choices=("replay", "inflation"), default="inflation")
+    parser.add_argument("--out", type=Path, required=True, help="directory for the report")
+    parser.add_argument("--seed", type=int, default=42, help="seed of sampling and tie-breaks (default 42)")
+    parser.add_argument(
+        "--max-arrival",
+        type=float,
+        default=130.0,
+        help="inflation: stop when the arrived GPU request reaches this %% of capacity (default 130)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=_steps,
+        default=list(range(0, 131, 10)),
+        help="inflation: arrival percentages of the report's table (default 0,10,...,130)",
+    )
+    parser.add_argument(
+        "--split-count",
+        type=int,
+        default=DEFAULT_SPLIT,
+        help="tasks per GPU for CSV nodes (HAMi's deviceSplitCount, default %(default)s)",
+    )
+    parser.add_argument(
+        "--mix", help="fragmentation mix [Nx]MILLI:WEIGHT,... (default: learned from the workload)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from hami_control.frag import MixError, parse_mix
+    from hami_sim.plan.experiments import InflationResult, ReplayResult, inflation, replay, workload_mix
+    from hami_sim.plan.inputs import InputError, read_nodes, read_pods_csv, read_workload_yaml
+    from hami_sim.plan.report import RunInfo, describe_mix, write_report
+
+    try:
+        nodes = read_nodes(args.nodes, args.split_count)
+        if args.pods is not None:
+            tasks, pods_file = read_pods_csv(args.pods), str(args.pods)
+        else:
+            tasks, pods_file = read_workload_yaml(args.workload, args.seed), str(args.workload)
+        mix = parse_mix(args.mix) if args.mix else workload_mix(tasks)
+    except (InputError, MixError) as err:
+        print(f"hami-sim plan: {err}", file=sys.stderr)
+        return 2
+    progress = not args.no_progress and sys.stderr.isatty()
+    results: list[InflationResult] | list[ReplayResult]
+    if args.experiment == "inflation":
+        results = [
+            inflation(nodes, tasks, p, args.seed, args.max_arrival / 100, mix, progress)
+            for p in args.policies
+        ]
+    else:
+        results = [replay(nodes, tasks, p, args.seed, mix, progress) for p in args.policies]
+    info = RunInfo(
+        str(args.nodes),
+        pods_file,
+        args.experiment,
+        args.seed,
+        sum(n.gpus for n in nodes),
+        len(nodes),
+        len(tasks),
+        describe_mix(mix),
+    )
+    write_report(args.out, info, results, args.steps, charts=not args.no_charts)
+    print(f"hami-sim plan: report in {args.out / 'report.md'}")
+    for r in results:
+        print(f"  {r.policy}: {r.seconds:.1f} s")
+    return 0
+
+
+__all__ = ["add_parser", "run"]

@@ -1,0 +1,221 @@
+"""The two experiments of `hami-sim plan`.
+
+- Workload inflation (the paper's section 5 experiment, as its simulator runs it): tasks drawn from the
+  trace with a seed (a random order of the whole list, then another, ...) arrive one by one and never
+  leave, until the GPU they asked reaches `max_arrival` of the cluster's GPUs; a task no node takes stays
+  unplaced. Recorded per task: the arrived GPU request and the allocated GPU share of capacity, and at
+  every percent of arrival the cluster's fragmentation.
+- Time replay: tasks arrive at their creation time and leave at their deletion time (a task still
+  pending then leaves the queue unplaced). A task that does not fit waits; pending tasks are tried again,
+  oldest first, after each departure (kube-scheduler moves unschedulable pods back on such events); per
+  round, a task whose shape already failed is not tried again. Recorded: the pending time of each task
+  and the fragmentation and allocation over time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import numpy as np
+
+from hami_control.frag import MILLI, TaskMix, TaskShape, mix_from_tasks
+from hami_sim.plan.engine import POLICIES, Cluster, Placement
+from hami_sim.plan.inputs import NodeSpec, Task
+
+
+class Progress:
+    """A minimal progress bar on stderr (at most 5 updates a second; nothing when disabled)."""
+
+    def __init__(self, label: str, total: int, enabled: bool, stream: TextIO | None = None) -> None:
+        self.label, self.total, self.enabled = label, max(total, 1), enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.start = self.last = time.monotonic()
+        self.done = 0
+
+    def update(self, done: int) -> None:
+        self.done = done
+        now = time.monotonic()
+        if self.enabled and now - self.last >= 0.2:
+            self.last = now
+            self._draw(now)
+
+    def _draw(self, now: float) -> None:
+        share = min(self.done / self.total, 1.0)
+        bar = "#" * int(30 * share)
+        self.stream.write(f"\r{self.label:<24} [{bar:<30}] {100 * share:5.1f}% {now - self.start:6.1f}s")
+        self.stream.flush()
+
+    def close(self) -> float:
+        now = time.monotonic()
+        if self.enabled:
+            self.done = self.total
+            self._draw(now)
+            self.stream.write("\n")
+            self.stream.flush()
+        return now - self.start
+
+
+def workload_mix(tasks: Sequence[Task]) -> TaskMix:
+    """The mix the fragmentation policy measures against, learned from the workload: its GPU task shapes
+    (GPUs, share, CPU, memory, models), the most common ones covering 95% of the GPU tasks."""
+    return mix_from_tasks(
+        TaskShape(t.num_gpu, t.share, t.cpu_milli, t.memory_mib, t.models) for t in tasks if t.num_gpu > 0
+    )
+
+
+@dataclass
+class InflationResult:
+    policy: str
+    arrived: list[float] = field(default_factory=list)
+    """Per arriving task: GPU request arrived so far, as a share of the cluster's GPUs."""
+    allocation: list[float] = field(default_factory=list)
+    """Per arriving task: GPU allocated, as a share of the cluster's GPUs."""
+    frag_arrived: list[float] = field(default_factory=list)
+    frag_gpus: list[float] = field(default_factory=list)
+    """The cluster's fragmentation (GPUs) at each percent of arrival."""
+    failed: int = 0
+    seconds: float = 0.0
+    tasks: int = 0
+
+
+def inflation(  # noqa: PLR0917 (the experiment's inputs, named)
+    nodes: Sequence[NodeSpec],
+    tasks: Sequence[Task],
+    policy: str,
+    seed: int,
+    max_arrival: float = 1.3,
+    mix: TaskMix | None = None,
+    progress: bool = False,
+) -> InflationResult:
+    mix = mix or workload_mix(tasks)
+    cluster = Cluster(nodes, mix, POLICIES[policy], seed)
+    capacity = cluster.gpus_total * MILLI
+    target = max_arrival * capacity
+    rng = np.random.default_rng(seed)
+    out = InflationResult(policy)
+    bar = Progress(f"inflation {policy}", int(target), progress)
+    arrived = 0
+    next_sample = 0.0
+    order: list[int] = []
+    while arrived < target:
+        if not order:
+            order = rng.permutation(len(tasks)).tolist()[::-1]
+            if not any(t.gpu_request for t in tasks):
+                break
+        task = tasks[order.pop()]
+        if cluster.place(task) is None and task.gpu_request:
+            out.failed += 1
+        arrived += task.gpu_request
+        out.tasks += 1
+        out.arrived.append(arrived / capacity)
+        out.allocation.append(cluster.allocated / capacity)
+        if arrived / capacity >= next_sample:
+            out.frag_arrived.append(arrived / capacity)
+            out.frag_gpus.append(cluster.cluster_fragmentation())
+            next_sample += 0.01
+        bar.update(arrived)
+    out.seconds = bar.close()
+    return out
+
+
+@dataclass
+class ReplayResult:
+    policy: str
+    pending_s: list[float] = field(default_factory=list)
+    """Per task placed: seconds between its arrival and its placement."""
+    never: int = 0
+    """Tasks that left (or the trace ended) before they were placed."""
+    times: list[float] = field(default_factory=list)
+    frag_gpus: list[float] = field(default_factory=list)
+    allocation: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    tasks: int = 0
+
+
+def _shape(task: Task) -> tuple[int, int, int, int, tuple[str, ...]]:
+    return (task.num_gpu, task.share, task.cpu_milli, task.memory_mib, task.models)
+
+
+def replay(  # noqa: PLR0917 (the experiment's inputs, named)
+    nodes: Sequence[NodeSpec],
+    tasks: Sequence[Task],
+    policy: str,
+    seed: int,
+    mix: TaskMix | None = None,
+    progress: bool = False,
+    samples: int = 400,
+) -> ReplayResult:
+    mix = mix or workload_mix(tasks)
+    cluster = Cluster(nodes, mix, POLICIES[policy], seed)
+    capacity = cluster.gpus_total * MILLI
+    out = ReplayResult(policy, tasks=len(tasks))
+    arrivals = sorted(range(len(tasks)), key=lambda i: (tasks[i].creation, i))
+    if not arrivals:
+        return out
+    start, end = (
+        tasks[arrivals[0]].creation,
+        max(t.deletion or t.creation for t in tasks),
+    )
+    step = max((end - start) / samples, 1e-9)
+    next_sample = start
+    # Events: (time, kind, seq, index); kind 0 = departure (frees first), 1 = arrival.
+    events: list[tuple[float, int, int, int]] = [(tasks[i].creation, 1, n, i) for n, i in enumerate(arrivals)]
+    heapq.heapify(events)
+    seq = len(events)
+    placed: dict[int, Placement] = {}
+    pending: dict[int, None] = {}  # insertion-ordered: oldest first
+    gone: set[int] = set()
+    bar = Progress(f"replay {policy}", len(tasks), progress)
+    handled = 0
+
+    def schedule(i: int, now: float) -> bool:
+        got = cluster.place(tasks[i])
+        if got is None:
+            return False
+        placed[i] = got
+        out.pending_s.append(now - tasks[i].creation)
+        return True
+
+    while events:
+        now, kind, _, i = heapq.heappop(events)
+        while now >= next_sample:
+            out.times.append(next_sample)
+            out.frag_gpus.append(cluster.cluster_fragmentation())
+            out.allocation.append(cluster.allocated / capacity)
+            next_sample += step
+        if kind == 1:
+            handled += 1
+            deletion = tasks[i].deletion
+            if deletion is not None:
+                heapq.heappush(events, (deletion, 0, seq, i))
+                seq += 1
+            if not schedule(i, now):
+                pending[i] = None
+            bar.update(handled)
+            continue
+        if i in placed:
+            cluster.release(placed.pop(i))
+        elif i in pending:
+            del pending[i]
+            gone.add(i)
+            continue
+        failed_shapes: set[tuple[int, int, int, int, tuple[str, ...]]] = set()
+        for j in list(pending):
+            shape = _shape(tasks[j])
+            if shape in failed_shapes:
+                continue
+            if schedule(j, now):
+                del pending[j]
+            else:
+                failed_shapes.add(shape)
+    out.never = len(gone) + len(pending)
+    out.seconds = bar.close()
+    return out
+
+
+__all__ = ["InflationResult", "Progress", "ReplayResult", "inflation", "replay", "workload_mix"]
