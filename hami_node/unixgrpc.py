@@ -21,12 +21,15 @@ MAX_SOCKET_PATH = 107
 SocketIdentity = tuple[int, int, int]
 
 MAX_RECEIVE_MESSAGE_BYTES = 1024 * 1024
-MAX_CONCURRENT_STREAMS = 32
 SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
-    ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
 )
-"""Channel arguments of every server `start_unix_server` makes (see the module docstring)."""
+"""Channel arguments of every server `start_unix_server` makes: kubelet's messages are a few KB, so a
+request over 1 MiB is refused (RESOURCE_EXHAUSTED) before it is decoded. No `grpc.max_concurrent_streams`:
+grpcio's sync server keeps the stream of a request it could not deserialize counted against that cap, so
+with a cap a client sending a few dozen malformed messages locks its own connection out (REFUSED_STREAM on
+every later call; tests/fuzz/test_endpoints.py found it); the sync server's thread pool bounds the work
+that runs at once instead."""
 
 
 class UnixServerError(Exception):
@@ -87,7 +90,6 @@ def remove_own_socket(socket_path: Path, identity: SocketIdentity | None) -> Non
 
 
 __all__ = [
-    "MAX_CONCURRENT_STREAMS",
     "MAX_RECEIVE_MESSAGE_BYTES",
     "MAX_SOCKET_PATH",
     "SERVER_OPTIONS",
