@@ -7,9 +7,11 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import urllib3
 from kubernetes import client, config
 
 from hami_sim.cluster import Cluster
+from hami_sim.tls import client_ssl_context
 
 
 @contextlib.contextmanager
@@ -20,3 +22,10 @@ def core_v1(cluster: Cluster) -> Iterator[Any]:
         yield client.CoreV1Api(api_client)
     finally:
         api_client.close()
+
+
+def control_metrics(cluster: Cluster) -> str:
+    """hami-control's /metrics page (through the cluster's control URL, the leader's)."""
+    context = client_ssl_context(cluster.ca_file.read_bytes())
+    with urllib3.PoolManager(ssl_context=context) as pool:
+        return str(pool.request("GET", cluster.control_url + "/metrics", timeout=10.0).data.decode())

@@ -16,16 +16,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import urllib3
 
 from hami_api.annotations import BIND_PHASE, DEVICES_ALLOCATED, NODE_REGISTER, decode_node_register
 from hami_node.gpu.inventory import NvmlMode, load_inventory
 from hami_sim.cluster import Cluster, ClusterError, ClusterSpec
 from hami_sim.kubelet import read_checkpoint
 from hami_sim.kubelet.pods import RUN_SECONDS
-from hami_sim.tls import client_ssl_context
 from tests.builders import gpu_pod
-from tests.e2e.e2e_util import core_v1
+from tests.e2e.e2e_util import control_metrics, core_v1
 from tests.waiting import wait_for
 
 NODE = "gpu-node-1"
@@ -95,12 +93,6 @@ def test_a_completed_pods_gpus_are_let_go_and_go_to_the_next_pod(cluster: Cluste
     wait_for(lambda: phase(core, "next") == "Running", 30, "the next pod to get both GPUs")
     after = core.read_namespaced_pod("next", "default")
     assert after.metadata.annotations[DEVICES_ALLOCATED].count("NVIDIA") == 2
-
-
-def control_metrics(cluster: Cluster) -> str:
-    context = client_ssl_context(cluster.ca_file.read_bytes())
-    with urllib3.PoolManager(ssl_context=context) as pool:
-        return str(pool.request("GET", cluster.control_url + "/metrics", timeout=10.0).data.decode())
 
 
 def test_gpu_faults_round_trip_through_the_fake_inventory(cluster: Cluster, core: Any) -> None:

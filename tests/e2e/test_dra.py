@@ -34,6 +34,7 @@ from hami_sim.cluster import Cluster, ClusterSpec, GPUSpec, NodeSpec
 from hami_sim.kubelet.config import CONTAINERS_FILE
 from hami_sim.kubelet.runtime import read_containers
 from tests.builders import container, gpu_pod, pod
+from tests.e2e.e2e_util import control_metrics
 from tests.waiting import wait_for
 
 DP, DRA = "gpu-dp", "gpu-dra"
@@ -70,16 +71,25 @@ def apis(cluster: Cluster) -> Iterator[Apis]:
 
 
 @pytest.fixture
-def clean(apis: Apis) -> Iterator[None]:
-    """Each test starts and ends with no pods (and so, once the controller is done, no claims)."""
+def clean(cluster: Cluster, apis: Apis) -> Iterator[None]:
+    """Each test starts and ends with no pods (and so, once the controller is done, no claims), and with
+    hami-control counting none: a pod created while hami-control still counts a deleted one may be
+    refused by its filter, and then waits in the scheduler's unschedulable pool for the next cluster event
+    (kube-scheduler's too: the deletions came before its attempt), up to 5 minutes."""
     yield
     for namespace in ("default", DRA_NS):
         apis.core.delete_collection_namespaced_pod(namespace)
+    wait_for(
+        lambda: not any(apis.core.list_namespaced_pod(ns).items for ns in ("default", DRA_NS)),
+        60,
+        "the deleted pods to go",
+    )
     wait_for(
         lambda: not apis.resource.list_namespaced_resource_claim(DRA_NS).items,
         30,
         "the deleted pods' claims to go",
     )
+    wait_for(lambda: 'pod="' not in control_metrics(cluster), 30, "hami-control to count no pod")
 
 
 def create(apis: Apis, body: dict[str, Any], namespace: str) -> None:
