@@ -353,7 +353,13 @@ class PodAdmitter:
         }
         path = f"/api/v1/namespaces/{namespace}/pods/{name}"
         try:
+            # canBeDeleted waits until the pod's resources are reclaimed, its claims unprepared included
+            # (pkg/kubelet/kubelet_pods.go PodCouldHaveRunningContainers:
+            # PodMightNeedToUnprepareResources); the unprepare is tried again with its own backoff.
             while True:
+                if self._dra is not None and self._dra.pod_might_need_to_unprepare(uid):
+                    await asyncio.sleep(backoff.next())
+                    continue
                 try:
                     await self._api.request("DELETE", path, options)
                     break
