@@ -227,8 +227,12 @@ class Api:
         }
         self.call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/binding", binding)
 
-    def delete_pod(self, name: str) -> None:
-        self.call("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}", ok=(200, 202, 404))
+    def delete_pod(self, name: str, *, force: bool = False) -> None:
+        """Delete gracefully (the kubelet stand-in deletes it once stopped), or with `force` at once
+        (grace 0): a pod of the node before its kubelet stand-in runs, as a person force-deletes a pod
+        whose kubelet is not there."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0} if force else None
+        self.call("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}", body, ok=(200, 202, 404))
 
     def pods(self, selector: str) -> list[dict[str, Any]]:
         body = self.call("GET", f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector={selector}")
@@ -458,7 +462,7 @@ def miss_phase(c: Cluster, args: argparse.Namespace, report: Report) -> None:
                     continue
                 if n >= 5:
                     stat.samples.append(elapsed)
-        c.api.delete_pod("bench-foreign")
+        c.api.delete_pod("bench-foreign", force=True)
     report.stats += [unknown, foreign]
 
 
@@ -488,7 +492,7 @@ def count_bind_phases(api: Api, batch: int, tally: dict[str, int], wait_s: float
     for ph in phases:
         tally[ph] = tally.get(ph, 0) + 1
     for p in pods:
-        api.delete_pod(p["metadata"]["name"])
+        api.delete_pod(p["metadata"]["name"], force=True)
 
 
 # --- phase 2: Xid --------------------------------------------------------------------------------------

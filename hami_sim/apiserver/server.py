@@ -22,7 +22,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from hami_sim.apiserver import discovery, errors, kubeproto, strategy, tables
+from hami_sim.apiserver import deletion, discovery, errors, kubeproto, strategy, tables
 from hami_sim.apiserver.errors import ApiError, bad_request
 from hami_sim.apiserver.faults import (
     Decision,
@@ -132,7 +132,9 @@ def _check_finalizers(info: ResourceInfo, new: JSON, old: JSON) -> bool:
                 )
             ],
         )
-    return not new_meta.get("finalizers")
+    # ShouldDeleteDuringUpdate (apiserver/pkg/registry/generic/registry/store.go): no finalizer left and
+    # no grace pending (a pod being deleted gracefully stays until its kubelet deletes it).
+    return not new_meta.get("finalizers") and not old_meta.get("deletionGracePeriodSeconds")
 
 
 def _normalize_quantities(body: JSON, kind: str) -> None:
@@ -1026,36 +1028,22 @@ class ApiServer:
     async def _delete(
         self, request: web.BaseRequest, info: ResourceInfo, namespace: str, name: str
     ) -> web.Response:
-        dry_run = self._dry_run(request)
+        query_dry_run = self._dry_run(request)
         raw = await request.read()
         old = self.store.get(info, namespace, name)
+        body: Any = None
         if raw.strip():
             try:
                 if request.content_type == kubeproto.CONTENT_TYPE:
-                    options = kubeproto.decode_protobuf(raw)
+                    body = kubeproto.decode_protobuf(raw)
                 else:
-                    options = orjson.loads(raw)
+                    body = orjson.loads(raw)
             except (orjson.JSONDecodeError, kubeproto.ProtobufError) as exc:
                 raise bad_request(f"couldn't decode DeleteOptions: {exc}") from None
-            pre = options.get("preconditions") if isinstance(options, dict) else None
-            if isinstance(pre, dict):
-                meta = old.obj["metadata"]
-                if pre.get("uid") and pre["uid"] != meta.get("uid"):
-                    raise errors.conflict(
-                        info.group,
-                        info.plural,
-                        name,
-                        f"Precondition failed: UID in precondition: {pre['uid']}, "
-                        f"UID in object meta: {meta.get('uid')}",
-                    )
-                if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
-                    raise errors.conflict(
-                        info.group,
-                        info.plural,
-                        name,
-                        f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
-                        f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
-                    )
+        options = deletion.parse_options(body, request.query)
+        dry_run = query_dry_run or options.dry_run
+        if options.preconditions is not None:
+            self._check_delete_preconditions(info, name, old.obj["metadata"], options.preconditions)
         if info is NAMESPACE and name in _PROTECTED_NAMESPACES:
             raise ApiError(
                 403,
@@ -1064,16 +1052,25 @@ class ApiServer:
                 name=name,
                 kind="namespaces",
             )
-        meta = old.obj["metadata"]
-        if meta.get("finalizers") and info is not NAMESPACE:
-            # Graceful deletion with finalizers: the object stays, marked, until the finalizers are gone;
-            # the answer is the object (apiserver/pkg/registry/generic/registry/store.go Delete,
+        if info is NAMESPACE:
+            outcome = deletion.Outcome(delete=True)
+        else:
+            # Graceful deletion (pods) and finalizers: the object may stay, marked, and the answer is the
+            # object (deletion.py; apiserver/pkg/registry/generic/registry/store.go Delete,
             # handlers/delete.go).
-            if dry_run or meta.get("deletionTimestamp"):
+            outcome = deletion.plan(
+                old.obj,
+                graceful=info is POD,
+                requested=options.grace_period_seconds,
+                now=self.clock(),
+                fmt=now_rfc3339,
+            )
+        if not outcome.delete:
+            if outcome.write is None or outcome.write == old.obj:
                 return self._object_response(request, info, old, 200)
-            marked = {**old.obj, "metadata": {**meta, "deletionTimestamp": now_rfc3339(self.clock())}}
-            marked["metadata"].setdefault("deletionGracePeriodSeconds", 0)
-            return self._object_response(request, info, self.store.update(info, marked, old), 200)
+            if dry_run:
+                return self._object_response(request, info, Stored(outcome.write, old.rv), 200)
+            return self._object_response(request, info, self.store.update(info, outcome.write, old), 200)
         if dry_run:
             stored = old
         else:
@@ -1087,6 +1084,25 @@ class ApiServer:
                 name=name, group=info.group, kind=info.plural, uid=str(stored.obj["metadata"].get("uid", ""))
             )
         )
+
+    @staticmethod
+    def _check_delete_preconditions(info: ResourceInfo, name: str, meta: JSON, pre: Any) -> None:
+        if pre.get("uid") and pre["uid"] != meta.get("uid"):
+            raise errors.conflict(
+                info.group,
+                info.plural,
+                name,
+                f"Precondition failed: UID in precondition: {pre['uid']}, "
+                f"UID in object meta: {meta.get('uid')}",
+            )
+        if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
+            raise errors.conflict(
+                info.group,
+                info.plural,
+                name,
+                f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
+                f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
+            )
 
     def _delete_collection(
         self, request: web.BaseRequest, info: ResourceInfo, namespace: str | None

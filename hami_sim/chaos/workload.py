@@ -312,7 +312,7 @@ def build_workload(spec: WorkloadSpec) -> Workload:
                 "labels": {RUN_LABEL: spec.run_id, KIND_LABEL: kind},
                 "annotations": annotations,
             },
-            "spec": {"restartPolicy": "Never", "containers": containers, "terminationGracePeriodSeconds": 0},
+            "spec": {"restartPolicy": "Never", "containers": containers},
         }
         if inits:
             body["spec"]["initContainers"] = inits

@@ -166,6 +166,12 @@ class PodAdmitter:
         self._synced = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._rng = random.Random()
+        self._in_flight: str | None = None
+        """The pod whose admission or start is awaiting now (the pod worker busy with it)."""
+        self._deletions: dict[str, asyncio.Task[None]] = {}
+        """Pods marked for deletion whose object this kubelet deletes (with grace 0), by UID."""
+        self._deleted: set[str] = set()
+        """Pods whose deletion was confirmed (the API server answered), until their watch event."""
         self._events = EventRecorder(api, EventSource("kubelet", config.node_name))
         """Kubelet's event recorder: source kubelet, host (and reportingInstance) the node."""
 
@@ -184,6 +190,8 @@ class PodAdmitter:
         self._start_timers.clear()
         self._exit_timers.clear()
         tasks, self._tasks = self._tasks, []
+        tasks += list(self._deletions.values())
+        self._deletions.clear()
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -208,7 +216,7 @@ class PodAdmitter:
     def active_pods(self) -> list[JSON]:
         """Kubelet's GetActivePods: the pods handed to admission that are not rejected and not terminal
         (kubelet's filterOutInactivePods), a pod still being admitted included. Deleted pods are gone
-        at once here (the API server stand-in has no graceful deletion)."""
+        at once here (a pod marked for deletion is stopped at once, before this kubelet deletes it)."""
         return [self._pods[uid] for uid in self._active if uid in self._pods]
 
     def pod_by_name(self, namespace: str, name: str) -> JSON | None:
@@ -294,6 +302,8 @@ class PodAdmitter:
         if meta.get("deletionTimestamp") or phase in _TERMINAL:
             self._end(uid)
             self._seen.add(uid)
+            if meta.get("deletionTimestamp"):
+                self._delete_when_stopped(uid)
             return
         if uid in self._seen:
             return
@@ -310,7 +320,66 @@ class PodAdmitter:
     def _forget(self, pod: JSON) -> None:
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         self._pods.pop(uid, None)
+        self._deleted.discard(uid)
+        task = self._deletions.pop(uid, None)
+        if task is not None:
+            task.cancel()
         self._end(uid)
+
+    # ------------------------------------------------------------------------------ deletion
+
+    def _delete_when_stopped(self, uid: str) -> None:
+        """The pod is marked for deletion (graceful deletion, pkg/registry/core/pod/strategy.go): its
+        containers are stopped (`_end`, a pod not admitted yet is never admitted); once the pod worker is
+        done with it, the status manager deletes the object with grace 0 and a UID precondition
+        (pkg/kubelet/status/status_manager.go `syncPod`, `canBeDeleted`; pkg/kubelet/pod_workers.go)."""
+        if uid in self._deleted or uid in self._deletions or uid == self._in_flight:
+            return  # deleted already, being deleted, or deleted when the pod worker is done with it
+        pod = self._pods.get(uid)
+        if pod is None:
+            return
+        self._deletions[uid] = asyncio.get_running_loop().create_task(
+            self._delete_pod(uid, pod), name=f"delete-{uid}"
+        )
+
+    async def _delete_pod(self, uid: str, pod: JSON) -> None:
+        namespace, name = _key(pod)
+        backoff = RETRY.backoff(self._rng)
+        options = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": uid},
+        }
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        try:
+            # canBeDeleted waits until the pod's resources are reclaimed, its claims unprepared included
+            # (pkg/kubelet/kubelet_pods.go PodCouldHaveRunningContainers:
+            # PodMightNeedToUnprepareResources); the unprepare is tried again with its own backoff.
+            while True:
+                if self._dra is not None and self._dra.pod_might_need_to_unprepare(uid):
+                    await asyncio.sleep(backoff.next())
+                    continue
+                try:
+                    await self._api.request("DELETE", path, options)
+                    break
+                except KubeApiError as exc:
+                    if exc.status in (404, 409):  # gone already, or another pod by that name now
+                        break
+                    delay = backoff.next()
+                    log.warning(
+                        "node %s: cannot delete pod %s/%s (retry in %.1f s): %s",
+                        self.config.node_name,
+                        namespace,
+                        name,
+                        delay,
+                        exc,
+                    )
+                    await asyncio.sleep(delay)
+            self._deleted.add(uid)
+            log.info("node %s: pod %s/%s stopped and deleted", self.config.node_name, namespace, name)
+        finally:
+            self._deletions.pop(uid, None)
 
     def _end(self, uid: str) -> None:
         """The pod is gone or terminal: it is not admitted any more, its devices are freed, its claims
@@ -364,6 +433,7 @@ class PodAdmitter:
         """Admit the pod (or, `start_only`, try again to start an admitted one); a failure nobody
         foresaw rejects this pod, logged with its traceback, and does not end the node's admission loop
         (every later pod would stay Pending)."""
+        self._in_flight = uid
         try:
             if start_only:
                 await self._start(uid, pod)
@@ -379,6 +449,12 @@ class PodAdmitter:
                     msg.UNEXPECTED_ADMISSION_ERROR,
                     msg.admission_failure(f"{type(exc).__name__}: {exc}"),
                 )
+        finally:
+            self._in_flight = None
+            current = self._pods.get(uid)
+            if current is not None and (current.get("metadata") or {}).get("deletionTimestamp"):
+                self._end(uid)  # marked meanwhile: what the admission allocated since is dropped
+                self._delete_when_stopped(uid)
 
     async def _admit(self, uid: str, pod: JSON) -> None:
         spec = pod.get("spec") or {}

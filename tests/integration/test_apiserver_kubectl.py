@@ -141,6 +141,18 @@ def test_create_from_file_with_validation_and_delete(kubectl: Kubectl, core_v1: 
     assert core_v1.list_namespaced_pod("default").items == []
 
 
+def test_delete_of_a_bound_pod_is_graceful_and_force_deletes_at_once(kubectl: Kubectl, core_v1: Any) -> None:
+    core_v1.create_namespaced_pod("default", pod("p"))
+    bind(core_v1, "default", "p", "n1")
+    assert kubectl("delete", "pod", "p", "--wait=false").stdout.strip() == 'pod "p" deleted'
+    marked = core_v1.read_namespaced_pod("p", "default")
+    assert marked.metadata.deletion_grace_period_seconds == 30
+    assert kubectl("get", "pod", "p", "--no-headers").stdout.split()[2] == "Terminating"
+    forced = kubectl("delete", "pod", "p", "--grace-period=0", "--force")
+    assert 'pod "p" force deleted' in forced.stdout
+    assert core_v1.list_namespaced_pod("default").items == []
+
+
 def test_api_resources(kubectl: Kubectl) -> None:
     names = {line.split()[0] for line in kubectl("api-resources", "--no-headers").stdout.splitlines()}
     assert {

@@ -108,8 +108,11 @@ def test_create_update_bind_and_delete_with_protobuf_bodies(apiserver: ApiServer
     )
     assert status == 409, answer
     assert "Precondition failed: UID in precondition: not-the-uid" in answer["message"]
+    # Bound to n1 where no kubelet runs: deleted with grace 0, as kubelet (or a forced delete) does.
     matching = message(
-        f"{META}.DeleteOptions", preconditions=message(f"{META}.Preconditions", uid=bound.metadata.uid)
+        f"{META}.DeleteOptions",
+        gracePeriodSeconds=0,
+        preconditions=message(f"{META}.Preconditions", uid=bound.metadata.uid),
     )
     status, answer = send(
         apiserver, "DELETE", "/api/v1/namespaces/default/pods/p", body(matching, "v1", "DeleteOptions")

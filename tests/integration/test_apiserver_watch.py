@@ -198,7 +198,8 @@ def test_node_name_field_selector_on_watch(core_v1: Any) -> None:
     bind(core_v1, "default", "p", "n1")
     bind(core_v1, "default", "q", "n2")
     core_v1.patch_namespaced_pod_status("p", "default", {"status": {"phase": "Running"}})
-    core_v1.delete_namespaced_pod("p", "default")
+    # No kubelet runs n1: a force deletion (grace 0), as a person deletes a pod of a dead node.
+    core_v1.delete_namespaced_pod("p", "default", grace_period_seconds=0)
     events = read_events(response)
     assert kinds(events) == [("ADDED", "p"), ("MODIFIED", "p"), ("DELETED", "p")]
 

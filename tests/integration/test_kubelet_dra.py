@@ -461,9 +461,12 @@ def test_a_failed_unprepare_keeps_the_claim_and_is_tried_again(
         return dra.pod_might_need_to_unprepare(dra_uid)
 
     assert kubelet.run(might_need)
+    # kubelet deletes the pod only once its claims are unprepared (status manager canBeDeleted).
+    assert core_v1.read_namespaced_pod("p", NS).metadata.deletion_timestamp is not None
     plugin.script.unprepare_errors.clear()
     wait_for(lambda: kubelet.dra_checkpoint() == [], what="the claim to leave the checkpoint")
     assert not kubelet.run(might_need)
+    wait_for(lambda: not core_v1.list_namespaced_pod(NS).items, what="the kubelet deleted the pod")
 
 
 def test_a_restart_registers_plugins_again_keeps_claims_and_prepares_them_again_for_new_pods(
@@ -499,7 +502,8 @@ def test_claims_of_pods_that_went_while_kubelet_was_down_are_unprepared_by_the_r
             uid = cluster.pod("p", "c")
             assert kubelet.wait_for_pod(NS, "p").admitted
             assert kubelet.containers().get(uid, "main") is not None
-        core_v1.delete_namespaced_pod("p", NS)
+        # Gone while its kubelet is down: force-deleted (grace 0); a graceful delete would wait for it.
+        core_v1.delete_namespaced_pod("p", NS, grace_period_seconds=0)
         with KubeletRunner(config) as kubelet:
             plugin.wait(lambda c: len(c.unprepare) == 1, "NodeUnprepareResources after the restart")
             assert plugin.calls.unprepare == [[(NS, claim_uid, "c")]]

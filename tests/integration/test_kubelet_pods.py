@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client import ApiException
 
 from hami_node.plugin.api import api_pb2
 from hami_sim.kubelet import CheckpointError, KubeletConfig, KubeletRunner, Snapshot, read_checkpoint
@@ -365,6 +366,49 @@ def test_deleted_pod_frees_its_devices(
     assert kubelet.wait_for_pod(NS, "next").admitted
 
 
+def _gone(core_v1: Any, name: str) -> bool:
+    try:
+        core_v1.read_namespaced_pod(name, NS)
+    except ApiException as err:
+        return bool(err.status == 404)
+    return False
+
+
+def test_a_deleted_pod_is_stopped_then_deleted_by_its_kubelet(
+    kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
+) -> None:
+    """Graceful deletion: the API server only marks the pod (grace 30 s); the stand-in stops it (devices
+    freed, runtime record gone) and deletes it with grace 0, well before the 30 s."""
+    make_plugin("a", "b")
+    create_and_bind(core_v1, "holder", NODE, [container("main", limits={RES: "2"})])
+    assert kubelet.wait_for_pod(NS, "holder").admitted
+    marked = core_v1.delete_namespaced_pod("holder", NS)
+    assert marked.metadata.deletion_grace_period_seconds == 30
+    wait_for(lambda: _gone(core_v1, "holder"), what="the kubelet deleted the pod")
+    assert allocated(kubelet.snapshot()) == frozenset()
+    assert kubelet.containers().records == ()
+
+
+def test_a_pod_deleted_while_its_kubelet_is_down_stays_terminating_until_the_kubelet_is_back(
+    kubelet: KubeletRunner, core_v1: Any
+) -> None:
+    create_and_bind(core_v1, "plain", NODE, [container("main")])
+    assert kubelet.wait_for_pod(NS, "plain").admitted
+    kubelet.stop()
+    core_v1.delete_namespaced_pod("plain", NS)
+    create_and_bind(core_v1, "never", NODE, [container("main")])
+    core_v1.delete_namespaced_pod("never", NS)  # bound, not admitted yet: never admitted
+    for name in ("plain", "never"):
+        assert core_v1.read_namespaced_pod(name, NS).metadata.deletion_timestamp is not None
+    kubelet.start()
+    wait_for(
+        lambda: _gone(core_v1, "plain") and _gone(core_v1, "never"),
+        what="the kubelet, back, deleted its Terminating pods",
+    )
+    assert kubelet.containers().records == ()
+    assert kubelet.kubelet.pods is not None and kubelet.kubelet.pods.result(NS, "never") is None
+
+
 def test_a_pod_deleted_during_its_allocate_is_not_started_and_frees_its_devices(
     kubelet: KubeletRunner, make_plugin: Callable[..., FakePlugin], core_v1: Any
 ) -> None:
@@ -379,11 +423,19 @@ def test_a_pod_deleted_during_its_allocate_is_not_started_and_frees_its_devices(
     assert admitter is not None
     try:
         assert plugin.allocate_entered.wait(TIMEOUT), "Allocate was not called"
-        core_v1.delete_namespaced_pod("racer", NS)
-        wait_for(lambda: admitter.pod_by_name(NS, "racer") is None, what="the stand-in saw the deletion")
+        core_v1.delete_namespaced_pod("racer", NS)  # graceful: kubelet deletes it once stopped
+
+        def marked() -> bool:
+            seen = admitter.pod_by_name(NS, "racer")
+            return seen is not None and bool(seen["metadata"].get("deletionTimestamp"))
+
+        wait_for(marked, what="the stand-in saw the deletion")
+        # The pod worker is still in the pod's Allocate: the pod stays on the API server meanwhile.
+        assert core_v1.read_namespaced_pod("racer", NS).metadata.deletion_timestamp is not None
     finally:
         gate.set()
     plugin.allocate_gate = None
+    wait_for(lambda: admitter.pod_by_name(NS, "racer") is None, what="the stand-in deleted the pod")
     create_and_bind(core_v1, "next", NODE, [container("main", limits={RES: "2"})])
     assert kubelet.wait_for_pod(NS, "next").admitted  # both devices were freed
     assert {(r.pod, r.container) for r in kubelet.containers().records} == {("next", "main")}

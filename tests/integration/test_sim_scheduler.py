@@ -230,8 +230,10 @@ def test_own_filters_node_selector_cpu_ready_unschedulable(
     assert stub.calls == []  # pods without managed resources never reach the extender
     bound = wait_for(lambda: events_of(core_v1, "cpu-1", "Scheduled"), what="Scheduled event")
     assert bound[0].message == "Successfully assigned default/cpu-1 to small"
-    # Deleting a pod on `small` frees room: the pending pod is moved back and bound.
-    core_v1.delete_namespaced_pod("cpu-1", NS)
+    # Deleting a pod on `small` frees room: the pending pod is moved back and bound (no kubelet runs
+    # `small`: deleted with grace 0, as a pod of a dead node is force-deleted; a graceful delete would
+    # leave it Terminating, its cpu still taken, as in kube-scheduler's cache).
+    core_v1.delete_namespaced_pod("cpu-1", NS, grace_period_seconds=0)
     wait_for(lambda: node_of(core_v1, "cpu-3") == "small", timeout=10, what="cpu-3 bound")
 
 
