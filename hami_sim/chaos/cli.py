@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,10 @@ def _kinds(text: str) -> tuple[str, ...]:
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown fault kind {unknown[0]!r}; known: {', '.join(ALL_KINDS)}")
     return kinds
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,11 +63,19 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"hami-sim chaos: {exc}", file=sys.stderr)
         return 2
+    # SIGTERM ends the run as Ctrl-C does: the runner's cleanup takes the cluster down (without it, a
+    # terminated run left every process of its cluster running).
+    previous = signal.signal(signal.SIGTERM, _interrupted)
     try:
         report = run_chaos(options, _progress)
     except ClusterError as exc:
         print(f"hami-sim chaos: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("hami-sim chaos: interrupted; the cluster was taken down", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     text = report.render_text()
     print(text, flush=True)
     if args.json is not None:

@@ -5,6 +5,11 @@ by kind, the API server's own counts among them. The long run (10,000 pods) is b
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,3 +42,33 @@ def test_short_chaos_run_has_no_violation_and_loses_no_pod(tmp_path: Path) -> No
     assert report.pods_created + sum(report.refused.values()) == 200, text
     assert report.succeeded > 0 and report.deleted > 0, text
     assert report.checker_passes > 1, text
+
+
+@pytest.mark.timeout(120)
+def test_a_terminated_chaos_run_takes_its_cluster_down(tmp_path: Path) -> None:
+    """SIGTERM ends `hami-sim chaos` as Ctrl-C does: exit 130, and no process of its cluster is left."""
+    state = tmp_path / ".hami-sim"
+    argv = [sys.executable, "-m", "hami_sim.main", "chaos", "--pods", "50", "--nodes", "1"]
+    argv += ["--mode", "device-plugin", "--faults", "none", "--no-progress", "--state-dir", str(state)]
+    with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "cluster up in" in line:
+                break
+        else:
+            pytest.fail(f"hami-sim chaos never brought its cluster up (exit {proc.wait()})")
+        pids = [c["pid"] for c in json.loads((state / "cluster.json").read_text())["components"].values()]
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=60) == 130, rest
+    assert "interrupted; the cluster was taken down" in rest
+    assert not [pid for pid in pids if _running(pid)], pids
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie is not running
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
