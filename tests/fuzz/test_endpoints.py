@@ -240,7 +240,7 @@ def read_until_closed_or(sock: socket.socket, marker: bytes, limit: float = 10.0
     while marker not in data and time.monotonic() < deadline:
         try:
             more = sock.recv(65536)
-        except (TimeoutError, ssl.SSLError, ConnectionResetError):
+        except OSError:  # a timeout, a TLS error, a reset: the server is done with us
             break
         if not more:
             break
@@ -308,7 +308,10 @@ def test_a_half_sent_or_broken_request_leaves_the_server_serving(
     control: ControlProcess, request_bytes: bytes
 ) -> None:
     with tls_socket(control) as sock:
-        sock.sendall(request_bytes)
+        # The server may answer 400 and close before the whole request is sent (a header over aiohttp's
+        # 8190-byte limit): the rest of the write then fails, which is the server's right.
+        with contextlib.suppress(OSError):
+            sock.sendall(request_bytes)
         with contextlib.suppress(OSError):  # a TLS close_notify: the client is gone mid-request
             sock.shutdown(socket.SHUT_WR)
         answer = read_until_closed_or(sock, b"\r\n\r\n", limit=2.0)
