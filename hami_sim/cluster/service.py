@@ -14,6 +14,9 @@ endpoints rejects connections). Bytes pass through untouched, TLS included.
 
 The probes play kubelet's readiness probes plus the endpoint update, `--probe-period` apart (default
 0.25 s; kubelet's periodSeconds is 10 s, shortened here so a take-over is seen within a lease period).
+They are HTTP GETs of hami-control's own health routes, as kubelet's prober makes them (plain HTTP(S), no
+credentials), not Kubernetes API calls: nothing here talks to the API server, so hami_kube (the one
+Kubernetes access layer) has no part in it.
 """
 
 from __future__ import annotations
