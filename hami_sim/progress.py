@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+MIN_WIDTH = 10
+"""The narrowest bar drawn on a terminal too narrow for the whole line at the bar's width."""
 RATE_AFTER_S = 1.0
 """Rate and ETA appear once this much time has passed: before, they are noise."""
 
@@ -88,6 +90,7 @@ class ProgressBar:
         step: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
         tty: bool | None = None,
+        columns: int | None = None,
     ) -> None:
         self.total = max(1, total)
         self.label, self.unit, self.width = label, unit, width
@@ -96,7 +99,10 @@ class ProgressBar:
         self.redraw_s, self.every_s, self.step = redraw_s, every_s, step
         self.clock = clock
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) if tty is None else tty
-        self.columns = shutil.get_terminal_size().columns if self.tty and enabled else 0
+        if columns is None:
+            columns = shutil.get_terminal_size().columns if self.tty and enabled else 0
+        self.columns = columns
+        """A terminal's width: its line is kept narrower (0: no limit)."""
         self.start = clock()
         self._last_write = -float("inf")
         self._steps_shown = 0
@@ -129,18 +135,23 @@ class ProgressBar:
         if self._state is None:
             return
         done, status = self._state
-        text = render_line(
-            done,
-            self.total,
-            now - self.start,
-            label=self.label,
-            status=status,
-            unit=self.unit,
-            width=self.width,
-        )
+
+        def line(width: int) -> str:
+            return render_line(
+                done,
+                self.total,
+                now - self.start,
+                label=self.label,
+                status=status,
+                unit=self.unit,
+                width=width,
+            )
+
+        text = line(self.width)
         if self.tty:
-            if self.columns > 1:
-                text = text[: self.columns - 1]
+            room = self.columns - 1  # a full last column wraps on some terminals
+            if self.columns > 1 and len(text) > room:  # a narrower bar first, then cut
+                text = line(max(MIN_WIDTH, self.width - (len(text) - room)))[:room]
             self.stream.write("\r" + text.ljust(self._drawn))
             self._drawn = len(text)
         else:

@@ -95,6 +95,20 @@ def test_on_a_terminal_the_line_is_redrawn_in_place_at_most_every_redraw_s_and_e
     assert out.getvalue() == "\rreplay [#...] 1/4 a long status" + "\rreplay [##..] 2/4" + " " * 14 + "\n"
 
 
+def test_on_a_narrow_terminal_the_bar_narrows_before_the_line_is_cut() -> None:
+    clock, out = FakeClock(), Tty()
+    bar = ProgressBar(100, stream=out, clock=clock, columns=41, label="replay")
+    clock.now += 10.0
+    bar.update(50)
+    bar.close()
+    drawn = out.getvalue().strip("\r\n")
+    assert drawn == "replay [#####.....] 50/100 | 0:10, 5.00/s"[:40]
+    bar = ProgressBar(100, stream=(out := Tty()), clock=clock, columns=41, label="replay", width=30)
+    clock.now += 10.0
+    bar.update(50, "a status too long for the room left on this terminal")
+    assert out.getvalue() == "\r" + "replay [#####.....] 50/100 a status too long"[:40]
+
+
 def test_a_disabled_bar_writes_nothing_and_still_times_the_run() -> None:
     clock, out = FakeClock(), Tty()
     bar = ProgressBar(4, stream=out, clock=clock, enabled=False)
