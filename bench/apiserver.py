@@ -9,37 +9,36 @@ floor for what the server does alone. Usage:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
 import os
-import signal
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import aiohttp
 import orjson
-from benchlib import cpu_seconds, start_apiserver
-
-
-@dataclass
-class Result:
-    name: str
-    requests: int
-    seconds: float
-    per_second: float
-    p50_ms: float
-    p99_ms: float
-    errors: int
-    server_cpu_us: float = float("nan")
-    """Server process CPU time (user + system) per request in this phase."""
+from benchlib import (
+    Throughput as Result,
+)
+from benchlib import (
+    add_json_option,
+    arg_parser,
+    closed_loop,
+    p50_p99_ms,
+    padded_table,
+    start_apiserver,
+    stop_process,
+    throughput,
+    write_json,
+)
+from benchlib import (
+    server_cpu_charged as measured,
+)
 
 
 def pod(name: str) -> dict[str, object]:
@@ -65,43 +64,8 @@ async def run_load(
     concurrency: int,
     one: Callable[[int], Awaitable[bool]],
 ) -> Result:
-    latencies: list[float] = []
-    errors = 0
-    counter = 0
-    stop_at = time.monotonic() + seconds
-
-    async def worker() -> None:
-        nonlocal errors, counter
-        while time.monotonic() < stop_at:
-            counter += 1
-            started = time.perf_counter()
-            ok = await one(counter)
-            latencies.append(time.perf_counter() - started)
-            if not ok:
-                errors += 1
-
-    started = time.monotonic()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.monotonic() - started
-    latencies.sort()
-    return Result(
-        name=name,
-        requests=len(latencies),
-        seconds=round(elapsed, 2),
-        per_second=round(len(latencies) / elapsed, 1),
-        p50_ms=round(statistics.median(latencies) * 1000, 2),
-        p99_ms=round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000, 2),
-        errors=errors,
-    )
-
-
-async def measured(pid: int, phase: Awaitable[list[Result]]) -> list[Result]:
-    """Run a phase and charge the server's CPU time to its first result (the requests it drove)."""
-    before = cpu_seconds(pid)
-    results = await phase
-    spent = cpu_seconds(pid) - before
-    results[0].server_cpu_us = round(spent * 1e6 / max(1, results[0].requests), 1)
-    return results
+    latencies, errors, elapsed = await closed_loop(concurrency, seconds, one)
+    return throughput(name, latencies, elapsed, errors, digits=2)
 
 
 async def one(result: Awaitable[Result]) -> list[Result]:
@@ -195,27 +159,26 @@ async def watch_load(
     await asyncio.gather(*tasks, return_exceptions=True)
     total = sum(received)
     lags.sort()
+    p50, p99 = p50_p99_ms(lags, digits=2)
     events = Result(
         name=f"watch events delivered ({watchers} watchers)",
         requests=total,
         seconds=round(writes.seconds + drain, 2),
         per_second=round(total / (writes.seconds + drain), 1),
-        p50_ms=round(statistics.median(lags) * 1000, 2) if lags else float("nan"),
-        p99_ms=round(lags[int(len(lags) * 0.99)] * 1000, 2) if lags else float("nan"),
+        p50_ms=p50,
+        p99_ms=p99,
         errors=sum(max(0, target[0] - n) for n in received),
     )
     return [writes, events]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arg_parser(__doc__)
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each phase")
     parser.add_argument("--concurrency", type=int, default=16, help="keep-alive connections")
     parser.add_argument("--watchers", type=int, default=4, help="watch streams open in the watch phase")
     parser.add_argument("--pods", type=int, default=200, help="pods seeded for GET/PATCH")
-    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    add_json_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hami-bench-") as tmp:
         proc, base = start_apiserver(Path(tmp) / "kubeconfig", Path(tmp) / "apiserver.log")
@@ -224,22 +187,16 @@ def main() -> int:
                 bench(base, proc.pid, args.seconds, args.concurrency, args.watchers, args.pods)
             )
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc, timeout_s=10)
     print(f"\nhami-sim apiserver on {os.cpu_count()} cores, server and load generator on the same machine\n")
     header = ("phase", "requests", "per s", "p50 ms", "p99 ms", "errors", "server CPU µs")
-    print("| {:<36} | {:>7} | {:>7} | {:>6} | {:>6} | {:>5} | {:>12} |".format(*header))
-    print(f"|{'-' * 38}|{'-' * 9}:|{'-' * 9}:|{'-' * 8}:|{'-' * 8}:|{'-' * 7}:|{'-' * 14}:|")
-    for r in results:
-        print(
-            f"| {r.name:<36} | {r.requests:>7} | {r.per_second:>7.0f} | {r.p50_ms:>6.2f} | {r.p99_ms:>6.2f} "
-            f"| {r.errors:>5} | {r.server_cpu_us:>12.0f} |"
-        )
-    if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    rows = [
+        (r.name, f"{r.requests}", f"{r.per_second:.0f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", f"{r.errors}",
+         f"{r.server_cpu_us:.0f}")
+        for r in results
+    ]  # fmt: skip
+    print("\n".join(padded_table(header, (36, 7, 7, 6, 6, 5, 12), rows)))
+    write_json(args.json, [asdict(r) for r in results])
     return 0
 
 

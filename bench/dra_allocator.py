@@ -22,13 +22,12 @@ and context built) and later ones (the evaluation only, no verdict cache).
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
+
+from benchlib import add_json_option, arg_parser, write_json
 
 from hami_api import dra
 from hami_sim.scheduler.dra.allocator import AllocatedState, Allocator
@@ -203,21 +202,18 @@ def run(repeat: int, loops: int, nodes: int) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arg_parser(__doc__)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--loops", type=int, default=200)
     parser.add_argument("--nodes", type=int, default=100)
-    parser.add_argument("--json", type=Path)
+    add_json_option(parser)
     args = parser.parse_args()
     results = run(args.repeat, args.loops, args.nodes)
     width = max(len(k) for k in results)
     print(f"{'case'.ljust(width)}  µs per call")
     for name, seconds in results.items():
         print(f"{name.ljust(width)}  {seconds * 1e6:12.1f}")
-    if args.json is not None:
-        args.json.write_text(json.dumps({k: v * 1e6 for k, v in results.items()}, indent=2) + "\n")
+    write_json(args.json, {k: v * 1e6 for k, v in results.items()})
     return 0
 
 

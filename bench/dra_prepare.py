@@ -43,8 +43,6 @@ import math
 import os
 import random
 import shutil
-import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,9 +54,22 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import benchlib
 import grpc
 import urllib3
-from benchlib import cpu_seconds, rss_mib, start_apiserver
+from benchlib import (
+    add_daemon_options,
+    arg_parser,
+    cpu_seconds,
+    log,
+    machine_busy_seconds,
+    markdown_table,
+    py_spy,
+    rss_mib,
+    start_apiserver,
+    status_kib,
+    write_json,
+)
 
 from hami_api import dra
 from hami_node.cdi import claim_spec_file_name
@@ -74,35 +85,15 @@ GROUP = "/apis/resource.k8s.io/v1"
 CDI_KIND = "k8s.gpu.hami.io/claim"
 
 
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
 @dataclass
-class Stat:
-    name: str
-    samples: list[float] = field(default_factory=list)
-    """Seconds."""
-    errors: int = 0
+class Stat(benchlib.Stat):
     cpu_s: float = 0.0
     """The daemon's CPU seconds while these calls ran (pauses included)."""
 
-    def q(self, fraction: float) -> float:
-        ordered = sorted(self.samples)
-        return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] * 1000 if ordered else math.nan
-
     def summary(self) -> dict[str, Any]:
         s = self.samples
-        return {
-            "name": self.name,
-            "count": len(s),
-            "errors": self.errors,
-            "p50_ms": round(statistics.median(s) * 1000, 3) if s else math.nan,
-            "p99_ms": round(self.q(0.99), 3),
-            "max_ms": round(max(s) * 1000, 3) if s else math.nan,
-            "mean_ms": round(statistics.fmean(s) * 1000, 3) if s else math.nan,
-            "daemon_cpu_ms_per_call": round(self.cpu_s * 1000 / len(s), 3) if s else math.nan,
-        }
+        cpu = round(self.cpu_s * 1000 / len(s), 3) if s else math.nan
+        return super().summary() | {"daemon_cpu_ms_per_call": cpu}
 
 
 @dataclass
@@ -279,13 +270,7 @@ def start_daemon(node: Node, gpus: int, log_level: str, extra: Sequence[str]) ->
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout: float, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if proc.poll() is not None:
-            raise SystemExit(f"{what}: hami-node exited with {proc.returncode}")
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{what}: not within {timeout:.0f} s")
-        time.sleep(0.02)
+    benchlib.wait_until(what, check, timeout, proc, name="hami-node", poll_s=0.02)
 
 
 def slice_devices(api: Api) -> list[str]:
@@ -461,7 +446,7 @@ def run(args: argparse.Namespace) -> Report:
         machine_0, wall_0 = machine_busy_seconds(), time.monotonic()
         ours_0 = own_cpu(node)
         floor_phase(node, args.floor_calls, report)
-        with sampled(node.daemon.pid, args.py_spy):
+        with py_spy(node.daemon.pid, args.py_spy, "the daemon during the Prepare phases"):
             prepare_phases(node, args, report, devices)
         wall = time.monotonic() - wall_0
         ours = own_cpu(node)
@@ -483,30 +468,6 @@ def run(args: argparse.Namespace) -> Report:
     return report
 
 
-@contextlib.contextmanager
-def sampled(pid: int, output: Path | None) -> Iterator[None]:
-    """Sample the daemon with py-spy (if asked; it must be on PATH) while the block runs: raw stacks."""
-    if output is None:
-        yield
-        return
-    spy = shutil.which("py-spy")
-    if spy is None:
-        raise SystemExit("--py-spy needs py-spy on PATH (pip install py-spy)")
-    command = [spy, "record", "--pid", str(pid), "--rate", "500", "--format", "raw", "-o", str(output)]
-    proc = subprocess.Popen([*command, "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)  # py-spy attaches
-    try:
-        yield
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-        log(f"py-spy samples of the daemon during the Prepare phases: {output}")
-
-
 def own_cpu(node: Node) -> dict[str, float]:
     """CPU seconds of the processes of this bench: itself, the API server and the daemon."""
     assert node.daemon is not None
@@ -517,16 +478,9 @@ def own_cpu(node: Node) -> dict[str, float]:
     }
 
 
-def machine_busy_seconds() -> float:
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-
-
 def vm_hwm_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return math.nan
+    kib = status_kib(pid, "VmHWM")
+    return math.nan if kib is None else kib / 1024
 
 
 def print_report(report: Report, args: argparse.Namespace) -> None:
@@ -534,28 +488,25 @@ def print_report(report: Report, args: argparse.Namespace) -> None:
         f"\nhami-node --mode dra (fake backend, {args.gpus} GPUs), {args.live} claims prepared at a time, "
         f"on {os.cpu_count()} cores; the API server and this client share the machine\n"
     )
-    print("| measure | calls | errors | p50 ms | p99 ms | max ms | mean ms | daemon CPU ms per call |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for s in report.stats:
-        d = s.summary()
-        print(
-            f"| {d['name']} | {d['count']} | {d['errors']} | {d['p50_ms']:.2f} | {d['p99_ms']:.2f} "
-            f"| {d['max_ms']:.2f} | {d['mean_ms']:.2f} | {d['daemon_cpu_ms_per_call']:.2f} |"
-        )
-    print("\n| daemon memory | MiB |")
-    print("|---|---:|")
-    for name, mib in report.rss_mib.items():
-        print(f"| {'VmRSS ' if 'VmHWM' not in name else ''}{name} | {mib:.1f} |")
-    print("\n| other | value |")
-    print("|---|---:|")
-    for name, value in report.extra.items():
-        print(f"| {name} | {value} |")
+    header = ("measure", "calls", "errors", "p50 ms", "p99 ms", "max ms", "mean ms", "daemon CPU ms per call")
+    keys = ("p50_ms", "p99_ms", "max_ms", "mean_ms", "daemon_cpu_ms_per_call")
+    rows = [
+        (d["name"], d["count"], d["errors"], *(f"{d[k]:.2f}" for k in keys))
+        for d in (s.summary() for s in report.stats)
+    ]
+    print("\n".join(markdown_table(header, "lrrrrrrr", rows)))
+    print()
+    memory = (
+        (f"{'VmRSS ' if 'VmHWM' not in name else ''}{name}", f"{mib:.1f}")
+        for name, mib in report.rss_mib.items()
+    )
+    print("\n".join(markdown_table(("daemon memory", "MiB"), "lr", memory)))
+    print()
+    print("\n".join(markdown_table(("other", "value"), "lr", report.extra.items())))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arg_parser(__doc__)
     parser.add_argument(
         "--claims", type=int, default=1000, help="claims timed (each prepared twice, unprepared)"
     )
@@ -563,16 +514,12 @@ def main() -> int:
     parser.add_argument("--pace-ms", type=float, default=10.0, help="pause after each call (0: back to back)")
     parser.add_argument("--floor-calls", type=int, default=1000, help="no-op RPCs for the floor")
     parser.add_argument("--gpus", type=int, default=8, help="fake GPUs of the node")
-    parser.add_argument("--log-level", default="info", help="the daemon's --log-level")
-    parser.add_argument(
-        "--kube-api-qps",
-        type=float,
-        help="the daemon's --kube-api-qps (default: the daemon's, 50; each Prepare reads the claim "
+    add_daemon_options(
+        parser,
+        qps_help="the daemon's --kube-api-qps (default: the daemon's, 50; each Prepare reads the claim "
         "and its pod, so calls 10 ms apart outrun it once its burst is spent; 0: no limit)",
+        py_spy_help="sample the daemon with py-spy during the Prepare phases",
     )
-    parser.add_argument("--py-spy", type=Path, help="sample the daemon with py-spy during the Prepare phases")
-    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     args = parser.parse_args()
     if args.claims < 1 or args.live < 1 or not 1 <= args.gpus <= 16 or args.floor_calls < 1:
         parser.error("--claims, --live and --floor-calls must be at least 1, --gpus 1..16")
@@ -580,16 +527,15 @@ def main() -> int:
     report = run(args)
     log(f"done in {time.monotonic() - started:.0f} s")
     print_report(report, args)
-    if args.json:
-        data = {
-            "stats": [
-                s.summary() | {"samples_ms": [round(x * 1000, 3) for x in s.samples]} for s in report.stats
-            ],
+    write_json(
+        args.json,
+        {
+            "stats": [s.data() for s in report.stats],
             "rss_mib": report.rss_mib,
             "extra": report.extra,
             "args": {k: str(v) for k, v in vars(args).items()},
-        }
-        args.json.write_text(json.dumps(data, indent=2) + "\n")
+        },
+    )
     return 0 if all(not s.errors for s in report.stats) else 1
 
 

@@ -76,7 +76,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import random
 import re
@@ -93,7 +92,7 @@ from typing import Any
 
 import aiohttp
 import orjson
-from benchlib import cpu_seconds, rss_mib
+from benchlib import cpu_seconds, log, machine_busy_seconds, percentile, rss_mib, write_json
 
 from hami_api.annotations import BIND_PHASE
 from hami_sim.cluster import SCALE_THRESHOLD, Cluster, ClusterSpec
@@ -131,10 +130,6 @@ STAGES = (
 )
 """(name, from, to): a stage is shown where its milestones were seen (the claim stages on the DRA path,
 Allocate on the device-plugin path)."""
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 # --- pods -------------------------------------------------------------------------------------------------
@@ -314,10 +309,6 @@ class Result:
     """From the first POST until every pod ran (or the timeout): the span of the CPU and write counts."""
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * q))]
-
-
 def stage_stats(name: str, values: list[float]) -> StageStats:
     values = sorted(values)
     if not values:
@@ -344,12 +335,6 @@ def per_process(pids: Mapping[str, int], read: Callable[[int], float]) -> dict[s
 
 def process_cpu(pids: Mapping[str, int]) -> dict[str, float]:
     return per_process(pids, cpu_seconds) | {"bench (load generator)": cpu_seconds(os.getpid())}
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds spent by the whole machine (anything but idle and iowait), from /proc/stat."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def write_kind(verb: str, resource: str, sub: str) -> str:
@@ -862,8 +847,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results.append(result)
     if len(results) > 1:
         print(render_side_by_side(results))
-    if args.json is not None:
-        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    write_json(args.json, [asdict(r) for r in results])
     ok = all(r.running == args.pods for r in results)
     for result in results:
         if args.burst:

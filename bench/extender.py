@@ -65,10 +65,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import random
-import shutil
 import signal
 import ssl
 import statistics
@@ -84,7 +82,22 @@ from typing import Any
 
 import aiohttp
 import orjson
-from benchlib import cpu_seconds, start_apiserver
+from benchlib import (
+    add_json_option,
+    arg_parser,
+    cpu_seconds,
+    log,
+    machine_busy_seconds,
+    markdown_table,
+    p50_p99_ms,
+    py_spy,
+    serving_cert,
+    start_apiserver,
+    start_control_child,
+    status_mb,
+    stop_process,
+    write_json,
+)
 
 from hami_api.annotations import (
     BIND_PHASE,
@@ -116,10 +129,6 @@ HARD = (2, 70000)
 FILTER_GOAL_MS = 10.0
 FLOOR_FACTOR_GOAL = 3.0
 RSS_GOAL_MB = 600.0
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 # --- the cluster ------------------------------------------------------------------------------------------
@@ -420,11 +429,8 @@ def serve_child(argv: list[str]) -> int:
 
 
 def proc_status_mb(pid: int, key: str) -> float:
-    """A `kB` line of /proc/<pid>/status, in MB (10^6 bytes)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return round(int(line.split()[1]) * 1024 / 1e6, 1)
-    raise KeyError(key)
+    """A `kB` line of /proc/<pid>/status, in MB (10^6 bytes), to 0.1."""
+    return round(status_mb(pid, key), 1)
 
 
 def server_cpu(pid: int) -> float:
@@ -437,16 +443,6 @@ def server_cpu(pid: int) -> float:
     except FileNotFoundError:
         return cpu_seconds(pid)
     return total / 1e9
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds spent by the whole machine (anything but idle and iowait), from /proc/stat."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * q))]
 
 
 @dataclass
@@ -539,13 +535,14 @@ def summarise_latency(  # noqa: PLR0917
     errors: int,
 ) -> Latency:
     latencies = sorted(latencies)
+    p50, p99 = p50_p99_ms(latencies, 3)
     return Latency(
         nodes=nodes,
         name=name,
         path=path,
         requests=len(latencies),
-        p50_ms=round(statistics.median(latencies) * 1000, 3),
-        p99_ms=round(percentile(latencies, 0.99) * 1000, 3),
+        p50_ms=p50,
+        p99_ms=p99,
         max_ms=round(latencies[-1] * 1000, 3),
         mean_ms=round(statistics.fmean(latencies) * 1000, 3),
         server_cpu_us=round(statistics.fmean(cpu) * 1e6, 1),
@@ -638,19 +635,8 @@ def start_control(
     workdir: Path, kubeconfig: Path, cert: Path, key: Path
 ) -> tuple[subprocess.Popen[str], int, int, int, float]:
     """hami-control in `--serve` mode; (process, port, cached nodes, cached pods, seconds to sync)."""
-    args = ["--bind", "127.0.0.1:0", "--tls-cert-file", str(cert), "--tls-key-file", str(key)]
-    args += ["--kubeconfig", str(kubeconfig)]  # default log level: one line per bind
-    log_file = open(workdir / "control.log", "wb")  # noqa: SIM115 - lives as long as the server
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve", *args], stdout=subprocess.PIPE, stderr=log_file, text=True
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("READY "):
-        proc.kill()
-        tail = (workdir / "control.log").read_text(errors="replace")[-2000:]
-        raise SystemExit(f"hami-control did not start: {line!r}; its log ends:\n{tail}")
-    _, port, nodes, pods, synced = line.split()
+    # default log level: one line per bind
+    proc, (port, nodes, pods, synced) = start_control_child(__file__, workdir, kubeconfig, cert, key, "READY")
     return proc, int(port), int(nodes), int(pods), float(synced)
 
 
@@ -726,29 +712,6 @@ async def profile_rounds(http: aiohttp.ClientSession, nodes: int, rounds: int, o
     stats = pstats.Stats(str(output), stream=sys.stderr)
     stats.sort_stats("cumulative").print_stats(30)
     stats.sort_stats("tottime").print_stats(20)
-
-
-@contextlib.contextmanager
-def sampled(pid: int, output: Path | None) -> Iterator[None]:
-    """Sample hami-control with py-spy while the block runs (raw collapsed stacks)."""
-    if output is None:
-        yield
-        return
-    spy = shutil.which("py-spy")
-    if spy is None:
-        raise SystemExit("--py-spy needs py-spy on PATH (pip install py-spy)")
-    command = [spy, "record", "--pid", str(pid), "--rate", "500", "--format", "raw", "-o", str(output)]
-    proc = subprocess.Popen([*command, "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)  # py-spy attaches
-    try:
-        yield
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log(f"py-spy samples of hami-control during the latency rounds: {output}")
 
 
 async def create_pending(base: str, count: int, ask: tuple[int, int], prefix: str) -> list[dict[str, Any]]:
@@ -831,14 +794,15 @@ async def bind_phase(  # noqa: PLR0917
         )
     latencies.sort()
     n = max(1, len(pods))
+    p50, p99 = p50_p99_ms(latencies, 2)
     return BindResult(
         nodes=nodes,
         name=name,
         binds=len(pods),
         seconds=round(seconds, 2),
         per_second=round(len(pods) / seconds, 1),
-        p50_ms=round(statistics.median(latencies) * 1000, 2),
-        p99_ms=round(percentile(latencies, 0.99) * 1000, 2),
+        p50_ms=p50,
+        p99_ms=p99,
         max_ms=round(latencies[-1] * 1000, 2),
         control_cpu_us=round(control_cpu * 1e6 / n, 1),
         apiserver_cpu_us=round(api_cpu * 1e6 / n, 1),
@@ -941,6 +905,7 @@ async def decision_phase(  # noqa: PLR0917
         values = per_verb[path]
         return round(statistics.median(values) * 1000, 2) if values else float("nan")
 
+    all_p50, all_p99 = p50_p99_ms(latencies, 2)
     return DecisionResult(
         nodes=nodes,
         name=name,
@@ -948,8 +913,8 @@ async def decision_phase(  # noqa: PLR0917
         candidates=window,
         seconds=round(seconds, 2),
         per_second=round(len(pods) / seconds, 1),
-        p50_ms=round(statistics.median(latencies) * 1000, 2) if latencies else float("nan"),
-        p99_ms=round(percentile(latencies, 0.99) * 1000, 2) if latencies else float("nan"),
+        p50_ms=all_p50,
+        p99_ms=all_p99,
         filter_p50_ms=p50("/filter"),
         prioritize_p50_ms=p50("/prioritize"),
         bind_p50_ms=p50("/bind"),
@@ -988,7 +953,7 @@ async def measure_size(  # noqa: PLR0917
         busy_before = machine_busy_seconds()
         ours_before = cpu_seconds(own) + cpu_seconds(control_pid) + cpu_seconds(api_pid)
         wall_before = time.monotonic()
-        with sampled(control_pid, args.py_spy if profile else None):
+        with py_spy(control_pid, args.py_spy if profile else None, "hami-control during the latency rounds"):
             result.latency = await latency_rounds(
                 http, control_pid, nodes, args.rounds, warmup=args.warmup, first_round=0
             )
@@ -1028,27 +993,10 @@ async def measure_size(  # noqa: PLR0917
     result.rss_mb["after the decisions"] = proc_status_mb(control_pid, "VmRSS")
 
 
-def stop_process(proc: subprocess.Popen[Any] | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def run_size(args: argparse.Namespace, nodes: int, profile: bool) -> SizeResult:
-    from hami_sim.tls import generate_ca, generate_serving_cert
-
     with tempfile.TemporaryDirectory(prefix="hami-bench-extender-") as tmp:
         workdir = Path(tmp)
-        ca_cert, ca_key = generate_ca("bench-ca")
-        cert_pem, key_pem = generate_serving_cert(ca_cert, ca_key, ["localhost"], ["127.0.0.1"])
-        cert, key = workdir / "tls.crt", workdir / "tls.key"
-        cert.write_bytes(cert_pem)
-        key.write_bytes(key_pem)
+        ca_cert, cert, key = serving_cert(workdir)
         kubeconfig = workdir / "kubeconfig"
         api, base = start_apiserver(kubeconfig, workdir / "apiserver.log", "--log-level", "WARNING")
         control = None
@@ -1089,61 +1037,162 @@ def run_size(args: argparse.Namespace, nodes: int, profile: bool) -> SizeResult:
 # --- the report -------------------------------------------------------------------------------------------
 
 
+LATENCY_TABLE = (
+    "nodes (x 8 GPUs)",
+    "pods cached",
+    "request",
+    "p50 ms",
+    "p99 ms",
+    "max ms",
+    "server CPU per request",
+    "request / answer KB",
+    "answer",
+)
+BIND_TABLE = (
+    "nodes",
+    "bind phase",
+    "binds",
+    "binds/s",
+    "p50 ms",
+    "p99 ms",
+    "max ms",
+    "hami-control CPU per bind",
+    "API server CPU per bind",
+    "bound with annotations",
+    "errors",
+)
+DECISION_TABLE = (
+    "nodes",
+    "decisions (pod)",
+    "pods",
+    "candidates",
+    "decisions/s",
+    "p50 ms",
+    "p99 ms",
+    "filter / prioritize / bind p50 ms",
+    "prioritized",
+    "hami-control CPU per decision",
+    "API server CPU per decision",
+    "bound",
+    "errors",
+)
+SIZE_TABLE = (
+    "nodes",
+    "objects seeded",
+    "seeding",
+    "hami-control list + cache sync",
+    "RSS after sync",
+    "after latency rounds",
+    "after binds",
+    "after decisions",
+    "peak (VmHWM)",
+    "load average (1, 5, 15 min)",
+    "others' CPU",
+)
+
+
+def _size_row(s: SizeResult) -> tuple[str, ...]:
+    def mb(key: str) -> str:
+        return f"{s.rss_mb.get(key, float('nan')):.0f} MB"
+
+    load = s.load_average.get("before the latency rounds", [])
+    return (
+        f"{s.nodes:,}",
+        f"{s.nodes + s.pods_seeded:,}",
+        f"{s.seed_seconds:.0f} s ({s.seed_writes_per_second:,}/s)",
+        f"{s.sync_seconds:.1f} s",
+        *(
+            mb(k)
+            for k in (
+                "after the cache sync",
+                "after the latency rounds",
+                "after the binds",
+                "after the decisions",
+                "peak (VmHWM)",
+            )
+        ),
+        ", ".join(f"{x:.2f}" for x in load),
+        f"{s.others_cpu_percent:.0f} %",
+    )
+
+
+def _errors(count: int, first: str) -> str:
+    return f"{count}{f' ({first[:80]})' if count else ''}"
+
+
 def report(results: list[SizeResult]) -> str:
-    out = ["| nodes (x 8 GPUs) | pods cached | request | p50 ms | p99 ms | max ms | server CPU per request "
-           "| request / answer KB | answer |",
-           "|---:|---:|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
-    for s in results:
-        for r in s.latency:
-            out.append(
-                f"| {s.nodes:,} | {s.cache_pods:,} | {r.name} (`{r.path}`) | {r.p50_ms:.2f} | {r.p99_ms:.2f} "
-                f"| {r.max_ms:.1f} | {r.server_cpu_us:,.0f} µs | {r.request_kb:,.0f} / {r.answer_kb:,.1f} "
-                f"| {r.answer}{f' ({r.errors} errors)' if r.errors else ''} |"
+    out = markdown_table(
+        LATENCY_TABLE,
+        "rrlrrrrrl",
+        (
+            (
+                f"{s.nodes:,}",
+                f"{s.cache_pods:,}",
+                f"{r.name} (`{r.path}`)",
+                f"{r.p50_ms:.2f}",
+                f"{r.p99_ms:.2f}",
+                f"{r.max_ms:.1f}",
+                f"{r.server_cpu_us:,.0f} µs",
+                f"{r.request_kb:,.0f} / {r.answer_kb:,.1f}",
+                f"{r.answer}{f' ({r.errors} errors)' if r.errors else ''}",
             )
+            for s in results
+            for r in s.latency
+        ),
+    )
     if any(s.binds for s in results):
-        out += ["", "| nodes | bind phase | binds | binds/s | p50 ms | p99 ms | max ms "
-                "| hami-control CPU per bind | API server CPU per bind | bound with annotations | errors |",
-                "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-    for s in results:
-        for b in s.binds:
-            out.append(
-                f"| {s.nodes:,} | {b.name} | {b.binds} | {b.per_second:,.0f} | {b.p50_ms:.1f} "
-                f"| {b.p99_ms:.1f} | {b.max_ms:.1f} | {b.control_cpu_us:,.0f} µs "
-                f"| {b.apiserver_cpu_us:,.0f} µs "
-                f"| {b.bound_ok}/{b.binds} | {b.errors}{f' ({b.first_error[:80]})' if b.errors else ''} |"
-            )
+        out += [
+            "",
+            *markdown_table(
+                BIND_TABLE,
+                "rlrrrrrrrrr",
+                (
+                    (
+                        f"{s.nodes:,}",
+                        b.name,
+                        b.binds,
+                        f"{b.per_second:,.0f}",
+                        f"{b.p50_ms:.1f}",
+                        f"{b.p99_ms:.1f}",
+                        f"{b.max_ms:.1f}",
+                        f"{b.control_cpu_us:,.0f} µs",
+                        f"{b.apiserver_cpu_us:,.0f} µs",
+                        f"{b.bound_ok}/{b.binds}",
+                        _errors(b.errors, b.first_error),
+                    )
+                    for s in results
+                    for b in s.binds
+                ),
+            ),
+        ]
     if any(s.decisions for s in results):
-        out += ["", "| nodes | decisions (pod) | pods | candidates | decisions/s | p50 ms | p99 ms "
-                "| filter / prioritize / bind p50 ms | prioritized | hami-control CPU per decision "
-                "| API server CPU per decision | bound | errors |",
-                "|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]  # fmt: skip
-    for s in results:
-        for d in s.decisions:
-            out.append(
-                f"| {s.nodes:,} | {d.name} | {d.decisions} | {d.candidates:,} | {d.per_second:,.0f} "
-                f"| {d.p50_ms:.1f} | {d.p99_ms:.1f} "
-                f"| {d.filter_p50_ms:.1f} / {d.prioritize_p50_ms:.1f} / {d.bind_p50_ms:.1f} "
-                f"| {d.prioritized} "
-                f"| {d.control_cpu_us:,.0f} µs | {d.apiserver_cpu_us:,.0f} µs | {d.bound_ok}/{d.decisions} "
-                f"| {d.errors}{f' ({d.first_error[:80]})' if d.errors else ''} |"
-            )
-    out += ["", "| nodes | objects seeded | seeding | hami-control list + cache sync | RSS after sync | "
-            "after latency rounds | after binds | after decisions | peak (VmHWM) "
-            "| load average (1, 5, 15 min) | others' CPU |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]  # fmt: skip
-    for s in results:
-        rss = s.rss_mb
-        load = s.load_average.get("before the latency rounds", [])
-        out.append(
-            f"| {s.nodes:,} | {s.nodes + s.pods_seeded:,} | {s.seed_seconds:.0f} s "
-            f"({s.seed_writes_per_second:,}/s) | {s.sync_seconds:.1f} s "
-            f"| {rss.get('after the cache sync', float('nan')):.0f} MB "
-            f"| {rss.get('after the latency rounds', float('nan')):.0f} MB "
-            f"| {rss.get('after the binds', float('nan')):.0f} MB "
-            f"| {rss.get('after the decisions', float('nan')):.0f} MB "
-            f"| {rss.get('peak (VmHWM)', float('nan')):.0f} MB "
-            f"| {', '.join(f'{x:.2f}' for x in load)} | {s.others_cpu_percent:.0f} % |"
-        )
+        out += [
+            "",
+            *markdown_table(
+                DECISION_TABLE,
+                "rlrrrrrlrrrrr",
+                (
+                    (
+                        f"{s.nodes:,}",
+                        d.name,
+                        d.decisions,
+                        f"{d.candidates:,}",
+                        f"{d.per_second:,.0f}",
+                        f"{d.p50_ms:.1f}",
+                        f"{d.p99_ms:.1f}",
+                        f"{d.filter_p50_ms:.1f} / {d.prioritize_p50_ms:.1f} / {d.bind_p50_ms:.1f}",
+                        d.prioritized,
+                        f"{d.control_cpu_us:,.0f} µs",
+                        f"{d.apiserver_cpu_us:,.0f} µs",
+                        f"{d.bound_ok}/{d.decisions}",
+                        _errors(d.errors, d.first_error),
+                    )
+                    for s in results
+                    for d in s.decisions
+                ),
+            ),
+        ]
+    out += ["", *markdown_table(SIZE_TABLE, "rrrrrrrrrlr", (_size_row(s) for s in results))]
     largest = max(results, key=lambda s: s.nodes)
     floor = next(r for r in largest.latency if r.path == "/noop-filter")
     out.append("")
@@ -1168,9 +1217,7 @@ def report(results: list[SizeResult]) -> str:
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
         return serve_child(sys.argv[2:])
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arg_parser(__doc__)
     parser.add_argument("--sizes", default="500,5000", help="node counts, comma-separated")
     parser.add_argument("--rounds", type=int, default=200, help="timed requests per endpoint and size")
     parser.add_argument("--warmup", type=int, default=10, help="untimed rounds first")
@@ -1179,7 +1226,7 @@ def main() -> int:
         "--decisions", type=int, default=300, help="pods decided (filter + prioritize + bind) per pod kind"
     )
     parser.add_argument("--concurrency", type=int, default=16, help="concurrent /bind clients")
-    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    add_json_option(parser)
     parser.add_argument("--py-spy", type=Path, help="py-spy samples of the latency rounds (largest size)")
     parser.add_argument("--profile", type=Path, help="cProfile stats of extra filter rounds (largest size)")
     parser.add_argument("--profile-rounds", type=int, default=50, help="rounds profiled with --profile")
@@ -1197,8 +1244,7 @@ def main() -> int:
     table = report(results)
     print(table)
     log(f"done in {time.monotonic() - started:.0f} s")
-    if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    write_json(args.json, [asdict(r) for r in results])
     return 0
 
 

@@ -9,15 +9,13 @@ measured the same way for scale. Each figure is the median of --rounds fresh pro
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from benchlib import start_apiserver
+from benchlib import add_json_option, arg_parser, markdown_table, start_apiserver, write_json
 
 RSS = (
     "import pathlib\n"
@@ -53,11 +51,9 @@ def measure(code: str, kubeconfig: Path) -> tuple[float, bool]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arg_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--json", type=Path)
+    add_json_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         kubeconfig = Path(tmp) / "kubeconfig"
@@ -73,14 +69,12 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait(timeout=10)
-    print("| process | VmRSS (median) | `kubernetes` imported |")
-    print("|---|---|---|")
-    for name, result in results.items():
-        print(
-            f"| {name} | {result['rss_mib']:.1f} MiB | {'yes' if result['kubernetes_imported'] else 'no'} |"
-        )
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+    rows = [
+        (name, f"{result['rss_mib']:.1f} MiB", "yes" if result["kubernetes_imported"] else "no")
+        for name, result in results.items()
+    ]
+    print("\n".join(markdown_table(("process", "VmRSS (median)", "`kubernetes` imported"), "lll", rows)))
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

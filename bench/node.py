@@ -47,7 +47,6 @@ import logging
 import math
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -59,9 +58,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import benchlib
 import grpc
 import urllib3
-from benchlib import cpu_seconds, start_apiserver
+from benchlib import (
+    add_daemon_options,
+    arg_parser,
+    cpu_seconds,
+    log,
+    machine_busy_seconds,
+    markdown_table,
+    py_spy,
+    start_apiserver,
+    status_mb,
+    stop_process,
+    wait_until,
+    write_json,
+)
 
 from hami_api import annotations as ann
 from hami_api.types import ContainerAllocation, GPUSlice, PodAllocation
@@ -79,43 +92,21 @@ MEM_PER_SLICE = 1000
 CORES_PER_SLICE = 10
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 # --- results -------------------------------------------------------------------------------------------
 
 
 @dataclass
-class Stat:
-    name: str
-    samples: list[float] = field(default_factory=list)
-    """Seconds."""
-    errors: int = 0
+class Stat(benchlib.Stat):
     goal_ms: float | None = None
     goal_on: str = "p99"
-
-    def q(self, fraction: float) -> float:
-        if not self.samples:
-            return math.nan
-        ordered = sorted(self.samples)
-        return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] * 1000
 
     def summary(self) -> dict[str, Any]:
         s = self.samples
         p50 = statistics.median(s) * 1000 if s else math.nan
         value = {"p50": p50, "p99": self.q(0.99), "max": max(s) * 1000 if s else math.nan}[self.goal_on]
         met = None if self.goal_ms is None else (not self.errors and value <= self.goal_ms)
-        return {
-            "name": self.name,
-            "count": len(s),
-            "errors": self.errors,
-            "p50_ms": round(p50, 3),
-            "p99_ms": round(self.q(0.99), 3),
-            "max_ms": round(max(s) * 1000, 3) if s else math.nan,
-            "goal": None if self.goal_ms is None else f"{self.goal_on} <= {self.goal_ms:g} ms",
-            "met": met,
-        }
+        goal = None if self.goal_ms is None else f"{self.goal_on} <= {self.goal_ms:g} ms"
+        return super().summary() | {"goal": goal, "met": met}
 
 
 @dataclass
@@ -126,42 +117,6 @@ class Report:
 
 
 # --- processes and files -------------------------------------------------------------------------------
-
-
-def proc_status(pid: int, key: str) -> float:
-    """A `kB` line of /proc/<pid>/status, in MB (10^6 bytes)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024 / 1e6
-    raise KeyError(key)
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds spent by the whole machine (all CPUs, anything but idle and iowait), from /proc/stat."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def stop_process(proc: subprocess.Popen[bytes] | None, name: str) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        log(f"{name} did not stop on SIGTERM; killing it")
-        proc.kill()
-        proc.wait(timeout=5)
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout: float, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if proc.poll() is not None:
-            raise SystemExit(f"{what}: the process exited with {proc.returncode}")
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{what}: not within {timeout:.0f} s")
-        time.sleep(0.01)
 
 
 class Api:
@@ -665,42 +620,6 @@ def e2e_phase(c: Cluster, args: argparse.Namespace, report: Report) -> None:
 
 
 @contextlib.contextmanager
-def sampled(pid: int, output: Path | None) -> Iterator[None]:
-    """Sample the daemon with py-spy (if installed) while the block runs; raw (collapsed) stacks."""
-    if output is None:
-        yield
-        return
-    spy = shutil.which("py-spy")
-    if spy is None:
-        raise SystemExit("--py-spy needs py-spy on PATH (pip install py-spy)")
-    command = [
-        spy,
-        "record",
-        "--pid",
-        str(pid),
-        "--rate",
-        "1000",
-        "--gil",
-        "--format",
-        "raw",
-        "-o",
-        str(output),
-    ]
-    proc = subprocess.Popen([*command, "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)  # py-spy attaches
-    try:
-        yield
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-        log(f"py-spy samples of the daemon during the Allocate phase: {output}")
-
-
-@contextlib.contextmanager
 def cluster(args: argparse.Namespace) -> Iterator[Cluster]:
     tmp = Path(tempfile.mkdtemp(prefix="hbn-", dir="/tmp"))
     api: Api | None = None
@@ -765,15 +684,17 @@ def run(args: argparse.Namespace) -> Report:
             return ann.NODE_REGISTER in (node["metadata"].get("annotations") or {})
 
         wait_until("the daemon's node inventory annotation", reported, 60, c.daemon)
-        report.rss_mb["after start-up"] = proc_status(c.daemon.pid, "VmRSS")
+        report.rss_mb["after start-up"] = status_mb(c.daemon.pid, "VmRSS")
         machine_before, wall_before = machine_busy_seconds(), time.monotonic()
         ours_before = cpu_seconds(os.getpid()) + cpu_seconds(c.apiserver.pid) + cpu_seconds(c.daemon.pid)
         if args.allocations > 0:
             log(f"baseline: {args.allocations} no-op RPCs")
             baseline_phase(c, args.allocations, report)
-            with sampled(c.daemon.pid, args.py_spy):
+            with py_spy(
+                c.daemon.pid, args.py_spy, "the daemon during the Allocate phase", rate=1000, gil=True
+            ):
                 allocate_phase(c, args, report)
-            report.rss_mb["after the Allocate phase"] = proc_status(c.daemon.pid, "VmRSS")
+            report.rss_mb["after the Allocate phase"] = status_mb(c.daemon.pid, "VmRSS")
         if args.misses > 0:
             log(f"misses: 2 x {args.misses} Allocate calls no pod explains")
             miss_phase(c, args, report)
@@ -789,8 +710,8 @@ def run(args: argparse.Namespace) -> Report:
         report.extra["CPU used by other processes during the phases, % of one core"] = round(
             max(0.0, others) * 100 / wall, 1
         )
-        report.rss_mb["at the end"] = proc_status(c.daemon.pid, "VmRSS")
-        report.rss_mb["peak (VmHWM)"] = proc_status(c.daemon.pid, "VmHWM")
+        report.rss_mb["at the end"] = status_mb(c.daemon.pid, "VmRSS")
+        report.rss_mb["peak (VmHWM)"] = status_mb(c.daemon.pid, "VmHWM")
         if c.daemon.poll() is not None:
             raise SystemExit(f"hami-node exited with {c.daemon.returncode} during the run")
     return report
@@ -801,30 +722,30 @@ def print_report(report: Report, args: argparse.Namespace) -> None:
         f"\nhami-node (fake backend, {args.gpus} GPUs x split {args.split}) on {os.cpu_count()} cores; "
         "the API server, the kubelet stand-in and the clients share the machine\n"
     )
-    print("| measure | samples | errors | p50 ms | p99 ms | max ms | goal | met |")
-    print("|---|---:|---:|---:|---:|---:|---|---|")
-    for s in report.stats:
-        d = s.summary()
-        met = "" if d["met"] is None else ("yes" if d["met"] else "**no**")
-        print(
-            f"| {d['name']} | {d['count']} | {d['errors']} | {d['p50_ms']:.2f} | {d['p99_ms']:.2f} "
-            f"| {d['max_ms']:.2f} | {d['goal'] or ''} | {met} |"
+    header = ("measure", "samples", "errors", "p50 ms", "p99 ms", "max ms", "goal", "met")
+    rows = [
+        (d["name"], d["count"], d["errors"], f"{d['p50_ms']:.2f}", f"{d['p99_ms']:.2f}", f"{d['max_ms']:.2f}",
+         d["goal"] or "", "" if d["met"] is None else ("yes" if d["met"] else "**no**"))
+        for d in (s.summary() for s in report.stats)
+    ]  # fmt: skip
+    print("\n".join(markdown_table(header, "lrrrrrll", rows)))
+    print()
+    memory = [
+        (
+            name if "VmHWM" in name else f"VmRSS {name}{' (goal <= 100)' if name != 'peak (VmHWM)' else ''}",
+            f"{mb:.1f}",
         )
-    print("\n| daemon memory | MB |")
-    print("|---|---:|")
-    for name, mb in report.rss_mb.items():
-        goal = " (goal <= 100)" if name != "peak (VmHWM)" else ""
-        print(f"| VmRSS {name}{goal} | {mb:.1f} |" if "VmHWM" not in name else f"| {name} | {mb:.1f} |")
-    print("\n| other | value |")
-    print("|---|---:|")
-    for name, value in report.extra.items():
-        print(f"| {name} | {value:g} |")
+        for name, mb in report.rss_mb.items()
+    ]
+    print("\n".join(markdown_table(("daemon memory", "MB"), "lr", memory)))
+    print()
+    print(
+        "\n".join(markdown_table(("other", "value"), "lr", ((k, f"{v:g}") for k, v in report.extra.items())))
+    )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arg_parser(__doc__)
     parser.add_argument("--allocations", type=int, default=2000, help="Allocate calls to time (0: skip)")
     parser.add_argument("--containers", type=int, default=2, help="GPU containers per pod")
     parser.add_argument(
@@ -841,16 +762,12 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=8, help="fake GPUs (1..8 pods per batch)")
     parser.add_argument("--split", type=int, default=10, help="virtual devices per GPU")
     parser.add_argument("--recovery", type=float, default=0.5, help="the daemon's --health-recovery-seconds")
-    parser.add_argument("--log-level", default="info", help="the daemon's --log-level")
-    parser.add_argument(
-        "--kube-api-qps",
-        type=float,
-        help="the daemon's --kube-api-qps (default: the daemon's, 50; the Allocate phase makes ~40 pods/s "
-        "on one node, two API writes each, so its bind-phase writes queue behind that limit; 0: none)",
+    add_daemon_options(
+        parser,
+        qps_help="the daemon's --kube-api-qps (default: the daemon's, 50; the Allocate phase makes ~40 "
+        "pods/s on one node, two API writes each, so its bind-phase writes queue behind that limit; 0: none)",
+        py_spy_help="sample the daemon with py-spy during the Allocate phase",
     )
-    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
-    parser.add_argument("--py-spy", type=Path, help="sample the daemon with py-spy during the Allocate phase")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     args = parser.parse_args()
     if not 1 <= args.gpus <= 8 or args.split < 1 or args.containers < 1:
         parser.error("--gpus must be 1..8, --split and --containers at least 1")
@@ -859,16 +776,15 @@ def main() -> int:
     report = run(args)
     log(f"done in {time.monotonic() - started:.0f} s")
     print_report(report, args)
-    if args.json:
-        data = {
-            "stats": [
-                s.summary() | {"samples_ms": [round(x * 1000, 3) for x in s.samples]} for s in report.stats
-            ],
+    write_json(
+        args.json,
+        {
+            "stats": [s.data() for s in report.stats],
             "rss_mb": report.rss_mb,
             "extra": report.extra,
             "args": {k: str(v) for k, v in vars(args).items()},
-        }
-        args.json.write_text(json.dumps(data, indent=2))
+        },
+    )
     return 0
 
 

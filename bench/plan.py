@@ -13,13 +13,13 @@ node and the bookkeeping.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from benchlib import arg_parser, markdown_header, markdown_row
 
 from hami_api.resources import ContainerRequest
 from hami_control.fit import NO_SELECTOR
@@ -51,9 +51,7 @@ def floor(nodes: Sequence[NodeSpec], tasks: Sequence[Task]) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arg_parser(__doc__)
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--policies", default=",".join(POLICIES))
     args = parser.parse_args()
@@ -66,12 +64,11 @@ def main() -> int:
     tasks = read_pods_csv(args.data / "openb_pod_list_default.csv")
     print(f"read {len(nodes)} nodes, {len(tasks)} tasks in {time.perf_counter() - t0:.2f} s")
     print(f"floor (vectorised filter of each task, nothing placed): {floor(nodes, tasks):.2f} s")
-    print("| policy | inflation to 130% (tasks, s) | replay (tasks, s) |")
-    print("|---|---|---|")
-    for policy in args.policies.split(","):
+    print("\n".join(markdown_header(("policy", "inflation to 130% (tasks, s)", "replay (tasks, s)"), "lll")))
+    for policy in args.policies.split(","):  # a row as each policy is done
         inf = inflation(nodes, tasks, policy, 42)
         rep = replay(nodes, tasks, policy, 42)
-        print(f"| {policy} | {inf.tasks}, {inf.seconds:.1f} | {rep.tasks}, {rep.seconds:.1f} |")
+        print(markdown_row((policy, f"{inf.tasks}, {inf.seconds:.1f}", f"{rep.tasks}, {rep.seconds:.1f}")))
     return 0
 
 

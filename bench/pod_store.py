@@ -26,7 +26,6 @@ and after can be run from one copy of it.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import random
@@ -37,6 +36,7 @@ import tracemalloc
 from typing import Any
 
 import orjson
+from benchlib import arg_parser, markdown_table
 from extender import (  # the same cluster and pods as the extender benchmark
     HARD,
     TYPICAL,
@@ -156,11 +156,13 @@ def wired(config: ControlConfig, cache: ClusterCache, writer: _Writer) -> tuple[
     return sink, extender
 
 
-async def decide(extender: Any, sink: Any, writer: _Writer, names: list[str], count: int) -> list[str]:
-    """The decision loop for `count` pods of each kind; one line per kind."""
+async def decide(
+    extender: Any, sink: Any, writer: _Writer, names: list[str], count: int
+) -> list[tuple[str, ...]]:
+    """The decision loop for `count` pods of each kind; a table row per kind."""
     window = num_feasible_nodes_to_find(None, len(names))
     start = 0
-    lines = []
+    rows: list[tuple[str, ...]] = []
     used: set[str] = set()  # a node bound to once is passed over: the pending window never makes a bind wait
     for kind, ask, containers, pods_of_kind in (
         ("hard", HARD, 1, count),
@@ -202,14 +204,19 @@ async def decide(extender: Any, sink: Any, writer: _Writer, names: list[str], co
                 raise SystemExit(f"bind of {meta['name']}: {result['Error']}")
             used.add(target)
         shape = f"{containers} x " if containers > 1 else ""
-        lines.append(
-            f"| {kind}, {shape}{ask[0]} GPU x {ask[1]} MiB | {pods_of_kind} | {window:,} "
-            f"| {statistics.fmean(cpu) * 1e6:,.0f} µs | {statistics.median(cpu) * 1e6:,.0f} µs |"
+        rows.append(
+            (
+                f"{kind}, {shape}{ask[0]} GPU x {ask[1]} MiB",
+                str(pods_of_kind),
+                f"{window:,}",
+                f"{statistics.fmean(cpu) * 1e6:,.0f} µs",
+                f"{statistics.median(cpu) * 1e6:,.0f} µs",
+            )
         )
-    return lines
+    return rows
 
 
-def decisions(nodes: int, pages: list[bytes], count: int) -> list[str]:
+def decisions(nodes: int, pages: list[bytes], count: int) -> list[tuple[str, ...]]:
     config = ControlConfig()
     cache = ClusterCache()  # the default resource names, at every commit
     GPUNodeSink(cache).replace([node_object(i) for i in range(nodes)])
@@ -226,9 +233,7 @@ def decisions(nodes: int, pages: list[bytes], count: int) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arg_parser(__doc__)
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--decisions", type=int, default=300, help="pods decided per kind (0: none)")
@@ -239,18 +244,25 @@ def main() -> int:
     modified = min(r[1] for r in runs)
     _, _, kept, what = feed(args.nodes, pages, memory=True)
     pods = args.nodes * 10
-    print("| pods watch sink | pods | list, CPU per pod | MODIFIED, CPU per event | kept per pod (total) |")
-    print("|---|---:|---:|---:|---:|")
-    print(
-        f"| {what} | {pods:,} | {listed * 1e6:.1f} µs | {modified * 1e6:.1f} µs "
-        f"| {kept:,} B ({kept * pods / 1e6:.0f} MB) |"
+    sink = (
+        what,
+        f"{pods:,}",
+        f"{listed * 1e6:.1f} µs",
+        f"{modified * 1e6:.1f} µs",
+        f"{kept:,} B ({kept * pods / 1e6:.0f} MB)",
     )
+    header = (
+        "pods watch sink",
+        "pods",
+        "list, CPU per pod",
+        "MODIFIED, CPU per event",
+        "kept per pod (total)",
+    )
+    print("\n".join(markdown_table(header, "lrrrr", [sink])))
     if args.decisions > 0:
         print()
-        print("| decisions (pod) | pods | candidates | CPU per decision, mean | median |")
-        print("|---|---:|---:|---:|---:|")
-        for line in decisions(args.nodes, pages, args.decisions):
-            print(line)
+        header = ("decisions (pod)", "pods", "candidates", "CPU per decision, mean", "median")
+        print("\n".join(markdown_table(header, "lrrrr", decisions(args.nodes, pages, args.decisions))))
     return 0
 
 

@@ -56,9 +56,21 @@ from pathlib import Path
 
 import aiohttp
 import orjson
-from benchlib import cpu_seconds, start_apiserver
+from benchlib import (
+    add_json_option,
+    arg_parser,
+    cpu_seconds,
+    log,
+    machine_busy_seconds,
+    markdown_table,
+    percentile,
+    serving_cert,
+    start_apiserver,
+    start_control_child,
+    write_json,
+)
 from extender import node_name, node_object, scheduler_pod
-from webhook import NOOP_ANSWER, percentile, review
+from webhook import NOOP_ANSWER, review
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -123,16 +135,6 @@ class Phase:
                     errors,
                 )
             )
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds the whole machine spent (anything but idle and iowait), from /proc/stat."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def load_average() -> float:
@@ -291,18 +293,8 @@ async def seed(base: str, nodes: int) -> None:
 def start_control(
     workdir: Path, kubeconfig: Path, cert: Path, key: Path, extra: list[str]
 ) -> tuple[subprocess.Popen[str], int]:
-    args = ["--bind", "127.0.0.1:0", "--tls-cert-file", str(cert), "--tls-key-file", str(key)]
-    args += ["--kubeconfig", str(kubeconfig), *extra]
-    log_file = open(workdir / "control.log", "wb")  # noqa: SIM115 - lives as long as the server
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve", *args], stdout=subprocess.PIPE, stderr=log_file, text=True
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("READY "):
-        proc.kill()
-        raise SystemExit(f"hami-control did not start: {line!r}; see {workdir / 'control.log'}")
-    return proc, int(line.split()[1])
+    proc, words = start_control_child(__file__, workdir, kubeconfig, cert, key, "READY", *extra)
+    return proc, int(words[0])
 
 
 def start_attack(port: int, attackers: int, interval_s: float) -> subprocess.Popen[str]:
@@ -437,15 +429,15 @@ async def bench(args: argparse.Namespace, port: int, control_pid: int) -> list[P
 
 
 def report(phases: list[Phase], stats: dict[str, int] | None, attackers: int) -> str:
-    lines = [
-        "| phase | path | requests | p50 ms | p99 ms | errors |",
-        "|---|---|---:|---:|---:|---:|",
-    ]
-    for phase in phases:
-        lines += [
-            f"| {phase.name} | `{r.path}` | {r.requests} | {r.p50_ms} | {r.p99_ms} | {r.errors} |"
+    lines = markdown_table(
+        ("phase", "path", "requests", "p50 ms", "p99 ms", "errors"),
+        "llrrrr",
+        (
+            (phase.name, f"`{r.path}`", r.requests, r.p50_ms, r.p99_ms, r.errors)
+            for phase in phases
             for r in phase.latencies
-        ]
+        ),
+    )
     lines.append("")
     for phase in phases:
         line = (
@@ -481,9 +473,7 @@ def main() -> int:
         return serve_child(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "--attack":
         return attack_child(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arg_parser(__doc__)
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of each phase")
     parser.add_argument("--rounds", type=int, default=3, help="quiet/attack phase pairs, alternated")
     parser.add_argument(
@@ -499,18 +489,12 @@ def main() -> int:
     parser.add_argument(
         "--max-connections", type=int, help="hami-control's --max-connections (default: its own)"
     )
-    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    add_json_option(parser)
     args = parser.parse_args()
-
-    from hami_sim.tls import generate_ca, generate_serving_cert
 
     with tempfile.TemporaryDirectory(prefix="hami-bench-slow-") as tmp:
         workdir = Path(tmp)
-        ca_cert, ca_key = generate_ca("bench-ca")
-        cert_pem, key_pem = generate_serving_cert(ca_cert, ca_key, ["localhost"], ["127.0.0.1"])
-        cert, key = workdir / "tls.crt", workdir / "tls.key"
-        cert.write_bytes(cert_pem)
-        key.write_bytes(key_pem)
+        _ca, cert, key = serving_cert(workdir)
         kubeconfig = workdir / "kubeconfig"
         api, base = start_apiserver(kubeconfig, workdir / "apiserver.log")
         control = None
@@ -537,18 +521,8 @@ def main() -> int:
                         if line.startswith("STATS "):
                             stats = json.loads(line[6:])
     print(report(phases, stats, args.attackers))
-    if args.json is not None:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "phases": [
-                        {k: v for k, v in asdict(p).items() if k not in ("raw", "lags")} for p in phases
-                    ],
-                    "stats": stats,
-                },
-                indent=2,
-            )
-        )
+    phases_data = [{k: v for k, v in asdict(p).items() if k not in ("raw", "lags")} for p in phases]
+    write_json(args.json, {"phases": phases_data, "stats": stats})
     return 0
 
 

@@ -19,47 +19,45 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import signal
 import ssl
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import aiohttp
-from benchlib import cpu_seconds, start_apiserver
+import benchlib
+from benchlib import (
+    Throughput as Result,
+)
+from benchlib import (
+    add_json_option,
+    arg_parser,
+    markdown_table,
+    server_cpu_charged,
+    serving_cert,
+    start_apiserver,
+    start_control_child,
+    stop_process,
+    throughput,
+    write_json,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 NAMESPACE = "bench"
+TABLE = ("phase", "requests/s", "p50 ms", "p99 ms", "server CPU per request", "errors")
 NOOP_ANSWER = (
     b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"","allowed":true}}'
 )
-
-
-@dataclass
-class Result:
-    name: str
-    requests: int
-    seconds: float
-    per_second: float
-    p50_ms: float
-    p99_ms: float
-    errors: int
-    server_cpu_us: float = float("nan")
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * q))]
 
 
 def review(i: int) -> bytes:
@@ -200,18 +198,9 @@ def serve_child(argv: list[str]) -> int:
 def start_control(
     workdir: Path, kubeconfig: Path, cert: Path, key: Path
 ) -> tuple[subprocess.Popen[str], int]:
-    args = ["--bind", "127.0.0.1:0", "--tls-cert-file", str(cert), "--tls-key-file", str(key)]
-    args += ["--kubeconfig", str(kubeconfig)]  # default log level: one decision line per review
-    log = open(workdir / "control.log", "wb")  # noqa: SIM115 - lives as long as the server
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve", *args], stdout=subprocess.PIPE, stderr=log, text=True
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("PORT "):
-        proc.kill()
-        raise SystemExit(f"hami-control did not start: {line!r}; see {workdir / 'control.log'}")
-    return proc, int(line.split()[1])
+    # default log level: one decision line per review
+    proc, words = start_control_child(__file__, workdir, kubeconfig, cert, key, "PORT")
+    return proc, int(words[0])
 
 
 async def seed(base: str) -> None:
@@ -227,19 +216,6 @@ async def seed(base: str) -> None:
         }
         async with http.post(f"/api/v1/namespaces/{NAMESPACE}/resourcequotas", json=quota) as r:
             assert r.status == 201, await r.text()
-
-
-def summarise(name: str, latencies: list[float], seconds: float, errors: int) -> Result:
-    latencies.sort()
-    return Result(
-        name=name,
-        requests=len(latencies),
-        seconds=round(seconds, 2),
-        per_second=round(len(latencies) / seconds, 1),
-        p50_ms=round(statistics.median(latencies) * 1000, 3),
-        p99_ms=round(percentile(latencies, 0.99) * 1000, 3),
-        errors=errors,
-    )
 
 
 async def post(http: aiohttp.ClientSession, path: str, body: bytes) -> bool:
@@ -264,35 +240,24 @@ async def fixed_rate(http: aiohttp.ClientSession, path: str, rate: float, second
         errors += not ok
 
     await asyncio.gather(*(one(i) for i in range(total)))
-    return summarise(f"{path} at {rate:.0f} req/s", latencies, time.perf_counter() - start, errors)
+    return throughput(f"{path} at {rate:.0f} req/s", latencies, time.perf_counter() - start, errors)
 
 
 async def closed_loop(http: aiohttp.ClientSession, path: str, concurrency: int, seconds: float) -> Result:
     bodies = [review(i) for i in range(2000)]
-    latencies: list[float] = []
-    errors = 0
-    counter = 0
-    stop_at = time.monotonic() + seconds
 
-    async def worker() -> None:
-        nonlocal errors, counter
-        while time.monotonic() < stop_at:
-            counter += 1
-            started = time.perf_counter()
-            ok = await post(http, path, bodies[counter % len(bodies)])
-            latencies.append(time.perf_counter() - started)
-            errors += not ok
+    async def one(n: int) -> bool:
+        return await post(http, path, bodies[n % len(bodies)])
 
-    started = time.monotonic()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return summarise(f"{path} max ({concurrency} connections)", latencies, time.monotonic() - started, errors)
+    latencies, errors, elapsed = await benchlib.closed_loop(concurrency, seconds, one)
+    return throughput(f"{path} max ({concurrency} connections)", latencies, elapsed, errors)
 
 
 async def measured(pid: int, phase: Awaitable[Result]) -> Result:
-    before = cpu_seconds(pid)
-    result = await phase
-    result.server_cpu_us = round((cpu_seconds(pid) - before) * 1e6 / max(1, result.requests), 1)
-    return result
+    async def listed() -> list[Result]:
+        return [await phase]
+
+    return (await server_cpu_charged(pid, listed()))[0]
 
 
 async def bench(  # noqa: PLR0917
@@ -318,26 +283,18 @@ async def bench(  # noqa: PLR0917
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
         return serve_child(sys.argv[2:])
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arg_parser(__doc__)
     parser.add_argument("--seconds", type=float, default=10.0, help="duration of each phase")
     parser.add_argument(
         "--rate", type=float, default=200.0, help="requests per second of the fixed-rate phase"
     )
     parser.add_argument("--concurrency", type=int, default=16, help="keep-alive connections")
-    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    add_json_option(parser)
     args = parser.parse_args()
-
-    from hami_sim.tls import generate_ca, generate_serving_cert
 
     with tempfile.TemporaryDirectory(prefix="hami-bench-webhook-") as tmp:
         workdir = Path(tmp)
-        ca_cert, ca_key = generate_ca("bench-ca")
-        cert_pem, key_pem = generate_serving_cert(ca_cert, ca_key, ["localhost"], ["127.0.0.1"])
-        cert, key = workdir / "tls.crt", workdir / "tls.key"
-        cert.write_bytes(cert_pem)
-        key.write_bytes(key_pem)
+        ca_cert, cert, key = serving_cert(workdir)
         kubeconfig = workdir / "kubeconfig"
         api, base = start_apiserver(kubeconfig, workdir / "apiserver.log")
         control = None
@@ -349,24 +306,23 @@ def main() -> int:
             )
         finally:
             for proc in (control, api):
-                if proc is not None:
-                    proc.send_signal(signal.SIGTERM)
-                    try:
-                        proc.wait(10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-    print("| phase | requests/s | p50 ms | p99 ms | server CPU per request | errors |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for r in results:
-        print(
-            f"| {r.name} | {r.per_second:,.0f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} "
-            f"| {r.server_cpu_us:.0f} µs | {r.errors} |"
+                stop_process(proc, timeout_s=10)
+    rows = [
+        (
+            r.name,
+            f"{r.per_second:,.0f}",
+            f"{r.p50_ms:.2f}",
+            f"{r.p99_ms:.2f}",
+            f"{r.server_cpu_us:.0f} µs",
+            r.errors,
         )
+        for r in results
+    ]
+    print("\n".join(markdown_table(TABLE, "lrrrrr", rows)))
     webhook_fixed = next(r for r in results if r.name.startswith("/webhook at"))
     met = "met" if webhook_fixed.p99_ms <= 5.0 else "NOT met"
     print(f"\ngoal p99 <= 5 ms at {args.rate:.0f} req/s: {met} (p99 {webhook_fixed.p99_ms:.2f} ms)")
-    if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    write_json(args.json, [asdict(r) for r in results])
     return 0
 
 

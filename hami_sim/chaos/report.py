@@ -1,4 +1,4 @@
-"""The chaos run's report (text and JSON) and its progress bar, pure apart from the bar's writes.
+"""The chaos run's report (text and JSON), pure (its progress bar is `hami_sim.progress`).
 
 `ChaosReport` holds what a run found: pods (planned, created, refused at creation, deleted by the run,
 Succeeded, Running, Failed with their reasons, lost), faults injected by kind (the runner's and the API
@@ -13,11 +13,9 @@ Succeeded nor Failed with a reason a person can act on (`status.reason`/`message
 from __future__ import annotations
 
 import math
-import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 EVIDENCE_PER_KIND = 3
 """Violations shown per kind in the report (all are counted)."""
@@ -228,51 +226,10 @@ def _short(evidence: Mapping[str, Any], limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-class ProgressBar:
-    """A one-line progress bar on a terminal (redrawn in place), or a line every `every_s` seconds
-    elsewhere (a log, CI). In-house: no dependency for a few dozen characters."""
-
-    def __init__(self, total: int, *, stream: TextIO | None = None, width: int = 30, every_s: float = 10.0,
-                 enabled: bool = True) -> None:  # fmt: skip
-        self.total = max(1, total)
-        self.stream = stream if stream is not None else sys.stderr
-        self.width = width
-        self.every_s = every_s
-        self.enabled = enabled
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self._last = 0.0
-        self._drawn = False
-
-    def line(self, done: int, status: str) -> str:
-        filled = min(self.width, self.width * done // self.total)
-        return f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total} {status}"
-
-    def update(self, done: int, status: str, *, force: bool = False) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if not force and now - self._last < (0.5 if self.tty else self.every_s):
-            return
-        self._last = now
-        text = self.line(done, status)
-        if self.tty:
-            self.stream.write("\r" + text[:200].ljust(120))
-            self._drawn = True
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.tty and self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 __all__ = [
     "ChaosReport",
     "LatencySummary",
     "LostPod",
-    "ProgressBar",
     "ViolationSummary",
     "percentile",
 ]

@@ -40,7 +40,7 @@ from hami_api.annotations import BIND_PHASE
 from hami_kube.blocking import BlockingKubeApi
 from hami_kube.client import JSONDict
 from hami_kube.errors import KubeApiError
-from hami_sim.chaos.report import ChaosReport, LatencySummary, LostPod, ProgressBar, ViolationSummary
+from hami_sim.chaos.report import ChaosReport, LatencySummary, LostPod, ViolationSummary
 from hami_sim.chaos.schedule import (
     ALL_KINDS,
     API_KINDS,
@@ -62,6 +62,7 @@ from hami_sim.chaos.workload import (
     path_shape,
 )
 from hami_sim.cluster import Cluster, ClusterError, ClusterSpec, GPUSpec, NodeSpec, node_inventory
+from hami_sim.progress import ProgressBar
 
 log = logging.getLogger("hami_sim.chaos")
 
@@ -565,7 +566,7 @@ class ChaosRun:
         )
         for thread in threads:
             thread.start()
-        bar = ProgressBar(self.options.pods, enabled=self.options.progress)
+        bar = ProgressBar(self.options.pods, unit="pods", enabled=self.options.progress, clock=self.clock)
         try:
             self._create_all(api, faults, bar)
             faults.all_created()
@@ -786,7 +787,7 @@ class ChaosRun:
         bar.update(
             c["created"],
             f"live {c['live']} Running {c['running']} Succeeded {c['succeeded']} faults {injected} "
-            f"violations {self.report.violation_count} {self.clock() - self.t0:.0f}s",
+            f"violations {self.report.violation_count}",
         )
 
     def _finish(self, api: BlockingKubeApi) -> None:

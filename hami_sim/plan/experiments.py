@@ -15,49 +15,15 @@
 from __future__ import annotations
 
 import heapq
-import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TextIO
 
 import numpy as np
 
 from hami_control.frag import MILLI, TaskMix, TaskShape, mix_from_tasks
 from hami_sim.plan.engine import POLICIES, Cluster, Placement
 from hami_sim.plan.inputs import NodeSpec, Task
-
-
-class Progress:
-    """A minimal progress bar on stderr (at most 5 updates a second; nothing when disabled)."""
-
-    def __init__(self, label: str, total: int, enabled: bool, stream: TextIO | None = None) -> None:
-        self.label, self.total, self.enabled = label, max(total, 1), enabled
-        self.stream = stream if stream is not None else sys.stderr
-        self.start = self.last = time.monotonic()
-        self.done = 0
-
-    def update(self, done: int) -> None:
-        self.done = done
-        now = time.monotonic()
-        if self.enabled and now - self.last >= 0.2:
-            self.last = now
-            self._draw(now)
-
-    def _draw(self, now: float) -> None:
-        share = min(self.done / self.total, 1.0)
-        bar = "#" * int(30 * share)
-        self.stream.write(f"\r{self.label:<24} [{bar:<30}] {100 * share:5.1f}% {now - self.start:6.1f}s")
-        self.stream.flush()
-
-    def close(self) -> float:
-        now = time.monotonic()
-        if self.enabled:
-            self.done = self.total
-            self._draw(now)
-            self.stream.write("\n")
-            self.stream.flush()
-        return now - self.start
+from hami_sim.progress import ProgressBar
 
 
 def workload_mix(tasks: Sequence[Task]) -> TaskMix:
@@ -98,7 +64,8 @@ def inflation(  # noqa: PLR0917 (the experiment's inputs, named)
     target = max_arrival * capacity
     rng = np.random.default_rng(seed)
     out = InflationResult(policy)
-    bar = Progress(f"inflation {policy}", int(target), progress)
+    target_gpus = int(target) // MILLI
+    bar = ProgressBar(target_gpus, label=f"inflation {policy}".ljust(24), unit="GPUs", enabled=progress)
     arrived = 0
     next_sample = 0.0
     order: list[int] = []
@@ -118,7 +85,7 @@ def inflation(  # noqa: PLR0917 (the experiment's inputs, named)
             out.frag_arrived.append(arrived / capacity)
             out.frag_gpus.append(cluster.cluster_fragmentation())
             next_sample += 0.01
-        bar.update(arrived)
+        bar.update(min(arrived // MILLI, target_gpus))
     out.seconds = bar.close()
     return out
 
@@ -170,7 +137,7 @@ def replay(  # noqa: PLR0917 (the experiment's inputs, named)
     placed: dict[int, Placement] = {}
     pending: dict[int, None] = {}  # insertion-ordered: oldest first
     gone: set[int] = set()
-    bar = Progress(f"replay {policy}", len(tasks), progress)
+    bar = ProgressBar(len(tasks), label=f"replay {policy}".ljust(24), unit="tasks", enabled=progress)
     handled = 0
 
     def schedule(i: int, now: float) -> bool:
@@ -218,4 +185,4 @@ def replay(  # noqa: PLR0917 (the experiment's inputs, named)
     return out
 
 
-__all__ = ["InflationResult", "Progress", "ReplayResult", "inflation", "replay", "workload_mix"]
+__all__ = ["InflationResult", "ReplayResult", "inflation", "replay", "workload_mix"]

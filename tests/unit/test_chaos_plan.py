@@ -14,7 +14,6 @@ from hami_sim.chaos.report import (
     ChaosReport,
     LatencySummary,
     LostPod,
-    ProgressBar,
     ViolationSummary,
     percentile,
 )
@@ -34,6 +33,7 @@ from hami_sim.chaos.workload import (
     build_workload,
     path_shape,
 )
+from hami_sim.progress import ProgressBar
 
 A100 = ("NVIDIA A100-SXM4-80GB", 81920)
 T4 = ("NVIDIA Tesla T4", 15360)
