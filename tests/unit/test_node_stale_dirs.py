@@ -191,3 +191,18 @@ def test_the_container_monitor_cleans_every_round_and_a_failed_cleaning_does_not
     with caplog.at_level(logging.ERROR, logger="hami_node.monitor.loop"):
         assert monitor.step() == []  # the feedback part still ran (nothing to write)
     assert "removing stale container directories failed" in caplog.text
+
+
+def test_a_containers_path_that_cannot_be_listed_is_logged_once_and_removes_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "containers"
+    root.write_text("a file where the directory should be")
+    sweeper = cleaner(root, Watch(), Api())
+    with caplog.at_level(logging.WARNING, logger="hami_node.monitor.cleanup"):
+        assert sweeper.sweep() == []
+        assert sweeper.sweep() == []
+    assert [r.getMessage() for r in caplog.records] == [
+        f"stale container directories: cannot list {root}: Not a directory"
+    ]
+    assert root.is_file()
