@@ -1,9 +1,10 @@
 """Removing the directories of containers whose pod is gone from the node, as HAMi's vGPU monitor does.
 
-HAMi's rule (`pkg/monitor/nvidia/cudevshr.go`, `ContainerLister.Update`, run every 5 s by the loop in
-`cmd/vGPUmonitor/main.go`): for each directory `<pod uid>_<container>` under `<hook>/containers`, when
-the pod UID is not among the pods its informer holds for this node (field selector
-`spec.nodeName=<node>`, every phase: a Succeeded or Failed pod that still exists keeps its directory),
+HAMi's rule (`pkg/monitor/nvidia/cudevshr.go`, `ContainerLister.Update`, run every 5 s by
+`watchAndFeedback` in `cmd/vGPUmonitor/feedback.go`): for each directory `<pod uid>_<container>` under
+`<hook>/containers`, when the pod UID is not among the pods its informer holds for this node (field
+selector `spec.nodeName=<node>`, every phase: a Succeeded or Failed pod that still exists keeps its
+directory),
 the directory is removed (`os.RemoveAll`, with the log line "Removing dirname ... in monitorpath")
 unless its modification time plus `resyncInterval` (5 minutes, `HAMI_RESYNC_INTERVAL`) is still after
 now. The delay covers a pod not listed yet: the directory is made at Allocate, before the pod runs. A
