@@ -57,23 +57,40 @@ LABELS: dict[str, list[str]] = {
 }
 
 
-def legend_names(fmt: str, limit: int) -> list[str]:
+LABELS_BY_METRIC: dict[str, dict[str, list[str]]] = {
+    # hami-control's connection families: its replicas, and the reasons a limit closes a connection.
+    "hami_control_connections_": {
+        "pod": ["hami-control-5d8f7-abcde", "hami-control-5d8f7-fghij"],
+        "reason": ["header_timeout", "tls_handshake_timeout", "evicted"],
+    },
+}
+"""Labels that mean something else on some metrics than in `LABELS` (by metric name prefix)."""
+
+
+def labels_for(expr: str) -> dict[str, list[str]]:
+    for prefix, labels in LABELS_BY_METRIC.items():
+        if prefix in expr:
+            return {**LABELS, **labels}
+    return LABELS
+
+
+def legend_names(fmt: str, limit: int, labels: dict[str, list[str]] = LABELS) -> list[str]:
     """The legend of each synthetic series of a target: its legendFormat over the made-up labels."""
     keys = re.findall(r"\{\{(\w+)\}\}", fmt)
     if not keys:
         return [fmt or "value"]
-    count = max(len(LABELS.get(k, ["x"])) for k in keys)
+    count = max(len(labels.get(k, ["x"])) for k in keys)
     if "node" in keys and "device_index" in keys:
         count = 16  # every GPU: node x index
     names = []
     for i in range(min(count, limit)):
         values = {
             k: (
-                LABELS["node"][i // 4]
+                labels["node"][i // 4]
                 if k == "node" and "device_index" in keys
-                else LABELS["device_index"][i % 4]
+                else labels["device_index"][i % 4]
                 if k == "device_index"
-                else LABELS.get(k, ["x"])[i % len(LABELS.get(k, ["x"]))]
+                else labels.get(k, ["x"])[i % len(labels.get(k, ["x"]))]
             )
             for k in keys
         }
@@ -95,8 +112,14 @@ def level(unit: str, title: str, legend: str, rng: random.Random) -> float:
     if unit == "s":
         base = 0.0015 if "filter" in legend or "prioritize" in legend else 0.004
         return base * (1 if "p50" in legend else 3 if "p90" in legend else 6)
+    if unit == "cps":  # connections a second: many accepted, a few dropped or refused
+        return rng.uniform(0.005, 0.05) if legend.startswith(("dropped", "refused")) else rng.uniform(2, 6)
     if unit in ("reqps", "ops"):
         return rng.uniform(0.2, 3)
+    if legend.startswith("cap "):
+        return 1024
+    if "connections" in title:
+        return rng.uniform(20, 60)
     if "capacity" in legend:
         return 16
     if "allocated" in legend:
@@ -121,6 +144,8 @@ def fmt_value(value: float, unit: str) -> str:
         return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.1f} s"
     if unit in ("reqps", "ops"):
         return f"{value:.1f}/s"
+    if unit == "cps":
+        return f"{value:.2g}/s"
     return f"{value:.3g}"
 
 
@@ -128,9 +153,9 @@ def draw_timeseries(ax: Any, panel: dict[str, Any], unit: str, rng: random.Rando
     t = [i / 4 for i in range(240)]  # an hour, every 15 s
     color = 0
     for target in panel["targets"]:
-        for name in legend_names(target.get("legendFormat", ""), limit=6):
+        for name in legend_names(target.get("legendFormat", ""), 6, labels_for(target.get("expr", ""))):
             base = level(unit, panel["title"], name, rng)
-            flat = "capacity" in name or "limit" in name
+            flat = "capacity" in name or "limit" in name or name.startswith("cap ")
             phase, wobble, period = (
                 rng.uniform(0, 6),
                 0.0 if flat else rng.uniform(0.05, 0.2),

@@ -108,13 +108,20 @@ class ConnectionLimits:
 
 @dataclass(slots=True)
 class ConnectionStats:
-    """What the limits did since the server started (for logs, tests and benchmarks)."""
+    """What the limits did since the server started (for logs, tests, benchmarks and the metrics
+    `hami_control_connections_*`, `metrics.ControlMetrics.watch_connections`)."""
 
     open: int = 0
+    """Connections open now, those in their TLS handshake included (what `max_connections` caps)."""
     peak: int = 0
     accepted: int = 0
+    """Connections counted in (not refused at the cap)."""
     header_timeouts: int = 0
     body_timeouts: int = 0
+    tls_handshake_timeouts: int = 0
+    """TLS handshakes not done within `tls_handshake_timeout_s` (the connection is dropped)."""
+    tls_handshake_failures: int = 0
+    """TLS handshakes that failed otherwise (not TLS, a bad certificate, the client left midway)."""
     evicted: int = 0
     refused: int = 0
 
@@ -290,6 +297,7 @@ class TlsGate(asyncio.Protocol):
         conn = self._server.connection(admitted=True)
         loop = asyncio.get_running_loop()
         timeout = guard.limits.tls_handshake_timeout_s
+        started = loop.time()
         try:
             tls = await loop.start_tls(
                 transport,
@@ -301,6 +309,13 @@ class TlsGate(asyncio.Protocol):
             )
         except (OSError, ssl.SSLError, TimeoutError, ConnectionError, RuntimeError) as err:
             log.debug("TLS handshake failed: %r", err)
+            # asyncio reports its handshake timeout as a ConnectionAbortedError ("SSL handshake is taking
+            # longer than ..."), so a timeout is told by the time it took (asyncio's timer may fire up to
+            # its clock resolution early, hence the millisecond of slack).
+            if loop.time() - started >= timeout - 1e-3:
+                guard.stats.tls_handshake_timeouts += 1
+            else:
+                guard.stats.tls_handshake_failures += 1
             guard.release(self)
             transport.abort()
             return

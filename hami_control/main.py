@@ -142,6 +142,9 @@ class ControlPlane:
             max_body=max(config.server.max_request_body, EXTENDER_MAX_BODY),
             limits=config.server.connection_limits,
         )
+        if self.metrics is not None:
+            server = self.server
+            self.metrics.watch_connections(lambda: server.stats, server.limits)
         try:
             await self.server.start()
         except OSError as exc:

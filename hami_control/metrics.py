@@ -44,7 +44,12 @@ what the cache keeps:
 **Our families** (no zone): `hami_scheduler_cache_{nodes,unregistered_nodes,pods,assumed_pods}` from
 `ClusterCache.stats()`; histograms `hami_extender_{filter,prioritize,bind}_duration_seconds` and
 `hami_webhook_duration_seconds` (buckets 0.5 ms .. 10 s); counters `hami_extender_bind_total{outcome}`,
-`hami_extender_filter_node_reasons_total{reason}` and `hami_webhook_requests_total{allowed}`. Label
+`hami_extender_filter_node_reasons_total{reason}` and `hami_webhook_requests_total{allowed}`; the HTTPS
+server's connections (`connections.ConnectionStats`, once `watch_connections` is given the server):
+gauges `hami_control_connections_{open,max,peak}`, counters `hami_control_connections_accepted_total`,
+`hami_control_connections_refused_total` (at the cap) and `hami_control_connections_dropped_total{reason}`
+(`CONNECTION_DROP_REASONS`: header_timeout, body_timeout, tls_handshake_timeout, tls_handshake_failed,
+evicted). Label
 values from callers are bounded: a reason is cut at its first ":" (so `node unregistered: <why>` counts
 as `node unregistered`) and each counter keeps at most `MAX_LABEL_VALUES` distinct values, folding the
 rest into `other`.
@@ -64,18 +69,19 @@ import math
 import platform
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from hami_api.resources import ResourceNames
 from hami_control.cache import CacheStats, ClusterCache, PodHolding
+from hami_control.connections import ConnectionLimits, ConnectionStats
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.usage import NodeGPUs
 
@@ -423,6 +429,51 @@ class _ClusterCollector(Collector):
         return self._owner._families.collect(self._owner.snapshot())
 
 
+CONNECTION_DROP_REASONS = (
+    "header_timeout",
+    "body_timeout",
+    "tls_handshake_timeout",
+    "tls_handshake_failed",
+    "evicted",
+)
+"""The `reason` values of `hami_control_connections_dropped_total`, each a `ConnectionStats` counter."""
+
+
+def _drops(s: ConnectionStats) -> tuple[int, ...]:
+    """`s`'s counters in the order of `CONNECTION_DROP_REASONS`."""
+    return (s.header_timeouts, s.body_timeouts, s.tls_handshake_timeouts, s.tls_handshake_failures, s.evicted)
+
+
+class _ConnectionCollector(Collector):
+    """The HTTPS server's connection counters (`connections.ConnectionStats`), read at each scrape from
+    the source `ControlMetrics.watch_connections` set (zeros before)."""
+
+    def __init__(self) -> None:
+        self.stats: Callable[[], ConnectionStats] = ConnectionStats
+        self.max_connections = ConnectionLimits().max_connections
+
+    def collect(self) -> Iterable[Metric]:
+        s = replace(self.stats())  # one copy: the loop thread keeps counting while this renders
+        prefix = "hami_control_connections_"
+        for name, doc, value in (
+            ("open", "Connections open now, TLS handshakes included", s.open),
+            ("max", "The cap on open connections (--max-connections)", self.max_connections),
+            ("peak", "Most connections open at once since the server started", s.peak),
+        ):
+            yield GaugeMetricFamily(prefix + name, doc, value=value)
+        yield CounterMetricFamily(prefix + "accepted", "Connections accepted (counted in)", value=s.accepted)
+        yield CounterMetricFamily(
+            prefix + "refused",
+            "Connections refused at the cap before their TLS handshake (none had waited to be evicted)",
+            value=s.refused,
+        )
+        why = "Connections the server closed because of a limit, by reason"
+        dropped = CounterMetricFamily(prefix + "dropped", why, labels=("reason",))
+        for reason, value in zip(CONNECTION_DROP_REASONS, _drops(s), strict=True):
+            dropped.add_metric((reason,), value)
+        yield dropped
+
+
 class _Instruments(Collector):
     """The request instruments alone, for `render` (which writes the cluster families itself)."""
 
@@ -497,6 +548,7 @@ class ControlMetrics:
         )
         self._outcome_label = _BoundedLabel(max_label_values)
         self._reason_label = _BoundedLabel(max_label_values)
+        self._connections = _ConnectionCollector()
         self._instruments: tuple[Collector, ...] = (
             self._filter_seconds,
             self._prioritize_seconds,
@@ -505,6 +557,7 @@ class ControlMetrics:
             self._filter_reasons,
             self._webhook_seconds,
             self._webhook_requests,
+            self._connections,
         )
         self.registry.register(_ClusterCollector(self))
         for instrument in self._instruments:
@@ -533,6 +586,12 @@ class ControlMetrics:
         self._webhook_seconds.observe(_check_seconds(seconds))
         self._webhook_requests.labels("true" if allowed else "false").inc()
 
+    def watch_connections(self, stats: Callable[[], ConnectionStats], limits: ConnectionLimits) -> None:
+        """Export the HTTPS server's connection counters (`ControlServer.stats`, read at each scrape; plain
+        ints, so a scrape in a worker thread may read them) and its cap (`limits.max_connections`)."""
+        self._connections.stats = stats
+        self._connections.max_connections = limits.max_connections
+
     # --- scrape -------------------------------------------------------------------------------------------
 
     def snapshot(self) -> MetricsSnapshot:
@@ -560,6 +619,7 @@ class ControlMetrics:
 
 __all__ = [
     "CLUSTER_FAMILIES",
+    "CONNECTION_DROP_REASONS",
     "DURATION_BUCKETS",
     "MAX_LABEL_VALUES",
     "MIB",

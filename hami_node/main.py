@@ -47,6 +47,7 @@ from hami_node.gpu.select import device_node_exists
 from hami_node.gpu.topology import read_pair_scores
 from hami_node.health import HealthMonitor
 from hami_node.healthz import HealthServer, HealthServerError, Page, Probe
+from hami_node.monitor.cleanup import StaleDirCleaner
 from hami_node.monitor.exporter import ContainerCollector, GPUCollector, NodeMetrics
 from hami_node.monitor.loop import ContainerMonitor
 from hami_node.monitor.regions import RegionScanner, containers_dir
@@ -187,6 +188,13 @@ def _simulator(config: NodeConfig) -> tuple[ContainerSimulator, Callable[[Alloca
     return simulator, started
 
 
+def _node_pod_uids(kube: kubeapi.NodeApi, node_name: str) -> set[str]:
+    """The UIDs of every pod on `node_name`, read from the API server now (the stale directory cleaner's
+    check before it removes anything). Raises `KubeApiError`."""
+    pods, _ = kube.list_pods(f"spec.nodeName={node_name}")
+    return {uid for pod in pods if isinstance(uid := (pod.get("metadata") or {}).get("uid"), str)}
+
+
 def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
     config, kube, state, events = parts.config, parts.kube, parts.state, parts.events
     observer_factory = parts.observer_factory
@@ -221,6 +229,13 @@ def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
     )
     # Only the fake backend takes the simulated containers' per-GPU sums.
     set_usage: Callable[[dict[str, tuple[int, int]]], None] | None = getattr(parts.backend, "set_usage", None)
+    cleaner = StaleDirCleaner(
+        scanner.root,
+        config.node_name,
+        tracker,
+        partial(_node_pod_uids, kube, config.node_name),
+        removed=metrics.container_dirs_removed,
+    )
     monitor = ContainerMonitor(
         scanner,
         feedback=config.priority_feedback,
@@ -228,6 +243,7 @@ def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
         live=lambda uid: tracker.pod_name(uid) is not None,
         set_usage=set_usage,
         written=metrics.feedback_written,
+        cleaner=cleaner,
     )
 
     def stop_tracker() -> None:

@@ -345,6 +345,11 @@ class NodeMetrics:
             ["field"],
             registry=self.registry,
         )
+        self.stale_dirs_removed = Counter(
+            "hami_node_stale_container_dirs_removed",
+            "Container directories removed because their pod has been gone from the node for 5 minutes",
+            registry=self.registry,
+        )
         for result in ("success", "failure"):
             self.registrations.labels(result)
         self.list_and_watch_updates.inc(0)
@@ -381,6 +386,9 @@ class NodeMetrics:
 
     def xid(self, uuid: str, code: int) -> None:
         self.xid_errors.labels(self.node, uuid, str(code)).inc()
+
+    def container_dirs_removed(self, count: int) -> None:
+        self.stale_dirs_removed.inc(count)
 
     def feedback_written(self, writes: Sequence[FieldWrite]) -> None:
         for write in writes:

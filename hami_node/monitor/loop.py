@@ -1,5 +1,7 @@
 """The container monitor's round, every 5 s as HAMi's `watchAndFeedback` (`cmd/vGPUmonitor/feedback.go`):
 
+0. with a cleaner, remove the directories of containers whose pod has been gone from the node for 5
+   minutes (`cleanup.StaleDirCleaner`, HAMi's `ContainerLister.Update` in the same loop);
 1. with the fake backend's simulator, write the simulated containers' usage and hand each fake GPU's
    sum to the backend (`FakeBackend.set_usage`);
 2. with priority feedback on, read every container's region, compute HAMi's feedback
@@ -14,6 +16,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
+from hami_node.monitor.cleanup import StaleDirCleaner
 from hami_node.monitor.feedback import FeedbackInput, FieldWrite, observe
 from hami_node.monitor.regions import RegionScanner, apply_all
 from hami_node.monitor.simulate import ContainerSimulator
@@ -27,7 +30,8 @@ INTERVAL_S = 5.0
 class ContainerMonitor:
     """See the module docstring. `live(pod_uid)`: whether the pod is on this node (the simulator stops
     writing containers of pods that are gone); `set_usage`: where the simulator's per-GPU sums go;
-    `written`: told of each round's feedback writes (metrics)."""
+    `written`: told of each round's feedback writes (metrics); `cleaner`: removes stale container
+    directories each round."""
 
     def __init__(
         self,
@@ -39,6 +43,7 @@ class ContainerMonitor:
         set_usage: Callable[[dict[str, tuple[int, int]]], None] | None = None,
         written: Callable[[Sequence[FieldWrite]], None] | None = None,
         interval_s: float = INTERVAL_S,
+        cleaner: StaleDirCleaner | None = None,
     ) -> None:
         self._scanner = scanner
         self._feedback = feedback
@@ -47,13 +52,14 @@ class ContainerMonitor:
         self._set_usage = set_usage
         self._written = written
         self._interval_s = interval_s
+        self._cleaner = cleaner
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
     @property
     def active(self) -> bool:
-        """Whether there is anything to do (feedback on, or containers to simulate)."""
-        return self._feedback or self._simulator is not None
+        """Whether there is anything to do (feedback on, containers to simulate, or directories to clean)."""
+        return self._feedback or self._simulator is not None or self._cleaner is not None
 
     def start(self) -> None:
         if self._thread is not None:
@@ -77,6 +83,11 @@ class ContainerMonitor:
 
     def step(self) -> list[FieldWrite]:
         """One round; returns the feedback writes made."""
+        if self._cleaner is not None:
+            try:
+                self._cleaner.sweep()
+            except Exception:  # the rest of the round still runs
+                log.exception("container monitor: removing stale container directories failed")
         if self._simulator is not None:
             usage = self._simulator.tick(self._live)
             if self._set_usage is not None:

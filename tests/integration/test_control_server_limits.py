@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from hami_control.cache import ClusterCache
 from hami_control.connections import ConnectionLimits, ConnectionStats
+from hami_control.metrics import ControlMetrics
 from hami_control.server import (
     DEFAULT_MAX_BODY,
     CertificateReloader,
@@ -207,6 +210,46 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(rig: Rig
 def test_a_connection_that_never_handshakes_is_closed_after_the_handshake_timeout(rig: Rig) -> None:
     with socket.create_connection(("127.0.0.1", rig.port), timeout=10) as sock:
         assert _closed_by_peer(sock, 10.0)
+    wait_for(lambda: rig.stats.tls_handshake_timeouts == 1, what="the handshake timeout counted")
+    assert rig.stats.tls_handshake_failures == 0
+    wait_for(lambda: rig.stats.open == 0, what="the connection released")
+
+
+def test_a_connection_that_sends_no_tls_is_dropped_and_counted_as_a_failed_handshake(rig: Rig) -> None:
+    with socket.create_connection(("127.0.0.1", rig.port), timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # plain HTTP to the HTTPS port
+        assert _closed_by_peer(sock, 10.0)
+    wait_for(lambda: rig.stats.tls_handshake_failures == 1, what="the failed handshake counted")
+    assert rig.stats.tls_handshake_timeouts == 0
+
+
+def test_the_metrics_export_what_the_limits_did(rig: Rig) -> None:
+    metrics = ControlMetrics(ClusterCache())
+    metrics.watch_connections(lambda: rig.server.stats, rig.server.limits)
+    with rig.client() as c:
+        assert c.request("GET", "/healthz") == (200, b"ok\n")
+    wait_for(lambda: rig.stats.open == 0, what="the first connection released")  # one at a time: peak 1
+    with contextlib.closing(rig.raw()) as sock:  # a handshake, then silence: cut at the header timeout
+        assert _closed_by_peer(sock, 10.0)
+    wait_for(lambda: rig.stats.open == 0, what="both connections released")
+    series = {
+        (s.name, s.labels.get("reason", "")): s.value
+        for family in text_string_to_metric_families(metrics.render()[0].decode())
+        for s in family.samples
+        if s.name.startswith("hami_control_connections_")
+    }
+    assert series == {
+        ("hami_control_connections_open", ""): 0,
+        ("hami_control_connections_max", ""): FAST.max_connections,
+        ("hami_control_connections_peak", ""): 1,
+        ("hami_control_connections_accepted_total", ""): 2,
+        ("hami_control_connections_refused_total", ""): 0,
+        ("hami_control_connections_dropped_total", "header_timeout"): 1,
+        ("hami_control_connections_dropped_total", "body_timeout"): 0,
+        ("hami_control_connections_dropped_total", "tls_handshake_timeout"): 0,
+        ("hami_control_connections_dropped_total", "tls_handshake_failed"): 0,
+        ("hami_control_connections_dropped_total", "evicted"): 0,
+    }
 
 
 def _try_raw(rig: Rig) -> ssl.SSLSocket | None:

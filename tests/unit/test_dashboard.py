@@ -560,6 +560,8 @@ def test_every_metric_a_panel_queries_is_exported() -> None:
         "hami_webhook_duration_seconds_bucket",  # webhook latency
         "hami_node_gpu_healthy",  # the node daemon's health
         "hami_node_allocate_duration_seconds_bucket",
+        "hami_control_connections_open",  # hami-control's connection limits
+        "hami_control_connections_dropped_total",
     ):
         assert family in queried, family
 

@@ -1,10 +1,11 @@
 """checkov, a maintained manifest scanner (PyPI `checkov`, its Kubernetes checks), over the install as
-`kubectl kustomize` renders it: the base (daemonset/), the cert-manager overlay and the DRA overlay.
+`kubectl kustomize` renders it: the base (daemonset/), the cert-manager overlay, the DRA overlay and the
+base with the optional monitoring component (PodMonitors and the Grafana dashboard ConfigMap).
 
 Every finding is either fixed in daemonset/ or listed in `SKIPS` below with why it stays; the test fails
 on any finding not listed (a new manifest, or a change, that a check flags) and on a listed one that no
 longer occurs (so the list never outlives its reasons). checkov runs from its own virtualenv, .venv-scan
-(hack/setup.sh; hack/scan-requirements.txt says why not .venv), once for all three renderings and a
+(hack/setup.sh; hack/scan-requirements.txt says why not .venv), once for all four renderings and a
 manifest it must flag (so a scanner that silently checks nothing cannot pass). About 5 s.
 """
 
@@ -28,7 +29,11 @@ RENDERED = {
     "dra": REPO / "daemonset" / "overlays" / "dra",
 }
 """What is scanned: the install as `kubectl kustomize` renders each (tests/unit/test_manifests.py
-validates the same three)."""
+validates the same three), and `MONITORING`."""
+MONITORING = REPO / "daemonset" / "components" / "monitoring"
+"""The optional monitoring component (PodMonitors, the dashboard ConfigMap). A kustomize Component does
+not render alone: it is scanned as a user adds it, the base with `components: [.../monitoring]` (the
+kustomization tests/unit/test_manifests.py renders for it too), as `monitoring.yaml`."""
 CHECKOV = REPO / ".venv-scan" / "bin" / "checkov"
 
 _DIGEST = (
@@ -103,8 +108,9 @@ def _resource(finding: dict[str, Any]) -> str:
 
 
 @pytest.fixture(scope="module")
-def scan(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[dict[str, Any]]]]:
-    """checkov's failed checks by file: base.yaml, cert-manager.yaml, dra.yaml and flagged.yaml."""
+def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """checkov's JSON report (passed and failed checks) over base.yaml, cert-manager.yaml, dra.yaml,
+    monitoring.yaml and flagged.yaml."""
     if not CHECKOV.exists():
         if os.environ.get("HAMI_REQUIRE_CHECKOV") == "1":
             pytest.fail(f"{CHECKOV} is required here (HAMI_REQUIRE_CHECKOV=1); run hack/setup.sh")
@@ -114,7 +120,13 @@ def scan(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[di
             pytest.fail("kubectl is required here (HAMI_REQUIRE_KUBECTL=1) but is not installed")
         pytest.skip("kubectl is not installed (hack/setup.sh installs it when run as root)")
     root = tmp_path_factory.mktemp("scan")
-    for name, directory in RENDERED.items():
+    with_monitoring = tmp_path_factory.mktemp("with-monitoring")
+    (with_monitoring / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{os.path.relpath(RENDERED['base'], with_monitoring)}]\n"
+        f"components: [{os.path.relpath(MONITORING, with_monitoring)}]\n"
+    )
+    for name, directory in {**RENDERED, "monitoring": with_monitoring}.items():
         render = subprocess.run(
             [KUBECTL, "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=False
         )
@@ -123,16 +135,21 @@ def scan(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[di
     (root / "flagged.yaml").write_text(FLAGGED)
     result = subprocess.run(
         [str(CHECKOV), "--directory", str(root), "--framework", "kubernetes", "--skip-download",
-         "--quiet", "--compact", "--output", "json"],
+         "--compact", "--output", "json"],
         capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, "LOG_LEVEL": "ERROR"},
     )  # fmt: skip
     assert result.returncode in (0, 1), f"checkov failed ({result.returncode}): {result.stderr[-2000:]}"
-    report = json.loads(result.stdout)
+    yield json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def scan(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """checkov's failed checks by file."""
     by_file: dict[str, list[dict[str, Any]]] = {}
     for finding in report["results"]["failed_checks"]:
         by_file.setdefault(Path(finding["file_path"]).name, []).append(finding)
-    yield by_file
+    return by_file
 
 
 FLAGGED = """
@@ -156,7 +173,7 @@ def test_checkov_finds_nothing_in_the_install_but_the_justified_skips(
     scan: dict[str, list[dict[str, Any]]],
 ) -> None:
     found: dict[tuple[str, str], str] = {}
-    for name in ("base.yaml", "cert-manager.yaml", "dra.yaml"):
+    for name in ("base.yaml", "cert-manager.yaml", "dra.yaml", "monitoring.yaml"):
         for finding in scan.get(name, []):
             found[(finding["check_id"], _resource(finding))] = f"{name}: {finding['check_name']}"
     new = {key: found[key] for key in sorted(found.keys() - SKIPS.keys())}
@@ -164,3 +181,17 @@ def test_checkov_finds_nothing_in_the_install_but_the_justified_skips(
     stale = sorted(SKIPS.keys() - found.keys())
     assert not stale, f"skips checkov no longer reports (remove them from SKIPS): {stale}"
     assert all(len(why) > 40 for why in SKIPS.values())
+
+
+def test_checkov_checks_what_the_monitoring_component_adds(report: dict[str, Any]) -> None:
+    """The component's ConfigMap (the dashboard) is checked in monitoring.yaml. Its PodMonitors are a
+    custom resource no checkov Kubernetes check applies to (checkov checks built-in kinds); they are
+    validated against the Prometheus Operator's CRD schema in tests/unit/test_manifests.py instead."""
+    results = report["results"]
+    checked = {
+        (Path(c["file_path"]).name, _resource(c))
+        for c in [*results["passed_checks"], *results["failed_checks"]]
+    }
+    assert ("monitoring.yaml", "ConfigMap.hami-system.hami-dashboard") in checked
+    assert ("monitoring.yaml", "DaemonSet.hami-system.hami-node") in checked  # the install it is added to
+    assert not {r for f, r in checked if r.startswith("PodMonitor.")}

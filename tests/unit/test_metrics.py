@@ -21,7 +21,16 @@ from hami_api.containers import footprint_slices, init_kinds
 from hami_api.types import GPUInfo, GPUSlice, PodAllocation
 from hami_control.cache import CacheStats, ClusterCache, PodHolding
 from hami_control.config import ControlConfig
-from hami_control.metrics import CLUSTER_FAMILIES, MIB, OTHER, ControlMetrics, MetricsSnapshot, QuotaEntry
+from hami_control.connections import ConnectionLimits, ConnectionStats
+from hami_control.metrics import (
+    CLUSTER_FAMILIES,
+    CONNECTION_DROP_REASONS,
+    MIB,
+    OTHER,
+    ControlMetrics,
+    MetricsSnapshot,
+    QuotaEntry,
+)
 from hami_control.pod_store import PodStore
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.usage import NodeGPUs
@@ -357,6 +366,51 @@ def test_bind_prioritize_webhook_instruments() -> None:
         frozenset({("allowed", "false")}): 1,
     }
     assert s["hami_webhook_duration_seconds_count"] == {frozenset(): 3}
+
+
+def test_connection_counters_are_zero_before_a_server_and_the_servers_after() -> None:
+    metrics = ControlMetrics(ClusterCache())
+    s = scrape(metrics)
+    for name in ("open", "peak", "accepted_total", "refused_total"):
+        assert s[f"hami_control_connections_{name}"] == {frozenset(): 0}, name
+    assert s["hami_control_connections_max"] == {frozenset(): 1024}  # the default cap until one is given
+    assert s["hami_control_connections_dropped_total"] == {
+        frozenset({("reason", r)}): 0 for r in CONNECTION_DROP_REASONS
+    }
+    stats = ConnectionStats(
+        open=3,
+        peak=9,
+        accepted=40,
+        header_timeouts=5,
+        body_timeouts=4,
+        tls_handshake_timeouts=3,
+        tls_handshake_failures=2,
+        evicted=1,
+        refused=7,
+    )
+    metrics.watch_connections(lambda: stats, ConnectionLimits(max_connections=128))
+    s = scrape(metrics)
+    assert {
+        n: v[frozenset()]
+        for n, v in s.items()
+        if n.startswith("hami_control_connections_") and "dropped" not in n
+    } == {
+        "hami_control_connections_open": 3,
+        "hami_control_connections_max": 128,
+        "hami_control_connections_peak": 9,
+        "hami_control_connections_accepted_total": 40,
+        "hami_control_connections_refused_total": 7,
+    }
+    assert s["hami_control_connections_dropped_total"] == {
+        frozenset({("reason", "header_timeout")}): 5,
+        frozenset({("reason", "body_timeout")}): 4,
+        frozenset({("reason", "tls_handshake_timeout")}): 3,
+        frozenset({("reason", "tls_handshake_failed")}): 2,
+        frozenset({("reason", "evicted")}): 1,
+    }
+    stats.refused += 1  # read afresh at each scrape
+    assert scrape(metrics)["hami_control_connections_refused_total"] == {frozenset(): 8}
+    assert parse(metrics.render()[0]) == parse(generate_latest(metrics.registry))  # the registry has them too
 
 
 @pytest.mark.parametrize("seconds", [-0.1, float("nan")])
