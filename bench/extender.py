@@ -53,7 +53,7 @@ processes may too: the load average and the CPU others used are reported with th
 Usage:
 
     python bench/extender.py [--sizes 500,5000] [--rounds 200] [--bind-pods 500] [--decisions 300]
-                             [--json FILE] [--py-spy FILE] [--profile FILE]
+                             [--control-args FLAGS] [--json FILE] [--py-spy FILE] [--profile FILE]
 
 `--py-spy FILE` samples hami-control with py-spy during the latency rounds of the largest size (raw
 collapsed stacks); `--profile FILE` runs `--profile-rounds` extra filter rounds at the largest size
@@ -635,11 +635,12 @@ async def seed(base: str, nodes: int) -> tuple[int, float]:
 
 
 def start_control(
-    workdir: Path, kubeconfig: Path, cert: Path, key: Path
+    workdir: Path, kubeconfig: Path, cert: Path, key: Path, extra: Sequence[str] = ()
 ) -> tuple[subprocess.Popen[str], int, int, int, float]:
-    """hami-control in `--serve` mode; (process, port, cached nodes, cached pods, seconds to sync)."""
+    """hami-control in `--serve` mode (`extra`: more of its flags); (process, port, cached nodes, cached
+    pods, seconds to sync)."""
     args = ["--bind", "127.0.0.1:0", "--tls-cert-file", str(cert), "--tls-key-file", str(key)]
-    args += ["--kubeconfig", str(kubeconfig)]  # default log level: one line per bind
+    args += ["--kubeconfig", str(kubeconfig), *extra]  # default log level: one line per bind
     log_file = open(workdir / "control.log", "wb")  # noqa: SIM115 - lives as long as the server
     proc = subprocess.Popen(
         [sys.executable, __file__, "--serve", *args], stdout=subprocess.PIPE, stderr=log_file, text=True
@@ -1056,7 +1057,9 @@ def run_size(args: argparse.Namespace, nodes: int, profile: bool) -> SizeResult:
             log(f"{nodes:,} nodes: seeding {nodes:,} nodes and {nodes * PODS_PER_NODE:,} pods")
             written, seconds = asyncio.run(seed(base, nodes))
             log(f"seeded {written:,} objects in {seconds:.1f} s; starting hami-control")
-            control, port, cached_nodes, cached_pods, synced = start_control(workdir, kubeconfig, cert, key)
+            control, port, cached_nodes, cached_pods, synced = start_control(
+                workdir, kubeconfig, cert, key, args.control_args.split()
+            )
             log(f"hami-control synced in {synced:.1f} s: {cached_nodes:,} nodes, {cached_pods:,} pods")
             if cached_nodes != nodes or cached_pods != nodes * PODS_PER_NODE:
                 raise SystemExit(
@@ -1179,6 +1182,11 @@ def main() -> int:
         "--decisions", type=int, default=300, help="pods decided (filter + prioritize + bind) per pod kind"
     )
     parser.add_argument("--concurrency", type=int, default=16, help="concurrent /bind clients")
+    parser.add_argument(
+        "--control-args",
+        default="",
+        help="more hami-control flags, space-separated (e.g. '--node-scheduler-policy fragmentation')",
+    )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     parser.add_argument("--py-spy", type=Path, help="py-spy samples of the latency rounds (largest size)")
     parser.add_argument("--profile", type=Path, help="cProfile stats of extra filter rounds (largest size)")
