@@ -53,7 +53,7 @@ processes may too: the load average and the CPU others used are reported with th
 Usage:
 
     python bench/extender.py [--sizes 500,5000] [--rounds 200] [--bind-pods 500] [--decisions 300]
-                             [--json FILE] [--py-spy FILE] [--profile FILE]
+                             [--control-args FLAGS] [--json FILE] [--py-spy FILE] [--profile FILE]
 
 `--py-spy FILE` samples hami-control with py-spy during the latency rounds of the largest size (raw
 collapsed stacks); `--profile FILE` runs `--profile-rounds` extra filter rounds at the largest size
@@ -632,11 +632,14 @@ async def seed(base: str, nodes: int) -> tuple[int, float]:
 
 
 def start_control(
-    workdir: Path, kubeconfig: Path, cert: Path, key: Path
+    workdir: Path, kubeconfig: Path, cert: Path, key: Path, extra: Sequence[str] = ()
 ) -> tuple[subprocess.Popen[str], int, int, int, float]:
-    """hami-control in `--serve` mode; (process, port, cached nodes, cached pods, seconds to sync)."""
+    """hami-control in `--serve` mode (`extra`: more of its flags); (process, port, cached nodes, cached
+    pods, seconds to sync)."""
     # default log level: one line per bind
-    proc, (port, nodes, pods, synced) = start_control_child(__file__, workdir, kubeconfig, cert, key, "READY")
+    proc, (port, nodes, pods, synced) = start_control_child(
+        __file__, workdir, kubeconfig, cert, key, "READY", *extra
+    )
     return proc, int(port), int(nodes), int(pods), float(synced)
 
 
@@ -1004,7 +1007,9 @@ def run_size(args: argparse.Namespace, nodes: int, profile: bool) -> SizeResult:
             log(f"{nodes:,} nodes: seeding {nodes:,} nodes and {nodes * PODS_PER_NODE:,} pods")
             written, seconds = asyncio.run(seed(base, nodes))
             log(f"seeded {written:,} objects in {seconds:.1f} s; starting hami-control")
-            control, port, cached_nodes, cached_pods, synced = start_control(workdir, kubeconfig, cert, key)
+            control, port, cached_nodes, cached_pods, synced = start_control(
+                workdir, kubeconfig, cert, key, args.control_args.split()
+            )
             log(f"hami-control synced in {synced:.1f} s: {cached_nodes:,} nodes, {cached_pods:,} pods")
             if cached_nodes != nodes or cached_pods != nodes * PODS_PER_NODE:
                 raise SystemExit(
@@ -1226,6 +1231,11 @@ def main() -> int:
         "--decisions", type=int, default=300, help="pods decided (filter + prioritize + bind) per pod kind"
     )
     parser.add_argument("--concurrency", type=int, default=16, help="concurrent /bind clients")
+    parser.add_argument(
+        "--control-args",
+        default="",
+        help="more hami-control flags, space-separated (e.g. '--node-scheduler-policy fragmentation')",
+    )
     add_json_option(parser)
     parser.add_argument("--py-spy", type=Path, help="py-spy samples of the latency rounds (largest size)")
     parser.add_argument("--profile", type=Path, help="cProfile stats of extra filter rounds (largest size)")

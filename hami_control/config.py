@@ -65,7 +65,19 @@ from hami_control.connections import (
     DEFAULT_TLS_HANDSHAKE_TIMEOUT_S,
     ConnectionLimits,
 )
-from hami_control.frag import DEFAULT_MIX, MixError, TaskMix, parse_mix
+from hami_control.frag import MixError, TaskMix
+from hami_control.frag_mix import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_MIN_TASKS,
+    DEFAULT_WINDOW,
+    OBSERVED,
+    OBSERVED_DEFAULT,
+    LearningSettings,
+    MixSetting,
+    ObservedMix,
+    configured_mix,
+    parse_mix_setting,
+)
 from hami_kube.config import IN_CLUSTER_ENV
 from hami_kube.election import LeaseSettings
 
@@ -168,8 +180,32 @@ class SchedulingSettings:
 
     node_policy: NodePolicy = NodePolicy.BINPACK
     gpu_policy: tuple[GPUPolicy, ...] = (GPUPolicy.SPREAD,)
-    fragmentation_mix: TaskMix = DEFAULT_MIX
-    """The task mix the fragmentation policies measure against (`frag.parse_mix`; configured, not learned)."""
+    fragmentation_mix: MixSetting = OBSERVED_DEFAULT
+    """The task mix the fragmentation policies measure against: fixed (`frag.parse_mix`), or learned from
+    the GPU pods observed with a prior (`frag_mix.ObservedMix`, the default: OpenB's mix until enough
+    pods were seen)."""
+    fragmentation_mix_window: int = DEFAULT_WINDOW
+    """Learned mix: the last this many GPU tasks (GPU containers) observed."""
+    fragmentation_mix_min_tasks: int = DEFAULT_MIN_TASKS
+    """Learned mix: the prior stays in use until the window holds this many tasks."""
+    fragmentation_mix_interval_s: float = DEFAULT_INTERVAL_S
+    """Learned mix: seconds between two recomputations, at least."""
+
+    @property
+    def configured_mix(self) -> TaskMix:
+        """The fixed mix, or the learned one's prior (what a pod's ask gets without a learned mix)."""
+        return configured_mix(self.fragmentation_mix)
+
+    @property
+    def mix_learning(self) -> LearningSettings | None:
+        """How to learn the mix; None when it is fixed."""
+        if not isinstance(self.fragmentation_mix, ObservedMix):
+            return None
+        return LearningSettings(
+            window=self.fragmentation_mix_window,
+            min_tasks=self.fragmentation_mix_min_tasks,
+            interval_s=self.fragmentation_mix_interval_s,
+        )
 
 
 class DRATranslation(StrEnum):
@@ -313,7 +349,9 @@ _GROUPS: dict[str, tuple[type, dict[str, str]]] = {
     "quota": (QuotaSettings, {"enforce_quota": "enforce"}),
     "scheduling": (SchedulingSettings, {
         "node_scheduler_policy": "node_policy", "gpu_scheduler_policy": "gpu_policy",
-        "fragmentation_mix": "fragmentation_mix"}),
+        "fragmentation_mix": "fragmentation_mix", "fragmentation_mix_window": "fragmentation_mix_window",
+        "fragmentation_mix_min_tasks": "fragmentation_mix_min_tasks",
+        "fragmentation_mix_interval_s": "fragmentation_mix_interval_s"}),
     "binder": (BinderSettings, {"allocate_timeout_s": "allocate_timeout_s", "bind_wait_s": "bind_wait_s"}),
     "election": (ElectionSettings, {
         "leader_elect": "enabled", "leader_elect_namespace": "namespace", "leader_elect_lease": "lease",
@@ -386,12 +424,15 @@ def _gpu_policy(value: object) -> tuple[GPUPolicy, ...]:
         raise Invalid(expected) from None
 
 
-def _mix(value: object) -> TaskMix:
-    expected = "a task mix [Nx]MILLI:WEIGHT,... (e.g. 1000:50,500:30,2x1000:20)"
+def _mix(value: object) -> MixSetting:
+    expected = (
+        f"{OBSERVED}, {OBSERVED}:MIX (learned, MIX the prior) or a task mix MIX = [Nx]MILLI:WEIGHT,... "
+        "(e.g. 1000:50,500:30,2x1000:20)"
+    )
     if not isinstance(value, str):
         raise Invalid(expected)
     try:
-        return parse_mix(value)
+        return parse_mix_setting(value)
     except MixError as err:
         raise Invalid(f"{expected}: {err}") from None
 
@@ -514,8 +555,20 @@ _SETTINGS: tuple[Setting, ...] = (
             "binpack, spread, topology-aware, numa, mutex or fragmentation (or a comma chain)", "POLICY",
             default_text="spread"),
     Setting("fragmentation_mix", "--fragmentation-mix", "HAMI_FRAGMENTATION_MIX", "fragmentationMix", _mix,
-            "task mix of the fragmentation policies: [Nx]MILLI:WEIGHT,... (milli-GPUs per task shape)",
-            "MIX", default_text="OpenB's GPU task mix"),
+            "task mix of the fragmentation policies: observed (learned from the GPU pods seen), "
+            "observed:MIX (learned, MIX until enough pods were seen) or a fixed MIX = [Nx]MILLI:WEIGHT,... "
+            "(milli-GPUs per task shape)", "MIX", default_text="observed, OpenB's GPU task mix until then"),
+    Setting("fragmentation_mix_window", "--fragmentation-mix-window", "HAMI_FRAGMENTATION_MIX_WINDOW",
+            "fragmentationMixWindow", _int(1, 1_000_000),
+            "learned mix: from the last this many GPU tasks (GPU containers) observed", "TASKS",
+            default_text=str(DEFAULT_WINDOW)),
+    Setting("fragmentation_mix_min_tasks", "--fragmentation-mix-min-tasks",
+            "HAMI_FRAGMENTATION_MIX_MIN_TASKS", "fragmentationMixMinTasks", _int(1, 1_000_000),
+            "learned mix: the prior stays in use until this many GPU tasks were observed", "TASKS",
+            default_text=str(DEFAULT_MIN_TASKS)),
+    Setting("fragmentation_mix_interval_s", "--fragmentation-mix-interval", "HAMI_FRAGMENTATION_MIX_INTERVAL",
+            "fragmentationMixInterval", _seconds, "learned mix: seconds between two recomputations",
+            "SECONDS", default_text=f"{DEFAULT_INTERVAL_S:g}"),
     Setting("kubeconfig", "--kubeconfig", "KUBECONFIG", "kubeconfig", _path, "kubeconfig file", "FILE",
             default_text="in-cluster config", relative_to_file=True),
     Setting("kube_api_qps", "--kube-api-qps", "HAMI_KUBE_API_QPS", "kubeAPIQPS", parse_qps,
@@ -625,6 +678,7 @@ def _validated(given: Loaded, env: Mapping[str, str]) -> ControlConfig:
     values = given.values_by_name()
     _check_tls(given)
     _check_leader_timing(given)
+    _check_mix_learning(given)
     groups: dict[str, Any] = {}
     for group, (group_type, fields) in _GROUPS.items():
         groups[group] = group_type(**{f: values[name] for name, f in fields.items() if name in values})
@@ -710,10 +764,28 @@ _LEADER_SETTINGS = ("leader_elect_namespace", "leader_elect_lease", *_LEADER_TIM
 
 _DRA_SETTINGS = ("dra_gpu_memory", "dra_template_timeout_s")
 
+_MIX_LEARNING = ("fragmentation_mix_window", "fragmentation_mix_min_tasks", "fragmentation_mix_interval_s")
+
+
+def _check_mix_learning(given: Loaded) -> None:
+    """The learned mix's minimum fits in its window (checked even with a fixed mix, so switching to
+    `observed` cannot fail)."""
+    defaults = _setting_defaults()
+    window, least = (given[n].value if n in given else defaults[n] for n in _MIX_LEARNING[:2])
+    if least > window:
+        raise ConfigError(
+            "configuration",
+            "fragmentation_mix_min_tasks",
+            f"the learned task mix needs its minimum within its window; got "
+            f"{given.describe('fragmentation_mix_min_tasks')} = {least} > "
+            f"{given.describe('fragmentation_mix_window')} = {window}",
+        )
+
 
 def _ignored_settings(given: Loaded) -> tuple[str, ...]:
     """Settings given that change nothing: the leader election's without --leader-elect (its timings are
-    still checked, so turning it on later cannot fail), the DRA translation's with --dra-translation off.
+    still checked, so turning it on later cannot fail), the learned mix's with a fixed
+    --fragmentation-mix, the DRA translation's with --dra-translation off.
     POD_NAMESPACE is not named: the downward API sets it in every pod."""
     out: list[str] = []
     if not ("leader_elect" in given and given["leader_elect"].value):
@@ -722,6 +794,12 @@ def _ignored_settings(given: Loaded) -> tuple[str, ...]:
             if setting is None or setting.where == "environment POD_NAMESPACE":
                 continue
             out.append(f"{setting.where}: has no effect without --leader-elect")
+    mix = given["fragmentation_mix"].value if "fragmentation_mix" in given else OBSERVED_DEFAULT
+    if not isinstance(mix, ObservedMix):
+        for name in _MIX_LEARNING:
+            setting = given.get(name)
+            if setting is not None:
+                out.append(f"{setting.where}: has no effect with a fixed --fragmentation-mix (not observed)")
     translation = given["dra_translation"].value if "dra_translation" in given else DRATranslation.OFF
     if translation is DRATranslation.OFF:
         for name in _DRA_SETTINGS:

@@ -33,7 +33,7 @@ Filter (`filter_pod`):
 Prioritize (`prioritize_pod`): one entry per candidate (first occurrence of each name), score 0..10 by the
 node policy (`hami.io/node-scheduler-policy` on the pod unless empty, else the config's), from
 `score.node_priority` over the node with the pod's chosen slices placed at their peak (`fragmentation`:
-how little the node's fragmentation for the configured task mix grows, `score.fragmentation_score`,
+how little the node's fragmentation for the task mix in use grows, `score.fragmentation_score`,
 computed node by node from fit_pod's GPU choice). A node the pod
 does not fit on (or that is unregistered) scores 0. A pod without a GPU request, or one whose request
 cannot be read, scores 0 everywhere: the same for all nodes, so kube-scheduler's other scores decide
@@ -262,7 +262,8 @@ class PodAsk:
     sidecars: frozenset[int] = frozenset()
     """Indexes of the restartable init containers (they keep running beside later containers)."""
     mix: TaskMix = DEFAULT_MIX
-    """The task mix of the fragmentation policies (the config's `fragmentation_mix`)."""
+    """The task mix of the fragmentation policies: the one in use when the ask was read (configured, or
+    learned from the pods observed, `frag_mix`)."""
 
     @property
     def kinds(self) -> tuple[ContainerKind, ...]:
@@ -350,10 +351,13 @@ def _who(namespace: str, name: str) -> str:
     return f"pod {namespace}/{name or '?'}"
 
 
-def read_pod_ask(pod: object, config: ControlConfig, quota: QuotaView | None = None) -> PodAsk | None:
+def read_pod_ask(
+    pod: object, config: ControlConfig, quota: QuotaView | None = None, *, mix: TaskMix | None = None
+) -> PodAsk | None:
     """The pod's GPU ask, or None when it asks for no GPU (no HAMi resource, or no GPU count anywhere).
-    Pod annotations override the config's node and GPU policies. Raises `ExtenderArgsError` naming the
-    pod and the bad field."""
+    Pod annotations override the config's node and GPU policies; `mix`, the fragmentation policies'
+    task mix in use (None: the configured one). Raises `ExtenderArgsError` naming the pod and the bad
+    field."""
     if pod is None:
         raise ExtenderArgsError("ExtenderArgs.Pod: missing")
     if not isinstance(pod, Mapping):
@@ -372,7 +376,7 @@ def read_pod_ask(pod: object, config: ControlConfig, quota: QuotaView | None = N
         )
     except (RequestError, WireFormatError, QuantityError) as err:
         raise ExtenderArgsError(f"{_who(namespace, name)}: {err}") from None
-    ask = ask_from_requests(namespace, name, annotations, requests, sidecars, config)
+    ask = ask_from_requests(namespace, name, annotations, requests, sidecars, config, mix=mix)
     return None if ask is None else ask.under_quota(quota, config)
 
 
@@ -383,10 +387,12 @@ def ask_from_requests(  # noqa: PLR0917 (the parts of a pod, named)
     requests: tuple[tuple[ContainerRequest | None, bool], ...],
     sidecars: frozenset[int],
     config: ControlConfig,
+    *,
+    mix: TaskMix | None = None,
 ) -> PodAsk | None:
     """`read_pod_ask` (without a quota) for a pod whose requests are already read: decodes the selector,
     policy and weight annotations (`ASK_ANNOTATIONS`). `namespace` as `read_pod_ask` gives it ("default"
-    for none). Raises `ExtenderArgsError` like it."""
+    for none); `mix` as `read_pod_ask` takes it. Raises `ExtenderArgsError` like it."""
     if all(request is None for request, _ in requests):
         return None
     try:
@@ -414,7 +420,7 @@ def ask_from_requests(  # noqa: PLR0917 (the parts of a pod, named)
         weights,
         None,
         sidecars or _NO_SIDECARS,
-        config.scheduling.fragmentation_mix,
+        config.scheduling.configured_mix if mix is None else mix,
     )
 
 

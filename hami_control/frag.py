@@ -19,8 +19,9 @@ so the mixes here leave them out.
 A GPU's free amount, as hami-control accounts GPUs (`free_milli`): 0 when it is out of service or has no
 free slot, else the smaller of its free cores and its free memory as shares of the whole GPU.
 
-The extender's mix (`--fragmentation-mix`) is configured, not learned: `DEFAULT_MIX` is the GPU task mix
-of Alibaba's OpenB production trace (the most common shapes covering 95% of its GPU tasks, the
+The extender learns its mix from the GPU pods it observes (`frag_mix`, `--fragmentation-mix observed`)
+with `DEFAULT_MIX` as the prior, or uses a configured one: `DEFAULT_MIX` is the GPU task mix of
+Alibaba's OpenB production trace (the most common shapes covering 95% of its GPU tasks, the
 simulator's `GetTypicalPods` rule). `hami-sim plan` learns the mix of the workload it replays
 (`mix_from_tasks`).
 """

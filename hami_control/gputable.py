@@ -416,8 +416,8 @@ def fragmentation_scores(
     fragmentation GPU policy, for each candidate: fit_pod takes the passing GPU whose slice grows the
     node's fragmentation least (`frag.gpu_growth`), and the score is `score.growth_score` of that growth.
     Same per-row float operations as the node-by-node path. Also a mask of the candidates to score node
-    by node instead: GPUs tied on the least growth that would take different amounts (GPUs of different
-    sizes, where fit_pod's pick depends on NUMA order). Meaningless where the node does not fit."""
+    by node instead: GPUs tied on a least growth other than 0 that would take different amounts (GPUs of
+    different sizes, where fit_pod's pick depends on NUMA order). Meaningless where the node does not fit."""
     t, sel = table, ev.selected
     in_service = t.present[sel] & t.healthy[sel] & ~t.cordoned[sel]
     count, used, devmem = t.count[sel], t.used[sel], t.devmem[sel]
@@ -443,7 +443,9 @@ def fragmentation_scores(
         [round(growth_score(g, int(k))) for g, k in zip(safe_least.tolist(), low.tolist(), strict=True)],
         dtype=np.int64,
     )
-    return scores, finite & (low != high)
+    # The amount taken matters only when the least growth is not 0: growth_score(0, any) is 5. Small task
+    # shapes (a learned mix of small pods) leave most GPUs tied at 0, which would all go node by node.
+    return scores, finite & (low != high) & (np.round(safe_least, 6) != 0)
 
 
 def group_rows(rows: IntArray) -> tuple[IntArray, IntArray]:

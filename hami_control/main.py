@@ -28,8 +28,10 @@ from hami_control.caches import ClusterCaches
 from hami_control.certs import CertOptions, bootstrap, certs_options
 from hami_control.config import ConfigError, ControlConfig, HelpRequested, KubeSettings, load_config
 from hami_control.dra_templates import TemplateKeeper
+from hami_control.frag_mix import MixInUse, MixLearner, MixSource
 from hami_control.leader import LEADER_VALUE, LeaderElector, default_identity, extender_gate, label_pod
 from hami_control.metrics import ControlMetrics
+from hami_control.mix_feed import MixFeed
 from hami_control.scheduling import Extender
 from hami_control.server import (
     EXTENDER_MAX_BODY,
@@ -174,7 +176,8 @@ class ControlPlane:
         config = self.config
         self.events = events = event_recorder(api, config.kube.pod_name)
         events.start()
-        self.metrics = metrics = ControlMetrics(caches.gpus, caches.quota_view)
+        configured = MixInUse(config.scheduling.configured_mix, MixSource.CONFIGURED)
+        self.metrics = metrics = ControlMetrics(caches.gpus, caches.quota_view, fragmentation_mix=configured)
 
         async def read_pod(namespace: str, name: str) -> dict[str, Any] | None:
             try:
@@ -206,6 +209,7 @@ class ControlPlane:
 
         caches.pods.add_listener(binder.pod_event)
         caches.gpu_nodes.hooks.append(binder.node_changed)
+        self._learn_mix(caches, extender, metrics, configured)
         self._tasks.append(asyncio.create_task(binder.run_sweeper(), name="bind-sweeper"))
 
         if config.election.enabled:
@@ -218,6 +222,30 @@ class ControlPlane:
             return await asyncio.to_thread(metrics.render, snapshot)
 
         metrics_route(self.routes, render)
+
+    def _learn_mix(
+        self, caches: ClusterCaches, extender: Extender, metrics: ControlMetrics, configured: MixInUse
+    ) -> None:
+        """With `--fragmentation-mix observed`, the fragmentation policies' task mix is learned from the
+        pods the pod store sees (frag_mix.py, mix_feed.py) and handed to the extender and the metrics
+        when it changes; `configured` (the prior) until then."""
+        scheduling = self.config.scheduling
+        learning = scheduling.mix_learning
+        if learning is None:
+            return
+
+        def use(in_use: MixInUse) -> None:
+            extender.mix = in_use.mix
+            metrics.set_fragmentation_mix(in_use)
+
+        feed = MixFeed(MixLearner(scheduling.configured_mix, learning), caches.gpus, use)
+        caches.pods.add_listener(feed.pod_event)
+        self._tasks.append(asyncio.create_task(feed.run(), name="fragmentation-mix"))
+        log.info(
+            "fragmentation policies use the %s until %d GPU tasks were observed",
+            configured.text(),
+            learning.min_tasks,
+        )
 
     def _start_election(self, api: KubeApi, caches: ClusterCaches, binder: Binder) -> None:
         """Leader election for the extender (leader.py): a new leader relists, adopts the pods still

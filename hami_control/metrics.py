@@ -49,7 +49,10 @@ server's connections (`connections.ConnectionStats`, once `watch_connections` is
 gauges `hami_control_connections_{open,max,peak}`, counters `hami_control_connections_accepted_total`,
 `hami_control_connections_refused_total` (at the cap) and `hami_control_connections_dropped_total{reason}`
 (`CONNECTION_DROP_REASONS`: header_timeout, body_timeout, tls_handshake_timeout, tls_handshake_failed,
-evicted). Label
+evicted); gauges `hami_fragmentation_mix_probability{shape,source}` (the fragmentation policies' task
+mix in use: one series per shape, `shape` as `--fragmentation-mix` writes it, e.g. `470` or `2x1000`,
+`source` `configured` or `observed`) and `hami_fragmentation_mix_tasks{source}` (the tasks it was learned
+from). Label
 values from callers are bounded: a reason is cut at its first ":" (so `node unregistered: <why>` counts
 as `node unregistered`) and each counter keeps at most `MAX_LABEL_VALUES` distinct values, folding the
 rest into `other`.
@@ -82,6 +85,8 @@ from prometheus_client.utils import floatToGoString
 from hami_api.resources import ResourceNames
 from hami_control.cache import CacheStats, ClusterCache, PodHolding
 from hami_control.connections import ConnectionLimits, ConnectionStats
+from hami_control.frag import DEFAULT_MIX
+from hami_control.frag_mix import MixInUse, MixSource, shape_label
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.usage import NodeGPUs
 
@@ -485,6 +490,38 @@ class _Instruments(Collector):
             yield from instrument.collect()
 
 
+CONFIGURED_DEFAULT = MixInUse(DEFAULT_MIX, MixSource.CONFIGURED)
+"""The task mix a `ControlMetrics` reports until told another (the default prior)."""
+
+
+class _MixCollector(Collector):
+    """The fragmentation policies' task mix in use (`frag_mix.MixInUse`), swapped whole by
+    `ControlMetrics.set_fragmentation_mix` (one reference: a scrape on another thread sees the old mix or
+    the new one, never half of each)."""
+
+    def __init__(self, in_use: MixInUse) -> None:
+        self.in_use = in_use
+
+    def collect(self) -> Iterable[Metric]:
+        in_use = self.in_use
+        probability = GaugeMetricFamily(
+            "hami_fragmentation_mix_probability",
+            "Probability of each task shape (GPUs x milli-GPUs) in the fragmentation policies' task mix",
+            labels=("shape", "source"),
+        )
+        tasks = GaugeMetricFamily(
+            "hami_fragmentation_mix_tasks",
+            "Observed GPU tasks the fragmentation task mix in use was learned from (0: configured)",
+            labels=("source",),
+        )
+        source = in_use.source.value
+        for shape, weight in zip(in_use.mix.shapes, in_use.mix.weights, strict=True):
+            probability.add_metric((shape_label(shape), source), weight)
+        tasks.add_metric((source,), in_use.tasks)
+        yield probability
+        yield tasks
+
+
 class ControlMetrics:
     """The extender's `/metrics`: see the module docstring for the families and their units."""
 
@@ -499,6 +536,7 @@ class ControlMetrics:
         resource_names: ResourceNames | None = None,
         zone: str = ZONE,
         max_label_values: int = MAX_LABEL_VALUES,
+        fragmentation_mix: MixInUse = CONFIGURED_DEFAULT,
     ) -> None:
         if max_label_values < 1:
             raise ValueError(f"max_label_values must be at least 1, got {max_label_values}")
@@ -549,6 +587,7 @@ class ControlMetrics:
         self._outcome_label = _BoundedLabel(max_label_values)
         self._reason_label = _BoundedLabel(max_label_values)
         self._connections = _ConnectionCollector()
+        self._mix = _MixCollector(fragmentation_mix)
         self._instruments: tuple[Collector, ...] = (
             self._filter_seconds,
             self._prioritize_seconds,
@@ -558,6 +597,7 @@ class ControlMetrics:
             self._webhook_seconds,
             self._webhook_requests,
             self._connections,
+            self._mix,
         )
         self.registry.register(_ClusterCollector(self))
         for instrument in self._instruments:
@@ -591,6 +631,10 @@ class ControlMetrics:
         ints, so a scrape in a worker thread may read them) and its cap (`limits.max_connections`)."""
         self._connections.stats = stats
         self._connections.max_connections = limits.max_connections
+
+    def set_fragmentation_mix(self, in_use: MixInUse) -> None:
+        """The task mix the fragmentation policies use now (`hami_fragmentation_mix_*`)."""
+        self._mix.in_use = in_use
 
     # --- scrape -------------------------------------------------------------------------------------------
 

@@ -62,6 +62,7 @@ from hami_control.config import ControlConfig
 from hami_control.dra_translate import ANNOTATION as DRA_CLAIMS
 from hami_control.dra_translate import claims_usage, decode_claims
 from hami_control.extender import ASK_ANNOTATIONS, ExtenderArgsError, PodAsk, ask_from_requests, read_pod_ask
+from hami_control.frag import TaskMix
 from hami_control.quota import QuotaUsage, allocation_quota_usage, requests_quota_usage
 from hami_kube.client import JSONDict
 from hami_kube.reflector import replace_all
@@ -138,10 +139,10 @@ class PodRecord:
     def asks_gpu(self) -> bool:
         return any(r is not None for r, _ in self.container_requests)
 
-    def ask(self, config: ControlConfig) -> PodAsk | None:
-        """The pod's GPU ask (without a quota check), as `extender.read_pod_ask` reads it from the pod:
-        None for a pod that asks no GPU. Raises `ExtenderArgsError` for a pod whose resources or GPU
-        annotations cannot be read."""
+    def ask(self, config: ControlConfig, *, mix: TaskMix | None = None) -> PodAsk | None:
+        """The pod's GPU ask (without a quota check), as `extender.read_pod_ask` reads it from the pod
+        (`mix` as it takes it): None for a pod that asks no GPU. Raises `ExtenderArgsError` for a pod
+        whose resources or GPU annotations cannot be read."""
         if self.request_error:
             raise ExtenderArgsError(self.request_error)
         return ask_from_requests(
@@ -151,6 +152,7 @@ class PodRecord:
             self.container_requests,
             self.sidecars,
             config,
+            mix=mix,
         )
 
 

@@ -47,6 +47,7 @@ from hami_control.extender import (
     read_candidates,
     read_pod_ask,
 )
+from hami_control.frag import TaskMix
 from hami_control.gputable import GPUTable
 from hami_control.metrics import ControlMetrics
 from hami_control.pod_store import PodStore
@@ -117,6 +118,9 @@ class Extender:
         self.read_pod = read_pod
         self.cycles = cycles if cycles is not None else CycleStates()
         self.table = GPUTable()
+        self.mix: TaskMix = config.scheduling.configured_mix
+        """The fragmentation policies' task mix for the cycles started from now on (`frag_mix`'s learned
+        mix replaces it; a cycle keeps the mix it started with)."""
 
     # --- the cache and the table ----------------------------------------------------------------------
 
@@ -139,7 +143,7 @@ class Extender:
         cycle = self.cycles.get(uid) if uid else None
         if cycle is not None and version and cycle.resource_version == version:
             return cycle
-        ask = read_pod_ask(pod, self.config)
+        ask = read_pod_ask(pod, self.config, mix=self.mix)
         if cycle is not None and cycle.ask == ask:
             cycle.resource_version = version  # another version, the same ask: its choices still hold
             return cycle
@@ -287,14 +291,14 @@ class Extender:
             version = record.resource_version
             if cycle is not None and version and cycle.resource_version == version:
                 return cycle
-            ask = record.ask(self.config)
+            ask = record.ask(self.config, mix=self.mix)
             if cycle is not None and cycle.ask == ask:
                 return cycle  # the store has another version of the pod, with the same ask
             return self._start(uid, version, ask)
         if cycle is not None:
             return cycle  # the watch has not shown the pod yet: the copy its filter read
         pod = await self._read(namespace, name, uid)
-        return self._start(uid, pod_identity(pod)[1], read_pod_ask(pod, self.config))
+        return self._start(uid, pod_identity(pod)[1], read_pod_ask(pod, self.config, mix=self.mix))
 
     async def _read(self, namespace: str, name: str, uid: str) -> Mapping[str, Any]:
         """The pod from the API (neither its cycle nor the store has it). Raises `LookupError`."""

@@ -168,3 +168,54 @@ def test_concurrent_binds_to_one_node_never_double_allocate(control: ControlProc
             for s in decode_pod_allocation(text).containers[0].devices:
                 per_gpu[s.uuid] = per_gpu.get(s.uuid, 0) + s.usedmem
     assert per_gpu == {"GPU-solo-0": 12000, "GPU-solo-1": 12000}
+
+
+def test_prioritize_follows_the_task_mix_learned_from_the_pods_observed(
+    tmp_path: Path, apiserver: ApiServerHandle, core_v1: Any
+) -> None:
+    """`--fragmentation-mix observed` through the real process: OpenB's mix until 3 GPU tasks were seen,
+    then the mix of the pods (all half a T4), in the scores, /metrics and the log."""
+    control = start_control(
+        tmp_path,
+        apiserver.kubeconfig,
+        "--node-scheduler-policy",
+        "fragmentation",
+        "--fragmentation-mix-min-tasks",
+        "3",
+        "--fragmentation-mix-interval",
+        "0.1",
+    )
+    try:
+        add_node(core_v1, "holed", 1)
+        add_node(core_v1, "idle", 1)
+        with KeepAliveClient(control.port, control.ca.client_context()) as c:
+            holder = create_gpu_pod(core_v1, "holder", mem=GPU_MEM // 2)
+            wait_for(
+                lambda: (
+                    call(c, "filter", {"Pod": holder, "NodeNames": ["holed", "idle"]})["NodeNames"]
+                    == ["holed", "idle"]
+                ),
+                what="both nodes in the extender's cache",
+            )
+            assert call(c, "bind", bind_args(holder, "holed")) == {"Error": ""}  # half of holed's GPU
+            probe = create_gpu_pod(core_v1, "probe", mem=GPU_MEM // 2)
+
+            def scores(p: dict[str, Any]) -> dict[str, int]:
+                answer = call(c, "prioritize", {"Pod": p, "NodeNames": ["holed", "idle"]})
+                return {e["Host"]: e["Score"] for e in answer}
+
+            # Two tasks seen: OpenB's mix, where the half GPU left on idle is a fragment for most tasks.
+            assert wait_for(lambda: scores(probe) == {"holed": 9, "idle": 1}, what="holed's half GPU held")
+            _, text = c.request("GET", "/metrics")
+            assert 'hami_fragmentation_mix_probability{shape="1000",source="configured"}' in text.decode()
+
+            third = create_gpu_pod(core_v1, "third", mem=GPU_MEM // 2)
+            wanted = 'hami_fragmentation_mix_probability{shape="500",source="observed"} 1.0'
+            wait_for(lambda: wanted in c.request("GET", "/metrics")[1].decode(), what="the observed mix")
+            # Every task takes half a GPU: no half GPU is a fragment, both placements score alike.
+            assert scores(third) == {"holed": 5, "idle": 5}
+    finally:
+        code = control.stop()
+    log = control.log()
+    assert code == 0, log
+    assert "fragmentation policies now use the observed mix of the last 3 GPU tasks 500:100" in log

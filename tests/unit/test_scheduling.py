@@ -327,9 +327,9 @@ def test_the_ask_is_read_again_only_for_a_new_resource_version(monkeypatch: pyte
     reads: list[str] = []
     real = scheduling.read_pod_ask
 
-    def counted(pod: object, config: ControlConfig, quota: Any = None) -> Any:
+    def counted(pod: object, config: ControlConfig, quota: Any = None, *, mix: Any = None) -> Any:
         reads.append(pod["metadata"]["resourceVersion"])  # type: ignore[index]
-        return real(pod, config, quota)
+        return real(pod, config, quota, mix=mix)
 
     monkeypatch.setattr(scheduling, "read_pod_ask", counted)
     p = ns_pod(uid="u-9")
