@@ -89,6 +89,7 @@ NODE_LABELS: dict[str, frozenset[str]] = {
     "hami_node_list_and_watch_updates_total": frozenset({"node"}),
     "hami_node_kube_api_errors_total": frozenset({"node", "verb", "code"}),
     "hami_node_priority_feedback_writes_total": frozenset({"node", "field"}),
+    "hami_node_stale_container_dirs_removed_total": frozenset({"node"}),
     "hami_node_shared_regions": frozenset({"node", "state"}),
 }
 """The label names of hami-node's series, the `node` the PodMonitor adds included (every series from a
