@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hami_sim.plan import DEFAULT_SPLIT, POLICY_NAMES
+from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT, DEFAULT_SPLIT, POLICY_NAMES
 
 
 def _policies(text: str) -> list[str]:
@@ -28,6 +28,16 @@ def _steps(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(
             f"expected whole percentages separated by commas, got {text!r}"
         ) from None
+
+
+def _weight(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -72,6 +82,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--mix", help="fragmentation mix [Nx]MILLI:WEIGHT,... (default: learned from the workload)"
     )
+    parser.add_argument(
+        "--extender-weight",
+        type=_weight,
+        default=DEFAULT_EXTENDER_WEIGHT,
+        help="the extender's weight in kube-scheduler's configuration: its 0..10 score counts x weight x 10 "
+        "beside LeastAllocated's 0..100 (default %(default)s, as daemonset/scheduler/"
+        "kube-scheduler-config.yaml)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
     parser.set_defaults(handler=run)
@@ -98,11 +116,14 @@ def run(args: argparse.Namespace) -> int:
     results: list[InflationResult] | list[ReplayResult]
     if args.experiment == "inflation":
         results = [
-            inflation(nodes, tasks, p, args.seed, args.max_arrival / 100, mix, progress)
+            inflation(nodes, tasks, p, args.seed, args.max_arrival / 100, mix, progress, args.extender_weight)
             for p in args.policies
         ]
     else:
-        results = [replay(nodes, tasks, p, args.seed, mix, progress) for p in args.policies]
+        results = [
+            replay(nodes, tasks, p, args.seed, mix, progress, extender_weight=args.extender_weight)
+            for p in args.policies
+        ]
     info = RunInfo(
         str(args.nodes),
         pods_file,
@@ -112,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
         len(nodes),
         len(tasks),
         describe_mix(mix),
+        args.extender_weight,
     )
     write_report(args.out, info, results, args.steps, charts=not args.no_charts)
     print(f"hami-sim plan: report in {args.out / 'report.md'}")

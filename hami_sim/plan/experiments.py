@@ -24,6 +24,7 @@ from typing import TextIO
 import numpy as np
 
 from hami_control.frag import MILLI, TaskMix, TaskShape, mix_from_tasks
+from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT
 from hami_sim.plan.engine import POLICIES, Cluster, Placement
 from hami_sim.plan.inputs import NodeSpec, Task
 
@@ -91,9 +92,10 @@ def inflation(  # noqa: PLR0917 (the experiment's inputs, named)
     max_arrival: float = 1.3,
     mix: TaskMix | None = None,
     progress: bool = False,
+    extender_weight: int = DEFAULT_EXTENDER_WEIGHT,
 ) -> InflationResult:
     mix = mix or workload_mix(tasks)
-    cluster = Cluster(nodes, mix, POLICIES[policy], seed)
+    cluster = Cluster(nodes, mix, POLICIES[policy], seed, extender_weight)
     capacity = cluster.gpus_total * MILLI
     target = max_arrival * capacity
     rng = np.random.default_rng(seed)
@@ -149,9 +151,10 @@ def replay(  # noqa: PLR0917 (the experiment's inputs, named)
     mix: TaskMix | None = None,
     progress: bool = False,
     samples: int = 400,
+    extender_weight: int = DEFAULT_EXTENDER_WEIGHT,
 ) -> ReplayResult:
     mix = mix or workload_mix(tasks)
-    cluster = Cluster(nodes, mix, POLICIES[policy], seed)
+    cluster = Cluster(nodes, mix, POLICIES[policy], seed, extender_weight)
     capacity = cluster.gpus_total * MILLI
     out = ReplayResult(policy, tasks=len(tasks))
     arrivals = sorted(range(len(tasks)), key=lambda i: (tasks[i].creation, i))

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from hami_control.frag import TaskMix
+from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT
 from hami_sim.plan.experiments import InflationResult, ReplayResult
 
 SATURATION = 100
@@ -29,6 +30,7 @@ class RunInfo:
     nodes: int
     tasks: int
     mix: str
+    extender_weight: int = DEFAULT_EXTENDER_WEIGHT
 
 
 def at_arrival(result: InflationResult, percent: int) -> float | None:
@@ -105,7 +107,7 @@ def _markdown(info: RunInfo, summary: dict[str, Any], charts: Sequence[str], not
         f"# Capacity plan: {info.experiment}",
         "",
         f"Nodes `{info.nodes_file}` ({info.nodes} nodes, {info.gpus} GPUs); pods `{info.pods_file}` "
-        f"({info.tasks} tasks); seed {info.seed}.",
+        f"({info.tasks} tasks); seed {info.seed}; extender weight {info.extender_weight}.",
         f"Fragmentation measured against the task mix (most common shapes first): {info.mix}.",
         "",
     ]
