@@ -7,5 +7,8 @@ POLICY_NAMES = ("binpack", "spread", "topology", "hami", "fragmentation", "fragm
 DEFAULT_EXTENDER_WEIGHT = 1
 """The extender's `weight` in daemonset/scheduler/kube-scheduler-config.yaml (a test keeps them equal):
 kube-scheduler adds `score x weight x 10` of hami-control's /prioritize to its own scores."""
+DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE: int | None = None
+"""`percentageOfNodesToScore` of that configuration: not set, so kube's adaptive share (every node below
+100 nodes; 50% - nodes/125, at least 5%, at least 100 nodes above). A test keeps them equal."""
 DEFAULT_SPLIT = 10
 """Tasks that may share one GPU (HAMi's deviceSplitCount default)."""

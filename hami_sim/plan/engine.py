@@ -74,8 +74,9 @@ from hami_control.gputable import (
 )
 from hami_control.score import MAX_SCORE, node_priority
 from hami_control.usage import NodeGPUs, with_slices, without_slices
-from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT, POLICY_NAMES
+from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT, DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE, POLICY_NAMES
 from hami_sim.plan.inputs import NodeSpec, Task
+from hami_sim.scheduler.fit import num_feasible_nodes_to_find
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -147,10 +148,15 @@ class Cluster:
         mix: TaskMix,
         policy: Policy,
         seed: int,
+        *,
         extender_weight: int = DEFAULT_EXTENDER_WEIGHT,
+        percentage_of_nodes_to_score: int | None = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
     ) -> None:
         if extender_weight < 1:
             raise ValueError(f"extender_weight: expected a positive whole number, got {extender_weight}")
+        percentage = percentage_of_nodes_to_score
+        if percentage is not None and not 0 <= percentage <= 100:
+            raise ValueError(f"percentage_of_nodes_to_score: expected 0..100 (0: adaptive), got {percentage}")
         self.specs = list(specs)
         self.mix = mix
         self.mixa = arrays(mix)
@@ -181,6 +187,14 @@ class Cluster:
         self.rows = self.table.rows([s.name for s in self.specs])
         if not np.array_equal(self.rows, np.arange(len(self.specs))):
             raise ValueError("node names must be distinct")
+        self.sample_size = num_feasible_nodes_to_find(percentage, len(self.specs))
+        """Feasible nodes kube-scheduler looks for before it scores (`percentageOfNodesToScore`)."""
+        self.name_order = np.array(
+            sorted(range(len(self.specs)), key=lambda r: self.specs[r].name), dtype=np.int64
+        )
+        """The scheduler stand-in's node order (its cache lists nodes by name)."""
+        self.next_start = 0
+        """Where kube-scheduler's next search for feasible nodes starts (an index into `name_order`)."""
         self.cpu_cap = np.array([s.cpu_milli for s in self.specs], dtype=np.int64)
         self.mem_cap = np.array([s.memory_mib for s in self.specs], dtype=np.int64)
         self.cpu_free = self.cpu_cap.copy()
@@ -285,8 +299,25 @@ class Cluster:
             return self._place_fgd(task)
         best = self.best_rows(task)
         if len(best) == 0:
+            self.next_start = self._sample(task)[1]
             return None
         return self.place_on(task, self._pick(best, np.zeros(len(best))))
+
+    def _sample(self, task: Task) -> tuple[BoolArray, int]:
+        """kube-scheduler's search for feasible nodes (its own filters: CPU and memory here): from
+        `next_start` in name order until `sample_size` pass (hami_sim.scheduler.standin `_filter`,
+        kube's `findNodesThatPassFilters`). (the nodes found, where the next search starts)."""
+        ok: BoolArray = (self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
+        n = len(ok)
+        if self.sample_size >= n:
+            return ok, self.next_start
+        order = self.name_order[(self.next_start + np.arange(n)) % n]
+        passed = ok[order]
+        found = np.cumsum(passed)
+        processed = n if found[-1] < self.sample_size else int(np.searchsorted(found, self.sample_size)) + 1
+        sampled = np.zeros(n, dtype=np.bool_)
+        sampled[order[:processed]] = passed[:processed]
+        return sampled, (self.next_start + processed) % n
 
     def score_nodes(self, task: Task) -> tuple[IntArray, IntArray]:
         """(rows of the nodes that take `task`, each one's total as kube-scheduler ranks them) for the
@@ -294,7 +325,7 @@ class Cluster:
         if self.policy.choice == FGD:
             raise ValueError(f"policy {self.policy.name}: picks node and GPU together, not by node score")
         request = _gpu_request(task)
-        ok_host = (self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
+        ok_host = self._sample(task)[0]
         if request is None:
             cand = np.flatnonzero(ok_host)
             return cand, self.least_allocated(cand, task)
@@ -329,6 +360,8 @@ class Cluster:
         name = self.specs[row].name
         if self.cpu_free[row] < task.cpu_milli or self.mem_free[row] < task.memory_mib:
             raise ValueError(f"task {task.name}: node {name} has too little CPU or memory left")
+        if self.policy.choice != FGD:
+            self.next_start = self._sample(task)[1]
         request = _gpu_request(task)
         if request is None:
             return self._apply(row, (), task)

@@ -24,7 +24,7 @@ from typing import TextIO
 import numpy as np
 
 from hami_control.frag import MILLI, TaskMix, TaskShape, mix_from_tasks
-from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT
+from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT, DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
 from hami_sim.plan.engine import POLICIES, Cluster, Placement
 from hami_sim.plan.inputs import NodeSpec, Task
 
@@ -61,6 +61,28 @@ class Progress:
         return now - self.start
 
 
+@dataclass(frozen=True)
+class SchedulerModel:
+    """The kube-scheduler settings the planner models (docs/planning.md, "Faithfulness"); by default
+    those of daemonset/scheduler/kube-scheduler-config.yaml."""
+
+    extender_weight: int = DEFAULT_EXTENDER_WEIGHT
+    percentage_of_nodes_to_score: int | None = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
+
+    def cluster(self, nodes: Sequence[NodeSpec], mix: TaskMix, policy: str, seed: int) -> Cluster:
+        return Cluster(
+            nodes,
+            mix,
+            POLICIES[policy],
+            seed,
+            extender_weight=self.extender_weight,
+            percentage_of_nodes_to_score=self.percentage_of_nodes_to_score,
+        )
+
+
+SCHEDULER_DEFAULTS = SchedulerModel()
+
+
 def workload_mix(tasks: Sequence[Task]) -> TaskMix:
     """The mix the fragmentation policy measures against, learned from the workload: its GPU task shapes
     (GPUs, share, CPU, memory, models), the most common ones covering 95% of the GPU tasks."""
@@ -92,10 +114,10 @@ def inflation(  # noqa: PLR0917 (the experiment's inputs, named)
     max_arrival: float = 1.3,
     mix: TaskMix | None = None,
     progress: bool = False,
-    extender_weight: int = DEFAULT_EXTENDER_WEIGHT,
+    scheduler: SchedulerModel = SCHEDULER_DEFAULTS,
 ) -> InflationResult:
     mix = mix or workload_mix(tasks)
-    cluster = Cluster(nodes, mix, POLICIES[policy], seed, extender_weight)
+    cluster = scheduler.cluster(nodes, mix, policy, seed)
     capacity = cluster.gpus_total * MILLI
     target = max_arrival * capacity
     rng = np.random.default_rng(seed)
@@ -151,10 +173,10 @@ def replay(  # noqa: PLR0917 (the experiment's inputs, named)
     mix: TaskMix | None = None,
     progress: bool = False,
     samples: int = 400,
-    extender_weight: int = DEFAULT_EXTENDER_WEIGHT,
+    scheduler: SchedulerModel = SCHEDULER_DEFAULTS,
 ) -> ReplayResult:
     mix = mix or workload_mix(tasks)
-    cluster = Cluster(nodes, mix, POLICIES[policy], seed, extender_weight)
+    cluster = scheduler.cluster(nodes, mix, policy, seed)
     capacity = cluster.gpus_total * MILLI
     out = ReplayResult(policy, tasks=len(tasks))
     arrivals = sorted(range(len(tasks)), key=lambda i: (tasks[i].creation, i))
@@ -221,4 +243,13 @@ def replay(  # noqa: PLR0917 (the experiment's inputs, named)
     return out
 
 
-__all__ = ["InflationResult", "Progress", "ReplayResult", "inflation", "replay", "workload_mix"]
+__all__ = [
+    "SCHEDULER_DEFAULTS",
+    "InflationResult",
+    "Progress",
+    "ReplayResult",
+    "SchedulerModel",
+    "inflation",
+    "replay",
+    "workload_mix",
+]

@@ -18,11 +18,12 @@ from hami_control.fit import NO_SELECTOR
 from hami_control.frag import TaskMix, TaskShape, parse_mix
 from hami_control.usage import NodeGPUs
 from hami_node.gpu.inventory import generate_inventory
-from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT
+from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT, DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
 from hami_sim.plan.engine import POLICIES, Cluster, _gpu_request, gpu_mix
 from hami_sim.plan.inputs import NodeSpec, Task
+from hami_sim.scheduler import SchedulerStandIn
 from hami_sim.scheduler import fit as kube
-from hami_sim.scheduler.config import load_configuration
+from hami_sim.scheduler.config import load_configuration, load_scheduler_config
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
@@ -105,9 +106,90 @@ def stand_in_totals(cluster: Cluster, task: Task, rows: list[int], weight: int) 
     return kube.combine_scores(own, [(pairs, weight)])
 
 
-def test_the_default_extender_weight_is_the_shipped_configurations() -> None:
+def test_the_default_extender_weight_and_node_share_are_the_shipped_configurations() -> None:
     config = load_configuration(ROOT / "daemonset" / "scheduler" / "kube-scheduler-config.yaml")
     assert [e.weight for e in config.extenders] == [DEFAULT_EXTENDER_WEIGHT]
+    (profile,) = config.profiles
+    shipped = profile.percentage_of_nodes_to_score or config.percentage_of_nodes_to_score
+    assert shipped == DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
+
+
+def many_nodes(n: int) -> list[NodeSpec]:
+    # Listed out of name order: the search goes by name, as the stand-in's cache lists nodes.
+    return [NodeSpec(f"m{i:03d}", 4000 if i % 3 else 1000, 16384, 1, "T4", 15360) for i in reversed(range(n))]
+
+
+def test_above_100_nodes_only_the_first_feasible_ones_from_the_last_stop_are_scored() -> None:
+    # 150 nodes, every third one with 1 CPU: kube's adaptive share of 150 nodes is 100 feasible nodes.
+    cluster = Cluster(many_nodes(150), MIX, POLICIES["binpack"], seed=1)
+    assert cluster.sample_size == 100
+    name = {r: int(cluster.specs[r].name[1:]) for r in range(150)}
+    big = Task(
+        "big", 2000, 1024, 1, 500
+    )  # fits the 100 nodes of 4 CPUs only: all of them, every node searched
+    rows, _ = cluster.score_nodes(big)
+    assert sorted(name[r] for r in rows) == [i for i in range(150) if i % 3]
+    small = Task("small", 500, 1024, 1, 500)  # fits all: the first 100 by name
+    rows, _ = cluster.score_nodes(small)
+    assert sorted(name[r] for r in rows) == list(range(100))
+    got = cluster.place(small)
+    assert got is not None and name[got.row] < 100
+    assert cluster.next_start == 100  # the next search starts after the last node looked at
+    rows, _ = cluster.score_nodes(small)
+    assert sorted(name[r] for r in rows) == list(range(50)) + list(range(100, 150))
+    # A pod that fits nowhere looks at every node: the start stays.
+    assert cluster.place(Task("huge", 99999, 1, 0, 0)) is None
+    assert cluster.next_start == 100
+    every = Cluster(many_nodes(150), MIX, POLICIES["binpack"], seed=1, percentage_of_nodes_to_score=100)
+    assert len(every.score_nodes(small)[0]) == 150
+
+
+def test_the_search_for_feasible_nodes_is_the_stand_ins() -> None:
+    """Step by step against the scheduler stand-in's own search (`SchedulerStandIn._filter`, run on its
+    node infos), over 230 nodes of assorted CPU and memory and pods that fill them: the same nodes found,
+    and the same place to start the next search."""
+    rng = random.Random(11)
+    specs = [
+        NodeSpec(
+            f"w{rng.randrange(10**6):06d}-{i}",
+            rng.choice([2000, 4000, 8000]),
+            rng.choice([4096, 16384]),
+            0,
+            "T4",
+        )
+        for i in range(230)
+    ]
+    cluster = Cluster(specs, MIX, POLICIES["binpack"], seed=1)
+    standin = SchedulerStandIn(
+        load_scheduler_config(ROOT / "daemonset" / "scheduler" / "kube-scheduler-config.yaml")
+    )
+    infos = {r: node_info(cluster, r) for r in range(len(specs))}
+    ordered = sorted(infos.values(), key=lambda i: i.name)
+    row_of = {cluster.specs[r].name: r for r in infos}
+    placed = 0
+    for i in range(700):
+        task = Task(f"t{i}", rng.choice([1000, 2000, 3000]), rng.choice([512, 2048]), 0, 0)
+        pod = kube_pod(task)
+        ask = kube.PodAsk.of(pod)
+        feasible, _ = standin._filter(pod, ask, ordered)
+        rows, _ = cluster.score_nodes(task)
+        assert sorted(row_of[n.name] for n in feasible) == sorted(rows.tolist()), i
+        if not feasible:
+            assert cluster.place(task) is None
+        else:
+            chosen = rng.choice(feasible)
+            cluster.place_on(task, row_of[chosen.name])
+            chosen.add_pod(ask)
+            placed += 1
+        assert cluster.next_start == standin._next_start, i
+    assert 100 < placed < 600
+
+
+def test_hami_sees_only_the_nodes_kube_scheduler_found() -> None:
+    cluster = Cluster(many_nodes(150), MIX, POLICIES["hami"], seed=1)
+    cluster.next_start = 120
+    (row,) = cluster.best_rows(Task("a", 500, 1024, 1, 500)).tolist()
+    assert int(cluster.specs[row].name[1:]) in set(range(120, 150)) | set(range(70))
 
 
 @pytest.mark.parametrize("weight", [1, 3, 20])
@@ -212,8 +294,23 @@ def test_the_command_line_takes_the_extender_weight(tmp_path: Path) -> None:
     )
     out = tmp_path / "out"
     argv = ["plan", "--nodes", str(nodes), "--pods", str(pods), "--out", str(out), "--no-charts"]
-    assert main([*argv, "--policies", "binpack", "--extender-weight", "11"]) == 0
-    assert "extender weight 11" in (out / "report.md").read_text()
-    with pytest.raises(SystemExit) as exc:
-        main([*argv, "--extender-weight", "0"])
-    assert exc.value.code == 2
+    assert (
+        main(
+            [
+                *argv,
+                "--policies",
+                "binpack",
+                "--extender-weight",
+                "11",
+                "--percentage-of-nodes-to-score",
+                "30",
+            ]
+        )
+        == 0
+    )
+    text = (out / "report.md").read_text()
+    assert "extender weight 11; percentage of nodes to score 30" in text
+    for bad in (["--extender-weight", "0"], ["--percentage-of-nodes-to-score", "101"]):
+        with pytest.raises(SystemExit) as exc:
+            main([*argv, *bad])
+        assert exc.value.code == 2
