@@ -8,8 +8,10 @@ node, the fragmentation terms of `frag` (free milli per GPU, per task shape), re
 node that changed.
 
 One pod (`Cluster.place`):
-1. Which nodes fit: `gputable.evaluate` (the extender's vectorised `fit_pod` verdicts) and the CPU and
-   memory left. A CPU-only pod needs CPU and memory only.
+1. Which nodes fit: the CPU and memory left (kube-scheduler's NodeResourcesFit), searched as
+   kube-scheduler searches (`_sample`: above 100 nodes, from where the last search stopped until
+   `percentageOfNodesToScore` of them pass; not for `fragmentation`), then `gputable.evaluate` (the
+   extender's vectorised `fit_pod` verdicts). A CPU-only pod needs CPU and memory only.
 2. Which node: by the policy (`POLICIES`):
    - `binpack`, `spread`, `topology`, `fragmentation-extender`: what kube-scheduler with hami-control as
      its extender does (`Policy.choice` "scheduler"; docs/planning.md, "Faithfulness"): per node, the
