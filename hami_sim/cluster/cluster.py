@@ -612,10 +612,11 @@ class Cluster:
             ]  # fmt: skip
         if name.startswith(KUBELET_PREFIX):
             node = name.removeprefix(KUBELET_PREFIX)
+            sized = next(n for n in self.spec.nodes if n.name == node)
             return [
                 py, "-m", "hami_sim.main", "kubelet", "--node-name", node,
                 "--dir", str(self.kubelet_dir(node)), "--kubeconfig", str(self.kubeconfig), "--create-node",
-                "--cpu", self.spec.node_cpu, "--memory", self.spec.node_memory,
+                "--cpu", sized.cpu or self.spec.node_cpu, "--memory", sized.memory or self.spec.node_memory,
             ]  # fmt: skip
         if name.startswith(DAEMON_PREFIX):
             node = name.removeprefix(DAEMON_PREFIX)

@@ -117,6 +117,10 @@ class NodeSpec:
     NVLinked, a mixed node none."""
     mode: str = "device-plugin"
     """hami-node --mode: `device-plugin` (the extender's path) or `dra` (ResourceSlices and claims)."""
+    cpu: str | None = None
+    """The Node's CPU capacity and allocatable (kubelet --cpu, a quantity); None: the cluster's `node_cpu`."""
+    memory: str | None = None
+    """The Node's memory (kubelet --memory); None: the cluster's `node_memory`."""
 
     def __post_init__(self) -> None:
         if self.mode not in NODE_MODES:
@@ -192,6 +196,12 @@ class ClusterSpec:
             raise SpecError(f"control_replicas: expected an integer >= 1, got {replicas!r}")
         if self.timeout_s is not None and not self.timeout_s > 0:
             raise SpecError(f"timeout_s: must be positive, got {self.timeout_s!r}")
+        sized = next((n.name for n in self.nodes if n.cpu is not None or n.memory is not None), None)
+        if sized is not None and self.scale_mode:
+            raise SpecError(
+                f"node {sized}: a CPU or memory size per node needs the per-process mode (scale: false); "
+                "in scale mode every node gets node_cpu and node_memory"
+            )
 
     @classmethod
     def uniform(
@@ -262,6 +272,8 @@ class ClusterSpec:
                     "gpus": [{"model": g.model, "memory": g.memory_mib} for g in n.gpus],
                     "links": None if n.links is None else links_to_data(n.links),
                     "mode": n.mode,
+                    "cpu": n.cpu,
+                    "memory": n.memory,
                 }
                 for n in self.nodes
             ],
@@ -317,7 +329,15 @@ class ClusterSpec:
 def _node_from_data(name: str, gpus: tuple[GPUSpec, ...], data: Mapping[str, Any]) -> NodeSpec:
     links = data.get("links")
     parsed = None if links is None else _parse_node_links(name, len(gpus), links)
-    return NodeSpec(name, gpus, parsed, str(data.get("mode") or "device-plugin"))
+    cpu, memory = data.get("cpu"), data.get("memory")
+    return NodeSpec(
+        name,
+        gpus,
+        parsed,
+        str(data.get("mode") or "device-plugin"),
+        None if cpu is None else str(cpu),
+        None if memory is None else str(memory),
+    )
 
 
 def _parse_node_links(name: str, count: int, value: object) -> tuple[LinkGroup, ...]:

@@ -2,7 +2,13 @@
 
 Kept free of heavy imports: `hami-sim` builds every sub-command's parser at start-up."""
 
-POLICY_NAMES = ("binpack", "spread", "topology", "hami", "fragmentation")
+POLICY_NAMES = ("binpack", "spread", "topology", "hami", "fragmentation", "fragmentation-extender")
 """The planner's policies (`engine.POLICIES`), in report order."""
+DEFAULT_EXTENDER_WEIGHT = 1
+"""The extender's `weight` in daemonset/scheduler/kube-scheduler-config.yaml (a test keeps them equal):
+kube-scheduler adds `score x weight x 10` of hami-control's /prioritize to its own scores."""
+DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE: int | None = None
+"""`percentageOfNodesToScore` of that configuration: not set, so kube's adaptive share (every node below
+100 nodes; 50% - nodes/125, at least 5%, at least 100 nodes above). A test keeps them equal."""
 DEFAULT_SPLIT = 10
 """Tasks that may share one GPU (HAMi's deviceSplitCount default)."""

@@ -7,7 +7,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hami_sim.plan import DEFAULT_SPLIT, POLICY_NAMES
+from hami_sim.plan import (
+    DEFAULT_EXTENDER_WEIGHT,
+    DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
+    DEFAULT_SPLIT,
+    POLICY_NAMES,
+)
 
 
 def _policies(text: str) -> list[str]:
@@ -28,6 +33,26 @@ def _steps(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(
             f"expected whole percentages separated by commas, got {text!r}"
         ) from None
+
+
+def _weight(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def _percentage(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"expected a whole percentage 0..100, got {text!r}")
+    return value
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -72,6 +97,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--mix", help="fragmentation mix [Nx]MILLI:WEIGHT,... (default: learned from the workload)"
     )
+    parser.add_argument(
+        "--extender-weight",
+        type=_weight,
+        default=DEFAULT_EXTENDER_WEIGHT,
+        help="the extender's weight in kube-scheduler's configuration: its 0..10 score counts x weight x 10 "
+        "beside LeastAllocated's 0..100 (default %(default)s, as daemonset/scheduler/"
+        "kube-scheduler-config.yaml)",
+    )
+    parser.add_argument(
+        "--percentage-of-nodes-to-score",
+        type=_percentage,
+        default=DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
+        help="kube-scheduler's percentageOfNodesToScore: above 100 nodes it scores only the first feasible "
+        "nodes it finds, this share of them (0 or unset: its adaptive share, as the shipped configuration; "
+        "100: every node)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
     parser.set_defaults(handler=run)
@@ -80,7 +121,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from hami_control.frag import MixError, parse_mix
-    from hami_sim.plan.experiments import InflationResult, ReplayResult, inflation, replay, workload_mix
+    from hami_sim.plan.experiments import (
+        InflationResult,
+        ReplayResult,
+        SchedulerModel,
+        inflation,
+        replay,
+        workload_mix,
+    )
     from hami_sim.plan.inputs import InputError, read_nodes, read_pods_csv, read_workload_yaml
     from hami_sim.plan.report import RunInfo, describe_mix, write_report
 
@@ -95,14 +143,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"hami-sim plan: {err}", file=sys.stderr)
         return 2
     progress = not args.no_progress and sys.stderr.isatty()
+    scheduler = SchedulerModel(args.extender_weight, args.percentage_of_nodes_to_score)
     results: list[InflationResult] | list[ReplayResult]
     if args.experiment == "inflation":
         results = [
-            inflation(nodes, tasks, p, args.seed, args.max_arrival / 100, mix, progress)
+            inflation(nodes, tasks, p, args.seed, args.max_arrival / 100, mix, progress, scheduler)
             for p in args.policies
         ]
     else:
-        results = [replay(nodes, tasks, p, args.seed, mix, progress) for p in args.policies]
+        results = [
+            replay(nodes, tasks, p, args.seed, mix, progress, scheduler=scheduler) for p in args.policies
+        ]
     info = RunInfo(
         str(args.nodes),
         pods_file,
@@ -112,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
         len(nodes),
         len(tasks),
         describe_mix(mix),
+        args.extender_weight,
+        args.percentage_of_nodes_to_score,
     )
     write_report(args.out, info, results, args.steps, charts=not args.no_charts)
     print(f"hami-sim plan: report in {args.out / 'report.md'}")

@@ -8,22 +8,35 @@ node, the fragmentation terms of `frag` (free milli per GPU, per task shape), re
 node that changed.
 
 One pod (`Cluster.place`):
-1. Which nodes fit: `gputable.evaluate` (the extender's vectorised `fit_pod` verdicts) and the CPU and
-   memory left. A CPU-only pod needs CPU and memory only.
+1. Which nodes fit: the CPU and memory left (kube-scheduler's NodeResourcesFit), searched as
+   kube-scheduler searches (`_sample`: above 100 nodes, from where the last search stopped until
+   `percentageOfNodesToScore` of them pass; not for `fragmentation`), then `gputable.evaluate` (the
+   extender's vectorised `fit_pod` verdicts). A CPU-only pod needs CPU and memory only.
 2. Which node: by the policy (`POLICIES`):
-   - `binpack`, `spread`, `topology`: the extender's /prioritize score (`gputable.node_scores`, equal to
-     `score.node_priority`; 0..10 whole numbers) with node policy binpack/spread/binpack and GPU policy
-     binpack/spread/topology-aware; among the best, one at random (kube-scheduler's selectHost).
+   - `binpack`, `spread`, `topology`, `fragmentation-extender`: what kube-scheduler with hami-control as
+     its extender does (`Policy.choice` "scheduler"; docs/planning.md, "Faithfulness"): per node, the
+     scheduler stand-in's own score (NodeResourcesFit LeastAllocated, 0..100, `least_allocated`, equal to
+     `hami_sim.scheduler.fit.least_allocated_score`) plus the extender's /prioritize score x the extender
+     weight x 10 (`fit.extender_score`); the highest total wins, among equal ones one at random
+     (kube-scheduler's selectHost). The extender score is hami-control's own: `gputable.node_scores`
+     (equal to `score.node_priority`; 0..10 whole numbers) with node policy binpack/spread/binpack and
+     GPU policy binpack/spread/topology-aware, and for `fragmentation-extender` the extender's
+     fragmentation path (`gputable.fragmentation_scores`, else `score.node_priority` of fit_pod's choice,
+     node by node, as `extender.prioritize_nodes`) over the GPU part of the mix, which is all the extender
+     sees. `best_rows` gives the nodes of the best total, `place_on` places a task on a given node: the
+     steps the faithfulness test drives with the local cluster's choices.
    - `hami`: HAMi v2.10's own choice (HAMi pkg/scheduler/score.go `calcScore`, policy/node_policy.go
      `ComputeDefaultScore`, scheduler.go `Filter`): the node's usage before the pod,
      `10 x (used/count + usedcores/totalcore + usedmem/totalmem)` as float32, the highest under binpack
      (HAMi's default node policy), GPU policy spread (HAMi's default); HAMi takes the last node of its
-     sorted list, so among equal scores the last candidate.
+     sorted list, so among equal scores the last candidate. HAMi's Filter answers with that one node
+     (`ExtenderFilterResult{NodeNames: &[]string{m.NodeID}}`), so kube-scheduler's own scores never
+     choose among GPU pods' nodes.
    - `fragmentation`: the paper's FGD: the node and GPU where the node's fragmentation for the
-     workload's mix (with CPU and memory) grows least; among equal ones, one at random.
-   CPU-only pods go where kube-scheduler's LeastAllocated puts them (most free CPU and memory share),
-   except under `fragmentation`, which scores them by growth as the paper does (in a real cluster the
-   extender does not see pods that ask no GPU).
+     workload's mix (with CPU and memory) grows least; among equal ones, one at random. Exact growth, a
+     float: more than the extender's 0..10 answer can carry (`fragmentation-extender` is what it sends).
+   CPU-only pods go where kube-scheduler's LeastAllocated puts them (the extender is not asked about pods
+   that ask no GPU), except under `fragmentation`, which scores them by growth as the paper does.
 3. Which GPUs: `fit.fit_pod` on the chosen node with the policy's GPU policy (for `fragmentation` the
    GPU chosen in step 2, passed as `nvidia.com/use-gpuuuid`, so fit_pod checks it).
 """
@@ -43,6 +56,7 @@ from hami_control.fit import NO_SELECTOR, Fit, fit_pod
 from hami_control.frag import (
     MILLI,
     TaskMix,
+    TaskShape,
     after_change,
     arrays,
     combine,
@@ -50,15 +64,35 @@ from hami_control.frag import (
     gpu_free_milli,
     shape_terms,
 )
-from hami_control.gputable import GPUTable, evaluate, node_scores, score_inputs, simple_ask
-from hami_control.score import node_priority
+from hami_control.gputable import (
+    Evaluation,
+    GPUTable,
+    SimpleAsk,
+    evaluate,
+    fragmentation_scores,
+    node_scores,
+    score_inputs,
+    simple_ask,
+)
+from hami_control.score import MAX_SCORE, node_priority
 from hami_control.usage import NodeGPUs, with_slices, without_slices
-from hami_sim.plan import POLICY_NAMES
+from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT, DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE, POLICY_NAMES
 from hami_sim.plan.inputs import NodeSpec, Task
+from hami_sim.scheduler.fit import num_feasible_nodes_to_find
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+
+
+SCHEDULER = "scheduler"
+HAMI = "hami"
+FGD = "fgd"
+MAX_NODE_SCORE = 100
+"""kube-scheduler's MaxNodeScore (the range of its own plugins' scores)."""
+DEFAULT_MILLI_CPU = 100
+DEFAULT_MEMORY_MIB = 200
+"""kube-scheduler's non-zero requests for scoring a container that asks no CPU / memory (100m, 200Mi)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,14 +101,20 @@ class Policy:
     node: NodePolicy | None
     """None: HAMi's own node choice."""
     gpu: tuple[GPUPolicy, ...]
+    choice: str = SCHEDULER
+    """How the node is chosen: `SCHEDULER` (kube-scheduler's own score + the extender's x weight),
+    `HAMI` (HAMi's Filter keeps one node) or `FGD` (the paper's exact growth)."""
 
 
 POLICIES: dict[str, Policy] = {
     "binpack": Policy("binpack", NodePolicy.BINPACK, (GPUPolicy.BINPACK,)),
     "spread": Policy("spread", NodePolicy.SPREAD, (GPUPolicy.SPREAD,)),
     "topology": Policy("topology", NodePolicy.BINPACK, (GPUPolicy.TOPOLOGY_AWARE,)),
-    "hami": Policy("hami", None, (GPUPolicy.SPREAD,)),
-    "fragmentation": Policy("fragmentation", NodePolicy.FRAGMENTATION, (GPUPolicy.FRAGMENTATION,)),
+    "hami": Policy("hami", None, (GPUPolicy.SPREAD,), HAMI),
+    "fragmentation": Policy("fragmentation", NodePolicy.FRAGMENTATION, (GPUPolicy.FRAGMENTATION,), FGD),
+    "fragmentation-extender": Policy(
+        "fragmentation-extender", NodePolicy.FRAGMENTATION, (GPUPolicy.FRAGMENTATION,)
+    ),
 }
 if tuple(POLICIES) != POLICY_NAMES:  # pragma: no cover - kept in step by hand
     raise ImportError("hami_sim.plan.POLICY_NAMES and engine.POLICIES differ")
@@ -89,6 +129,11 @@ class Placement:
     task: Task
 
 
+def gpu_mix(mix: TaskMix) -> TaskMix:
+    """`mix` as the extender takes it (`--fragmentation-mix`): the GPU part of each shape, merged."""
+    return TaskMix.of((TaskShape(s.gpus, s.milli), w) for s, w in zip(mix.shapes, mix.weights, strict=True))
+
+
 def _gpu_request(task: Task) -> ContainerRequest | None:
     if task.num_gpu <= 0:
         return None
@@ -99,11 +144,28 @@ def _gpu_request(task: Task) -> ContainerRequest | None:
 class Cluster:
     """Nodes, their GPUs and what is placed on them; `place` and `release` pods."""
 
-    def __init__(self, specs: Sequence[NodeSpec], mix: TaskMix, policy: Policy, seed: int) -> None:
+    def __init__(
+        self,
+        specs: Sequence[NodeSpec],
+        mix: TaskMix,
+        policy: Policy,
+        seed: int,
+        *,
+        extender_weight: int = DEFAULT_EXTENDER_WEIGHT,
+        percentage_of_nodes_to_score: int | None = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
+    ) -> None:
+        if extender_weight < 1:
+            raise ValueError(f"extender_weight: expected a positive whole number, got {extender_weight}")
+        percentage = percentage_of_nodes_to_score
+        if percentage is not None and not 0 <= percentage <= 100:
+            raise ValueError(f"percentage_of_nodes_to_score: expected 0..100 (0: adaptive), got {percentage}")
         self.specs = list(specs)
         self.mix = mix
         self.mixa = arrays(mix)
+        self.gpu_mix = gpu_mix(mix)
+        """The mix as the extender sees it (`--fragmentation-mix` takes GPU shapes only)."""
         self.policy = policy
+        self.extender_weight = extender_weight
         self.rng = np.random.default_rng(seed)
         self.table = GPUTable()
         self.nodes: list[NodeGPUs] = []
@@ -116,6 +178,7 @@ class Cluster:
                     devmem=spec.gpu_memory_mib,
                     devcore=100,
                     type=spec.model,
+                    numa=i // -(-spec.gpus // max(spec.numa_nodes, 1)),
                     health=True,
                 )
                 for i in range(spec.gpus)
@@ -126,10 +189,21 @@ class Cluster:
         self.rows = self.table.rows([s.name for s in self.specs])
         if not np.array_equal(self.rows, np.arange(len(self.specs))):
             raise ValueError("node names must be distinct")
+        self.sample_size = num_feasible_nodes_to_find(percentage, len(self.specs))
+        """Feasible nodes kube-scheduler looks for before it scores (`percentageOfNodesToScore`)."""
+        self.name_order = np.array(
+            sorted(range(len(self.specs)), key=lambda r: self.specs[r].name), dtype=np.int64
+        )
+        """The scheduler stand-in's node order (its cache lists nodes by name)."""
+        self.next_start = 0
+        """Where kube-scheduler's next search for feasible nodes starts (an index into `name_order`)."""
         self.cpu_cap = np.array([s.cpu_milli for s in self.specs], dtype=np.int64)
         self.mem_cap = np.array([s.memory_mib for s in self.specs], dtype=np.int64)
         self.cpu_free = self.cpu_cap.copy()
         self.mem_free = self.mem_cap.copy()
+        self.cpu_scored = np.zeros(len(self.specs), dtype=np.int64)
+        self.mem_scored = np.zeros(len(self.specs), dtype=np.int64)
+        """CPU and memory of the placed pods with kube-scheduler's non-zero defaults (what it scores)."""
         models = sorted({s.model for s in self.specs})
         model_of = {m: i for i, m in enumerate(models)}
         self.model_id = np.array([model_of[s.model] for s in self.specs], dtype=np.int64)
@@ -143,6 +217,8 @@ class Cluster:
             ],
             dtype=np.bool_,
         ).reshape(len(models), len(mix.shapes))
+        self._scored: dict[tuple[ContainerRequest, DeviceSelector], dict[int, int]] = {}
+        """The extender's fragmentation score per ask and node, while the node's GPUs stay as they are."""
         self.gpus_total = int(sum(s.gpus for s in self.specs))
         self.allocated = 0
         """Milli-GPUs the placed pods asked (the trace's unit)."""
@@ -178,6 +254,8 @@ class Cluster:
 
     def _set(self, row: int, node: NodeGPUs) -> None:
         self.nodes[row] = node
+        for scored in self._scored.values():
+            scored.pop(row, None)
         self.table.set_node(node)
         free = np.zeros((1, self.free.shape[1]), dtype=np.int64)
         free[0, : len(node.gpus)] = [gpu_free_milli(g) for g in node.gpus]
@@ -219,6 +297,155 @@ class Cluster:
 
     def place(self, task: Task) -> Placement | None:
         """Place `task` by the policy, or None when no node takes it."""
+        if self.policy.choice == FGD:
+            return self._place_fgd(task)
+        best = self.best_rows(task)
+        if len(best) == 0:
+            self.next_start = self._sample(task)[1]
+            return None
+        return self.place_on(task, self._pick(best, np.zeros(len(best))))
+
+    def _sample(self, task: Task) -> tuple[BoolArray, int]:
+        """kube-scheduler's search for feasible nodes (its own filters: CPU and memory here): from
+        `next_start` in name order until `sample_size` pass (hami_sim.scheduler.standin `_filter`,
+        kube's `findNodesThatPassFilters`). (the nodes found, where the next search starts)."""
+        ok: BoolArray = (self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
+        n = len(ok)
+        if self.sample_size >= n:
+            return ok, self.next_start
+        order = self.name_order[(self.next_start + np.arange(n)) % n]
+        passed = ok[order]
+        found = np.cumsum(passed)
+        processed = n if found[-1] < self.sample_size else int(np.searchsorted(found, self.sample_size)) + 1
+        sampled = np.zeros(n, dtype=np.bool_)
+        sampled[order[:processed]] = passed[:processed]
+        return sampled, (self.next_start + processed) % n
+
+    def score_nodes(self, task: Task) -> tuple[IntArray, IntArray]:
+        """(rows of the nodes that take `task`, each one's total as kube-scheduler ranks them) for the
+        `SCHEDULER` and `HAMI` choices (HAMi: only its one node, total 0). See the module note."""
+        if self.policy.choice == FGD:
+            raise ValueError(f"policy {self.policy.name}: picks node and GPU together, not by node score")
+        request = _gpu_request(task)
+        ok_host = self._sample(task)[0]
+        if request is None:
+            cand = np.flatnonzero(ok_host)
+            return cand, self.least_allocated(cand, task)
+        selector = DeviceSelector(use_types=task.models) if task.models else NO_SELECTOR
+        simple = simple_ask(self.table, ((request, False),), selector, self.policy.gpu, None)
+        if simple is None:  # pragma: no cover - one container, no numa-bind, no quota: always covered
+            raise RuntimeError("the GPU table does not cover the pod")
+        ev = evaluate(self.table, self.rows, simple)
+        cand = np.flatnonzero(ev.fits & ok_host)
+        if len(cand) == 0:
+            return cand, np.zeros(0, dtype=np.int64)
+        if self.policy.choice == HAMI:
+            return np.array([self._hami(cand)], dtype=np.int64), np.zeros(1, dtype=np.int64)
+        extender = self._extender_scores(request, selector, simple, ev, cand)
+        total: IntArray = self.least_allocated(cand, task) + extender * self.extender_weight * (
+            MAX_NODE_SCORE // MAX_SCORE
+        )
+        return cand, total
+
+    def best_rows(self, task: Task) -> IntArray:
+        """The rows of the nodes kube-scheduler would choose among for `task` (the best total; kube
+        breaks the tie at random), empty when none takes it. Not for the `FGD` choice."""
+        cand, total = self.score_nodes(task)
+        if len(cand) == 0:
+            return cand
+        result: IntArray = cand[total == total.max()]
+        return result
+
+    def place_on(self, task: Task, row: int) -> Placement:
+        """Place `task` on the node of `row`, its GPUs as fit_pod picks them under the policy's GPU
+        policy. ValueError when the node does not take it."""
+        name = self.specs[row].name
+        if self.cpu_free[row] < task.cpu_milli or self.mem_free[row] < task.memory_mib:
+            raise ValueError(f"task {task.name}: node {name} has too little CPU or memory left")
+        if self.policy.choice != FGD:
+            self.next_start = self._sample(task)[1]
+        request = _gpu_request(task)
+        if request is None:
+            return self._apply(row, (), task)
+        selector = DeviceSelector(use_types=task.models) if task.models else NO_SELECTOR
+        mix = self.gpu_mix if self.policy.choice == SCHEDULER else self.mix
+        requests = ((request, False),)
+        got = fit_pod(self.nodes[row], requests, selector=selector, policy=self.policy.gpu, mix=mix)
+        if not isinstance(got, Fit):
+            raise ValueError(f"task {task.name}: node {name} does not take it: {got.message}")
+        return self._apply(row, footprint_slices(got.allocation, APP), task)
+
+    def _extender_scores(
+        self,
+        request: ContainerRequest,
+        selector: DeviceSelector,
+        simple: SimpleAsk,
+        ev: Evaluation,
+        cand: IntArray,
+    ) -> IntArray:
+        """hami-control's /prioritize scores (0..10) of the candidates, as `extender.prioritize_nodes`
+        computes them: vectorised where it is, fit_pod's choice node by node where it is not."""
+        node_policy = self.policy.node
+        if node_policy is None:  # pragma: no cover - HAMI choice only
+            raise RuntimeError("no node policy")
+        if node_policy is NodePolicy.FRAGMENTATION:
+            return self._fragmentation_scores(request, selector, simple, cand)
+        slice_mem, sums = score_inputs(self.table, ev)
+        scores = node_scores(slice_mem, sums, request, node_policy)[cand]
+        exact = np.flatnonzero(slice_mem[cand] < 0)  # a percentage over GPUs of different sizes
+        for i in exact.tolist():
+            scores[i] = self._priority(int(cand[i]), request, selector)
+        return scores
+
+    def _priority(self, row: int, request: ContainerRequest, selector: DeviceSelector) -> int:
+        """`PodAsk.priority` of fit_pod's choice on one node (the extender's node-by-node path)."""
+        node, policy, mix = self.nodes[row], self.policy, self.gpu_mix
+        got = fit_pod(node, ((request, False),), selector=selector, policy=policy.gpu, mix=mix)
+        if not isinstance(got, Fit) or policy.node is None:  # pragma: no cover - the table said it fits
+            return 0
+        return node_priority(node, footprint_slices(got.allocation, APP), policy.node, mix)
+
+    def _fragmentation_scores(
+        self, request: ContainerRequest, selector: DeviceSelector, simple: SimpleAsk, cand: IntArray
+    ) -> IntArray:
+        """The extender's fragmentation scores: `gputable.fragmentation_scores` for a one-GPU pod under the
+        fragmentation GPU policy (node by node where it says so), else node by node. A node's score
+        depends on its GPUs and the ask alone (the same per-row operations whatever the other rows), so
+        it is kept per ask until the node's GPUs change (`_set`): an unchanged node is not scored again."""
+        cache = self._scored.setdefault((request, selector), {})
+        missing = [r for r in cand.tolist() if r not in cache]
+        if missing:
+            rows = np.array(missing, dtype=np.int64)
+            if request.nums == 1 and self.policy.gpu == (GPUPolicy.FRAGMENTATION,):
+                asked = evaluate(self.table, rows, simple)
+                scores, slow = fragmentation_scores(self.table, asked, request, self.gpu_mix)
+                fresh = scores.tolist()
+                for i in np.flatnonzero(slow).tolist():
+                    fresh[i] = self._priority(missing[i], request, selector)
+            else:
+                fresh = [self._priority(r, request, selector) for r in missing]
+            cache.update(zip(missing, fresh, strict=True))
+        return np.array([cache[r] for r in cand.tolist()], dtype=np.int64)
+
+    def least_allocated(self, rows: IntArray, task: Task) -> IntArray:
+        """kube-scheduler's NodeResourcesFit LeastAllocated score (0..100) of each node for `task`,
+        vectorised `hami_sim.scheduler.fit.least_allocated_score`: per resource with a capacity,
+        `(capacity - requested) x 100 // capacity` (0 when over), requested with the non-zero defaults;
+        the mean (integer) over CPU and memory."""
+        cpu = self.cpu_scored[rows] + (task.cpu_milli or DEFAULT_MILLI_CPU)
+        mem = self.mem_scored[rows] + (task.memory_mib or DEFAULT_MEMORY_MIB)
+        total = np.zeros(len(rows), dtype=np.int64)
+        weights = np.zeros(len(rows), dtype=np.int64)
+        for cap, req in ((self.cpu_cap[rows], cpu), (self.mem_cap[rows], mem)):
+            has = cap > 0
+            score = np.where(req > cap, 0, (cap - req) * MAX_NODE_SCORE // np.maximum(cap, 1))
+            total += np.where(has, score, 0)
+            weights += has
+        result: IntArray = np.where(weights > 0, total // np.maximum(weights, 1), 0)
+        return result
+
+    def _place_fgd(self, task: Task) -> Placement | None:
+        """The `FGD` choice: node and GPU where the fragmentation grows least."""
         request = _gpu_request(task)
         ok_host = (self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
         if request is None:
@@ -237,28 +464,11 @@ class Cluster:
         cand = np.flatnonzero(fits)
         if len(cand) == 0:
             return None
-        policy = self.policy
-        gpu_policy = policy.gpu
-        if policy.node is NodePolicy.FRAGMENTATION:
-            row, uuid = self._fgd(task, request, cand, ev.code[cand] == 0, ev.mem[cand])
-            if uuid is not None:
-                selector = DeviceSelector(use_types=task.models, use_uuids=(uuid,))
-                gpu_policy = (GPUPolicy.BINPACK,)  # one GPU allowed: the order does not matter
-        elif policy.node is None:
-            row = self._hami(cand)
-        else:
-            slice_mem, sums = score_inputs(self.table, ev)
-            scores = node_scores(slice_mem, sums, request, policy.node)[cand]
-            exact = np.flatnonzero(slice_mem[cand] < 0)
-            for i in exact.tolist():  # a percentage over GPUs of different sizes: score fit_pod's choice
-                got = fit_pod(
-                    self.nodes[cand[i]], requests, selector=selector, policy=policy.gpu, mix=self.mix
-                )
-                if isinstance(got, Fit):
-                    scores[i] = node_priority(
-                        self.nodes[cand[i]], footprint_slices(got.allocation, APP), policy.node
-                    )
-            row = self._pick(cand, scores)
+        gpu_policy = self.policy.gpu
+        row, uuid = self._fgd(task, request, cand, ev.code[cand] == 0, ev.mem[cand])
+        if uuid is not None:
+            selector = DeviceSelector(use_types=task.models, use_uuids=(uuid,))
+            gpu_policy = (GPUPolicy.BINPACK,)  # one GPU allowed: the order does not matter
         got = fit_pod(self.nodes[row], requests, selector=selector, policy=gpu_policy, mix=self.mix)
         if not isinstance(got, Fit):  # pragma: no cover - evaluate said it fits
             raise RuntimeError(
@@ -269,6 +479,8 @@ class Cluster:
     def _apply(self, row: int, slices: tuple[GPUSlice, ...], task: Task) -> Placement:
         self.cpu_free[row] -= task.cpu_milli
         self.mem_free[row] -= task.memory_mib
+        self.cpu_scored[row] += task.cpu_milli or DEFAULT_MILLI_CPU
+        self.mem_scored[row] += task.memory_mib or DEFAULT_MEMORY_MIB
         if slices:
             self._set(row, with_slices(self.nodes[row], slices))
         self.node_frag[row] = self._frag(np.array([row]))[0]
@@ -279,6 +491,8 @@ class Cluster:
         row, task = placement.row, placement.task
         self.cpu_free[row] += task.cpu_milli
         self.mem_free[row] += task.memory_mib
+        self.cpu_scored[row] -= task.cpu_milli or DEFAULT_MILLI_CPU
+        self.mem_scored[row] -= task.memory_mib or DEFAULT_MEMORY_MIB
         if placement.slices:
             self._set(row, without_slices(self.nodes[row], placement.slices))
         self.node_frag[row] = self._frag(np.array([row]))[0]
@@ -295,15 +509,7 @@ class Cluster:
                 self.host_ok(cand, task.cpu_milli, task.memory_mib),
             )
             return self._pick(cand, after - before, lowest=True)
-        # kube-scheduler's NodeResourcesFit LeastAllocated: mean free share of CPU and memory, 0..100.
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cpu = np.where(
-                self.cpu_cap[cand] > 0, (self.cpu_free[cand] - task.cpu_milli) * 100 // self.cpu_cap[cand], 0
-            )
-            mem = np.where(
-                self.mem_cap[cand] > 0, (self.mem_free[cand] - task.memory_mib) * 100 // self.mem_cap[cand], 0
-            )
-        return self._pick(cand, (cpu + mem) // 2)
+        return self._pick(cand, self.least_allocated(cand, task))
 
     def _hami(self, cand: IntArray) -> int:
         sums = self.table.sums[cand].astype(np.float32)
@@ -366,4 +572,4 @@ class Cluster:
         return row, self.nodes[row].gpus[int(gg[i])].id
 
 
-__all__ = ["POLICIES", "Cluster", "Placement", "Policy"]
+__all__ = ["FGD", "HAMI", "POLICIES", "SCHEDULER", "Cluster", "Placement", "Policy", "gpu_mix"]

@@ -21,9 +21,32 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hami_control.frag import MILLI, TaskMix, TaskShape, mix_from_tasks
+from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT, DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
 from hami_sim.plan.engine import POLICIES, Cluster, Placement
 from hami_sim.plan.inputs import NodeSpec, Task
 from hami_sim.progress import ProgressBar
+
+
+@dataclass(frozen=True)
+class SchedulerModel:
+    """The kube-scheduler settings the planner models (docs/planning.md, "Faithfulness"); by default
+    those of daemonset/scheduler/kube-scheduler-config.yaml."""
+
+    extender_weight: int = DEFAULT_EXTENDER_WEIGHT
+    percentage_of_nodes_to_score: int | None = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
+
+    def cluster(self, nodes: Sequence[NodeSpec], mix: TaskMix, policy: str, seed: int) -> Cluster:
+        return Cluster(
+            nodes,
+            mix,
+            POLICIES[policy],
+            seed,
+            extender_weight=self.extender_weight,
+            percentage_of_nodes_to_score=self.percentage_of_nodes_to_score,
+        )
+
+
+SCHEDULER_DEFAULTS = SchedulerModel()
 
 
 def workload_mix(tasks: Sequence[Task]) -> TaskMix:
@@ -57,9 +80,10 @@ def inflation(  # noqa: PLR0917 (the experiment's inputs, named)
     max_arrival: float = 1.3,
     mix: TaskMix | None = None,
     progress: bool = False,
+    scheduler: SchedulerModel = SCHEDULER_DEFAULTS,
 ) -> InflationResult:
     mix = mix or workload_mix(tasks)
-    cluster = Cluster(nodes, mix, POLICIES[policy], seed)
+    cluster = scheduler.cluster(nodes, mix, policy, seed)
     capacity = cluster.gpus_total * MILLI
     target = max_arrival * capacity
     rng = np.random.default_rng(seed)
@@ -116,9 +140,10 @@ def replay(  # noqa: PLR0917 (the experiment's inputs, named)
     mix: TaskMix | None = None,
     progress: bool = False,
     samples: int = 400,
+    scheduler: SchedulerModel = SCHEDULER_DEFAULTS,
 ) -> ReplayResult:
     mix = mix or workload_mix(tasks)
-    cluster = Cluster(nodes, mix, POLICIES[policy], seed)
+    cluster = scheduler.cluster(nodes, mix, policy, seed)
     capacity = cluster.gpus_total * MILLI
     out = ReplayResult(policy, tasks=len(tasks))
     arrivals = sorted(range(len(tasks)), key=lambda i: (tasks[i].creation, i))
@@ -185,4 +210,12 @@ def replay(  # noqa: PLR0917 (the experiment's inputs, named)
     return out
 
 
-__all__ = ["InflationResult", "ReplayResult", "inflation", "replay", "workload_mix"]
+__all__ = [
+    "SCHEDULER_DEFAULTS",
+    "InflationResult",
+    "ReplayResult",
+    "SchedulerModel",
+    "inflation",
+    "replay",
+    "workload_mix",
+]

@@ -77,6 +77,9 @@ class NodeSpec:
     model: str
     gpu_memory_mib: int = DEFAULT_GPU_MEMORY
     split: int = DEFAULT_SPLIT
+    numa_nodes: int = 1
+    """The GPUs spread evenly over this many NUMA nodes in index order (as the fake inventory of the
+    local cluster lays them out, two by default there); GPU policies order equal GPUs by NUMA node."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from hami_control.frag import TaskMix
+from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT, DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
 from hami_sim.plan.experiments import InflationResult, ReplayResult
 
 SATURATION = 100
@@ -29,6 +30,8 @@ class RunInfo:
     nodes: int
     tasks: int
     mix: str
+    extender_weight: int = DEFAULT_EXTENDER_WEIGHT
+    percentage_of_nodes_to_score: int | None = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
 
 
 def at_arrival(result: InflationResult, percent: int) -> float | None:
@@ -105,7 +108,8 @@ def _markdown(info: RunInfo, summary: dict[str, Any], charts: Sequence[str], not
         f"# Capacity plan: {info.experiment}",
         "",
         f"Nodes `{info.nodes_file}` ({info.nodes} nodes, {info.gpus} GPUs); pods `{info.pods_file}` "
-        f"({info.tasks} tasks); seed {info.seed}.",
+        f"({info.tasks} tasks); seed {info.seed}; extender weight {info.extender_weight}; "
+        f"percentage of nodes to score {info.percentage_of_nodes_to_score or 'adaptive'}.",
         f"Fragmentation measured against the task mix (most common shapes first): {info.mix}.",
         "",
     ]

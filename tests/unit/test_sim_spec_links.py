@@ -95,3 +95,12 @@ def test_links_survive_cluster_json_and_are_checked_in_code() -> None:
     assert again.nodes == spec.nodes
     with pytest.raises(SpecError, match=r"node n1: links\[0\]: no GPU with index 3"):
         NodeSpec("n1", (a100,) * 3, (LinkGroup((0, 3), nvlinks=4),))
+
+
+def test_node_cpu_and_memory_per_node_survive_cluster_json_and_need_the_per_process_mode() -> None:
+    gpu = (GPUSpec("Tesla T4"),)
+    spec = ClusterSpec((NodeSpec("a", gpu, cpu="12", memory="48Gi"), NodeSpec("b", gpu)))
+    again = ClusterSpec.from_data(spec.to_data())
+    assert [(n.cpu, n.memory) for n in again.nodes] == [("12", "48Gi"), (None, None)]
+    with pytest.raises(SpecError, match="node a: a CPU or memory size per node needs the per-process mode"):
+        ClusterSpec((NodeSpec("a", gpu, cpu="12"),), scale=True)
