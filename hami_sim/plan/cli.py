@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     except (InputError, MixError) as err:
         print(f"hami-sim plan: {err}", file=sys.stderr)
         return 2
-    progress = not args.no_progress and sys.stderr.isatty()
+    progress = not args.no_progress  # off a terminal: a plain line every 10% (hami_sim.progress)
     scheduler = SchedulerModel(args.extender_weight, args.percentage_of_nodes_to_score)
     results: list[InflationResult] | list[ReplayResult]
     if args.experiment == "inflation":
