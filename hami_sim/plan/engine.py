@@ -19,11 +19,13 @@ One pod (`Cluster.place`):
      `10 x (used/count + usedcores/totalcore + usedmem/totalmem)` as float32, the highest under binpack
      (HAMi's default node policy), GPU policy spread (HAMi's default); HAMi takes the last node of its
      sorted list, so among equal scores the last candidate.
-   - `fragmentation`: the paper's FGD: the node and GPU where the node's fragmentation for the
-     workload's mix (with CPU and memory) grows least; among equal ones, one at random.
+   - `fragmentation`: the paper's FGD as its simulator runs it: the node and GPU where the node's
+     fragmentation for the workload's mix (with CPU) grows least, scored as the simulator scores it
+     (`frag.simulator_score`, whole numbers 0..100); among equal scores the node whose name sorts first,
+     then its GPU of the lowest index (`_first_by_name`).
    CPU-only pods go where kube-scheduler's LeastAllocated puts them (most free CPU and memory share),
-   except under `fragmentation`, which scores them by growth as the paper does (in a real cluster the
-   extender does not see pods that ask no GPU).
+   except under `fragmentation`, which scores them the same way, as the paper does (in a real cluster
+   the extender does not see pods that ask no GPU).
 3. Which GPUs: `fit.fit_pod` on the chosen node with the policy's GPU policy (for `fragmentation` the
    GPU chosen in step 2, passed as `nvidia.com/use-gpuuuid`, so fit_pod checks it).
 """
@@ -49,6 +51,7 @@ from hami_control.frag import (
     free_milli_arrays,
     gpu_free_milli,
     shape_terms,
+    simulator_score,
 )
 from hami_control.gputable import GPUTable, evaluate, node_scores, score_inputs, simple_ask
 from hami_control.score import node_priority
@@ -126,6 +129,11 @@ class Cluster:
         self.rows = self.table.rows([s.name for s in self.specs])
         if not np.array_equal(self.rows, np.arange(len(self.specs))):
             raise ValueError("node names must be distinct")
+        self.name_rank = np.empty(len(self.specs), dtype=np.int64)
+        """Per node, the place of its name in lexicographic order (`_first_by_name`)."""
+        self.name_rank[sorted(range(len(self.specs)), key=lambda i: self.specs[i].name)] = np.arange(
+            len(self.specs)
+        )
         self.cpu_cap = np.array([s.cpu_milli for s in self.specs], dtype=np.int64)
         self.mem_cap = np.array([s.memory_mib for s in self.specs], dtype=np.int64)
         self.cpu_free = self.cpu_cap.copy()
@@ -217,6 +225,19 @@ class Cluster:
         tied = candidates[np.abs(v - best) <= _TIE]
         return int(tied[0] if len(tied) == 1 else tied[self.rng.integers(len(tied))])
 
+    def _first_by_name(self, rows: IntArray, score: IntArray, gpu: IntArray | None = None) -> int:
+        """The index into `rows` (nodes; with `gpu`, the GPU index of each entry) of the best score; among
+        equal ones the node whose name sorts first, then the lowest GPU index. So the paper's simulator
+        breaks FGD's ties: its kube-scheduler fork takes the smallest node name among equal scores
+        (hkust-adsl/kubernetes-scheduler-simulator vendor/k8s.io/kubernetes/pkg/scheduler/core/
+        generic_scheduler.go `selectHost`, from github.com/mental2008/kubernetes v1.20.5-minor) and FGD
+        the first GPU of the node's best score (pkg/simulator/plugin/fgd_score.go
+        `calculateGpuShareFragExtendScore`). kube-scheduler itself takes one at random; on OpenB's
+        gpushare100 that leaves about a third more GPUs unallocated (docs/planning.md, Results)."""
+        ties = np.flatnonzero(score == score.max())
+        keys = (self.name_rank[rows[ties]],) if gpu is None else (gpu[ties], self.name_rank[rows[ties]])
+        return int(ties[np.lexsort(keys)[0]])
+
     def place(self, task: Task) -> Placement | None:
         """Place `task` by the policy, or None when no node takes it."""
         request = _gpu_request(task)
@@ -294,7 +315,8 @@ class Cluster:
                 self.mixa,
                 self.host_ok(cand, task.cpu_milli, task.memory_mib),
             )
-            return self._pick(cand, after - before, lowest=True)
+            score = simulator_score(after - before, np.zeros(len(cand), dtype=np.int64), self.mix)
+            return int(cand[self._first_by_name(cand, score)])
         # kube-scheduler's NodeResourcesFit LeastAllocated: mean free share of CPU and memory, 0..100.
         with np.errstate(divide="ignore", invalid="ignore"):
             cpu = np.where(
@@ -326,7 +348,9 @@ class Cluster:
             host = self.host_ok(cand, task.cpu_milli, task.memory_mib)
             holding = self.holding[cand] - request.nums
             after = combine(self.small[cand], holding, total - MILLI * request.nums, a, host)
-            return self._pick(cand, after - before, lowest=True), None
+            taken = np.full(len(cand), MILLI * request.nums, dtype=np.int64)
+            score = simulator_score(after - before, taken, self.mix)
+            return int(cand[self._first_by_name(cand, score)]), None
         # One-GPU pod: a growth per (node, GPU that passes). Pairs with the same node state (its free
         # amounts as a multiset, the shapes it hosts before and after) and the same GPU change score
         # alike: compute each distinct one once (keyed by a 64-bit hash of those values).
@@ -359,9 +383,8 @@ class Cluster:
         after = after_change(
             self.small[rows], self.holding[rows], total[pc], was[first], now[first], self.mix, host[pc]
         )
-        growth = (after - before[pc])[which.ravel()]
-        ties = np.flatnonzero(growth <= growth.min() + _TIE)
-        i = int(ties[0] if len(ties) == 1 else ties[self.rng.integers(len(ties))])
+        score = simulator_score(after - before[pc], was[first] - now[first], self.mix)[which.ravel()]
+        i = self._first_by_name(cand[cc], score, gg)
         row = int(cand[cc[i]])
         return row, self.nodes[row].gpus[int(gg[i])].id
 
