@@ -219,3 +219,13 @@ def test_equal_nodes_are_taken_in_name_order_and_their_gpus_in_index_order() -> 
     assert [s.uuid for s in first.slices] == ["node-a-gpu0"]
     cpu = cluster.place(tasks[1])
     assert cpu is not None and cluster.specs[cpu.row].name == "node-a"
+
+
+def test_the_report_names_the_cpu_only_share_of_the_mix() -> None:
+    from hami_sim.plan.report import describe_mix
+
+    mix = mix_from_tasks([TaskShape(1, 1000, 2000)] * 55, cpu_only=[2000] * 45)
+    assert (
+        describe_mix(mix) == "1 GPU + 2 CPU 100.0% (beside them, CPU-only tasks: 45.0% of the typical tasks)"
+    )
+    assert "CPU-only" not in describe_mix(parse_mix("500:1"))
