@@ -13,8 +13,9 @@ milli-GPUs (1000 = one whole GPU). For a node with free amounts f_g on its GPUs 
 The node's fragmentation for the mix M is the expected fragment of a task drawn from it,
 F_n(M) = sum_m p_m F_n(m), and the cluster's the sum over its nodes. FGD places a task on the node and GPUs
 where F_n(M) grows least. The paper's mix also holds CPU-only tasks, for which every free GPU milli is a
-fragment whatever the node does; their term moves by the same amount for every placement of a GPU task,
-so the mixes here leave them out.
+fragment whatever the node does; their term moves by the same amount for every placement of a GPU task
+(and not at all for a CPU-only one), so the mixes here leave them out of F_n(M) and keep only their share
+(`TaskMix.cpu_share`), which the simulator's whole-number score does feel (`simulator_score`).
 
 A GPU's free amount, as hami-control accounts GPUs (`free_milli`): 0 when it is out of service or has no
 free slot, else the smaller of its free cores and its free memory as shares of the whole GPU.
@@ -77,21 +78,29 @@ class TaskShape:
 
 @dataclass(frozen=True, slots=True)
 class TaskMix:
-    """Task shapes and their probabilities (normalised, summing to 1). A value: equal mixes score alike."""
+    """Task shapes and their probabilities (normalised, summing to 1). A value: equal mixes score alike.
+
+    `cpu_share`: the share of CPU-only tasks in the workload's typical tasks as the paper's simulator
+    counts them (0 for a configured mix). They do not change F_n(M) here (see the module note), only
+    `simulator_score`."""
 
     shapes: tuple[TaskShape, ...]
     weights: tuple[float, ...]
+    cpu_share: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.shapes or len(self.shapes) != len(self.weights):
             raise MixError("task mix: needs at least one shape, with one weight each")
         if any(w <= 0 for w in self.weights):
             raise MixError(f"task mix: weights must be positive, got {list(self.weights)}")
+        if not 0 <= self.cpu_share < 1:
+            raise MixError(f"task mix: the CPU-only share must be 0 to under 1, got {self.cpu_share}")
 
     @staticmethod
-    def of(counts: Iterable[tuple[TaskShape, float]]) -> TaskMix:
+    def of(counts: Iterable[tuple[TaskShape, float]], cpu_only: float = 0.0) -> TaskMix:
         """A mix from (shape, count or weight) pairs, merged per shape and normalised; ordered by weight
-        (heaviest first, then by shape) so that equal inputs give equal mixes."""
+        (heaviest first, then by shape) so that equal inputs give equal mixes. `cpu_only`: the count of
+        CPU-only tasks beside them (`cpu_share`)."""
         merged: dict[TaskShape, float] = {}
         for shape, weight in counts:
             merged[shape] = merged.get(shape, 0.0) + weight
@@ -99,7 +108,8 @@ class TaskMix:
         total = sum(w for _, w in ordered)
         if total <= 0:
             raise MixError("task mix: no task shape with a positive weight")
-        return TaskMix(tuple(s for s, _ in ordered), tuple(w / total for _, w in ordered))
+        share = cpu_only / (total + cpu_only) if cpu_only > 0 else 0.0
+        return TaskMix(tuple(s for s, _ in ordered), tuple(w / total for _, w in ordered), share)
 
     def text(self) -> str:
         """The `parse_mix` form (weights as percentages)."""
@@ -139,21 +149,36 @@ DEFAULT_MIX_TEXT = "1000:3911,810:1078,470:750,320:328,650:253,230:140,460:128,5
 DEFAULT_MIX = parse_mix(DEFAULT_MIX_TEXT)
 
 
-def mix_from_tasks(shapes: Iterable[TaskShape], popularity: float = POPULARITY) -> TaskMix:
-    """The mix of a workload (one shape per task): the most common shapes covering `popularity` of the
-    tasks, renormalised (the simulator's `GetTypicalPods`)."""
-    counts = Counter(shapes)
+def mix_from_tasks(
+    shapes: Iterable[TaskShape], popularity: float = POPULARITY, cpu_only: Iterable[int] = ()
+) -> TaskMix:
+    """The mix of a workload (one shape per GPU task): the most common shapes covering `popularity` of the
+    tasks, renormalised (the simulator's `GetTypicalPods`, pkg/utils/frag.go).
+
+    `cpu_only`: the CPU (milli-cores) of each task that asks no GPU. The simulator counts those tasks too,
+    each CPU size a shape of its own (`typicalPodsConfig.isInvolvedCpuPods`, true in the paper's runs:
+    scripts/generate_config_and_run.py), so they take part in the popularity cut; the mix keeps only their
+    share (`TaskMix.cpu_share`; see the module note). The cut goes on past `popularity` until it holds a
+    GPU shape."""
+    counts: Counter[tuple[int, int, int, int, tuple[str, ...]]] = Counter(
+        (s.gpus, s.milli, s.cpu_milli, s.memory_mib, s.models) for s in shapes
+    )
     if not counts:
         raise MixError("task mix: the workload has no GPU task")
+    counts.update((0, 0, cpu, 0, ()) for cpu in cpu_only)
     total = sum(counts.values())
     kept: list[tuple[TaskShape, float]] = []
     covered = 0
-    for shape, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-        if covered >= popularity * total:
+    kept_cpu = 0
+    for key, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        if covered >= popularity * total and kept:
             break
-        kept.append((shape, n))
+        if key[0] > 0:
+            kept.append((TaskShape(*key), n))
+        else:
+            kept_cpu += n
         covered += n
-    return TaskMix.of(kept)
+    return TaskMix.of(kept, kept_cpu)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +308,27 @@ def fragmentation(free: IntArray, mix: TaskMix, host_ok: BoolArray | None = None
     return combine(small, holding, free.sum(axis=-1), a, host_ok)
 
 
+SIMULATOR_MAX_SCORE = 100
+"""kube-scheduler's MaxNodeScore, the top of `simulator_score`."""
+
+
+def simulator_score(growth: FloatArray, taken: IntArray, mix: TaskMix) -> IntArray:
+    """FGD's node score as the paper's simulator computes it (pkg/simulator/plugin/fgd_score.go
+    `calculateGpuShareFragExtendScore`): `int64(sigmoid((F_before - F_after) / 1000) x 100)`, higher is
+    better, for placements that grow F_n(M) by `growth` and take `taken` milli-GPUs of the node's free
+    total. The simulator's F_n also holds the CPU-only tasks of its mix, for which every free milli is a
+    fragment: its growth is `(1 - c) x growth - c x taken` with c the mix's `cpu_share`. The whole numbers
+    0..100 tie placements whose growth differs by less than about 40 milli-GPUs; the simulator takes the
+    first node by name among them (`hami_sim.plan.engine`)."""
+    c = mix.cpu_share
+    # Rounded first (as score.growth_score), so sums in another order cannot tip a score across a whole
+    # number: a growth of exactly 0 scores 50 however it was summed.
+    x = -((1 - c) * np.round(growth, 6) - c * taken) / MILLI
+    with np.errstate(over="ignore"):
+        sigmoid = 1.0 / (1.0 + np.exp(-x))
+    return np.floor(sigmoid * SIMULATOR_MAX_SCORE).astype(np.int64)
+
+
 def node_fragmentation(node: NodeGPUs, mix: TaskMix = DEFAULT_MIX) -> float:
     """The node's F_n(M) in milli-GPUs, from its GPUs alone (no CPU or memory: what the extender sees)."""
     return float(fragmentation(node_free(node), mix))
@@ -308,6 +354,7 @@ __all__ = [
     "DEFAULT_MIX_TEXT",
     "MILLI",
     "POPULARITY",
+    "SIMULATOR_MAX_SCORE",
     "MixArrays",
     "MixError",
     "TaskMix",
@@ -324,4 +371,5 @@ __all__ = [
     "node_fragmentation",
     "node_free",
     "parse_mix",
+    "simulator_score",
 ]

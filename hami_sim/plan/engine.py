@@ -32,11 +32,13 @@ One pod (`Cluster.place`):
      sorted list, so among equal scores the last candidate. HAMi's Filter answers with that one node
      (`ExtenderFilterResult{NodeNames: &[]string{m.NodeID}}`), so kube-scheduler's own scores never
      choose among GPU pods' nodes.
-   - `fragmentation`: the paper's FGD: the node and GPU where the node's fragmentation for the
-     workload's mix (with CPU and memory) grows least; among equal ones, one at random. Exact growth, a
-     float: more than the extender's 0..10 answer can carry (`fragmentation-extender` is what it sends).
+   - `fragmentation`: the paper's FGD as its simulator runs it: the node and GPU where the node's
+     fragmentation for the workload's mix (with CPU) grows least, scored as the simulator scores it
+     (`frag.simulator_score`, whole numbers 0..100); among equal scores the node whose name sorts first,
+     then its GPU of the lowest index (`_first_by_name`). More than the extender's 0..10 answer inside
+     kube-scheduler's total can carry (`fragmentation-extender` is what the extender sends).
    CPU-only pods go where kube-scheduler's LeastAllocated puts them (the extender is not asked about pods
-   that ask no GPU), except under `fragmentation`, which scores them by growth as the paper does.
+   that ask no GPU), except under `fragmentation`, which scores them the same way, as the paper does.
 3. Which GPUs: `fit.fit_pod` on the chosen node with the policy's GPU policy (for `fragmentation` the
    GPU chosen in step 2, passed as `nvidia.com/use-gpuuuid`, so fit_pod checks it).
 """
@@ -63,6 +65,7 @@ from hami_control.frag import (
     free_milli_arrays,
     gpu_free_milli,
     shape_terms,
+    simulator_score,
 )
 from hami_control.gputable import (
     Evaluation,
@@ -197,6 +200,11 @@ class Cluster:
         """The scheduler stand-in's node order (its cache lists nodes by name)."""
         self.next_start = 0
         """Where kube-scheduler's next search for feasible nodes starts (an index into `name_order`)."""
+        self.name_rank = np.empty(len(self.specs), dtype=np.int64)
+        """Per node, the place of its name in lexicographic order (`_first_by_name`)."""
+        self.name_rank[sorted(range(len(self.specs)), key=lambda i: self.specs[i].name)] = np.arange(
+            len(self.specs)
+        )
         self.cpu_cap = np.array([s.cpu_milli for s in self.specs], dtype=np.int64)
         self.mem_cap = np.array([s.memory_mib for s in self.specs], dtype=np.int64)
         self.cpu_free = self.cpu_cap.copy()
@@ -294,6 +302,19 @@ class Cluster:
         best = v.min() if lowest else v.max()
         tied = candidates[np.abs(v - best) <= _TIE]
         return int(tied[0] if len(tied) == 1 else tied[self.rng.integers(len(tied))])
+
+    def _first_by_name(self, rows: IntArray, score: IntArray, gpu: IntArray | None = None) -> int:
+        """The index into `rows` (nodes; with `gpu`, the GPU index of each entry) of the best score; among
+        equal ones the node whose name sorts first, then the lowest GPU index. So the paper's simulator
+        breaks FGD's ties: its kube-scheduler fork takes the smallest node name among equal scores
+        (hkust-adsl/kubernetes-scheduler-simulator vendor/k8s.io/kubernetes/pkg/scheduler/core/
+        generic_scheduler.go `selectHost`, from github.com/mental2008/kubernetes v1.20.5-minor) and FGD
+        the first GPU of the node's best score (pkg/simulator/plugin/fgd_score.go
+        `calculateGpuShareFragExtendScore`). kube-scheduler itself takes one at random; on OpenB's
+        gpushare100 that leaves about a third more GPUs unallocated (docs/planning.md, Results)."""
+        ties = np.flatnonzero(score == score.max())
+        keys = (self.name_rank[rows[ties]],) if gpu is None else (gpu[ties], self.name_rank[rows[ties]])
+        return int(ties[np.lexsort(keys)[0]])
 
     def place(self, task: Task) -> Placement | None:
         """Place `task` by the policy, or None when no node takes it."""
@@ -508,7 +529,8 @@ class Cluster:
                 self.mixa,
                 self.host_ok(cand, task.cpu_milli, task.memory_mib),
             )
-            return self._pick(cand, after - before, lowest=True)
+            score = simulator_score(after - before, np.zeros(len(cand), dtype=np.int64), self.mix)
+            return int(cand[self._first_by_name(cand, score)])
         return self._pick(cand, self.least_allocated(cand, task))
 
     def _hami(self, cand: IntArray) -> int:
@@ -532,7 +554,9 @@ class Cluster:
             host = self.host_ok(cand, task.cpu_milli, task.memory_mib)
             holding = self.holding[cand] - request.nums
             after = combine(self.small[cand], holding, total - MILLI * request.nums, a, host)
-            return self._pick(cand, after - before, lowest=True), None
+            taken = np.full(len(cand), MILLI * request.nums, dtype=np.int64)
+            score = simulator_score(after - before, taken, self.mix)
+            return int(cand[self._first_by_name(cand, score)]), None
         # One-GPU pod: a growth per (node, GPU that passes). Pairs with the same node state (its free
         # amounts as a multiset, the shapes it hosts before and after) and the same GPU change score
         # alike: compute each distinct one once (keyed by a 64-bit hash of those values).
@@ -565,9 +589,8 @@ class Cluster:
         after = after_change(
             self.small[rows], self.holding[rows], total[pc], was[first], now[first], self.mix, host[pc]
         )
-        growth = (after - before[pc])[which.ravel()]
-        ties = np.flatnonzero(growth <= growth.min() + _TIE)
-        i = int(ties[0] if len(ties) == 1 else ties[self.rng.integers(len(ties))])
+        score = simulator_score(after - before[pc], was[first] - now[first], self.mix)[which.ravel()]
+        i = self._first_by_name(cand[cc], score, gg)
         row = int(cand[cc[i]])
         return row, self.nodes[row].gpus[int(gg[i])].id
 

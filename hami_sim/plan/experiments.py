@@ -50,10 +50,13 @@ SCHEDULER_DEFAULTS = SchedulerModel()
 
 
 def workload_mix(tasks: Sequence[Task]) -> TaskMix:
-    """The mix the fragmentation policy measures against, learned from the workload: its GPU task shapes
-    (GPUs, share, CPU, memory, models), the most common ones covering 95% of the GPU tasks."""
+    """The mix the fragmentation policy measures against, learned from the workload as the paper's
+    simulator does (`frag.mix_from_tasks`): task shapes (GPUs, share, CPU, models; no memory, as the
+    simulator's pkg/type/resource.go `PodResource` has none), the most common ones covering 95% of all
+    tasks, CPU-only ones counted in the cut, then left out."""
     return mix_from_tasks(
-        TaskShape(t.num_gpu, t.share, t.cpu_milli, t.memory_mib, t.models) for t in tasks if t.num_gpu > 0
+        (TaskShape(t.num_gpu, t.share, t.cpu_milli, 0, t.models) for t in tasks if t.num_gpu > 0),
+        cpu_only=[t.cpu_milli for t in tasks if t.num_gpu <= 0],
     )
 
 

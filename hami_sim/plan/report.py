@@ -251,7 +251,12 @@ def describe_mix(mix: TaskMix, top: int = 8) -> str:
         models = f" on {'|'.join(shape.models)}" if shape.models else ""
         parts.append(f"{gpu}{host}{models} {100 * weight:.1f}%")
     rest = len(mix.shapes) - top
-    return "; ".join(parts) + (f"; {rest} more shapes" if rest > 0 else "")
+    cpu = (
+        f" (beside them, CPU-only tasks: {100 * mix.cpu_share:.1f}% of the typical tasks)"
+        if mix.cpu_share
+        else ""
+    )
+    return "; ".join(parts) + (f"; {rest} more shapes" if rest > 0 else "") + cpu
 
 
 def write_report(
