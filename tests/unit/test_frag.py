@@ -3,6 +3,8 @@ fragmentation node and GPU policies through the real fit, score and extender cod
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -232,6 +234,34 @@ def fragmented_nodes(draw: st.DrawFn) -> list[NodeGPUs]:
     return nodes
 
 
+def scores_with_and_without_the_table(
+    nodes: list[NodeGPUs], ask_fields: dict[str, Any], mix_text: str
+) -> tuple[object, object]:
+    """/prioritize's fragmentation scores of a one-GPU pod over `nodes`, through the GPU table and node by
+    node (fit_pod on each)."""
+    config = ControlConfig().with_settings(
+        node_scheduler_policy=NodePolicy.FRAGMENTATION,
+        gpu_scheduler_policy=(GPUPolicy.FRAGMENTATION,),
+        fragmentation_mix=parse_mix(mix_text),
+    )
+    ask = read_pod_ask(pod("p", container("c", gpus=1, **ask_fields), namespace="ns", uid="u"), config)
+    assert ask is not None
+    by_name = {n.name: n for n in nodes}
+
+    class View:
+        def node_gpus(self, name: str) -> NodeGPUs | None:
+            return by_name.get(name)
+
+        def unregistered_reason(self, name: str) -> str | None:
+            return None
+
+    table = GPUTable()
+    for n in nodes:
+        table.set_node(n)
+    candidates = Candidates(tuple(by_name))
+    return prioritize_nodes(ask, candidates, View(), table=table), prioritize_nodes(ask, candidates, View())
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     fragmented_nodes(),
@@ -248,26 +278,36 @@ def fragmented_nodes(draw: st.DrawFn) -> list[NodeGPUs]:
 def test_vectorised_fragmentation_scores_equal_node_by_node(
     nodes: list[NodeGPUs], request: dict[str, int], mix_text: str
 ) -> None:
-    config = ControlConfig().with_settings(
-        node_scheduler_policy=NodePolicy.FRAGMENTATION,
-        gpu_scheduler_policy=(GPUPolicy.FRAGMENTATION,),
-        fragmentation_mix=parse_mix(mix_text),
-    )
-    ask = read_pod_ask(pod("p", container("c", gpus=1, **request), namespace="ns", uid="u"), config)
-    assert ask is not None
-    by_name = {n.name: n for n in nodes}
+    fast, slow = scores_with_and_without_the_table(nodes, request, mix_text)
+    assert fast == slow
 
-    class View:
-        def node_gpus(self, name: str) -> NodeGPUs | None:
-            return by_name.get(name)
 
-        def unregistered_reason(self, name: str) -> str | None:
-            return None
+@st.composite
+def shared_nodes(draw: st.DrawFn) -> list[NodeGPUs]:
+    """1-4 nodes of 1-4 GPUs (sizes mixed), each GPU with a slice of 0-100 % memory and 0-60 % cores."""
+    nodes = []
+    for n in range(draw(st.integers(1, 4))):
+        sizes = st.sampled_from([16000, 24000, 81920])
+        gpus = [gpu_info(i, id=f"n{n}-{i}", devmem=draw(sizes)) for i in range(draw(st.integers(1, 4)))]
+        slices = []
+        for g in gpus:
+            share, cores = draw(st.integers(0, 10)) * 10, draw(st.sampled_from([0, 20, 30, 60]))
+            if share or cores:
+                slices.append(GPUSlice(g.id, g.devmem * share // 100, cores))
+        nodes.append(node_gpus(*gpus, name=f"n{n}", slices=slices))
+    return nodes
 
-    table = GPUTable()
-    for n in nodes:
-        table.set_node(n)
-    candidates = Candidates(tuple(by_name))
-    fast = prioritize_nodes(ask, candidates, View(), table=table)
-    slow = prioritize_nodes(ask, candidates, View())
+
+@settings(max_examples=80, deadline=None)
+@given(
+    shared_nodes(),
+    st.sampled_from([{"gpumem": 8000}, {"gpumem": 2000, "gpucores": 10}, {"gpumem_percentage": 10}]),
+    st.sampled_from(["100:1", "300:2,200:2,120:1", "60:1,250:1"]),
+)
+def test_vectorised_scores_equal_node_by_node_for_a_learned_mix_of_small_tasks(
+    nodes: list[NodeGPUs], ask_fields: dict[str, Any], mix_text: str
+) -> None:
+    """Small shapes leave most GPUs tied at no growth, whatever each would take: the GPU table scores
+    those nodes itself (growth 0 scores 5 for any amount taken), the same as fit_pod node by node."""
+    fast, slow = scores_with_and_without_the_table(nodes, ask_fields, mix_text)
     assert fast == slow

@@ -15,10 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami_api.resources import ContainerRequest
-from hami_api.types import GPUPolicy, GPUSlice, NodePolicy
+from hami_api.types import NodePolicy
 from hami_control.cache import ClusterCache
 from hami_control.config import ConfigError, ControlConfig, load_config
-from hami_control.extender import Candidates, prioritize_nodes, read_pod_ask
 from hami_control.frag import DEFAULT_MIX, MixError, TaskMix, TaskShape, mix_from_tasks, parse_mix
 from hami_control.frag_mix import (
     OBSERVED_DEFAULT,
@@ -33,13 +32,11 @@ from hami_control.frag_mix import (
     pod_tasks,
     task_shape,
 )
-from hami_control.gputable import GPUTable
 from hami_control.metrics import ControlMetrics
 from hami_control.mix_feed import MixFeed
 from hami_control.pod_store import PodStore
 from hami_control.scheduling import Extender
-from hami_control.usage import NodeGPUs
-from tests.builders import Json, allocation, allocation_annotations, container, gpu_info, node, node_gpus, pod
+from tests.builders import Json, allocation, allocation_annotations, container, gpu_info, node, pod
 
 GPU_MEM = 16000
 
@@ -352,53 +349,3 @@ def test_a_scheduling_cycle_keeps_the_mix_it_started_with() -> None:
     ext.filter(orjson.dumps({"Pod": other, "NodeNames": ["a"]}))
     started = ext.cycles.get("u-q")
     assert started is not None and started.ask is not None and started.ask.mix == ext.mix
-
-
-@st.composite
-def shared_nodes(draw: st.DrawFn) -> list[NodeGPUs]:
-    """1-4 nodes of 1-4 GPUs (sizes mixed), each GPU with a slice of 0-100 % memory and 0-60 % cores."""
-    nodes = []
-    for n in range(draw(st.integers(1, 4))):
-        sizes = st.sampled_from([16000, 24000, 81920])
-        gpus = [gpu_info(i, id=f"n{n}-{i}", devmem=draw(sizes)) for i in range(draw(st.integers(1, 4)))]
-        slices = []
-        for g in gpus:
-            share, cores = draw(st.integers(0, 10)) * 10, draw(st.sampled_from([0, 20, 30, 60]))
-            if share or cores:
-                slices.append(GPUSlice(g.id, g.devmem * share // 100, cores))
-        nodes.append(node_gpus(*gpus, name=f"n{n}", slices=slices))
-    return nodes
-
-
-@settings(max_examples=80, deadline=None)
-@given(
-    shared_nodes(),
-    st.sampled_from([{"gpumem": 8000}, {"gpumem": 2000, "gpucores": 10}, {"gpumem_percentage": 10}]),
-    st.sampled_from(["100:1", "300:2,200:2,120:1", "60:1,250:1"]),
-)
-def test_vectorised_scores_equal_node_by_node_for_a_learned_mix_of_small_tasks(
-    nodes: list[NodeGPUs], ask_fields: dict[str, Any], mix_text: str
-) -> None:
-    """Small shapes leave most GPUs tied at no growth, whatever each would take: the GPU table scores
-    those nodes itself (growth 0 scores 5 for any amount taken), the same as fit_pod node by node."""
-    config = ControlConfig().with_settings(
-        node_scheduler_policy=NodePolicy.FRAGMENTATION,
-        gpu_scheduler_policy=(GPUPolicy.FRAGMENTATION,),
-        fragmentation_mix=parse_mix(mix_text),
-    )
-    ask = read_pod_ask(pod("p", container("c", gpus=1, **ask_fields), namespace="ns", uid="u"), config)
-    assert ask is not None
-    by_name = {n.name: n for n in nodes}
-
-    class View:
-        def node_gpus(self, name: str) -> NodeGPUs | None:
-            return by_name.get(name)
-
-        def unregistered_reason(self, name: str) -> str | None:
-            return None
-
-    table = GPUTable()
-    for n in nodes:
-        table.set_node(n)
-    candidates = Candidates(tuple(by_name))
-    assert prioritize_nodes(ask, candidates, View(), table=table) == prioritize_nodes(ask, candidates, View())
