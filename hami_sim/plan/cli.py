@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             tasks, pods_file = read_pods_csv(args.pods), str(args.pods)
         else:
             tasks, pods_file = read_workload_yaml(args.workload, args.seed), str(args.workload)
-        mix = parse_mix(args.mix) if args.mix else workload_mix(tasks)
+        given = parse_mix(args.mix) if args.mix else None
     except (InputError, MixError) as err:
         print(f"hami-sim plan: {err}", file=sys.stderr)
         return 2
@@ -147,12 +147,12 @@ def run(args: argparse.Namespace) -> int:
     results: list[InflationResult] | list[ReplayResult]
     if args.experiment == "inflation":
         results = [
-            inflation(nodes, tasks, p, args.seed, args.max_arrival / 100, mix, progress, scheduler)
+            inflation(nodes, tasks, p, args.seed, args.max_arrival / 100, given, progress, scheduler)
             for p in args.policies
         ]
     else:
         results = [
-            replay(nodes, tasks, p, args.seed, mix, progress, scheduler=scheduler) for p in args.policies
+            replay(nodes, tasks, p, args.seed, given, progress, scheduler=scheduler) for p in args.policies
         ]
     info = RunInfo(
         str(args.nodes),
@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         sum(n.gpus for n in nodes),
         len(nodes),
         len(tasks),
-        describe_mix(mix),
+        describe_mix(given or workload_mix(tasks)),
         args.extender_weight,
         args.percentage_of_nodes_to_score,
     )

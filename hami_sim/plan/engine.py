@@ -137,7 +137,9 @@ def gpu_mix(mix: TaskMix) -> TaskMix:
     return TaskMix.of((TaskShape(s.gpus, s.milli), w) for s, w in zip(mix.shapes, mix.weights, strict=True))
 
 
-def _gpu_request(task: Task) -> ContainerRequest | None:
+def gpu_request(task: Task) -> ContainerRequest | None:
+    """The extender's view of a task's GPU ask: `num_gpu` GPUs, each `share // 10` percent of memory and cores
+    (None: CPU only)."""
     if task.num_gpu <= 0:
         return None
     percent = task.share // 10
@@ -156,6 +158,7 @@ class Cluster:
         *,
         extender_weight: int = DEFAULT_EXTENDER_WEIGHT,
         percentage_of_nodes_to_score: int | None = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
+        extender_mix: TaskMix | None = None,
     ) -> None:
         if extender_weight < 1:
             raise ValueError(f"extender_weight: expected a positive whole number, got {extender_weight}")
@@ -165,8 +168,10 @@ class Cluster:
         self.specs = list(specs)
         self.mix = mix
         self.mixa = arrays(mix)
-        self.gpu_mix = gpu_mix(mix)
-        """The mix as the extender sees it (`--fragmentation-mix` takes GPU shapes only)."""
+        self.gpu_mix = extender_mix if extender_mix is not None else gpu_mix(mix)
+        """The mix the extender's fragmentation policy uses (`fragmentation-extender`): `extender_mix`, the
+        one it learns (`experiments.extender_mix`), or `mix` given as `--fragmentation-mix` (GPU shapes
+        only)."""
         self.policy = policy
         self.extender_weight = extender_weight
         self.rng = np.random.default_rng(seed)
@@ -347,7 +352,7 @@ class Cluster:
         `SCHEDULER` and `HAMI` choices (HAMi: only its one node, total 0). See the module note."""
         if self.policy.choice == FGD:
             raise ValueError(f"policy {self.policy.name}: picks node and GPU together, not by node score")
-        request = _gpu_request(task)
+        request = gpu_request(task)
         ok_host = self._sample(task)[0]
         if request is None:
             cand = np.flatnonzero(ok_host)
@@ -385,7 +390,7 @@ class Cluster:
             raise ValueError(f"task {task.name}: node {name} has too little CPU or memory left")
         if self.policy.choice != FGD:
             self.next_start = self._sample(task)[1]
-        request = _gpu_request(task)
+        request = gpu_request(task)
         if request is None:
             return self._apply(row, (), task)
         selector = DeviceSelector(use_types=task.models) if task.models else NO_SELECTOR
@@ -467,7 +472,7 @@ class Cluster:
 
     def _place_fgd(self, task: Task) -> Placement | None:
         """The `FGD` choice: node and GPU where the fragmentation grows least."""
-        request = _gpu_request(task)
+        request = gpu_request(task)
         ok_host = (self.cpu_free >= task.cpu_milli) & (self.mem_free >= task.memory_mib)
         if request is None:
             cand = np.flatnonzero(ok_host)
@@ -595,4 +600,4 @@ class Cluster:
         return row, self.nodes[row].gpus[int(gg[i])].id
 
 
-__all__ = ["FGD", "HAMI", "POLICIES", "SCHEDULER", "Cluster", "Placement", "Policy", "gpu_mix"]
+__all__ = ["FGD", "HAMI", "POLICIES", "SCHEDULER", "Cluster", "Placement", "Policy", "gpu_mix", "gpu_request"]

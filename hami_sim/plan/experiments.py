@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hami_control.frag import MILLI, TaskMix, TaskShape, mix_from_tasks
+from hami_control.frag_mix import task_shape
 from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT, DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
-from hami_sim.plan.engine import POLICIES, Cluster, Placement
+from hami_sim.plan.engine import POLICIES, Cluster, Placement, gpu_request
 from hami_sim.plan.inputs import NodeSpec, Task
 from hami_sim.progress import ProgressBar
 
@@ -35,7 +36,14 @@ class SchedulerModel:
     extender_weight: int = DEFAULT_EXTENDER_WEIGHT
     percentage_of_nodes_to_score: int | None = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
 
-    def cluster(self, nodes: Sequence[NodeSpec], mix: TaskMix, policy: str, seed: int) -> Cluster:
+    def cluster(
+        self,
+        nodes: Sequence[NodeSpec],
+        mix: TaskMix,
+        policy: str,
+        seed: int,
+        extender_mix: TaskMix | None = None,
+    ) -> Cluster:
         return Cluster(
             nodes,
             mix,
@@ -43,6 +51,7 @@ class SchedulerModel:
             seed,
             extender_weight=self.extender_weight,
             percentage_of_nodes_to_score=self.percentage_of_nodes_to_score,
+            extender_mix=extender_mix,
         )
 
 
@@ -58,6 +67,24 @@ def workload_mix(tasks: Sequence[Task]) -> TaskMix:
         (TaskShape(t.num_gpu, t.share, t.cpu_milli, 0, t.models) for t in tasks if t.num_gpu > 0),
         cpu_only=[t.cpu_milli for t in tasks if t.num_gpu <= 0],
     )
+
+
+def extender_mix(tasks: Sequence[Task]) -> TaskMix:
+    """The mix hami-control's extender learns from these tasks' pods (`--fragmentation-mix observed`, its
+    default; `frag_mix.task_shape` of each GPU task's request, the 95% rule over GPU tasks only, no CPU),
+    in its steady state: every task in its window. Not `workload_mix`'s GPU part: the paper's rule cuts
+    shapes that differ in CPU, which drops multi-GPU shapes of many CPU sizes that the extender, which
+    sees GPUs only, keeps."""
+    shapes = (task_shape(r, 0) for t in tasks if (r := gpu_request(t)) is not None)
+    return mix_from_tasks(s for s in shapes if s is not None)
+
+
+def _mixes(tasks: Sequence[Task], mix: TaskMix | None) -> tuple[TaskMix, TaskMix | None]:
+    """(the planner's fragmentation mix, the extender's): learned from the workload, or `mix` given for
+    both (the extender then configured with it)."""
+    if mix is not None:
+        return mix, None
+    return workload_mix(tasks), extender_mix(tasks)
 
 
 @dataclass
@@ -85,8 +112,8 @@ def inflation(  # noqa: PLR0917 (the experiment's inputs, named)
     progress: bool = False,
     scheduler: SchedulerModel = SCHEDULER_DEFAULTS,
 ) -> InflationResult:
-    mix = mix or workload_mix(tasks)
-    cluster = scheduler.cluster(nodes, mix, policy, seed)
+    mix, learned = _mixes(tasks, mix)
+    cluster = scheduler.cluster(nodes, mix, policy, seed, learned)
     capacity = cluster.gpus_total * MILLI
     target = max_arrival * capacity
     rng = np.random.default_rng(seed)
@@ -145,8 +172,8 @@ def replay(  # noqa: PLR0917 (the experiment's inputs, named)
     samples: int = 400,
     scheduler: SchedulerModel = SCHEDULER_DEFAULTS,
 ) -> ReplayResult:
-    mix = mix or workload_mix(tasks)
-    cluster = scheduler.cluster(nodes, mix, policy, seed)
+    mix, learned = _mixes(tasks, mix)
+    cluster = scheduler.cluster(nodes, mix, policy, seed, learned)
     capacity = cluster.gpus_total * MILLI
     out = ReplayResult(policy, tasks=len(tasks))
     arrivals = sorted(range(len(tasks)), key=lambda i: (tasks[i].creation, i))
@@ -218,6 +245,7 @@ __all__ = [
     "InflationResult",
     "ReplayResult",
     "SchedulerModel",
+    "extender_mix",
     "inflation",
     "replay",
     "workload_mix",

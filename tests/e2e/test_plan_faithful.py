@@ -100,7 +100,7 @@ def core(cluster: Cluster) -> Iterator[Any]:
 
 def task_pod(task: inputs.Task, policy: str) -> dict[str, Any]:
     """The pod the planner's task stands for: its CPU and memory requests and, for a GPU task, the
-    planner's request (`engine._gpu_request`): N GPUs, each share% of memory and cores."""
+    planner's request (`engine.gpu_request`): N GPUs, each share% of memory and cores."""
     percent = task.share // 10
     main = container(
         gpus=task.num_gpu or None,

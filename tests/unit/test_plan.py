@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from hami_control.frag import TaskShape, mix_from_tasks
 from hami_sim.main import main
-from hami_sim.plan.engine import POLICIES, Cluster
-from hami_sim.plan.experiments import inflation, replay, workload_mix
+from hami_sim.plan.engine import POLICIES, Cluster, gpu_mix
+from hami_sim.plan.experiments import SCHEDULER_DEFAULTS, extender_mix, inflation, replay, workload_mix
 from hami_sim.plan.inputs import (
     InputError,
     NodeSpec,
@@ -311,3 +312,19 @@ def test_the_planning_examples_read_and_replay() -> None:
     assert sum(n.gpus for n in nodes) == 16 * 8 + 24 * 2
     result = replay(nodes, tasks[:300], "fragmentation", seed=1)
     assert len(result.pending_s) + result.never == 300
+
+
+def test_the_extenders_learned_mix_keeps_multi_gpu_shapes_the_papers_cut_drops_by_cpu_size() -> None:
+    # 120 one-GPU halves of one CPU size; 40 four-GPU tasks, each of its own CPU size. The paper's rule
+    # (workload_mix) counts (GPUs, share, CPU) shapes, so every four-GPU shape is rare and falls out of its
+    # 95% cut; the extender learns (GPUs, share) only and keeps 4x1000 as a quarter of the mix.
+    tasks = [Task(f"half-{i}", 4000, 1024, 1, 500) for i in range(120)]
+    tasks += [Task(f"four-{i}", 1000 * (i + 1), 1024, 4, 1000) for i in range(40)]
+    learned = extender_mix(tasks)
+    assert learned == mix_from_tasks([TaskShape(1, 500)] * 120 + [TaskShape(4, 1000)] * 40)
+    assert dict(zip(learned.shapes, learned.weights, strict=True))[TaskShape(4, 1000)] == pytest.approx(0.25)
+    papers = gpu_mix(workload_mix(tasks))
+    assert dict(zip(papers.shapes, papers.weights, strict=True)).get(TaskShape(4, 1000), 0) < 0.25
+    # fragmentation-extender scores against the learned mix; the other policies keep the paper's.
+    cluster = SCHEDULER_DEFAULTS.cluster([], workload_mix(tasks), "fragmentation-extender", 1, learned)
+    assert cluster.gpu_mix == learned

@@ -19,7 +19,7 @@ from hami_control.frag import TaskMix, TaskShape, parse_mix
 from hami_control.usage import NodeGPUs
 from hami_node.gpu.inventory import generate_inventory
 from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT, DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
-from hami_sim.plan.engine import POLICIES, Cluster, _gpu_request, gpu_mix
+from hami_sim.plan.engine import POLICIES, Cluster, gpu_mix, gpu_request
 from hami_sim.plan.inputs import NodeSpec, Task
 from hami_sim.scheduler import SchedulerStandIn
 from hami_sim.scheduler import fit as kube
@@ -81,7 +81,7 @@ def stand_in_totals(cluster: Cluster, task: Task, rows: list[int], weight: int) 
     """What the scheduler stand-in adds up for these feasible nodes, with hami-control's own answer."""
     ask = kube.PodAsk.of(kube_pod(task))
     own = {cluster.specs[r].name: kube.least_allocated_score(ask, node_info(cluster, r)) for r in rows}
-    request = _gpu_request(task)
+    request = gpu_request(task)
     if request is None:  # not the extender's pod (kube's IsInterested)
         return own
     policy = cluster.policy
