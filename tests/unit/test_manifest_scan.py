@@ -1,11 +1,12 @@
 """checkov, a maintained manifest scanner (PyPI `checkov`, its Kubernetes checks), over the install as
 `kubectl kustomize` renders it: the base (daemonset/), the cert-manager overlay, the DRA overlay and the
-base with the optional monitoring component (PodMonitors and the Grafana dashboard ConfigMap).
+base with each optional component: monitoring (PodMonitors and the Grafana dashboard ConfigMap) and
+fragmentation (hami-control's fragmentation policy flags, the scheduler ConfigMap with weight 11).
 
 Every finding is either fixed in daemonset/ or listed in `SKIPS` below with why it stays; the test fails
 on any finding not listed (a new manifest, or a change, that a check flags) and on a listed one that no
 longer occurs (so the list never outlives its reasons). checkov runs from its own virtualenv, .venv-scan
-(hack/setup.sh; hack/scan-requirements.txt says why not .venv), once for all four renderings and a
+(hack/setup.sh; hack/scan-requirements.txt says why not .venv), once for all five renderings and a
 manifest it must flag (so a scanner that silently checks nothing cannot pass). About 5 s.
 """
 
@@ -29,11 +30,14 @@ RENDERED = {
     "dra": REPO / "daemonset" / "overlays" / "dra",
 }
 """What is scanned: the install as `kubectl kustomize` renders each (tests/unit/test_manifests.py
-validates the same three), and `MONITORING`."""
+validates the same three), and `COMPONENTS`."""
 MONITORING = REPO / "daemonset" / "components" / "monitoring"
-"""The optional monitoring component (PodMonitors, the dashboard ConfigMap). A kustomize Component does
-not render alone: it is scanned as a user adds it, the base with `components: [.../monitoring]` (the
-kustomization tests/unit/test_manifests.py renders for it too), as `monitoring.yaml`."""
+FRAGMENTATION = REPO / "daemonset" / "components" / "fragmentation"
+COMPONENTS = {"monitoring": MONITORING, "fragmentation": FRAGMENTATION}
+"""The optional components: monitoring (PodMonitors, the dashboard ConfigMap) and fragmentation (a patched
+hami-control Deployment, a replaced scheduler ConfigMap). A kustomize Component does not render alone:
+each is scanned as a user adds it, the base with `components: [.../<name>]` (the kustomization
+tests/unit/test_manifests.py renders for it too), as `<name>.yaml`."""
 CHECKOV = REPO / ".venv-scan" / "bin" / "checkov"
 
 _DIGEST = (
@@ -110,7 +114,7 @@ def _resource(finding: dict[str, Any]) -> str:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """checkov's JSON report (passed and failed checks) over base.yaml, cert-manager.yaml, dra.yaml,
-    monitoring.yaml and flagged.yaml."""
+    monitoring.yaml, fragmentation.yaml and flagged.yaml."""
     if not CHECKOV.exists():
         if os.environ.get("HAMI_REQUIRE_CHECKOV") == "1":
             pytest.fail(f"{CHECKOV} is required here (HAMI_REQUIRE_CHECKOV=1); run hack/setup.sh")
@@ -120,13 +124,15 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             pytest.fail("kubectl is required here (HAMI_REQUIRE_KUBECTL=1) but is not installed")
         pytest.skip("kubectl is not installed (hack/setup.sh installs it when run as root)")
     root = tmp_path_factory.mktemp("scan")
-    with_monitoring = tmp_path_factory.mktemp("with-monitoring")
-    (with_monitoring / "kustomization.yaml").write_text(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        f"resources: [{os.path.relpath(RENDERED['base'], with_monitoring)}]\n"
-        f"components: [{os.path.relpath(MONITORING, with_monitoring)}]\n"
-    )
-    for name, directory in {**RENDERED, "monitoring": with_monitoring}.items():
+    with_components: dict[str, Path] = {}
+    for name, component in COMPONENTS.items():
+        with_component = with_components[name] = tmp_path_factory.mktemp(f"with-{name}")
+        (with_component / "kustomization.yaml").write_text(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+            f"resources: [{os.path.relpath(RENDERED['base'], with_component)}]\n"
+            f"components: [{os.path.relpath(component, with_component)}]\n"
+        )
+    for name, directory in {**RENDERED, **with_components}.items():
         render = subprocess.run(
             [KUBECTL, "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=False
         )
@@ -173,7 +179,7 @@ def test_checkov_finds_nothing_in_the_install_but_the_justified_skips(
     scan: dict[str, list[dict[str, Any]]],
 ) -> None:
     found: dict[tuple[str, str], str] = {}
-    for name in ("base.yaml", "cert-manager.yaml", "dra.yaml", "monitoring.yaml"):
+    for name in ("base.yaml", "cert-manager.yaml", "dra.yaml", *(f"{c}.yaml" for c in COMPONENTS)):
         for finding in scan.get(name, []):
             found[(finding["check_id"], _resource(finding))] = f"{name}: {finding['check_name']}"
     new = {key: found[key] for key in sorted(found.keys() - SKIPS.keys())}
@@ -195,3 +201,18 @@ def test_checkov_checks_what_the_monitoring_component_adds(report: dict[str, Any
     assert ("monitoring.yaml", "ConfigMap.hami-system.hami-dashboard") in checked
     assert ("monitoring.yaml", "DaemonSet.hami-system.hami-node") in checked  # the install it is added to
     assert not {r for f, r in checked if r.startswith("PodMonitor.")}
+
+
+def test_checkov_checks_what_the_fragmentation_component_changes(report: dict[str, Any]) -> None:
+    """The component's two objects, the Deployment with the policy flags and the replaced scheduler
+    ConfigMap (a hashed name: checkov's resource carries it), are checked in fragmentation.yaml."""
+    results = report["results"]
+    checked = {
+        (Path(c["file_path"]).name, _resource(c))
+        for c in [*results["passed_checks"], *results["failed_checks"]]
+    }
+    assert ("fragmentation.yaml", "Deployment.hami-system.hami-control") in checked
+    assert any(
+        f == "fragmentation.yaml" and r.startswith("ConfigMap.hami-system.hami-scheduler-config-")
+        for f, r in checked
+    ), sorted(r for f, r in checked if f == "fragmentation.yaml")

@@ -20,6 +20,11 @@
 - The monitoring component (components/monitoring): its PodMonitors validate against the Prometheus
   Operator's CRD schema (tests/data/crds, strict) and scrape the ports that serve /metrics, hami-control's
   over HTTPS with the install's CA; rendered over the install it adds only them and the dashboard ConfigMap.
+- The fragmentation component (components/fragmentation): its scheduler configuration is the shipped one
+  but the extender weight (11, the smallest at which one extender point outweighs LeastAllocated) and loads
+  in the scheduler stand-in; rendered over the base and each overlay it changes only hami-control's flags
+  (both policies fragmentation, as hami-control's loader reads them) and the scheduler ConfigMap, whose new
+  hashed name the Deployment mounts.
 - The webhook's CEL expression, evaluated (with cel-python, when installed) on GPU and other pods.
 - The Dockerfiles pass hadolint, pin their bases, and COPY only what exists and is not ignored; the
   HAMi-core installer of the node image installs atomically and idempotently.
@@ -35,6 +40,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -46,12 +52,15 @@ import pytest
 import yaml
 
 from hami_api import dra
+from hami_api.types import GPUPolicy, NodePolicy
 from hami_control.config import DRATranslation
 from hami_control.config import load_config as load_control_config
 from hami_control.main import DRA_WEBHOOK_PATH
 from hami_node.config import build_argument_parser as build_node_parser
 from hami_node.config import load_config as load_node_config
 from hami_sim.apiserver.selectors import label_selector_from_object
+from hami_sim.scheduler.config import load_scheduler_config
+from hami_sim.scheduler.fit import MAX_NODE_SCORE, extender_score
 from tests.builders import container, pod
 
 REPO = Path(__file__).resolve().parents[2]
@@ -1410,3 +1419,124 @@ def test_monitoring_component_adds_the_monitors_and_the_dashboard_to_the_install
     assert dashboard["data"] == {
         "hami-dashboard.json": (MONITORING / "hami-dashboard.json").read_bytes().decode("utf-8")
     }
+
+
+# --- fragmentation (components/fragmentation) --------------------------------------------------------------
+
+FRAGMENTATION = DAEMONSET / "components" / "fragmentation"
+FRAGMENTATION_SCHEDULER_CONFIG = FRAGMENTATION / "kube-scheduler-config.yaml"
+FRAGMENTATION_FLAGS = ["--node-scheduler-policy=fragmentation", "--gpu-scheduler-policy=fragmentation"]
+
+
+def with_component(tmp_path: Path, install: Path, component: Path) -> list[Doc]:
+    """`install` rendered with `component` added, as a user adds it (a kustomization of their own)."""
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump({
+            "resources": [os.path.relpath(install, tmp_path)],
+            "components": [os.path.relpath(component, tmp_path)],
+        })
+    )  # fmt: skip
+    return kustomize(tmp_path)
+
+
+def test_fragmentation_scheduler_config_is_the_shipped_one_but_the_extender_weight() -> None:
+    """The component's copy cannot drift: parsed, it is the shipped KubeSchedulerConfiguration with the
+    extender's weight 11 instead of 1, and 11 is the smallest weight at which one point of the extender's
+    score outweighs LeastAllocated's whole 0..100 (so the fragmentation score decides)."""
+    shipped = yaml.safe_load(SCHEDULER_CONFIG.read_text())
+    component = yaml.safe_load(FRAGMENTATION_SCHEDULER_CONFIG.read_text())
+    (shipped_extender,) = shipped["extenders"]
+    (component_extender,) = component["extenders"]
+    assert (shipped_extender["weight"], component_extender["weight"]) == (1, 11)
+    component_extender["weight"] = shipped_extender["weight"]
+    assert component == shipped
+    weight = yaml.safe_load(FRAGMENTATION_SCHEDULER_CONFIG.read_text())["extenders"][0]["weight"]
+    assert extender_score(1, weight - 1) <= MAX_NODE_SCORE < extender_score(1, weight)
+
+
+def test_fragmentation_scheduler_config_loads_in_the_scheduler_stand_in() -> None:
+    shipped = load_scheduler_config(SCHEDULER_CONFIG)
+    config = load_scheduler_config(FRAGMENTATION_SCHEDULER_CONFIG)
+    assert config.extenders == tuple(replace(e, weight=11) for e in shipped.extenders)
+    assert config.scheduler_name == shipped.scheduler_name == "hami-scheduler"
+    assert config.leader_election == shipped.leader_election
+    # As the local cluster runs it: the extender on loopback, the test CA.
+    local = load_scheduler_config(
+        FRAGMENTATION_SCHEDULER_CONFIG, extender_url="https://127.0.0.1:9443", extender_ca_file="/tmp/ca.crt"
+    )
+    assert [(e.url_prefix, e.weight) for e in local.extenders] == [("https://127.0.0.1:9443", 11)]
+
+
+def test_every_fragmentation_file_is_listed_and_it_is_a_component() -> None:
+    component = _kustomization(FRAGMENTATION)
+    assert (component["apiVersion"], component["kind"]) == ("kustomize.config.k8s.io/v1alpha1", "Component")
+    listed = {(FRAGMENTATION / f.split("=", 1)[-1]).resolve() for g in component["configMapGenerator"]
+              for f in g["files"]}  # fmt: skip
+    assert {p.resolve() for p in FRAGMENTATION.iterdir() if p.name != "kustomization.yaml"} == listed
+    # It replaces the base's generated ConfigMap (same name and namespace, same key).
+    (generator,) = component["configMapGenerator"]
+    (shipped,) = _kustomization(DAEMONSET / "scheduler")["configMapGenerator"]
+    assert generator["behavior"] == "replace"
+    assert (generator["name"], generator["namespace"]) == (shipped["name"], shipped["namespace"])
+    assert generator["files"] == ["config.yaml=kube-scheduler-config.yaml"]
+    assert [f.split("=", 1)[0] for f in shipped["files"]] == ["config.yaml"]
+
+
+def rendered_files(docs: Any, doc: Doc, c: Doc) -> Callable[[Path], str]:
+    """read_file for the config loaders: files from the rendered ConfigMaps mounted in container `c`."""
+    volumes = {v["name"]: v for v in pod_spec(doc)["volumes"]}
+
+    def read(path: Path) -> str:
+        for mount in c["volumeMounts"]:
+            volume = volumes[mount["name"]]
+            if "configMap" in volume and path.parent == Path(mount["mountPath"]):
+                (config_map,) = [d for d in docs if d["kind"] == "ConfigMap"
+                                 and d["metadata"]["name"] == volume["configMap"]["name"]]  # fmt: skip
+                data: str = config_map["data"][path.name]
+                return data
+        raise FileNotFoundError(2, "not mounted", str(path))
+
+    return read
+
+
+@pytest.mark.kubectl
+@pytest.mark.parametrize("install", [DAEMONSET, OVERLAY, DRA_OVERLAY], ids=["base", "cert-manager", "dra"])
+def test_fragmentation_component_sets_the_policies_and_the_extender_weight(
+    install: Path, tmp_path: Path
+) -> None:
+    plain = kustomize(install)
+    docs = with_component(tmp_path, install, FRAGMENTATION)
+    assert validate_all(docs) == []
+    # It adds nothing and changes two objects: the Deployment and the scheduler's ConfigMap (renamed).
+    assert len(docs) == len(plain)
+    changed = sorted((d["kind"], d["metadata"]["name"]) for d in docs if d not in plain)
+    scheduler = find(docs, "ConfigMap", "hami-scheduler-config")
+    assert changed == [("ConfigMap", scheduler["metadata"]["name"]), ("Deployment", "hami-control")]
+    # The ConfigMap: the component's file byte for byte, the base's labels, a new hash in its name, and
+    # the Deployment mounts that one, so adding the component rolls the control plane.
+    plain_scheduler = find(plain, "ConfigMap", "hami-scheduler-config")
+    assert scheduler["data"] == {"config.yaml": FRAGMENTATION_SCHEDULER_CONFIG.read_bytes().decode("utf-8")}
+    assert scheduler["metadata"]["labels"] == plain_scheduler["metadata"]["labels"]
+    assert scheduler["metadata"]["name"] != plain_scheduler["metadata"]["name"]
+    deployment = find(docs, "Deployment", "hami-control")
+    volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
+    kube_scheduler = container_named(deployment, "kube-scheduler")
+    config_arg = next(a for a in kube_scheduler["command"] if a.startswith("--config="))
+    config_path = Path(config_arg.removeprefix("--config="))
+    (mount,) = [m for m in kube_scheduler["volumeMounts"] if m["mountPath"] == str(config_path.parent)]
+    assert volumes[mount["name"]]["configMap"]["name"] == scheduler["metadata"]["name"]
+    assert [e["weight"] for e in yaml.safe_load(scheduler["data"][config_path.name])["extenders"]] == [11]
+    # hami-control: the two flags added after the install's own, and its loader reads both policies.
+    plain_deployment = find(plain, "Deployment", "hami-control")
+    hami = container_named(deployment, "hami-control")
+    assert hami["args"] == container_named(plain_deployment, "hami-control")["args"] + FRAGMENTATION_FLAGS
+    env = env_of(hami, {"metadata.name": "hami-control-abc", "metadata.namespace": NAMESPACE})
+    config = load_control_config(hami["args"][1:], env, rendered_files(docs, deployment, hami))
+    assert config.scheduling.node_policy == NodePolicy.FRAGMENTATION
+    assert config.scheduling.gpu_policy == (GPUPolicy.FRAGMENTATION,)
+    # Nothing else in the Deployment moved.
+    hami.pop("args")
+    volumes[mount["name"]]["configMap"]["name"] = plain_scheduler["metadata"]["name"]
+    expected = yaml.safe_load(yaml.safe_dump(plain_deployment))
+    container_named(expected, "hami-control").pop("args")
+    assert deployment == expected
