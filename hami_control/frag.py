@@ -308,6 +308,39 @@ def fragmentation(free: IntArray, mix: TaskMix, host_ok: BoolArray | None = None
     return combine(small, holding, free.sum(axis=-1), a, host_ok)
 
 
+def least_growth(  # noqa: PLR0917 (the candidates' GPUs, the ask and the hosts, named)
+    free: IntArray,
+    newfree: IntArray,
+    passing: BoolArray,
+    nums: int,
+    mix: TaskMix,
+    cpu_free: IntArray,
+    cpu_asked: int,
+) -> FloatArray:
+    """Per node `(N,)`: the least growth of F_n(M) (milli-GPUs, rounded to 1e-6) that a pod of `nums` GPUs
+    causes, with CPU in the measure: a shape counts as hosted only where the node's free CPU takes its
+    `cpu_milli`, before (`cpu_free`) and after the pod (`cpu_free - cpu_asked`). `free` / `newfree` `(N, W)`:
+    each GPU's free milli now and with one slice of the pod on it; `passing`: the GPUs that take a slice.
+    One GPU: the best passing GPU. Several: whole GPUs (their free amount goes from 1000 to 0; a share
+    under 1000 on several GPUs is not measured: inf). inf where the node cannot take the pod. What
+    `--fragmentation-filter best` narrows the extender's /filter answer by (docs/planning.md, "A decisive
+    extender")."""
+    a = arrays(mix)
+    small, holding = shape_terms(free, a)
+    total = free.sum(axis=-1)
+    before = combine(small, holding, total, a, cpu_free[:, None] >= a.cpu)
+    host_after = (cpu_free - cpu_asked)[:, None] >= a.cpu
+    if nums == 1:
+        after = after_each_gpu(free, newfree, mix, host_after)
+        growth = np.where(passing, np.round(after - before[:, None], 6), np.inf)
+        least: FloatArray = growth.min(axis=1, initial=np.inf)
+        return least
+    whole = passing & (free == MILLI) & (newfree == 0)
+    after = combine(small, holding - nums, total - MILLI * nums, a, host_after)
+    result: FloatArray = np.where(whole.sum(axis=1) >= nums, np.round(after - before, 6), np.inf)
+    return result
+
+
 SIMULATOR_MAX_SCORE = 100
 """kube-scheduler's MaxNodeScore, the top of `simulator_score`."""
 
@@ -367,6 +400,7 @@ __all__ = [
     "free_milli_arrays",
     "gpu_free_milli",
     "gpu_growth",
+    "least_growth",
     "mix_from_tasks",
     "node_fragmentation",
     "node_free",
