@@ -574,7 +574,8 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("fragmentation_mix", "--fragmentation-mix", "HAMI_FRAGMENTATION_MIX", "fragmentationMix", _mix,
             "task mix of the fragmentation policies: observed (learned from the GPU pods seen), "
             "observed:MIX (learned, MIX until enough pods were seen) or a fixed MIX = [Nx]MILLI:WEIGHT,... "
-            "(milli-GPUs per task shape)", "MIX", default_text="observed, OpenB's GPU task mix until then"),
+            "(milli-GPUs per task shape; MILLI/CPU: with its pod's cores, for --fragmentation-filter best)",
+            "MIX", default_text="observed, OpenB's GPU task mix until then"),
     Setting("fragmentation_mix_window", "--fragmentation-mix-window", "HAMI_FRAGMENTATION_MIX_WINDOW",
             "fragmentationMixWindow", _int(1, 1_000_000),
             "learned mix: from the last this many GPU tasks (GPU containers) observed", "TASKS",
