@@ -14,7 +14,11 @@ Filter (`filter_pod`):
 - A pod that names no HAMi resource, or asks for no GPU count (`nvidia.com/gpu` absent or 0 in every
   container), passes through: every candidate is returned, none fails.
 - Otherwise every candidate the pod fits on is returned (HAMi returns only its best one, #2264; here
-  kube-scheduler's own plugins and Prioritize choose among them).
+  kube-scheduler's own plugins and Prioritize choose among them). With `--fragmentation-filter best`, a
+  pod under the fragmentation node policy gets only the fitting nodes where the fragmentation, with
+  each node's free CPU in the measure, grows least (`HostCPU`, `_least_fragmenting`; closer to HAMi's
+  one-node answer, pkg/scheduler/scheduler.go `Filter`, but equal nodes are all kept for kube-scheduler
+  to choose among); the other fitting nodes fail with `not the least fragmenting node`.
 - A node that does not fit gets a reason in `FailedNodes`, HAMi's text (its `GenReason`): per reason,
   `<GPUs that failed for it>/<GPUs of the node> <Reason>`, sorted as text (Go's sort.Strings, so "10/16"
   sorts before "2/16") and joined by ", ", e.g. `"3/8 CardInsufficientMemory, 5/8 CardTypeMismatch"`;
