@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import chain
@@ -141,6 +142,16 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _milli(value: object) -> int | None:
+    """A quantity in thousandths, rounded up (None: absent or not a quantity)."""
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        return None
+    try:
+        return math.ceil(parse_quantity(value) * 1000)
+    except (QuantityError, ValueError):
+        return None
+
+
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return _mapping(_mapping(obj.get("metadata")).get("annotations"))
 
@@ -167,6 +178,8 @@ class ClusterCache:
         """How many holdings are assumed."""
         self._changed: set[str] = set()
         """Nodes whose `node_gpus` may differ since the last `drain_changed`."""
+        self._cpu: dict[str, int] = {}
+        """node -> its `status.allocatable.cpu` in milli-cores (nodes that publish one that parses)."""
 
     # --- reads -----------------------------------------------------------------------------------------
 
@@ -195,6 +208,10 @@ class ClusterCache:
             return None
         node = self._nodes.get(name)
         return node.reason if node is not None else f"{UNREGISTERED}: node {name!r} is not known"
+
+    def cpu_allocatable(self, name: str) -> int | None:
+        """The node's allocatable CPU in milli-cores (None: unknown, or not a quantity)."""
+        return self._cpu.get(name)
 
     def node_usage(self, name: str) -> NodeUsage | None:
         gpus = self._registered.get(name)
@@ -244,7 +261,13 @@ class ClusterCache:
             log.warning("node event without metadata.name ignored")
             return
         annotations = _annotations(node)
-        allocatable = _mapping(_mapping(node.get("status")).get("allocatable")).get(self._count_resource)
+        resources = _mapping(_mapping(node.get("status")).get("allocatable"))
+        cpu = _milli(resources.get("cpu"))
+        if cpu is None:
+            self._cpu.pop(name, None)
+        else:
+            self._cpu[name] = cpu
+        allocatable = resources.get(self._count_resource)
         source = _NodeSource(
             register=_text(annotations, NODE_REGISTER),
             cordon=_text(annotations, DEVICE_CORDON) or "",
@@ -284,6 +307,7 @@ class ClusterCache:
     def node_deleted(self, name: str) -> None:
         """The Node is gone; its pods' slices stay recorded until their own events release them."""
         self._nodes.pop(name, None)
+        self._cpu.pop(name, None)
         self._generations.pop(name, None)
         self._registered.pop(name, None)
         self._changed.add(name)

@@ -173,6 +173,19 @@ class QuotaSettings:
     """Check namespace ResourceQuotas (`limits.<gpumem>`, `limits.<gpucores>`) at admission and fit."""
 
 
+class FragmentationFilter(StrEnum):
+    """What /filter answers for a pod under the fragmentation node policy (docs/extender.md).
+
+    - `all`: every node the pod fits on; kube-scheduler's score (its own + /prioritize) chooses.
+    - `best`: only the fitting nodes where the node's fragmentation grows least, with each node's free
+      CPU in the measure (allocatable less the requests of the pods on it) and each learned task shape
+      with its pod's CPU request; kube-scheduler's score chooses among them (docs/planning.md, "A
+      decisive extender")."""
+
+    ALL = "all"
+    BEST = "best"
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulingSettings:
     """The extender's default policies (a pod's `hami.io/node-scheduler-policy` and
@@ -190,6 +203,8 @@ class SchedulingSettings:
     """Learned mix: the prior stays in use until the window holds this many tasks."""
     fragmentation_mix_interval_s: float = DEFAULT_INTERVAL_S
     """Learned mix: seconds between two recomputations, at least."""
+    fragmentation_filter: FragmentationFilter = FragmentationFilter.ALL
+    """`best`: /filter keeps only the least fragmenting nodes (`FragmentationFilter`)."""
 
     @property
     def configured_mix(self) -> TaskMix:
@@ -205,6 +220,7 @@ class SchedulingSettings:
             window=self.fragmentation_mix_window,
             min_tasks=self.fragmentation_mix_min_tasks,
             interval_s=self.fragmentation_mix_interval_s,
+            cpu=self.fragmentation_filter is FragmentationFilter.BEST,
         )
 
 
@@ -351,7 +367,8 @@ _GROUPS: dict[str, tuple[type, dict[str, str]]] = {
         "node_scheduler_policy": "node_policy", "gpu_scheduler_policy": "gpu_policy",
         "fragmentation_mix": "fragmentation_mix", "fragmentation_mix_window": "fragmentation_mix_window",
         "fragmentation_mix_min_tasks": "fragmentation_mix_min_tasks",
-        "fragmentation_mix_interval_s": "fragmentation_mix_interval_s"}),
+        "fragmentation_mix_interval_s": "fragmentation_mix_interval_s",
+        "fragmentation_filter": "fragmentation_filter"}),
     "binder": (BinderSettings, {"allocate_timeout_s": "allocate_timeout_s", "bind_wait_s": "bind_wait_s"}),
     "election": (ElectionSettings, {
         "leader_elect": "enabled", "leader_elect_namespace": "namespace", "leader_elect_lease": "lease",
@@ -557,7 +574,8 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("fragmentation_mix", "--fragmentation-mix", "HAMI_FRAGMENTATION_MIX", "fragmentationMix", _mix,
             "task mix of the fragmentation policies: observed (learned from the GPU pods seen), "
             "observed:MIX (learned, MIX until enough pods were seen) or a fixed MIX = [Nx]MILLI:WEIGHT,... "
-            "(milli-GPUs per task shape)", "MIX", default_text="observed, OpenB's GPU task mix until then"),
+            "(milli-GPUs per task shape; MILLI/CPU: with its pod's cores, for --fragmentation-filter best)",
+            "MIX", default_text="observed, OpenB's GPU task mix until then"),
     Setting("fragmentation_mix_window", "--fragmentation-mix-window", "HAMI_FRAGMENTATION_MIX_WINDOW",
             "fragmentationMixWindow", _int(1, 1_000_000),
             "learned mix: from the last this many GPU tasks (GPU containers) observed", "TASKS",
@@ -569,6 +587,10 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("fragmentation_mix_interval_s", "--fragmentation-mix-interval", "HAMI_FRAGMENTATION_MIX_INTERVAL",
             "fragmentationMixInterval", _seconds, "learned mix: seconds between two recomputations",
             "SECONDS", default_text=f"{DEFAULT_INTERVAL_S:g}"),
+    Setting("fragmentation_filter", "--fragmentation-filter", "HAMI_FRAGMENTATION_FILTER",
+            "fragmentationFilter", _enum(FragmentationFilter),
+            "fragmentation node policy: /filter answers all fitting nodes, or best: only the least "
+            "fragmenting ones, node CPU in the measure", "FILTER", default_text="all"),
     Setting("kubeconfig", "--kubeconfig", "KUBECONFIG", "kubeconfig", _path, "kubeconfig file", "FILE",
             default_text="in-cluster config", relative_to_file=True),
     Setting("kube_api_qps", "--kube-api-qps", "HAMI_KUBE_API_QPS", "kubeAPIQPS", parse_qps,

@@ -14,7 +14,11 @@ Filter (`filter_pod`):
 - A pod that names no HAMi resource, or asks for no GPU count (`nvidia.com/gpu` absent or 0 in every
   container), passes through: every candidate is returned, none fails.
 - Otherwise every candidate the pod fits on is returned (HAMi returns only its best one, #2264; here
-  kube-scheduler's own plugins and Prioritize choose among them).
+  kube-scheduler's own plugins and Prioritize choose among them). With `--fragmentation-filter best`, a
+  pod under the fragmentation node policy gets only the fitting nodes where the fragmentation, with
+  each node's free CPU in the measure, grows least (`HostCPU`, `_least_fragmenting`; closer to HAMi's
+  one-node answer, pkg/scheduler/scheduler.go `Filter`, but equal nodes are all kept for kube-scheduler
+  to choose among); the other fitting nodes fail with `not the least fragmenting node`.
 - A node that does not fit gets a reason in `FailedNodes`, HAMi's text (its `GenReason`): per reason,
   `<GPUs that failed for it>/<GPUs of the node> <Reason>`, sorted as text (Go's sort.Strings, so "10/16"
   sorts before "2/16") and joined by ", ", e.g. `"3/8 CardInsufficientMemory, 5/8 CardTypeMismatch"`;
@@ -99,8 +103,11 @@ from hami_control.fit import (
 )
 from hami_control.frag import DEFAULT_MIX, TaskMix
 from hami_control.gputable import (
+    Evaluation,
     GPUTable,
+    IntArray,
     evaluate,
+    fragmentation_growth,
     fragmentation_scores,
     group_rows,
     node_reasons,
@@ -462,6 +469,22 @@ def unregistered_reason(view: NodeView, name: str) -> str:
 
 UNREGISTERED_WORD = "NodeUnregistered"
 """The filter-reason counter's word for unregistered nodes."""
+NOT_LEAST_FRAGMENTING = "not the least fragmenting node (--fragmentation-filter best)"
+NOT_LEAST_FRAGMENTING_WORD = "NotLeastFragmenting"
+"""FailedNodes text and counter word of a fitting node `--fragmentation-filter best` leaves out."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostCPU:
+    """What `--fragmentation-filter best` measures nodes' CPU by: each node's free CPU (milli-cores;
+    None: unknown, then every shape counts as hosted there) and the pod's own request."""
+
+    free: Callable[[str], int | None]
+    pod: int
+
+
+_UNKNOWN_CPU = 2**40
+"""Free CPU of a node whose allocatable is unknown: more than any task asks."""
 
 
 NodeFit = Callable[[str, NodeGPUs], FitResult]
@@ -505,13 +528,19 @@ def filter_nodes(
     table: GPUTable | None = None,
     reasons: Counter[str] | None = None,
     fit: NodeFit | None = None,
+    narrow: HostCPU | None = None,
 ) -> dict[str, Any]:
     """`filter_pod` for an ask already read: the ExtenderFilterResult over `candidates`. Nodes the table
-    does not answer are fitted one by one with `fit` (default `ask.fit`)."""
+    does not answer are fitted one by one with `fit` (default `ask.fit`). `narrow`
+    (`--fragmentation-filter best`): a pod under the fragmentation node policy that the table answers
+    gets only its least fragmenting nodes (`gputable.fragmentation_growth`, CPU from `narrow`); the
+    other fitting nodes fail with `NOT_LEAST_FRAGMENTING`."""
     if ask is None:
         return _filter_result(candidates, range(len(candidates.names)))
     if table is not None:
-        fast = _filter_vectorised(ask, candidates, view, table, reasons)
+        if ask.node_policy is not NodePolicy.FRAGMENTATION:
+            narrow = None
+        fast = _filter_vectorised(ask, candidates, view, table, reasons, narrow)
         if fast is not None:
             return fast
     fit_node: NodeFit = fit if fit is not None else lambda _name, node: ask.fit(node)
@@ -541,8 +570,13 @@ def filter_nodes(
     return _filter_result(candidates, fitting, failed, unresolvable)
 
 
-def _filter_vectorised(
-    ask: PodAsk, candidates: Candidates, view: NodeView, table: GPUTable, reasons: Counter[str] | None
+def _filter_vectorised(  # noqa: PLR0917 (the filter's inputs, named)
+    ask: PodAsk,
+    candidates: Candidates,
+    view: NodeView,
+    table: GPUTable,
+    reasons: Counter[str] | None,
+    narrow: HostCPU | None = None,
 ) -> dict[str, Any] | None:
     simple = simple_ask(table, ask.requests, ask.selector, ask.gpu_policy, ask.quota)
     if simple is None:
@@ -553,6 +587,8 @@ def _filter_vectorised(
     ev = evaluate(table, rows[known], simple)
     fitting = known[ev.fits].tolist()
     failed: dict[str, str] = {}
+    if narrow is not None and len(fitting) > 1:
+        fitting = _least_fragmenting(ask, names, known, ev, table, simple.request, narrow, failed, reasons)
     unresolvable: dict[str, str] = {}
     for index in np.flatnonzero(rows < 0).tolist():
         unresolvable[names[index]] = unregistered_reason(view, names[index])
@@ -576,6 +612,32 @@ def _filter_vectorised(
                 for word in node_reasons(pattern):
                     reasons[word] += nodes
     return _filter_result(candidates, fitting, failed, unresolvable)
+
+
+def _least_fragmenting(  # noqa: PLR0917 (the vectorised filter's state, named)
+    ask: PodAsk,
+    names: Sequence[str],
+    known: IntArray,
+    ev: Evaluation,
+    table: GPUTable,
+    request: ContainerRequest,
+    narrow: HostCPU,
+    failed: dict[str, str],
+    reasons: Counter[str] | None,
+) -> list[int]:
+    """The fitting candidates (positions in `names`) where the fragmentation grows least; the others go
+    to `failed` with `NOT_LEAST_FRAGMENTING`. Equal growths are all kept: kube-scheduler's score chooses."""
+    cpu = [narrow.free(names[i]) for i in known.tolist()]
+    cpu_free = np.array([_UNKNOWN_CPU if c is None else c for c in cpu], dtype=np.int64)
+    growth = fragmentation_growth(table, ev, request, ask.mix, cpu_free, narrow.pod)
+    growth = np.where(ev.fits, growth, np.inf)
+    best = ev.fits & (growth == growth.min())
+    left_out = known[ev.fits & ~best].tolist()
+    failed.update((names[i], NOT_LEAST_FRAGMENTING) for i in left_out)
+    if reasons is not None and left_out:
+        reasons[NOT_LEAST_FRAGMENTING_WORD] += len(left_out)
+    result: list[int] = known[best].tolist()
+    return result
 
 
 # --- prioritize -------------------------------------------------------------------------------------------
@@ -661,10 +723,13 @@ __all__ = [
     "ASK_ANNOTATIONS",
     "NEUTRAL_SCORE",
     "NOT_CACHED",
+    "NOT_LEAST_FRAGMENTING",
+    "NOT_LEAST_FRAGMENTING_WORD",
     "UNREGISTERED",
     "UNREGISTERED_WORD",
     "Candidates",
     "ExtenderArgsError",
+    "HostCPU",
     "NamespaceQuota",
     "NodeFit",
     "NodeView",

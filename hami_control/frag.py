@@ -29,6 +29,7 @@ simulator's `GetTypicalPods` rule). `hami-sim plan` learns the mix of the worklo
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
+from hami_api.errors import QuantityError
+from hami_api.quantity import parse_quantity
 from hami_api.resources import ContainerRequest
 from hami_control.usage import GPUUsage, NodeGPUs
 
@@ -112,22 +115,34 @@ class TaskMix:
         return TaskMix(tuple(s for s, _ in ordered), tuple(w / total for _, w in ordered), share)
 
     def text(self) -> str:
-        """The `parse_mix` form (weights as percentages)."""
+        """The `parse_mix` form (weights as percentages; a shape's CPU as `/Nm`)."""
         return ",".join(
-            f"{f'{s.gpus}x' if s.gpus > 1 else ''}{s.milli}:{100 * w:.4g}"
+            f"{f'{s.gpus}x' if s.gpus > 1 else ''}{s.milli}{f'/{s.cpu_milli}m' if s.cpu_milli else ''}"
+            f":{100 * w:.4g}"
             for s, w in zip(self.shapes, self.weights, strict=True)
         )
 
 
 def parse_mix(text: str) -> TaskMix:
-    """`[Nx]MILLI:WEIGHT,...`, e.g. `1000:48,810:13,470:9,2x1000:3`: a task of MILLI milli-GPUs (N whole
-    GPUs with `Nx1000`) drawn with relative weight WEIGHT. Raises `MixError` naming the entry."""
+    """`[Nx]MILLI[/CPU]:WEIGHT,...`, e.g. `1000:48,810:13,470:9,2x1000:3`: a task of MILLI milli-GPUs (N
+    whole GPUs with `Nx1000`) drawn with relative weight WEIGHT; `/CPU` (a quantity of cores, `4` or
+    `500m`) the CPU its pod asks, which only `--fragmentation-filter best` measures. Raises `MixError`
+    naming the entry."""
     pairs: list[tuple[TaskShape, float]] = []
     for i, part in enumerate(p.strip() for p in text.split(",")):
         where = f"task mix entry {i + 1} {part!r}"
         shape_text, sep, weight_text = part.partition(":")
         if not sep:
             raise MixError(f"{where}: expected [Nx]MILLI:WEIGHT")
+        shape_text, slash, cpu_text = shape_text.partition("/")
+        cpu = 0
+        if slash:
+            try:
+                cpu = math.ceil(parse_quantity(cpu_text.strip()) * MILLI)
+            except (QuantityError, ValueError):
+                raise MixError(f"{where}: CPU {cpu_text.strip()!r} is not a quantity of cores") from None
+            if cpu < 0:
+                raise MixError(f"{where}: CPU must not be negative, got {cpu_text.strip()!r}")
         count_text, x, milli_text = shape_text.strip().rpartition("x")
         try:
             gpus = int(count_text) if x else 1
@@ -138,7 +153,7 @@ def parse_mix(text: str) -> TaskMix:
         if not weight > 0:
             raise MixError(f"{where}: the weight must be positive, got {weight_text.strip()!r}")
         try:
-            pairs.append((TaskShape(gpus, milli), weight))
+            pairs.append((TaskShape(gpus, milli, cpu), weight))
         except MixError as err:
             raise MixError(f"{where}: {err}") from None
     return TaskMix.of(pairs)
@@ -308,6 +323,39 @@ def fragmentation(free: IntArray, mix: TaskMix, host_ok: BoolArray | None = None
     return combine(small, holding, free.sum(axis=-1), a, host_ok)
 
 
+def least_growth(  # noqa: PLR0917 (the candidates' GPUs, the ask and the hosts, named)
+    free: IntArray,
+    newfree: IntArray,
+    passing: BoolArray,
+    nums: int,
+    mix: TaskMix,
+    cpu_free: IntArray,
+    cpu_asked: int,
+) -> FloatArray:
+    """Per node `(N,)`: the least growth of F_n(M) (milli-GPUs, rounded to 1e-6) that a pod of `nums` GPUs
+    causes, with CPU in the measure: a shape counts as hosted only where the node's free CPU takes its
+    `cpu_milli`, before (`cpu_free`) and after the pod (`cpu_free - cpu_asked`). `free` / `newfree` `(N, W)`:
+    each GPU's free milli now and with one slice of the pod on it; `passing`: the GPUs that take a slice.
+    One GPU: the best passing GPU. Several: whole GPUs (their free amount goes from 1000 to 0; a share
+    under 1000 on several GPUs is not measured: inf). inf where the node cannot take the pod. What
+    `--fragmentation-filter best` narrows the extender's /filter answer by (docs/planning.md, "A decisive
+    extender")."""
+    a = arrays(mix)
+    small, holding = shape_terms(free, a)
+    total = free.sum(axis=-1)
+    before = combine(small, holding, total, a, cpu_free[:, None] >= a.cpu)
+    host_after = (cpu_free - cpu_asked)[:, None] >= a.cpu
+    if nums == 1:
+        after = after_each_gpu(free, newfree, mix, host_after)
+        growth = np.where(passing, np.round(after - before[:, None], 6), np.inf)
+        least: FloatArray = growth.min(axis=1, initial=np.inf)
+        return least
+    whole = passing & (free == MILLI) & (newfree == 0)
+    after = combine(small, holding - nums, total - MILLI * nums, a, host_after)
+    result: FloatArray = np.where(whole.sum(axis=1) >= nums, np.round(after - before, 6), np.inf)
+    return result
+
+
 SIMULATOR_MAX_SCORE = 100
 """kube-scheduler's MaxNodeScore, the top of `simulator_score`."""
 
@@ -367,6 +415,7 @@ __all__ = [
     "free_milli_arrays",
     "gpu_free_milli",
     "gpu_growth",
+    "least_growth",
     "mix_from_tasks",
     "node_fragmentation",
     "node_free",

@@ -94,6 +94,9 @@ class LearningSettings:
     interval_s: float = DEFAULT_INTERVAL_S
     """Seconds between two recomputations of the mix, at least."""
     tolerance: float = MIX_TOLERANCE
+    cpu: bool = False
+    """Each task shape with its pod's CPU request (`--fragmentation-filter best`, which measures a node's
+    free CPU against it)."""
 
     def __post_init__(self) -> None:
         if self.window < 1:
@@ -129,8 +132,10 @@ class MixInUse:
 
 
 def shape_label(shape: TaskShape) -> str:
-    """A shape as `frag.parse_mix` writes it (`470`, `2x1000`): the metrics' `shape` label."""
-    return f"{shape.gpus}x{shape.milli}" if shape.gpus > 1 else str(shape.milli)
+    """A shape as `frag.parse_mix` writes it (`470`, `2x1000`), with its CPU where it has one (`470/4000m`,
+    shapes learned under `--fragmentation-filter best`): the metrics' `shape` label."""
+    label = f"{shape.gpus}x{shape.milli}" if shape.gpus > 1 else str(shape.milli)
+    return f"{label}/{shape.cpu_milli}m" if shape.cpu_milli else label
 
 
 def task_shape(request: ContainerRequest, devmem: int) -> TaskShape | None:
@@ -181,8 +186,11 @@ class MixLearner:
 
     prior: TaskMix
     settings: LearningSettings = field(default_factory=LearningSettings)
-    _window: collections.deque[ContainerRequest] = field(init=False)
-    _counts: collections.Counter[ContainerRequest] = field(init=False, default_factory=collections.Counter)
+    _window: collections.deque[tuple[ContainerRequest, int]] = field(init=False)
+    _counts: collections.Counter[tuple[ContainerRequest, int]] = field(
+        init=False, default_factory=collections.Counter
+    )
+    """Per (request, CPU milli-cores of its pod, 0 unless `settings.cpu`): tasks in the window."""
     _seen: int = field(init=False, default=0)
     _learned_at: tuple[int, int] | None = field(init=False, default=None)
     """(tasks seen, devmem) at the last recomputation: nothing to do while both are the same."""
@@ -209,11 +217,12 @@ class MixLearner:
     @property
     def needs_memory(self) -> bool:
         """Whether a task of the window asks GPU memory in MiB (its shape needs `refresh`'s `devmem`)."""
-        return any(request.memreq > 0 for request in self._counts)
+        return any(request.memreq > 0 for request, _ in self._counts)
 
-    def observe(self, request: ContainerRequest) -> None:
-        """One more task (a GPU container of a pod seen for the first time); the oldest leaves a full
-        window."""
+    def observe(self, request: ContainerRequest, cpu_milli: int = 0) -> None:
+        """One more task (a GPU container of a pod seen for the first time, whose pod asks `cpu_milli`);
+        the oldest leaves a full window."""
+        task = (request, cpu_milli if self.settings.cpu else 0)
         window = self._window
         if len(window) == window.maxlen:
             old = window[0]
@@ -222,24 +231,27 @@ class MixLearner:
                 self._counts[old] = left
             else:
                 del self._counts[old]
-        window.append(request)
-        self._counts[request] += 1
+        window.append(task)
+        self._counts[task] += 1
         self._seen += 1
 
     def observe_pod(
-        self, requests: Iterable[tuple[ContainerRequest | None, bool]], sidecars: frozenset[int] = frozenset()
+        self,
+        requests: Iterable[tuple[ContainerRequest | None, bool]],
+        sidecars: frozenset[int] = frozenset(),
+        cpu_milli: int = 0,
     ) -> None:
-        """Every GPU task of a pod seen for the first time (`pod_tasks`)."""
+        """Every GPU task of a pod seen for the first time (`pod_tasks`); `cpu_milli`: the pod's CPU."""
         for request in pod_tasks(requests, sidecars):
-            self.observe(request)
+            self.observe(request, cpu_milli)
 
     def learned(self, devmem: int) -> MixInUse | None:
         """The mix of the window now (None while fewer than `min_tasks` of its tasks have a shape)."""
         shapes: collections.Counter[TaskShape] = collections.Counter()
-        for request, n in self._counts.items():
+        for (request, cpu), n in self._counts.items():
             shape = task_shape(request, devmem)
             if shape is not None:
-                shapes[shape] += n
+                shapes[TaskShape(shape.gpus, shape.milli, cpu) if cpu else shape] += n
         tasks = shapes.total()
         if tasks < self.settings.min_tasks:
             return None

@@ -29,13 +29,14 @@ import numpy.typing as npt
 from hami_api.resources import ContainerRequest
 from hami_api.types import DeviceSelector, GPUPolicy, NodePolicy
 from hami_control.fit import QuotaCheck, Reason, reasons_text
-from hami_control.frag import TaskMix, after_each_gpu, fragmentation, free_milli_arrays
+from hami_control.frag import TaskMix, after_each_gpu, fragmentation, free_milli_arrays, least_growth
 from hami_control.quota import QuotaUsage
 from hami_control.score import MAX_SCORE, growth_score
 from hami_control.usage import NodeGPUs
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
 
 # Reason codes, in the order `fit._reason` checks them (0 = the GPU passes, -1 = no GPU in that column).
 _CODES: tuple[Reason, ...] = (
@@ -448,6 +449,33 @@ def fragmentation_scores(
     return scores, finite & (low != high) & (np.round(safe_least, 6) != 0)
 
 
+def fragmentation_growth(  # noqa: PLR0917 (the table, the ask and the hosts, named)
+    table: GPUTable,
+    ev: Evaluation,
+    request: ContainerRequest,
+    mix: TaskMix,
+    cpu_free: IntArray,
+    cpu_asked: int,
+) -> FloatArray:
+    """Per candidate of `ev` (its order): `frag.least_growth`, the least growth of the node's fragmentation
+    for `mix` with the pod's slice on one of its passing GPUs (or `request.nums` whole GPUs), a shape hosted
+    only where the node's free CPU (`cpu_free`, per candidate) takes its CPU, before and after the pod's
+    `cpu_asked`. What `--fragmentation-filter best` keeps the least of. Meaningless where the node does
+    not fit."""
+    t, sel = table, ev.selected
+    in_service = t.present[sel] & t.healthy[sel] & ~t.cordoned[sel]
+    count, used, devmem = t.count[sel], t.used[sel], t.devmem[sel]
+    usedmem, devcore, usedcores = t.usedmem[sel], t.devcore[sel], t.usedcores[sel]
+    free = free_milli_arrays(count, used, devmem, usedmem, devcore, usedcores, in_service)
+    newfree = free_milli_arrays(
+        count, used + 1, devmem, usedmem + ev.mem, devcore, usedcores + request.coresreq, in_service
+    )
+    passing = ev.code == 0
+    if ev.pick is not None:
+        free, newfree, passing = free[ev.pick], newfree[ev.pick], passing[ev.pick]
+    return least_growth(free, newfree, passing, request.nums, mix, cpu_free, cpu_asked)
+
+
 def group_rows(rows: IntArray) -> tuple[IntArray, IntArray]:
     """(distinct rows, index of each row's distinct row): `np.unique(rows, axis=0, return_inverse=True)`
     but on one packed integer key per row (a 1-D sort, ~20x faster on thousands of rows)."""
@@ -487,6 +515,7 @@ __all__ = [
     "GPUTable",
     "SimpleAsk",
     "evaluate",
+    "fragmentation_growth",
     "fragmentation_scores",
     "group_rows",
     "node_reasons",

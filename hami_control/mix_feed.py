@@ -34,7 +34,7 @@ class MixFeed:
         """A `PodStore` listener: a pod seen for the first time adds its GPU tasks (later events of the
         same pod, and deletions, add nothing)."""
         if old is None and new is not None and new.asks_gpu:
-            self.learner.observe_pod(new.container_requests, new.sidecars)
+            self.learner.observe_pod(new.container_requests, new.sidecars, new.cpu_milli)
 
     def gpu_memory(self) -> int:
         """The GPU memory (MiB) most of the cluster's registered GPUs have, 0 for none."""

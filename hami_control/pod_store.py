@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ from typing import Any, TypeVar
 from hami_api import annotations as ann
 from hami_api.containers import ContainerKind, container_kind, footprint_slices
 from hami_api.errors import QuantityError, RequestError, WireFormatError
+from hami_api.quantity import parse_quantity
 from hami_api.resources import ContainerRequest, container_request, pod_containers
 from hami_api.types import PodAllocation
 from hami_control.cache import TERMINAL_PHASES, ClusterCache, Held, PodHolding
@@ -121,6 +123,8 @@ class PodRecord:
     """What the pod holds on its node (None: nothing, terminal, or annotations that do not decode)."""
     held_error: str = ""
     """Why the pod's allocation annotations do not decode, if they do not."""
+    cpu_milli: int = 0
+    """The pod's CPU request in milli-cores as kube-scheduler counts it (`pod_cpu_milli`)."""
 
     @property
     def key(self) -> PodKey:
@@ -186,6 +190,36 @@ def _containers(pod: Mapping[str, Any], config: ControlConfig) -> _Containers:
         return _Containers(kinds=kinds, request_error=_ask_error(pod, config))
     sidecars = frozenset(i for i, kind in enumerate(kinds) if kind is ContainerKind.SIDECAR)
     return _Containers(requests, sidecars or _NO_SIDECARS, kinds)
+
+
+def _cpu_milli(container: Mapping[str, Any]) -> int:
+    requests = _mapping(_mapping(container.get("resources")).get("requests"))
+    if "cpu" not in requests:
+        return 0
+    try:
+        return max(0, math.ceil(parse_quantity(requests["cpu"]) * 1000))
+    except (QuantityError, TypeError, ValueError):
+        return 0
+
+
+def pod_cpu_milli(pod: Mapping[str, Any]) -> int:
+    """The pod's CPU request in milli-cores as kube-scheduler's NodeResourcesFit counts it: the regular
+    containers' and restartable init containers' (sidecars') requests summed, or the largest other init
+    container's with the sidecars started before it if that is more, plus `spec.overhead` (kubernetes
+    staging/src/k8s.io/component-helpers/resource/helpers.go `PodRequests`). A request that does not
+    parse counts 0 (the API server refuses such pods)."""
+    spec = _mapping(pod.get("spec"))
+    total = sum(_cpu_milli(_mapping(c)) for c in spec.get("containers") or ())
+    sidecars = 0
+    init_peak = 0
+    for container in spec.get("initContainers") or ():
+        c = _mapping(container)
+        if c.get("restartPolicy") == "Always":
+            sidecars += _cpu_milli(c)
+        else:
+            init_peak = max(init_peak, sidecars + _cpu_milli(c))
+    overhead = _mapping(spec.get("overhead"))
+    return max(total + sidecars, init_peak) + (_cpu_milli({"resources": {"requests": overhead}}))
 
 
 def _ask_error(pod: Mapping[str, Any], config: ControlConfig) -> str:
@@ -314,6 +348,7 @@ def pod_record(
         request_error=containers.request_error,
         held=_same(old.held if old else None, held),
         held_error=held_error,
+        cpu_milli=pod_cpu_milli(pod),
     )
 
 
@@ -437,6 +472,8 @@ class PodStore:
         self._uids: dict[PodKey, str] = {}
         """(namespace, name) -> uid, for deletes that name no uid."""
         self._used: dict[str, QuotaUsage] = {}
+        self._node_cpu: dict[str, int] = {}
+        """node -> CPU (milli-cores) requested by the non-terminal pods bound to it."""
         self._admitted: dict[str, _AdmittedInNamespace] = {}
         self._bound: dict[str, _Bound] = {}
         self._listeners: list[PodListener] = []
@@ -470,6 +507,11 @@ class PodStore:
             else:
                 used += admitted.total
         return used
+
+    def node_cpu_requested(self, node: str) -> int:
+        """The CPU (milli-cores) the watched non-terminal pods bound to `node` request: what kube-scheduler
+        counts as requested there (`--fragmentation-filter best` measures free CPU from it)."""
+        return self._node_cpu.get(node, 0)
 
     def admitted(self, namespace: str) -> int:
         """How many admissions of the namespace are still waiting for the watch (for tests and logs)."""
@@ -585,6 +627,7 @@ class PodStore:
             if uid not in fresh and uid not in old_pods and (bound.namespace or bound.name):
                 self._uids.setdefault((bound.namespace, bound.name), uid)
         self._used = {}
+        self._node_cpu = {}
         for record in fresh.values():
             self._add_usage(record)
         for uid, old in old_pods.items():
@@ -690,10 +733,18 @@ class PodStore:
         self.gpus.hold(uid, PodHolding(uid, namespace, name, bound.held.node, bound.held.slices, True))
 
     def _add_usage(self, record: PodRecord) -> None:
+        if record.cpu_milli and record.node_name and not record.terminal:
+            self._node_cpu[record.node_name] = self._node_cpu.get(record.node_name, 0) + record.cpu_milli
         if record.usage.memory or record.usage.cores:
             self._used[record.namespace] = self._used.get(record.namespace, _ZERO) + record.usage
 
     def _remove_usage(self, record: PodRecord) -> None:
+        if record.cpu_milli and record.node_name and not record.terminal:
+            left_cpu = self._node_cpu.get(record.node_name, 0) - record.cpu_milli
+            if left_cpu > 0:
+                self._node_cpu[record.node_name] = left_cpu
+            else:
+                self._node_cpu.pop(record.node_name, None)
         if record.usage.memory or record.usage.cores:
             left = self._used.get(record.namespace, _ZERO) - record.usage
             if left.memory or left.cores:
@@ -717,5 +768,6 @@ __all__ = [
     "PodListener",
     "PodRecord",
     "PodStore",
+    "pod_cpu_milli",
     "pod_record",
 ]

@@ -35,10 +35,11 @@ from hami_api.errors import WireFormatError
 from hami_api.types import NodeLock
 from hami_control.binder import Binder, BindingArgs, EventRecorder, read_binding_args
 from hami_control.cache import ClusterCache
-from hami_control.config import ControlConfig
+from hami_control.config import ControlConfig, FragmentationFilter
 from hami_control.cycle import CycleStates, PodCycle, pod_identity
 from hami_control.extender import (
     ExtenderArgsError,
+    HostCPU,
     NodeFit,
     PodAsk,
     filter_error,
@@ -50,7 +51,7 @@ from hami_control.extender import (
 from hami_control.frag import TaskMix
 from hami_control.gputable import GPUTable
 from hami_control.metrics import ControlMetrics
-from hami_control.pod_store import PodStore
+from hami_control.pod_store import PodStore, pod_cpu_milli
 from hami_control.quota import QuotaLimits, QuotaUsage, QuotaView, requests_quota_usage
 
 log = logging.getLogger(__name__)
@@ -187,12 +188,29 @@ class Extender:
             log.debug("filter: %s", err)
             return filter_error(str(err))
         ask = self._ask(cycle)
+        narrow = None
+        if self.config.scheduling.fragmentation_filter is FragmentationFilter.BEST and isinstance(
+            pod, Mapping
+        ):
+            narrow = HostCPU(self.cpu_free, pod_cpu_milli(pod))
         result = filter_nodes(
-            ask, candidates, self.cache, table=self.table, reasons=reasons, fit=self._fitter(cycle, ask)
+            ask,
+            candidates,
+            self.cache,
+            table=self.table,
+            reasons=reasons,
+            fit=self._fitter(cycle, ask),
+            narrow=narrow,
         )
         if self.events is not None and not (result["NodeNames"] or (result["Nodes"] or {}).get("items")):
             self._filtering_failed(pod, result)
         return result
+
+    def cpu_free(self, node: str) -> int | None:
+        """The node's allocatable CPU less what the watched pods on it request (milli-cores; None:
+        unknown). `--fragmentation-filter best` measures hosts by it."""
+        allocatable = self.cache.cpu_allocatable(node)
+        return None if allocatable is None else allocatable - self.pods.node_cpu_requested(node)
 
     def _filtering_failed(self, pod: object, result: Mapping[str, Any]) -> None:
         if not isinstance(pod, Mapping) or self.events is None:

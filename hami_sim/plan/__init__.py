@@ -3,7 +3,11 @@
 Kept free of heavy imports: `hami-sim` builds every sub-command's parser at start-up."""
 
 POLICY_NAMES = ("binpack", "spread", "topology", "hami", "fragmentation", "fragmentation-extender")
-"""The planner's policies (`engine.POLICIES`), in report order."""
+"""The planner's policies run by default (`engine.POLICIES`), in report order."""
+EXTRA_POLICY_NAMES = ("fragmentation-best",)
+"""Policies run only when `--policies` names them: `fragmentation-best`, the extender's fragmentation
+policy with /filter narrowed to the least fragmenting nodes, CPU in the measure (docs/planning.md, "A
+decisive extender"; not an extender setting yet)."""
 DEFAULT_EXTENDER_WEIGHT = 1
 """The extender's `weight` in daemonset/scheduler/kube-scheduler-config.yaml (a test keeps them equal):
 kube-scheduler adds `score x weight x 10` of hami-control's /prioritize to its own scores."""

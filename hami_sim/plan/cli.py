@@ -11,17 +11,18 @@ from hami_sim.plan import (
     DEFAULT_EXTENDER_WEIGHT,
     DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
     DEFAULT_SPLIT,
+    EXTRA_POLICY_NAMES,
     POLICY_NAMES,
 )
 
 
 def _policies(text: str) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()]
-    bad = [p for p in names if p not in POLICY_NAMES]
+    known = POLICY_NAMES + EXTRA_POLICY_NAMES
+    bad = [p for p in names if p not in known]
     if not names or bad:
         raise argparse.ArgumentTypeError(
-            f"unknown policy {', '.join(bad) or repr(text)}; "
-            f"expected a comma list of {', '.join(POLICY_NAMES)}"
+            f"unknown policy {', '.join(bad) or repr(text)}; expected a comma list of {', '.join(known)}"
         )
     return list(dict.fromkeys(names))
 
@@ -71,7 +72,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--policies",
         type=_policies,
         default=list(POLICY_NAMES),
-        help=f"comma list of {', '.join(POLICY_NAMES)} (default: all)",
+        help=f"comma list of {', '.join(POLICY_NAMES + EXTRA_POLICY_NAMES)} (default: all but "
+        f"{', '.join(EXTRA_POLICY_NAMES)})",
     )
     parser.add_argument("--experiment", choices=("replay", "inflation"), default="inflation")
     parser.add_argument("--out", type=Path, required=True, help="directory for the report")

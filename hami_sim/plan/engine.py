@@ -25,6 +25,11 @@ One pod (`Cluster.place`):
      node by node, as `extender.prioritize_nodes`) over the GPU part of the mix, which is all the extender
      sees. `best_rows` gives the nodes of the best total, `place_on` places a task on a given node: the
      steps the faithfulness test drives with the local cluster's choices.
+   - `fragmentation-best` (`BEST`): as `fragmentation-extender`, but among the nodes an extender /filter
+     narrowed to the least fragmenting ones keeps (`_least_fragmenting`, `frag.least_growth`: the exact
+     growth for the extender's mix learned with each shape's CPU, a shape hosted only where the node's
+     free CPU takes it); kube-scheduler's total chooses among them. Not an extender setting yet
+     (docs/planning.md, "A decisive extender").
    - `hami`: HAMi v2.10's own choice (HAMi pkg/scheduler/score.go `calcScore`, policy/node_policy.go
      `ComputeDefaultScore`, scheduler.go `Filter`): the node's usage before the pod,
      `10 x (used/count + usedcores/totalcore + usedmem/totalmem)` as float32, the highest under binpack
@@ -72,6 +77,7 @@ from hami_control.gputable import (
     GPUTable,
     SimpleAsk,
     evaluate,
+    fragmentation_growth,
     fragmentation_scores,
     node_scores,
     score_inputs,
@@ -79,7 +85,12 @@ from hami_control.gputable import (
 )
 from hami_control.score import MAX_SCORE, node_priority
 from hami_control.usage import NodeGPUs, with_slices, without_slices
-from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT, DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE, POLICY_NAMES
+from hami_sim.plan import (
+    DEFAULT_EXTENDER_WEIGHT,
+    DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
+    EXTRA_POLICY_NAMES,
+    POLICY_NAMES,
+)
 from hami_sim.plan.inputs import NodeSpec, Task
 from hami_sim.scheduler.fit import num_feasible_nodes_to_find
 
@@ -91,6 +102,7 @@ BoolArray = npt.NDArray[np.bool_]
 SCHEDULER = "scheduler"
 HAMI = "hami"
 FGD = "fgd"
+BEST = "best"
 MAX_NODE_SCORE = 100
 """kube-scheduler's MaxNodeScore (the range of its own plugins' scores)."""
 DEFAULT_MILLI_CPU = 100
@@ -106,6 +118,7 @@ class Policy:
     gpu: tuple[GPUPolicy, ...]
     choice: str = SCHEDULER
     """How the node is chosen: `SCHEDULER` (kube-scheduler's own score + the extender's x weight),
+    `BEST` (the same among the nodes the extender's /filter keeps under `--fragmentation-filter best`),
     `HAMI` (HAMi's Filter keeps one node) or `FGD` (the paper's exact growth)."""
 
 
@@ -118,8 +131,11 @@ POLICIES: dict[str, Policy] = {
     "fragmentation-extender": Policy(
         "fragmentation-extender", NodePolicy.FRAGMENTATION, (GPUPolicy.FRAGMENTATION,)
     ),
+    "fragmentation-best": Policy(
+        "fragmentation-best", NodePolicy.FRAGMENTATION, (GPUPolicy.FRAGMENTATION,), BEST
+    ),
 }
-if tuple(POLICIES) != POLICY_NAMES:  # pragma: no cover - kept in step by hand
+if tuple(POLICIES) != POLICY_NAMES + EXTRA_POLICY_NAMES:  # pragma: no cover - kept in step by hand
     raise ImportError("hami_sim.plan.POLICY_NAMES and engine.POLICIES differ")
 APP = (ContainerKind.APP,)
 _TIE = 1e-6
@@ -365,6 +381,8 @@ class Cluster:
         cand = np.flatnonzero(ev.fits & ok_host)
         if len(cand) == 0:
             return cand, np.zeros(0, dtype=np.int64)
+        if self.policy.choice == BEST:
+            cand = self._least_fragmenting(task, request, cand)
         if self.policy.choice == HAMI:
             return np.array([self._hami(cand)], dtype=np.int64), np.zeros(1, dtype=np.int64)
         extender = self._extender_scores(request, selector, simple, ev, cand)
@@ -394,12 +412,28 @@ class Cluster:
         if request is None:
             return self._apply(row, (), task)
         selector = DeviceSelector(use_types=task.models) if task.models else NO_SELECTOR
-        mix = self.gpu_mix if self.policy.choice == SCHEDULER else self.mix
+        mix = self.mix if self.policy.choice == HAMI else self.gpu_mix
         requests = ((request, False),)
         got = fit_pod(self.nodes[row], requests, selector=selector, policy=self.policy.gpu, mix=mix)
         if not isinstance(got, Fit):
             raise ValueError(f"task {task.name}: node {name} does not take it: {got.message}")
         return self._apply(row, footprint_slices(got.allocation, APP), task)
+
+    def _least_fragmenting(self, task: Task, request: ContainerRequest, cand: IntArray) -> IntArray:
+        """The candidates the extender's /filter keeps under `--fragmentation-filter best`: those where
+        the node's fragmentation for the extender's mix, with CPU in the measure, grows least
+        (`frag.least_growth`; each node's free CPU is its allocatable less the requests of every pod on
+        it, which hami-control's pod store watches)."""
+        selector = DeviceSelector(use_types=task.models) if task.models else NO_SELECTOR
+        simple = simple_ask(self.table, ((request, False),), selector, self.policy.gpu, None)
+        if simple is None:  # pragma: no cover - one container, no numa-bind, no quota: always covered
+            raise RuntimeError("the GPU table does not cover the pod")
+        asked = evaluate(self.table, cand, simple)
+        growth = fragmentation_growth(
+            self.table, asked, request, self.gpu_mix, self.cpu_free[cand], task.cpu_milli
+        )
+        result: IntArray = cand[growth == growth.min()]
+        return result
 
     def _extender_scores(
         self,

@@ -23,7 +23,7 @@ import numpy as np
 from hami_control.frag import MILLI, TaskMix, TaskShape, mix_from_tasks
 from hami_control.frag_mix import task_shape
 from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT, DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
-from hami_sim.plan.engine import POLICIES, Cluster, Placement, gpu_request
+from hami_sim.plan.engine import BEST, POLICIES, Cluster, Placement, gpu_request
 from hami_sim.plan.inputs import NodeSpec, Task
 from hami_sim.progress import ProgressBar
 
@@ -69,22 +69,25 @@ def workload_mix(tasks: Sequence[Task]) -> TaskMix:
     )
 
 
-def extender_mix(tasks: Sequence[Task]) -> TaskMix:
+def extender_mix(tasks: Sequence[Task], cpu: bool = False) -> TaskMix:
     """The mix hami-control's extender learns from these tasks' pods (`--fragmentation-mix observed`, its
     default; `frag_mix.task_shape` of each GPU task's request, the 95% rule over GPU tasks only, no CPU),
     in its steady state: every task in its window. Not `workload_mix`'s GPU part: the paper's rule cuts
     shapes that differ in CPU, which drops multi-GPU shapes of many CPU sizes that the extender, which
-    sees GPUs only, keeps."""
-    shapes = (task_shape(r, 0) for t in tasks if (r := gpu_request(t)) is not None)
-    return mix_from_tasks(s for s in shapes if s is not None)
+    sees GPUs only, keeps. `cpu`: each shape with its task's CPU request, as the extender learns under
+    `--fragmentation-filter best` (the pod's CPU request beside its GPU shape)."""
+    shapes = (
+        (task_shape(r, 0), t.cpu_milli if cpu else 0) for t in tasks if (r := gpu_request(t)) is not None
+    )
+    return mix_from_tasks(TaskShape(s.gpus, s.milli, c) for s, c in shapes if s is not None)
 
 
-def _mixes(tasks: Sequence[Task], mix: TaskMix | None) -> tuple[TaskMix, TaskMix | None]:
-    """(the planner's fragmentation mix, the extender's): learned from the workload, or `mix` given for
-    both (the extender then configured with it)."""
+def _mixes(tasks: Sequence[Task], mix: TaskMix | None, policy: str) -> tuple[TaskMix, TaskMix | None]:
+    """(the planner's fragmentation mix, the extender's): learned from the workload (with each shape's CPU
+    for `fragmentation-best`), or `mix` given for both (the extender then configured with it)."""
     if mix is not None:
         return mix, None
-    return workload_mix(tasks), extender_mix(tasks)
+    return workload_mix(tasks), extender_mix(tasks, cpu=POLICIES[policy].choice == BEST)
 
 
 @dataclass
@@ -112,7 +115,7 @@ def inflation(  # noqa: PLR0917 (the experiment's inputs, named)
     progress: bool = False,
     scheduler: SchedulerModel = SCHEDULER_DEFAULTS,
 ) -> InflationResult:
-    mix, learned = _mixes(tasks, mix)
+    mix, learned = _mixes(tasks, mix, policy)
     cluster = scheduler.cluster(nodes, mix, policy, seed, learned)
     capacity = cluster.gpus_total * MILLI
     target = max_arrival * capacity
@@ -172,7 +175,7 @@ def replay(  # noqa: PLR0917 (the experiment's inputs, named)
     samples: int = 400,
     scheduler: SchedulerModel = SCHEDULER_DEFAULTS,
 ) -> ReplayResult:
-    mix, learned = _mixes(tasks, mix)
+    mix, learned = _mixes(tasks, mix, policy)
     cluster = scheduler.cluster(nodes, mix, policy, seed, learned)
     capacity = cluster.gpus_total * MILLI
     out = ReplayResult(policy, tasks=len(tasks))

@@ -9,7 +9,10 @@ each pod the planner names its best nodes (`Cluster.best_rows`); the pod is crea
 cluster chose must be one of the planner's best, the GPUs it got (the pod's devices annotation) those the
 planner's fit picks on that node (`Cluster.place_on`), which then follows the cluster. At the end of each
 policy the GPU usage per node and GPU is the same in both. The nodes differ in GPUs, CPU and memory, so
-ties are rare. One cluster serves the three policies (the pods carry the policy annotations)."""
+ties are rare. One cluster serves the three policies (the pods carry the policy annotations); a second
+one runs hami-control with `--fragmentation-filter best` and a mix with CPU per shape for
+`fragmentation-best`, whose /filter answers only the least fragmenting nodes from the CPU the pods on
+each node request (docs/planning.md, "A decisive extender")."""
 
 from __future__ import annotations
 
@@ -49,6 +52,8 @@ SIZES = [
 SPLIT = 10
 NUMA_NODES = 2  # the fake inventory's default layout
 MIX_TEXT = "1000:40,500:25,250:20,2x1000:10,4x1000:5"
+CPU_MIX_TEXT = "1000/4:40,500/2:25,250/1:20,2x1000/8:10,4x1000/16:5"
+"""The same shapes with their pods' CPU, for `--fragmentation-filter best`."""
 # (GPUs, milli-GPU each): shares, whole GPUs, several GPUs, CPU only.
 SHAPES = [(1, 250)] * 3 + [(1, 500)] * 3 + [(1, 300)] * 2 + [(1, 700)] * 2 + [(1, 1000)] * 2
 SHAPES += [(2, 1000), (4, 1000), (0, 0), (0, 0)]
@@ -56,6 +61,7 @@ POLICY_ANNOTATIONS = {
     "binpack": ("binpack", "binpack"),
     "spread": ("spread", "spread"),
     "fragmentation-extender": ("fragmentation", "fragmentation"),
+    "fragmentation-best": ("fragmentation", "fragmentation"),
 }
 
 
@@ -81,14 +87,18 @@ def planner_nodes() -> list[inputs.NodeSpec]:
     ]
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def local_cluster(tmp_path_factory: pytest.TempPathFactory, *control_args: str) -> Cluster:
     nodes = tuple(
         NodeSpec(name, (GPUSpec(model, gpu_memory),) * gpus, cpu=f"{cpu}m", memory=f"{memory}Mi")
         for name, gpus, (model, gpu_memory), cpu, memory in SIZES
     )
-    spec = ClusterSpec(nodes, split=SPLIT, scale=False, control_args=("--fragmentation-mix", MIX_TEXT))
-    with Cluster.up(spec, tmp_path_factory.mktemp("faithful") / ".hami-sim") as running:
+    spec = ClusterSpec(nodes, split=SPLIT, scale=False, control_args=control_args)
+    return Cluster.up(spec, tmp_path_factory.mktemp("faithful") / ".hami-sim")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with local_cluster(tmp_path_factory, "--fragmentation-mix", MIX_TEXT) as running:
         yield running
 
 
@@ -96,6 +106,19 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def core(cluster: Cluster) -> Iterator[Any]:
     with core_v1(cluster) as api:
         yield api
+
+
+def planner(policy: str, extender_weight: int = 1) -> Planner:
+    """The planner as the local cluster is configured for `policy`."""
+    learned = parse_mix(CPU_MIX_TEXT) if policy == "fragmentation-best" else None
+    return Planner(
+        planner_nodes(),
+        parse_mix(MIX_TEXT),
+        POLICIES[policy],
+        seed=1,
+        extender_weight=extender_weight,
+        extender_mix=learned,
+    )
 
 
 def task_pod(task: inputs.Task, policy: str) -> dict[str, Any]:
@@ -135,18 +158,32 @@ def remove_all(core: Any) -> None:
     wait_for(lambda: not core.list_namespaced_pod("default").items, 30, "every pod to go")
 
 
-@pytest.mark.parametrize("policy", list(POLICY_ANNOTATIONS))
+@pytest.mark.parametrize("policy", ["binpack", "spread", "fragmentation-extender"])
 def test_the_local_cluster_places_a_workload_where_the_planner_does(
     cluster: Cluster, core: Any, policy: str
 ) -> None:
+    follow(cluster, core, policy)
+
+
+def test_the_decisive_extender_places_a_workload_where_the_planner_does(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    args = ("--fragmentation-mix", CPU_MIX_TEXT, "--fragmentation-filter", "best")
+    with local_cluster(tmp_path_factory, *args) as running, core_v1(running) as api:
+        follow(running, api, "fragmentation-best")
+
+
+def follow(cluster: Cluster, core: Any, policy: str) -> None:
+    """Create the workload's pods one at a time; each lands on one of the planner's best nodes, on the
+    GPUs its fit picks there; at the end the usage per GPU is the planner's."""
     remove_all(core)
-    planner = Planner(planner_nodes(), parse_mix(MIX_TEXT), POLICIES[policy], seed=1)
-    names = [s.name for s in planner.specs]
+    planner_ = planner(policy)
+    names = [s.name for s in planner_.specs]
     index_of = gpu_indexes(cluster)
     usage: dict[tuple[str, int], list[int]] = {}
     for task in workload():
-        rows, totals = planner.score_nodes(task)
-        best = [names[r] for r in planner.best_rows(task)]
+        rows, totals = planner_.score_nodes(task)
+        best = [names[r] for r in planner_.best_rows(task)]
         assert best, f"{task}: the planner finds no node; the workload must fit"
         name = f"{policy}-{task.name}"
         core.create_namespaced_pod("default", task_pod(task, policy))
@@ -159,8 +196,8 @@ def test_the_local_cluster_places_a_workload_where_the_planner_does(
             [s for c in decode_pod_allocation(text).containers for s in c.devices] if task.num_gpu else []
         )
         cluster_gpus = [index_of[s.uuid] for s in slices]
-        placement = planner.place_on(task, names.index(node))
-        on_node = {g.info.id: g.info.index for g in planner.nodes[placement.row].gpus}
+        placement = planner_.place_on(task, names.index(node))
+        on_node = {g.info.id: g.info.index for g in planner_.nodes[placement.row].gpus}
         assert cluster_gpus == [on_node[s.uuid] for s in placement.slices], f"{name} on {node}"
         for s in slices:
             used = usage.setdefault((node, index_of[s.uuid]), [0, 0, 0])
@@ -169,22 +206,21 @@ def test_the_local_cluster_places_a_workload_where_the_planner_does(
             used[2] += s.usedcores
     planned = {
         (node.name, g.info.index): [g.used, g.usedmem, g.usedcores]
-        for node in planner.nodes
+        for node in planner_.nodes
         for g in node.gpus
         if g.used
     }
     assert usage == planned
 
 
-@pytest.mark.parametrize("policy", list(POLICY_ANNOTATIONS))
+@pytest.mark.parametrize("policy", ["binpack", "spread", "fragmentation-extender"])
 def test_the_workload_tells_the_shipped_extender_weight_from_a_dominant_one(policy: str) -> None:
     """The comparison above has power: on this workload a planner whose extender score outweighs
     LeastAllocated's whole range (weight 11: one extender point is 110) misses the shipped weight's
     (1) choice at some step, for every policy (a planner that ignored kube-scheduler's own score, as
     this one did before, would fail the test)."""
-    mix = parse_mix(MIX_TEXT)
-    shipped = Planner(planner_nodes(), mix, POLICIES[policy], seed=1)
-    dominant = Planner(planner_nodes(), mix, POLICIES[policy], seed=1, extender_weight=11)
+    shipped = planner(policy)
+    dominant = planner(policy, extender_weight=11)
     missed = 0
     for task in workload():
         got = shipped.place(task)
@@ -192,3 +228,18 @@ def test_the_workload_tells_the_shipped_extender_weight_from_a_dominant_one(poli
         missed += got.row not in dominant.best_rows(task).tolist()
         dominant.place_on(task, got.row)
     assert missed > 0
+
+
+def test_the_workload_tells_the_decisive_extender_from_the_shipped_one() -> None:
+    """The decisive extender's comparison has power: on this workload its /filter leaves fitting nodes
+    out at some step, and its choice is not always one the shipped fragmentation policy would make."""
+    best, shipped = planner("fragmentation-best"), planner("fragmentation-extender")
+    narrowed = differs = 0
+    for task in workload():
+        kept = best.best_rows(task)
+        narrowed += len(best.score_nodes(task)[0]) < len(shipped.score_nodes(task)[0])
+        differs += not set(kept.tolist()) & set(shipped.best_rows(task).tolist())
+        got = best.place(task)
+        assert got is not None
+        shipped.place_on(task, got.row)
+    assert narrowed > 0 and differs > 0

@@ -242,3 +242,22 @@ def test_generation_changes_with_every_change_of_the_nodes_gpus_and_is_never_reu
     cache.node_upserted(node("n1", (G0, G1)))
     seen.append(cache.generation("n1"))
     assert len(set(seen)) == len(seen) and seen == sorted(seen)
+
+
+def test_a_nodes_allocatable_cpu_is_kept_in_milli_cores_and_dropped_with_the_node() -> None:
+    cache = ClusterCache()
+    cache.node_upserted(node("n1", [gpu_info(0)], allocatable={"cpu": "95500m"}))
+    cache.node_upserted(node("n2", [gpu_info(0)], allocatable={"cpu": 8}))
+    cache.node_upserted(node("n3", [gpu_info(0)], allocatable={"cpu": "many"}))
+    cache.node_upserted(node("cpu-only", allocatable={"cpu": "2"}))
+    assert [cache.cpu_allocatable(n) for n in ("n1", "n2", "n3", "cpu-only", "gone")] == [
+        95500,
+        8000,
+        None,
+        2000,
+        None,
+    ]
+    cache.node_upserted(node("n1", [gpu_info(0)], allocatable={"cpu": "1"}))
+    assert cache.cpu_allocatable("n1") == 1000
+    cache.node_deleted("n1")
+    assert cache.cpu_allocatable("n1") is None

@@ -91,6 +91,13 @@ def test_parse_mix_normalises_weights_and_orders_shapes() -> None:
     assert parse_mix(mix.text()).shapes == mix.shapes
 
 
+def test_parse_mix_reads_a_shapes_cpu_and_writes_it_back() -> None:
+    mix = parse_mix("500/4:3, 500/500m:1, 2x1000/8000m:1")
+    assert mix.shapes == (TaskShape(1, 500, 4000), TaskShape(1, 500, 500), TaskShape(2, 1000, 8000))
+    assert mix.text() == "500/4000m:60,500/500m:20,2x1000/8000m:20"
+    assert parse_mix(mix.text()) == mix
+
+
 @pytest.mark.parametrize(
     ("text", "words"),
     [
@@ -99,6 +106,8 @@ def test_parse_mix_normalises_weights_and_orders_shapes() -> None:
         ("500:-1", "the weight must be positive, got '-1'"),
         ("0:1", "milli must be 1..1000, got 0"),
         ("2x500:1", "takes whole GPUs, got milli 500"),
+        ("500/x:1", "CPU 'x' is not a quantity of cores"),
+        ("500/-1:1", "CPU must not be negative, got '-1'"),
     ],
 )
 def test_parse_mix_errors_name_the_entry_and_value(text: str, words: str) -> None:

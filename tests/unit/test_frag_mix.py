@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from hami_api.resources import ContainerRequest
 from hami_api.types import NodePolicy
 from hami_control.cache import ClusterCache
-from hami_control.config import ConfigError, ControlConfig, load_config
+from hami_control.config import ConfigError, ControlConfig, FragmentationFilter, load_config
+from hami_control.extender import NOT_LEAST_FRAGMENTING
 from hami_control.frag import DEFAULT_MIX, MixError, TaskMix, TaskShape, mix_from_tasks, parse_mix
 from hami_control.frag_mix import (
     OBSERVED_DEFAULT,
@@ -349,3 +350,96 @@ def test_a_scheduling_cycle_keeps_the_mix_it_started_with() -> None:
     ext.filter(orjson.dumps({"Pod": other, "NodeNames": ["a"]}))
     started = ext.cycles.get("u-q")
     assert started is not None and started.ask is not None and started.ask.mix == ext.mix
+
+
+def test_fragmentation_filter_best_learns_shapes_with_cpu_and_keeps_the_node_whose_cpu_strands_its_gpu() -> (
+    None
+):
+    config = load_config(
+        [
+            "--insecure-http",
+            "--node-scheduler-policy",
+            "fragmentation",
+            "--gpu-scheduler-policy",
+            "fragmentation",
+            "--fragmentation-filter",
+            "best",
+            "--fragmentation-mix-min-tasks",
+            "3",
+            "--fragmentation-mix-interval",
+            "1",
+        ],
+        {},
+        lambda _p: "",
+    )
+    learning = config.scheduling.mix_learning
+    assert learning is not None and learning.cpu
+    cache = ClusterCache()
+    for name in ("busy", "idle"):
+        cache.node_upserted(
+            node(name, [gpu_info(0, id=f"{name}-g0", count=4, devmem=GPU_MEM)], allocatable={"cpu": "16"})
+        )
+    pods = PodStore(config, cache)
+    ext = Extender(config, cache, pods)
+    metrics = ControlMetrics(cache)
+
+    def use(in_use: MixInUse) -> None:
+        ext.mix = in_use.mix
+        metrics.set_fragmentation_mix(in_use)
+
+    feed = MixFeed(MixLearner(config.scheduling.configured_mix, learning), cache, use)
+    pods.add_listener(feed.pod_event)
+    # Three half-GPU pods of 4 CPUs are seen (not bound): the mix is one shape, 500 milli-GPUs and 4 CPUs.
+    for name in ("a", "b", "c"):
+        pods.apply(
+            "ADDED",
+            pod(
+                name,
+                container("c", gpus=1, gpumem=8000, requests={"cpu": "4"}),
+                namespace="ns",
+                uid=f"u-{name}",
+            ),
+        )
+    changed = feed.refresh(0.0)
+    assert changed is not None and changed.mix == TaskMix.of([(TaskShape(1, 500, 4000), 1)])
+    assert (
+        'hami_fragmentation_mix_probability{shape="500/4000m",source="observed"} 1.0'
+        in metrics.render()[0].decode()
+    )
+    # A CPU-only pod takes 14 of busy's 16 CPUs: busy can no longer host the mix's task, its idle GPU is
+    # all fragment. A half-GPU pod of 1 CPU shrinks that fragment on busy and leaves idle's GPU whole for
+    # the mix: /filter keeps busy only; the GPU-only measure ties them (kube-scheduler's LeastAllocated
+    # would pick idle).
+    pods.apply(
+        "ADDED",
+        pod(
+            "hog",
+            container("c", requests={"cpu": "14"}),
+            namespace="ns",
+            uid="u-hog",
+            node_name="busy",
+            phase="Running",
+        ),
+    )
+    small = pod(
+        "small", container("c", gpus=1, gpumem=8000, requests={"cpu": "1"}), namespace="ns", uid="u-small"
+    )
+    answer = ext.filter(orjson.dumps({"Pod": small, "NodeNames": ["busy", "idle"]}))
+    assert answer["NodeNames"] == ["busy"]
+    assert answer["FailedNodes"] == {"idle": NOT_LEAST_FRAGMENTING}
+    assert scores(ext, small, ["busy", "idle"]) == {"busy": 5, "idle": 5}
+    # Without the setting, every fitting node is answered.
+    ext.config = config.with_settings(fragmentation_filter=FragmentationFilter.ALL)
+    answer = ext.filter(orjson.dumps({"Pod": small, "NodeNames": ["busy", "idle"]}))
+    assert (answer["NodeNames"], answer["FailedNodes"]) == (["busy", "idle"], {})
+
+
+def test_fragmentation_filter_is_all_or_best_and_a_bad_value_names_the_flag() -> None:
+    assert (
+        load_config(["--insecure-http"], {}, lambda _p: "").scheduling.fragmentation_filter
+        is FragmentationFilter.ALL
+    )
+    env = load_config(["--insecure-http"], {"HAMI_FRAGMENTATION_FILTER": "best"}, lambda _p: "")
+    assert env.scheduling.fragmentation_filter is FragmentationFilter.BEST
+    with pytest.raises(ConfigError, match=r'--fragmentation-filter: expected one of all, best, got "most"'):
+        load_config(["--insecure-http", "--fragmentation-filter", "most"], {}, lambda _p: "")

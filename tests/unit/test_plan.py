@@ -229,6 +229,26 @@ def test_cpu_and_memory_and_model_are_checked() -> None:
     assert cluster.place(Task("too-big", 99999, 1, 0, 0)) is None
 
 
+def test_fragmentation_best_fills_the_gpu_its_node_cpu_strands_where_the_gpu_only_measure_spreads() -> None:
+    # Two equal one-GPU nodes; a CPU-only task takes most of one node's CPU, so that node can no longer
+    # host the mix's 4-CPU GPU task: its idle GPU is all fragment. The extender's GPU-only measure sees
+    # two idle GPUs alike and kube-scheduler's LeastAllocated sends the next GPU pod to the emptier node;
+    # with CPU in the measure, /filter keeps only the node whose stranded GPU the pod uses.
+    nodes = [NodeSpec("a", 16000, 65536, 1, "T4"), NodeSpec("b", 16000, 65536, 1, "T4")]
+    typical = [Task(f"t{i}", 4000, 1024, 1, 500) for i in range(10)]
+    cpu_hog, small = Task("hog", 14000, 1024, 0, 0), Task("small", 1000, 1024, 1, 500)
+    rows = {}
+    for policy in ("fragmentation-extender", "fragmentation-best"):
+        learned = extender_mix(typical, cpu=policy == "fragmentation-best")
+        cluster = Cluster(nodes, workload_mix(typical), POLICIES[policy], seed=3, extender_mix=learned)
+        hog = cluster.place(cpu_hog)
+        got = cluster.place(small)
+        assert hog is not None and got is not None
+        rows[policy] = (hog.row, got.row)
+    assert rows["fragmentation-extender"][0] != rows["fragmentation-extender"][1]
+    assert rows["fragmentation-best"][0] == rows["fragmentation-best"][1]
+
+
 # --- experiments ------------------------------------------------------------------------------------------
 
 

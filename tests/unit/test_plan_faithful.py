@@ -13,13 +13,20 @@ import numpy as np
 import pytest
 
 from hami_api.types import ScoringWeights
-from hami_control.extender import Candidates, PodAsk, prioritize_nodes
+from hami_control.extender import (
+    NOT_LEAST_FRAGMENTING,
+    Candidates,
+    HostCPU,
+    PodAsk,
+    filter_nodes,
+    prioritize_nodes,
+)
 from hami_control.fit import NO_SELECTOR
 from hami_control.frag import TaskMix, TaskShape, parse_mix
 from hami_control.usage import NodeGPUs
 from hami_node.gpu.inventory import generate_inventory
 from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT, DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
-from hami_sim.plan.engine import POLICIES, Cluster, gpu_mix, gpu_request
+from hami_sim.plan.engine import BEST, POLICIES, Cluster, gpu_mix, gpu_request
 from hami_sim.plan.inputs import NodeSpec, Task
 from hami_sim.scheduler import SchedulerStandIn
 from hami_sim.scheduler import fit as kube
@@ -35,7 +42,19 @@ NODES = [
     NodeSpec("n5", 48000, 196608, 8, "A100", 81920, numa_nodes=2),
 ]
 MIX = parse_mix("1000:40,500:25,250:20,2x1000:10,4x1000:5")
-SCHEDULED = ("binpack", "spread", "topology", "fragmentation-extender")
+SCHEDULED = ("binpack", "spread", "topology", "fragmentation-extender", "fragmentation-best")
+CPU_MIX = TaskMix.of(
+    [
+        (TaskShape(1, 1000, 4000), 40),
+        (TaskShape(1, 500, 2000), 25),
+        (TaskShape(1, 250, 1000), 20),
+        (TaskShape(2, 1000, 8000), 10),
+        (TaskShape(4, 1000, 16000), 5),
+    ]
+)
+"""A mix learned with each shape's CPU (`--fragmentation-filter best`)."""
+NARROWED: list[str] = []
+"""Nodes the extender's /filter left out under `--fragmentation-filter best` (`stand_in_totals`)."""
 
 
 def random_tasks(rng: random.Random, n: int) -> list[Task]:
@@ -99,6 +118,21 @@ def stand_in_totals(cluster: Cluster, task: Task, rows: list[int], weight: int) 
         cluster.gpu_mix,
     )
     names = tuple(cluster.specs[r].name for r in rows)
+    if policy.choice == BEST:
+        # The extender's /filter over the nodes kube-scheduler's own filters pass keeps exactly the nodes
+        # the planner scores (kube-scheduler scores only those).
+        feasible = [
+            spec.name
+            for r, spec in enumerate(cluster.specs)
+            if cluster.cpu_free[r] >= task.cpu_milli and cluster.mem_free[r] >= task.memory_mib
+        ]
+        free = {spec.name: int(cluster.cpu_free[r]) for r, spec in enumerate(cluster.specs)}
+        narrow = HostCPU(free.get, task.cpu_milli)
+        result = filter_nodes(
+            extender_ask, Candidates(tuple(feasible)), View(cluster), table=cluster.table, narrow=narrow
+        )
+        assert sorted(result["NodeNames"]) == sorted(names)
+        NARROWED.extend(n for n, why in result["FailedNodes"].items() if why == NOT_LEAST_FRAGMENTING)
     # Vectorised (with the GPU table, as the service answers) and node by node must agree.
     answer = prioritize_nodes(extender_ask, Candidates(names), View(cluster), table=cluster.table)
     assert answer == prioritize_nodes(extender_ask, Candidates(names), View(cluster))
@@ -198,8 +232,10 @@ def test_the_planners_totals_are_the_stand_in_scores_plus_the_extenders_answer(
     policy: str, weight: int
 ) -> None:
     rng = random.Random(f"{policy}-{weight}")
-    cluster = Cluster(NODES, MIX, POLICIES[policy], seed=3, extender_weight=weight)
+    learned = CPU_MIX if POLICIES[policy].choice == BEST else None
+    cluster = Cluster(NODES, MIX, POLICIES[policy], seed=3, extender_weight=weight, extender_mix=learned)
     placed = 0
+    NARROWED.clear()
     for task in random_tasks(rng, 60):
         rows, totals = cluster.score_nodes(task)
         expected = stand_in_totals(cluster, task, rows.tolist(), weight)
@@ -216,6 +252,7 @@ def test_the_planners_totals_are_the_stand_in_scores_plus_the_extenders_answer(
         assert got is not None and got.row in best.tolist()
         placed += 1
     assert placed >= 15
+    assert bool(NARROWED) == (learned is not None)
 
 
 def test_least_allocated_is_kubes_for_any_usage_and_the_non_zero_defaults() -> None:

@@ -36,7 +36,7 @@ from hami_api.types import ContainerAllocation, GPUInfo, GPUPairScore, GPUSlice,
 from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig
 from hami_control.extender import ExtenderArgsError, read_pod_ask
-from hami_control.pod_store import PodRecord, PodStore, pod_record
+from hami_control.pod_store import PodRecord, PodStore, pod_cpu_milli, pod_record
 from hami_control.quota import QuotaUsage
 from hami_control.usage import NodeGPUs, with_slices
 from tests.builders import (
@@ -799,3 +799,67 @@ def test_records_share_what_did_not_change_and_pods_asking_alike_share_their_req
     c, held = pods.get("c"), cache.holding("c")
     assert c is not None and c.held is not None and held is not None
     assert c.held.slices is held.slices and c.annotations[BIND_PHASE] == "success"
+
+
+# --- CPU requested per node (--fragmentation-filter best) ---------------------------------------------------
+
+
+def cpu_pod(uid: str, node: str, cpu: str | None, phase: str = "Running", **spec: Any) -> dict[str, Any]:
+    requests = {} if cpu is None else {"cpu": cpu}
+    return {
+        "metadata": {"namespace": "ns", "name": uid, "uid": uid, "resourceVersion": "1"},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "resources": {"requests": requests}}],
+            **spec,
+        },
+        "status": {"phase": phase},
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "want"),
+    [
+        (
+            {
+                "containers": [
+                    {"resources": {"requests": {"cpu": "1.5"}}},
+                    {"resources": {"requests": {"cpu": "250m"}}},
+                ]
+            },
+            1750,
+        ),
+        ({"containers": [{"resources": {}}]}, 0),
+        ({"containers": [{"resources": {"requests": {"cpu": "bad"}}}]}, 0),
+        # An init container asking more than the containers sets the pod's request; a sidecar adds to both.
+        (
+            {
+                "containers": [{"resources": {"requests": {"cpu": "1"}}}],
+                "initContainers": [
+                    {"restartPolicy": "Always", "resources": {"requests": {"cpu": "500m"}}},
+                    {"resources": {"requests": {"cpu": "3"}}},
+                ],
+            },
+            3500,
+        ),
+        ({"containers": [{"resources": {"requests": {"cpu": "1"}}}], "overhead": {"cpu": "100m"}}, 1100),
+    ],
+)
+def test_the_pods_cpu_request_is_what_kube_scheduler_counts(spec: dict[str, Any], want: int) -> None:
+    assert pod_cpu_milli({"spec": spec}) == want
+
+
+def test_the_cpu_requested_per_node_follows_binds_updates_ends_deletes_and_relists() -> None:
+    _, pods = cluster()
+    pods.apply("ADDED", cpu_pod("a", "n1", "2"))
+    pods.apply("ADDED", cpu_pod("b", "n1", "500m"))
+    pods.apply("ADDED", cpu_pod("pending", "", "4"))  # not bound: counts nowhere
+    assert pods.node_cpu_requested("n1") == 2500
+    pods.apply("MODIFIED", cpu_pod("pending", "n2", "4"))
+    assert pods.node_cpu_requested("n2") == 4000
+    pods.apply("MODIFIED", cpu_pod("a", "n1", "2", phase="Succeeded"))
+    assert pods.node_cpu_requested("n1") == 500
+    delete(pods, "ns", "b", "b")
+    assert pods.node_cpu_requested("n1") == 0
+    pods.replace([cpu_pod("c", "n1", "1")])
+    assert (pods.node_cpu_requested("n1"), pods.node_cpu_requested("n2")) == (1000, 0)
