@@ -53,7 +53,7 @@ import yaml
 
 from hami_api import dra
 from hami_api.types import GPUPolicy, NodePolicy
-from hami_control.config import DRATranslation
+from hami_control.config import DRATranslation, FragmentationFilter
 from hami_control.config import load_config as load_control_config
 from hami_control.main import DRA_WEBHOOK_PATH
 from hami_node.config import build_argument_parser as build_node_parser
@@ -1425,7 +1425,11 @@ def test_monitoring_component_adds_the_monitors_and_the_dashboard_to_the_install
 
 FRAGMENTATION = DAEMONSET / "components" / "fragmentation"
 FRAGMENTATION_SCHEDULER_CONFIG = FRAGMENTATION / "kube-scheduler-config.yaml"
-FRAGMENTATION_FLAGS = ["--node-scheduler-policy=fragmentation", "--gpu-scheduler-policy=fragmentation"]
+FRAGMENTATION_FLAGS = [
+    "--node-scheduler-policy=fragmentation",
+    "--gpu-scheduler-policy=fragmentation",
+    "--fragmentation-filter=best",
+]
 
 
 def with_component(tmp_path: Path, install: Path, component: Path) -> list[Doc]:
@@ -1526,7 +1530,7 @@ def test_fragmentation_component_sets_the_policies_and_the_extender_weight(
     (mount,) = [m for m in kube_scheduler["volumeMounts"] if m["mountPath"] == str(config_path.parent)]
     assert volumes[mount["name"]]["configMap"]["name"] == scheduler["metadata"]["name"]
     assert [e["weight"] for e in yaml.safe_load(scheduler["data"][config_path.name])["extenders"]] == [11]
-    # hami-control: the two flags added after the install's own, and its loader reads both policies.
+    # hami-control: the three flags added after the install's own, and its loader reads them.
     plain_deployment = find(plain, "Deployment", "hami-control")
     hami = container_named(deployment, "hami-control")
     assert hami["args"] == container_named(plain_deployment, "hami-control")["args"] + FRAGMENTATION_FLAGS
@@ -1534,6 +1538,7 @@ def test_fragmentation_component_sets_the_policies_and_the_extender_weight(
     config = load_control_config(hami["args"][1:], env, rendered_files(docs, deployment, hami))
     assert config.scheduling.node_policy == NodePolicy.FRAGMENTATION
     assert config.scheduling.gpu_policy == (GPUPolicy.FRAGMENTATION,)
+    assert config.scheduling.fragmentation_filter is FragmentationFilter.BEST
     # Nothing else in the Deployment moved.
     hami.pop("args")
     volumes[mount["name"]]["configMap"]["name"] = plain_scheduler["metadata"]["name"]
