@@ -399,6 +399,20 @@ class KubeApi:
         body = binding(namespace, name, node, uid=uid, annotations=annotations)
         return await self.request("POST", binding_path(namespace, name), body)
 
+    async def probe(self, path: str, timeout_s: float) -> int:
+        """The status of one GET of a health route (`/readyz`, `/healthz`) as kubelet's HTTP prober sends
+        it (kubernetes pkg/probe/http): no credentials, no rate limit, no retry, the body read and
+        dropped; 0 when no answer came within `timeout_s` (kubelet counts that a failure too)."""
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        try:
+            async with self._session.get(
+                self.host + path, timeout=timeout, server_hostname=self._server_hostname
+            ) as response:
+                await response.read()
+                return response.status
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            return 0
+
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSONDict:
         """GET `path` (e.g. /api/v1/pods) as a JSON object; raises `KubeApiError`."""
         return await self.request("GET", path, params=params)

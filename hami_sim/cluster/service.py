@@ -14,9 +14,8 @@ endpoints rejects connections). Bytes pass through untouched, TLS included.
 
 The probes play kubelet's readiness probes plus the endpoint update, `--probe-period` apart (default
 0.25 s; kubelet's periodSeconds is 10 s, shortened here so a take-over is seen within a lease period).
-They are HTTP GETs of hami-control's own health routes, as kubelet's prober makes them (plain HTTP(S), no
-credentials), not Kubernetes API calls: nothing here talks to the API server, so hami_kube (the one
-Kubernetes access layer) has no part in it.
+They are HTTP GETs of hami-control's own health routes, as kubelet's prober makes them (no credentials,
+no retry), sent through hami_kube's one HTTP client (`KubeApi.probe`), one client per replica.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import aiohttp
+    from hami_kube.client import KubeApi
 
 log = logging.getLogger("hami_sim.service")
 
@@ -105,24 +104,32 @@ class ServiceProxy:
     # --- probes ---------------------------------------------------------------------------------
 
     async def _probe_forever(self) -> None:
-        import aiohttp  # here, not at import: every `hami-sim` command loads this module's parser
+        # here, not at import: every `hami-sim` command loads this module's parser
+        from hami_kube.client import KubeApi, component_user_agent
 
-        timeout = aiohttp.ClientTimeout(total=_PROBE_TIMEOUT_S)
-        connector = aiohttp.TCPConnector(ssl=self._ssl, limit_per_host=2)
-        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        agent = component_user_agent("hami-sim-service-proxy")
+        clients = [
+            KubeApi(f"https://127.0.0.1:{e.port}", self._ssl, qps=0, max_connections=2, user_agent=agent)
+            for e in self.endpoints
+        ]
+        try:
             while True:
-                await self.probe_once(session)
+                await self.probe_once(clients)
                 await asyncio.sleep(self.probe_period_s)
+        finally:
+            for client in clients:
+                await client.close()
 
-    async def probe_once(self, session: aiohttp.ClientSession) -> None:
-        """Ask every endpoint whether it leads, and (should none lead) whether it is ready."""
-        leading = await asyncio.gather(*(self._ok(session, e, LEADER_PATH) for e in self.endpoints))
-        leaders = [e for e, ok in zip(self.endpoints, leading, strict=True) if ok]
-        if leaders:
-            ready = leaders
-        else:
-            answers = await asyncio.gather(*(self._ok(session, e, READY_PATH) for e in self.endpoints))
-            ready = [e for e, ok in zip(self.endpoints, answers, strict=True) if ok]
+    async def probe_once(self, clients: list[KubeApi]) -> None:
+        """Ask every endpoint (through its client, in `endpoints`' order) whether it leads, and (should
+        none lead) whether it is ready."""
+
+        async def answering(path: str) -> list[Endpoint]:
+            answers = await asyncio.gather(*(c.probe(path, _PROBE_TIMEOUT_S) for c in clients))
+            return [e for e, status in zip(self.endpoints, answers, strict=True) if status == 200]
+
+        leaders = await answering(LEADER_PATH)
+        ready = leaders or await answering(READY_PATH)
         # Two replicas that both say they lead (one about to find it lost the lease): the first keeps it.
         self.leader = leaders[0] if leaders else None
         self.ready = ready
@@ -134,16 +141,6 @@ class ServiceProxy:
         if shown != self._shown:
             self._shown = shown
             log.info("endpoints: %s", shown)
-
-    async def _ok(self, session: aiohttp.ClientSession, endpoint: Endpoint, path: str) -> bool:
-        import aiohttp
-
-        try:
-            async with session.get(f"https://127.0.0.1:{endpoint.port}{path}") as response:
-                await response.read()
-                return response.status == 200
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            return False
 
     # --- forwarding -----------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import socket
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,6 +120,20 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
 
 
 # --- the client ---------------------------------------------------------------------------------------------
+
+
+def test_probe_answers_the_status_of_a_health_get_and_0_when_nothing_answers(rig: Rig) -> None:
+    assert rig.loop.call(lambda: rig.api.probe("/readyz", 5.0)) == 200  # a text body, not JSON
+    assert rig.loop.call(lambda: rig.api.probe("/no-such-route", 5.0)) == 404
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # bound, never listening: the connection is refused
+
+        async def refused() -> int:
+            async with KubeApi(f"http://127.0.0.1:{port}", None) as api:
+                return await api.probe("/readyz", 5.0)
+
+        assert rig.loop.call(refused) == 0
 
 
 def test_request_answers_json_objects_and_errors_carry_status_reason_and_message(rig: Rig) -> None:
