@@ -410,6 +410,25 @@ def node_scores(
     return np.rint(np.clip(score, 0.0, float(MAX_SCORE))).astype(np.int64)
 
 
+def _free_before_after(
+    table: GPUTable, ev: Evaluation, request: ContainerRequest
+) -> tuple[IntArray, IntArray, BoolArray]:
+    """Per candidate of `ev` and GPU (the policy's pick order where there is one): the free milli-GPUs
+    before and after one slice of `request` (`frag.free_milli_arrays`), and whether the GPU passes."""
+    t, sel = table, ev.selected
+    in_service = t.present[sel] & t.healthy[sel] & ~t.cordoned[sel]
+    count, used, devmem = t.count[sel], t.used[sel], t.devmem[sel]
+    usedmem, devcore, usedcores = t.usedmem[sel], t.devcore[sel], t.usedcores[sel]
+    free = free_milli_arrays(count, used, devmem, usedmem, devcore, usedcores, in_service)
+    newfree = free_milli_arrays(
+        count, used + 1, devmem, usedmem + ev.mem, devcore, usedcores + request.coresreq, in_service
+    )
+    passing = ev.code == 0
+    if ev.pick is not None:
+        return free[ev.pick], newfree[ev.pick], passing[ev.pick]
+    return free, newfree, passing
+
+
 def fragmentation_scores(
     table: GPUTable, ev: Evaluation, request: ContainerRequest, mix: TaskMix
 ) -> tuple[IntArray, BoolArray]:
@@ -419,18 +438,7 @@ def fragmentation_scores(
     Same per-row float operations as the node-by-node path. Also a mask of the candidates to score node
     by node instead: GPUs tied on a least growth other than 0 that would take different amounts (GPUs of
     different sizes, where fit_pod's pick depends on NUMA order). Meaningless where the node does not fit."""
-    t, sel = table, ev.selected
-    in_service = t.present[sel] & t.healthy[sel] & ~t.cordoned[sel]
-    count, used, devmem = t.count[sel], t.used[sel], t.devmem[sel]
-    usedmem, devcore, usedcores = t.usedmem[sel], t.devcore[sel], t.usedcores[sel]
-    free = free_milli_arrays(count, used, devmem, usedmem, devcore, usedcores, in_service)
-    newfree = free_milli_arrays(
-        count, used + 1, devmem, usedmem + ev.mem, devcore, usedcores + request.coresreq, in_service
-    )
-    if ev.pick is not None:
-        free, newfree, passing = free[ev.pick], newfree[ev.pick], ev.code[ev.pick] == 0
-    else:
-        passing = ev.code == 0
+    free, newfree, passing = _free_before_after(table, ev, request)
     growth = np.where(passing, after_each_gpu(free, newfree, mix) - fragmentation(free, mix)[:, None], np.inf)
     least = growth.min(axis=1, initial=np.inf)
     tied = passing & (growth == least[:, None])
@@ -462,17 +470,7 @@ def fragmentation_growth(  # noqa: PLR0917 (the table, the ask and the hosts, na
     only where the node's free CPU (`cpu_free`, per candidate) takes its CPU, before and after the pod's
     `cpu_asked`. What `--fragmentation-filter best` keeps the least of. Meaningless where the node does
     not fit."""
-    t, sel = table, ev.selected
-    in_service = t.present[sel] & t.healthy[sel] & ~t.cordoned[sel]
-    count, used, devmem = t.count[sel], t.used[sel], t.devmem[sel]
-    usedmem, devcore, usedcores = t.usedmem[sel], t.devcore[sel], t.usedcores[sel]
-    free = free_milli_arrays(count, used, devmem, usedmem, devcore, usedcores, in_service)
-    newfree = free_milli_arrays(
-        count, used + 1, devmem, usedmem + ev.mem, devcore, usedcores + request.coresreq, in_service
-    )
-    passing = ev.code == 0
-    if ev.pick is not None:
-        free, newfree, passing = free[ev.pick], newfree[ev.pick], passing[ev.pick]
+    free, newfree, passing = _free_before_after(table, ev, request)
     return least_growth(free, newfree, passing, request.nums, mix, cpu_free, cpu_asked)
 
 
