@@ -116,6 +116,17 @@ class KeepAliveClient:
         response = self.conn.getresponse()
         return response.status, response.read()
 
+    def post_chunked(self, path: str, chunk: bytes, count: int) -> http.client.HTTPResponse:
+        """POST `count` copies of `chunk` with `Transfer-Encoding: chunked` (no Content-Length); the
+        response, its body not read yet."""
+        self.conn.putrequest("POST", path)
+        self.conn.putheader("Transfer-Encoding", "chunked")
+        self.conn.endheaders()
+        for _ in range(count):
+            self.conn.send(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        self.conn.send(b"0\r\n\r\n")
+        return self.conn.getresponse()
+
     @property
     def same_socket(self) -> bool:
         """Whether every request so far went over the first connection (http.client reconnects

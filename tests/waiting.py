@@ -6,6 +6,9 @@ what it waited for when its deadline passes."""
 from __future__ import annotations
 
 import math
+import select
+import socket
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -129,3 +132,14 @@ def wait_pod(
         since=since,
         namespace=namespace,
     )
+
+
+def closed_by_peer(sock: socket.socket, wait_s: float) -> bool:
+    """Whether the server closed `sock` (EOF, a reset, or a TLS alert on the way) within `wait_s`."""
+    readable, _, _ = select.select([sock], [], [], wait_s)
+    if not readable:
+        return False
+    try:
+        return sock.recv(65536) == b""
+    except (ConnectionError, ssl.SSLError):
+        return True

@@ -171,14 +171,7 @@ def test_webhook_body_over_3_mib_is_413(rig: Rig) -> None:
         assert f"over the limit of {MAX_BODY} bytes".encode() in body
     # Without Content-Length (chunked), the limit holds while reading.
     with rig.client() as c:
-        c.conn.putrequest("POST", "/webhook")
-        c.conn.putheader("Transfer-Encoding", "chunked")
-        c.conn.endheaders()
-        chunk = b"a" * (1024 * 1024)
-        for _ in range(4):
-            c.conn.send(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-        c.conn.send(b"0\r\n\r\n")
-        response = c.conn.getresponse()
+        response = c.post_chunked("/webhook", b"a" * (1024 * 1024), 4)
         assert response.status == 413
         response.read()
     # Exactly at the limit is read and handed over.

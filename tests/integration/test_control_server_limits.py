@@ -32,7 +32,7 @@ from hami_control.server import (
 )
 from tests.builders import admission_review, as_body
 from tests.control_server_util import CA, KeepAliveClient, LoopThread, write_pair
-from tests.waiting import wait_for
+from tests.waiting import closed_by_peer, wait_for
 
 FAST = ConnectionLimits(
     header_timeout_s=0.5,
@@ -99,17 +99,6 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     yield from _start(tmp_path, FAST)
 
 
-def _closed_by_peer(sock: socket.socket, wait_s: float) -> bool:
-    """Whether the server closed `sock` (EOF or reset) within `wait_s`."""
-    readable, _, _ = select.select([sock], [], [], wait_s)
-    if not readable:
-        return False
-    try:
-        return sock.recv(65536) == b""
-    except (ConnectionError, ssl.SSLError):
-        return True
-
-
 def _trickle(
     sock: socket.socket, data: bytes, *, every_s: float = 0.02, deadline_s: float = 10.0
 ) -> tuple[int, bytes]:
@@ -151,7 +140,7 @@ def test_headers_sent_a_byte_at_a_time_are_cut_after_the_header_timeout(rig: Rig
 
 def test_a_silent_connection_is_cut_after_the_header_timeout(rig: Rig) -> None:
     with contextlib.closing(rig.raw()) as sock:
-        assert _closed_by_peer(sock, 10.0)
+        assert closed_by_peer(sock, 10.0)
     assert rig.stats.header_timeouts == 1
 
 
@@ -163,7 +152,7 @@ def test_a_body_trickled_is_cut_after_the_body_timeout_with_a_408(rig: Rig) -> N
             + f"Content-Length: {len(body)}\r\n\r\n".encode()
         )
         sent, answer = _trickle(sock, body)
-        while not _closed_by_peer(sock, 10.0):  # the rest of the answer, then the close
+        while not closed_by_peer(sock, 10.0):  # the rest of the answer, then the close
             pass
     assert sent < len(body)
     status_line, _, rest = answer.partition(b"\r\n")
@@ -184,14 +173,7 @@ def test_a_4_mib_review_gets_413_naming_the_route_the_limit_and_the_setting(rig:
         )
     # Without a Content-Length (chunked) the limit holds while reading: no more than it is buffered.
     with rig.client() as c:
-        c.conn.putrequest("POST", "/webhook")
-        c.conn.putheader("Transfer-Encoding", "chunked")
-        c.conn.endheaders()
-        chunk = b"a" * (1024 * 1024)
-        for _ in range(4):
-            c.conn.send(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-        c.conn.send(b"0\r\n\r\n")
-        response = c.conn.getresponse()
+        response = c.post_chunked("/webhook", b"a" * (1024 * 1024), 4)
         assert response.status == 413
         assert response.getheader("Connection") == "close"
         assert (
@@ -203,13 +185,13 @@ def test_a_4_mib_review_gets_413_naming_the_route_the_limit_and_the_setting(rig:
 def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(rig: Rig) -> None:
     with rig.client() as c:
         assert c.request("GET", "/healthz") == (200, b"ok\n")
-        assert _closed_by_peer(c.sock, 10.0)
+        assert closed_by_peer(c.sock, 10.0)
     assert rig.stats.header_timeouts == 0  # idle between requests is not a slow header
 
 
 def test_a_connection_that_never_handshakes_is_closed_after_the_handshake_timeout(rig: Rig) -> None:
     with socket.create_connection(("127.0.0.1", rig.port), timeout=10) as sock:
-        assert _closed_by_peer(sock, 10.0)
+        assert closed_by_peer(sock, 10.0)
     wait_for(lambda: rig.stats.tls_handshake_timeouts == 1, what="the handshake timeout counted")
     assert rig.stats.tls_handshake_failures == 0
     wait_for(lambda: rig.stats.open == 0, what="the connection released")
@@ -218,7 +200,7 @@ def test_a_connection_that_never_handshakes_is_closed_after_the_handshake_timeou
 def test_a_connection_that_sends_no_tls_is_dropped_and_counted_as_a_failed_handshake(rig: Rig) -> None:
     with socket.create_connection(("127.0.0.1", rig.port), timeout=10) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # plain HTTP to the HTTPS port
-        assert _closed_by_peer(sock, 10.0)
+        assert closed_by_peer(sock, 10.0)
     wait_for(lambda: rig.stats.tls_handshake_failures == 1, what="the failed handshake counted")
     assert rig.stats.tls_handshake_timeouts == 0
 
@@ -230,7 +212,7 @@ def test_the_metrics_export_what_the_limits_did(rig: Rig) -> None:
         assert c.request("GET", "/healthz") == (200, b"ok\n")
     wait_for(lambda: rig.stats.open == 0, what="the first connection released")  # one at a time: peak 1
     with contextlib.closing(rig.raw()) as sock:  # a handshake, then silence: cut at the header timeout
-        assert _closed_by_peer(sock, 10.0)
+        assert closed_by_peer(sock, 10.0)
     wait_for(lambda: rig.stats.open == 0, what="both connections released")
     series = {
         (s.name, s.labels.get("reason", "")): s.value
@@ -281,7 +263,7 @@ def test_connections_over_the_cap_evict_slow_ones_and_leave_honest_keep_alive_co
             with rig.client() as fresh:
                 assert fresh.request("GET", "/healthz") == (200, b"ok\n")
             assert rig.stats.evicted == 1
-            assert _closed_by_peer(slow[0], 10.0)
+            assert closed_by_peer(slow[0], 10.0)
             # A flood of slow connections: each is refused, or evicts a waiter of 0.2 s; never over the cap.
             for _ in range(12):
                 extra = _try_raw(rig)
@@ -339,7 +321,7 @@ def test_connections_in_their_tls_handshake_count_against_the_cap_until_the_hand
             with pytest.raises(OSError):
                 rig.raw()
             for sock in silent:
-                assert _closed_by_peer(sock, 10.0)
+                assert closed_by_peer(sock, 10.0)
         wait_for(lambda: rig.stats.open == 0, what="the silent connections released")
         with rig.client() as c:
             assert c.request("GET", "/healthz") == (200, b"ok\n")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import http.client
-import select
 import socket
 import threading
 import time
@@ -25,7 +24,7 @@ from hami_node.main import NodeDaemon, StartupError, start_daemon
 from tests.builders import node
 from tests.conftest import ApiServerHandle
 from tests.node_daemon_util import NodeRig, make_rig
-from tests.waiting import wait_for
+from tests.waiting import closed_by_peer, wait_for
 
 NODE = "healthz-node"
 
@@ -160,16 +159,6 @@ def test_ipv6_loopback() -> None:
         assert get(server.port, "/healthz", host="::1") == (200, "ok\n")
 
 
-def _closed_by_peer(sock: socket.socket, wait_s: float) -> bool:
-    readable, _, _ = select.select([sock], [], [], wait_s)
-    if not readable:
-        return False
-    try:
-        return sock.recv(65536) == b""
-    except ConnectionError:
-        return True
-
-
 def test_a_request_sent_a_byte_at_a_time_is_cut_at_the_header_timeout() -> None:
     """The deadline holds across reads: a byte every 20 ms never lets one read time out, yet the
     connection is closed once the whole request has taken longer than the header timeout."""
@@ -184,7 +173,7 @@ def test_a_request_sent_a_byte_at_a_time_is_cut_at_the_header_timeout() -> None:
             except ConnectionError:
                 closed = True
                 break
-            if _closed_by_peer(sock, 0.02):  # False on any answer bytes: only EOF or a reset counts
+            if closed_by_peer(sock, 0.02):  # False on any answer bytes: only EOF or a reset counts
                 closed = True
                 break
             assert time.monotonic() - started < 10, "the slow request was never cut"
@@ -206,7 +195,7 @@ def test_connections_over_the_cap_evict_the_oldest_still_reading_or_are_refused(
         # A probe over the cap evicts the oldest slow connection and is answered.
         assert get(server.port, "/healthz") == (200, "ok\n")
         assert server.evicted == 1
-        assert _closed_by_peer(slow[0], 10.0)
+        assert closed_by_peer(slow[0], 10.0)
         wait_for(lambda: server.evicted == 1 and server.refused == 0, what="no more evictions")
     # Three connections past their request (their answers blocked by a check that waits): a fourth is refused.
     gate = threading.Event()
@@ -225,7 +214,7 @@ def test_connections_over_the_cap_evict_the_oldest_still_reading_or_are_refused(
         for _ in range(3):
             assert entered.acquire(timeout=10)
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as fourth:
-            assert _closed_by_peer(fourth, 10.0)
+            assert closed_by_peer(fourth, 10.0)
         assert server.refused == 1
         gate.set()
         assert [a.result(10) for a in answers] == [(200, "ok\n")] * 3
