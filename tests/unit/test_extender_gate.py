@@ -4,6 +4,8 @@ caches not listed yet, each with a reason naming what is missing; and `/readyz/e
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import aiohttp
 
@@ -11,6 +13,8 @@ from hami_control.leader import LeaderElector, extender_gate
 from hami_control.server import ControlServer, Routes, extender_routes
 from hami_kube.client import KubeApi
 from hami_kube.election import LeaseSettings
+
+T = TypeVar("T")
 
 
 async def _nothing() -> None:
@@ -58,10 +62,14 @@ class _Verbs:
         return {}
 
 
-def test_readyz_extender_is_503_with_the_gates_reason_then_200() -> None:
+def _before_and_after_sync(
+    method: str, path: str, read: Callable[[aiohttp.ClientResponse], Awaitable[T]]
+) -> list[T]:
+    """Serve the extender routes behind the gate (no election, a `pods` cache) and ask `method path`
+    twice over one session: before the cache has synced and after; each answer as `read` takes it."""
     synced = {"pods": False}
 
-    async def main() -> list[tuple[int, str]]:
+    async def main() -> list[T]:
         routes = Routes()
         extender_routes(routes, _Verbs(), gate=extender_gate(None, lambda: synced))
         server = ControlServer(routes, "127.0.0.1", 0, ssl_context=None)
@@ -71,14 +79,21 @@ def test_readyz_extender_is_503_with_the_gates_reason_then_200() -> None:
             async with aiohttp.ClientSession() as session:
                 for ready in (False, True):
                     synced["pods"] = ready
-                    url = f"http://127.0.0.1:{server.port}/readyz/extender"
-                    async with session.get(url) as response:
-                        answers.append((response.status, await response.text()))
+                    url = f"http://127.0.0.1:{server.port}{path}"
+                    async with session.request(method, url, data=b"{}" if method == "POST" else None) as r:
+                        answers.append(await read(r))
         finally:
             await server.stop()
         return answers
 
-    assert asyncio.run(main()) == [
+    return asyncio.run(main())
+
+
+def test_readyz_extender_is_503_with_the_gates_reason_then_200() -> None:
+    async def status_and_text(response: aiohttp.ClientResponse) -> tuple[int, str]:
+        return response.status, await response.text()
+
+    assert _before_and_after_sync("GET", "/readyz/extender", status_and_text) == [
         (503, "not ready: hami-control is starting: its caches are not synced yet (waiting for pods)\n"),
         (200, "ok\n"),
     ]
@@ -89,26 +104,11 @@ def test_a_refused_extender_call_closes_its_connection_and_an_answered_one_keeps
     next call opens a new one, which the extender Service sends to the leader. (Found by `hami-sim
     chaos`: a scheduler kept its keep-alive connection to a deposed leader, which answered "not leader"
     to every filter, and a pod stayed Pending for good.)"""
-    synced = {"pods": False}
 
-    async def main() -> list[tuple[str | None, str | None]]:
-        routes = Routes()
-        extender_routes(routes, _Verbs(), gate=extender_gate(None, lambda: synced))
-        server = ControlServer(routes, "127.0.0.1", 0, ssl_context=None)
-        await server.start()
-        answers = []
-        try:
-            async with aiohttp.ClientSession() as session:
-                for ready in (False, True):
-                    synced["pods"] = ready
-                    url = f"http://127.0.0.1:{server.port}/filter"
-                    async with session.post(url, data=b"{}") as response:
-                        answer = await response.json()
-                        answers.append((response.headers.get("Connection"), answer.get("Error")))
-        finally:
-            await server.stop()
-        return answers
+    async def connection_and_error(response: aiohttp.ClientResponse) -> tuple[str | None, str | None]:
+        answer = await response.json()
+        return response.headers.get("Connection"), answer.get("Error")
 
-    refused, answered = asyncio.run(main())
+    refused, answered = _before_and_after_sync("POST", "/filter", connection_and_error)
     assert refused == ("close", "hami-control is starting: its caches are not synced yet (waiting for pods)")
     assert answered[0] != "close"
