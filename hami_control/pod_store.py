@@ -60,7 +60,7 @@ from hami_api.quantity import parse_quantity
 from hami_api.resources import ContainerRequest, container_request, pod_containers
 from hami_api.types import PodAllocation
 from hami_control.cache import TERMINAL_PHASES, ClusterCache, Held, PodHolding
-from hami_control.config import ControlConfig
+from hami_control.config import ControlConfig, FragmentationFilter
 from hami_control.dra_translate import ANNOTATION as DRA_CLAIMS
 from hami_control.dra_translate import claims_usage, decode_claims
 from hami_control.extender import ASK_ANNOTATIONS, ExtenderArgsError, PodAsk, ask_from_requests, read_pod_ask
@@ -124,7 +124,8 @@ class PodRecord:
     held_error: str = ""
     """Why the pod's allocation annotations do not decode, if they do not."""
     cpu_milli: int = 0
-    """The pod's CPU request in milli-cores as kube-scheduler counts it (`pod_cpu_milli`)."""
+    """The pod's CPU request in milli-cores as kube-scheduler counts it (`pod_cpu_milli`); read only under
+    `--fragmentation-filter best`, the one user (0 otherwise: ~14 us a pod event saved)."""
 
     @property
     def key(self) -> PodKey:
@@ -348,7 +349,9 @@ def pod_record(
         request_error=containers.request_error,
         held=_same(old.held if old else None, held),
         held_error=held_error,
-        cpu_milli=pod_cpu_milli(pod),
+        cpu_milli=pod_cpu_milli(pod)
+        if config.scheduling.fragmentation_filter is FragmentationFilter.BEST
+        else 0,
     )
 
 
@@ -510,7 +513,8 @@ class PodStore:
 
     def node_cpu_requested(self, node: str) -> int:
         """The CPU (milli-cores) the watched non-terminal pods bound to `node` request: what kube-scheduler
-        counts as requested there (`--fragmentation-filter best` measures free CPU from it)."""
+        counts as requested there (`--fragmentation-filter best` measures free CPU from it; 0 under any
+        other setting, where the records carry no CPU)."""
         return self._node_cpu.get(node, 0)
 
     def admitted(self, namespace: str) -> int:

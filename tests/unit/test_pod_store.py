@@ -34,7 +34,7 @@ from hami_api.containers import ContainerKind, footprint_slices, init_kinds
 from hami_api.errors import WireFormatError
 from hami_api.types import ContainerAllocation, GPUInfo, GPUPairScore, GPUSlice, PodAllocation
 from hami_control.cache import ClusterCache
-from hami_control.config import ControlConfig
+from hami_control.config import ControlConfig, FragmentationFilter
 from hami_control.extender import ExtenderArgsError, read_pod_ask
 from hami_control.pod_store import PodRecord, PodStore, pod_cpu_milli, pod_record
 from hami_control.quota import QuotaUsage
@@ -110,12 +110,14 @@ def asking_pod(
 G0, G1 = gpu_info(0, count=4), gpu_info(1, count=4)
 
 
-def cluster(*gpus: GPUInfo, registered: bool = True) -> tuple[ClusterCache, PodStore]:
+def cluster(
+    *gpus: GPUInfo, registered: bool = True, config: ControlConfig = CONFIG
+) -> tuple[ClusterCache, PodStore]:
     """A GPU cache (with node n1 unless not `registered`) and the pod store that feeds it."""
     cache = ClusterCache()
     if registered:
         cache.node_upserted(node("n1", gpus or (G0, G1)))
-    return cache, PodStore(CONFIG, cache)
+    return cache, PodStore(config, cache)
 
 
 def delete(pods: PodStore, namespace: str, name: str, uid: str) -> None:
@@ -850,7 +852,7 @@ def test_the_pods_cpu_request_is_what_kube_scheduler_counts(spec: dict[str, Any]
 
 
 def test_the_cpu_requested_per_node_follows_binds_updates_ends_deletes_and_relists() -> None:
-    _, pods = cluster()
+    _, pods = cluster(config=CONFIG.with_settings(fragmentation_filter=FragmentationFilter.BEST))
     pods.apply("ADDED", cpu_pod("a", "n1", "2"))
     pods.apply("ADDED", cpu_pod("b", "n1", "500m"))
     pods.apply("ADDED", cpu_pod("pending", "", "4"))  # not bound: counts nowhere
@@ -863,3 +865,9 @@ def test_the_cpu_requested_per_node_follows_binds_updates_ends_deletes_and_relis
     assert pods.node_cpu_requested("n1") == 0
     pods.replace([cpu_pod("c", "n1", "1")])
     assert (pods.node_cpu_requested("n1"), pods.node_cpu_requested("n2")) == (1000, 0)
+
+
+def test_the_cpu_per_node_is_not_counted_unless_the_fragmentation_filter_is_best() -> None:
+    _, pods = cluster()  # --fragmentation-filter all, the default: no user of it
+    pods.apply("ADDED", cpu_pod("a", "n1", "2"))
+    assert pods.node_cpu_requested("n1") == 0
