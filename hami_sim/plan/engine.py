@@ -138,7 +138,6 @@ POLICIES: dict[str, Policy] = {
 if tuple(POLICIES) != POLICY_NAMES + EXTRA_POLICY_NAMES:  # pragma: no cover - kept in step by hand
     raise ImportError("hami_sim.plan.POLICY_NAMES and engine.POLICIES differ")
 APP = (ContainerKind.APP,)
-_TIE = 1e-6
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,13 +314,8 @@ class Cluster:
 
     # --- placing -------------------------------------------------------------------------------------------
 
-    def _pick(
-        self, candidates: IntArray, values: npt.NDArray[np.float64] | IntArray, lowest: bool = False
-    ) -> int:
-        """One of the candidates with the best value, at random (kube-scheduler's selectHost)."""
-        v = values.astype(np.float64)
-        best = v.min() if lowest else v.max()
-        tied = candidates[np.abs(v - best) <= _TIE]
+    def _pick(self, tied: IntArray) -> int:
+        """One of the equally good rows, at random (kube-scheduler's selectHost)."""
         return int(tied[0] if len(tied) == 1 else tied[self.rng.integers(len(tied))])
 
     def _first_by_name(self, rows: IntArray, score: IntArray, gpu: IntArray | None = None) -> int:
@@ -345,7 +339,7 @@ class Cluster:
         if len(best) == 0:
             self.next_start = self._sample(task)[1]
             return None
-        return self.place_on(task, self._pick(best, np.zeros(len(best))))
+        return self.place_on(task, self._pick(best))
 
     def _sample(self, task: Task) -> tuple[BoolArray, int]:
         """kube-scheduler's search for feasible nodes (its own filters: CPU and memory here): from
@@ -559,18 +553,19 @@ class Cluster:
         self.allocated -= task.gpu_request
 
     def _cpu_only(self, task: Task, cand: IntArray) -> int:
-        if self.policy.node is NodePolicy.FRAGMENTATION:
-            before = self.node_frag[cand]
-            after = combine(
-                self.small[cand],
-                self.holding[cand],
-                self.free[cand].sum(axis=1),
-                self.mixa,
-                self.host_ok(cand, task.cpu_milli, task.memory_mib),
-            )
-            score = simulator_score(after - before, np.zeros(len(cand), dtype=np.int64), self.mix)
-            return int(cand[self._first_by_name(cand, score)])
-        return self._pick(cand, self.least_allocated(cand, task))
+        """The `FGD` choice for a pod that asks no GPU: scored by the growth of its node's fragmentation
+        (its CPU changes which shapes the node can host), as the paper's simulator scores it. (Under the
+        other choices such a pod never reaches the extender: `score_nodes` ranks it by LeastAllocated.)"""
+        before = self.node_frag[cand]
+        after = combine(
+            self.small[cand],
+            self.holding[cand],
+            self.free[cand].sum(axis=1),
+            self.mixa,
+            self.host_ok(cand, task.cpu_milli, task.memory_mib),
+        )
+        score = simulator_score(after - before, np.zeros(len(cand), dtype=np.int64), self.mix)
+        return int(cand[self._first_by_name(cand, score)])
 
     def _hami(self, cand: IntArray) -> int:
         sums = self.table.sums[cand].astype(np.float32)
