@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,13 +37,23 @@ def _steps(text: str) -> list[int]:
         ) from None
 
 
-def _weight(text: str) -> int:
+def _at_least_one(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def _arrival(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a percentage of capacity above 0, got {text!r}")
     return value
 
 
@@ -80,7 +91,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=42, help="seed of sampling and tie-breaks (default 42)")
     parser.add_argument(
         "--max-arrival",
-        type=float,
+        type=_arrival,
         default=130.0,
         help="inflation: stop when the arrived GPU request reaches this %% of capacity (default 130)",
     )
@@ -92,7 +103,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--split-count",
-        type=int,
+        type=_at_least_one,
         default=DEFAULT_SPLIT,
         help="tasks per GPU for CSV nodes (HAMi's deviceSplitCount, default %(default)s)",
     )
@@ -101,7 +112,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--extender-weight",
-        type=_weight,
+        type=_at_least_one,
         default=DEFAULT_EXTENDER_WEIGHT,
         help="the extender's weight in kube-scheduler's configuration: its 0..10 score counts x weight x 10 "
         "beside LeastAllocated's 0..100 (default %(default)s, as daemonset/scheduler/"

@@ -323,6 +323,16 @@ def test_command_line_errors(
     with pytest.raises(SystemExit):
         main(["plan", "--nodes", str(trace[0]), "--pods", str(bad), "--out", "o", "--policies", "best"])
     assert "unknown policy best" in capsys.readouterr().err
+    for option, value, words in (
+        ("--max-arrival", "-5", "--max-arrival: expected a percentage of capacity above 0, got '-5'"),
+        ("--max-arrival", "nan", "--max-arrival: expected a percentage of capacity above 0, got 'nan'"),
+        ("--split-count", "0", "--split-count: expected a whole number of at least 1, got '0'"),
+        ("--extender-weight", "0", "--extender-weight: expected a whole number of at least 1, got '0'"),
+        ("--percentage-of-nodes-to-score", "150", "expected a whole percentage 0..100, got '150'"),
+    ):
+        with pytest.raises(SystemExit):
+            main(["plan", "--nodes", str(trace[0]), "--pods", str(trace[1]), "--out", "o", option, value])
+        assert words in capsys.readouterr().err
 
 
 def test_the_planning_examples_read_and_replay() -> None:
