@@ -15,12 +15,18 @@ from kubernetes import client
 
 from hami_sim.apiserver import ApiServerRunner
 
+pytest_plugins = ("tests.parallel",)
+
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 
 # CI runs the property tests with a fixed seed (deterministic: a red CI is a bug, never bad luck);
 # local runs keep exploring new examples. `HYPOTHESIS_PROFILE=long` is the fuzzing run outside CI
 # (docs/reliability.md, "Fuzzing"): at least 100,000 examples per property, no deadline.
-settings.register_profile("ci", derandomize=True, deadline=None)
+# No profile has a deadline: the suite runs on several workers at once (hack/test.sh), where an example's
+# time says more about the neighbours than about the code; speed is bench/'s business. Examples per
+# property stay hypothesis's default (100) in every profile but "long".
+settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
     "long",
     max_examples=100_000,
@@ -31,6 +37,8 @@ if os.environ.get("HYPOTHESIS_PROFILE"):
     settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
 elif os.environ.get("CI"):
     settings.load_profile("ci")
+else:
+    settings.load_profile("dev")
 
 
 @dataclass(frozen=True)
