@@ -15,7 +15,7 @@ from kubernetes import client
 
 from hami_sim.apiserver import ApiServerRunner
 
-pytest_plugins = ("tests.parallel",)
+pytest_plugins = ("pytester", "tests.parallel")
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 
