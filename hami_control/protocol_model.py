@@ -81,6 +81,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, TypeVar
 
 _T = TypeVar("_T")
+_E = TypeVar("_E", bound=tuple[Any, ...])
 
 ALLOCATING = "allocating"
 SUCCESS = "success"
@@ -232,6 +233,10 @@ class Binder(NamedTuple):
     tasks: tuple[Task | None, ...]
 
 
+Checkpoint = frozenset[tuple[int, tuple[str, ...]]]
+"""(pod, devices) pairs."""
+
+
 class Kubelet(NamedTuple):
     view: View
     chan: tuple[Event, ...]
@@ -239,7 +244,7 @@ class Kubelet(NamedTuple):
     """Pods it has admitted or rejected (never admitted again, until a restart)."""
     admitting: tuple[int, tuple[str, ...], str] | None
     """(pod, devices, `ADMISSION_ERROR` or "") between the Allocate answer and the checkpoint/status."""
-    checkpoint: frozenset[tuple[int, tuple[str, ...]]]
+    checkpoint: Checkpoint
     """(pod, devices) of `kubelet_internal_checkpoint`: survives restarts."""
 
 
@@ -263,6 +268,11 @@ class State(NamedTuple):
     lost_answers: int
     wrong: str = ""
     """Set by a transition that breaks "the daemon answers Allocate for the pod kubelet admits"."""
+
+
+_Fanout = tuple[Event | None, tuple[tuple[int, Event], ...], tuple[tuple[int, Event], ...]]
+"""A pod change's events: the control plane's (None: none), (node index, event) for kubelets, for
+node daemons."""
 
 
 def _for_control(pod: Pod | None) -> Pod | None:
@@ -289,17 +299,74 @@ def _put(seq: tuple[_T, ...], index: int, value: _T) -> tuple[_T, ...]:
     return (*seq[:index], value, *seq[index + 1 :])
 
 
+def _without(entries: frozenset[_E], pod: int) -> frozenset[_E]:
+    """`entries` (window entries or assumptions) less the ones of `pod`: the same set when it has none
+    (a frozenset keeps its hash, and states are hashed at every step)."""
+    if not any(e[0] == pod for e in entries):
+        return entries
+    return frozenset(e for e in entries if e[0] != pod)
+
+
+# The model builds a new state per transition, hundreds of thousands per check: these are
+# `state._replace(...)` for the fields its steps change most, at half the cost.
+
+
+def _with_binder(state: State, binder: Binder) -> State:
+    api, requests, _, kubelets, daemons, restarts, deletable, lost_answers, wrong = state
+    return State(api, requests, binder, kubelets, daemons, restarts, deletable, lost_answers, wrong)
+
+
+def _with_kubelet(state: State, k: int, kubelet: Kubelet) -> State:
+    api, requests, binder, kubelets, daemons, restarts, deletable, lost_answers, wrong = state
+    kubelets = _put(kubelets, k, kubelet)
+    return State(api, requests, binder, kubelets, daemons, restarts, deletable, lost_answers, wrong)
+
+
+def _with_daemon(state: State, k: int, daemon: Daemon) -> State:
+    api, requests, binder, kubelets, daemons, restarts, deletable, lost_answers, wrong = state
+    daemons = _put(daemons, k, daemon)
+    return State(api, requests, binder, kubelets, daemons, restarts, deletable, lost_answers, wrong)
+
+
+def _with_tasks(binder: Binder, pod: int, task: Task | None) -> Binder:
+    view, chan, window, assumed, tasks = binder
+    return Binder(view, chan, window, assumed, _put(tasks, pod, task))
+
+
 # --- the model --------------------------------------------------------------------------------------------
 
 
 class ProtocolModel:
-    """The transition system of the protocol under `config` (a `protocol_check.TransitionSystem`)."""
+    """The transition system of the protocol under `config` (a `protocol_check.TransitionSystem`).
+
+    A check builds hundreds of thousands of states from a few thousand distinct values of each component:
+    what is a function of one component (its steps, the properties of the API's pods) is memoized, and
+    a step rebuilds only the parts of the state it changes."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
         self.counts = tuple(p.gpus for p in config.pods)
         self.names = tuple(p.name for p in config.pods)
+        self.node_names = tuple(n.name for n in config.nodes)
         self._last: tuple[State, list[tuple[str, str, State]]] | None = None
+        # Memos of what is a function of one part of a state (a component's steps, the properties, the
+        # events of a pod's change): a check meets a few dozen to a few thousand distinct values of each
+        # part, each in up to hundreds of thousands of states. Per node for kubelets and daemons.
+        self._control_memo: dict[Binder, list[tuple[str, Binder, Request | None]]] = {}
+        self._kubelet_delivery_memo: tuple[dict[Kubelet, tuple[str, Kubelet]], ...] = tuple(
+            {} for _ in config.nodes
+        )
+        self._kubelet_work_memo: tuple[dict[Kubelet, tuple[tuple[int, ...], tuple[int, ...]]], ...] = tuple(
+            {} for _ in config.nodes
+        )
+        self._daemon_delivery_memo: tuple[dict[Daemon, tuple[str, Daemon]], ...] = tuple(
+            {} for _ in config.nodes
+        )
+        self._fanout_memo: dict[tuple[int, Pod | None, Pod | None], _Fanout] = {}
+        self._capacity_memo: dict[
+            tuple[tuple[Pod | None, ...], tuple[Checkpoint, ...]], list[tuple[str, str]]
+        ] = {}
+        self._done_memo: dict[tuple[Pod | None, ...], bool] = {}
 
     # -- helpers ---------------------------------------------------------------------------------------
 
@@ -323,26 +390,46 @@ class ProtocolModel:
         )
 
     def _set_pod(self, state: State, index: int, new: Pod | None) -> State:
-        """Change the API's pod and queue the change on every watch that shows it, as each consumer
-        reads it (`_for_control`, `_for_kubelet`): a change a consumer cannot tell from the previous
-        state is not queued for it (delivering it would change nothing)."""
-        old = state.api[index]
-        binder = state.binder
-        if _for_control(new) != _for_control(old):
-            binder = binder._replace(chan=(*binder.chan, (index, _for_control(new))))
-        kubelets, daemons = list(state.kubelets), list(state.daemons)
-        for i, node in enumerate(self.config.nodes):
-            mine_new = new if new is not None and new.node == node.name else None
-            mine_old = old if old is not None and old.node == node.name else None
+        """Change the API's pod and queue the change on every watch that shows it (`_fanout`)."""
+        api, requests, binder, kubelets, daemons, restarts, deletable, lost_answers, wrong = state
+        control, to_kubelets, to_daemons = self._fanout(index, api[index], new)
+        if control is not None:
+            view, chan, window, assumed, tasks = binder
+            binder = Binder(view, (*chan, control), window, assumed, tasks)
+        for k, event in to_kubelets:
+            view, chan, seen, admitting, checkpoint = kubelets[k]
+            kubelets = _put(kubelets, k, Kubelet(view, (*chan, event), seen, admitting, checkpoint))
+        for k, event in to_daemons:
+            view, chan, finished, deleted, writes = daemons[k]
+            daemons = _put(daemons, k, Daemon(view, (*chan, event), finished, deleted, writes))
+        api = _put(api, index, new)
+        return State(api, requests, binder, kubelets, daemons, restarts, deletable, lost_answers, wrong)
+
+    def _fanout(self, index: int, old: Pod | None, new: Pod | None) -> _Fanout:
+        """The events a change of pod `index` from `old` to `new` queues on each watch that shows it
+        (the control plane's; each node's kubelet's and daemon's, by node index), as each consumer reads
+        it (`_for_control`, `_for_kubelet`): a change a consumer cannot tell from the previous state is
+        not queued for it (delivering it would change nothing). Memoized."""
+        key = (index, old, new)
+        known = self._fanout_memo.get(key)
+        if known is not None:
+            return known
+        seen = _for_control(new)
+        control = (index, seen) if seen != _for_control(old) else None
+        to_kubelets: list[tuple[int, Event]] = []
+        to_daemons: list[tuple[int, Event]] = []
+        for k, node in enumerate(self.node_names):
+            mine_new = new if new is not None and new.node == node else None
+            mine_old = old if old is not None and old.node == node else None
             if mine_new is None and mine_old is None:
                 continue
-            if _for_kubelet(mine_new) != _for_kubelet(mine_old):
-                event = (index, _for_kubelet(mine_new))
-                kubelets[i] = kubelets[i]._replace(chan=(*kubelets[i].chan, event))
+            kubelet_new = _for_kubelet(mine_new)
+            if kubelet_new != _for_kubelet(mine_old):
+                to_kubelets.append((k, (index, kubelet_new)))
             if mine_new != mine_old:
-                daemons[i] = daemons[i]._replace(chan=(*daemons[i].chan, (index, mine_new)))
-        api = _put(state.api, index, new)
-        return state._replace(api=api, binder=binder, kubelets=tuple(kubelets), daemons=tuple(daemons))
+                to_daemons.append((k, (index, mine_new)))
+        known = self._fanout_memo[key] = (control, tuple(to_kubelets), tuple(to_daemons))
+        return known
 
     def _node_view(self, state: State, node: str) -> View:
         return tuple(p if p is not None and p.node == node else None for p in state.api)
@@ -359,18 +446,18 @@ class ProtocolModel:
                 held[i] = (seen.node, seen.gpus)
         return held
 
-    def _fit(self, used: set[str], pod: int, node: str) -> tuple[str, ...] | None:
-        spec = self.config.nodes[self.config.node_index[node]]
-        free = [g for g in spec.gpus if g not in used]
+    def _fit(self, used: set[str], pod: int, k: int) -> tuple[str, ...] | None:
+        """First fit of `pod` on node `k` (by index) beside the GPUs in `used`."""
+        free = [g for g in self.config.nodes[k].gpus if g not in used]
         need = self.counts[pod]
         return tuple(free[:need]) if len(free) >= need else None
 
-    def _cache_fit(self, binder: Binder, pod: int, node: str) -> tuple[str, ...] | None:
-        used = {g for _, (_, gpus) in self._held(binder).items() for g in gpus}
-        return self._fit(used, pod, node)
+    def _cache_used(self, binder: Binder) -> set[str]:
+        """The GPUs the control plane's cache counts as used."""
+        return {g for _, (_, gpus) in self._held(binder).items() for g in gpus}
 
-    def _api_used(self, state: State) -> set[str]:
-        return {g for p in state.api if p is not None and p.node and not p.terminal for g in p.gpus}
+    def _api_used(self, api: tuple[Pod | None, ...]) -> set[str]:
+        return {g for p in api if p is not None and p.node and not p.terminal for g in p.gpus}
 
     def _blocked(self, binder: Binder, pod: int, node: str) -> bool:
         """`Binder._obstacle`: a pod pending on `node` asks the same GPU count (never, with the window's
@@ -389,31 +476,49 @@ class ProtocolModel:
 
     @staticmethod
     def _forget(binder: Binder, pod: int) -> Binder:
-        return binder._replace(assumed=frozenset(a for a in binder.assumed if a[0] != pod))
+        return binder._replace(assumed=_without(binder.assumed, pod))
 
     @staticmethod
     def _release(binder: Binder, pod: int) -> Binder:
-        return binder._replace(window=frozenset(w for w in binder.window if w[0] != pod))
+        return binder._replace(window=_without(binder.window, pod))
 
     # -- the control plane -----------------------------------------------------------------------------
 
-    def _reserve(self, state: State, pod: int, node: str) -> State:
-        """`Binder._reserve` after its last await, then `_write` sending the Binding."""
-        binder = state.binder
-        gpus = self._cache_fit(binder, pod, node)
+    def _reserve(
+        self, binder: Binder, pod: int, node: str, gpus: tuple[str, ...] | None
+    ) -> tuple[Binder, Request | None]:
+        """`Binder._reserve` after its last await (`gpus`: its fit on the watch-fed cache), then
+        `_write` sending the Binding (None: the pod does not fit, nothing sent)."""
         if gpus is None:  # no_fit: the bind fails, kube-scheduler retries later
-            return state._replace(binder=binder._replace(tasks=_put(binder.tasks, pod, None)))
+            return _with_tasks(binder, pod, None), None
         if self.config.assume_before_await:
             binder = self._assume(binder, pod, node, gpus)
         binder = binder._replace(
             window=frozenset(w for w in binder.window if w[0] != pod) | {(pod, node)},
             tasks=_put(binder.tasks, pod, Task("sent", node, gpus)),
         )
-        requests = tuple(sorted((*state.requests, Request(pod, node, gpus))))
-        return state._replace(binder=binder, requests=requests)
+        return binder, Request(pod, node, gpus)
 
     def _control(self, state: State) -> Iterator[tuple[str, str, State]]:
-        binder = state.binder
+        """Its progress actions (`_control_steps`); its timeouts are `_timeouts`."""
+        for label, binder, request in self._control_steps(state.binder):
+            if request is None:
+                yield PROGRESS, label, _with_binder(state, binder)
+            else:
+                requests = tuple(sorted((*state.requests, request)))
+                yield PROGRESS, label, state._replace(binder=binder, requests=requests)
+
+    def _control_steps(self, binder: Binder) -> list[tuple[str, Binder, Request | None]]:
+        """(label, control plane after it, Binding it sends) of each of its progress actions: a function
+        of its own state, memoized (a check meets a few thousand control plane states, each in many
+        states of the whole)."""
+        known = self._control_memo.get(binder)
+        if known is None:
+            known = self._control_memo[binder] = list(self._steps_of_control(binder))
+        return known
+
+    def _steps_of_control(self, binder: Binder) -> Iterator[tuple[str, Binder, Request | None]]:
+        used = self._cache_used(binder)
         for pod, task in enumerate(binder.tasks):
             name = self.names[pod]
             if task is None:
@@ -421,69 +526,67 @@ class ProtocolModel:
                 seen = binder.view[pod]
                 if seen is None or seen.node or seen.terminal or any(w[0] == pod for w in binder.window):
                     continue
-                for node in self.config.nodes:
-                    if self._cache_fit(binder, pod, node.name) is None:
+                for k, node in enumerate(self.node_names):
+                    gpus = self._fit(used, pod, k)
+                    if gpus is None:
                         continue
-                    label = f"bind-start {name} -> {node.name}"
-                    if self._blocked(binder, pod, node.name):
-                        tasks = _put(binder.tasks, pod, Task("wait", node.name))
-                        yield (
-                            PROGRESS,
-                            label + " (waits)",
-                            state._replace(binder=binder._replace(tasks=tasks)),
-                        )
+                    label = f"bind-start {name} -> {node}"
+                    if self._blocked(binder, pod, node):
+                        yield label + " (waits)", _with_tasks(binder, pod, Task("wait", node)), None
                     else:
-                        yield PROGRESS, label, self._reserve(state, pod, node.name)
+                        yield (label, *self._reserve(binder, pod, node, gpus))
             elif task.stage == "wait":
                 if not self._blocked(binder, pod, task.node):
-                    yield PROGRESS, f"bind-wake {name}", self._reserve(state, pod, task.node)
-                else:
-                    tasks = _put(binder.tasks, pod, None)
-                    yield TIMEOUT, f"wait-timeout {name}", state._replace(binder=binder._replace(tasks=tasks))
+                    gpus = self._fit(used, pod, self.config.node_index[task.node])
+                    yield (f"bind-wake {name}", *self._reserve(binder, pod, task.node, gpus))
             elif task.stage == "answer":
-                yield PROGRESS, f"bind-answer {name} ({task.result})", self._answer(state, pod, task)
+                yield f"bind-answer {name} ({task.result})", self._answer(binder, pod, task), None
         if binder.chan:
-            yield (
-                PROGRESS,
-                f"deliver control {self._event_text(binder.chan[0])}",
-                self._deliver_control(state),
-            )
+            yield f"deliver control {self._event_text(binder.chan[0])}", self._deliver_control(binder), None
+
+    def _timeouts(self, state: State) -> Iterator[tuple[str, str, State]]:
+        """The control plane's timeouts (`actions` lists them only where no progress action is enabled):
+        waits given up, by pod, then window entries swept, then assumptions expired."""
+        binder = state.binder
+        for pod, task in enumerate(binder.tasks):
+            if task is not None and task.stage == "wait" and self._blocked(binder, pod, task.node):
+                waited = _with_tasks(binder, pod, None)
+                yield TIMEOUT, f"wait-timeout {self.names[pod]}", _with_binder(state, waited)
         for pod, where in sorted(binder.window):
             released = self._release(binder, pod)
-            yield TIMEOUT, f"sweep-window {self.names[pod]} on {where}", state._replace(binder=released)
+            yield TIMEOUT, f"sweep-window {self.names[pod]} on {where}", _with_binder(state, released)
         for pod, _, _ in sorted(binder.assumed):
             forgotten = self._forget(binder, pod)
-            yield TIMEOUT, f"expire-assumption {self.names[pod]}", state._replace(binder=forgotten)
+            yield TIMEOUT, f"expire-assumption {self.names[pod]}", _with_binder(state, forgotten)
 
-    def _answer(self, state: State, pod: int, task: Task) -> State:
-        binder = state.binder._replace(tasks=_put(state.binder.tasks, pod, None))
+    def _answer(self, binder: Binder, pod: int, task: Task) -> Binder:
+        binder = _with_tasks(binder, pod, None)
         if task.result == "ok":
             if not self.config.assume_before_await:
                 binder = self._assume(binder, pod, task.node, task.gpus)
         elif task.result == "rejected" or not self.config.keep_unknown_outcome:  # `_rollback`
             binder = self._release(self._forget(binder, pod), pod)
         # "error" (outcome unknown): `_keep`, the watch or the sweep settles it
-        return state._replace(binder=binder)
+        return binder
 
-    def _deliver_control(self, state: State) -> State:
+    def _deliver_control(self, binder: Binder) -> Binder:
         """One event through `PodStore.apply` / `_deleted` and `Binder.pod_event`."""
-        binder = state.binder
-        (pod, new), rest = binder.chan[0], binder.chan[1:]
-        binder = binder._replace(view=_put(binder.view, pod, new), chan=rest)
+        view, chan, window, assumed, tasks = binder
+        (pod, new), rest = chan[0], chan[1:]
+        old = view[pod]
         if new is None or new.terminal or (new.node and new.gpus):
-            binder = self._forget(binder, pod)
+            assumed = _without(assumed, pod)
         if new is None or new.terminal or new.bind_phase in (SUCCESS, FAILED):
-            binder = self._release(binder, pod)
-        old = state.binder.view[pod]
+            window = _without(window, pod)
         if (
             self.config.adopt_from_watch
             and _allocating(new)
             and not (_allocating(old) and old is not None and new is not None and old.node == new.node)
-            and not any(w[0] == pod for w in binder.window)
+            and not any(w[0] == pod for w in window)
         ):
             assert new is not None
-            binder = binder._replace(window=binder.window | {(pod, new.node)})
-        return state._replace(binder=binder)
+            window = window | {(pod, new.node)}
+        return Binder(_put(view, pod, new), rest, window, assumed, tasks)
 
     def _restarts_control(self, state: State) -> Iterator[State]:
         """The control plane dies and comes back: each Binding it had sent is served by the API server or
@@ -553,20 +656,16 @@ class ProtocolModel:
             answered = None
         else:
             answered = task._replace(stage="answer", result=result)
-        tasks = _put(state.binder.tasks, request.pod, answered)
-        return state._replace(binder=state.binder._replace(tasks=tasks))
+        return _with_binder(state, _with_tasks(state.binder, request.pod, answered))
 
     # -- kubelet ---------------------------------------------------------------------------------------
 
     def _kubelet(self, state: State, k: int) -> Iterator[tuple[str, str, State]]:
-        node = self.config.nodes[k].name
+        node = self.node_names[k]
         kubelet = state.kubelets[k]
         if kubelet.chan:
-            yield (
-                PROGRESS,
-                f"deliver kubelet/{node} {self._event_text(kubelet.chan[0])}",
-                self._deliver_kubelet(state, k),
-            )
+            label, delivered = self._deliver_kubelet(k, kubelet)
+            yield PROGRESS, label, _with_kubelet(state, k, delivered)
         if kubelet.admitting is not None:
             yield (
                 PROGRESS,
@@ -574,16 +673,26 @@ class ProtocolModel:
                 self._record(state, k),
             )
             return
-        for i, p in enumerate(kubelet.view):
-            if p is not None and p.deleting:  # kubelet stops it, frees its devices, removes it
-                yield PROGRESS, f"kubelet-remove {node} {self.names[i]}", self._remove(state, k, i)
-        waiting = [
-            i
-            for i, p in enumerate(kubelet.view)
-            if p is not None and p.phase == PENDING and not p.deleting and i not in kubelet.seen
-        ]
-        for pod in waiting if self.config.kubelet_any_order else waiting[:1]:
+        removes, admits = self._work(k, kubelet)
+        for pod in removes:
+            yield PROGRESS, f"kubelet-remove {node} {self.names[pod]}", self._remove(state, k, pod)
+        for pod in admits:
             yield from self._admit(state, k, pod)
+
+    def _work(self, k: int, kubelet: Kubelet) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(pods to remove, pods it may admit next) of an idle kubelet (memoized)."""
+        known = self._kubelet_work_memo[k].get(kubelet)
+        if known is None:
+            # being deleted: kubelet stops it, frees its devices, removes it
+            removes = tuple(i for i, p in enumerate(kubelet.view) if p is not None and p.deleting)
+            waiting = tuple(
+                i
+                for i, p in enumerate(kubelet.view)
+                if p is not None and p.phase == PENDING and not p.deleting and i not in kubelet.seen
+            )
+            admits = waiting if self.config.kubelet_any_order else waiting[:1]
+            known = self._kubelet_work_memo[k][kubelet] = (removes, admits)
+        return known
 
     def _admit(self, state: State, k: int, pod: int) -> Iterator[tuple[str, str, State]]:
         node = self.config.nodes[k]
@@ -593,14 +702,14 @@ class ProtocolModel:
         kept = next((d for p, d in kubelet.checkpoint if p == pod), None)
         if kept is not None:  # admitted before a restart: its devices come from the checkpoint
             kubelet = kubelet._replace(admitting=(pod, kept, ""))
-            yield PROGRESS, label + " (checkpointed devices)", self._with_kubelet(state, k, kubelet)
+            yield PROGRESS, label + " (checkpointed devices)", _with_kubelet(state, k, kubelet)
             return
         used = {g for _, devices in kubelet.checkpoint for g in devices}
         free = [g for g in node.gpus if g not in used]
         need = self.counts[pod]
         if len(free) < need:
             kubelet = kubelet._replace(admitting=(pod, (), ADMISSION_ERROR))
-            yield PROGRESS, label + " (no free device)", self._with_kubelet(state, k, kubelet)
+            yield PROGRESS, label + " (no free device)", _with_kubelet(state, k, kubelet)
             return
         daemon = state.daemons[k]
         daemon, steer, _ = self._lookup(state, k, daemon, need)  # GetPreferredAllocation's steering
@@ -631,20 +740,16 @@ class ProtocolModel:
                 )
         kubelet = kubelet._replace(admitting=(pod, devices, reason))
         daemons = _put(state.daemons, k, daemon)
-        nxt = self._with_kubelet(state, k, kubelet)._replace(daemons=daemons, wrong=wrong)
+        nxt = _with_kubelet(state, k, kubelet)._replace(daemons=daemons, wrong=wrong)
         yield PROGRESS, label + f" -> {devices}" + (f" (fails: {error})" if reason else ""), nxt
 
-    def _with_kubelet(self, state: State, k: int, kubelet: Kubelet) -> State:
-        return state._replace(kubelets=_put(state.kubelets, k, kubelet))
-
     def _record(self, state: State, k: int) -> State:
-        kubelet = state.kubelets[k]
-        assert kubelet.admitting is not None
-        pod, devices, reason = kubelet.admitting
-        kubelet = kubelet._replace(admitting=None)
-        if not reason and kubelet.view[pod] is not None:
-            kubelet = kubelet._replace(checkpoint=kubelet.checkpoint | {(pod, devices)})
-        state = self._with_kubelet(state, k, kubelet)
+        view, chan, seen, admitting, checkpoint = state.kubelets[k]
+        assert admitting is not None
+        pod, devices, reason = admitting
+        if not reason and view[pod] is not None:
+            checkpoint = checkpoint | {(pod, devices)}
+        state = _with_kubelet(state, k, Kubelet(view, chan, seen, None, checkpoint))
         current = state.api[pod]
         if current is None or current.phase != PENDING:
             return state
@@ -655,24 +760,29 @@ class ProtocolModel:
     def _remove(self, state: State, k: int, pod: int) -> State:
         kubelet = state.kubelets[k]
         kubelet = kubelet._replace(checkpoint=frozenset(c for c in kubelet.checkpoint if c[0] != pod))
-        state = self._with_kubelet(state, k, kubelet)
+        state = _with_kubelet(state, k, kubelet)
         return self._set_pod(state, pod, None) if state.api[pod] is not None else state
 
-    def _deliver_kubelet(self, state: State, k: int) -> State:
-        kubelet = state.kubelets[k]
-        (pod, new), rest = kubelet.chan[0], kubelet.chan[1:]
-        kubelet = kubelet._replace(view=_put(kubelet.view, pod, new), chan=rest)
-        if new is None or new.terminal:  # `PodAdmitter._end`: its devices are freed
-            kubelet = kubelet._replace(checkpoint=frozenset(c for c in kubelet.checkpoint if c[0] != pod))
-        return self._with_kubelet(state, k, kubelet)
+    def _deliver_kubelet(self, k: int, kubelet: Kubelet) -> tuple[str, Kubelet]:
+        """One event through `PodAdmitter` (memoized)."""
+        known = self._kubelet_delivery_memo[k].get(kubelet)
+        if known is None:
+            view, chan, seen, admitting, checkpoint = kubelet
+            (pod, new), rest = chan[0], chan[1:]
+            if new is None or new.terminal:  # `PodAdmitter._end`: its devices are freed
+                checkpoint = _without(checkpoint, pod)
+            label = f"deliver kubelet/{self.node_names[k]} {self._event_text(chan[0])}"
+            delivered = Kubelet(_put(view, pod, new), rest, seen, admitting, checkpoint)
+            known = self._kubelet_delivery_memo[k][kubelet] = (label, delivered)
+        return known
 
     def _restart_kubelet(self, state: State, k: int) -> State:
-        listed = self._node_view(state, self.config.nodes[k].name)
+        listed = self._node_view(state, self.node_names[k])
         seen = frozenset(i for i, p in enumerate(listed) if p is not None and p.phase != PENDING)
         alive = {i for i, p in enumerate(listed) if p is not None and not p.terminal}
         view = tuple(_for_kubelet(p) for p in listed)
         checkpoint = frozenset(c for c in state.kubelets[k].checkpoint if c[0] in alive)
-        return self._with_kubelet(state, k, Kubelet(view, (), seen, None, checkpoint))
+        return _with_kubelet(state, k, Kubelet(view, (), seen, None, checkpoint))
 
     # -- the node daemon -------------------------------------------------------------------------------
 
@@ -694,7 +804,7 @@ class ProtocolModel:
         """`PodTracker._match`: the one waiting pod asking `count` GPUs, each match confirmed by a GET
         (`_confirm`, `Config.confirm_match`); on a miss, one read of the node's pods (`_read_node_pods`)
         and a second try."""
-        node = self.config.nodes[k].name
+        node = self.node_names[k]
         for attempt in range(2):
             matches = [i for i in self._waiting(daemon) if self.counts[i] == count]
             stale = [i for i in matches if not self._still_waiting(state, node, i)]
@@ -740,22 +850,32 @@ class ProtocolModel:
         )
 
     def _daemon(self, state: State, k: int) -> Iterator[tuple[str, str, State]]:
-        node = self.config.nodes[k].name
+        node = self.node_names[k]
         daemon = state.daemons[k]
-        if daemon.chan:
-            (pod, new), rest = daemon.chan[0], daemon.chan[1:]
-            deleted = daemon.deleted | {pod} if new is None else daemon.deleted
-            moved = daemon._replace(view=_put(daemon.view, pod, new), chan=rest, deleted=deleted)
-            moved = self._recover(moved, pod)
-            nxt = state._replace(daemons=_put(state.daemons, k, moved))
-            yield PROGRESS, f"deliver daemon/{node} {self._event_text(daemon.chan[0])}", nxt
-        if daemon.writes:
-            (pod, phase), rest_writes = daemon.writes[0], daemon.writes[1:]
-            nxt = state._replace(daemons=_put(state.daemons, k, daemon._replace(writes=rest_writes)))
+        view, chan, finished, deleted, writes = daemon
+        if chan:
+            label, delivered = self._deliver_daemon(k, daemon)
+            yield PROGRESS, label, _with_daemon(state, k, delivered)
+        if writes:
+            (pod, phase), rest_writes = writes[0], writes[1:]
+            nxt = _with_daemon(state, k, Daemon(view, chan, finished, deleted, rest_writes))
             current = state.api[pod]
             if current is not None:
                 nxt = self._set_pod(nxt, pod, current._replace(bind_phase=phase))
             yield PROGRESS, f"daemon-send {node} {self.names[pod]} bind-phase={phase}", nxt
+
+    def _deliver_daemon(self, k: int, daemon: Daemon) -> tuple[str, Daemon]:
+        """One event through `PodTracker.pod_event` (memoized)."""
+        known = self._daemon_delivery_memo[k].get(daemon)
+        if known is None:
+            view, chan, finished, deleted, writes = daemon
+            (pod, new), rest = chan[0], chan[1:]
+            if new is None:
+                deleted = deleted | {pod}
+            label = f"deliver daemon/{self.node_names[k]} {self._event_text(chan[0])}"
+            delivered = self._recover(Daemon(_put(view, pod, new), rest, finished, deleted, writes), pod)
+            known = self._daemon_delivery_memo[k][daemon] = (label, delivered)
+        return known
 
     def _recover(self, daemon: Daemon, pod: int) -> Daemon:
         """`PodTracker._observe` -> `_recover_success`: a pod it sees Running and still allocating
@@ -773,11 +893,11 @@ class ProtocolModel:
         return daemon._replace(finished=daemon.finished | {pod}, writes=(*daemon.writes, (pod, SUCCESS)))
 
     def _restart_daemon(self, state: State, k: int) -> State:
-        view = self._node_view(state, self.config.nodes[k].name)
+        view = self._node_view(state, self.node_names[k])
         daemon = Daemon(view, (), frozenset(), frozenset(), ())
         for pod in range(len(view)):
             daemon = self._recover(daemon, pod)
-        return state._replace(daemons=_put(state.daemons, k, daemon))
+        return _with_daemon(state, k, daemon)
 
     # -- faults ----------------------------------------------------------------------------------------
 
@@ -818,12 +938,14 @@ class ProtocolModel:
             return self._last[1]
         found = list(self._control(state))
         found.extend(self._api(state))
-        for k in range(len(self.config.nodes)):
+        for k in range(len(self.node_names)):
             found.extend(self._kubelet(state, k))
             found.extend(self._daemon(state, k))
         found.extend(self._faults(state))
-        if any(kind == PROGRESS for kind, _, _ in found):
-            found = [a for a in found if a[0] != TIMEOUT]
+        if all(kind != PROGRESS for kind, _, _ in found):
+            # where no progress is possible the control plane enables nothing else, and the API server
+            # (nothing in flight) nothing at all: its timeouts come first, as it lists them
+            found[:0] = self._timeouts(state)
         self._last = (state, found)
         return found
 
@@ -837,8 +959,27 @@ class ProtocolModel:
     def violations(self, state: State) -> Iterator[tuple[str, str]]:
         if state.wrong:
             yield "wrong-pod", state.wrong
+        yield from self._capacity(state.api, tuple([kubelet.checkpoint for kubelet in state.kubelets]))
+        if self.final(state):
+            yield from self._final_violations(state)
+
+    def _capacity(
+        self, api: tuple[Pod | None, ...], checkpoints: tuple[Checkpoint, ...]
+    ) -> list[tuple[str, str]]:
+        """The violations of GPU capacity (by the API's allocations, by each kubelet's checkpoint) and of
+        checkpointed devices against annotations: a function of the API's pods and the checkpoints,
+        memoized (a check meets a few thousand of those, each in many states)."""
+        key = (api, checkpoints)
+        known = self._capacity_memo.get(key)
+        if known is None:
+            known = self._capacity_memo[key] = list(self._capacity_violations(api, checkpoints))
+        return known
+
+    def _capacity_violations(
+        self, api: tuple[Pod | None, ...], checkpoints: tuple[Checkpoint, ...]
+    ) -> Iterator[tuple[str, str]]:
         holders: dict[str, list[str]] = {}
-        for i, p in enumerate(state.api):
+        for i, p in enumerate(api):
             if p is not None and p.node and not p.terminal:
                 for g in p.gpus:
                     holders.setdefault(g, []).append(self.names[i])
@@ -848,13 +989,12 @@ class ProtocolModel:
                     "gpu-capacity-api",
                     f"GPU {gpu} is allocated to pods {', '.join(pods)} by their annotations",
                 )
-        for k, kubelet in enumerate(state.kubelets):
-            node = self.config.nodes[k].name
+        for node, checkpoint in zip(self.node_names, checkpoints, strict=True):
             devices: dict[str, list[str]] = {}
-            for pod, ids in sorted(kubelet.checkpoint):
+            for pod, ids in sorted(checkpoint):
                 for g in ids:
                     devices.setdefault(g, []).append(self.names[pod])
-                annotated = state.api[pod]
+                annotated = api[pod]
                 if annotated is not None and set(ids) != set(annotated.gpus):
                     yield (
                         "device-annotation",
@@ -867,8 +1007,6 @@ class ProtocolModel:
                         "gpu-capacity-kubelet",
                         f"kubelet/{node} checkpoints GPU {gpu} for {', '.join(pods)}",
                     )
-        if self.final(state):
-            yield from self._final_violations(state)
 
     def _final_violations(self, state: State) -> Iterator[tuple[str, str]]:
         for i, p in enumerate(state.api):
@@ -886,14 +1024,20 @@ class ProtocolModel:
 
     def done(self, state: State) -> bool:
         """Every pod settled: Running with its bind-phase answered, Failed, deleted, or unbound because no
-        node has room for it by the API's allocations."""
-        used = self._api_used(state)
-        for i, p in enumerate(state.api):
+        node has room for it by the API's allocations (memoized by the API's pods)."""
+        known = self._done_memo.get(state.api)
+        if known is None:
+            known = self._done_memo[state.api] = self._settled(state.api)
+        return known
+
+    def _settled(self, api: tuple[Pod | None, ...]) -> bool:
+        used = self._api_used(api)
+        for i, p in enumerate(api):
             if p is None or p.terminal:
                 continue
             if p.phase == RUNNING and p.bind_phase != ALLOCATING:
                 continue
-            if not p.node and all(self._fit(used, i, n.name) is None for n in self.config.nodes):
+            if not p.node and all(self._fit(used, i, k) is None for k in range(len(self.node_names))):
                 continue
             return False
         return True
