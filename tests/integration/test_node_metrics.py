@@ -92,7 +92,13 @@ def test_node_metrics_show_each_gpu_and_after_allocate_the_container_s_live_usag
     rig.start_daemon("--health-bind", f"127.0.0.1:{port}")
     gpus = rig.inventory.gpus
 
-    first = scrape(port)
+    # Kubelet lists the devices while it handles the Register call; the daemon counts the registration
+    # once the call's answer is back, which may come after: scrape once it has.
+    def registered() -> Samples | None:
+        samples = scrape(port)
+        return samples if one(samples, "hami_node_registrations_total", result="success") >= 1 else None
+
+    first = wait_for(registered, what="hami-node to count its registration")
     for g in gpus:
         labels = {"node": NODE, "device_index": str(g.index), "device_uuid": g.uuid}
         assert one(first, "hami_node_gpu_healthy", **labels) == 1

@@ -195,6 +195,8 @@ def test_a_finished_pod_releases_its_claim_which_is_deallocated_and_deleted(
         return False
 
     wait_for(gone, what="the finished pod's claim to be deleted")
+    # The controller counts the delete once its answer is back, which may be after the test saw the 404.
+    wait_for(lambda: controller.deleted == 1, what="the controller to count the delete")
     assert controller.deallocated == 1 and controller.deleted == 1
 
 
