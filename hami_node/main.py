@@ -61,6 +61,8 @@ from hami_node.reporter import NodeReporter
 log = logging.getLogger("hami_node")
 
 EXIT_CONFIG = 2
+SIGNAL_POLL_S = 0.5
+"""How often the main thread wakes up while it waits for SIGTERM (see `main`)."""
 DRA_EVENT_SOURCE = "hami-node"
 """The `source.component` of the DRA mode's Events about the Node."""
 
@@ -409,7 +411,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             config.socket_path,
         )
     try:
-        shutdown.wait()
+        # Python runs a signal's handler in the main thread, between two bytecodes: a main thread
+        # blocked in a lock with no timeout misses a SIGTERM that another thread received, or that
+        # came just before the lock's wait began (python/cpython#85300), and the daemon ignored it
+        # until kubelet's SIGKILL. Waking every half second runs a pending handler.
+        while not shutdown.wait(SIGNAL_POLL_S):
+            pass
     finally:
         log.info("hami-node stopping")
         restore()
