@@ -163,22 +163,25 @@ def test_a_request_sent_a_byte_at_a_time_is_cut_at_the_header_timeout() -> None:
     """The deadline holds across reads: a byte every 20 ms never lets one read time out, yet the
     connection is closed once the whole request has taken longer than the header timeout."""
     server = HealthServer("127.0.0.1", 0, live=[], ready=[], poll_interval_s=0.05, header_timeout_s=0.5)
-    with serving(server), socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+    with serving(server):
+        # Before the connect: the server's deadline starts once it has accepted the connection, which
+        # may be before create_connection returns here.
         started = time.monotonic()
-        request = b"GET /healthz HTTP/1.0\r\nX-Slow: " + b"a" * 2000 + b"\r\n\r\n"
-        closed = False
-        for byte in request:
-            try:
-                sock.send(bytes([byte]))
-            except ConnectionError:
-                closed = True
-                break
-            if closed_by_peer(sock, 0.02):  # False on any answer bytes: only EOF or a reset counts
-                closed = True
-                break
-            assert time.monotonic() - started < 10, "the slow request was never cut"
-        assert closed
-        assert time.monotonic() - started >= 0.5
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            request = b"GET /healthz HTTP/1.0\r\nX-Slow: " + b"a" * 2000 + b"\r\n\r\n"
+            closed = False
+            for byte in request:
+                try:
+                    sock.send(bytes([byte]))
+                except ConnectionError:
+                    closed = True
+                    break
+                if closed_by_peer(sock, 0.02):  # False on any answer bytes: only EOF or a reset counts
+                    closed = True
+                    break
+                assert time.monotonic() - started < 10, "the slow request was never cut"
+            assert closed
+            assert time.monotonic() - started >= 0.5
         # An honest probe is still answered.
         assert get(server.port, "/healthz") == (200, "ok\n")
 
