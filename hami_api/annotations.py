@@ -9,15 +9,17 @@ containing a separator, an int out of Go's range): that is a bug in the caller, 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from hami_api._wire import (
     INT32,
     INT64,
     UINT32,
     UINT64,
+    JSONFloat,
     JSONObject,
     Where,
     check_token,
@@ -98,7 +100,10 @@ LEGACY_DEFAULT_MODE = "hami-core"  # the mode a 7-field legacy register entry im
 
 # --- hami.io/node-nvidia-register ----------------------------------------------------------------------
 
-_GPU_KEYS = ("id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "migProfiles", "health")
+_GPU_KEYS = (
+    "id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "migProfiles", "health",
+    "custominfo",
+)  # fmt: skip
 _MIG_KEYS = ("name", "memoryMB", "core", "sliceCount", "placements")
 _PLACEMENT_KEYS = ("start", "size")
 
@@ -217,7 +222,30 @@ def _decode_gpu_json(where: Where, value: Any) -> GPUInfo:
         mig_profiles=tuple(
             _decode_mig_profile(where.at(f"migProfile {i}"), p) for i, p in enumerate(profiles)
         ),
+        custom=_custom_text(where, m.get("custominfo")),
     )
+
+
+def _plain(value: Any) -> Any:
+    """A decoded JSON value as Go's `map[string]any` holds it: objects as dicts (a later duplicate key
+    wins), every number as a float64."""
+    if isinstance(value, JSONObject):
+        return {k: _plain(v) for k, v in value}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, JSONFloat) or (isinstance(value, int) and not isinstance(value, bool)):
+        return float(value)
+    return value
+
+
+def _custom_text(where: Where, value: Any) -> str:
+    """HAMi's `custominfo` (any JSON object) as `GPUInfo.custom`: canonical JSON, keys sorted."""
+    if value is None:
+        return ""
+    members = json_pairs(where, "custominfo", value)
+    if not members:
+        return ""
+    return json.dumps(_plain(members), sort_keys=True, separators=(",", ":"))
 
 
 def _decode_gpu_legacy(where: Where, segment: str) -> GPUInfo:
@@ -243,11 +271,19 @@ def _decode_gpu_legacy(where: Where, segment: str) -> GPUInfo:
     )
 
 
-def decode_node_register(text: str) -> tuple[GPUInfo, ...]:
+def decode_node_register(
+    text: str, annotation: str = NODE_REGISTER, form: Literal["any", "json", "legacy"] = "any"
+) -> tuple[GPUInfo, ...]:
     """Either form: a JSON array (unknown keys ignored, as Go does) or legacy `UUID,...:` entries.
-    `[]` is a node with no GPUs. A GPU id listed twice is rejected."""
-    where = Where(NODE_REGISTER)
-    if text.lstrip()[:1] in ("[", "{"):
+    `[]` is a node with no GPUs. A GPU id listed twice is rejected. Other vendors' inventories use one
+    form only (`form`; HAMi's UnMarshalNodeDevices / DecodeNodeDevices) under their own `annotation`."""
+    where = Where(annotation)
+    looks_json = text.lstrip()[:1] in ("[", "{")
+    if form == "json" and not looks_json:
+        where.fail(text, "is not a JSON array of devices")
+    if form == "legacy" and looks_json:
+        where.fail(text, "is not the legacy 'id,count,devmem,devcore,type,numa,health[,index,mode]:' form")
+    if looks_json:
         items = json_list(where, "", load_json(where, text))
         gpus = tuple(_decode_gpu_json(where.at(f"device {i}"), item) for i, item in enumerate(items))
     elif ":" in text:

@@ -56,6 +56,9 @@ class GPUInfo:
     mode: str = ""
     health: bool = False
     mig_profiles: tuple[MigProfile, ...] = ()
+    custom: str = ""
+    """HAMi's `custominfo` (other vendors: Ascend's NetworkID, Enflame's profiles, ...) as canonical JSON
+    text (keys sorted), "" for none; `hami_control.devices.base.custom_info` reads it."""
 
 
 @dataclass(frozen=True, slots=True)

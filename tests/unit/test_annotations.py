@@ -91,14 +91,21 @@ def test_register_json_key_order_and_mig_profiles() -> None:
 
 def test_register_json_like_go_decoder() -> None:
     # unknown keys ignored, keys case-insensitive, null leaves the field unset, later duplicates win,
-    # whitespace allowed, placements:null is no placements
+    # whitespace allowed, placements:null is no placements; custominfo kept as Go's map[string]any holds it
+    # (numbers as float64), in canonical JSON
     text = (
         ' [ {"ID": "GPU-a", "Count": 4, "devmem": null, "customInfo": {"x": [1, 2.5]},'
         ' "devicevendor": "NVIDIA",'
         ' "migProfiles": [{"name": "p", "placements": null, "extra": 1}], "health": false, "health": true} ] '
     )
     assert A.decode_node_register(text) == (
-        GPUInfo("GPU-a", count=4, health=True, mig_profiles=(MigProfile("p", 0, 0, 0, ()),)),
+        GPUInfo(
+            "GPU-a",
+            count=4,
+            health=True,
+            mig_profiles=(MigProfile("p", 0, 0, 0, ()),),
+            custom='{"x":[1.0,2.5]}',
+        ),
     )
 
 
