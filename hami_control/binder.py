@@ -55,9 +55,10 @@ import contextlib
 import logging
 import re
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from hami_api.annotations import (
@@ -73,9 +74,9 @@ from hami_api.annotations import (
     encode_unix_time,
     encode_vgpu_node,
 )
-from hami_api.containers import ContainerKind
+from hami_api.containers import ContainerKind, footprint_slices
 from hami_api.resources import ContainerRequest
-from hami_api.types import BindPhase, NodeLock, PodAllocation
+from hami_api.types import BindPhase, GPUSlice, NodeLock, PodAllocation
 from hami_control.cache import ClusterCache
 from hami_control.cycle import Choice
 from hami_control.extender import ExtenderArgsError, PodAsk, failure_reason
@@ -157,6 +158,7 @@ class Assumptions(Protocol):
         *,
         namespace: str = "",
         name: str = "",
+        extra: tuple[GPUSlice, ...] = (),
     ) -> None: ...
 
     def forget(self, uid: str) -> None: ...
@@ -290,18 +292,46 @@ def read_binding_args(args: object) -> BindingArgs:
     return BindingArgs(values["PodNamespace"], values["PodName"], values["PodUID"], node)
 
 
+_VENDOR_KEYS: dict[int, str] = {}
+"""Window keys of the other vendors (negative, so never a GPU count) -> their common word."""
+
+
+def vendor_key(word: str) -> int:
+    """The pending-window key of a vendor: at most one pod per vendor is being allocated on a node at a
+    time, as HAMi's node lock has it for the vendors' own device plugins (which find the pod to
+    allocate by node and bind phase, not by device counts)."""
+    key = -1 - zlib.crc32(word.encode())
+    _VENDOR_KEYS[key] = word
+    return key
+
+
 def gpu_counts(ask: PodAsk) -> frozenset[int]:
-    """The GPU counts (`nvidia.com/gpu`) of the pod's containers that ask for GPUs, init ones included."""
-    return frozenset(request.nums for request, _ in ask.requests if request is not None and request.nums > 0)
+    """The GPU counts (`nvidia.com/gpu`) of the pod's containers that ask for GPUs, init ones included,
+    and the window key of each other vendor it asks (`vendor_key`)."""
+    counts = frozenset(
+        request.nums for request, _ in ask.requests if request is not None and request.nums > 0
+    )
+    if ask.vendors is None:
+        return counts
+    return counts | {vendor_key(word) for word in ask.vendors.words}
 
 
-def binding_annotations(allocation: PodAllocation, node: str, unix_now: int) -> dict[str, str]:
-    """The annotations a GPU pod's Binding carries (see the module docstring)."""
-    devices = encode_pod_allocation(allocation)
+def _shown_keys(keys: Iterable[int]) -> str:
+    return ", ".join(_VENDOR_KEYS.get(k, str(k)) for k in sorted(keys, key=lambda k: (k < 0, abs(k))))
+
+
+def binding_annotations(
+    allocation: PodAllocation, node: str, unix_now: int, *, nvidia: bool = True
+) -> dict[str, str]:
+    """The annotations a GPU pod's Binding carries (see the module docstring); NVIDIA's device
+    annotations only when the pod asks NVIDIA GPUs (`nvidia`)."""
     stamp = encode_unix_time(unix_now)
+    devices: dict[str, str] = {}
+    if nvidia:
+        text = encode_pod_allocation(allocation)
+        devices = {DEVICES_TO_ALLOCATE: text, DEVICES_ALLOCATED: text}
     return {
-        DEVICES_TO_ALLOCATE: devices,
-        DEVICES_ALLOCATED: devices,
+        **devices,
         VGPU_NODE: encode_vgpu_node(node),
         VGPU_TIME: stamp,
         BIND_PHASE: encode_bind_phase(BindPhase.ALLOCATING),
@@ -309,9 +339,32 @@ def binding_annotations(allocation: PodAllocation, node: str, unix_now: int) -> 
     }
 
 
-def _gpus_text(allocation: PodAllocation) -> str:
+def vendor_annotations(ask: PodAsk, fit: Fit, node: str, unix_now: float) -> dict[str, str]:
+    """What the other vendors write on the pod for their devices (HAMi's PatchAnnotations)."""
+    if ask.vendors is None or fit.vendors is None:
+        return {}
+    pod = ask.vendors.pod(ask.namespace, ask.name)
+    now = datetime.fromtimestamp(unix_now, tz=UTC)
+    by_word = {v.names.common_word: v for v in ask.vendors.vendors}
+    out: dict[str, str] = {}
+    for word, devices in fit.vendors.allocations.items():
+        vendor = by_word.get(word)
+        if vendor is not None:
+            custom = fit.vendors.custom.get(word, ())
+            out.update(vendor.pod_annotations(pod, devices, node=node, now=now, custom=custom))
+    return out
+
+
+def vendor_slices(ask: PodAsk, fit: Fit) -> tuple[GPUSlice, ...]:
+    """The other vendors' devices the pod holds at its busiest (init containers one at a time)."""
+    if fit.vendors is None:
+        return ()
+    return tuple(s for a in fit.vendors.allocations.values() for s in footprint_slices(a, ask.kinds))
+
+
+def _gpus_text(allocation: PodAllocation, others: Iterable[GPUSlice] = ()) -> str:
     seen: list[str] = []
-    for s in allocation.slices():
+    for s in (*allocation.slices(), *others):
         if s.uuid not in seen:
             seen.append(s.uuid)
     return ",".join(seen)
@@ -531,10 +584,10 @@ class Binder:
             if ask is None:
                 return await self._bind_plain(request)
             try:
-                allocation = await self._reserve(request, ask, choice)
+                fit = await self._reserve(request, ask, choice)
             except _Failed as failed:
                 return self._fail(request, failed)
-            return await self._write(request, allocation)
+            return await self._write(request, ask, fit)
         finally:
             del self._in_flight[request.uid]
 
@@ -561,7 +614,7 @@ class Binder:
         log.info("bound pod %s (no GPU request) to node %s", request.who, request.node)
         return {"Error": ""}
 
-    async def _reserve(self, request: BindingArgs, ask: PodAsk, choice: Choice | None) -> PodAllocation:
+    async def _reserve(self, request: BindingArgs, ask: PodAsk, choice: Choice | None) -> Fit:
         """Wait until the node admits the pod, then (no await from the last check on) fit it, assume it
         in the cache and enter it in the node's window. Raises `_Failed`."""
         uid, node = request.uid, request.node
@@ -605,19 +658,27 @@ class Binder:
         allocation = fit.allocation
         now = self._clock()
         self._pods.assume(
-            uid, node, allocation, ask.kinds, now, namespace=request.namespace, name=request.name
+            uid,
+            node,
+            allocation,
+            ask.kinds,
+            now,
+            namespace=request.namespace,
+            name=request.name,
+            extra=vendor_slices(ask, fit),
         )
         self.window.enter(node, uid, counts, now, request.who)
-        return allocation
+        return fit
 
     def _fit(self, request: BindingArgs, ask: PodAsk, choice: Choice | None) -> Fit:
         gpus = self._cache.node_gpus(request.node)
-        if gpus is None:
+        vendor = self._cache.vendor_devices(request.node) if ask.vendors is not None else None
+        if gpus is None and (ask.asks_nvidia or vendor is None):
             reason = self._cache.unregistered_reason(request.node) or "node unregistered"
             raise _Failed("unregistered", f"cannot bind pod {request.who} to node {request.node}: {reason}")
         if choice is not None and choice.generation == self._cache.generation(request.node):
             return choice.fit  # made on these very GPUs: the fit a fresh one would give
-        result = ask.fit(gpus)
+        result = ask.fit(gpus, vendor)
         if not isinstance(result, Fit):
             raise _Failed(
                 "no_fit", f"pod {request.who} no longer fits node {request.node}: {failure_reason(result)}"
@@ -630,9 +691,9 @@ class Binder:
         if blocker is not None:
             entry = self.window.entry(blocker)
             who = entry.who if entry is not None and entry.who else f"uid {blocker}"
-            shared = sorted(counts & entry.counts) if entry is not None else sorted(counts)
+            shared = counts & entry.counts if entry is not None else counts
             return _Obstacle(
-                f"pod {who} with the same GPU count ({', '.join(map(str, shared))}) is still being allocated",
+                f"pod {who} with the same GPU count ({_shown_keys(shared)}) is still being allocated",
                 "wait_timeout",
             )
         lock = self._foreign_lock(request)
@@ -665,15 +726,18 @@ class Binder:
             return None
         return lock
 
-    async def _write(self, request: BindingArgs, allocation: PodAllocation) -> dict[str, Any]:
+    async def _write(self, request: BindingArgs, ask: PodAsk, fit: Fit) -> dict[str, Any]:
         """Send the Binding. Only a definite refusal (`_refused`) rolls the reservation back; when the
         outcome is unknown (no answer, a 5xx, a client timeout, an unexpected error, cancellation) the
         Binding may have been committed, so the assumption and the window entry stay until the watch
         shows the pod (bound: they become its watched allocation and its window; deleted or bound
         elsewhere: dropped) or `sweep` expires them after `allocate_timeout_s`
         (`protocol_model.py`, "committed, answer lost")."""
+        allocation = fit.allocation
         try:
-            annotations = binding_annotations(allocation, request.node, int(self._wall_clock()))
+            wall = self._wall_clock()
+            annotations = binding_annotations(allocation, request.node, int(wall), nvidia=ask.asks_nvidia)
+            annotations.update(vendor_annotations(ask, fit, request.node, wall))
             await self._writer.bind(request.namespace, request.name, request.uid, request.node, annotations)
         except BindRejected as err:
             if _landed(err, request.node):
@@ -696,7 +760,7 @@ class Binder:
         except BaseException:
             self._keep(request, "cancelled")
             raise
-        gpus = _gpus_text(allocation)
+        gpus = _gpus_text(allocation, vendor_slices(ask, fit))
         self.outcomes["success"] += 1
         log.info("bound pod %s to node %s with GPUs %s", request.who, request.node, gpus)
         self._event(

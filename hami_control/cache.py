@@ -22,6 +22,16 @@ its value, is ignored.
 assumed; None: nothing), replacing what it held before: the old slices leave their node, the new ones
 join theirs. Pods may hold slices on a node before it registers: they count as soon as it does.
 
+**Other vendors** (the registry's vendors besides NVIDIA, `hami_control.devices`): each vendor's devices
+are decoded from the node as that vendor's backend says (`Vendor.node_devices`: an annotation or the
+node's capacity), and they are usable while the vendor's count resource is allocatable on the node (the
+same liveness rule as NVIDIA's: its plugin is registered with the kubelet; HAMi's vendor handshakes are
+not written). A vendor whose inventory does not decode is left out on that node, with the reason
+(`vendor_problems`, logged once per distinct reason); the node's other vendors and its NVIDIA GPUs are
+not affected. `vendor_devices(name)` is every usable vendor device of the node in one `NodeGPUs`
+(vendors in registry order), with what the pods hold on them: holdings apply to NVIDIA's and the
+vendors' devices alike (a slice names its device).
+
 Every change replaces the affected node's `NodeGPUs` value, so `node_gpus` is a dict lookup, and gives
 the node a new `generation` (never reused, even across a delete and re-add), so a GPU choice fitted on
 one generation can be reused exactly while the generation holds; a node event rebuilds only that node
@@ -35,7 +45,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -51,7 +61,8 @@ from hami_api.annotations import (
 from hami_api.errors import QuantityError, WireFormatError
 from hami_api.quantity import parse_quantity
 from hami_api.resources import ResourceNames
-from hami_api.types import GPUInfo, GPUPairScore, GPUSlice
+from hami_api.types import NVIDIA, GPUInfo, GPUPairScore, GPUSlice
+from hami_control.devices.base import Vendor, node_quantity
 from hami_control.usage import NodeGPUs, with_slices, without_slices
 
 log = logging.getLogger(__name__)
@@ -164,8 +175,16 @@ def _text(annotations: Mapping[str, Any], key: str) -> str | None:
 class ClusterCache:
     """Nodes' GPUs and pods' slices, kept current event by event. See the module docstring."""
 
-    def __init__(self, resource_names: ResourceNames = _DEFAULT_NAMES) -> None:
+    def __init__(
+        self, resource_names: ResourceNames = _DEFAULT_NAMES, vendors: Sequence[Vendor] = ()
+    ) -> None:
         self._count_resource = resource_names.count
+        self._vendors = tuple(v for v in vendors if not v.native)
+        self._vendor_base: dict[str, tuple[GPUInfo, ...]] = {}
+        """node -> its usable vendor devices (no usage)."""
+        self._vendor_devices: dict[str, NodeGPUs] = {}
+        """node -> its usable vendor devices with what the pods hold (only nodes that have some)."""
+        self._vendor_problems: dict[str, tuple[str, ...]] = {}
         self._nodes: dict[str, _Node] = {}
         self._registered: dict[str, NodeGPUs] = {}
         self._generations: dict[str, int] = {}
@@ -186,6 +205,14 @@ class ClusterCache:
     def node_gpus(self, name: str) -> NodeGPUs | None:
         """The node's GPUs with current usage; None when unknown or unregistered."""
         return self._registered.get(name)
+
+    def vendor_devices(self, name: str) -> NodeGPUs | None:
+        """The node's usable devices of the other vendors with current usage; None when it has none."""
+        return self._vendor_devices.get(name)
+
+    def vendor_problems(self, name: str) -> tuple[str, ...]:
+        """Why vendors' devices of the node are left out (`<family>: <why>`), empty when none is."""
+        return self._vendor_problems.get(name, ())
 
     def generation(self, name: str) -> int:
         """A number that changes whenever `node_gpus(name)` does (0 for a node never seen): a fit made at
@@ -274,6 +301,8 @@ class ClusterCache:
             pair_scores=_text(annotations, NODE_PAIR_SCORE),
             allocatable=allocatable,
         )
+        if self._vendors:
+            self._vendor_upserted(name, node)
         entry = self._nodes.get(name)
         if entry is not None and entry.source == source:
             return
@@ -304,8 +333,54 @@ class ClusterCache:
         for name in [n for n in self._nodes if n not in listed]:
             self.node_deleted(name)
 
+    def _vendor_upserted(self, name: str, node: Mapping[str, Any]) -> None:
+        """Decode every vendor's devices of the node; replace the node's vendor devices if they changed."""
+        devices: list[GPUInfo] = []
+        problems: list[str] = []
+        for vendor in self._vendors:
+            try:
+                found = vendor.node_devices(node)
+            except WireFormatError as err:
+                problems.append(f"{vendor.names.family}: {err}")
+                continue
+            if not found:
+                continue
+            if node_quantity(node, "allocatable", vendor.names.count) <= 0:
+                problems.append(
+                    f"{vendor.names.family}: status.allocatable[{vendor.names.count!r}] is missing or 0 "
+                    "(its device plugin is not registered with the kubelet)"
+                )
+                continue
+            devices.extend(found)
+        old_problems = self._vendor_problems.get(name, ())
+        if tuple(problems) != old_problems:
+            for problem in problems:
+                if problem not in old_problems:
+                    log.warning("node %s: devices left out: %s", name, problem)
+            if problems:
+                self._vendor_problems[name] = tuple(problems)
+            else:
+                self._vendor_problems.pop(name, None)
+        base = tuple(devices)
+        if self._vendor_base.get(name, ()) == base:
+            return
+        if base:
+            self._vendor_base[name] = base
+            held = self._on_node.get(name, {})
+            self._vendor_devices[name] = with_slices(
+                NodeGPUs.of(name, base), chain.from_iterable(held.values())
+            )
+        else:
+            self._vendor_base.pop(name, None)
+            self._vendor_devices.pop(name, None)
+        self._generations[name] = next(self._next_generation)
+        self._changed.add(name)
+
     def node_deleted(self, name: str) -> None:
         """The Node is gone; its pods' slices stay recorded until their own events release them."""
+        self._vendor_base.pop(name, None)
+        self._vendor_devices.pop(name, None)
+        self._vendor_problems.pop(name, None)
         self._nodes.pop(name, None)
         self._cpu.pop(name, None)
         self._generations.pop(name, None)
@@ -379,11 +454,23 @@ class ClusterCache:
                 gpus = self._registered.get(old.node)
                 if gpus is not None:
                     self._set_gpus(old.node, without_slices(gpus, old.slices))
+                self._vendor_hold(old.node, old.slices, -1)
         if holding is not None:
             self._on_node.setdefault(holding.node, {})[uid] = holding.slices
             gpus = self._registered.get(holding.node)
             if gpus is not None:
                 self._set_gpus(holding.node, with_slices(gpus, holding.slices))
+            self._vendor_hold(holding.node, holding.slices, 1)
+
+    def _vendor_hold(self, node: str, slices: tuple[GPUSlice, ...], sign: int) -> None:
+        devices = self._vendor_devices.get(node)
+        if devices is None or all(s.vendor == NVIDIA for s in slices):
+            return
+        changed = with_slices(devices, slices) if sign > 0 else without_slices(devices, slices)
+        if changed is not devices:
+            self._vendor_devices[node] = changed
+            self._generations[node] = next(self._next_generation)
+            self._changed.add(node)
 
 
 __all__ = [

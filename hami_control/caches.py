@@ -43,7 +43,7 @@ class ClusterCaches:
         watch_timeout_s: int = 300,
     ) -> None:
         self.config = config
-        self.gpus = ClusterCache(config.requests.names)
+        self.gpus = ClusterCache(config.requests.names, config.registry.vendors)
         self.pods = PodStore(config, self.gpus)
         self.quotas = QuotaCache(config) if config.quota.enforce else None
         self.quota_view = ClusterQuotaView(self.pods, self.quotas)

@@ -21,11 +21,12 @@ or file and line), the key and the value, e.g.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hami_api.annotations import decode_gpu_policy
 from hami_api.errors import QuantityError, WireFormatError
@@ -57,6 +58,9 @@ from hami_api.settings_loader import (
     dataclass_defaults,
 )
 from hami_api.types import CorePolicy, GPUPolicy, NodePolicy
+
+if TYPE_CHECKING:
+    from hami_control.devices.registry import Registry
 from hami_control.connections import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
@@ -253,6 +257,41 @@ class DRASettings:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceSettings:
+    """The accelerators besides NVIDIA (HAMi's device config and its vendor flags)."""
+
+    config_file: Path | None = None
+    """HAMi's `device-config.yaml` (None: the chart's values, `hami_control/devices/device-config.yaml`)."""
+    enable_ascend: bool = False
+    enable_iluvatar: bool = False
+
+
+@functools.cache
+def _registry(
+    settings: DeviceSettings, names: ResourceNames, defaults: RequestDefaults, text: str | None
+) -> Registry:
+    from hami_control.devices.config import load_device_config, parse_device_config
+    from hami_control.devices.registry import RegistryOptions, build_registry
+
+    if settings.config_file is None or text is None:
+        config = load_device_config(None, lambda _: "")
+    else:
+        config = parse_device_config(text, str(settings.config_file))
+    options = RegistryOptions(settings.enable_ascend, settings.enable_iluvatar, names, defaults)
+    return build_registry(config, options)
+
+
+def device_registry(
+    settings: DeviceSettings = DeviceSettings(),
+    requests: RequestSettings = RequestSettings(),
+    text: str | None = None,
+) -> Registry:
+    """The vendor registry for these settings (`text`: the device config file's content, read by the
+    caller). Built once per distinct input. Raises `ConfigError` naming the file, key and line."""
+    return _registry(settings, requests.names, requests.defaults, text)
+
+
+@dataclass(frozen=True, slots=True)
 class BinderSettings:
     """The bind protocol's waits."""
 
@@ -329,10 +368,18 @@ class ControlConfig:
     election: ElectionSettings = ElectionSettings()
     kube: KubeSettings = KubeSettings()
     dra: DRASettings = DRASettings()
+    devices: DeviceSettings = DeviceSettings()
     config_file: Path | None = None
     log_level: LogLevel = LogLevel.INFO
     warnings: tuple[str, ...] = ()
     """Settings given that have no effect in this configuration, one message each; logged at start-up."""
+    device_config_text: str | None = field(default=None, repr=False)
+    """The device config file's content as read at start-up (None: none given)."""
+
+    @property
+    def registry(self) -> Registry:
+        """Every vendor in force (`hami_control.devices.registry`), NVIDIA first."""
+        return device_registry(self.devices, self.requests, self.device_config_text)
 
     def with_settings(self, **changes: Any) -> ControlConfig:
         """A copy with some settings changed, named as in the settings table (`scheduler_name`,
@@ -381,6 +428,9 @@ _GROUPS: dict[str, tuple[type, dict[str, str]]] = {
     "dra": (DRASettings, {
         "dra_translation": "translation", "dra_gpu_memory": "gpu_memory",
         "dra_template_timeout_s": "template_timeout_s"}),
+    "devices": (DeviceSettings, {
+        "device_config_file": "config_file", "enable_ascend": "enable_ascend",
+        "enable_iluvatar": "enable_iluvatar"}),
 }  # fmt: skip
 """ControlConfig's groups: group -> (its type, setting name -> its field). The request settings are
 built apart (`parse_resource_names`, `_REQUEST_DEFAULTS`); the rest are ControlConfig's own fields."""
@@ -655,6 +705,14 @@ _SETTINGS: tuple[Setting, ...] = (
             "draTemplateTimeout", _seconds,
             "seconds an admission may spend creating the ResourceClaimTemplates it needs", "SECONDS",
             default_text="2"),
+    Setting("device_config_file", "--device-config-file", "HAMI_DEVICE_CONFIG_FILE", "deviceConfigFile",
+            _path, "HAMi's device-config.yaml: the resource names and options of every vendor besides "
+            "NVIDIA (a vendor whose section the file lacks is off)", "FILE",
+            default_text="the chart's", relative_to_file=True),
+    Setting("enable_ascend", "--enable-ascend", "HAMI_ENABLE_ASCEND", "enableAscend", _bool,
+            "schedule Huawei Ascend NPUs (the vnpus: section)", "BOOL", optional_bool=True),
+    Setting("enable_iluvatar", "--enable-iluvatar", "HAMI_ENABLE_ILUVATAR", "enableIluvatar", _bool,
+            "schedule Iluvatar GPUs (the iluvatars: section)", "BOOL", optional_bool=True),
 )  # fmt: skip
 
 _RESOURCE_FIELDS = {
@@ -692,10 +750,12 @@ def load_config(
 
     Raises `ConfigError` for any bad value or combination and `HelpRequested` for --help.
     """
-    return _validated(_LOADER.load(argv, env, read_file), env)
+    return _validated(_LOADER.load(argv, env, read_file), env, read_file)
 
 
-def _validated(given: Loaded, env: Mapping[str, str]) -> ControlConfig:
+def _validated(
+    given: Loaded, env: Mapping[str, str], read_file: Callable[[Path], str] = Path.read_text
+) -> ControlConfig:
     """The typed config, once the settings that must fit together do."""
     values = given.values_by_name()
     _check_tls(given)
@@ -706,13 +766,29 @@ def _validated(given: Loaded, env: Mapping[str, str]) -> ControlConfig:
         groups[group] = group_type(**{f: values[name] for name, f in fields.items() if name in values})
     groups["kube"] = dataclasses.replace(groups["kube"], credentials_env=credentials_env(env))
     defaults = RequestDefaults(**{name: values[name] for name in _REQUEST_DEFAULTS if name in values})
+    requests = RequestSettings(parse_resource_names(given), defaults)
+    text = _device_config_text(groups["devices"], read_file)
+    device_registry(groups["devices"], requests, text)  # a bad device config stops start-up here
     return ControlConfig(
         **groups,
-        requests=RequestSettings(parse_resource_names(given), defaults),
+        requests=requests,
         config_file=values.get("config_file"),
         log_level=values.get("log_level", LogLevel.INFO),
         warnings=_ignored_settings(given),
+        device_config_text=text,
     )
+
+
+def _device_config_text(settings: DeviceSettings, read_file: Callable[[Path], str]) -> str | None:
+    path = settings.config_file
+    if path is None:
+        return None
+    try:
+        return read_file(path)
+    except OSError as err:
+        raise ConfigError(str(path), "", f"cannot be read: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(str(path), "", f"is not UTF-8 text ({err.reason})") from None
 
 
 def parse_resource_names(given: Loaded) -> ResourceNames:

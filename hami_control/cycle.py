@@ -63,18 +63,25 @@ class PodCycle:
         choice = self.choices.get(node)
         return choice if choice is not None and choice.quota == quota else None
 
-    def fitter(self, ask: PodAsk, generation: Callable[[str], int]) -> NodeFit:
+    def fitter(
+        self,
+        ask: PodAsk,
+        generation: Callable[[str], int],
+        vendor_devices: Callable[[str], NodeGPUs | None] | None = None,
+    ) -> NodeFit:
         """`extender.NodeFit` for `ask` (this cycle's ask under the request's quota check): a node's
         choice is reused while its generation and the check are those it was made with; new fits are
-        kept."""
+        kept. `vendor_devices`: the node's other vendors' devices, for a pod that asks some (their
+        changes change the generation too)."""
         choices = self.choices
+        vendors = vendor_devices if ask.vendors is not None else None
 
-        def fit(name: str, node: NodeGPUs) -> FitResult:
+        def fit(name: str, node: NodeGPUs | None) -> FitResult:
             current = generation(name)
             kept = choices.get(name)
             if kept is not None and kept.generation == current and kept.quota == ask.quota:
                 return kept.fit
-            result = ask.fit(node)
+            result = ask.fit(node, vendors(name) if vendors is not None else None)
             if isinstance(result, Fit):
                 choices[name] = Choice(result, current, ask.quota)
             elif kept is not None:

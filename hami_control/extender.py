@@ -66,7 +66,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -89,8 +89,17 @@ from hami_api.annotations import (
 from hami_api.containers import ContainerKind, container_kind, footprint_slices, kinds_of
 from hami_api.errors import QuantityError, RequestError, WireFormatError
 from hami_api.resources import ContainerRequest, container_request, pod_containers, pod_has_hami_resource
-from hami_api.types import DeviceSelector, GPUPolicy, NodePolicy, ScoringWeights
+from hami_api.types import (
+    ContainerAllocation,
+    DeviceSelector,
+    GPUPolicy,
+    NodePolicy,
+    PodAllocation,
+    ScoringWeights,
+)
 from hami_control.config import ControlConfig
+from hami_control.devices.base import DeviceRequest, FitContext, Vendor
+from hami_control.devices.podfit import VendorFit, VendorUnfit, fit_vendor_pod
 from hami_control.fit import (
     DEFAULT_WEIGHTS,
     NO_SELECTOR,
@@ -139,6 +148,10 @@ class NodeView(Protocol):
 
     def unregistered_reason(self, name: str) -> str | None:
         """Why `name` is not registered (annotation does not decode, no handshake, ...), if known."""
+        ...
+
+    def vendor_devices(self, name: str) -> NodeGPUs | None:
+        """The node's devices of the other vendors and their usage, or None when it has none."""
         ...
 
 
@@ -253,6 +266,77 @@ class NamespaceQuota:
 
 
 @dataclass(frozen=True, slots=True)
+class VendorAsk:
+    """What the pod asks of the vendors besides NVIDIA (`hami_control.devices`): per container (init
+    containers first) the requests by common word, and what the vendors' Fit and PatchAnnotations read
+    of the pod (its annotations and container names)."""
+
+    requests: tuple[tuple[tuple[str, DeviceRequest], ...], ...]
+    annotations: tuple[tuple[str, str], ...]
+    containers: tuple[tuple[str, bool], ...]
+    """(name, is init container) per container."""
+    vendors: tuple[Vendor, ...] = field(default=(), compare=False)
+    """The registry's vendors the requests name (not compared: the same config gives the same ones)."""
+
+    @property
+    def by_container(self) -> tuple[dict[str, DeviceRequest], ...]:
+        return tuple(dict(container) for container in self.requests)
+
+    @property
+    def inits(self) -> int:
+        return sum(1 for _, init in self.containers if init)
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        """The common words the pod asks, in registry order."""
+        asked = {word for container in self.requests for word, _ in container}
+        return tuple(v.names.common_word for v in self.vendors if v.names.common_word in asked)
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        """A pod object with what the vendors read (metadata and container names)."""
+        spec: dict[str, list[dict[str, str]]] = {"initContainers": [], "containers": []}
+        for container, init in self.containers:
+            spec["initContainers" if init else "containers"].append({"name": container})
+        metadata = {"namespace": namespace, "name": name, "annotations": dict(self.annotations)}
+        return {"metadata": metadata, "spec": spec}
+
+    def fit(self, devices: NodeGPUs | None, context: FitContext) -> VendorFit | VendorUnfit:
+        by_word = {v.names.common_word: v for v in self.vendors}
+        return fit_vendor_pod(
+            devices.gpus if devices is not None else (),
+            self.by_container,
+            inits=self.inits,
+            vendors=by_word,
+            context=context,
+        )
+
+
+def read_vendor_ask(pod: Mapping[str, Any], vendors: Sequence[Vendor]) -> VendorAsk | None:
+    """The pod's requests of `vendors` (the registry's, NVIDIA excluded), None when it asks none of them."""
+    others = tuple(v for v in vendors if not v.native)
+    if not others:
+        return None
+    containers = pod_containers(pod)
+    requests = []
+    for container, _ in containers:
+        asked = []
+        for vendor in others:
+            request = vendor.request(container)
+            if request is not None and request.nums > 0:
+                asked.append((vendor.names.common_word, request))
+        requests.append(tuple(asked))
+    if not any(requests):
+        return None
+    metadata = pod.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    pairs = tuple((k, v) for k, v in (annotations or {}).items() if isinstance(k, str) and isinstance(v, str))
+    names = tuple((str(c.get("name", "")), init) for c, init in containers)
+    asked_words = {w for container in requests for w, _ in container}
+    used = tuple(v for v in others if v.names.common_word in asked_words)
+    return VendorAsk(tuple(requests), pairs, names, used)
+
+
+@dataclass(frozen=True, slots=True)
 class PodAsk:
     """Everything about the pod that fitting and scoring need, read once per request (or once per
     scheduling cycle by the service, see `scheduling`). Equal asks fit and score alike."""
@@ -271,26 +355,60 @@ class PodAsk:
     mix: TaskMix = DEFAULT_MIX
     """The task mix of the fragmentation policies: the one in use when the ask was read (configured, or
     learned from the pods observed, `frag_mix`)."""
+    vendors: VendorAsk | None = None
+    """What the pod asks of the other vendors (None: nothing)."""
 
     @property
     def kinds(self) -> tuple[ContainerKind, ...]:
         return kinds_of([init for _, init in self.requests], self.sidecars)
 
-    def fit(self, node: NodeGPUs) -> FitResult:
-        return fit_pod(
-            node,
-            self.requests,
-            selector=self.selector,
-            policy=self.gpu_policy,
-            quota=self.quota,
-            weights=self.weights,
-            sidecars=self.sidecars,
-            mix=self.mix,
-        )
+    @property
+    def asks_nvidia(self) -> bool:
+        return any(request is not None for request, _ in self.requests)
 
-    def priority(self, node: NodeGPUs, fit: Fit) -> int:
-        """0..10 by the node policy, the node with the pod's chosen slices at their peak."""
-        return node_priority(node, footprint_slices(fit.allocation, self.kinds), self.node_policy, self.mix)
+    def fit(self, node: NodeGPUs | None, vendor_devices: NodeGPUs | None = None) -> FitResult:
+        """The pod on a node: its NVIDIA GPUs (`node`, None when the node has no registered NVIDIA GPUs)
+        by `fit.fit_pod`, and its other vendors' devices (`vendor_devices`) by HAMi's per-vendor Fit."""
+        if self.asks_nvidia:
+            if node is None:
+                return FitFailure((), 0, True, text="NodeInsufficientDevice")
+            result = fit_pod(
+                node,
+                self.requests,
+                selector=self.selector,
+                policy=self.gpu_policy,
+                quota=self.quota,
+                weights=self.weights,
+                sidecars=self.sidecars,
+                mix=self.mix,
+            )
+            if self.vendors is None or not isinstance(result, Fit):
+                return result
+            allocation = result.allocation
+        else:
+            allocation = PodAllocation(tuple(ContainerAllocation() for _ in self.requests))
+        assert self.vendors is not None
+        context = FitContext(
+            self.vendors.pod(self.namespace, self.name),
+            {"metadata": {"name": node.name if node is not None else ""}},
+            self.gpu_policy,
+        )
+        outcome = self.vendors.fit(vendor_devices, context)
+        if isinstance(outcome, VendorUnfit):
+            unresolvable = vendor_devices is None or outcome.message == "NodeInsufficientDevice"
+            return FitFailure((), 0, unresolvable, outcome.container, text=outcome.message)
+        return Fit(allocation, outcome)
+
+    def priority(self, node: NodeGPUs | None, fit: Fit, vendor_devices: NodeGPUs | None = None) -> int:
+        """0..10 by the node policy, the node with the pod's chosen slices at their peak (the NVIDIA GPUs
+        when the pod asks some, else the other vendors' devices)."""
+        if node is not None and self.asks_nvidia:
+            slices = footprint_slices(fit.allocation, self.kinds)
+            return node_priority(node, slices, self.node_policy, self.mix)
+        if vendor_devices is None or fit.vendors is None:
+            return 0
+        slices = tuple(s for a in fit.vendors.allocations.values() for s in footprint_slices(a, self.kinds))
+        return node_priority(vendor_devices, slices, self.node_policy, self.mix)
 
     def under_quota(self, quota: QuotaView | None, config: ControlConfig) -> PodAsk:
         """This ask checked against `quota` now (its namespace's limits and usage as they are); without a
@@ -372,7 +490,8 @@ def read_pod_ask(
     namespace, name, annotations = _metadata(pod)
     names, defaults = config.requests.names, config.requests.defaults
     try:
-        if not pod_has_hami_resource(pod, names):
+        vendors = read_vendor_ask(pod, config.registry.vendors)
+        if vendors is None and not pod_has_hami_resource(pod, names):
             return None
         containers = pod_containers(pod)
         requests = tuple(
@@ -383,7 +502,9 @@ def read_pod_ask(
         )
     except (RequestError, WireFormatError, QuantityError) as err:
         raise ExtenderArgsError(f"{_who(namespace, name)}: {err}") from None
-    ask = ask_from_requests(namespace, name, annotations, requests, sidecars, config, mix=mix)
+    ask = ask_from_requests(
+        namespace, name, annotations, requests, sidecars, config, mix=mix, vendors=vendors
+    )
     return None if ask is None else ask.under_quota(quota, config)
 
 
@@ -396,11 +517,12 @@ def ask_from_requests(  # noqa: PLR0917 (the parts of a pod, named)
     config: ControlConfig,
     *,
     mix: TaskMix | None = None,
+    vendors: VendorAsk | None = None,
 ) -> PodAsk | None:
     """`read_pod_ask` (without a quota) for a pod whose requests are already read: decodes the selector,
     policy and weight annotations (`ASK_ANNOTATIONS`). `namespace` as `read_pod_ask` gives it ("default"
     for none); `mix` as `read_pod_ask` takes it. Raises `ExtenderArgsError` like it."""
-    if all(request is None for request, _ in requests):
+    if vendors is None and all(request is None for request, _ in requests):
         return None
     try:
         selector = decode_device_selector(annotations)
@@ -428,6 +550,7 @@ def ask_from_requests(  # noqa: PLR0917 (the parts of a pod, named)
         None,
         sidecars or _NO_SIDECARS,
         config.scheduling.configured_mix if mix is None else mix,
+        vendors,
     )
 
 
@@ -487,7 +610,7 @@ _UNKNOWN_CPU = 2**40
 """Free CPU of a node whose allocatable is unknown: more than any task asks."""
 
 
-NodeFit = Callable[[str, NodeGPUs], FitResult]
+NodeFit = Callable[[str, NodeGPUs | None], FitResult]
 """(node name, its GPUs) -> the pod's fit there: the seam through which the service reuses the GPU choices
 of a scheduling cycle (`cycle.PodCycle.fitter`); plain `PodAsk.fit` otherwise."""
 
@@ -537,19 +660,20 @@ def filter_nodes(
     other fitting nodes fail with `NOT_LEAST_FRAGMENTING`."""
     if ask is None:
         return _filter_result(candidates, range(len(candidates.names)))
-    if table is not None:
+    if table is not None and ask.vendors is None:
         if ask.node_policy is not NodePolicy.FRAGMENTATION:
             narrow = None
         fast = _filter_vectorised(ask, candidates, view, table, reasons, narrow)
         if fast is not None:
             return fast
-    fit_node: NodeFit = fit if fit is not None else lambda _name, node: ask.fit(node)
+    fit_node: NodeFit = fit if fit is not None else _fit_on(ask, view)
     fitting: list[int] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
+    nvidia = ask.asks_nvidia
     for index, name in enumerate(candidates.names):
         node = view.node_gpus(name)
-        if node is None:
+        if node is None and (nvidia or view.vendor_devices(name) is None):
             unresolvable[name] = unregistered_reason(view, name)
             if reasons is not None:
                 reasons[UNREGISTERED_WORD] += 1
@@ -565,9 +689,20 @@ def filter_nodes(
         else:
             failed[name] = failure_reason(result)
         if reasons is not None:
+            if result.text:
+                for part in result.text.split(", "):
+                    reasons[part.split(" ")[-1]] += 1
+                continue
             for reason, _ in result.reasons or ((Reason.NODE_INSUFFICIENT_DEVICE, 0),):
                 reasons[reason.value] += 1
     return _filter_result(candidates, fitting, failed, unresolvable)
+
+
+def _fit_on(ask: PodAsk, view: NodeView) -> NodeFit:
+    """`ask.fit` on a node of `view` (with its other vendors' devices when the pod asks some)."""
+    if ask.vendors is None:
+        return lambda _name, node: ask.fit(node)
+    return lambda name, node: ask.fit(node, view.vendor_devices(name))
 
 
 def _filter_vectorised(  # noqa: PLR0917 (the filter's inputs, named)
@@ -682,6 +817,8 @@ def prioritize_nodes(
     score = [0] * len(hosts)
     exact = range(len(hosts))
     simple = simple_ask(table, ask.requests, ask.selector, ask.gpu_policy, ask.quota) if table else None
+    if ask.vendors is not None:
+        simple = None
     fragmentation = ask.node_policy is NodePolicy.FRAGMENTATION
     if fragmentation and not (
         simple is not None and simple.request.nums == 1 and ask.gpu_policy == (GPUPolicy.FRAGMENTATION,)
@@ -709,13 +846,14 @@ def prioritize_nodes(
         score = full.tolist()
         # A percentage over GPUs of different sizes: score the GPUs fit_pod really picks.
         exact = known[ev.fits & (slice_mem < 0)].tolist()
-    fit_node: NodeFit = fit if fit is not None else lambda _name, node: ask.fit(node)
+    fit_node: NodeFit = fit if fit is not None else _fit_on(ask, view)
     for pos in exact:
         node = view.node_gpus(hosts[pos])
-        if node is not None:
+        vendor = view.vendor_devices(hosts[pos]) if ask.vendors is not None else None
+        if node is not None or vendor is not None:
             result = fit_node(hosts[pos], node)
             if isinstance(result, Fit):
-                score[pos] = ask.priority(node, result)
+                score[pos] = ask.priority(node, result, vendor)
     return [{"Host": host, "Score": value} for host, value in zip(hosts, score, strict=True)]
 
 
@@ -734,6 +872,7 @@ __all__ = [
     "NodeFit",
     "NodeView",
     "PodAsk",
+    "VendorAsk",
     "ask_from_requests",
     "failure_reason",
     "filter_error",
@@ -743,5 +882,6 @@ __all__ = [
     "prioritize_pod",
     "read_candidates",
     "read_pod_ask",
+    "read_vendor_ask",
     "unregistered_reason",
 ]

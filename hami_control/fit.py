@@ -72,6 +72,7 @@ from hami_api.types import (
     PodAllocation,
     ScoringWeights,
 )
+from hami_control.devices.podfit import VendorFit
 from hami_control.frag import DEFAULT_MIX, TaskMix, gpu_growth
 from hami_control.quota import QuotaUsage
 from hami_control.score import gpu_score
@@ -107,9 +108,11 @@ included, init containers at their peak). The caller closes over the namespace's
 @dataclass(frozen=True, slots=True)
 class Fit:
     """The chosen GPUs: one entry per container, init containers first (empty for a container without
-    GPUs), ready for the allocation annotations."""
+    GPUs), ready for the allocation annotations; `vendors`: the other vendors' devices, when the pod
+    asks some (`hami_control.devices.podfit`)."""
 
     allocation: PodAllocation
+    vendors: VendorFit | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,12 +125,15 @@ class FitFailure:
     unresolvable: bool = False
     container: int = 0
     """Index (init containers first) of the container that did not fit."""
+    text: str = ""
+    """The text of a failure another vendor's Fit gave (HAMi's GenReason over its devices); "" for
+    NVIDIA's, which `reasons` carries."""
 
     @property
     def message(self) -> str:
         """HAMi's summary, e.g. "1/4 AllocatedCardsInsufficientRequest, 3/4 ResourceQuotaNotFit", or
         "NodeInsufficientDevice" alone for a container asking more GPUs than the node has."""
-        return reasons_text(self.reasons, self.gpus)
+        return self.text or reasons_text(self.reasons, self.gpus)
 
 
 def reasons_text(reasons: Sequence[tuple[Reason, int]], gpus: int) -> str:

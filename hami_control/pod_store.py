@@ -46,6 +46,7 @@ Model: the assumptions and watch-derived holdings are modelled in `protocol_mode
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import math
 import time
@@ -58,12 +59,22 @@ from hami_api.containers import ContainerKind, container_kind, footprint_slices
 from hami_api.errors import QuantityError, RequestError, WireFormatError
 from hami_api.quantity import parse_quantity
 from hami_api.resources import ContainerRequest, container_request, pod_containers
-from hami_api.types import PodAllocation
+from hami_api.types import GPUSlice, PodAllocation
 from hami_control.cache import TERMINAL_PHASES, ClusterCache, Held, PodHolding
 from hami_control.config import ControlConfig, FragmentationFilter
+from hami_control.devices.base import Vendor
+from hami_control.devices.registry import Registry
 from hami_control.dra_translate import ANNOTATION as DRA_CLAIMS
 from hami_control.dra_translate import claims_usage, decode_claims
-from hami_control.extender import ASK_ANNOTATIONS, ExtenderArgsError, PodAsk, ask_from_requests, read_pod_ask
+from hami_control.extender import (
+    ASK_ANNOTATIONS,
+    ExtenderArgsError,
+    PodAsk,
+    VendorAsk,
+    ask_from_requests,
+    read_pod_ask,
+    read_vendor_ask,
+)
 from hami_control.frag import TaskMix
 from hami_control.quota import QuotaUsage, allocation_quota_usage, requests_quota_usage
 from hami_kube.client import JSONDict
@@ -126,6 +137,8 @@ class PodRecord:
     cpu_milli: int = 0
     """The pod's CPU request in milli-cores as kube-scheduler counts it (`pod_cpu_milli`); read only under
     `--fragmentation-filter best`, the one user (0 otherwise: ~14 us a pod event saved)."""
+    vendor_ask: VendorAsk | None = None
+    """What the pod asks of the other vendors (None: nothing)."""
 
     @property
     def key(self) -> PodKey:
@@ -142,7 +155,7 @@ class PodRecord:
 
     @property
     def asks_gpu(self) -> bool:
-        return any(r is not None for r, _ in self.container_requests)
+        return self.vendor_ask is not None or any(r is not None for r, _ in self.container_requests)
 
     def ask(self, config: ControlConfig, *, mix: TaskMix | None = None) -> PodAsk | None:
         """The pod's GPU ask (without a quota check), as `extender.read_pod_ask` reads it from the pod
@@ -158,6 +171,7 @@ class PodRecord:
             self.sidecars,
             config,
             mix=mix,
+            vendors=self.vendor_ask,
         )
 
 
@@ -245,10 +259,14 @@ def _allocated(annotations: Mapping[str, Any]) -> PodAllocation | WireFormatErro
 
 
 def _held(
-    annotations: Mapping[str, Any], allocated: PodAllocation | WireFormatError | None, containers: _Containers
+    annotations: Mapping[str, Any],
+    allocated: PodAllocation | WireFormatError | None,
+    containers: _Containers,
+    vendors: Sequence[Vendor] = (),
 ) -> tuple[Held | None, str]:
     """What a non-terminal pod holds: (held, why not when its annotations do not decode). The allocation
-    is `hami.io/vgpu-devices-allocated`, or `hami.io/vgpu-devices-to-allocate` when that is missing."""
+    is `hami.io/vgpu-devices-allocated`, or `hami.io/vgpu-devices-to-allocate` when that is missing;
+    the other vendors' devices come from each vendor's allocated (else to-allocate) annotation."""
     node_text = annotations.get(ann.VGPU_NODE)
     if not isinstance(node_text, str):
         return None, ""
@@ -264,7 +282,19 @@ def _held(
         return None, str(err)
     if containers.kinds is None:
         return None, containers.kinds_error
-    return Held(node, footprint_slices(allocated, containers.kinds)), ""
+    slices = footprint_slices(allocated, containers.kinds)
+    for vendor in vendors:
+        names = vendor.names
+        for key in (names.allocated, names.to_allocate):
+            value = annotations.get(key) if key else None
+            if isinstance(value, str) and value:
+                try:
+                    theirs = ann.decode_pod_allocation(value, key)
+                except WireFormatError as err:
+                    return None, str(err)
+                slices += footprint_slices(theirs, containers.kinds)
+                break
+    return Held(node, slices), ""
 
 
 def _usage(
@@ -324,7 +354,7 @@ def pod_record(
     usage = _ZERO
     if phase not in TERMINAL_PHASES:
         allocated = _allocated(raw)
-        held, held_error = _held(raw, allocated, containers)
+        held, held_error = _held(raw, allocated, containers, config.registry.others)
         usage = _usage(allocated, containers.requests, init_containers, raw, f"{namespace}/{name}")
     old = previous
     requests = _same(old.container_requests if old else None, containers.requests)
@@ -352,7 +382,38 @@ def pod_record(
         cpu_milli=pod_cpu_milli(pod)
         if config.scheduling.fragmentation_filter is FragmentationFilter.BEST
         else 0,
+        vendor_ask=_vendor_ask(pod, config, old),
     )
+
+
+def _vendor_ask(pod: Mapping[str, Any], config: ControlConfig, old: PodRecord | None) -> VendorAsk | None:
+    """The pod's other-vendor ask, read only when a container names one of their resources."""
+    registry = config.registry
+    if len(registry.vendors) <= 1 or not _names_any(pod, _vendor_resources(registry)):
+        return None
+    try:
+        ask = read_vendor_ask(pod, registry.vendors)
+    except _BAD_INPUT as err:
+        log.debug("pod %s: %s; counted as asking no device", _mapping(pod.get("metadata")).get("name"), err)
+        return None
+    return _same(old.vendor_ask if old else None, ask) if ask is not None else None
+
+
+@functools.cache
+def _vendor_resources(registry: Registry) -> frozenset[str]:
+    return frozenset(r for v in registry.others for r in v.names.resources)
+
+
+def _names_any(pod: Mapping[str, Any], resources: frozenset[str]) -> bool:
+    spec = _mapping(pod.get("spec"))
+    for key in ("initContainers", "containers"):
+        for container in spec.get(key) or ():
+            section = _mapping(_mapping(container).get("resources"))
+            for part in ("limits", "requests"):
+                values = section.get(part)
+                if isinstance(values, Mapping) and not resources.isdisjoint(values):
+                    return True
+    return False
 
 
 PodListener = Callable[[PodRecord | None, PodRecord | None], None]
@@ -575,16 +636,18 @@ class PodStore:
         *,
         namespace: str = "",
         name: str = "",
+        extra: tuple[GPUSlice, ...] = (),
     ) -> None:
         """Count a pod the binder is binding to `node` from now on, until a watch event confirms it.
         A pod the watch already shows with its allocation is counted from that and not assumed again;
-        assuming a pod twice keeps the latest choice."""
+        assuming a pod twice keeps the latest choice. `extra`: the other vendors' devices it holds."""
         record = self._pods.get(uid)
         if record is not None and record.held is not None:
             return
         if record is None and (namespace or name):
             self._uids[(namespace, name)] = uid
-        self._bound[uid] = _Bound(Held(node, footprint_slices(allocation, kinds)), now, namespace, name)
+        slices = footprint_slices(allocation, kinds) + extra
+        self._bound[uid] = _Bound(Held(node, slices), now, namespace, name)
         self._settle(uid)
 
     def forget(self, uid: str) -> None:

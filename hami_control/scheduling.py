@@ -161,7 +161,9 @@ class Extender:
         return ask.under_quota(view, self.config)
 
     def _fitter(self, cycle: PodCycle, ask: PodAsk | None) -> NodeFit | None:
-        return cycle.fitter(ask, self.cache.generation) if ask is not None else None
+        return (
+            cycle.fitter(ask, self.cache.generation, self.cache.vendor_devices) if ask is not None else None
+        )
 
     # --- the verbs ------------------------------------------------------------------------------------
 

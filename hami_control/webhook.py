@@ -59,6 +59,7 @@ other pod is allowed untouched, so a bug here never blocks pods that have nothin
 from __future__ import annotations
 
 import base64
+import copy
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
@@ -77,6 +78,7 @@ from hami_api.resources import (
 )
 from hami_api.types import CorePolicy
 from hami_control.config import ControlConfig, DRATranslation, PrivilegedPolicy
+from hami_control.devices.base import Vendor
 from hami_control.dra_translate import (
     ANNOTATION as DRA_CLAIMS,
 )
@@ -438,6 +440,8 @@ def review_pod(
         return _deny(422, "Invalid", str(err))
     except RequestError as err:
         return _deny(422, "Invalid", str(err))
+    except _Refused as refused:
+        return refused.decision
 
 
 def _review_create(
@@ -475,6 +479,7 @@ def _review_create(
         new_spec, lists, config, _core_policy(metadata, config), warnings=warnings, notes=notes
     )
 
+    vendor_found, vendor_metadata = _review_vendors(new_spec, metadata, config)
     privileged = next((s for s in states if s.privileged_asks), None)
     if privileged is not None:
         return _forbidden(
@@ -483,7 +488,7 @@ def _review_create(
             "Drop securityContext.privileged (grant the capabilities it needs instead), or ask your "
             "admin about hami-control's --privileged-policy"
         )
-    has_gpu = any(s.gpu for s in states)
+    has_gpu = any(s.gpu for s in states) or vendor_found
     if not has_gpu and any(s.skipped_sharing for s in states):
         label = next(s.label for s in states if s.skipped_sharing)
         return _forbidden(
@@ -494,7 +499,7 @@ def _review_create(
 
     usage: QuotaUsage | None = None
     claims: tuple[GPUClaim, ...] = ()
-    new_metadata: Mapping[str, Any] = metadata
+    new_metadata: Mapping[str, Any] = vendor_metadata
     if has_gpu:
         node_name = _string(spec.get("nodeName"), "spec.nodeName")
         if node_name:
@@ -537,6 +542,61 @@ def _review_create(
     if not patch:
         notes.append("no GPU resource" if not has_gpu else "nothing to change")
     return _allow(patch=patch, warnings=warnings, notes=notes, quota_usage=usage, claims=claims)
+
+
+class _Refused(Exception):
+    """A decision reached deep in the rules (a vendor's refusal)."""
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+        super().__init__(decision.message)
+
+
+def _review_vendors(
+    new_spec: dict[str, Any], metadata: Mapping[str, Any], config: ControlConfig
+) -> tuple[bool, Mapping[str, Any]]:
+    """Every other vendor's MutateAdmission (`hami_control.devices`) on every container, init containers
+    first, as HAMi's webhook runs them: on deep copies in `new_spec` (a vendor edits limits, requests,
+    env, the pod's annotations and runtimeClassName). Returns (a container asks one of them, the denial
+    HAMi answers a vendor's error with (HTTP 500 with its text), the pod's metadata after them)."""
+    vendors = config.registry.others
+    if not vendors or not _names_vendor_resource(new_spec, vendors):
+        return False, metadata
+    work_metadata = copy.deepcopy(dict(metadata))
+    pod: dict[str, Any] = {"metadata": work_metadata, "spec": new_spec}
+    found = False
+    for key in ("initContainers", "containers"):
+        containers = new_spec.get(key)
+        if not isinstance(containers, list):
+            continue
+        for index, original in enumerate(containers):
+            containers[index] = container = copy.deepcopy(original)
+            for vendor in vendors:
+                try:
+                    result = vendor.mutate(container, pod)
+                except (ValueError, TypeError, KeyError) as err:
+                    message = f"{vendor.names.family}: {type(err).__name__}: {err}"
+                    raise _Refused(_deny(500, "InternalError", message)) from None
+                if result.error:
+                    raise _Refused(_deny(500, "InternalError", result.error))
+                if result.found and _privileged(container):
+                    raise _Refused(_forbidden(f"container {_container_name(container)} is privileged"))
+                found = found or result.found
+    return found, work_metadata if work_metadata != metadata else metadata
+
+
+def _names_vendor_resource(spec: Mapping[str, Any], vendors: Sequence[Vendor]) -> bool:
+    names = {r for v in vendors for r in v.names.resources}
+    for key in ("initContainers", "containers"):
+        for container in spec.get(key) or ():
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for part in ("limits", "requests"):
+                values = resources.get(part)
+                if isinstance(values, Mapping) and not names.isdisjoint(values):
+                    return True
+    return False
 
 
 def _metadata_patch(

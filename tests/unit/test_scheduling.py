@@ -247,9 +247,9 @@ class FitCounter:
         self.calls = 0
         real = PodAsk.fit
 
-        def counted(ask: PodAsk, gpus: NodeGPUs) -> Any:
+        def counted(ask: PodAsk, gpus: NodeGPUs | None, vendor: NodeGPUs | None = None) -> Any:
             self.calls += 1
-            return real(ask, gpus)
+            return real(ask, gpus, vendor)
 
         monkeypatch.setattr(PodAsk, "fit", counted)
 

@@ -1,0 +1,219 @@
+"""The other vendors through the control plane (issue 26): the cluster cache decodes each vendor's
+inventory, the extender filters, prioritizes and binds a pod asking them (HAMi's per-vendor Fit and
+annotations), the pod store counts what such a pod holds, and the webhook runs each vendor's
+MutateAdmission. Hygon DCU stands for the vendors with a legacy inventory and handshake; Cambricon for
+the ones whose inventory is the node's capacity."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from hami_api.annotations import DEVICES_TO_ALLOCATE, VGPU_NODE
+from hami_control.binder import Binder
+from hami_control.cache import ClusterCache
+from hami_control.config import ControlConfig, DeviceSettings
+from hami_control.pod_store import PodStore
+from hami_control.quota import QuotaLimits
+from hami_control.scheduling import Extender
+from hami_control.webhook import review_pod
+from tests.builders import FixedQuota, Json, container, gpu_info, node, pod
+
+CONFIG = ControlConfig()
+NO_QUOTA = FixedQuota(QuotaLimits())
+DCU_REGISTER = "hami.io/node-dcu-register"
+
+
+def dcu_node(name: str, devices: int = 2, mem: int = 16384, register: str | None = None) -> Json:
+    """Node `name` with `devices` Hygon DCUs `<name>-dcu<i>` (4 slots, `mem` MiB) and no NVIDIA GPU."""
+    text = register
+    if text is None:
+        text = "".join(f"{name}-dcu{i},4,{mem},100,DCU,0,true:" for i in range(devices))
+    return node(
+        name,
+        annotations={DCU_REGISTER: text},
+        allocatable={"hygon.com/dcunum": str(devices * 4), "cpu": "8"},
+    )
+
+
+def nvidia_node(name: str) -> Json:
+    return node(name, [gpu_info(0, id=f"{name}-g0", count=4, devmem=16000, type="NVIDIA-T4")])
+
+
+def dcu_pod(name: str = "p", uid: str = "u-1", mem: int = 4000, count: int = 1, **extra: Any) -> Json:
+    limits = {"hygon.com/dcunum": str(count), "hygon.com/dcumem": str(mem), "hygon.com/dcucores": "30"}
+    return pod(
+        name,
+        {"name": "c", "image": "rocm", "resources": {"limits": limits}},
+        namespace="ns",
+        uid=uid,
+        **extra,
+    )
+
+
+@dataclass
+class Writer:
+    calls: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
+    ) -> None:
+        self.calls.append((name, node, dict(annotations)))
+
+
+@dataclass
+class Events:
+    recorded: list[tuple[str, ...]] = field(default_factory=list)
+
+    def record(self, namespace: str, name: str, uid: str, type_: str, reason: str, message: str) -> None:  # noqa: PLR0917
+        self.recorded.append((namespace, name, uid, type_, reason, message))
+
+
+def service(*nodes: Json) -> tuple[Extender, Writer]:
+    cache = ClusterCache(CONFIG.requests.names, CONFIG.registry.vendors)
+    for n in nodes:
+        cache.node_upserted(n)
+    ext = Extender(CONFIG, cache, PodStore(CONFIG, cache))
+    writer = Writer()
+    ext.binder = Binder(ext.cache, ext.pods, writer, Events(), node_lock=lambda _node: None)
+    return ext, writer
+
+
+def body(p: Json, names: list[str]) -> bytes:
+    return orjson.dumps({"Pod": p, "NodeNames": names})
+
+
+def bind_args(p: Json, target: str) -> bytes:
+    meta = p["metadata"]
+    return orjson.dumps(
+        {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": target}
+    )
+
+
+def test_the_cache_keeps_a_nodes_dcus_apart_from_its_nvidia_gpus() -> None:
+    cache = ClusterCache(CONFIG.requests.names, CONFIG.registry.vendors)
+    cache.node_upserted(dcu_node("d", devices=2))
+    devices = cache.vendor_devices("d")
+    assert devices is not None and [g.id for g in devices.gpus] == ["d-dcu0", "d-dcu1"]
+    assert cache.node_gpus("d") is None  # no NVIDIA GPU: unregistered for NVIDIA pods only
+
+
+def test_a_malformed_vendor_inventory_leaves_that_vendor_out_and_says_why() -> None:
+    cache = ClusterCache(CONFIG.requests.names, CONFIG.registry.vendors)
+    cache.node_upserted(dcu_node("d", register="d-dcu0,4,lots,100,DCU,0,true:"))
+    assert cache.vendor_devices("d") is None
+    (problem,) = cache.vendor_problems("d")
+    assert problem.startswith("hygon: hami.io/node-dcu-register: device 0: devmem 'lots' is not an integer")
+
+
+def test_a_vendor_whose_plugin_is_not_registered_with_the_kubelet_has_no_devices() -> None:
+    n = dcu_node("d")
+    n["status"]["allocatable"] = {"cpu": "8"}
+    cache = ClusterCache(CONFIG.requests.names, CONFIG.registry.vendors)
+    cache.node_upserted(n)
+    assert cache.vendor_devices("d") is None
+    assert "status.allocatable['hygon.com/dcunum'] is missing or 0" in cache.vendor_problems("d")[0]
+
+
+def test_a_dcu_pod_fits_only_the_dcu_node_with_hamis_reason_elsewhere() -> None:
+    ext, _ = service(dcu_node("d"), nvidia_node("n"))
+    result = ext.filter(body(dcu_pod(), ["d", "n"]))
+    assert result["NodeNames"] == ["d"]
+    assert result["FailedAndUnresolvableNodes"] == {"n": "NodeInsufficientDevice"}
+
+
+def test_a_dcu_pod_too_big_for_every_dcu_gets_the_common_fits_text() -> None:
+    ext, _ = service(dcu_node("d", devices=2, mem=4000))
+    result = ext.filter(body(dcu_pod(mem=8000), ["d"]))
+    assert result["NodeNames"] == []
+    assert result["FailedNodes"] == {"d": "2/2 CardInsufficientMemory"}
+
+
+def test_prioritize_scores_the_busier_dcu_node_higher_under_binpack() -> None:
+    ext, _ = service(dcu_node("a"), dcu_node("b"))
+    busy = dcu_pod("q", uid="u-q", mem=8000)
+    assert ext.filter(body(busy, ["a"]))["NodeNames"] == ["a"]
+    assert asyncio.run(ext.bind(bind_args(busy, "a"))) == {"Error": ""}
+    scores = {e["Host"]: e["Score"] for e in ext.prioritize(body(dcu_pod(), ["a", "b"]))}
+    assert scores["a"] > scores["b"] > 0
+
+
+def test_a_bound_dcu_pod_carries_hamis_dcu_annotations_and_counts_on_its_device() -> None:
+    ext, writer = service(dcu_node("d", devices=1))
+    p = dcu_pod(mem=4000)
+    assert ext.filter(body(p, ["d"]))["NodeNames"] == ["d"]
+    assert asyncio.run(ext.bind(bind_args(p, "d"))) == {"Error": ""}
+    (_, target, annotations) = writer.calls[0]
+    assert target == "d"
+    assert annotations["hami.io/dcu-devices-to-allocate"] == "d-dcu0,DCU,4000,30:;"
+    assert annotations["hami.io/dcu-devices-allocated"] == "d-dcu0,DCU,4000,30:;"
+    assert annotations[VGPU_NODE] == "d" and DEVICES_TO_ALLOCATE not in annotations
+    devices = ext.cache.vendor_devices("d")
+    assert devices is not None and (devices.gpus[0].used, devices.gpus[0].usedmem) == (1, 4000)
+
+
+def test_a_watched_dcu_pod_holds_its_devices_from_its_allocated_annotation() -> None:
+    cache = ClusterCache(CONFIG.requests.names, CONFIG.registry.vendors)
+    cache.node_upserted(dcu_node("d", devices=1))
+    store = PodStore(CONFIG, cache)
+    bound = dcu_pod(
+        annotations={VGPU_NODE: "d", "hami.io/dcu-devices-allocated": "d-dcu0,DCU,3000,20:;"}, node_name="d"
+    )
+    store.apply("ADDED", bound)
+    devices = cache.vendor_devices("d")
+    assert devices is not None and (devices.gpus[0].used, devices.gpus[0].usedmem) == (1, 3000)
+    store.apply("DELETED", bound)
+    devices = cache.vendor_devices("d")
+    assert devices is not None and devices.gpus[0].used == 0
+
+
+def test_a_pod_asking_an_nvidia_gpu_and_a_dcu_gets_both_on_a_node_that_has_both() -> None:
+    both = nvidia_node("m")
+    both["metadata"]["annotations"][DCU_REGISTER] = "m-dcu0,4,16384,100,DCU,0,true:"
+    both["status"]["allocatable"]["hygon.com/dcunum"] = "4"
+    ext, writer = service(both, dcu_node("d"))
+    p = pod(
+        "p",
+        container("gpu", gpus=1, gpumem=1000),
+        {"name": "dcu", "resources": {"limits": {"hygon.com/dcunum": "1", "hygon.com/dcumem": "1000"}}},
+        namespace="ns",
+        uid="u-9",
+    )
+    result = ext.filter(body(p, ["m", "d"]))
+    assert result["NodeNames"] == ["m"]
+    assert asyncio.run(ext.bind(bind_args(p, "m"))) == {"Error": ""}
+    annotations = writer.calls[0][2]
+    assert annotations[DEVICES_TO_ALLOCATE] == "m-g0,NVIDIA,1000,0:;;"
+    assert annotations["hami.io/dcu-devices-to-allocate"] == ";m-dcu0,DCU,1000,100:;"
+
+
+def test_the_webhook_sends_a_dcu_pod_to_hami() -> None:
+    decision = review_pod(dcu_pod(), "CREATE", CONFIG, NO_QUOTA)
+    assert decision.allowed
+    assert {
+        "op": "add",
+        "path": "/spec/schedulerName",
+        "value": CONFIG.webhook.scheduler_name,
+    } in decision.patch
+    plain = pod("p", {"name": "c", "image": "busybox"}, namespace="ns")
+    assert review_pod(plain, "CREATE", CONFIG, NO_QUOTA).patch == ()
+
+
+def test_an_ascend_mutation_error_is_answered_as_hami_does_with_500_and_its_text() -> None:
+    config = ControlConfig(devices=DeviceSettings(enable_ascend=True))
+    limits = {"huawei.com/Ascend910B4": "2", "huawei.com/Ascend910B4-memory": "8192"}
+    npu = pod("p", {"name": "c", "resources": {"limits": limits}}, namespace="ns")
+    decision = review_pod(npu, "CREATE", config, NO_QUOTA)
+    assert not decision.allowed
+    assert (decision.code, decision.message) == (500, "vNPU not supported for multiple devices")
+
+
+def test_an_ascend_pod_is_left_to_the_default_scheduler_while_ascend_is_off() -> None:
+    limits = {"huawei.com/Ascend910B4": "1"}
+    npu = pod("p", {"name": "c", "resources": {"limits": limits}}, namespace="ns")
+    decision = review_pod(npu, "CREATE", CONFIG, NO_QUOTA)
+    assert decision.allowed and decision.patch == ()
