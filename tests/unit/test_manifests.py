@@ -14,7 +14,7 @@
 - The parts agree with each other: the rendered KubeSchedulerConfiguration is byte for byte
   daemonset/scheduler/kube-scheduler-config.yaml; its urlPrefix names the extender Service and port;
   the Services select the pods (the extender only the leader); the webhook's CEL matchConditions, the
-  scheduler's managedResources and hami-control's resource names are the same five; the flags and
+  scheduler's managedResources and the vendor registry's resource names are the same; the flags and
   environment of the containers and the values files parse with the daemons' own config loaders, the
   certs Job's arguments with `hami-control certs`.
 - The monitoring component (components/monitoring): its PodMonitors validate against the Prometheus
@@ -55,6 +55,8 @@ from hami_api import dra
 from hami_api.types import GPUPolicy, NodePolicy
 from hami_control.config import DRATranslation, FragmentationFilter
 from hami_control.config import load_config as load_control_config
+from hami_control.devices.config import load_device_config
+from hami_control.devices.registry import RegistryOptions, build_registry
 from hami_control.main import DRA_WEBHOOK_PATH
 from hami_node.config import build_argument_parser as build_node_parser
 from hami_node.config import load_config as load_node_config
@@ -88,6 +90,12 @@ HAMI_RESOURCES = (
 )
 
 Doc = dict[str, Any]
+
+
+def every_vendor_resource() -> tuple[str, ...]:
+    """The resource names of every vendor hami-control can schedule, in the registry's order."""
+    config = load_device_config(None, lambda _path: "")
+    return build_registry(config, RegistryOptions(enable_ascend=True, enable_iluvatar=True)).resources()
 
 
 # --- loading -----------------------------------------------------------------------------------------------
@@ -247,6 +255,9 @@ def test_rendered_config_maps_are_the_files_and_the_pods_mount_them(rendered: li
     assert node["data"] == {"node.yaml": (BASE / "config" / "node.yaml").read_text(encoding="utf-8")}
     control = find(rendered, "ConfigMap", "hami-control-config")
     assert control["data"] == {"control.yaml": (BASE / "config" / "control.yaml").read_text(encoding="utf-8")}
+    devices = find(rendered, "ConfigMap", "hami-device-config")
+    shipped = (BASE / "config" / "device-config.yaml").read_text(encoding="utf-8")
+    assert devices["data"] == {"device-config.yaml": shipped}
     # The pods name the generated (hashed) ConfigMaps.
     volumes = {
         v["name"]: v["configMap"]["name"]
@@ -257,6 +268,7 @@ def test_rendered_config_maps_are_the_files_and_the_pods_mount_them(rendered: li
     assert volumes == {
         "scheduler-config": scheduler["metadata"]["name"],
         "control-config": control["metadata"]["name"],
+        "device-config": devices["metadata"]["name"],
         "config": node["metadata"]["name"],
     }
 
@@ -486,7 +498,8 @@ def env_of(c: Doc, downward: Mapping[str, str]) -> dict[str, str]:
 def mounted_files(doc: Doc, c: Doc) -> Callable[[Path], str]:
     """read_file for the config loaders: files from the ConfigMaps mounted in container `c`."""
     sources = {"hami-node-config": BASE / "config" / "node.yaml",
-               "hami-control-config": BASE / "config" / "control.yaml"}  # fmt: skip
+               "hami-control-config": BASE / "config" / "control.yaml",
+               "hami-device-config": BASE / "config" / "device-config.yaml"}  # fmt: skip
     volumes = {v["name"]: v for v in pod_spec(doc)["volumes"]}
 
     def read(path: Path) -> str:
@@ -622,11 +635,15 @@ def test_control_deployment() -> None:
 
 
 def test_control_values_file_parses_with_hami_control() -> None:
-    read = lambda path: (BASE / "config" / "control.yaml").read_text(encoding="utf-8")  # noqa: E731
+    def read(path: Path) -> str:
+        return (BASE / "config" / path.name).read_text(encoding="utf-8")
+
     config = load_control_config(
         ["--config-file", "/etc/hami/control/control.yaml", "--insecure-http"], {}, read
     )
     assert config.requests.names.count == "nvidia.com/gpu"
+    assert config.devices.config_file == Path("/etc/hami/devices/device-config.yaml")
+    assert [v.names.common_word for v in config.registry][:3] == ["NVIDIA", "MLU", "DCU"]
 
 
 def test_kube_scheduler_config_matches_services_secret_leases_and_webhook() -> None:
@@ -668,16 +685,21 @@ def test_kube_scheduler_config_matches_services_secret_leases_and_webhook() -> N
     assert named == {scheduler["leaderElection"]["resourceName"], control_config().election.lease}
     # The profile is the scheduler name hami-control gives GPU pods.
     assert [p["schedulerName"] for p in scheduler["profiles"]] == [control_config().webhook.scheduler_name]
-    # The five resources: the scheduler ignores them, hami-control owns them, the webhook matches them.
-    managed = {r["name"] for r in extender["managedResources"] if r["ignoredByScheduler"]}
+    # Every vendor's resources (NVIDIA's five, then HAMi's other vendors', Ascend's and Iluvatar's
+    # included, whether or not their flags are on: listing them is harmless): the scheduler ignores them,
+    # hami-control owns them, the webhook matches them.
+    managed = [r["name"] for r in extender["managedResources"] if r["ignoredByScheduler"]]
     names = control_config().requests.names
-    assert (
-        managed
-        == set(HAMI_RESOURCES)
-        == {names.count, names.memory, names.memory_percentage, names.cores, names.priority}
-    )
+    assert set(HAMI_RESOURCES) == {
+        names.count,
+        names.memory,
+        names.memory_percentage,
+        names.cores,
+        names.priority,
+    }
+    assert managed == list(every_vendor_resource())
     expression = webhook_expression(docs)
-    assert set(re.findall(r"'([a-z0-9./-]+)'", expression)) == set(HAMI_RESOURCES)
+    assert re.findall(r"'([A-Za-z0-9./-]+)'", expression) == list(every_vendor_resource())
 
 
 # --- the webhook --------------------------------------------------------------------------------------------
@@ -739,9 +761,10 @@ def test_webhook_match_condition_is_guarded() -> None:
     and requests alike (an evaluation error would make failurePolicy Fail refuse the pod)."""
     expression = webhook_expression(source_docs())
     for field in ("containers", "initContainers"):
-        assert f"has(object.spec.{field}) && object.spec.{field}.exists(c, has(c.resources)" in expression
+        assert f"(has(object.spec.{field}) ? object.spec.{field} : [])" in expression
+    assert ".exists(c, has(c.resources) && (" in expression
     for field in ("limits", "requests"):
-        assert expression.count(f"has(c.resources.{field}) && c.resources.{field}.exists(r, r in [") == 2
+        assert expression.count(f"(has(c.resources.{field}) && r in c.resources.{field})") == 1
     assert expression.count("(") == expression.count(")")
     assert expression.count("[") == expression.count("]")
 
@@ -750,7 +773,11 @@ MATCH_CASES = [
     ("no resources", pod("p", container("a")), False),
     ("empty resources", pod("p", container("a", resources={})), False),
     ("cpu only", pod("p", container("a", limits={"cpu": "1"}, requests={"memory": "1Gi"})), False),
-    ("another vendor", pod("p", container("a", limits={"amd.com/gpu": "1"})), False),
+    ("a device hami-control does not schedule",
+     pod("p", container("a", limits={"xilinx.com/fpga": "1"})), False),
+    ("another vendor hami-control schedules", pod("p", container("a", limits={"amd.com/gpu": "1"})), True),
+    ("an ascend npu (listed even while --enable-ascend is off)",
+     pod("p", container("a", limits={"huawei.com/Ascend910B4": "1"})), True),
     ("no containers at all", {"apiVersion": "v1", "kind": "Pod", "spec": {}}, False),
     ("gpu limit", pod("p", container("a", limits={"nvidia.com/gpu": "1"})), True),
     ("gpumem request", pod("p", container("a", requests={"nvidia.com/gpumem": "3000"})), True),
@@ -1200,7 +1227,10 @@ def dra_control_config(docs: Any) -> Any:
     deployment = find(docs, "Deployment", "hami-control")
     c = container_named(deployment, "hami-control")
     env = env_of(c, {"metadata.name": "hami-control-abc", "metadata.namespace": NAMESPACE})
-    generated = find(docs, "ConfigMap", "hami-control-config")["data"]
+    generated = {
+        **find(docs, "ConfigMap", "hami-control-config")["data"],
+        **find(docs, "ConfigMap", "hami-device-config")["data"],
+    }
     return load_control_config(c["args"][1:], env, lambda path: generated[path.name])
 
 
