@@ -98,7 +98,7 @@ from hami_api.types import (
     ScoringWeights,
 )
 from hami_control.config import ControlConfig
-from hami_control.devices.base import DeviceRequest, FitContext, Vendor
+from hami_control.devices.base import DeviceRequest, FitContext, QuotaEntry, Vendor
 from hami_control.devices.podfit import VendorFit, VendorUnfit, fit_vendor_pod
 from hami_control.fit import (
     DEFAULT_WEIGHTS,
@@ -311,6 +311,16 @@ class VendorAsk:
         )
 
 
+def _vendor_quota(check: QuotaCheck | None) -> dict[str, QuotaEntry]:
+    """The namespace's other-vendor quota entries a vendor's Fit reads (Cambricon's), from the ask's
+    quota check."""
+    if not isinstance(check, NamespaceQuota):
+        return {}
+    limits, used = check.limits, check.used
+    names = {name for name, _ in limits.others} | {name for name, _ in used.others}
+    return {name: QuotaEntry(used.other(name), limits.other(name)) for name in names}
+
+
 def read_vendor_ask(pod: Mapping[str, Any], vendors: Sequence[Vendor]) -> VendorAsk | None:
     """The pod's requests of `vendors` (the registry's, NVIDIA excluded), None when it asks none of them."""
     others = tuple(v for v in vendors if not v.native)
@@ -392,6 +402,7 @@ class PodAsk:
             self.vendors.pod(self.namespace, self.name),
             {"metadata": {"name": node.name if node is not None else ""}},
             self.gpu_policy,
+            quota=_vendor_quota(self.quota),
         )
         outcome = self.vendors.fit(vendor_devices, context)
         if isinstance(outcome, VendorUnfit):

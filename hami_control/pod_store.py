@@ -46,6 +46,7 @@ Model: the assumptions and watch-derived holdings are modelled in `protocol_mode
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import logging
 import math
@@ -76,7 +77,13 @@ from hami_control.extender import (
     read_vendor_ask,
 )
 from hami_control.frag import TaskMix
-from hami_control.quota import QuotaUsage, allocation_quota_usage, requests_quota_usage
+from hami_control.quota import (
+    QuotaUsage,
+    allocation_quota_usage,
+    requests_quota_usage,
+    vendor_allocation_usage,
+    vendor_requests_usage,
+)
 from hami_kube.client import JSONDict
 from hami_kube.reflector import replace_all
 
@@ -352,11 +359,14 @@ def pod_record(
     held: Held | None = None
     held_error = ""
     usage = _ZERO
+    old = previous
+    vendor_ask = _vendor_ask(pod, config, old)
     if phase not in TERMINAL_PHASES:
         allocated = _allocated(raw)
         held, held_error = _held(raw, allocated, containers, config.registry.others)
         usage = _usage(allocated, containers.requests, init_containers, raw, f"{namespace}/{name}")
-    old = previous
+        if vendor_ask is not None:
+            usage += _vendor_quota_usage(raw, vendor_ask, init_containers)
     requests = _same(old.container_requests if old else None, containers.requests)
     if shapes is not None:
         shared = shapes.get(requests)
@@ -382,8 +392,25 @@ def pod_record(
         cpu_milli=pod_cpu_milli(pod)
         if config.scheduling.fragmentation_filter is FragmentationFilter.BEST
         else 0,
-        vendor_ask=_vendor_ask(pod, config, old),
+        vendor_ask=vendor_ask,
     )
+
+
+def _vendor_quota_usage(annotations: Mapping[str, Any], ask: VendorAsk, inits: int) -> QuotaUsage:
+    """What a pod counts against the other vendors' quotas: its devices once its annotations name them
+    (each vendor's allocated, else to-allocate annotation), else its requests."""
+    allocations: dict[str, PodAllocation] = {}
+    for vendor in ask.vendors:
+        names = vendor.names
+        for key in (names.allocated, names.to_allocate):
+            value = annotations.get(key) if key else None
+            if isinstance(value, str) and value:
+                with contextlib.suppress(WireFormatError):  # else counted by its request below
+                    allocations[names.common_word] = ann.decode_pod_allocation(value, key)
+                break
+    if allocations:
+        return vendor_allocation_usage(allocations, inits, ask.vendors)
+    return vendor_requests_usage(ask.by_container, ask.inits, ask.vendors)
 
 
 def _vendor_ask(pod: Mapping[str, Any], config: ControlConfig, old: PodRecord | None) -> VendorAsk | None:
@@ -802,8 +829,9 @@ class PodStore:
     def _add_usage(self, record: PodRecord) -> None:
         if record.cpu_milli and record.node_name and not record.terminal:
             self._node_cpu[record.node_name] = self._node_cpu.get(record.node_name, 0) + record.cpu_milli
-        if record.usage.memory or record.usage.cores:
-            self._used[record.namespace] = self._used.get(record.namespace, _ZERO) + record.usage
+        usage = record.usage
+        if usage.memory or usage.cores or usage.others:
+            self._used[record.namespace] = self._used.get(record.namespace, _ZERO) + usage
 
     def _remove_usage(self, record: PodRecord) -> None:
         if record.cpu_milli and record.node_name and not record.terminal:
@@ -812,9 +840,10 @@ class PodStore:
                 self._node_cpu[record.node_name] = left_cpu
             else:
                 self._node_cpu.pop(record.node_name, None)
-        if record.usage.memory or record.usage.cores:
-            left = self._used.get(record.namespace, _ZERO) - record.usage
-            if left.memory or left.cores:
+        usage = record.usage
+        if usage.memory or usage.cores or usage.others:
+            left = self._used.get(record.namespace, _ZERO) - usage
+            if left.memory or left.cores or any(amount for _, amount in left.others):
                 self._used[record.namespace] = left
             else:
                 self._used.pop(record.namespace, None)

@@ -13,11 +13,17 @@
 - A container that asks for memory only as a percentage (or for no memory, with `defaultMemory` 0) takes
   an amount that depends on the GPU chosen later; at admission HAMi counts it as 0 MiB, and so does this
   module. The scheduler extender counts the real MiB once a GPU is chosen (`allocation_quota_usage`).
+- The other vendors (`hami_control.devices`) count the same way, per resource name (HAMi's QuotaManager
+  keys its entries by the vendor's memory and core resource names): `limits.<vendor memory resource>`
+  x the vendor's memory factor (when above 1) and `limits.<vendor core resource>`, against what the
+  namespace's pods ask (`Memreq x Nums`, `Coresreq x Nums` per container, at admission) or hold (their
+  vendor allocation annotations' memory and cores, once bound). They ride in `QuotaLimits.others` and
+  `QuotaUsage.others`, (resource name, amount) pairs sorted by name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,22 +32,54 @@ from hami_api.quantity import quantity_value
 from hami_api.resources import ContainerRequest, ResourceNames, container_request, pod_containers
 from hami_api.types import PodAllocation
 from hami_control.config import ControlConfig
+from hami_control.devices.base import DeviceRequest, Vendor
+
+Amounts = tuple[tuple[str, int], ...]
+"""(resource name, amount) pairs sorted by name: the other vendors' dimensions."""
+
+
+def _combine(a: Amounts, b: Amounts, op: Any) -> Amounts:
+    if not b:
+        return a
+    if not a and op is _plus:
+        return b
+    merged = dict(a)
+    for name, value in b:
+        merged[name] = op(merged.get(name), value)
+    return tuple(sorted((k, v) for k, v in merged.items() if v is not None))
+
+
+def _plus(a: int | None, b: int) -> int:
+    return (a or 0) + b
+
+
+def _minus(a: int | None, b: int) -> int:
+    return max(0, (a or 0) - b)
 
 
 @dataclass(frozen=True, slots=True)
 class QuotaLimits:
-    """A namespace's GPU limits: memory in MiB, cores in percent of a GPU; None = no limit."""
+    """A namespace's GPU limits: memory in MiB, cores in percent of a GPU; None = no limit; `others`:
+    the other vendors' limits by resource name (memory already x the vendor's memory factor)."""
 
     memory: int | None = None
     cores: int | None = None
+    others: Amounts = ()
 
     def tightest(self, other: QuotaLimits) -> QuotaLimits:
         """Both limits at once: the smaller of each, where either is set."""
-        return QuotaLimits(_smaller(self.memory, other.memory), _smaller(self.cores, other.cores))
+        return QuotaLimits(
+            _smaller(self.memory, other.memory),
+            _smaller(self.cores, other.cores),
+            _combine(self.others, other.others, _smaller),
+        )
 
     @property
     def unlimited(self) -> bool:
-        return self.memory is None and self.cores is None
+        return self.memory is None and self.cores is None and not self.others
+
+    def other(self, resource: str) -> int | None:
+        return dict(self.others).get(resource)
 
 
 def _smaller(a: int | None, b: int | None) -> int | None:
@@ -54,16 +92,26 @@ def _smaller(a: int | None, b: int | None) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class QuotaUsage:
-    """GPU memory (MiB) and cores (percent of a GPU) that pods hold or ask for."""
+    """GPU memory (MiB) and cores (percent of a GPU) that pods hold or ask for; `others`: the other
+    vendors' memory and cores by resource name."""
 
     memory: int = 0
     cores: int = 0
+    others: Amounts = ()
 
     def __add__(self, other: QuotaUsage) -> QuotaUsage:
-        return QuotaUsage(self.memory + other.memory, self.cores + other.cores)
+        return QuotaUsage(
+            self.memory + other.memory, self.cores + other.cores, _combine(self.others, other.others, _plus)
+        )
 
     def __sub__(self, other: QuotaUsage) -> QuotaUsage:
-        return QuotaUsage(self.memory - other.memory, self.cores - other.cores)
+        """The difference; the other vendors' amounts never go below 0."""
+        return QuotaUsage(
+            self.memory - other.memory, self.cores - other.cores, _combine(self.others, other.others, _minus)
+        )
+
+    def other(self, resource: str) -> int:
+        return dict(self.others).get(resource, 0)
 
 
 class QuotaView(Protocol):
@@ -125,9 +173,17 @@ def limits_from_resource_quota(resource_quota: Mapping[str, Any], config: Contro
         return value
 
     memory = read(memory_key)
+    others: dict[str, int] = {}
+    for vendor in config.registry.others:
+        names = vendor.names
+        for resource, factor in ((names.memory, names.memory_factor), (names.cores, 1)):
+            value = read(f"limits.{resource}") if resource else None
+            if value is not None:
+                others[resource] = value * factor if factor > 1 else value
     return QuotaLimits(
         memory=None if memory is None else memory * config.requests.defaults.memory_factor,
         cores=read(cores_key),
+        others=tuple(sorted(others.items())),
     )
 
 
@@ -194,6 +250,60 @@ def allocation_quota_usage(allocation: PodAllocation, init_containers: int) -> Q
     return _peak(regular, inits)
 
 
+def vendor_requests_usage(
+    requests: Sequence[Mapping[str, DeviceRequest]], inits: int, vendors: Sequence[Vendor]
+) -> QuotaUsage:
+    """What a pod asks of the other vendors' quotas (HAMi's fitResourceQuota): per vendor, Memreq x Nums
+    and Coresreq x Nums per container, the regular containers summed, at least the largest init one.
+    `requests`: one mapping (common word -> request) per container, init containers first."""
+    return _vendor_usage(
+        [
+            {w: (r.memreq * r.nums, r.coresreq * r.nums) for w, r in container.items()}
+            for container in requests
+        ],
+        inits,
+        vendors,
+    )
+
+
+def vendor_allocation_usage(
+    allocations: Mapping[str, PodAllocation], inits: int, vendors: Sequence[Vendor]
+) -> QuotaUsage:
+    """What a pod holds of the other vendors' quotas once its devices are chosen (HAMi's countPodDevices:
+    the devices' memory and cores), init containers at their peak as for NVIDIA."""
+    containers = max((len(a) for a in allocations.values()), default=0)
+    per: list[dict[str, tuple[int, int]]] = [{} for _ in range(containers)]
+    for word, allocation in allocations.items():
+        for i, container in enumerate(allocation):
+            memory = sum(s.usedmem for s in container.devices)
+            cores = sum(s.usedcores for s in container.devices)
+            if memory or cores:
+                per[i][word] = (memory, cores)
+    return _vendor_usage(per, inits, vendors)
+
+
+def _vendor_usage(
+    per_container: Sequence[Mapping[str, tuple[int, int]]], inits: int, vendors: Sequence[Vendor]
+) -> QuotaUsage:
+    by_word = {v.names.common_word: v for v in vendors}
+    regular: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    for index, container in enumerate(per_container):
+        for word, (memory, cores) in container.items():
+            vendor = by_word.get(word)
+            if vendor is None:
+                continue
+            for resource, amount in ((vendor.names.memory, memory), (vendor.names.cores, cores)):
+                if not resource or amount <= 0:
+                    continue
+                if index < inits:
+                    peak[resource] = max(peak.get(resource, 0), amount)
+                else:
+                    regular[resource] = regular.get(resource, 0) + amount
+    totals = {r: max(regular.get(r, 0), peak.get(r, 0)) for r in {*regular, *peak}}
+    return QuotaUsage(others=tuple(sorted(totals.items())))
+
+
 # --- the check ----------------------------------------------------------------------------------------------
 
 
@@ -210,7 +320,7 @@ def check_quota(namespace: str, usage_of_pod: QuotaUsage, view: QuotaView) -> Qu
     Only the dimensions the pod asks for are checked: a pod asking no GPU memory passes a memory quota that
     is already exceeded (HAMi would refuse it; it cannot make things worse). Used + ask may reach the limit
     exactly."""
-    if usage_of_pod.memory <= 0 and usage_of_pod.cores <= 0:
+    if usage_of_pod.memory <= 0 and usage_of_pod.cores <= 0 and not usage_of_pod.others:
         return None
     limits = view.limits(namespace)
     if limits.unlimited:
@@ -231,6 +341,11 @@ def check_quota(namespace: str, usage_of_pod: QuotaUsage, view: QuotaView) -> Qu
             f"GPU cores quota exceeded (used {used.cores} / limit {limits.cores} %, "
             f"this pod asks {usage_of_pod.cores})"
         )
+    for resource, asked in usage_of_pod.others:
+        limit = limits.other(resource)
+        held = used.other(resource)
+        if limit is not None and asked > 0 and held + asked > limit:
+            problems.append(f"{resource} quota exceeded (used {held} / limit {limit}, this pod asks {asked})")
     if not problems:
         return None
     return QuotaDenial(f"namespace {namespace}: " + "; ".join(problems))
@@ -249,4 +364,6 @@ __all__ = [
     "pod_quota_usage",
     "quota_keys",
     "requests_quota_usage",
+    "vendor_allocation_usage",
+    "vendor_requests_usage",
 ]

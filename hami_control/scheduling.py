@@ -52,7 +52,7 @@ from hami_control.frag import TaskMix
 from hami_control.gputable import GPUTable
 from hami_control.metrics import ControlMetrics
 from hami_control.pod_store import PodStore, pod_cpu_milli
-from hami_control.quota import QuotaLimits, QuotaUsage, QuotaView, requests_quota_usage
+from hami_control.quota import QuotaLimits, QuotaUsage, QuotaView, requests_quota_usage, vendor_requests_usage
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,8 @@ class QuotaWithoutPod:
         used = self.view.used(namespace)
         if namespace != self.namespace:
             return used
-        return QuotaUsage(max(0, used.memory - self.own.memory), max(0, used.cores - self.own.cores))
+        rest = used - self.own
+        return QuotaUsage(max(0, rest.memory), max(0, rest.cores), rest.others)
 
 
 def _error_body(message: str) -> dict[str, Any]:
@@ -134,7 +135,12 @@ class Extender:
     # --- the pod's cycle ------------------------------------------------------------------------------
 
     def _start(self, uid: str, resource_version: str, ask: PodAsk | None) -> PodCycle:
-        own = requests_quota_usage(ask.requests) if ask is not None else _ZERO
+        own = _ZERO
+        if ask is not None:
+            own = requests_quota_usage(ask.requests)
+            if ask.vendors is not None:
+                vendors = ask.vendors
+                own += vendor_requests_usage(vendors.by_container, vendors.inits, vendors.vendors)
         return self.cycles.start(uid, resource_version, ask, own)
 
     def _cycle(self, pod: object) -> PodCycle:
@@ -156,7 +162,11 @@ class Extender:
         if ask is None:
             return None
         view = self.quota
-        if view is not None and self.config.quota.enforce and (cycle.own.memory or cycle.own.cores):
+        if (
+            view is not None
+            and self.config.quota.enforce
+            and (cycle.own.memory or cycle.own.cores or cycle.own.others)
+        ):
             view = QuotaWithoutPod(view, ask.namespace, cycle.own)
         return ask.under_quota(view, self.config)
 

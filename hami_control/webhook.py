@@ -78,7 +78,7 @@ from hami_api.resources import (
 )
 from hami_api.types import CorePolicy
 from hami_control.config import ControlConfig, DRATranslation, PrivilegedPolicy
-from hami_control.devices.base import Vendor
+from hami_control.devices.base import DeviceRequest, Vendor
 from hami_control.dra_translate import (
     ANNOTATION as DRA_CLAIMS,
 )
@@ -93,7 +93,7 @@ from hami_control.dra_translate import (
     strip_resources,
     use_claim,
 )
-from hami_control.quota import QuotaUsage, QuotaView, check_quota, requests_quota_usage
+from hami_control.quota import QuotaUsage, QuotaView, check_quota, requests_quota_usage, vendor_requests_usage
 
 ENV_TASK_PRIORITY = "CUDA_TASK_PRIORITY"
 ENV_CORE_POLICY = "GPU_CORE_UTILIZATION_POLICY"
@@ -529,6 +529,7 @@ def _review_create(
             notes.append(f"translated to DRA: {', '.join(sorted(c.template_name for c in claims))}")
         if usage is None:
             usage = requests_quota_usage((s.request, s.init) for s in states)  # the pod as it will be stored
+        usage += _vendor_usage(new_spec, config, vendor_found)
         if config.quota.enforce:
             if namespace is None:
                 namespace = _string(metadata.get("namespace"), "metadata.namespace")
@@ -583,6 +584,28 @@ def _review_vendors(
                     raise _Refused(_forbidden(f"container {_container_name(container)} is privileged"))
                 found = found or result.found
     return found, work_metadata if work_metadata != metadata else metadata
+
+
+def _vendor_usage(spec: Mapping[str, Any], config: ControlConfig, found: bool) -> QuotaUsage:
+    """What the pod, as the vendors left it, asks of their quotas (HAMi's fitResourceQuota); nothing
+    when no container asks one of them (`found`)."""
+    vendors = config.registry.others
+    if not found:
+        return QuotaUsage()
+    requests: list[dict[str, DeviceRequest]] = []
+    inits = 0
+    for key in ("initContainers", "containers"):
+        for container in spec.get(key) or ():
+            if not isinstance(container, Mapping):
+                continue
+            inits += key == "initContainers"
+            asked = {}
+            for vendor in vendors:
+                request = vendor.request(container)
+                if request is not None and request.nums > 0:
+                    asked[vendor.names.common_word] = request
+            requests.append(asked)
+    return vendor_requests_usage(requests, inits, vendors)
 
 
 def _names_vendor_resource(spec: Mapping[str, Any], vendors: Sequence[Vendor]) -> bool:

@@ -161,8 +161,9 @@ class NodeHealth:
 @dataclass(frozen=True, slots=True)
 class QuotaEntry:
     """One resource of the pod's namespace quota (HAMi's QuotaManager entry): what the namespace's pods
-    use (in the resource's own units: MiB for memory, percent for cores) and its tightest
-    `limits.<resource>` (None: no limit)."""
+    use (in the requests' units: MiB for memory, percent for cores) and its tightest `limits.<resource>`
+    in the same units (a memory limit x the vendor's memory factor, as HAMi's FitQuota compares it;
+    None: no limit)."""
 
     used: int = 0
     limit: int | None = None

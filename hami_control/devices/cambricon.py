@@ -133,12 +133,11 @@ def vmemory_request(
 
 def quota_fits(quota: Mapping[str, QuotaEntry], names: VendorNames, memory: int, cores: int) -> bool:
     """HAMi's `QuotaManager.FitQuota`: the namespace's use plus `memory` MiB stays within the memory limit
-    (x the memory factor), and its use plus `cores` within the cores limit, where a limit is set."""
+    (which `QuotaEntry` carries already x the memory factor, as HAMi compares it), and its use plus
+    `cores` within the cores limit, where a limit is set."""
     entry = quota.get(names.memory) if names.memory else None
-    if entry is not None and entry.limit is not None:
-        limit = entry.limit * names.memory_factor if names.memory_factor > 1 else entry.limit
-        if entry.used + memory > limit:
-            return False
+    if entry is not None and entry.limit is not None and entry.used + memory > entry.limit:
+        return False
     entry = quota.get(names.cores) if names.cores else None
     return not (entry is not None and entry.limit is not None and entry.used + cores > entry.limit)
 

@@ -18,7 +18,7 @@ from hami_control.binder import Binder
 from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig, DeviceSettings
 from hami_control.pod_store import PodStore
-from hami_control.quota import QuotaLimits
+from hami_control.quota import QuotaLimits, QuotaUsage, limits_from_resource_quota
 from hami_control.scheduling import Extender
 from hami_control.webhook import review_pod
 from tests.builders import FixedQuota, Json, container, gpu_info, node, pod
@@ -217,3 +217,42 @@ def test_an_ascend_pod_is_left_to_the_default_scheduler_while_ascend_is_off() ->
     npu = pod("p", {"name": "c", "resources": {"limits": limits}}, namespace="ns")
     decision = review_pod(npu, "CREATE", CONFIG, NO_QUOTA)
     assert decision.allowed and decision.patch == ()
+
+
+# --- quotas: each vendor's memory and cores, per resource name (HAMi's QuotaManager) --------------------
+
+
+def test_the_webhook_denies_a_dcu_pod_beyond_its_namespaces_dcu_memory_quota() -> None:
+    limits = QuotaLimits(others=(("hygon.com/dcumem", 5000),))
+    used = QuotaUsage(others=(("hygon.com/dcumem", 2000),))
+    decision = review_pod(dcu_pod(mem=4000), "CREATE", CONFIG, FixedQuota(limits, used))
+    assert not decision.allowed and decision.code == 403
+    assert decision.message == (
+        "namespace ns: hygon.com/dcumem quota exceeded (used 2000 / limit 5000, this pod asks 4000)"
+    )
+    assert review_pod(dcu_pod(mem=3000), "CREATE", CONFIG, FixedQuota(limits, used)).allowed
+
+
+def test_a_resource_quota_sets_vendor_limits_with_the_memory_factor() -> None:
+    quota = {
+        "metadata": {"namespace": "ns", "name": "q"},
+        "spec": {"hard": {"limits.hygon.com/dcumem": "6000", "limits.cambricon.com/mlu.smlu.vmemory": "4"}},
+    }
+    limits = limits_from_resource_quota(quota, CONFIG)
+    assert limits.other("hygon.com/dcumem") == 6000  # memoryFactor 1
+    assert limits.other("cambricon.com/mlu.smlu.vmemory") == 4 * 256  # Cambricon's factor, as FitQuota
+
+
+def test_the_pod_store_counts_a_dcu_pods_ask_then_what_it_holds_against_the_quota() -> None:
+    cache = ClusterCache(CONFIG.requests.names, CONFIG.registry.vendors)
+    store = PodStore(CONFIG, cache)
+    store.apply("ADDED", dcu_pod(mem=4000))
+    assert store.used("ns").other("hygon.com/dcumem") == 4000
+    assert store.used("ns").other("hygon.com/dcucores") == 30
+    bound = dcu_pod(
+        mem=4000, annotations={VGPU_NODE: "d", "hami.io/dcu-devices-allocated": "d-dcu0,DCU,3500,20:;"}
+    )
+    store.apply("MODIFIED", bound)
+    assert store.used("ns").other("hygon.com/dcumem") == 3500
+    store.apply("DELETED", bound)
+    assert store.used("ns").other("hygon.com/dcumem") == 0
