@@ -57,7 +57,7 @@ def gpu_limits(
 
 
 def container(
-    name: str = "main",
+    name: str | None = "main",
     *,
     gpus: int | str | None = None,
     gpumem: int | str | None = None,
@@ -75,9 +75,12 @@ def container(
     a test of quantity parsing may pass numbers); `requests` as given; `env` as name/value pairs from
     a mapping, else as given (a list of EnvVar objects, or the bad input a test needs);
     `restart_policy="Always"` makes an init container a sidecar; `fields` are any other container
-    fields, spelled as in the JSON (`args=[...]`, `ports=[...]`). `image=None` leaves the image out.
+    fields, spelled as in the JSON (`args=[...]`, `ports=[...]`). `image=None` leaves the image out,
+    `name=None` the name (an unnamed container, as a Go unit test may write one).
     `resources` is present only when a limit or request is."""
-    body: Json = {"name": name}
+    body: Json = {}
+    if name is not None:
+        body["name"] = name
     if image is not None:
         body["image"] = image
     all_limits = {
@@ -349,13 +352,16 @@ def node(
     unschedulable: bool = False,
     taints: Sequence[Mapping[str, str]] = (),
     resource_version: str | None = None,
+    status: Mapping[str, Any] | None = None,
 ) -> Json:
     """A Node. With `gpus`: their `hami.io/node-nvidia-register` annotation (or `register`, raw text)
     and `nvidia.com/gpu` allocatable as their slots (a value in `allocatable` wins); the Ready condition
     True (False with `ready=False`, a status as given with a string such as "Unknown", none with
     `ready=None`); `capacity` as given, else the same as `allocatable` (a kubelet that reserves
-    nothing), their values as given (a test of quantity parsing may pass a non-string); `unschedulable`
-    cordons the node; `taints` as given."""
+    nothing), their values as given (a test of quantity parsing may pass a non-string); `status` are
+    further status fields as given, over those built (a section the keywords cannot spell, such as a
+    malformed `{"allocatable": "oops"}`); the status is left out when nothing is in it (`ready=None`,
+    no other status, `status` not given); `unschedulable` cordons the node; `taints` as given."""
     meta: Json = {"name": name}
     if resource_version is not None:
         meta["resourceVersion"] = resource_version
@@ -368,21 +374,24 @@ def node(
         all_annotations[ann.NODE_REGISTER] = ann.encode_node_register(gpus)
     if all_annotations or annotations is not None:
         meta["annotations"] = all_annotations
-    status: Json = {}
+    state: Json = {}
     slots = {RESOURCES.count: str(sum(g.count for g in gpus))} if gpus is not None else {}
     if slots or allocatable is not None:
-        status["allocatable"] = {**slots, **(allocatable or {})}
-    if capacity is not None or "allocatable" in status:
-        status["capacity"] = dict(capacity if capacity is not None else status["allocatable"])
+        state["allocatable"] = {**slots, **(allocatable or {})}
+    if capacity is not None or "allocatable" in state:
+        state["capacity"] = dict(capacity if capacity is not None else state["allocatable"])
     if ready is not None:
         condition = ready if isinstance(ready, str) else ("True" if ready else "False")
-        status["conditions"] = [{"type": "Ready", "status": condition}]
+        state["conditions"] = [{"type": "Ready", "status": condition}]
+    state.update(status or {})
     spec: Json = {}
     if unschedulable:
         spec["unschedulable"] = True
     if taints:
         spec["taints"] = [dict(t) for t in taints]
-    obj: Json = {"apiVersion": "v1", "kind": "Node", "metadata": meta, "status": status}
+    obj: Json = {"apiVersion": "v1", "kind": "Node", "metadata": meta}
+    if state or status is not None:
+        obj["status"] = state
     if spec:
         obj["spec"] = spec
     return obj

@@ -256,3 +256,33 @@ def test_the_pod_store_counts_a_dcu_pods_ask_then_what_it_holds_against_the_quot
     assert store.used("ns").other("hygon.com/dcumem") == 3500
     store.apply("DELETED", bound)
     assert store.used("ns").other("hygon.com/dcumem") == 0
+
+
+# --- prioritize: HAMi's node score with the vendors' ScoreNode -----------------------------------------
+
+ASCEND = ControlConfig(devices=DeviceSettings(enable_ascend=True))
+
+
+def npu_node(name: str, networks: list[int]) -> Json:
+    """Node `name` with one Ascend 910B4 per entry of `networks` (its custominfo NetworkID)."""
+    entries = [
+        {"id": f"{name}-npu{i}", "index": i, "count": 1, "devmem": 32768, "devcore": 20,
+         "type": "Ascend910B4", "health": True, "custominfo": {"NetworkID": net}}
+        for i, net in enumerate(networks)
+    ]  # fmt: skip
+    return node(
+        name,
+        annotations={"hami.io/node-register-Ascend910B4": orjson.dumps(entries).decode()},
+        allocatable={"huawei.com/Ascend910B4": str(len(networks)), "cpu": "8"},
+    )
+
+
+def test_prioritize_adds_ascends_network_score_so_both_npus_on_one_network_win() -> None:
+    cache = ClusterCache(ASCEND.requests.names, ASCEND.registry.vendors)
+    cache.node_upserted(npu_node("same", [0, 0]))
+    cache.node_upserted(npu_node("split", [0, 1]))
+    ext = Extender(ASCEND, cache, PodStore(ASCEND, cache))
+    npu = pod("p", container("c", limits={"huawei.com/Ascend910B4": "2"}), namespace="ns", uid="u-n")
+    assert ext.filter(body(npu, ["same", "split"]))["NodeNames"] == ["same", "split"]
+    scores = {e["Host"]: e["Score"] for e in ext.prioritize(body(npu, ["same", "split"]))}
+    assert scores["same"] == 10 and scores["split"] < scores["same"]
