@@ -185,6 +185,9 @@ class ClusterCache:
         self._vendor_devices: dict[str, NodeGPUs] = {}
         """node -> its usable vendor devices with what the pods hold (only nodes that have some)."""
         self._vendor_problems: dict[str, tuple[str, ...]] = {}
+        self._vendor_nodes: dict[str, Mapping[str, Any]] = {}
+        """node -> the parts of its Node object the vendors' ScoreNode reads (name, labels, annotations),
+        for nodes with vendor devices."""
         self._nodes: dict[str, _Node] = {}
         self._registered: dict[str, NodeGPUs] = {}
         self._generations: dict[str, int] = {}
@@ -209,6 +212,10 @@ class ClusterCache:
     def vendor_devices(self, name: str) -> NodeGPUs | None:
         """The node's usable devices of the other vendors with current usage; None when it has none."""
         return self._vendor_devices.get(name)
+
+    def vendor_node(self, name: str) -> Mapping[str, Any]:
+        """The node's name, labels and annotations as the vendors' ScoreNode reads them ({} if unknown)."""
+        return self._vendor_nodes.get(name, {})
 
     def vendor_problems(self, name: str) -> tuple[str, ...]:
         """Why vendors' devices of the node are left out (`<family>: <why>`), empty when none is."""
@@ -362,6 +369,17 @@ class ClusterCache:
             else:
                 self._vendor_problems.pop(name, None)
         base = tuple(devices)
+        if base:
+            meta = _mapping(node.get("metadata"))
+            self._vendor_nodes[name] = {
+                "metadata": {
+                    "name": name,
+                    "labels": _mapping(meta.get("labels")),
+                    "annotations": _annotations(node),
+                }
+            }
+        else:
+            self._vendor_nodes.pop(name, None)
         if self._vendor_base.get(name, ()) == base:
             return
         if base:
@@ -381,6 +399,7 @@ class ClusterCache:
         self._vendor_base.pop(name, None)
         self._vendor_devices.pop(name, None)
         self._vendor_problems.pop(name, None)
+        self._vendor_nodes.pop(name, None)
         self._nodes.pop(name, None)
         self._cpu.pop(name, None)
         self._generations.pop(name, None)

@@ -126,7 +126,7 @@ from hami_control.gputable import (
     simple_ask,
 )
 from hami_control.quota import QuotaLimits, QuotaUsage, QuotaView
-from hami_control.score import node_priority
+from hami_control.score import MAX_SCORE, node_priority, node_usage
 from hami_control.usage import NodeGPUs
 
 log = logging.getLogger(__name__)
@@ -152,6 +152,10 @@ class NodeView(Protocol):
 
     def vendor_devices(self, name: str) -> NodeGPUs | None:
         """The node's devices of the other vendors and their usage, or None when it has none."""
+        ...
+
+    def vendor_node(self, name: str) -> Mapping[str, Any]:
+        """The node's name, labels and annotations, for the vendors' ScoreNode."""
         ...
 
 
@@ -825,6 +829,8 @@ def prioritize_nodes(
     hosts = list(dict.fromkeys(candidates.names))
     if ask is None:
         return [{"Host": host, "Score": NEUTRAL_SCORE} for host in hosts]
+    if ask.vendors is not None and not ask.asks_nvidia:
+        return _prioritize_vendors(ask, hosts, view, fit if fit is not None else _fit_on(ask, view))
     score = [0] * len(hosts)
     exact = range(len(hosts))
     simple = simple_ask(table, ask.requests, ask.selector, ask.gpu_policy, ask.quota) if table else None
@@ -866,6 +872,54 @@ def prioritize_nodes(
             if isinstance(result, Fit):
                 score[pos] = ask.priority(node, result, vendor)
     return [{"Host": host, "Score": value} for host, value in zip(hosts, score, strict=True)]
+
+
+def vendor_node_score(ask: PodAsk, devices: NodeGPUs, fit: Fit, node: Mapping[str, Any]) -> float:
+    """HAMi's score of a node for a pod of the other vendors (pkg/scheduler/policy `ComputeDefaultScore`
+    + `OverrideScore`): 10 x (slots + cores + memory used / total) over the node's devices before the pod,
+    plus each vendor's ScoreNode for its devices (a policy-neutral one x10000, x-10000 under spread)."""
+    score = 3 * node_usage(devices)
+    if fit.vendors is None or ask.vendors is None:
+        return score
+    policy = ask.node_policy.value
+    by_word = {v.names.common_word: v for v in ask.vendors.vendors}
+    for word, allocation in fit.vendors.allocations.items():
+        vendor = by_word.get(word)
+        if vendor is None:
+            continue
+        extra = vendor.score_node(node, allocation, devices.gpus, policy)
+        if vendor.policy_neutral:
+            extra *= -10000 if ask.node_policy is NodePolicy.SPREAD else 10000
+        score += extra
+    return score
+
+
+def _prioritize_vendors(
+    ask: PodAsk, hosts: Sequence[str], view: NodeView, fit: NodeFit
+) -> list[dict[str, Any]]:
+    """Prioritize for a pod asking only the other vendors: HAMi's node score (`vendor_node_score`) on every
+    node the pod fits, turned into kube-scheduler's 0..10 so that HAMi's choice scores highest (binpack:
+    the highest HAMi score, spread: the lowest; HAMi sorts the nodes so and takes the last), the others
+    in proportion; nodes it does not fit score 0, equal nodes alike."""
+    raw: dict[str, float] = {}
+    for host in hosts:
+        devices = view.vendor_devices(host)
+        if devices is None:
+            continue
+        result = fit(host, view.node_gpus(host))
+        if isinstance(result, Fit):
+            raw[host] = vendor_node_score(ask, devices, result, view.vendor_node(host))
+    scores = {host: 0 for host in hosts}
+    if raw:
+        low, high = min(raw.values()), max(raw.values())
+        spread = ask.node_policy is NodePolicy.SPREAD
+        for host, value in raw.items():
+            if high == low:
+                scores[host] = MAX_SCORE
+                continue
+            share = (high - value if spread else value - low) / (high - low)
+            scores[host] = max(1, round(MAX_SCORE * share))
+    return [{"Host": host, "Score": scores[host]} for host in hosts]
 
 
 __all__ = [
