@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from hami_api._wire import format_rfc3339
 from hami_api.annotations import (
     BIND_PHASE,
     BIND_TIME,
@@ -79,6 +80,7 @@ from hami_api.resources import ContainerRequest
 from hami_api.types import BindPhase, GPUSlice, NodeLock, PodAllocation
 from hami_control.cache import ClusterCache
 from hami_control.cycle import Choice
+from hami_control.devices.base import MUTEX_LOCK
 from hami_control.extender import ExtenderArgsError, PodAsk, failure_reason
 from hami_control.fit import Fit
 
@@ -134,6 +136,12 @@ class BindingWriter(Protocol):
     ) -> None:
         """POST pods/<name>/binding (target node, metadata.annotations, metadata.uid as precondition).
         Raises `BindRejected` when the API server says no."""
+        ...
+
+
+class NodeLocker(Protocol):
+    async def lock(self, node: str, annotation: str, value: str) -> None:
+        """Set a lock annotation on the Node (a merge patch). Raises `BindRejected` when refused."""
         ...
 
 
@@ -355,6 +363,26 @@ def vendor_annotations(ask: PodAsk, fit: Fit, node: str, unix_now: float) -> dic
     return out
 
 
+def node_locks(ask: PodAsk) -> tuple[str, ...]:
+    """The node lock annotations a pod's bind takes (HAMi's LockNode, over the vendors in sorted common
+    word order): those of the vendors a regular container asks whose lock is not NONE."""
+    if ask.vendors is None:
+        return ()
+    kinds = ask.kinds
+    asked = {
+        word
+        for index, container in enumerate(ask.vendors.requests)
+        if kinds[index] is ContainerKind.APP
+        for word, _ in container
+    }
+    locks = {
+        v.names.lock_annotation
+        for v in ask.vendors.vendors
+        if v.names.common_word in asked and v.names.lock_annotation
+    }
+    return tuple(sorted(locks))
+
+
 def vendor_slices(ask: PodAsk, fit: Fit) -> tuple[GPUSlice, ...]:
     """The other vendors' devices the pod holds at its busiest (init containers one at a time)."""
     if fit.vendors is None:
@@ -413,6 +441,7 @@ class Binder:
         node_lock_expiry_s: float = NODE_LOCK_EXPIRY_S,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        locker: NodeLocker | None = None,
     ) -> None:
         if allocate_timeout_s <= 0 or bind_wait_s <= 0 or node_lock_expiry_s <= 0:
             raise ValueError(
@@ -424,6 +453,7 @@ class Binder:
         self._writer = writer
         self._events = events
         self._node_lock = node_lock
+        self._locker = locker
         self.allocate_timeout_s = allocate_timeout_s
         self.bind_wait_s = bind_wait_s
         self.node_lock_expiry_s = node_lock_expiry_s
@@ -587,6 +617,10 @@ class Binder:
                 fit = await self._reserve(request, ask, choice)
             except _Failed as failed:
                 return self._fail(request, failed)
+            refused = await self._lock_node(request, ask)
+            if refused is not None:
+                self._rollback(request)
+                return self._fail(request, refused)
             return await self._write(request, ask, fit)
         finally:
             del self._in_flight[request.uid]
@@ -770,6 +804,28 @@ class Binder:
             f"Successfully assigned {request.who} GPUs {gpus} to {request.node}",
         )
         return {"Error": ""}
+
+    async def _lock_node(self, request: BindingArgs, ask: PodAsk) -> _Failed | None:
+        """HAMi's LockNode for the other vendors' device plugins, which find the pod to allocate through
+        the node lock (pkg/util/util.go `GetPendingPod`) and release it once allocated: the vendors
+        whose regular containers the pod asks and that lock (`node_locks`). NVIDIA's pods need none
+        (hami-node matches them by the pending window). A refused lock fails the bind."""
+        if self._locker is None:
+            return None
+        now = datetime.fromtimestamp(self._wall_clock(), tz=UTC)
+        for annotation in node_locks(ask):
+            if annotation == MUTEX_LOCK:
+                value = encode_node_lock(NodeLock(now, request.namespace, request.name))
+            else:
+                value = format_rfc3339(now)
+            try:
+                await self._locker.lock(request.node, annotation, value)
+            except BindRejected as err:
+                return _Failed("lock_error", f"cannot lock node {request.node} ({annotation}): {err}")
+            except Exception as err:
+                log.exception("locking node %s for pod %s failed", request.node, request.who)
+                return _Failed("lock_error", f"cannot lock node {request.node} ({annotation}): {err}")
+        return None
 
     def _keep(self, request: BindingArgs, why: str) -> None:
         """The Binding's outcome is unknown: keep the reservation for the watch or the sweep."""

@@ -187,11 +187,13 @@ class ControlPlane:
                     return None
                 raise LookupError(f"pod {namespace}/{name}: cannot read it: {err}") from None
 
+        writer = KubeBindingWriter(api)
         self.binder = binder = Binder(
             caches.gpus,
             caches.pods,
-            KubeBindingWriter(api),
+            writer,
             events,
+            locker=writer,
             node_lock=Extender.node_lock_from(caches.gpu_nodes.locks),
             allocate_timeout_s=config.binder.allocate_timeout_s,
             bind_wait_s=config.binder.bind_wait_s,

@@ -27,6 +27,15 @@ class KubeBindingWriter:
         except KubeApiError as err:
             raise BindRejected(err.status, err.reason, err.message) from None
 
+    async def lock(self, node: str, annotation: str, value: str) -> None:
+        """`binder.NodeLocker`: the lock annotation on the Node by a merge patch, as HAMi's nodelock
+        writes it (pkg/util/nodelock `setNodeLock`)."""
+        body = {"metadata": {"annotations": {annotation: value}}}
+        try:
+            await self.api.patch(f"/api/v1/nodes/{node}", body)
+        except KubeApiError as err:
+            raise BindRejected(err.status, err.reason, err.message) from None
+
 
 EVENT_COMPONENT = "hami-scheduler"
 """The `source.component` and `reportingComponent` of hami-control's Events (HAMi's scheduler name)."""

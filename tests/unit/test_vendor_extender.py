@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from hami_api.annotations import DEVICES_TO_ALLOCATE, VGPU_NODE
-from hami_control.binder import Binder
+from hami_control.binder import Binder, BindRejected
 from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig, DeviceSettings
 from hami_control.pod_store import PodStore
@@ -286,3 +286,53 @@ def test_prioritize_adds_ascends_network_score_so_both_npus_on_one_network_win()
     assert ext.filter(body(npu, ["same", "split"]))["NodeNames"] == ["same", "split"]
     scores = {e["Host"]: e["Score"] for e in ext.prioritize(body(npu, ["same", "split"]))}
     assert scores["same"] == 10 and scores["split"] < scores["same"]
+
+
+# --- the node lock the vendors' device plugins find their pod by ---------------------------------------
+
+
+@dataclass
+class Locker:
+    locks: list[tuple[str, str, str]] = field(default_factory=list)
+    refuse: bool = False
+
+    async def lock(self, node: str, annotation: str, value: str) -> None:
+        if self.refuse:
+            raise BindRejected(409, "Conflict", "the object has been modified")
+        self.locks.append((node, annotation, value))
+
+
+def locking_service(*nodes: Json, refuse: bool = False) -> tuple[Extender, Writer, Locker]:
+    ext, writer = service(*nodes)
+    locker = Locker(refuse=refuse)
+    assert ext.binder is not None
+    ext.binder = Binder(ext.cache, ext.pods, writer, Events(), node_lock=lambda _node: None, locker=locker)
+    return ext, writer, locker
+
+
+def test_a_dcu_pods_bind_takes_hamis_node_lock_naming_the_pod_before_the_binding() -> None:
+    ext, writer, locker = locking_service(dcu_node("d"))
+    p = dcu_pod()
+    assert ext.filter(body(p, ["d"]))["NodeNames"] == ["d"]
+    assert asyncio.run(ext.bind(bind_args(p, "d"))) == {"Error": ""}
+    ((target, annotation, value),) = locker.locks
+    assert (target, annotation) == ("d", "hami.io/mutex.lock")
+    assert value.endswith(",ns,p") and len(writer.calls) == 1
+
+
+def test_a_refused_node_lock_fails_the_bind_and_frees_what_it_reserved() -> None:
+    ext, writer, _ = locking_service(dcu_node("d"), refuse=True)
+    assert ext.filter(body(dcu_pod(), ["d"]))["NodeNames"] == ["d"]
+    answer = asyncio.run(ext.bind(bind_args(dcu_pod(), "d")))
+    assert answer["Error"].startswith("cannot lock node d (hami.io/mutex.lock): 409 Conflict")
+    assert writer.calls == []
+    devices = ext.cache.vendor_devices("d")
+    assert devices is not None and all(g.used == 0 for g in devices.gpus)
+
+
+def test_an_nvidia_pod_takes_no_node_lock() -> None:
+    ext, writer, locker = locking_service(nvidia_node("n"))
+    gpu = pod("p", container("c", gpus=1, gpumem=1000), namespace="ns", uid="u-g")
+    assert ext.filter(body(gpu, ["n"]))["NodeNames"] == ["n"]
+    assert asyncio.run(ext.bind(bind_args(gpu, "n"))) == {"Error": ""}
+    assert locker.locks == [] and len(writer.calls) == 1
