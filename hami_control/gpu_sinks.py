@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from hami_api import annotations as ann
 from hami_control.cache import ClusterCache
@@ -79,7 +80,42 @@ class GPUNodeSink:
                 log.exception("a node hook failed")
 
 
+class NodeEvents(Protocol):
+    def record(  # noqa: PLR0917 (the event recorder's signature)
+        self, namespace: str, name: str, uid: str, type_: str, reason: str, message: str, *, kind: str = ...
+    ) -> None: ...
+
+
+INVALID_INVENTORY = "InvalidDeviceInventory"
+"""The reason of the Warning Event a Node gets for each vendor inventory left out (a new problem only)."""
+
+
+class InventoryProblems:
+    """A node hook: one Warning Event on the Node for each new reason a vendor's devices are left out of
+    it (`ClusterCache.vendor_problems`: an inventory that does not decode, a plugin not registered)."""
+
+    def __init__(self, cache: ClusterCache, events: NodeEvents) -> None:
+        self.cache = cache
+        self.events = events
+        self._seen: dict[str, tuple[str, ...]] = {}
+
+    def __call__(self, name: str) -> None:
+        problems = self.cache.vendor_problems(name)
+        seen = self._seen.get(name, ())
+        if problems == seen:
+            return
+        for problem in problems:
+            if problem not in seen:
+                self.events.record("", name, "", "Warning", INVALID_INVENTORY, problem, kind="Node")
+        if problems:
+            self._seen[name] = problems
+        else:
+            self._seen.pop(name, None)
+
+
 __all__ = [
+    "INVALID_INVENTORY",
     "GPUNodeSink",
+    "InventoryProblems",
     "NodeHook",
 ]

@@ -29,6 +29,7 @@ from hami_control.certs import CertOptions, bootstrap, certs_options
 from hami_control.config import ConfigError, ControlConfig, HelpRequested, KubeSettings, load_config
 from hami_control.dra_templates import TemplateKeeper
 from hami_control.frag_mix import MixInUse, MixLearner, MixSource
+from hami_control.gpu_sinks import InventoryProblems
 from hami_control.leader import LEADER_VALUE, LeaderElector, default_identity, extender_gate, label_pod
 from hami_control.metrics import ControlMetrics
 from hami_control.mix_feed import MixFeed
@@ -211,6 +212,7 @@ class ControlPlane:
 
         caches.pods.add_listener(binder.pod_event)
         caches.gpu_nodes.hooks.append(binder.node_changed)
+        caches.gpu_nodes.hooks.append(InventoryProblems(caches.gpus, events))
         self._learn_mix(caches, extender, metrics, configured)
         self._tasks.append(asyncio.create_task(binder.run_sweeper(), name="bind-sweeper"))
 

@@ -17,6 +17,7 @@ from hami_api.annotations import DEVICES_TO_ALLOCATE, VGPU_NODE
 from hami_control.binder import Binder, BindRejected
 from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig, DeviceSettings
+from hami_control.gpu_sinks import InventoryProblems
 from hami_control.pod_store import PodStore
 from hami_control.quota import QuotaLimits, QuotaUsage, limits_from_resource_quota
 from hami_control.scheduling import Extender
@@ -336,3 +337,34 @@ def test_an_nvidia_pod_takes_no_node_lock() -> None:
     assert ext.filter(body(gpu, ["n"]))["NodeNames"] == ["n"]
     assert asyncio.run(ext.bind(bind_args(gpu, "n"))) == {"Error": ""}
     assert locker.locks == [] and len(writer.calls) == 1
+
+
+def test_a_bad_vendor_inventory_gets_one_warning_event_on_its_node_per_new_problem() -> None:
+    cache = ClusterCache(CONFIG.requests.names, CONFIG.registry.vendors)
+    recorded: list[tuple[str, ...]] = []
+
+    class Recorder:
+        def record(  # noqa: PLR0917
+            self,
+            namespace: str,
+            name: str,
+            uid: str,
+            type_: str,
+            reason: str,
+            message: str,
+            *,
+            kind: str = "Pod",
+        ) -> None:
+            recorded.append((kind, name, type_, reason, message))
+
+    hook = InventoryProblems(cache, Recorder())
+    bad = dcu_node("d", register="d-dcu0,4,lots,100,DCU,0,true:")
+    for _ in range(2):  # the same problem again: no second event
+        cache.node_upserted(bad)
+        hook("d")
+    ((kind, name, type_, reason, message),) = recorded
+    assert (kind, name, type_, reason) == ("Node", "d", "Warning", "InvalidDeviceInventory")
+    assert message.startswith("hygon: hami.io/node-dcu-register: device 0: devmem 'lots' is not an integer")
+    cache.node_upserted(dcu_node("d"))
+    hook("d")
+    assert len(recorded) == 1 and cache.vendor_devices("d") is not None
