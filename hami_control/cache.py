@@ -422,7 +422,9 @@ class ClusterCache:
         if reason:
             entry.reason = f"{UNREGISTERED}: {reason}"
             if old is None or old.reason != entry.reason:
-                log.warning("node %s: %s", name, entry.reason)
+                # A node of the other vendors only has no NVIDIA GPU to register: not worth a warning.
+                level = logging.DEBUG if name in self._vendor_base else logging.WARNING
+                log.log(level, "node %s: %s", name, entry.reason)
             return entry
         if old is not None and old.reason:
             log.info("node %s registered (%d GPUs)", name, len(gpus))

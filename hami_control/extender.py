@@ -99,7 +99,8 @@ from hami_api.types import (
 )
 from hami_control.config import ControlConfig
 from hami_control.devices.base import DeviceRequest, FitContext, QuotaEntry, Vendor
-from hami_control.devices.podfit import VendorFit, VendorUnfit, fit_vendor_pod
+from hami_control.devices.podfit import VendorFit, VendorUnfit, fit_vendor_pod, too_few
+from hami_control.devices.standard import NODE_INSUFFICIENT_DEVICE
 from hami_control.fit import (
     DEFAULT_WEIGHTS,
     NO_SELECTOR,
@@ -281,10 +282,20 @@ class VendorAsk:
     """(name, is init container) per container."""
     vendors: tuple[Vendor, ...] = field(default=(), compare=False)
     """The registry's vendors the requests name (not compared: the same config gives the same ones)."""
+    _memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    """What `pod` and `fit` build once per ask (read-only once built)."""
 
     @property
     def by_container(self) -> tuple[dict[str, DeviceRequest], ...]:
         return tuple(dict(container) for container in self.requests)
+
+    @property
+    def by_container_memo(self) -> tuple[dict[str, DeviceRequest], ...]:
+        """`by_container`, built once (read-only)."""
+        requests: tuple[dict[str, DeviceRequest], ...] | None = self._memo.get("requests")
+        if requests is None:
+            requests = self._memo["requests"] = self.by_container
+        return requests
 
     @property
     def inits(self) -> int:
@@ -297,7 +308,14 @@ class VendorAsk:
         return tuple(v.names.common_word for v in self.vendors if v.names.common_word in asked)
 
     def pod(self, namespace: str, name: str) -> dict[str, Any]:
-        """A pod object with what the vendors read (metadata and container names)."""
+        """A pod object with what the vendors read (metadata and container names); built once."""
+        key = ("pod", namespace, name)
+        built: dict[str, Any] | None = self._memo.get(key)
+        if built is None:
+            built = self._memo[key] = self._pod(namespace, name)
+        return built
+
+    def _pod(self, namespace: str, name: str) -> dict[str, Any]:
         spec: dict[str, list[dict[str, str]]] = {"initContainers": [], "containers": []}
         for container, init in self.containers:
             spec["initContainers" if init else "containers"].append({"name": container})
@@ -305,10 +323,12 @@ class VendorAsk:
         return {"metadata": metadata, "spec": spec}
 
     def fit(self, devices: NodeGPUs | None, context: FitContext) -> VendorFit | VendorUnfit:
-        by_word = {v.names.common_word: v for v in self.vendors}
+        by_word = self._memo.get("by_word")
+        if by_word is None:
+            by_word = self._memo["by_word"] = {v.names.common_word: v for v in self.vendors}
         return fit_vendor_pod(
             devices.gpus if devices is not None else (),
-            self.by_container,
+            self.by_container_memo,
             inits=self.inits,
             vendors=by_word,
             context=context,
@@ -402,6 +422,11 @@ class PodAsk:
         else:
             allocation = PodAllocation(tuple(ContainerAllocation() for _ in self.requests))
         assert self.vendors is not None
+        if vendor_devices is None:  # no device of any other vendor here (an NVIDIA node)
+            return FitFailure((), 0, True, text=NODE_INSUFFICIENT_DEVICE)
+        short = too_few(vendor_devices.gpus, self.vendors.by_container_memo)
+        if short is not None:
+            return FitFailure((), 0, True, short, text=NODE_INSUFFICIENT_DEVICE)
         context = FitContext(
             self.vendors.pod(self.namespace, self.name),
             {"metadata": {"name": node.name if node is not None else ""}},

@@ -187,10 +187,14 @@ class FitContext:
     quota: Mapping[str, QuotaEntry] = field(default_factory=dict)
     device_pods: DevicePods = field(default_factory=dict)
     qos_cache: Mapping[str, str] = field(default_factory=dict)
+    _pod_annotations: Mapping[str, Any] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_pod_annotations", _annotations(self.pod))
 
     @property
     def annotations(self) -> Mapping[str, Any]:
-        return _annotations(self.pod)
+        return self._pod_annotations
 
     @property
     def node_annotations(self) -> Mapping[str, Any]:

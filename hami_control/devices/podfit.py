@@ -161,6 +161,9 @@ def fit_vendor_pod(
     """Fit a pod's vendor requests (one mapping per container, init containers first; `inits` of them
     init containers) on a node's `devices` (every non-NVIDIA vendor's, inventory order). See the
     module docstring."""
+    short = too_few(devices, requests)
+    if short is not None:
+        return VendorUnfit(NODE_INSUFFICIENT_DEVICE, short)
     order = [d.id for d in devices]
     base = {d.id: d for d in devices}
     asked = [w for w in vendors if any(w in r for r in requests)]
@@ -184,20 +187,39 @@ def fit_vendor_pod(
             )
             if reason is not None:
                 return VendorUnfit(reason, index)
-            if init:
+            if init and node != base:
                 for device_id, device in node.items():
-                    peak[device_id] = _peak(peak[device_id], device)
+                    if device is not base[device_id]:
+                        peak[device_id] = _peak(peak[device_id], device)
         for word in asked:
             entries = chosen.setdefault(word, [])
             if len(entries) == index:
                 entries.append(ContainerAllocation())
                 custom.setdefault(word, []).append(())
-    after = tuple(_peak(app[i], peak[i]) for i in order)
+    after = tuple(_peak(app[i], peak[i]) if peak[i] is not base[i] else app[i] for i in order)
     return VendorFit(
         {w: PodAllocation(tuple(chosen[w])) for w in asked},
         {w: tuple(custom.get(w, ())) for w in asked},
         after,
     )
+
+
+def too_few(devices: Sequence[GPUUsage], requests: Sequence[Mapping[str, DeviceRequest]]) -> int | None:
+    """The first container asking more devices of a type than the node has (HAMi's NodeInsufficientDevice,
+    checked before anything else is computed) when no earlier container asks anything (so nothing else
+    could fail first), None otherwise: most nodes of a mixed cluster have none of the type, and this
+    costs them one pass over their device types."""
+    types = [d.info.type.lower() for d in devices]
+    counted: dict[str, int] = {}
+    for index, container in enumerate(requests):
+        for request in container.values():
+            wanted = request.type.lower()
+            have = counted.get(wanted)
+            if have is None:
+                have = counted[wanted] = sum(1 for t in types if wanted in t)
+            if request.nums > have:
+                return index if not any(requests[:index]) else None
+    return None
 
 
 def _peak(a: GPUUsage, b: GPUUsage) -> GPUUsage:
@@ -210,4 +232,4 @@ def _peak(a: GPUUsage, b: GPUUsage) -> GPUUsage:
     )
 
 
-__all__ = ["VendorFit", "VendorUnfit", "device_score", "fit_vendor_pod", "sort_devices"]
+__all__ = ["VendorFit", "VendorUnfit", "device_score", "fit_vendor_pod", "sort_devices", "too_few"]
