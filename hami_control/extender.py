@@ -63,6 +63,7 @@ filtered (it is counted once it is bound).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -345,12 +346,36 @@ def _vendor_quota(check: QuotaCheck | None) -> dict[str, QuotaEntry]:
     return {name: QuotaEntry(used.other(name), limits.other(name)) for name in names}
 
 
+@functools.lru_cache(maxsize=8)
+def _others(vendors: tuple[Vendor, ...]) -> tuple[Vendor, ...]:
+    return tuple(v for v in vendors if not v.native)
+
+
+@functools.lru_cache(maxsize=8)
+def _resources(vendors: tuple[Vendor, ...]) -> frozenset[str]:
+    return frozenset(r for v in vendors for r in v.names.resources)
+
+
+def _names(container: Mapping[str, Any], names: frozenset[str]) -> bool:
+    resources = container.get("resources")
+    if not isinstance(resources, Mapping):
+        return False
+    for part in ("limits", "requests"):
+        values = resources.get(part)
+        if isinstance(values, Mapping) and not names.isdisjoint(values):
+            return True
+    return False
+
+
 def read_vendor_ask(pod: Mapping[str, Any], vendors: Sequence[Vendor]) -> VendorAsk | None:
     """The pod's requests of `vendors` (the registry's, NVIDIA excluded), None when it asks none of them."""
-    others = tuple(v for v in vendors if not v.native)
+    others = _others(tuple(vendors))
     if not others:
         return None
     containers = pod_containers(pod)
+    resources = _resources(others)
+    if not any(_names(container, resources) for container, _ in containers):
+        return None  # most pods: no container names another vendor's resource
     requests = []
     for container, _ in containers:
         asked = []
