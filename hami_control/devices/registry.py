@@ -129,9 +129,7 @@ def build_registry(config: DeviceConfig, options: RegistryOptions = RegistryOpti
     """Build every vendor in HAMi's order. Raises `ConfigError` for a bad section (named key and line)
     or two vendors claiming one common word."""
     nvidia = config.section("nvidia")
-    for key in list(nvidia.value):
-        if key in NVIDIA_KEYS:
-            nvidia.read.add(key)
+    nvidia.ignored = NVIDIA_KEYS  # accepted, not read here; a typo gets a suggestion from them
     nvidia.finish()
     vendors: list[Vendor] = [Nvidia(options.nvidia_resources, options.nvidia_defaults)]
     left_out: list[tuple[str, str]] = []
