@@ -62,7 +62,7 @@ from hami_api.errors import QuantityError, WireFormatError
 from hami_api.quantity import parse_quantity
 from hami_api.resources import ResourceNames
 from hami_api.types import NVIDIA, GPUInfo, GPUPairScore, GPUSlice
-from hami_control.devices.base import Vendor, node_quantity
+from hami_control.devices.base import HealthRule, Vendor, node_quantity
 from hami_control.usage import NodeGPUs, with_slices, without_slices
 
 log = logging.getLogger(__name__)
@@ -170,6 +170,22 @@ def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 def _text(annotations: Mapping[str, Any], key: str) -> str | None:
     value = annotations.get(key)
     return value if isinstance(value, str) else None
+
+
+def _not_live(vendor: Vendor, node: Mapping[str, Any]) -> str:
+    """Why a vendor's devices on `node` are not in service ("" when they are), by the vendor's health rule
+    (HAMi's CheckHealth): a handshake vendor while its count resource is allocatable (its plugin is
+    registered with the kubelet: our stand-in for the handshake, as for NVIDIA); a capacity vendor while
+    the count is in the node's capacity; the others always (their inventory is their liveness)."""
+    names = vendor.names
+    if names.health is HealthRule.HANDSHAKE and node_quantity(node, "allocatable", names.count) <= 0:
+        return (
+            f"status.allocatable[{names.count!r}] is missing or 0 "
+            "(its device plugin is not registered with the kubelet)"
+        )
+    if names.health is HealthRule.CAPACITY and node_quantity(node, "capacity", names.count) <= 0:
+        return f"status.capacity[{names.count!r}] is missing or 0"
+    return ""
 
 
 class ClusterCache:
@@ -352,11 +368,9 @@ class ClusterCache:
                 continue
             if not found:
                 continue
-            if node_quantity(node, "allocatable", vendor.names.count) <= 0:
-                problems.append(
-                    f"{vendor.names.family}: status.allocatable[{vendor.names.count!r}] is missing or 0 "
-                    "(its device plugin is not registered with the kubelet)"
-                )
+            dead = _not_live(vendor, node)
+            if dead:
+                problems.append(f"{vendor.names.family}: {dead}")
                 continue
             devices.extend(found)
         old_problems = self._vendor_problems.get(name, ())

@@ -160,6 +160,10 @@ class NodeView(Protocol):
         """The node's name, labels and annotations, for the vendors' ScoreNode."""
         ...
 
+    def vendor_problems(self, name: str) -> tuple[str, ...]:
+        """Why vendors' devices of the node are left out (`<family>: <why>`), empty when none is."""
+        ...
+
 
 class ExtenderArgsError(ValueError):
     """ExtenderArgs that cannot be used; the message names the field and the value."""
@@ -738,10 +742,19 @@ def filter_nodes(
     nvidia = ask.asks_nvidia
     for index, name in enumerate(candidates.names):
         node = view.node_gpus(name)
-        if node is None and (nvidia or view.vendor_devices(name) is None):
+        if node is None and nvidia:
             unresolvable[name] = unregistered_reason(view, name)
             if reasons is not None:
                 reasons[UNREGISTERED_WORD] += 1
+            continue
+        if not nvidia and view.vendor_devices(name) is None:
+            # No device of any other vendor in service here: why, when a vendor's were left out.
+            problems = view.vendor_problems(name)
+            unresolvable[name] = (
+                f"{UNREGISTERED}: {'; '.join(problems)}" if problems else NODE_INSUFFICIENT_DEVICE
+            )
+            if reasons is not None:
+                reasons[UNREGISTERED_WORD if problems else NODE_INSUFFICIENT_DEVICE] += 1
             continue
         result = fit_node(name, node)
         if isinstance(result, Fit):

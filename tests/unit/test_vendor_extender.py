@@ -368,3 +368,25 @@ def test_a_bad_vendor_inventory_gets_one_warning_event_on_its_node_per_new_probl
     cache.node_upserted(dcu_node("d"))
     hook("d")
     assert len(recorded) == 1 and cache.vendor_devices("d") is not None
+
+
+def test_a_node_whose_vendor_devices_are_left_out_says_why_to_a_vendor_pod() -> None:
+    gone = dcu_node("d")
+    gone["status"]["allocatable"] = {"cpu": "8"}
+    ext, _ = service(gone, nvidia_node("n"))
+    result = ext.filter(body(dcu_pod(), ["d", "n"]))
+    assert result["FailedAndUnresolvableNodes"] == {
+        "d": "node unregistered: hygon: status.allocatable['hygon.com/dcunum'] is missing or 0 "
+        "(its device plugin is not registered with the kubelet)",
+        "n": "NodeInsufficientDevice",
+    }
+
+
+def test_a_capacity_vendor_needs_no_allocatable_count_as_hamis_check_health() -> None:
+    # Cambricon's dynamic-smlu plugin registers vcore and vmemory, never cambricon.com/vmlu
+    capacity = {"cambricon.com/mlu.smlu.vcore": "100", "cambricon.com/mlu.smlu.vmemory": "64"}
+    mlu = node("m", capacity=capacity, allocatable={**capacity, "cpu": "8"})
+    cache = ClusterCache(CONFIG.requests.names, CONFIG.registry.vendors)
+    cache.node_upserted(mlu)
+    devices = cache.vendor_devices("m")
+    assert devices is not None and [g.id for g in devices.gpus] == ["m-cambricon-mlu-0"]

@@ -24,7 +24,7 @@ import pytest
 from hami_control.config import ControlConfig, load_config
 from hami_control.quota import QuotaLimits, QuotaUsage, limits_from_resource_quota
 from hami_control.webhook import Decision, review_pod
-from tests.builders import FixedQuota, Json, pod
+from tests.builders import FixedQuota, Json, gpu_limits, pod
 
 SOURCE = "/etc/hami/device-config.yaml"
 SCHEDULER = "hami-scheduler"
@@ -245,20 +245,18 @@ def test_pod_has_different_scheduler_with_a_vendor_resource() -> None:
 DEFAULT_QUOTA = {"default": {"nvidia.com/gpumem": (1000, 2000), "nvidia.com/gpucores": (200, 400)}}
 
 
-def gpu(count: str, memory: str) -> dict[str, str]:
-    return {"nvidia.com/gpu": count, "nvidia.com/gpumem": memory}
-
-
 @pytest.mark.parametrize(
     ("case", "limits", "init", "fit", "asked"),
     [
-        ("quota passed", gpu("1", "100"), [], True, 100),
-        ("quota exceeded", gpu("1", "1024"), [], False, 1024),
-        ("request multiple gpus", gpu("2", "1024"), [], False, 2048),
-        ("request multiple gpus within quota", gpu("2", "400"), [], True, 800),
+        ("quota passed", gpu_limits("1", gpumem="100"), [], True, 100),
+        ("quota exceeded", gpu_limits("1", gpumem="1024"), [], False, 1024),
+        ("request multiple gpus", gpu_limits("2", gpumem="1024"), [], False, 2048),
+        ("request multiple gpus within quota", gpu_limits("2", gpumem="400"), [], True, 800),
         ("InitContainers run sequentially: max init fits quota, but simple sum would exceed",
-         gpu("1", "500"), [gpu("1", "800"), gpu("1", "800")], True, 800),
-        ("InitContainer request exceeds quota directly", gpu("1", "100"), [gpu("1", "1500")], False, 1500),
+         gpu_limits("1", gpumem="500"),
+         [gpu_limits("1", gpumem="800"), gpu_limits("1", gpumem="800")], True, 800),
+        ("InitContainer request exceeds quota directly",
+         gpu_limits("1", gpumem="100"), [gpu_limits("1", gpumem="1500")], False, 1500),
     ],
 )  # fmt: skip
 def test_fit_resource_quota(
@@ -465,7 +463,9 @@ def test_fit_resource_quota_init_container_peak_sequence() -> None:
     config = control(NVIDIA_SECTION)
 
     def make_pod(name: str) -> Json:
-        return one_container("default", gpu("1", "10000"), name=name, init=[gpu("1", "20000")])
+        return one_container(
+            "default", gpu_limits("1", gpumem="10000"), name=name, init=[gpu_limits("1", gpumem="20000")]
+        )
 
     def quotas(used: int) -> HamiQuotas:
         return HamiQuotas(
