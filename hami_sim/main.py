@@ -19,6 +19,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "down": ("hami_sim.cluster.cli", "add_parsers"),
     "status": ("hami_sim.cluster.cli", "add_parsers"),
     "nodes": ("hami_sim.nodehost", "add_parser"),
+    "vendor-plugin": ("hami_sim.vendors.cli", "add_parser"),
     "demo": ("hami_sim.demo", "add_parser"),
     "chaos": ("hami_sim.chaos.cli", "add_parser"),
     "plan": ("hami_sim.plan.cli", "add_parser"),

@@ -21,6 +21,10 @@ most 8 instances.
 `--role` picks what the process hosts: `kubelets`, `daemons` or `all`. The local cluster runs two
 hosts (one per role), so a kubelet and its node daemon still talk gRPC across processes.
 
+A node of another vendor (hami_sim.vendors) has its device-plugin stand-in (`vendorArgs`: the flags of
+`hami-sim vendor-plugin`) among the daemons, on the host's loop with one API client shared by all the
+stand-ins, and a hami-node daemon only when it also has NVIDIA GPUs (`daemon: false` otherwise).
+
 The spec file (JSON or YAML; `write_host_spec` writes it) lists the nodes:
 
 ```yaml
@@ -32,6 +36,10 @@ nodes:
   - name: gpu-node-1
     kubeletDir: /tmp/hami-sim-0a1b2c3d4e/1      # keep <dir>/pod-resources/kubelet.sock under 100 bytes
     nodeArgs: [--gpu-backend, fake, --fake-inventory, /path/gpus.yaml, --device-split-count, "10"]
+  - name: dcu-1
+    kubeletDir: /tmp/hami-sim-0a1b2c3d4e/2
+    daemon: false                               # no hami-node: no NVIDIA GPUs
+    vendorArgs: [--node-name, dcu-1, --kubelet-dir, /tmp/hami-sim-0a1b2c3d4e/2, --vendor, hygon]
 ```
 
 With `--control-socket PATH` the host answers one-line commands on a Unix socket: `stop NODE`,
@@ -138,6 +146,10 @@ class HostedNode:
     name: str
     kubelet_dir: Path
     node_args: tuple[str, ...] = ()
+    daemon: bool = True
+    """Whether the node runs a hami-node daemon (a node of another vendor without NVIDIA GPUs does not)."""
+    vendor_args: tuple[str, ...] = ()
+    """`hami-sim vendor-plugin` flags of the node's vendor device-plugin stand-in (none: no stand-in)."""
 
 
 @dataclass(frozen=True)
@@ -207,17 +219,25 @@ def parse_host_spec(data: object, source: str = "<spec>") -> HostSpec:
         where = f"{source}: nodes[{i}]"
         if not isinstance(raw, Mapping):
             raise SpecError(f"{where}: expected a mapping, got {raw!r}")
-        extra = sorted(set(raw) - {"name", "kubeletDir", "nodeArgs"})
+        extra = sorted(set(raw) - {"name", "kubeletDir", "nodeArgs", "daemon", "vendorArgs"})
         if extra:
             raise SpecError(f"{where}: unknown key {extra[0]!r}")
         args = raw.get("nodeArgs", [])
         if not isinstance(args, list):
             raise SpecError(f"{where}.nodeArgs: expected a list of strings, got {args!r}")
+        vendor_args = raw.get("vendorArgs", [])
+        if not isinstance(vendor_args, list):
+            raise SpecError(f"{where}.vendorArgs: expected a list of strings, got {vendor_args!r}")
+        daemon = raw.get("daemon", True)
+        if not isinstance(daemon, bool):
+            raise SpecError(f"{where}.daemon: expected true or false, got {daemon!r}")
         nodes.append(
             HostedNode(
                 name=_string(raw.get("name"), f"{where}.name"),
                 kubelet_dir=Path(_string(raw.get("kubeletDir"), f"{where}.kubeletDir")),
                 node_args=tuple(_string(a, f"{where}.nodeArgs[{j}]") for j, a in enumerate(args)),
+                daemon=daemon,
+                vendor_args=tuple(_string(a, f"{where}.vendorArgs[{j}]") for j, a in enumerate(vendor_args)),
             )
         )
     kubeconfig = data.get("kubeconfig")
@@ -251,7 +271,14 @@ def host_spec_data(spec: HostSpec) -> dict[str, Any]:
     if spec.kubeconfig is not None:
         data["kubeconfig"] = str(spec.kubeconfig)
     data["nodes"] = [
-        {"name": n.name, "kubeletDir": str(n.kubelet_dir), "nodeArgs": list(n.node_args)} for n in spec.nodes
+        {
+            "name": n.name,
+            "kubeletDir": str(n.kubelet_dir),
+            "nodeArgs": list(n.node_args),
+            **({} if n.daemon else {"daemon": False}),
+            **({"vendorArgs": list(n.vendor_args)} if n.vendor_args else {}),
+        }
+        for n in spec.nodes
     ]
     return data
 
@@ -346,6 +373,9 @@ class NodeHost:
         self._observers: ObserverFactory | None = None
         self._kubelets: dict[str, Any] = {}
         self._daemons: dict[str, Any] = {}
+        self._vendors: dict[str, Any] = {}
+        """Running vendor device-plugin stand-ins (`hami_sim.vendors.plugin.VendorPlugin`) by node name."""
+        self._vendor_api: Any = None
         self._health_ports: dict[str, int] = {}
         """The port each daemon's health endpoint took (kept across its restarts in this host)."""
         self._node_locks = {name: asyncio.Lock() for name in self._nodes}
@@ -360,6 +390,11 @@ class NodeHost:
         """Running node daemons (`hami_node.main.NodeDaemon`) by node name."""
         return self._daemons
 
+    @property
+    def vendors(self) -> Mapping[str, Any]:
+        """Running vendor device-plugin stand-ins by node name."""
+        return self._vendors
+
     async def start(self) -> None:
         """Start every hosted part (kubelets first, so daemons find kubelet.sock); on any failure stop
         what started and raise `HostError`."""
@@ -370,7 +405,9 @@ class NodeHost:
                 self._api = await self._shared_client()
                 await self._each(self._start_kubelet, concurrency=_KUBELET_CONCURRENCY)
             if self.role.daemons:
-                await self._each(self._start_daemon)
+                await self._each(self._start_daemon, names=[n for n, h in self._nodes.items() if h.daemon])
+                vendor_nodes = [n for n, h in self._nodes.items() if h.vendor_args]
+                await self._each(self._start_vendor, names=vendor_nodes, concurrency=_KUBELET_CONCURRENCY)
         except BaseException:
             await self.stop()
             raise
@@ -379,6 +416,11 @@ class NodeHost:
         """Stop every hosted part (daemons first); never raises for one part failing to stop.
 
         A daemon's stop mostly waits (its health loop wakes within 0.5 s), so many stop at once."""
+        vendors = list(self._vendors)
+        await self._each(self._stop_vendor, names=vendors, strict=False, concurrency=_STOP_CONCURRENCY)
+        if self._vendor_api is not None:
+            await self._vendor_api.close()
+            self._vendor_api = None
         daemons = list(self._daemons)
         if daemons:
             stopping = min(_STOP_CONCURRENCY, len(daemons))
@@ -421,6 +463,7 @@ class NodeHost:
 
     async def _stop_node(self, name: str) -> None:
         if self.role.daemons:
+            await self._stop_vendor(name)
             await self._stop_daemon(name)
         if self.role.kubelets:
             await self._stop_kubelet(name)
@@ -428,6 +471,10 @@ class NodeHost:
     async def _kill_node(self, name: str) -> bool:
         """Drop this host's parts of the node abruptly (see `kill NODE`); False when none runs."""
         killed = False
+        if self.role.daemons and (vendor := self._vendors.pop(name, None)) is not None:
+            log.warning("node %s: killing the vendor device-plugin stand-in", name)
+            await vendor.stop()
+            killed = True
         if self.role.daemons and (daemon := self._daemons.pop(name, None)) is not None:
             log.warning("node %s: killing the node daemon (no last writes)", name)
             await self._in_pool(functools.partial(_crash_daemon, daemon))
@@ -441,8 +488,10 @@ class NodeHost:
     async def _start_node(self, name: str) -> None:
         if self.role.kubelets and name not in self._kubelets:
             await self._start_kubelet(name)
-        if self.role.daemons and name not in self._daemons:
+        if self.role.daemons and name not in self._daemons and self._nodes[name].daemon:
             await self._start_daemon(name)
+        if self.role.daemons and name not in self._vendors and self._nodes[name].vendor_args:
+            await self._start_vendor(name)
 
     async def _each(
         self,
@@ -556,10 +605,49 @@ class NodeHost:
         if daemon.health_endpoint is not None:
             self._health_ports[name] = daemon.health_endpoint.port
 
+    async def _start_vendor(self, name: str) -> None:
+        from hami_kube.errors import KubeApiError
+        from hami_sim.vendors.cli import ArgsError, plugin_config
+        from hami_sim.vendors.plugin import VendorPlugin
+
+        try:
+            config = plugin_config(self._nodes[name].vendor_args)
+        except ArgsError as exc:
+            raise HostError(f"node {name}: vendor-plugin: {exc}") from None
+        plugin = VendorPlugin(config, await _vendor_client(self))
+        try:
+            await plugin.start()
+        except (OSError, TimeoutError, KubeApiError) as exc:
+            raise HostError(f"node {name}: cannot start the vendor device-plugin stand-in: {exc}") from None
+        self._vendors[name] = plugin
+
+    async def _stop_vendor(self, name: str) -> None:
+        plugin = self._vendors.pop(name, None)
+        if plugin is not None:
+            await plugin.stop()
+
     async def _stop_daemon(self, name: str, pool: ThreadPoolExecutor | None = None) -> None:
         daemon = self._daemons.pop(name, None)
         if daemon is not None:
             await self._in_pool(daemon.stop, pool)
+
+
+async def _vendor_client(host: NodeHost) -> Any:
+    """The one API client of the host's vendor stand-ins (made at the first one)."""
+    from hami_kube.client import KubeApi, component_user_agent
+    from hami_kube.errors import KubeConfigError
+    from hami_sim.vendors.plugin import USER_AGENT_COMPONENT
+
+    if host._vendor_api is None:
+        try:
+            host._vendor_api = await KubeApi.connect(
+                host.kubeconfig,
+                max_connections=16 + 2 * len(host._nodes),
+                user_agent=component_user_agent(USER_AGENT_COMPONENT),
+            )
+        except KubeConfigError as exc:
+            raise HostError(f"cannot load the kubeconfig {host.kubeconfig}: {exc}") from None
+    return host._vendor_api
 
 
 def _crash_daemon(daemon: Any) -> None:
@@ -709,10 +797,12 @@ async def _serve(host: NodeHost, control_socket: Path | None) -> int:
     gc.freeze()
     threads, rss = process_stats()
     log.info(
-        "%s: %d kubelets, %d node daemons in %.1f s (%d threads, %d of them Python's; RSS %.0f MiB)",
+        "%s: %d kubelets, %d node daemons, %d vendor plugins in %.1f s (%d threads, %d of them Python's; "
+        "RSS %.0f MiB)",
         READY_MARKER,
         len(host.kubelets),
         len(host.daemons),
+        len(host.vendors),
         time.monotonic() - started,
         threads,
         threading.active_count(),

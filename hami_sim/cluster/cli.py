@@ -63,7 +63,8 @@ def add_parsers(subparsers: Any) -> None:
         "--inventory",
         type=Path,
         metavar="FILE",
-        help="YAML/JSON mapping each node name to its GPUs (mixed models, links between them); replaces "
+        help="YAML/JSON mapping each node name to its GPUs (mixed models, links between them) or to another "
+        "vendor's devices ({vendor: ascend, model: 910B4, count: 8}; docs/vendor-nodes.md); replaces "
         "--nodes, --gpus-per-node, --gpu-model and --gpu-memory",
     )
     up.add_argument(

@@ -1,8 +1,12 @@
 """Start, inspect, restart and stop a whole local cluster: the API server stand-in, hami-control (webhook
 and scheduler extender over HTTPS, registered as a MutatingWebhookConfiguration), the kube-scheduler
-stand-in, and per node a kubelet stand-in and a real hami-node with fake GPUs. Every part is its own
-process started with `sys.executable -m ...` (in scale mode all kubelets share one process and all node
-daemons another: `hami_sim.nodehost`); they talk through the real protocols only.
+stand-in, and per node a kubelet stand-in and a real hami-node with fake GPUs, or for a node of another
+vendor that vendor's device-plugin stand-in (`hami_sim.vendors`; both on a node with NVIDIA GPUs beside).
+Every part is its own process started with `sys.executable -m ...` (in scale mode all kubelets share one
+process and all node daemons and vendor stand-ins another: `hami_sim.nodehost`); they talk through the
+real protocols only. A cluster with vendor nodes runs hami-control with the vendors' `--enable-ascend` /
+`--enable-iluvatar` and the scheduler with every vendor's resources in the extender's managed resources
+(`scheduler-config.yaml` in the state directory: daemonset/scheduler's lists NVIDIA's only).
 
 Files: `<state>/` holds `kubeconfig`, `cluster.json` (pids, ports, paths, the spec), `ca.crt`,
 `tls/`, `nodes/<node>/gpus.yaml` (each node's fake inventory: edit it to inject faults) and `logs/`.
@@ -54,7 +58,7 @@ from hami_node.gpu.inventory import (
 )
 from hami_sim.cluster import service
 from hami_sim.cluster.process import Proc, stop_all
-from hami_sim.cluster.spec import ClusterSpec, SpecError, node_inventory
+from hami_sim.cluster.spec import ClusterSpec, NodeSpec, SpecError, node_inventory
 from hami_sim.nodehost import (
     KUBELET_LONGEST_SOCKET,
     READY_MARKER,
@@ -65,6 +69,8 @@ from hami_sim.nodehost import (
     write_host_spec,
 )
 from hami_sim.tls import client_ssl_context, generate_ca, generate_serving_cert
+from hami_sim.vendors import READY_MARKER as VENDOR_READY_MARKER
+from hami_sim.vendors.cli import vendor_argv
 
 log = logging.getLogger("hami_sim.cluster")
 
@@ -81,6 +87,8 @@ KUBELET_HOST = "kubelets"
 DAEMON_HOST = "hami-nodes"
 KUBELET_PREFIX = "kubelet/"
 DAEMON_PREFIX = "hami-node/"
+VENDOR_PREFIX = "vendor/"
+"""`vendor/<node>`: the device-plugin stand-in of a node of another vendor (hami_sim.vendors)."""
 DAEMONS_PER_HOST = 250
 """Scale mode puts at most this many node daemons in one process: hundreds of thread-based daemons
 under one GIL slow each other down more than linearly (500 nodes were all ready after 168 s with one
@@ -108,6 +116,7 @@ _READY: dict[str, re.Pattern[str]] = {
     DAEMON_HOST: re.compile(re.escape(READY_MARKER)),
     KUBELET_PREFIX: re.compile(r"hami-sim kubelet ready"),
     DAEMON_PREFIX: re.compile(r"hami-node running on node"),
+    VENDOR_PREFIX: re.compile(re.escape(VENDOR_READY_MARKER)),
 }
 _STOP_ORDER = ((SCHEDULER, "daemons"), ("kubelets", "controls", CONTROLLER_MANAGER), (APISERVER,))
 """down, in stages (each stage at once): the scheduler (no new binds) and the node daemons while their
@@ -177,6 +186,11 @@ class NodeStatus:
     mode: str = "device-plugin"
     metrics_url: str | None = None
     """The node daemon's /metrics (`Cluster.node_metrics_url`); None when it serves none."""
+    vendor: str = "nvidia"
+    """The vendor of the node's other devices (hami_sim.vendors); `gpus` is then its count resource's
+    allocatable unless the node also has NVIDIA GPUs, and `registered` includes its plugin's inventory."""
+    nvidia: bool = True
+    """Whether the node has NVIDIA GPUs (a hami-node daemon, hami-control's cache counts it)."""
 
     @property
     def ok(self) -> bool:
@@ -201,8 +215,8 @@ class ClusterStatus:
             all(c.alive for c in self.components)
             and self.nodes is not None
             and all(n.ok for n in self.nodes)
-            # DRA nodes never reach the extender's cache
-            and self.control_nodes == sum(n.mode != "dra" for n in self.nodes)
+            # DRA nodes and nodes without NVIDIA GPUs never count in the extender's NVIDIA cache
+            and self.control_nodes == sum(n.mode != "dra" and n.nvidia for n in self.nodes)
         )
 
     def render(self, *, all_nodes: bool = False, wide: bool = False) -> str:
@@ -227,7 +241,7 @@ class ClusterStatus:
             node_rows += [
                 (
                     n.name,
-                    n.mode,
+                    n.mode if n.vendor == "nvidia" else f"{n.mode} ({n.vendor})",
                     "True" if n.ready else "False",
                     n.gpus or "-",
                     ("yes" if n.registered else "no") + (" (ResourceSlice)" if n.mode == "dra" else ""),
@@ -322,8 +336,25 @@ class Cluster:
 
     def inventory_path(self, node: str) -> Path:
         """The node's fake GPU inventory; hami-node applies edits within milliseconds (see
-        docs/fake-gpus.md; write a new file and rename it over this one)."""
+        docs/fake-gpus.md; write a new file and rename it over this one). A node without NVIDIA GPUs has
+        none."""
         return self.state_dir / "nodes" / node / "gpus.yaml"
+
+    def node_spec(self, node: str) -> NodeSpec:
+        found = next((n for n in self.spec.nodes if n.name == node), None)
+        if found is None:
+            raise ClusterError(f"node: no node {node!r}; the nodes are: {', '.join(self.node_names)}")
+        return found
+
+    @property
+    def scheduler_config(self) -> Path:
+        """The scheduler stand-in's KubeSchedulerConfiguration: the spec's, else with vendor nodes the one
+        `up` writes (daemonset/scheduler's with every vendor's managed resources), else daemonset's."""
+        if self.spec.scheduler_config is not None:
+            return self.spec.scheduler_config
+        if self.spec.vendor_nodes:
+            return self.state_dir / "scheduler-config.yaml"
+        return default_scheduler_config()
 
     # --- GPU faults (the fake inventory) ------------------------------------------------------------
 
@@ -406,7 +437,7 @@ class Cluster:
         hami-control replicas, `hami-control` (not listed) also names the current leader."""
         names = list(self.procs)
         if self.spec.scale_mode:
-            names += [f"{prefix}{n}" for n in self.node_names for prefix in (KUBELET_PREFIX, DAEMON_PREFIX)]
+            names += [f"{prefix}{n.name}" for n in self.spec.nodes for prefix in _node_parts(n)]
         return names
 
     # --- up ---------------------------------------------------------------------------------------
@@ -420,7 +451,8 @@ class Cluster:
         progress: Callable[[str], None] | None = None,
     ) -> Cluster:
         """Start every component and wait until each node is Ready with allocatable nvidia.com/gpu,
-        carries hami-node's inventory annotation and is in hami-control's cache. On failure stop what
+        carries hami-node's inventory annotation and is in hami-control's cache (a vendor node: its
+        plugin's count resource allocatable and its inventory annotation written). On failure stop what
         was started and raise `ClusterError` naming the component and why (its last log lines)."""
         cluster = cls(spec, Path(state_dir), progress=progress)
         cluster._refuse_running()
@@ -477,15 +509,25 @@ class Cluster:
         for node in self.spec.nodes:
             path = self.inventory_path(node.name)
             (path.parent / "hook").mkdir(parents=True)
-            write_inventory(path, node_inventory(node))
+            if node.gpus:
+                write_inventory(path, node_inventory(node))
         if self.spec.node_metrics:
             for node in self.spec.nodes:
-                self.node_health_ports[node.name] = _free_port(self._taken_ports())
+                if node.gpus:
+                    self.node_health_ports[node.name] = _free_port(self._taken_ports())
+        if self.spec.vendor_nodes and self.spec.scheduler_config is None:
+            write_atomic(self.scheduler_config, vendor_scheduler_config(), mode=0o644)
         if self.spec.scale_mode:
             for host in self._hosts():
                 write_host_spec(self._host_spec_path(host), self._host_spec(host))
 
     def _hosted(self, node: str) -> HostedNode:
+        spec = self.node_spec(node)
+        vendor_args: tuple[str, ...] = ()
+        if spec.devices is not None:
+            vendor_args = tuple(vendor_argv(node, self.kubelet_dir(node), self.kubeconfig, spec.devices))
+        if not spec.gpus:
+            return HostedNode(node, self.kubelet_dir(node), (), daemon=False, vendor_args=vendor_args)
         args = [
             "--gpu-backend",
             "fake",
@@ -509,7 +551,7 @@ class Cluster:
                 "--cdi-spec-dir", str(kubelet_dir / "cdi"),
             ]  # fmt: skip
         args += self.spec.node_args
-        return HostedNode(node, self.kubelet_dir(node), tuple(args))
+        return HostedNode(node, self.kubelet_dir(node), tuple(args), vendor_args=vendor_args)
 
     def _hosts(self) -> list[str]:
         """Scale mode's host processes: one for the kubelets, one per `DAEMONS_PER_HOST` node daemons."""
@@ -525,8 +567,8 @@ class Cluster:
         return self.node_names[hosts.index(host) :: len(hosts)]
 
     def _host_of(self, component: str) -> tuple[str, str] | None:
-        """(host, node) for `kubelet/<node>` or `hami-node/<node>` in scale mode."""
-        for prefix in (KUBELET_PREFIX, DAEMON_PREFIX):
+        """(host, node) for `kubelet/<node>`, `hami-node/<node>` or `vendor/<node>` in scale mode."""
+        for prefix in (KUBELET_PREFIX, DAEMON_PREFIX, VENDOR_PREFIX):
             node = component.removeprefix(prefix)
             if component.startswith(prefix) and node in self.node_names:
                 if prefix == KUBELET_PREFIX:
@@ -586,6 +628,7 @@ class Cluster:
                 argv += ["--node-scheduler-policy", self.spec.node_scheduler_policy]
             if self.spec.gpu_scheduler_policy:
                 argv += ["--gpu-scheduler-policy", self.spec.gpu_scheduler_policy]
+            argv += list(self.spec.vendor_gates)
             if self.spec.dra_nodes:
                 # An all-DRA cluster translates every GPU pod; a mixed one the namespaces labelled
                 # hami.io/dra=enabled (the second webhook entry, as daemonset/overlays/dra has it).
@@ -597,7 +640,7 @@ class Cluster:
                 argv += ["--leader-elect", "--leader-elect-namespace", LEASE_NAMESPACE, "--pod-name", name]
             return argv + list(self.spec.control_args)
         if name == SCHEDULER:
-            config = self.spec.scheduler_config or default_scheduler_config()
+            config = self.scheduler_config
             return [
                 py, "-m", "hami_sim.main", SCHEDULER, "--kubeconfig", str(self.kubeconfig),
                 "--config", str(config), "--extender-url", self.control_url,
@@ -621,6 +664,9 @@ class Cluster:
         if name.startswith(DAEMON_PREFIX):
             node = name.removeprefix(DAEMON_PREFIX)
             return [py, "-m", "hami_node.main", *daemon_argv(self._hosted(node), self.kubeconfig)]
+        if name.startswith(VENDOR_PREFIX):
+            node = name.removeprefix(VENDOR_PREFIX)
+            return [py, "-m", "hami_sim.main", "vendor-plugin", *self._hosted(node).vendor_args]
         raise ClusterError(f"unknown component {name!r}")
 
     def _host_socket(self, host: str) -> Path:
@@ -629,7 +675,7 @@ class Cluster:
     def _node_process_names(self) -> list[str]:
         if self.spec.scale_mode:
             return self._hosts()
-        return [f"{prefix}{n}" for n in self.node_names for prefix in (KUBELET_PREFIX, DAEMON_PREFIX)]
+        return [f"{prefix}{n.name}" for n in self.spec.nodes for prefix in _node_parts(n)]
 
     def _launch(self, name: str, *, append: bool = False, port: int | None = None) -> Proc:
         proc = self.procs.get(name)
@@ -843,7 +889,9 @@ class Cluster:
         and hami-control's cache holds them all. `ClusterError` on timeout or a dead component."""
         deadline = time.monotonic() + timeout_s
         names = self.node_names
-        cached = len(names) - len(self.spec.dra_nodes)  # DRA nodes never reach the extender's cache
+        # DRA nodes and nodes without NVIDIA GPUs never count in the extender's NVIDIA cache
+        dra = set(self.spec.dra_nodes)
+        cached = sum(1 for n in self.spec.nvidia_nodes if n not in dra)
         with urllib3.PoolManager() as api, self._control_pool() as control:
 
             def check() -> bool:
@@ -872,16 +920,31 @@ class Cluster:
         sliced = self._nodes_with_slices(pool) if self.spec.dra_nodes else set()
         dra_nodes = set(self.spec.dra_nodes)
         out = []
-        for name in self.node_names:
+        for spec in self.spec.nodes:
+            name = spec.name
             node = by_name.get(name) or {}
             status = node.get("status") or {}
             conditions = status.get("conditions") or []
             ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-            gpus = (status.get("allocatable") or {}).get(GPU_RESOURCE)
+            allocatable = status.get("allocatable") or {}
+            gpus = allocatable.get(GPU_RESOURCE)
             if name in dra_nodes:
                 out.append(NodeStatus(name, ready, gpus, name in sliced, "dra"))
                 continue
-            registered = bool((node.get("metadata", {}).get("annotations") or {}).get(NODE_REGISTER))
+            annotations = node.get("metadata", {}).get("annotations") or {}
+            registered = bool(annotations.get(NODE_REGISTER)) if spec.gpus else True
+            if spec.devices is not None:
+                devices = spec.devices
+                count = allocatable.get(devices.count_resource)
+                register = devices.name(devices.table.register) if devices.table.register else ""
+                registered = registered and count not in (None, "0")
+                registered = registered and (not register or bool(annotations.get(register)))
+                if not spec.gpus:
+                    gpus = count
+                out.append(
+                    NodeStatus(name, ready, gpus, registered, vendor=devices.vendor, nvidia=bool(spec.gpus))
+                )
+                continue
             out.append(NodeStatus(name, ready, gpus, registered))
         if self.node_health_ports:
             out = [replace(n, metrics_url=self._metrics_url_or_none(n.name)) for n in out]
@@ -1275,7 +1338,9 @@ class Cluster:
 
     def _stage_procs(self, part: str) -> list[Proc]:
         if part == "daemons":
-            return [p for n, p in self.procs.items() if n.startswith((DAEMON_PREFIX, DAEMON_HOST))]
+            return [
+                p for n, p in self.procs.items() if n.startswith((DAEMON_PREFIX, DAEMON_HOST, VENDOR_PREFIX))
+            ]
         if part == "controls":
             return [p for n, p in self.procs.items() if n in self.control_replicas or n == CONTROL_SERVICE]
         if part == "kubelets":
@@ -1286,7 +1351,12 @@ class Cluster:
         shutil.rmtree(self.run_dir, ignore_errors=True)
         for sub in ("nodes", "tls"):
             shutil.rmtree(self.state_dir / sub, ignore_errors=True)
-        for path in (self.state_file, self.kubeconfig, self.ca_file):
+        for path in (
+            self.state_file,
+            self.kubeconfig,
+            self.ca_file,
+            self.state_dir / "scheduler-config.yaml",
+        ):
             path.unlink(missing_ok=True)
 
     def __enter__(self) -> Cluster:
@@ -1296,6 +1366,41 @@ class Cluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.down()
+
+
+def _node_parts(node: NodeSpec) -> tuple[str, ...]:
+    """The per-node components of `node`: its kubelet, hami-node when it has NVIDIA GPUs, its vendor's
+    device-plugin stand-in when it has other devices."""
+    return (
+        KUBELET_PREFIX,
+        *((DAEMON_PREFIX,) if node.gpus else ()),
+        *((VENDOR_PREFIX,) if node.devices is not None else ()),
+    )
+
+
+def vendor_scheduler_config() -> bytes:
+    """daemonset/scheduler's KubeSchedulerConfiguration with every vendor's resources (hami-control's
+    device registry, Ascend and Iluvatar included) among the extender's managed resources, ignored by
+    kube-scheduler's own fit, as HAMi's chart lists them: without them kube-scheduler never asks the
+    extender about a vendor pod and refuses it for resources (`hygon.com/dcumem`) no Node lists."""
+    import yaml
+
+    from hami_control.devices.config import load_device_config
+    from hami_control.devices.registry import RegistryOptions, build_registry
+
+    data = yaml.safe_load(default_scheduler_config().read_text(encoding="utf-8"))
+    registry = build_registry(
+        load_device_config(None, lambda p: p.read_text(encoding="utf-8")),
+        RegistryOptions(enable_ascend=True, enable_iluvatar=True),
+    )
+    for extender in data.get("extenders") or []:
+        managed = extender.setdefault("managedResources", [])
+        listed = {m.get("name") for m in managed}
+        for resource in registry.resources():
+            if resource not in listed:
+                managed.append({"name": resource, "ignoredByScheduler": True})
+    text: str = yaml.safe_dump(data, sort_keys=False)
+    return text.encode()
 
 
 def _free_port(taken: set[int] | None = None) -> int:

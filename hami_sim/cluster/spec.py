@@ -24,6 +24,26 @@ A model's memory is taken from its name ("...-80GB" is 81920 MiB) or from `KNOWN
 otherwise it must be given (`memory:` in the file, `--gpu-memory` on the command line). `links` are the
 fake inventory's (docs/fake-gpus.md): without them, GPUs of one model are all NVLinked and a mixed node
 has none; with them, only what they say (pairs not listed are PCIe, by NUMA node).
+
+Nodes of the other accelerators HAMi shares (hami_sim.vendors; docs/vendor-nodes.md) name their
+`vendor`; their devices are served by that vendor's device-plugin stand-in instead of hami-node:
+
+```yaml
+npu-1: {vendor: ascend, model: 910B4, count: 8}          # model: the chip (910A, 910B2, ..., 310P, 910C)
+dcu-1: {vendor: hygon, count: 4, memory: 16384}          # memory per device in MiB
+mlu-1: {vendor: cambricon}                               # one device of the vendor's first product
+sgpu-1: {vendor: metax, mode: sgpu, split: 8}            # a plugin mode (metax: sgpu|gpu, enflame:
+                                                         #   drs|gcu, kunlun: vxpu|xpu), shares per device
+mixed-1: {vendor: hygon, count: 2, nvidia: {count: 2, model: NVIDIA A100-SXM4-40GB}}
+                                                         # NVIDIA GPUs beside (any form above), hami-node too
+```
+
+Keys: `vendor` (nvidia, hygon, ascend, cambricon, iluvatar, metax, mthreads, enflame, kunlun, awsneuron,
+amd, vastai, biren), `mode`, `model`, `count` (default 1), `memory` (MiB), `cores` (the vendor's unit:
+percent, Ascend AI cores, AMD compute units, Mthreads sgpu cores, NeuronCores per device), `split`
+(shares per device), `nvidia`. What is left out is the product's (`hami_sim.vendors.table`); a model the
+table does not know needs `memory`. A node holds one vendor's devices, with or without NVIDIA GPUs
+(HAMi lets a node hold several vendors; the local cluster does not).
 """
 
 from __future__ import annotations
@@ -47,6 +67,9 @@ from hami_node.gpu.inventory import (
     links_to_data,
     parse_links,
 )
+from hami_sim.vendors.table import DEVICE_KEYS, NVIDIA, DeviceSpec, device_spec
+from hami_sim.vendors.table import GATES as VENDOR_GATES
+from hami_sim.vendors.table import SpecError as DeviceSpecError
 
 SCALE_THRESHOLD = 8
 """Above this many nodes, `up` runs in scale mode unless told otherwise."""
@@ -121,6 +144,13 @@ class NodeSpec:
     """The Node's CPU capacity and allocatable (kubelet --cpu, a quantity); None: the cluster's `node_cpu`."""
     memory: str | None = None
     """The Node's memory (kubelet --memory); None: the cluster's `node_memory`."""
+    devices: DeviceSpec | None = None
+    """The node's devices of another vendor (hami_sim.vendors), served by that vendor's device-plugin
+    stand-in; None: NVIDIA GPUs only. `gpus` may then be empty (no hami-node)."""
+
+    @property
+    def vendor(self) -> str:
+        return self.devices.vendor if self.devices is not None else NVIDIA
 
     def __post_init__(self) -> None:
         if self.mode not in NODE_MODES:
@@ -131,8 +161,13 @@ class NodeSpec:
             raise SpecError(
                 f"node name: expected a DNS subdomain (lowercase, digits, '-', '.'), got {self.name!r}"
             )
-        if not self.gpus:
+        if not self.gpus and self.devices is None:
             raise SpecError(f"node {self.name}: needs at least one GPU")
+        if self.devices is not None and self.mode != "device-plugin":
+            raise SpecError(
+                f"node {self.name}: mode: a {self.devices.vendor} node serves its devices through the device "
+                f"plugin, got {self.mode!r}"
+            )
         for i, group in enumerate(self.links or ()):
             bad = next((g for g in group.gpus if not 0 <= g < len(self.gpus)), None)
             if bad is not None:
@@ -225,11 +260,14 @@ class ClusterSpec:
 
     def with_mode(self, mode: str) -> ClusterSpec:
         """Every node in `mode` (device-plugin, dra), or `mixed`: every second node (2nd, 4th, ...) in DRA
-        mode, the others on the device plugin."""
+        mode, the others on the device plugin. Nodes of other vendors stay on the device plugin in `mixed`
+        (and `dra` refuses them, naming the node)."""
         if mode not in CLUSTER_MODES:
             raise SpecError(f"mode: expected one of {', '.join(CLUSTER_MODES)}, got {mode!r}")
         nodes = tuple(
-            replace(n, mode=("dra" if i % 2 else "device-plugin") if mode == "mixed" else mode)
+            n
+            if mode == "mixed" and n.devices is not None
+            else replace(n, mode=("dra" if i % 2 else "device-plugin") if mode == "mixed" else mode)
             for i, n in enumerate(self.nodes)
         )
         return replace(self, nodes=nodes)
@@ -237,6 +275,22 @@ class ClusterSpec:
     @property
     def dra_nodes(self) -> tuple[str, ...]:
         return tuple(n.name for n in self.nodes if n.mode == "dra")
+
+    @property
+    def vendor_nodes(self) -> tuple[str, ...]:
+        """Nodes with another vendor's devices (a device-plugin stand-in each)."""
+        return tuple(n.name for n in self.nodes if n.devices is not None)
+
+    @property
+    def nvidia_nodes(self) -> tuple[str, ...]:
+        """Nodes with NVIDIA GPUs (a hami-node daemon each)."""
+        return tuple(n.name for n in self.nodes if n.gpus)
+
+    @property
+    def vendor_gates(self) -> tuple[str, ...]:
+        """The hami-control flags the cluster's vendors need (`--enable-ascend`, `--enable-iluvatar`)."""
+        vendors = {n.vendor for n in self.nodes}
+        return tuple(flag for vendor, flag in VENDOR_GATES.items() if vendor in vendors)
 
     @property
     def scale_mode(self) -> bool:
@@ -251,8 +305,13 @@ class ClusterSpec:
         return sum(len(n.gpus) for n in self.nodes)
 
     def describe(self) -> str:
-        """`2 nodes x 4 GPUs (NVIDIA A100-SXM4-80GB), split 10` or `3 nodes, 12 GPUs (2 models), ...`."""
+        """`2 nodes x 4 GPUs (NVIDIA A100-SXM4-80GB), split 10` or `3 nodes, 12 GPUs (2 models), ...`,
+        with `; 2 vendor nodes (ascend, hygon)` when some nodes hold other vendors' devices."""
+        vendors = sorted({n.vendor for n in self.nodes if n.devices is not None})
+        extra = f"; {len(self.vendor_nodes)} vendor nodes ({', '.join(vendors)})" if vendors else ""
         models = sorted({g.model for n in self.nodes for g in n.gpus})
+        if not models:
+            return f"{len(self.nodes)} node{'s' if len(self.nodes) != 1 else ''}, no NVIDIA GPU{extra}"
         counts = {len(n.gpus) for n in self.nodes}
         nodes = f"{len(self.nodes)} node{'s' if len(self.nodes) != 1 else ''}"
         if len(counts) == 1 and len(models) == 1:
@@ -260,7 +319,7 @@ class ClusterSpec:
             shape = f"{nodes} x {count} GPU{'s' if count != 1 else ''} ({models[0]})"
         else:
             shape = f"{nodes}, {self.gpu_count} GPUs ({len(models)} model{'s' if len(models) != 1 else ''})"
-        return f"{shape}, split {self.split}"
+        return f"{shape}, split {self.split}{extra}"
 
     # --- cluster.json ---------------------------------------------------------------------------
 
@@ -274,6 +333,7 @@ class ClusterSpec:
                     "mode": n.mode,
                     "cpu": n.cpu,
                     "memory": n.memory,
+                    "devices": None if n.devices is None else n.devices.to_data(),
                 }
                 for n in self.nodes
             ],
@@ -322,7 +382,7 @@ class ClusterSpec:
                 node_metrics=bool(data.get("nodeMetrics", True)),
                 extra=dict(data.get("extra") or {}),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, DeviceSpecError) as exc:
             raise SpecError(f"cluster spec: malformed ({exc!r})") from None
 
 
@@ -330,6 +390,7 @@ def _node_from_data(name: str, gpus: tuple[GPUSpec, ...], data: Mapping[str, Any
     links = data.get("links")
     parsed = None if links is None else _parse_node_links(name, len(gpus), links)
     cpu, memory = data.get("cpu"), data.get("memory")
+    devices = data.get("devices")
     return NodeSpec(
         name,
         gpus,
@@ -337,6 +398,7 @@ def _node_from_data(name: str, gpus: tuple[GPUSpec, ...], data: Mapping[str, Any
         str(data.get("mode") or "device-plugin"),
         None if cpu is None else str(cpu),
         None if memory is None else str(memory),
+        None if devices is None else device_spec(devices),
     )
 
 
@@ -353,8 +415,8 @@ def _parse_node_links(name: str, count: int, value: object) -> tuple[LinkGroup, 
 
 
 def node_inventory(node: NodeSpec) -> Inventory:
-    """The fake inventory of one node: UUIDs derived from its name, its `links`, or else NVLink between
-    GPUs of one model."""
+    """The fake inventory of one node with NVIDIA GPUs: UUIDs derived from its name, its `links`, or else
+    NVLink between GPUs of one model."""
     first = node.gpus[0]
     same = all(g == first for g in node.gpus)
     base = generate_inventory(
@@ -383,7 +445,31 @@ def _gpu_entry(value: object, where: str) -> GPUSpec:
     raise SpecError(f"{where}: expected a model name or {{model, memory}}, got {value!r}")
 
 
+def _vendor_entry(name: str, value: Mapping[str, Any], where: str) -> NodeSpec:
+    """A node entry naming a `vendor` (see the module docstring)."""
+    unknown = sorted(set(value) - {*DEVICE_KEYS, "nvidia"})
+    if unknown:
+        raise SpecError(f"{where}: unknown key {unknown[0]!r} (expected {', '.join(DEVICE_KEYS)}, nvidia)")
+    rest = {k: v for k, v in value.items() if k != "nvidia"}
+    if rest.get("vendor") == NVIDIA:
+        if "nvidia" in value:
+            raise SpecError(f"{where}: nvidia: a node of vendor nvidia lists its GPUs itself")
+        return _node_entry(name, {k: v for k, v in rest.items() if k != "vendor"}, where)
+    try:
+        devices = device_spec(rest)
+    except DeviceSpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    gpus: tuple[GPUSpec, ...] = ()
+    links = None
+    if "nvidia" in value:
+        beside = _node_entry(name, value["nvidia"], f"{where}.nvidia")
+        gpus, links = beside.gpus, beside.links
+    return NodeSpec(name, gpus, links, devices=devices)
+
+
 def _node_entry(name: str, value: object, where: str) -> NodeSpec:
+    if isinstance(value, Mapping) and "vendor" in value:
+        return _vendor_entry(name, value, where)
     links: object = None
     if isinstance(value, Mapping) and "gpus" in value:
         unknown = sorted(set(value) - {"gpus", "links"})
