@@ -142,7 +142,13 @@ def run(args: argparse.Namespace) -> int:
         replay,
         workload_mix,
     )
-    from hami_sim.plan.inputs import InputError, read_nodes, read_pods_csv, read_workload_yaml
+    from hami_sim.plan.inputs import (
+        InputError,
+        keep_vendors_apart,
+        read_nodes,
+        read_pods_csv,
+        read_workload_yaml,
+    )
     from hami_sim.plan.report import RunInfo, describe_mix, write_report
 
     try:
@@ -151,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
             tasks, pods_file = read_pods_csv(args.pods), str(args.pods)
         else:
             tasks, pods_file = read_workload_yaml(args.workload, args.seed), str(args.workload)
+        tasks = keep_vendors_apart(nodes, tasks)
         given = parse_mix(args.mix) if args.mix else None
     except (InputError, MixError) as err:
         print(f"hami-sim plan: {err}", file=sys.stderr)

@@ -19,6 +19,20 @@ YAML inventory (`--nodes pools.yaml`):
         memory_mib: 786432
         gpu_memory_mib: 81920 # optional (default: by model, else 16384)
         split: 10             # optional: tasks per GPU (HAMi's deviceSplitCount, default 10)
+      - pool: npu             # another vendor's devices (default: nvidia); see below
+        vendor: ascend
+        count: 4
+        gpus: 8
+        model: 910B4
+        gpu_memory_mib: 32768
+        cpu_milli: 192000
+        memory_mib: 786432
+
+Other vendors (`vendor:` one of `VENDORS`, the registry's families, hami_control/devices): their
+devices are modelled with HAMi's common Fit (the rule Hygon's and most vendors' backends follow: slots,
+memory, cores), not each vendor's own rules (Ascend's templates, Kunlun's topology, ...), and a pod
+goes only to its own vendor's devices: a pod mix names its `vendor:` (default nvidia). The devices'
+model is written `<VENDOR>-<model>` (`ASCEND-910B4`), so `models:` of a vendor's pod mix name its models.
 
 YAML workload (`--workload mix.yaml`): Poisson arrivals per mix over `horizon_s`, each task staying
 `duration_s` (absent: forever):
@@ -33,6 +47,7 @@ YAML workload (`--workload mix.yaml`): Poisson arrivals per mix over `horizon_s`
         cpu_milli: 4000
         memory_mib: 16384
         models: [A100]        # optional
+        vendor: nvidia        # optional: the vendor whose devices it asks (default nvidia)
 """
 
 from __future__ import annotations
@@ -40,7 +55,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +65,12 @@ import yaml
 from hami_sim.plan import DEFAULT_SPLIT
 
 MILLI = 1000
+NVIDIA = "nvidia"
+VENDORS = (
+    NVIDIA, "ascend", "hygon", "cambricon", "iluvatar", "metax", "mthreads", "enflame", "kunlun",
+    "awsneuron", "amd", "vastai", "biren",
+)  # fmt: skip
+"""The vendor families a node pool or a pod mix may name (hami_control.devices' `VendorNames.family`)."""
 DEFAULT_GPU_MEMORY = 16384
 GPU_MEMORY_MIB = {
     "P100": 16384,
@@ -78,6 +99,8 @@ class NodeSpec:
     gpu_memory_mib: int = DEFAULT_GPU_MEMORY
     split: int = DEFAULT_SPLIT
     numa_nodes: int = 1
+    vendor: str = NVIDIA
+    """The devices' vendor (`VENDORS`); another vendor's model is written `<VENDOR>-<model>`."""
     """The GPUs spread evenly over this many NUMA nodes in index order (as the fake inventory of the
     local cluster lays them out, two by default there); GPU policies order equal GPUs by NUMA node."""
 
@@ -334,6 +357,28 @@ def _models(raw: Any) -> tuple[str, ...]:
     return tuple(m.strip() for m in raw)
 
 
+def _vendor(raw: Any) -> str:
+    if not isinstance(raw, str) or raw.strip().lower() not in VENDORS:
+        raise ValueError
+    return raw.strip().lower()
+
+
+def vendor_model(vendor: str, model: str) -> str:
+    """The model string of another vendor's devices (`ASCEND-910B4`; `ASCEND-` matches every model of it
+    as a `models:` entry, a case-insensitive substring of the device's type)."""
+    return f"{vendor.upper()}-{model}"
+
+
+def keep_vendors_apart(nodes: Sequence[NodeSpec], tasks: Sequence[Task]) -> list[Task]:
+    """NVIDIA's pods (no vendor named, so no model constraint of another vendor) may only go to NVIDIA
+    devices once the cluster has other vendors' pools: they get the NVIDIA pools' models as their
+    `models` when they name none."""
+    nvidia_models = tuple(sorted({n.model for n in nodes if n.vendor == NVIDIA}))
+    if all(n.vendor == NVIDIA for n in nodes) or not nvidia_models:
+        return list(tasks)
+    return [replace(t, models=nvidia_models) if t.num_gpu > 0 and not t.models else t for t in tasks]
+
+
 def read_nodes_yaml(path: Path) -> list[NodeSpec]:
     doc = _Doc(path)
     top = doc.fields(doc.root, "document")
@@ -353,7 +398,12 @@ def read_nodes_yaml(path: Path) -> list[NodeSpec]:
             f, "gpu_memory_mib", where, _whole(1), "MiB >= 1", GPU_MEMORY_MIB.get(model, DEFAULT_GPU_MEMORY)
         )
         split = doc.get(f, "split", where, _whole(1, 1000), "tasks per GPU 1..1000", DEFAULT_SPLIT)
-        nodes.extend(NodeSpec(f"{pool}-{n}", cpu, mem, gpus, model, gmem, split) for n in range(count))
+        vendor = doc.get(f, "vendor", where, _vendor, f"one of {', '.join(VENDORS)}", NVIDIA)
+        if vendor != NVIDIA:
+            model = vendor_model(vendor, model)
+        nodes.extend(
+            NodeSpec(f"{pool}-{n}", cpu, mem, gpus, model, gmem, split, vendor=vendor) for n in range(count)
+        )
     if not nodes:
         raise InputError(f"{path}: nodes: no node pool")
     return nodes
@@ -391,6 +441,9 @@ def read_workload_yaml(path: Path, seed: int) -> list[Task]:
         cpu = doc.get(f, "cpu_milli", where, _whole(0), "milli-CPUs >= 0", 0)
         mem = doc.get(f, "memory_mib", where, _whole(0), "MiB >= 0", 0)
         models = doc.get(f, "models", where, _models, "a list of GPU models", ())
+        vendor = doc.get(f, "vendor", where, _vendor, f"one of {', '.join(VENDORS)}", NVIDIA)
+        if vendor != NVIDIA:
+            models = tuple(vendor_model(vendor, m) for m in models) or (vendor_model(vendor, ""),)
         t = 0.0
         n = 0
         while True:
