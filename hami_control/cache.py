@@ -229,6 +229,15 @@ class ClusterCache:
         """The node's usable devices of the other vendors with current usage; None when it has none."""
         return self._vendor_devices.get(name)
 
+    @property
+    def vendors(self) -> tuple[Vendor, ...]:
+        """The vendors whose devices the cache decodes (every one of the registry but NVIDIA)."""
+        return self._vendors
+
+    def vendor_nodes(self) -> Iterable[str]:
+        """The nodes with devices of the other vendors in service."""
+        return self._vendor_devices.keys()
+
     def vendor_node(self, name: str) -> Mapping[str, Any]:
         """The node's name, labels and annotations as the vendors' ScoreNode reads them ({} if unknown)."""
         return self._vendor_nodes.get(name, {})

@@ -656,7 +656,11 @@ def failure_reason(failure: FitFailure) -> str:
 
 
 def unregistered_reason(view: NodeView, name: str) -> str:
-    return f"{UNREGISTERED}: {view.unregistered_reason(name) or NOT_CACHED}"
+    """`node unregistered: <why>` (the view's reason carries the prefix already)."""
+    why = view.unregistered_reason(name)
+    if why is None:
+        return f"{UNREGISTERED}: {NOT_CACHED}"
+    return why if why.startswith(UNREGISTERED) else f"{UNREGISTERED}: {why}"
 
 
 UNREGISTERED_WORD = "NodeUnregistered"

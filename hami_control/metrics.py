@@ -7,24 +7,39 @@ thread, no per-event work); the request handlers update histograms and counters 
 **HAMi families** (`cmd/scheduler/metrics.go`, checked against HAMi's source and its collector tests,
 v2.10-era with `hami_resource_quota_limit`). Names and label names are HAMi's so dashboards keep working;
 every one of these families also carries `zone="vGPU"`, as HAMi registers its collector through
-`WrapRegistererWith({"zone": "vGPU"})`:
+`WrapRegistererWith({"zone": "vGPU"})`. The device and vGPU families cover every vendor hami-control
+schedules (`ClusterCache.node_gpus` for NVIDIA's GPUs, `ClusterCache.vendor_devices` for the others'
+devices) and carry one label more than HAMi's, `vendor`: `nvidia` for NVIDIA's GPUs (their series keep
+their values and HAMi's labels, plus `vendor="nvidia"`), else the vendor's family (`hygon`,
+`cambricon`, `ascend`, ...; `status.vendors`: the vendor whose common word the device Type contains, as
+HAMi hands devices to requests; `unknown` for a Type no vendor names). A vGPU series' vendor is its
+slice's (`GPUSlice.vendor`).
 
 =====================================  ==============================================================
-`hami_gpu_memory_limit_bytes`          node, device_uuid, device_index, device_type; devmem MiB x 2^20
-`hami_gpu_core_limit_ratio`            same labels; devcore, **percent of a GPU (0-100)**
+`hami_gpu_memory_limit_bytes`          node, device_uuid, device_index, device_type, vendor; devmem MiB
+                                       x 2^20
+`hami_gpu_core_limit_ratio`            same labels; devcore, **percent of a GPU (0-100)** (a vendor's
+                                       device: its Totalcore, in the vendor's unit)
 `hami_gpu_memory_allocated_bytes`      + device_cores (= devcore, the GPU's total); used MiB x 2^20
 `hami_gpu_shared_count`                same labels as limit; containers (slices) placed on the GPU
 `hami_gpu_core_allocated_ratio`        same labels; used cores, **percent of a GPU (0-100)**
 `hami_node_gpu_overview`               node, device_uuid, device_index, device_cores,
-                                       device_memory_limit (MiB, as a label), device_type; used bytes
-`hami_node_gpu_memory_allocated_ratio` node, device_uuid, device_index; used/total memory, **0-1**;
-                                       absent for a GPU with no memory
+                                       device_memory_limit (MiB, as a label), device_type, vendor;
+                                       used bytes
+`hami_node_gpu_memory_allocated_ratio` node, device_uuid, device_index, vendor; used/total memory,
+                                       **0-1**; absent for a GPU with no memory
 `hami_resource_quota_used`             namespace, quota_name (resource name), limit (label; "0" = none)
 `hami_resource_quota_limit`            namespace, quota_name; only for a limit that is set
-`hami_vgpu_memory_allocated_bytes`     namespace, node, pod, device_uuid
-`hami_vgpu_core_allocated_ratio`       namespace, node, pod, device_uuid; percent of a GPU (0-100)
+`hami_vgpu_memory_allocated_bytes`     namespace, node, pod, device_uuid, vendor
+`hami_vgpu_core_allocated_ratio`       namespace, node, pod, device_uuid, vendor; percent of a GPU
+                                       (0-100)
 `hami_build_info`                      version, revision, build_date, go_version, compiler, platform = 1
 =====================================  ==============================================================
+
+The quota families hold NVIDIA's memory and cores and each vendor's resources with a limit or a usage
+(`QuotaLimits.others`, `QuotaUsage.others`: `quota_name` is the vendor's resource name, e.g.
+`hygon.com/dcumem`, memory in MiB after the vendor's memory factor); they carry no `vendor` label (the
+resource name says it), as HAMi's.
 
 HAMi's `_ratio` names are not 0..1: core ratios are percent of one GPU (HAMi passes NVIDIA's
 `Usedcores`/`Totalcore` through, so with deviceCoreScaling 2 the limit is 200); only
@@ -85,9 +100,11 @@ from prometheus_client.utils import floatToGoString
 from hami_api.resources import ResourceNames
 from hami_control.cache import CacheStats, ClusterCache, PodHolding
 from hami_control.connections import ConnectionLimits, ConnectionStats
+from hami_control.devices.base import Vendor
 from hami_control.frag import DEFAULT_MIX
 from hami_control.frag_mix import MixInUse, MixSource, shape_label
 from hami_control.quota import QuotaLimits, QuotaUsage
+from hami_control.status.vendors import NVIDIA_FAMILY, VendorFamilies
 from hami_control.usage import NodeGPUs
 
 MIB = 1024 * 1024
@@ -120,39 +137,48 @@ OTHER = "other"
 _GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "hami_gpu_memory_limit_bytes": (
         "Device memory limit for a certain GPU",
-        ("node", "device_uuid", "device_index", "device_type", "zone"),
+        ("node", "device_uuid", "device_index", "device_type", "vendor", "zone"),
     ),
     "hami_gpu_core_limit_ratio": (
         "Device core limit for a certain GPU",
-        ("node", "device_uuid", "device_index", "device_type", "zone"),
+        ("node", "device_uuid", "device_index", "device_type", "vendor", "zone"),
     ),
     "hami_gpu_memory_allocated_bytes": (
         "Device memory allocated for a certain GPU",
-        ("node", "device_uuid", "device_index", "device_cores", "device_type", "zone"),
+        ("node", "device_uuid", "device_index", "device_cores", "device_type", "vendor", "zone"),
     ),
     "hami_gpu_shared_count": (
         "Number of containers sharing this GPU",
-        ("node", "device_uuid", "device_index", "device_type", "zone"),
+        ("node", "device_uuid", "device_index", "device_type", "vendor", "zone"),
     ),
     "hami_gpu_core_allocated_ratio": (
         "Device core allocated for a certain GPU",
-        ("node", "device_uuid", "device_index", "device_type", "zone"),
+        ("node", "device_uuid", "device_index", "device_type", "vendor", "zone"),
     ),
     "hami_node_gpu_overview": (
         "GPU overview on a certain node",
-        ("node", "device_uuid", "device_index", "device_cores", "device_memory_limit", "device_type", "zone"),
+        (
+            "node",
+            "device_uuid",
+            "device_index",
+            "device_cores",
+            "device_memory_limit",
+            "device_type",
+            "vendor",
+            "zone",
+        ),
     ),
     "hami_node_gpu_memory_allocated_ratio": (
         "GPU Memory Allocated Percentage on a certain GPU",
-        ("node", "device_uuid", "device_index", "zone"),
+        ("node", "device_uuid", "device_index", "vendor", "zone"),
     ),
     "hami_vgpu_memory_allocated_bytes": (
         "vGPU memory allocated from a pod",
-        ("namespace", "node", "pod", "device_uuid", "zone"),
+        ("namespace", "node", "pod", "device_uuid", "vendor", "zone"),
     ),
     "hami_vgpu_core_allocated_ratio": (
         "vGPU core allocated from a pod",
-        ("namespace", "node", "pod", "device_uuid", "zone"),
+        ("namespace", "node", "pod", "device_uuid", "vendor", "zone"),
     ),
     "hami_resource_quota_used": (
         "resourcequota usage for a certain device",
@@ -204,6 +230,8 @@ class MetricsSnapshot:
     holdings: tuple[PodHolding, ...]
     stats: CacheStats
     quotas: tuple[QuotaEntry, ...]
+    vendor_nodes: tuple[NodeGPUs, ...] = ()
+    """Each node's devices of the other vendors (`ClusterCache.vendor_devices`)."""
 
 
 def package_version() -> str:
@@ -251,25 +279,55 @@ def _family(name: str) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, labels=labels)
 
 
-def _vgpu_rows(holdings: Iterable[PodHolding]) -> Iterator[tuple[PodHolding, str, int, int]]:
-    """(pod, GPU, MiB, cores) per pod and GPU: the pod's slices on one GPU summed."""
+def _vgpu_rows(
+    holdings: Iterable[PodHolding], families: VendorFamilies
+) -> Iterator[tuple[PodHolding, str, str, int, int]]:
+    """(pod, GPU, vendor, MiB, cores) per pod and GPU: the pod's slices on one GPU summed."""
     for h in holdings:
-        per_gpu: dict[str, tuple[int, int]] = {}
+        per_gpu: dict[str, tuple[str, int, int]] = {}
         for s in h.slices:
             if s.uuid:
-                mem, cores = per_gpu.get(s.uuid, (0, 0))
-                per_gpu[s.uuid] = (mem + s.usedmem, cores + s.usedcores)
-        for uuid, (mem, cores) in per_gpu.items():
-            yield h, uuid, mem, cores
+                vendor, mem, cores = per_gpu.get(s.uuid) or (s.vendor, 0, 0)
+                per_gpu[s.uuid] = (vendor, mem + s.usedmem, cores + s.usedcores)
+        for uuid, (vendor, mem, cores) in per_gpu.items():
+            yield h, uuid, families.of_slice(vendor), mem, cores
 
 
 def _quota_rows(
     names: ResourceNames, entries: Iterable[QuotaEntry]
 ) -> Iterator[tuple[str, str, int | None, int]]:
-    """(namespace, quota name, limit or None, used) per namespace and dimension (memory, cores)."""
+    """(namespace, quota name, limit or None, used) per namespace and dimension: NVIDIA's memory and
+    cores, then each other vendor's resource with a limit or a usage, by name."""
     for e in entries:
         yield e.namespace, names.memory, e.limits.memory, e.used.memory
         yield e.namespace, names.cores, e.limits.cores, e.used.cores
+        for resource in sorted({r for r, _ in e.limits.others} | {r for r, v in e.used.others if v}):
+            yield e.namespace, resource, e.limits.other(resource), e.used.other(resource)
+
+
+def _device_groups(
+    snap: MetricsSnapshot, families: VendorFamilies
+) -> Iterator[tuple[NodeGPUs, Callable[[str], str]]]:
+    """Each node's NVIDIA GPUs and each node's other vendors' devices, with how to name a device's vendor
+    from its Type."""
+    for node in snap.nodes:
+        yield node, _nvidia
+    for node in snap.vendor_nodes:
+        yield node, families.of_type
+
+
+def _nvidia(_device_type: str) -> str:
+    return NVIDIA_FAMILY
+
+
+def _cache_vendors(cache: ClusterCache) -> tuple[Vendor, ...]:
+    """The vendors whose devices the cache decodes."""
+    return cache.vendors
+
+
+def _vendor_node_names(cache: ClusterCache) -> list[str]:
+    """The nodes with usable devices of the other vendors."""
+    return sorted(cache.vendor_nodes())
 
 
 def _go_float(value: float) -> str:
@@ -290,10 +348,17 @@ class _Families:
     straight to text for `render` (the same output, parsed, at a fraction of the cost: the generic
     exposition spends ~20 us a sample validating and escaping label names)."""
 
-    def __init__(self, resource_names: ResourceNames, zone: str, build_labels: Sequence[str]) -> None:
+    def __init__(
+        self,
+        resource_names: ResourceNames,
+        zone: str,
+        build_labels: Sequence[str],
+        families: VendorFamilies | None = None,
+    ) -> None:
         self._names = resource_names
         self._zone = zone
         self._build_labels = tuple(build_labels)
+        self._vendors = families if families is not None else VendorFamilies(())
 
     def describe(self) -> Iterator[Metric]:
         for name in CLUSTER_FAMILIES:
@@ -313,27 +378,28 @@ class _Families:
     def collect(self, snap: MetricsSnapshot) -> Iterator[Metric]:
         f = {name: _family(name) for name in CLUSTER_FAMILIES}
         zone = self._zone
-        for node in snap.nodes:
+        for node, vendor_of in _device_groups(snap, self._vendors):
             for g in node.gpus:
                 info = g.info
-                index, cores = str(info.index), str(info.devcore)
-                labels = (node.name, info.id, index, info.type, zone)
+                index, cores, vendor = str(info.index), str(info.devcore), vendor_of(info.type)
+                labels = (node.name, info.id, index, info.type, vendor, zone)
                 f["hami_gpu_memory_limit_bytes"].add_metric(labels, info.devmem * MIB)
                 f["hami_gpu_core_limit_ratio"].add_metric(labels, info.devcore)
                 f["hami_gpu_memory_allocated_bytes"].add_metric(
-                    (node.name, info.id, index, cores, info.type, zone), g.usedmem * MIB
+                    (node.name, info.id, index, cores, info.type, vendor, zone), g.usedmem * MIB
                 )
                 f["hami_gpu_shared_count"].add_metric(labels, g.used)
                 f["hami_gpu_core_allocated_ratio"].add_metric(labels, g.usedcores)
                 f["hami_node_gpu_overview"].add_metric(
-                    (node.name, info.id, index, cores, str(info.devmem), info.type, zone), g.usedmem * MIB
+                    (node.name, info.id, index, cores, str(info.devmem), info.type, vendor, zone),
+                    g.usedmem * MIB,
                 )
                 if info.devmem > 0:
                     f["hami_node_gpu_memory_allocated_ratio"].add_metric(
-                        (node.name, info.id, index, zone), g.usedmem / info.devmem
+                        (node.name, info.id, index, vendor, zone), g.usedmem / info.devmem
                     )
-        for h, uuid, mem, used_cores in _vgpu_rows(snap.holdings):
-            pod = (h.namespace, h.node, h.name, uuid, zone)
+        for h, uuid, vendor, mem, used_cores in _vgpu_rows(snap.holdings, self._vendors):
+            pod = (h.namespace, h.node, h.name, uuid, vendor, zone)
             f["hami_vgpu_memory_allocated_bytes"].add_metric(pod, mem * MIB)
             f["hami_vgpu_core_allocated_ratio"].add_metric(pod, used_cores)
         for namespace, quota_name, limit, used in _quota_rows(self._names, snap.quotas):
@@ -366,10 +432,15 @@ class _Families:
         core_alloc = out["hami_gpu_core_allocated_ratio"]
         overview = out["hami_node_gpu_overview"]
         mem_ratio = out["hami_node_gpu_memory_allocated_ratio"]
-        for node in snap.nodes:
-            where = f'node="{_escape(node.name)}",{zone}}} '
+        for node, vendor_of in _device_groups(snap, self._vendors):
+            at_node = f'node="{_escape(node.name)}",'
+            wheres: dict[str, str] = {}
             for g in node.gpus:
                 info = g.info
+                vendor = vendor_of(info.type)
+                where = wheres.get(vendor)
+                if where is None:
+                    where = wheres[vendor] = f'{at_node}vendor="{_escape(vendor)}",{zone}}} '
                 idx = f'device_index="{info.index}"'
                 typ = f'device_type="{_escape(info.type)}"'
                 uuid_where = f'device_uuid="{_escape(info.id)}",{where}'
@@ -392,10 +463,10 @@ class _Families:
                     )
         vgpu_mem = out["hami_vgpu_memory_allocated_bytes"]
         vgpu_cores = out["hami_vgpu_core_allocated_ratio"]
-        for h, uuid, mem, cores_used in _vgpu_rows(snap.holdings):
+        for h, uuid, vendor, mem, cores_used in _vgpu_rows(snap.holdings, self._vendors):
             labels = (
                 f'{{device_uuid="{_escape(uuid)}",namespace="{_escape(h.namespace)}",'
-                f'node="{_escape(h.node)}",pod="{_escape(h.name)}",{zone}}} '
+                f'node="{_escape(h.node)}",pod="{_escape(h.name)}",vendor="{_escape(vendor)}",{zone}}} '
             )
             vgpu_mem.append(f"hami_vgpu_memory_allocated_bytes{labels}{num(mem * MIB)}\n")
             vgpu_cores.append(f"hami_vgpu_core_allocated_ratio{labels}{num(cores_used)}\n")
@@ -551,7 +622,8 @@ class ControlMetrics:
             sys.implementation.name,
             f"{sys.platform}/{platform.machine()}",
         )
-        self._families = _Families(resource_names or ResourceNames(), zone, build)
+        families = VendorFamilies(_cache_vendors(cache))
+        self._families = _Families(resource_names or ResourceNames(), zone, build, families)
 
         def histogram(name: str, doc: str) -> Histogram:
             return Histogram(name, doc, buckets=DURATION_BUCKETS, registry=None)
@@ -651,7 +723,9 @@ class ControlMetrics:
                 if not limits.unlimited:
                     entries.append(QuotaEntry(namespace, limits, source.used(namespace)))
             quotas = tuple(entries)
-        return MetricsSnapshot(nodes, tuple(cache.holdings()), cache.stats(), quotas)
+        names = _vendor_node_names(cache)
+        vendor_nodes = tuple(d for name in names if (d := cache.vendor_devices(name)) is not None)
+        return MetricsSnapshot(nodes, tuple(cache.holdings()), cache.stats(), quotas, vendor_nodes)
 
     def render(self, snapshot: MetricsSnapshot | None = None) -> tuple[bytes, str]:
         """(body, content type) in Prometheus text format for an HTTP response. Without `snapshot`, reads

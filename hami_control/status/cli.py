@@ -3,7 +3,8 @@
     kubectl hami top [--node NODE] [-n NAMESPACE] [-o wide|json|yaml]
     kubectl hami explain pod NAME [-n NAMESPACE] [-o json|yaml]
     kubectl hami quota [-n NAMESPACE] [-o json|yaml]
-    common flags: --kubeconfig FILE, --context NAME, --request-timeout SECONDS
+    common flags: --kubeconfig FILE, --context NAME, --request-timeout SECONDS,
+                  --device-config-file FILE, --enable-ascend, --enable-iluvatar
 
 kubectl runs an executable named `kubectl-hami` found on PATH for `kubectl hami ...`, handing it the
 arguments after `hami` and its own environment (so $KUBECONFIG); kubectl's own flags must therefore come
@@ -11,7 +12,10 @@ after `hami`. The cluster is read through `hami_kube` (the kubeconfig given, els
 in-cluster service account), read-only: one paged list per resource (nodes, pods, ResourceQuotas, and
 resource.k8s.io/v1 ResourceSlices and ResourceClaims when the cluster serves them), then the pure
 models of `top`, `explain` and `quotas`. Numbers come from hami-control's own stores with its default
-settings (resource names `nvidia.com/*`, memory factor 1, scheduler name hami-scheduler).
+settings (resource names `nvidia.com/*`, memory factor 1, scheduler name hami-scheduler), and every other
+vendor hami-control schedules by default (the chart's device config, Ascend and Iluvatar off); the
+vendor flags are hami-control's own (`--device-config-file`, `--enable-ascend`, `--enable-iluvatar`), to
+see a cluster as an install configured so sees it.
 
 Exit codes: 0 done; 1 the cluster cannot be read or the pod/node does not exist (one line on stderr
 naming the kubeconfig, server or object); 2 bad flags. Never a traceback.
@@ -21,15 +25,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
 
-from hami_control.config import ControlConfig
+from hami_api.settings import ConfigError
+from hami_control.config import ControlConfig, DeviceSettings
 from hami_control.status.explain import build_explanation, explanation_dict, render_explanation
 from hami_control.status.quotas import build_quota, quota_dict, render_quota
 from hami_control.status.snapshot import Snapshot
@@ -67,17 +74,28 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--request-timeout", type=float, default=30.0, metavar="SECONDS", help="per API call (default: 30)"
     )
     common.add_argument("-v", "--verbose", action="store_true", help="log what the stores skip (to stderr)")
+    common.add_argument(
+        "--device-config-file",
+        type=Path,
+        metavar="FILE",
+        help="HAMi's device-config.yaml, as hami-control is given it (default: the chart's values)",
+    )
+    common.add_argument("--enable-ascend", action="store_true", help="count Huawei Ascend NPUs too")
+    common.add_argument("--enable-iluvatar", action="store_true", help="count Iluvatar GPUs too")
     parser = _Parser(
         prog=prog,
-        description="What hami-control sees of a cluster: GPU usage, why a pod is pending, GPU quotas.",
+        description=(
+            "What hami-control sees of a cluster: GPU and device usage of every vendor, why a pod is "
+            "pending, GPU and device quotas."
+        ),
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     top = sub.add_parser(
-        "top", parents=[common], help="per node and GPU: slices, memory, cores, health, pods"
+        "top", parents=[common], help="per node and device: slices, memory, cores, health, vendor, pods"
     )
     top.add_argument("--node", help="only this node")
     top.add_argument(
-        "-n", "--namespace", help="only GPUs holding pods of this namespace (and only those pods)"
+        "-n", "--namespace", help="only GPUs and devices holding pods of this namespace (and only those pods)"
     )
     top.add_argument("-o", "--output", choices=("wide", "json", "yaml"), help="output format")
     explain = sub.add_parser("explain", parents=[common], help="why a pod is pending, or where it runs")
@@ -87,7 +105,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "-n", "--namespace", default=None, help="the pod's namespace (default: the context's, else default)"
     )
     explain.add_argument("-o", "--output", choices=("json", "yaml"), help="output format")
-    quota = sub.add_parser("quota", parents=[common], help="per namespace: GPU quota hard vs used")
+    quota = sub.add_parser(
+        "quota", parents=[common], help="per namespace: GPU and vendor device quotas, hard vs used"
+    )
     quota.add_argument("-n", "--namespace", help="only this namespace")
     quota.add_argument("-o", "--output", choices=("json", "yaml"), help="output format")
     return parser
@@ -156,6 +176,34 @@ async def read_pod(api: KubeApi, namespace: str, name: str) -> tuple[JSONDict, l
     return pod, mine
 
 
+def with_devices(config: ControlConfig, args: argparse.Namespace) -> ControlConfig:
+    """`config` with the vendor flags given (the device config file read and checked as hami-control
+    checks it at start-up). Raises `Failure` naming the file, key and line."""
+    path: Path | None = args.device_config_file
+    if path is None and not args.enable_ascend and not args.enable_iluvatar:
+        return config
+    given = config.devices
+    devices = DeviceSettings(
+        path or given.config_file,
+        args.enable_ascend or given.enable_ascend,
+        args.enable_iluvatar or given.enable_iluvatar,
+    )
+    text = config.device_config_text
+    if path is not None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as err:
+            raise Failure(f"device config {path}: cannot be read: {err.strerror or err}") from None
+        except UnicodeDecodeError as err:
+            raise Failure(f"device config {path}: not UTF-8 text: {err.reason}") from None
+    configured = dataclasses.replace(config, devices=devices, device_config_text=text)
+    try:
+        configured.registry  # noqa: B018 (built and checked here, as hami-control does at start-up)
+    except ConfigError as err:
+        raise Failure(str(err)) from None
+    return configured
+
+
 def _emit(data: dict[str, Any], output: str | None, text: str) -> None:
     if output == "json":
         print(json.dumps(data, indent=2))
@@ -220,7 +268,7 @@ def run(argv: Sequence[str], prog: str, config: ControlConfig | None = None) -> 
     # The stores log every node without GPUs and every pod they skip: noise here, unless asked for.
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR, stream=sys.stderr)
     try:
-        return asyncio.run(_run(args, config or ControlConfig()))
+        return asyncio.run(_run(args, with_devices(config or ControlConfig(), args)))
     except Failure as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 1
@@ -233,4 +281,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(sys.argv[1:] if argv is None else argv, "kubectl hami")
 
 
-__all__ = ["Failure", "build_parser", "list_all", "main", "read_pod", "read_snapshot", "run"]
+__all__ = ["Failure", "build_parser", "list_all", "main", "read_pod", "read_snapshot", "run", "with_devices"]

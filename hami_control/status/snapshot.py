@@ -1,14 +1,17 @@
 """The cluster as hami-control sees it, built from plain JSON lists by hami-control's own stores. Pure.
 
 Nodes go through `gpu_sinks.GPUNodeSink` into `cache.ClusterCache` (the register annotation, the cordon
-annotation, `status.allocatable`), pods into `pod_store.PodStore` (the allocation annotations reduced to
-each pod's footprint, the namespaces' quota usage), ResourceQuotas into `quota_store.QuotaCache`: so
-every number shown is the number the extender and the webhook work with. DRA ResourceSlices and
-ResourceClaims are kept as they are for `dra`.
+annotation, `status.allocatable`; and the devices of every other vendor of the config's registry, as
+hami-control builds its own cache: `ClusterCache(names, registry.vendors)`), pods into
+`pod_store.PodStore` (the allocation annotations, NVIDIA's and each vendor's, reduced to each pod's
+footprint, the namespaces' quota usage), ResourceQuotas into `quota_store.QuotaCache`: so every number
+shown is the number the extender and the webhook work with. DRA ResourceSlices and ResourceClaims are
+kept as they are for `dra`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +22,7 @@ from hami_control.config import ControlConfig
 from hami_control.gpu_sinks import GPUNodeSink
 from hami_control.pod_store import PodStore
 from hami_control.quota_store import ClusterQuotaView, QuotaCache
+from hami_control.status.vendors import VendorFamilies
 from hami_kube.client import JSONDict
 from hami_kube.reflector import replace_all
 
@@ -71,7 +75,7 @@ class Snapshot:
     ) -> Snapshot:
         """Feed the lists to hami-control's stores, as its reflectors do after their first list."""
         listed = list(nodes)
-        gpus = ClusterCache(config.requests.names)
+        gpus = ClusterCache(config.requests.names, config.registry.vendors)
         GPUNodeSink(gpus).replace(listed)
         store = PodStore(config, gpus)
         replace_all(store, pods)
@@ -88,6 +92,11 @@ class Snapshot:
             tuple(slices),
             tuple(claims),
         )
+
+    @functools.cached_property
+    def families(self) -> VendorFamilies:
+        """The vendor of each device (`status.vendors`), for the config's registry."""
+        return VendorFamilies(self.config.registry.vendors)
 
     def has_register(self, node: str) -> bool:
         """Whether the node carries hami-node's register annotation (a node without it has no HAMi GPUs)."""

@@ -1,11 +1,17 @@
-"""`kubectl hami top`: per node and GPU, slices, memory and cores in use, health and pods. Pure.
+"""`kubectl hami top`: per node and device, slices, memory and cores in use, health and pods, for NVIDIA's
+GPUs and every other vendor's devices. Pure.
 
 Device-plugin nodes: the GPUs and their usage are `cache.ClusterCache.node_gpus` (the register annotation,
 the cordon annotation, the pods' allocation annotations reduced to their footprint: exactly what the
-extender fits against), the pods on each GPU its `holdings`. A node with the register annotation that
-hami-control does not count (annotation that does not decode, no allocatable `nvidia.com/gpu`) is listed
-with the reason. DRA nodes (`dra`): the devices of our driver's ResourceSlices, each claim result one
-share; slices have no fixed count there (`total` None).
+extender fits against), the other vendors' devices `ClusterCache.vendor_devices` (each vendor's
+inventory, with what the pods' vendor annotations hold), the pods on each device its `holdings`. Each
+device names its vendor (`status.vendors`: `nvidia`, or the vendor's family such as `hygon`), and each
+node has per-vendor totals (`NodeRow.vendors`). A node with the register annotation that hami-control
+does not count (annotation that does not decode, no allocatable `nvidia.com/gpu`) is listed with the
+reason, and so is each vendor inventory it leaves out (`ClusterCache.vendor_problems`: one that does not
+decode, or a vendor whose count resource is not allocatable). DRA nodes (`dra`): the devices of our
+driver's ResourceSlices (NVIDIA's), each claim result one share; slices have no fixed count there
+(`total` None).
 
 `--namespace` keeps the GPUs that hold a pod of the namespace (their usage stays the GPU's whole usage)
 and lists only that namespace's pods; `--node` keeps one node.
@@ -20,6 +26,7 @@ from hami_control.cache import UNREGISTERED
 from hami_control.status.dra import claim_shares, dra_gpus
 from hami_control.status.snapshot import Snapshot
 from hami_control.status.table import bar, columns
+from hami_control.status.vendors import NVIDIA_FAMILY
 from hami_control.usage import GPUUsage
 
 OK, UNHEALTHY, CORDONED = "ok", "unhealthy", "cordoned"
@@ -55,6 +62,22 @@ class GPURow:
     cores_used: int
     cores_total: int
     pods: tuple[PodShare, ...] = ()
+    vendor: str = NVIDIA_FAMILY
+    """`nvidia`, or the family of the device's vendor (`status.vendors`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VendorTotal:
+    """One vendor's devices on a node, summed (`slices_total` None when a device has no fixed count)."""
+
+    vendor: str
+    devices: int
+    slices_used: int
+    slices_total: int | None
+    memory_used: int
+    memory_total: int
+    cores_used: int
+    cores_total: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +86,34 @@ class NodeRow:
     mode: str
     """`device-plugin` or `dra`."""
     gpus: tuple[GPURow, ...] = ()
+    """Every device of the node: NVIDIA's GPUs first (by index), then the other vendors' devices (in
+    registry order, each vendor's in its inventory's order)."""
     problem: str = ""
-    """Why hami-control does not count the node's GPUs (empty when it does)."""
+    """Why hami-control does not count the node's NVIDIA GPUs (empty when it does)."""
+    vendor_problems: tuple[str, ...] = ()
+    """Why vendors' devices of the node are left out, `<family>: <why>` each."""
+
+    @property
+    def vendors(self) -> tuple[VendorTotal, ...]:
+        """Per vendor, its devices' totals, in the order of `gpus`."""
+        groups: dict[str, list[GPURow]] = {}
+        for gpu in self.gpus:
+            groups.setdefault(gpu.vendor, []).append(gpu)
+        return tuple(_total(vendor, rows) for vendor, rows in groups.items())
+
+
+def _total(vendor: str, rows: list[GPURow]) -> VendorTotal:
+    counts = [r.slices_total for r in rows]
+    return VendorTotal(
+        vendor,
+        len(rows),
+        sum(r.slices_used for r in rows),
+        None if None in counts else sum(c or 0 for c in counts),
+        sum(r.memory_used for r in rows),
+        sum(r.memory_total for r in rows),
+        sum(r.cores_used for r in rows),
+        sum(r.cores_total for r in rows),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,33 +141,43 @@ def _pods_by_gpu(snapshot: Snapshot, node: str) -> dict[str, list[PodShare]]:
     }
 
 
-def _plugin_node(snapshot: Snapshot, name: str) -> NodeRow | None:
-    gpus = snapshot.gpus.node_gpus(name)
-    if gpus is None:
-        if not snapshot.has_register(name):
-            return None  # no HAMi GPUs at all
-        reason = snapshot.gpus.unregistered_reason(name) or f"{UNREGISTERED}: unknown"
-        return NodeRow(name, "device-plugin", problem=reason)
-    pods = _pods_by_gpu(snapshot, name)
-    rows = tuple(
-        GPURow(
-            uuid=g.id,
-            index=g.info.index,
-            model=g.info.type,
-            mode=g.info.mode,
-            numa=g.info.numa,
-            health=_health(g),
-            slices_used=g.used,
-            slices_total=g.info.count,
-            memory_used=g.usedmem,
-            memory_total=g.info.devmem,
-            cores_used=g.usedcores,
-            cores_total=g.info.devcore,
-            pods=tuple(pods.get(g.id, ())),
-        )
-        for g in sorted(gpus.gpus, key=lambda g: g.info.index)
+def _row(gpu: GPUUsage, pods: dict[str, list[PodShare]], vendor: str) -> GPURow:
+    info = gpu.info
+    return GPURow(
+        uuid=gpu.id,
+        index=info.index,
+        model=info.type,
+        mode=info.mode,
+        numa=info.numa,
+        health=_health(gpu),
+        slices_used=gpu.used,
+        slices_total=info.count,
+        memory_used=gpu.usedmem,
+        memory_total=info.devmem,
+        cores_used=gpu.usedcores,
+        cores_total=info.devcore,
+        pods=tuple(pods.get(gpu.id, ())),
+        vendor=vendor,
     )
-    return NodeRow(name, "device-plugin", rows)
+
+
+def _plugin_node(snapshot: Snapshot, name: str) -> NodeRow | None:
+    cache = snapshot.gpus
+    gpus = cache.node_gpus(name)
+    devices = cache.vendor_devices(name)
+    problems = cache.vendor_problems(name)
+    problem = ""
+    if gpus is None and snapshot.has_register(name):
+        problem = cache.unregistered_reason(name) or f"{UNREGISTERED}: unknown"
+    if gpus is None and devices is None and not problem and not problems:
+        return None  # no HAMi devices at all
+    pods = _pods_by_gpu(snapshot, name)
+    nvidia = sorted(gpus.gpus, key=lambda g: g.info.index) if gpus is not None else []
+    rows = [_row(g, pods, NVIDIA_FAMILY) for g in nvidia]
+    if devices is not None:
+        families = snapshot.families
+        rows += [_row(g, pods, families.of_type(g.info.type)) for g in devices.gpus]
+    return NodeRow(name, "device-plugin", tuple(rows), problem, problems)
 
 
 def _dra_nodes(snapshot: Snapshot) -> dict[str, NodeRow]:
@@ -181,7 +240,13 @@ def build_top(snapshot: Snapshot, *, node: str | None = None, namespace: str | N
         row = _plugin_node(snapshot, name)
         if row is not None:
             rows[name] = row
-    rows.update(_dra_nodes(snapshot))
+    for name, dra in _dra_nodes(snapshot).items():
+        plugin = rows.get(name)  # a DRA node may hold other vendors' devices beside its GPUs
+        if plugin is None:
+            rows[name] = dra
+            continue
+        others = tuple(g for g in plugin.gpus if g.vendor != NVIDIA_FAMILY)
+        rows[name] = NodeRow(name, dra.mode, dra.gpus + others, plugin.problem, plugin.vendor_problems)
     out: list[NodeRow] = []
     for name in sorted(rows):
         row = rows[name]
@@ -195,7 +260,7 @@ def build_top(snapshot: Snapshot, *, node: str | None = None, namespace: str | N
                     kept.append(GPURow(**{**_fields(gpu), "pods": mine}))
             if not kept:
                 continue
-            row = NodeRow(row.name, row.mode, tuple(kept), row.problem)
+            row = NodeRow(row.name, row.mode, tuple(kept), row.problem, row.vendor_problems)
         out.append(row)
     return Top(tuple(out), namespace)
 
@@ -218,9 +283,10 @@ def _pods_text(gpu: GPURow, wide: bool) -> str:
 
 
 def render_top(top: Top, *, wide: bool = False) -> str:
-    """The table: one row per GPU (bars as in the demo), then one line per node whose GPUs hami-control
-    does not count. `wide` adds the full UUID, mode, NUMA node and each pod's share."""
-    header = ["NODE", "GPU", "UUID", "MODEL", "SLICES", "MEMORY (MiB)", "CORES (%)", "HEALTH"]
+    """The table: one row per device (bars as in the demo) with its vendor, then one line per node whose
+    GPUs hami-control does not count and one per vendor inventory it leaves out. `wide` adds the full
+    UUID, mode, NUMA node and each pod's share."""
+    header = ["NODE", "GPU", "UUID", "MODEL", "SLICES", "MEMORY (MiB)", "CORES (%)", "HEALTH", "VENDOR"]
     if wide:
         header[5:5] = ["MODE", "NUMA"]
     header.append("PODS")
@@ -229,6 +295,7 @@ def render_top(top: Top, *, wide: bool = False) -> str:
     for node in top.nodes:
         if node.problem:
             problems.append(f"{node.name}: GPUs not counted: {node.problem}")
+        problems += [f"{node.name}: devices not counted: {p}" for p in node.vendor_problems]
         for gpu in node.gpus:
             total = "-" if gpu.slices_total is None else str(gpu.slices_total)
             row = [
@@ -240,6 +307,7 @@ def render_top(top: Top, *, wide: bool = False) -> str:
                 f"{bar(gpu.memory_used, gpu.memory_total)} {gpu.memory_used}/{gpu.memory_total}",
                 f"{bar(gpu.cores_used, gpu.cores_total)} {gpu.cores_used}/{gpu.cores_total}",
                 gpu.health,
+                gpu.vendor,
             ]
             if wide:
                 row[5:5] = [gpu.mode, str(gpu.numa)]
@@ -253,7 +321,8 @@ def render_top(top: Top, *, wide: bool = False) -> str:
 
 
 def top_dict(top: Top) -> dict[str, Any]:
-    """The JSON/YAML form (`kind: GPUTop`): nodes, their GPUs with `{used, total}` pairs and pods."""
+    """The JSON/YAML form (`kind: GPUTop`): nodes, their per-vendor totals and their devices (`gpus`,
+    each with its `vendor`) with `{used, total}` pairs and pods."""
 
     def pair(used: int, total: int | None) -> dict[str, int | None]:
         return {"used": used, "total": total}
@@ -263,6 +332,7 @@ def top_dict(top: Top) -> dict[str, Any]:
         gpus = [
             {
                 "uuid": g.uuid,
+                "vendor": g.vendor,
                 "index": g.index,
                 "model": g.model,
                 "mode": g.mode,
@@ -278,12 +348,35 @@ def top_dict(top: Top) -> dict[str, Any]:
             }
             for g in node.gpus
         ]
-        entry: dict[str, Any] = {"name": node.name, "mode": node.mode, "counted": not node.problem}
+        counted = not node.problem and not node.vendor_problems
+        entry: dict[str, Any] = {"name": node.name, "mode": node.mode, "counted": counted}
         if node.problem:
             entry["problem"] = node.problem
+        if node.vendor_problems:
+            entry["vendorProblems"] = list(node.vendor_problems)
+        entry["vendors"] = [
+            {
+                "vendor": v.vendor,
+                "devices": v.devices,
+                "slices": pair(v.slices_used, v.slices_total),
+                "memoryMiB": pair(v.memory_used, v.memory_total),
+                "cores": pair(v.cores_used, v.cores_total),
+            }
+            for v in node.vendors
+        ]
         entry["gpus"] = gpus
         nodes.append(entry)
     return {"apiVersion": "hami.io/v1", "kind": "GPUTop", "nodes": nodes}
 
 
-__all__ = ["GPURow", "NodeRow", "PodShare", "Top", "UnknownNode", "build_top", "render_top", "top_dict"]
+__all__ = [
+    "GPURow",
+    "NodeRow",
+    "PodShare",
+    "Top",
+    "UnknownNode",
+    "VendorTotal",
+    "build_top",
+    "render_top",
+    "top_dict",
+]

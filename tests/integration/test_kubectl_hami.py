@@ -201,7 +201,15 @@ def test_explain_a_pending_pod_says_why_per_node_with_its_events(
     data = json.loads(running.stdout)
     assert (data["phase"], data["node"], data["bindPhase"]) == ("Running", "gpu-a", "success")
     assert data["gpus"] == [
-        {"holder": "main", "uuid": A1, "index": 1, "model": A100, "memoryMiB": 40000, "cores": 50}
+        {
+            "holder": "main",
+            "vendor": "nvidia",
+            "uuid": A1,
+            "index": 1,
+            "model": A100,
+            "memoryMiB": 40000,
+            "cores": 50,
+        }
     ]
 
 

@@ -586,7 +586,7 @@ def test_every_label_a_query_filters_or_groups_by_is_on_its_metric() -> None:
 
 def test_every_variable_queries_an_exported_metric() -> None:
     variables = dict(variable_queries())
-    assert set(variables) == {"node", "namespace"}
+    assert set(variables) == {"node", "vendor", "namespace"}
     for name, selector in variables.items():
         assert metric_names(selector) <= exported(), name
         assert metric_names(selector), name
@@ -629,10 +629,10 @@ def test_every_query_uses_the_datasource_variable() -> None:
             assert v["datasource"] == expected, v["name"]
 
 
-def test_the_node_and_namespace_variables_filter_the_panels() -> None:
+def test_the_node_vendor_and_namespace_variables_filter_the_panels() -> None:
     """Each variable is used, as a regex matcher (multi-value and All give regexes)."""
     exprs = [expr for _, expr in panel_queries()]
-    for variable, label in (("$node", "node"), ("$namespace", "namespace")):
+    for variable, label in (("$node", "node"), ("$vendor", "vendor"), ("$namespace", "namespace")):
         uses = [e for e in exprs if variable in e]
         assert uses, variable
         for e in uses:

@@ -104,7 +104,8 @@ def labels(**kv: str) -> frozenset[tuple[str, str]]:
 
 
 def gpu_labels(uuid: str, index: int, node: str = "n1", **extra: str) -> frozenset[tuple[str, str]]:
-    return labels(node=node, device_uuid=uuid, device_index=str(index), **extra)
+    """An NVIDIA GPU's series labels (`vendor="nvidia"` beside HAMi's)."""
+    return labels(node=node, device_uuid=uuid, device_index=str(index), vendor="nvidia", **extra)
 
 
 G0, G1 = counted_gpu("GPU-0"), counted_gpu("GPU-1", 1)
@@ -188,7 +189,7 @@ def test_vgpu_per_pod_and_gpu(cache: ClusterCache) -> None:
     s = scrape(ControlMetrics(cache))
 
     def pod(uid: str, uuid: str, namespace: str = "default") -> frozenset[tuple[str, str]]:
-        return labels(namespace=namespace, node="n1", pod=f"pod-{uid}", device_uuid=uuid)
+        return labels(namespace=namespace, node="n1", pod=f"pod-{uid}", device_uuid=uuid, vendor="nvidia")
 
     assert s["hami_vgpu_memory_allocated_bytes"] == {
         pod("u1", "GPU-0"): 4000 * MIB,
@@ -210,7 +211,7 @@ def test_vgpu_counts_init_container_peak() -> None:
         "ADDED", running_pod("u1", "n1", allocation([("GPU-0", 5000, 40)], [("GPU-0", 1000, 10)]), inits=1)
     )
     s = scrape(ControlMetrics(cache))
-    key = labels(namespace="default", node="n1", pod="pod-u1", device_uuid="GPU-0")
+    key = labels(namespace="default", node="n1", pod="pod-u1", device_uuid="GPU-0", vendor="nvidia")
     assert s["hami_vgpu_memory_allocated_bytes"] == {key: 5000 * MIB}
     assert s["hami_vgpu_core_allocated_ratio"] == {key: 40}
     assert s["hami_gpu_shared_count"] == {gpu_labels("GPU-0", 0, device_type=T4): 1}

@@ -93,15 +93,15 @@ def snapshot_of(
 
 
 GOLDEN_TOP = """\
-NODE    GPU  UUID        MODEL                  SLICES  MEMORY (MiB)            CORES (%)          HEALTH    PODS
-gpu-a   0    ..000-0000  NVIDIA A100-SXM4-80GB  1/10    #......... 8000/81920   ##........ 25/100  ok        ai-team/inference-a
-gpu-a   1    ..111-1111  NVIDIA A100-SXM4-80GB  2/10    #######... 60480/81920  ###....... 30/100  ok        ai-team/notebook, default/training
-gpu-t4  0    ..000-0000  NVIDIA-Tesla T4        0/10    .......... 0/15360      .......... 0/100   cordoned  -
+NODE    GPU  UUID        MODEL                  SLICES  MEMORY (MiB)            CORES (%)          HEALTH    VENDOR  PODS
+gpu-a   0    ..000-0000  NVIDIA A100-SXM4-80GB  1/10    #......... 8000/81920   ##........ 25/100  ok        nvidia  ai-team/inference-a
+gpu-a   1    ..111-1111  NVIDIA A100-SXM4-80GB  2/10    #######... 60480/81920  ###....... 30/100  ok        nvidia  ai-team/notebook, default/training
+gpu-t4  0    ..000-0000  NVIDIA-Tesla T4        0/10    .......... 0/15360      .......... 0/100   cordoned  nvidia  -
 gpu-gone: GPUs not counted: node unregistered: status.allocatable["nvidia.com/gpu"] is 0 (device plugin gone or every GPU unhealthy)"""  # noqa: E501
 
 GOLDEN_WIDE_ROW = (
     "gpu-a   1    GPU-a1111111-1111-1111  NVIDIA A100-SXM4-80GB  2/10    hami-core  1     "
-    "#######... 60480/81920  ###....... 30/100  ok        "
+    "#######... 60480/81920  ###....... 30/100  ok        nvidia  "
     "ai-team/notebook (20480 MiB, 0%), default/training (40000 MiB, 30%)"
 )
 
@@ -158,13 +158,29 @@ TOP_SCHEMA: Json = {
             "type": "array",
             "items": {
                 "type": "object",
-                "required": ["name", "mode", "counted", "gpus"],
+                "required": ["name", "mode", "counted", "vendors", "gpus"],
                 "additionalProperties": False,
                 "properties": {
                     "name": {"type": "string"},
                     "mode": {"enum": ["device-plugin", "dra"]},
                     "counted": {"type": "boolean"},
                     "problem": {"type": "string"},
+                    "vendorProblems": {"type": "array", "items": {"type": "string"}},
+                    "vendors": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["vendor", "devices", "slices", "memoryMiB", "cores"],
+                            "properties": {
+                                "vendor": {"type": "string"},
+                                "devices": {"type": "integer"},
+                                "slices": {"$ref": "#/$defs/pair"},
+                                "memoryMiB": {"$ref": "#/$defs/pair"},
+                                "cores": {"$ref": "#/$defs/pair"},
+                            },
+                        },
+                    },
                     "gpus": {
                         "type": "array",
                         "items": {
@@ -172,6 +188,7 @@ TOP_SCHEMA: Json = {
                             "additionalProperties": False,
                             "required": [
                                 "uuid",
+                                "vendor",
                                 "index",
                                 "model",
                                 "mode",
@@ -184,6 +201,7 @@ TOP_SCHEMA: Json = {
                             ],
                             "properties": {
                                 "uuid": {"type": "string"},
+                                "vendor": {"type": "string"},
                                 "index": {"type": "integer"},
                                 "model": {"type": "string"},
                                 "mode": {"type": "string"},
@@ -486,11 +504,12 @@ def test_quota_shows_hard_against_used_per_namespace() -> None:
         ("default", "limits.nvidia.com/gpucores"): (30, None, ()),
     }
     assert render_quota(rows).splitlines()[1] == (
-        "ai-team    limits.nvidia.com/gpumem    28480 MiB  30000 MiB  #########.  gpu"
+        "ai-team    limits.nvidia.com/gpumem    28480 MiB  30000 MiB  #########.  gpu    nvidia"
     )
     data = quota_dict(rows)
     assert data["namespaces"][0]["resources"][0] == {
         "key": "limits.nvidia.com/gpumem",
+        "vendor": "nvidia",
         "unit": "MiB",
         "used": 28480,
         "hard": 30000,
