@@ -1,9 +1,11 @@
 """`hami-sim demo`: the whole system on one machine, in under a minute.
 
 Brings up a small local cluster (3 nodes x 4 fake GPUs of two models: two A100 80 GB nodes and one T4
-node), applies the workloads in `examples/demo/` through the official client, as a user would (the
-webhook, the scheduler stand-in, the extender, the kubelet stand-ins and the node daemons all take their
-real part), and prints:
+node; and, beside them, a node of 2 Huawei Ascend 910B4 NPUs and one of 2 Hygon DCUs, each served by a
+stand-in for its vendor's device plugin, `hami_sim.vendors`: HAMi's other accelerators, docs/vendors.md),
+applies the workloads in `examples/demo/` and `examples/demo-vendors/` through the official client, as a
+user would (the webhook, the scheduler stand-in, the extender, the kubelet stand-ins, the node daemons and
+the vendor plugins all take their real part), and prints:
 
 - for each pod its outcome: the node and GPUs it got, or why it was refused or is pending, in plain words;
 - a per-GPU usage table (slices, memory, cores) with bars, `kubectl hami top`'s (hami_control.status);
@@ -18,7 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,13 +29,19 @@ import yaml
 
 from hami_api import dra
 from hami_api.annotations import DEVICES_ALLOCATED, DEVICES_TO_ALLOCATE, decode_pod_allocation
-from hami_api.types import PodAllocation
-from hami_control.config import ControlConfig
+from hami_api.types import NVIDIA, PodAllocation
+from hami_control.config import ControlConfig, DeviceSettings
 from hami_control.status.dra import claim_shares, dra_gpus, pod_claim_names
 from hami_control.status.snapshot import Snapshot
 from hami_control.status.top import build_top, render_top
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "demo"
+VENDOR_EXAMPLES = EXAMPLES.parent / "demo-vendors"
+"""Pods of the other vendors, applied when the cluster has their nodes (device-plugin and mixed modes)."""
+
+
+DEMO_CONFIG = ControlConfig(devices=DeviceSettings(enable_ascend=True))
+"""How the demo reads its cluster: hami-control's settings with Ascend on, as the cluster runs it."""
 
 
 @dataclass
@@ -113,11 +121,23 @@ def _allocation(pod: Any) -> PodAllocation | None:
     annotations = pod.metadata.annotations or {}
     text = annotations.get(DEVICES_ALLOCATED) or annotations.get(DEVICES_TO_ALLOCATE)
     if not text:
-        return None
+        return _vendor_allocation(annotations)
     try:
         return decode_pod_allocation(text)
     except ValueError:
         return None
+
+
+def _vendor_allocation(annotations: Mapping[str, str]) -> PodAllocation | None:
+    """The devices of another vendor the pod got (its vendor's allocated annotation), if any."""
+    for vendor in DEMO_CONFIG.registry.others:
+        text = annotations.get(vendor.names.allocated) if vendor.names.allocated else None
+        if text:
+            try:
+                return decode_pod_allocation(text, vendor.names.allocated)
+            except ValueError:
+                return None
+    return None
 
 
 def _pending_reason(core: Any, pod: Any) -> str:
@@ -149,7 +169,11 @@ def _outcomes(
             parts = []
             for container, slices in zip(names, allocation.containers, strict=False):
                 if slices.devices:
-                    gpus = ", ".join(f"{s.uuid[-8:]} {s.usedmem} MiB {s.usedcores}%" for s in slices.devices)
+                    gpus = ", ".join(
+                        f"{s.uuid[-8:]}{'' if s.vendor == NVIDIA else f' ({s.vendor})'} {s.usedmem} MiB "
+                        f"{s.usedcores}%"
+                        for s in slices.devices
+                    )
                     parts.append(f"{container}: {gpus}")
             out.append(
                 Outcome(namespace, name, f"Running on {pod.spec.node_name}; " + "; ".join(parts), True)
@@ -192,7 +216,7 @@ def usage_table(core: Any, resource: Any = None) -> str:
     nodes = _json(core, core.list_node()).get("items") or []
     pods = _json(core, core.list_pod_for_all_namespaces()).get("items") or []
     slices, claims = _dra_objects(core, resource) if resource is not None else ([], [])
-    snapshot = Snapshot.of(ControlConfig(), nodes, pods, (), slices, claims)
+    snapshot = Snapshot.of(DEMO_CONFIG, nodes, pods, (), slices, claims)
     return render_top(build_top(snapshot))
 
 
@@ -211,20 +235,33 @@ def run(args: argparse.Namespace) -> int:
     from kubernetes import client, config
 
     from hami_sim.cluster import Cluster, ClusterError, ClusterSpec, GPUSpec, NodeSpec
+    from hami_sim.vendors.table import device_spec
 
     started = time.monotonic()
     a100, t4 = GPUSpec("NVIDIA A100-SXM4-80GB"), GPUSpec("NVIDIA Tesla T4", 15360)
+    vendors = args.mode != "dra" and not args.no_vendors  # a vendor's node serves through its plugin
+    others = (
+        (
+            NodeSpec("npu-a", (), devices=device_spec({"vendor": "ascend", "model": "910B4", "count": 2})),
+            NodeSpec("dcu-a", (), devices=device_spec({"vendor": "hygon", "count": 2})),
+        )
+        if vendors
+        else ()
+    )
     spec = ClusterSpec(
         nodes=(
             NodeSpec("gpu-a", (a100,) * 4),
             NodeSpec("gpu-b", (a100,) * 4),
             NodeSpec("gpu-t4", (t4,) * 4),
+            *others,
         ),
         split=args.split,
     ).with_mode(args.mode)
     how = {"device-plugin": "", "dra": " in DRA mode", "mixed": ", gpu-b in DRA mode"}[args.mode]
+    beside = "; an Ascend 910B4 node and a Hygon DCU node, 2 devices each" if vendors else ""
     print(
-        f"== Bringing up a local cluster: 3 nodes x 4 fake GPUs (2 x A100 80GB nodes, 1 x T4 node){how}",
+        f"== Bringing up a local cluster: 3 nodes x 4 fake GPUs (2 x A100 80GB nodes, 1 x T4 node){how}"
+        f"{beside}",
         flush=True,
     )
     try:
@@ -238,10 +275,16 @@ def run(args: argparse.Namespace) -> int:
         resource: Any = client.ResourceV1Api(api_client) if spec.dra_nodes else None
         if args.mode == "mixed":
             _progress("namespace ai-team goes through DRA (labelled hami.io/dra=enabled)")
-        print(f"== Cluster up in {time.monotonic() - started:.1f} s; applying {args.examples}/", flush=True)
+        applying = f"{args.examples}/" + (
+            f" and {VENDOR_EXAMPLES}/" if vendors and args.examples == EXAMPLES else ""
+        )
+        print(f"== Cluster up in {time.monotonic() - started:.1f} s; applying {applying}", flush=True)
         created: list[tuple[str, str]] = []
         refused: list[Outcome] = []
-        for doc in _documents(args.examples):
+        documents = list(_documents(args.examples))
+        if vendors and args.examples == EXAMPLES:
+            documents += list(_documents(VENDOR_EXAMPLES))
+        for doc in documents:
             meta = doc.get("metadata") or {}
             if args.mode == "mixed" and doc.get("kind") == "Namespace" and meta.get("name") == "ai-team":
                 meta.setdefault("labels", {})["hami.io/dra"] = "enabled"
@@ -269,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
         for outcome in _outcomes(core, created, refused, resource):
             mark = "ok " if outcome.ok else "-- "
             print(f"{mark}{outcome.namespace}/{outcome.name}: {outcome.text}")
-        print("\n== GPU usage (slices, memory, cores)")
+        print("\n== Device usage (slices, memory, cores; NVIDIA's GPUs and the other vendors' devices)")
         print(usage_table(core, resource))
         source = "its claim's CDI spec" if args.mode in ("dra", "mixed") else "Allocate"
         print(f"\n== What HAMi-core gets: the environment of ai-team/inference-a's container (from {source})")
@@ -314,6 +357,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "(default: %(default)s)",
     )
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
+    parser.add_argument(
+        "--no-vendors",
+        action="store_true",
+        help="leave out the Ascend and Hygon nodes and their pods (NVIDIA only)",
+    )
     parser.set_defaults(handler=run)
     return parser
 
