@@ -81,7 +81,7 @@ from hami_api.types import BindPhase, GPUSlice, NodeLock, PodAllocation
 from hami_control.cache import ClusterCache
 from hami_control.cycle import Choice
 from hami_control.devices.base import MUTEX_LOCK
-from hami_control.extender import ExtenderArgsError, PodAsk, failure_reason
+from hami_control.extender import ExtenderArgsError, PodAsk, failure_reason, fit_with_vendors
 from hami_control.fit import Fit
 
 log = logging.getLogger(__name__)
@@ -167,6 +167,7 @@ class Assumptions(Protocol):
         namespace: str = "",
         name: str = "",
         extra: tuple[GPUSlice, ...] = (),
+        annotations: tuple[tuple[str, str], ...] = (),
     ) -> None: ...
 
     def forget(self, uid: str) -> None: ...
@@ -381,6 +382,21 @@ def node_locks(ask: PodAsk) -> tuple[str, ...]:
         if v.names.common_word in asked and v.names.lock_annotation
     }
     return tuple(sorted(locks))
+
+
+def vendor_expectations(ask: PodAsk, fit: Fit) -> dict[str, str]:
+    """What the vendors expect of their devices once this placement is written (Metax sGPU's QoS
+    policies: HAMi's JitteryQosCache, filled by its PatchAnnotations)."""
+    if ask.vendors is None or fit.vendors is None:
+        return {}
+    pod = ask.vendors.pod(ask.namespace, ask.name)
+    by_word = {v.names.common_word: v for v in ask.vendors.vendors}
+    out: dict[str, str] = {}
+    for word, devices in fit.vendors.allocations.items():
+        vendor = by_word.get(word)
+        if vendor is not None:
+            out.update(vendor.placement_expectations(pod, devices, fit.vendors.custom.get(word, ())))
+    return out
 
 
 def vendor_slices(ask: PodAsk, fit: Fit) -> tuple[GPUSlice, ...]:
@@ -700,6 +716,9 @@ class Binder:
             namespace=request.namespace,
             name=request.name,
             extra=vendor_slices(ask, fit),
+            annotations=ask.vendors.annotations
+            if ask.vendors is not None and ask.vendors.uses_device_pods
+            else (),
         )
         self.window.enter(node, uid, counts, now, request.who)
         return fit
@@ -712,7 +731,9 @@ class Binder:
             raise _Failed("unregistered", f"cannot bind pod {request.who} to node {request.node}: {reason}")
         if choice is not None and choice.generation == self._cache.generation(request.node):
             return choice.fit  # made on these very GPUs: the fit a fresh one would give
-        result = ask.fit(gpus, vendor)
+        result = (
+            ask.fit(gpus) if ask.vendors is None else fit_with_vendors(ask, self._cache, request.node, gpus)
+        )
         if not isinstance(result, Fit):
             raise _Failed(
                 "no_fit", f"pod {request.who} no longer fits node {request.node}: {failure_reason(result)}"
@@ -794,6 +815,7 @@ class Binder:
         except BaseException:
             self._keep(request, "cancelled")
             raise
+        self._cache.expect(vendor_expectations(ask, fit))
         gpus = _gpus_text(allocation, vendor_slices(ask, fit))
         self.outcomes["success"] += 1
         log.info("bound pod %s to node %s with GPUs %s", request.who, request.node, gpus)

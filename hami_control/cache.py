@@ -62,7 +62,7 @@ from hami_api.errors import QuantityError, WireFormatError
 from hami_api.quantity import parse_quantity
 from hami_api.resources import ResourceNames
 from hami_api.types import NVIDIA, GPUInfo, GPUPairScore, GPUSlice
-from hami_control.devices.base import HealthRule, Vendor, node_quantity
+from hami_control.devices.base import DevicePods, HealthRule, Vendor, node_quantity
 from hami_control.usage import NodeGPUs, with_slices, without_slices
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,9 @@ class PodHolding:
     node: str
     slices: tuple[GPUSlice, ...]
     assumed: bool
+    annotations: tuple[tuple[str, str], ...] = ()
+    """The pod's annotations, for a pod holding devices of a vendor whose Fit reads the pods on each
+    device (Metax sGPU's app class: `device_pods`); () otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +205,8 @@ class ClusterCache:
         """node -> its usable vendor devices with what the pods hold (only nodes that have some)."""
         self._vendor_problems: dict[str, tuple[str, ...]] = {}
         self._vendor_nodes: dict[str, Mapping[str, Any]] = {}
+        self._expected: dict[str, str] = {}
+        """Device id -> what a vendor expects its inventory to show after a placement (`expect`)."""
         """node -> the parts of its Node object the vendors' ScoreNode reads (name, labels, annotations),
         for nodes with vendor devices."""
         self._nodes: dict[str, _Node] = {}
@@ -228,6 +233,34 @@ class ClusterCache:
     def vendor_devices(self, name: str) -> NodeGPUs | None:
         """The node's usable devices of the other vendors with current usage; None when it has none."""
         return self._vendor_devices.get(name)
+
+    def device_pods(self, name: str) -> DevicePods:
+        """The pods holding each of the node's other-vendor devices, one per slice (HAMi's
+        DeviceUsage.PodInfos), as objects with their namespace, name and annotations."""
+        pods: dict[str, list[Mapping[str, Any]]] = {}
+        for holding in self.holdings(name):
+            obj = {
+                "metadata": {
+                    "namespace": holding.namespace,
+                    "name": holding.name,
+                    "annotations": dict(holding.annotations),
+                }
+            }
+            for s in holding.slices:
+                if s.vendor != NVIDIA:
+                    pods.setdefault(s.uuid, []).append(obj)
+        return pods
+
+    @property
+    def expectations(self) -> Mapping[str, str]:
+        """What the vendors expect of their devices after placements the inventories do not show yet
+        (`Vendor.placement_expectations`: Metax sGPU's QoS policies), by device id."""
+        return self._expected
+
+    def expect(self, expected: Mapping[str, str]) -> None:
+        """Record a placement's expectations (the binder, once its Binding is written)."""
+        if expected:
+            self._expected = {**self._expected, **expected}
 
     @property
     def vendors(self) -> tuple[Vendor, ...]:
@@ -392,6 +425,9 @@ class ClusterCache:
             else:
                 self._vendor_problems.pop(name, None)
         base = tuple(devices)
+        if self._expected and base:
+            for vendor in self._vendors:
+                self._expected = vendor.settled_expectations(self._expected, base)
         if base:
             meta = _mapping(node.get("metadata"))
             self._vendor_nodes[name] = {

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hami_control.extender import NodeFit, PodAsk
+from hami_control.extender import NodeFit, PodAsk, VendorView, fit_with_vendors
 from hami_control.fit import Fit, FitResult, QuotaCheck
 from hami_control.quota import QuotaUsage
 from hami_control.usage import NodeGPUs
@@ -67,21 +67,22 @@ class PodCycle:
         self,
         ask: PodAsk,
         generation: Callable[[str], int],
-        vendor_devices: Callable[[str], NodeGPUs | None] | None = None,
+        vendors: VendorView | None = None,
     ) -> NodeFit:
         """`extender.NodeFit` for `ask` (this cycle's ask under the request's quota check): a node's
         choice is reused while its generation and the check are those it was made with; new fits are
-        kept. `vendor_devices`: the node's other vendors' devices, for a pod that asks some (their
-        changes change the generation too)."""
+        kept. `vendors`: the cluster's other-vendor devices (and their pods), for a pod that asks some
+        (their changes change the generation too)."""
         choices = self.choices
-        vendors = vendor_devices if ask.vendors is not None else None
+        if ask.vendors is None:
+            vendors = None
 
         def fit(name: str, node: NodeGPUs | None) -> FitResult:
             current = generation(name)
             kept = choices.get(name)
             if kept is not None and kept.generation == current and kept.quota == ask.quota:
                 return kept.fit
-            result = ask.fit(node, vendors(name) if vendors is not None else None)
+            result = ask.fit(node) if vendors is None else fit_with_vendors(ask, vendors, name, node)
             if isinstance(result, Fit):
                 choices[name] = Choice(result, current, ask.quota)
             elif kept is not None:

@@ -99,7 +99,7 @@ from hami_api.types import (
     ScoringWeights,
 )
 from hami_control.config import ControlConfig
-from hami_control.devices.base import DeviceRequest, FitContext, QuotaEntry, Vendor
+from hami_control.devices.base import DevicePods, DeviceRequest, FitContext, QuotaEntry, Vendor
 from hami_control.devices.podfit import VendorFit, VendorUnfit, fit_vendor_pod, too_few
 from hami_control.devices.standard import NODE_INSUFFICIENT_DEVICE
 from hami_control.fit import (
@@ -162,6 +162,15 @@ class NodeView(Protocol):
 
     def vendor_problems(self, name: str) -> tuple[str, ...]:
         """Why vendors' devices of the node are left out (`<family>: <why>`), empty when none is."""
+        ...
+
+    def device_pods(self, name: str) -> DevicePods:
+        """The pods holding each of the node's other-vendor devices (`cache.ClusterCache.device_pods`)."""
+        ...
+
+    @property
+    def expectations(self) -> Mapping[str, str]:
+        """The vendors' expectations of their devices after recent placements (`ClusterCache`)."""
         ...
 
 
@@ -303,6 +312,11 @@ class VendorAsk:
         return requests
 
     @property
+    def uses_device_pods(self) -> bool:
+        """Whether a vendor it asks reads the pods on each device (`Vendor.uses_device_pods`)."""
+        return any(v.uses_device_pods for v in self.vendors)
+
+    @property
     def inits(self) -> int:
         return sum(1 for _, init in self.containers if init)
 
@@ -429,9 +443,17 @@ class PodAsk:
     def asks_nvidia(self) -> bool:
         return any(request is not None for request, _ in self.requests)
 
-    def fit(self, node: NodeGPUs | None, vendor_devices: NodeGPUs | None = None) -> FitResult:
+    def fit(
+        self,
+        node: NodeGPUs | None,
+        vendor_devices: NodeGPUs | None = None,
+        *,
+        device_pods: DevicePods | None = None,
+        qos: Mapping[str, str] | None = None,
+    ) -> FitResult:
         """The pod on a node: its NVIDIA GPUs (`node`, None when the node has no registered NVIDIA GPUs)
-        by `fit.fit_pod`, and its other vendors' devices (`vendor_devices`) by HAMi's per-vendor Fit."""
+        by `fit.fit_pod`, and its other vendors' devices (`vendor_devices`) by HAMi's per-vendor Fit
+        (`device_pods`, `qos`: what Metax sGPU's Fit reads, `FitContext`)."""
         if self.asks_nvidia:
             if node is None:
                 return FitFailure((), 0, True, text="NodeInsufficientDevice")
@@ -461,6 +483,8 @@ class PodAsk:
             {"metadata": {"name": node.name if node is not None else ""}},
             self.gpu_policy,
             quota=_vendor_quota(self.quota),
+            device_pods=device_pods or {},
+            qos_cache=qos or {},
         )
         outcome = self.vendors.fit(vendor_devices, context)
         if isinstance(outcome, VendorUnfit):
@@ -784,7 +808,29 @@ def _fit_on(ask: PodAsk, view: NodeView) -> NodeFit:
     """`ask.fit` on a node of `view` (with its other vendors' devices when the pod asks some)."""
     if ask.vendors is None:
         return lambda _name, node: ask.fit(node)
-    return lambda name, node: ask.fit(node, view.vendor_devices(name))
+    return lambda name, node: fit_with_vendors(ask, view, name, node)
+
+
+class VendorView(Protocol):
+    """What a vendor pod's fit reads of the cluster besides the node's GPUs (`cache.ClusterCache`)."""
+
+    def vendor_devices(self, name: str) -> NodeGPUs | None: ...
+
+    def device_pods(self, name: str) -> DevicePods: ...
+
+    @property
+    def expectations(self) -> Mapping[str, str]: ...
+
+
+def fit_with_vendors(ask: PodAsk, view: VendorView, name: str, node: NodeGPUs | None) -> FitResult:
+    """`ask.fit` on node `name` with its other vendors' devices, and for a vendor whose Fit reads them
+    (`Vendor.uses_device_pods`) the pods on each device and the vendors' expectations."""
+    vendors = ask.vendors
+    if vendors is None:
+        return ask.fit(node)
+    if not vendors.uses_device_pods:
+        return ask.fit(node, view.vendor_devices(name))
+    return ask.fit(node, view.vendor_devices(name), device_pods=view.device_pods(name), qos=view.expectations)
 
 
 def _filter_vectorised(  # noqa: PLR0917 (the filter's inputs, named)
@@ -1005,11 +1051,13 @@ __all__ = [
     "NodeView",
     "PodAsk",
     "VendorAsk",
+    "VendorView",
     "ask_from_requests",
     "failure_reason",
     "filter_error",
     "filter_nodes",
     "filter_pod",
+    "fit_with_vendors",
     "prioritize_nodes",
     "prioritize_pod",
     "read_candidates",

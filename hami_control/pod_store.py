@@ -413,6 +413,13 @@ def _vendor_quota_usage(annotations: Mapping[str, Any], ask: VendorAsk, inits: i
     return vendor_requests_usage(ask.by_container, ask.inits, ask.vendors)
 
 
+def _device_pod_annotations(record: PodRecord) -> tuple[tuple[str, str], ...]:
+    """The annotations the cache keeps with a pod's holding: those of a pod asking a vendor whose Fit
+    reads the pods on each device (`Vendor.uses_device_pods`), else none."""
+    ask = record.vendor_ask
+    return ask.annotations if ask is not None and ask.uses_device_pods else ()
+
+
 def _vendor_ask(pod: Mapping[str, Any], config: ControlConfig, old: PodRecord | None) -> VendorAsk | None:
     """The pod's other-vendor ask, read only when a container names one of their resources."""
     registry = config.registry
@@ -538,6 +545,7 @@ class _Bound:
     at: float
     namespace: str
     name: str
+    annotations: tuple[tuple[str, str], ...] = ()
 
 
 # --- the store ------------------------------------------------------------------------------------------
@@ -664,17 +672,19 @@ class PodStore:
         namespace: str = "",
         name: str = "",
         extra: tuple[GPUSlice, ...] = (),
+        annotations: tuple[tuple[str, str], ...] = (),
     ) -> None:
         """Count a pod the binder is binding to `node` from now on, until a watch event confirms it.
         A pod the watch already shows with its allocation is counted from that and not assumed again;
-        assuming a pod twice keeps the latest choice. `extra`: the other vendors' devices it holds."""
+        assuming a pod twice keeps the latest choice. `extra`: the other vendors' devices it holds;
+        `annotations`: the pod's, for vendors whose Fit reads the pods on each device."""
         record = self._pods.get(uid)
         if record is not None and record.held is not None:
             return
         if record is None and (namespace or name):
             self._uids[(namespace, name)] = uid
         slices = footprint_slices(allocation, kinds) + extra
-        self._bound[uid] = _Bound(Held(node, slices), now, namespace, name)
+        self._bound[uid] = _Bound(Held(node, slices), now, namespace, name, annotations)
         self._settle(uid)
 
     def forget(self, uid: str) -> None:
@@ -807,15 +817,18 @@ class PodStore:
         if held is not None:
             assert record is not None
             current = self.gpus.holding(uid)
+            annotations = _device_pod_annotations(record)
             if (
                 current is None
                 or current.assumed
                 or current.node != held.node
                 or current.slices != held.slices
+                or current.annotations != annotations
             ):
-                self.gpus.hold(
-                    uid, PodHolding(uid, record.namespace, record.name, held.node, held.slices, False)
+                holding = PodHolding(
+                    uid, record.namespace, record.name, held.node, held.slices, False, annotations
                 )
+                self.gpus.hold(uid, holding)
             return
         bound = self._bound.get(uid)
         if bound is None:
@@ -824,7 +837,9 @@ class PodStore:
         namespace, name = (
             (record.namespace, record.name) if record is not None else (bound.namespace, bound.name)
         )
-        self.gpus.hold(uid, PodHolding(uid, namespace, name, bound.held.node, bound.held.slices, True))
+        annotations = _device_pod_annotations(record) if record is not None else bound.annotations
+        holding = PodHolding(uid, namespace, name, bound.held.node, bound.held.slices, True, annotations)
+        self.gpus.hold(uid, holding)
 
     def _add_usage(self, record: PodRecord) -> None:
         if record.cpu_milli and record.node_name and not record.terminal:

@@ -171,9 +171,7 @@ class Extender:
         return ask.under_quota(view, self.config)
 
     def _fitter(self, cycle: PodCycle, ask: PodAsk | None) -> NodeFit | None:
-        return (
-            cycle.fitter(ask, self.cache.generation, self.cache.vendor_devices) if ask is not None else None
-        )
+        return cycle.fitter(ask, self.cache.generation, self.cache) if ask is not None else None
 
     # --- the verbs ------------------------------------------------------------------------------------
 

@@ -360,6 +360,9 @@ class Vendor:
     policy_neutral = False
     """HAMi's optional `PolicyNeutralScore` marker (Metax sGPU): `score_node` is "higher is better"
     whatever the policy, and the caller weighs it x10000 under binpack, x-10000 under spread."""
+    uses_device_pods = False
+    """Its Fit reads `FitContext.device_pods` and `qos_cache` (Metax sGPU's app classes and QoS), which
+    the caller builds only for such vendors."""
 
     def __init__(self, names: VendorNames) -> None:
         self.names = names
@@ -494,6 +497,18 @@ class Vendor:
     ) -> float:
         """ScoreNode: an extra node score added to the generic one (0 for most vendors)."""
         return 0.0
+
+    def placement_expectations(
+        self, pod: Mapping[str, Any], devices: PodAllocation, custom: Sequence[Sequence[Mapping[str, Any]]]
+    ) -> dict[str, str]:
+        """What the scheduler expects of its devices once this placement is written, by device id
+        (Metax sGPU's QoS policy, HAMi's JitteryQosCache), kept by the caller until the inventory shows it
+        (`settled_expectations`); {} for most vendors."""
+        return {}
+
+    def settled_expectations(self, expected: Mapping[str, str], devices: Sequence[GPUInfo]) -> dict[str, str]:
+        """`expected` without what a node's fresh inventory (`devices`) now reports as expected."""
+        return dict(expected)
 
 
 def handshake_health(node: Mapping[str, Any], now: datetime, key: str, count_resource: str) -> NodeHealth:

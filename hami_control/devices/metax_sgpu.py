@@ -424,6 +424,7 @@ class MetaxSGPU(Vendor):
     """HAMi's MetaxSDevices (see the module docstring)."""
 
     policy_neutral = True
+    uses_device_pods = True
 
     def __init__(self, names: VendorNames, *, topology_aware: bool = False) -> None:
         super().__init__(names)
@@ -628,6 +629,14 @@ class MetaxSGPU(Vendor):
             out[ALLOCATED_DEVICES] = metax_pod_devices(devices)
             out[PREDICATE_TIME] = str(_unix_nanos(now))
         return out
+
+    def placement_expectations(
+        self, pod: Mapping[str, Any], devices: PodAllocation, custom: Sequence[Sequence[Mapping[str, Any]]]
+    ) -> dict[str, str]:
+        return self.qos_expectations(pod, devices, custom)
+
+    def settled_expectations(self, expected: Mapping[str, str], devices: Sequence[GPUInfo]) -> dict[str, str]:
+        return sync_jittery_qos(expected, devices)
 
     def qos_expectations(
         self, pod: Mapping[str, Any], devices: PodAllocation, custom: Sequence[Sequence[Mapping[str, Any]]]

@@ -390,3 +390,60 @@ def test_a_capacity_vendor_needs_no_allocatable_count_as_hamis_check_health() ->
     cache.node_upserted(mlu)
     devices = cache.vendor_devices("m")
     assert devices is not None and [g.id for g in devices.gpus] == ["m-cambricon-mlu-0"]
+
+
+# --- Metax sGPU's Fit reads the pods on each device (HAMi's DeviceUsage.PodInfos) -----------------------
+
+
+def sgpu_node(name: str, devices: int = 1) -> Json:
+    entries = [
+        {"uuid": f"{name}-{i}", "model": "sgpu", "totalDevCount": 16, "totalCompute": 100, "totalVRam": 32768,
+         "numa": 0, "healthy": True, "qosPolicy": "best-effort"}
+        for i in range(devices)
+    ]  # fmt: skip
+    return node(
+        name,
+        annotations={"metax-tech.com/node-gpu-devices": orjson.dumps(entries).decode()},
+        allocatable={"metax-tech.com/sgpu": str(16 * devices), "cpu": "8"},
+        capacity={"metax-tech.com/sgpu": str(16 * devices)},
+    )
+
+
+def sgpu_pod(name: str, uid: str, app_class: str | None) -> Json:
+    limits = {"metax-tech.com/sgpu": "1", "metax-tech.com/vmemory": "4", "metax-tech.com/vcore": "20"}
+    annotations = {"metax-tech.com/sgpu-qos-policy": "best-effort"}
+    if app_class is not None:
+        annotations = {"metax-tech.com/sgpu-app-class": app_class}
+    return pod(name, container("c", limits=limits), namespace="ns", uid=uid, annotations=annotations)
+
+
+def test_a_pod_without_app_class_is_kept_off_a_device_running_an_online_pod_as_the_fit_sees_its_pods() -> (
+    None
+):
+    ext, _ = service(sgpu_node("m"))
+    online = sgpu_pod("a", "u-a", "online")
+    assert ext.filter(body(online, ["m"]))["NodeNames"] == ["m"]
+    assert asyncio.run(ext.bind(bind_args(online, "m"))) == {"Error": ""}
+    held = ext.cache.device_pods("m")["m-0"]
+    assert [p["metadata"]["annotations"]["metax-tech.com/sgpu-app-class"] for p in held] == ["online"]
+    result = ext.filter(body(sgpu_pod("b", "u-b", None), ["m"]))
+    assert result["FailedNodes"] == {"m": "1/1 CardAppClassMismatch"}
+
+
+def test_a_placement_s_qos_policy_is_expected_of_its_device_until_the_inventory_shows_it() -> None:
+    ext, _ = service(sgpu_node("m"))
+    fixed = sgpu_pod("a", "u-a", None)
+    fixed["metadata"]["annotations"]["metax-tech.com/sgpu-qos-policy"] = "fixed-share"
+    assert ext.filter(body(fixed, ["m"]))["NodeNames"] == ["m"]
+    assert asyncio.run(ext.bind(bind_args(fixed, "m"))) == {"Error": ""}
+    assert ext.cache.expectations == {"m-0": "fixed-share"}  # HAMi's JitteryQosCache
+    assert ext.binder is not None
+    ext.binder.window.release("u-a")
+    other = ext.filter(body(sgpu_pod("b", "u-b", None), ["m"]))  # best-effort on a fixed-share device
+    assert other["FailedNodes"] == {"m": "1/1 CardQosPolicyMismatch"}
+    shown = sgpu_node("m")
+    shown["metadata"]["annotations"]["metax-tech.com/node-gpu-devices"] = shown["metadata"]["annotations"][
+        "metax-tech.com/node-gpu-devices"
+    ].replace("best-effort", "fixed-share")
+    ext.cache.node_upserted(shown)
+    assert ext.cache.expectations == {}
