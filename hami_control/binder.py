@@ -128,6 +128,13 @@ class AllocatingPod(Protocol):
     def annotations(self) -> Mapping[str, str]: ...
     @property
     def requests(self) -> Sequence[ContainerRequest | None]: ...
+    @property
+    def mixed(self) -> bool:
+        """It asks NVIDIA GPUs and another vendor's devices."""
+        ...
+
+    @property
+    def running(self) -> bool: ...
 
 
 class BindingWriter(Protocol):
@@ -525,7 +532,13 @@ class Binder:
             if old is not None:
                 self.pod_changed(old.uid, None, deleted=True)
             return
-        self.pod_changed(new.uid, new.annotations.get(BIND_PHASE), new.terminal)
+        phase = new.annotations.get(BIND_PHASE)
+        if new.mixed and phase == BindPhase.SUCCESS.value and not new.running:
+            # Another vendor's plugin writes success once its own part is done (HAMi's
+            # PodAllocationTrySuccess reads its own annotation only): hami-node may still be allocating
+            # the GPUs, so the window holds until the pod runs (or fails, or is deleted).
+            phase = None
+        self.pod_changed(new.uid, phase, new.terminal)
         kept = self.window.entry(new.uid)
         if kept is not None and new.node_name and new.node_name != kept.node:
             # bound elsewhere (a bind whose outcome was unknown did not land; someone else bound it)

@@ -161,6 +161,15 @@ class PodRecord:
         return tuple(request for request, _ in self.container_requests)
 
     @property
+    def mixed(self) -> bool:
+        """It asks NVIDIA GPUs and another vendor's devices."""
+        return self.vendor_ask is not None and any(r is not None for r, _ in self.container_requests)
+
+    @property
+    def running(self) -> bool:
+        return self.phase == "Running"
+
+    @property
     def asks_gpu(self) -> bool:
         return self.vendor_ask is not None or any(r is not None for r, _ in self.container_requests)
 

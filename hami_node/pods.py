@@ -131,7 +131,13 @@ def pod_key(obj: Mapping[str, Any]) -> str:
 
 def waiting_pod(obj: Mapping[str, Any], node: str) -> PendingPod | Rejected | None:
     """The pod as a `PendingPod` if it waits for devices on `node`; `Rejected` (with the reason) if it
-    is marked allocating here but its annotations are unusable; None if it does not wait."""
+    is marked allocating here but its annotations are unusable; None if it does not wait.
+
+    A pod that asks NVIDIA GPUs and another vendor's devices may read `success` while kubelet admits it:
+    the other vendor's plugin (HAMi's, `PodAllocationTrySuccess`) writes it when its own part is done,
+    and kubelet then asks us for ours. So a `success` pod still waits here while kubelet has not admitted
+    it yet (no container status) and its entries are not all allocated; a pod this daemon finished is
+    left out by the tracker (`_finished`), one it finished before a restart is admitted already."""
     meta = _meta(obj)
     name, uid = meta.get("name"), meta.get("uid")
     if not isinstance(name, str) or not name or meta.get("deletionTimestamp"):
@@ -141,7 +147,10 @@ def waiting_pod(obj: Mapping[str, Any], node: str) -> PendingPod | Rejected | No
     if phase not in (None, "", "Pending"):
         return None
     annotations = meta.get("annotations")
-    if not isinstance(annotations, Mapping) or annotations.get(ann.BIND_PHASE) != BindPhase.ALLOCATING:
+    if not isinstance(annotations, Mapping):
+        return None
+    bind_phase = annotations.get(ann.BIND_PHASE)
+    if bind_phase != BindPhase.ALLOCATING and not (bind_phase == BindPhase.SUCCESS and _admitting(obj)):
         return None
     vgpu_node = annotations.get(ann.VGPU_NODE)
     if vgpu_node != node:
@@ -159,6 +168,14 @@ def waiting_pod(obj: Mapping[str, Any], node: str) -> PendingPod | Rejected | No
         return None
     namespace = meta.get("namespace") or "default"
     return PendingPod(str(namespace), name, uid if isinstance(uid, str) else "", allocation)
+
+
+def _admitting(obj: Mapping[str, Any]) -> bool:
+    """Whether kubelet has not reported any container of the pod yet (it is still admitting it)."""
+    status = obj.get("status")
+    if not isinstance(status, Mapping):
+        return True
+    return not status.get("containerStatuses") and not status.get("initContainerStatuses")
 
 
 def not_waiting_reason(obj: Mapping[str, Any], node: str) -> str | None:
@@ -179,7 +196,7 @@ def not_waiting_reason(obj: Mapping[str, Any], node: str) -> str | None:
     bind_phase = annotations.get(ann.BIND_PHASE)
     if bind_phase is None:
         return f"it has no {ann.BIND_PHASE} annotation: the HAMi scheduler did not place it"
-    if bind_phase != BindPhase.ALLOCATING:
+    if bind_phase != BindPhase.ALLOCATING and not (bind_phase == BindPhase.SUCCESS and _admitting(obj)):
         return f"{ann.BIND_PHASE}={bind_phase}"
     verdict = waiting_pod(obj, node)
     if isinstance(verdict, Rejected):

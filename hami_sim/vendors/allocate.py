@@ -39,8 +39,10 @@ ascend-device-plugin check). The answers (docs/vendor-nodes.md has the table):
   container).
 
 After the answer (the `HAMI` flow) the container's entry in the to-allocate annotation is blanked and,
-once none is left, `hami.io/bind-phase: success` is written (not for a pod that also asks NVIDIA GPUs:
-`nvidia_waits`); an error writes `failed`. The `ALLOCATED`
+once none is left, `hami.io/bind-phase: success` is written (HAMi's PodAllocationTrySuccess looks at
+the plugin's own to-allocate annotation only, so a pod that also asks NVIDIA GPUs reads success before
+hami-node has allocated them; hami-node still takes it while kubelet admits it); an error writes
+`failed`. The `ALLOCATED`
 flow counts the containers done (in the plugin's memory) and flips its marker (Enflame
 `enflame.com/gcu-assigned`, AWS `NEURON_ALLOCATED`) and the bind phase when the last is done. Cambricon
 writes no bind phase (its plugin does not).
@@ -56,7 +58,6 @@ from typing import Any
 from hami_api.annotations import (
     BIND_PHASE,
     BIND_TIME,
-    DEVICES_TO_ALLOCATE,
     VGPU_NODE,
     decode_pod_allocation,
     encode_pod_allocation,
@@ -108,8 +109,7 @@ class Outcome:
     consumed: int = 0
     container: str = ""
     success: bool = False
-    """Write `hami.io/bind-phase: success`: done, and no NVIDIA container of the pod waits for hami-node
-    (`nvidia_waits`)."""
+    """Write `hami.io/bind-phase: success` (the plugin's own part is done)."""
 
 
 # --- which pod -----------------------------------------------------------------------------------------
@@ -326,16 +326,6 @@ def _asks(pod: Json, consumed: int, spec: DeviceSpec, resource: str) -> bool:
     return resource in limits
 
 
-def nvidia_waits(pod: Json) -> bool:
-    """Whether the pod also asks NVIDIA GPUs: hami-node keeps `hami.io/vgpu-devices-to-allocate` as the
-    scheduler wrote it and takes only pods still `allocating` (it writes success itself, once, when its
-    containers are done), so a vendor plugin that wrote success first, as HAMi's plugins do, would hide
-    the pod from it (the kubelet's next Allocate for its GPUs would fail, or be matched to another pod
-    asking as many GPUs). The stand-ins leave the bind phase to hami-node then."""
-    allocation = _allocation(pod, DEVICES_TO_ALLOCATE)
-    return allocation is not None and any(len(c) for c in allocation.containers)
-
-
 def _hami(
     pod: Json,
     spec: DeviceSpec,
@@ -368,7 +358,7 @@ def _hami(
     erased = PodAllocation(tuple(left))
     patch[key] = encode_pod_allocation(erased)
     done = _next_container(erased) < 0
-    return Outcome(answer, patch, done, container=container, success=done and not nvidia_waits(pod))
+    return Outcome(answer, patch, done, container=container, success=done)
 
 
 def _by_allocated(pod: Json, spec: DeviceSpec, devices: Sequence[Device], consumed: int) -> Outcome:
@@ -388,7 +378,7 @@ def _by_allocated(pod: Json, spec: DeviceSpec, devices: Sequence[Device], consum
     done = consumed + 1 == len(entries)
     if done and table.marker:
         patch[table.marker] = "true"
-    return Outcome(answer, patch, done, consumed + 1, container, done and not nvidia_waits(pod))
+    return Outcome(answer, patch, done, consumed + 1, container, done)
 
 
 def _answer(
@@ -607,7 +597,6 @@ __all__ = [
     "dsmlu_slot",
     "has_work",
     "is_primary",
-    "nvidia_waits",
     "pending_pods",
     "pick_pod",
     "pod_key",

@@ -984,6 +984,8 @@ class Watched:
         ContainerRequest(nums=2, memreq=1000, mem_percentage=None, coresreq=0),
     )
     namespace: str = "default"
+    mixed: bool = False
+    running: bool = False
 
     @property
     def name(self) -> str:
@@ -1025,6 +1027,19 @@ def test_a_pod_the_watch_shows_newly_allocating_enters_its_node_window() -> None
     # Neither do pods that are answered, ended or unbound.
     for other in (Watched("b", "n1", phase="success"), Watched("c", "n1", terminal=True), Watched("d", "")):
         w.binder.pod_event(None, other)
+    assert len(w.binder.window) == 0
+
+
+def test_a_pod_asking_nvidia_and_another_vendor_keeps_its_window_until_it_runs() -> None:
+    """The other vendor's plugin writes success once its own devices are allocated (HAMi's
+    PodAllocationTrySuccess reads its own annotation only), while hami-node may still have the GPUs to
+    allocate: a pod with the same GPU count bound next to it would make hami-node's Allocate ambiguous."""
+    w = world()
+    w.binder.pod_event(None, Watched("a", "n1", mixed=True))
+    w.binder.pod_event(Watched("a", "n1", mixed=True), Watched("a", "n1", phase="success", mixed=True))
+    assert w.binder.window.pending("n1") == ("a",)
+    running = Watched("a", "n1", phase="success", mixed=True, running=True)
+    w.binder.pod_event(Watched("a", "n1", phase="success", mixed=True), running)
     assert len(w.binder.window) == 0
 
 

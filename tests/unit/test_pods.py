@@ -50,9 +50,11 @@ def scheduled_pod(
     vgpu_node: str | None = NODE,
     deleting: bool = False,
     containers: int = 1,
+    admitted: bool = False,
 ) -> dict[str, Any]:
     """A pod bound to NODE that hami-control scheduled: `allocation` (raw annotation text) in both
-    allocation annotations, `hami.io/bind-phase`, `hami.io/vgpu-node`; containers c0, c1, ..."""
+    allocation annotations, `hami.io/bind-phase`, `hami.io/vgpu-node`; containers c0, c1, ...;
+    `admitted`: kubelet reports its containers (waiting to start)."""
     obj = pod(
         name,
         *(container(f"c{i}", image=None) for i in range(containers)),
@@ -65,6 +67,11 @@ def scheduled_pod(
         deletion_timestamp="2026-01-01T00:00:00Z" if deleting else None,
     )
     obj.setdefault("status", {})
+    if admitted:
+        obj["status"]["containerStatuses"] = [
+            {"name": f"c{i}", "ready": False, "state": {"waiting": {"reason": "ContainerCreating"}}}
+            for i in range(containers)
+        ]
     return obj
 
 
@@ -219,7 +226,7 @@ def test_waiting_pod_rule() -> None:
     not_waiting = [
         scheduled_pod("p", one, phase="Running"),
         scheduled_pod("p", one, phase="Succeeded"),
-        scheduled_pod("p", one, bind_phase="success"),
+        scheduled_pod("p", one, bind_phase="success", admitted=True),  # finished: kubelet admitted it
         scheduled_pod("p", one, bind_phase="failed"),
         scheduled_pod("p", one, bind_phase=None),
         scheduled_pod("p", one, deleting=True),
@@ -228,6 +235,8 @@ def test_waiting_pod_rule() -> None:
     ]
     for obj in not_waiting:
         assert waiting_pod(obj, NODE) is None, obj
+    # Another vendor's plugin wrote success while kubelet admits the pod: our entries still wait.
+    assert isinstance(waiting_pod(scheduled_pod("p", one, bind_phase="success"), NODE), PendingPod)
     rejected = {
         "other node": waiting_pod(scheduled_pod("p", one, vgpu_node="n2"), NODE),
         "no node": waiting_pod(scheduled_pod("p", one, vgpu_node=None), NODE),
@@ -246,7 +255,7 @@ def test_table_from_list_and_events(tracker: PodTracker) -> None:
         [
             scheduled_pod("waits", one),
             scheduled_pod("running", one, phase="Running"),
-            scheduled_pod("done", one, bind_phase="success"),
+            scheduled_pod("done", one, bind_phase="success", admitted=True),
             scheduled_pod("plain", None, bind_phase=None, vgpu_node=None),
         ]
     )
@@ -318,7 +327,7 @@ def test_an_unknown_pod_fails_at_once_naming_the_waiting_pods_and_why_the_others
         scheduled_pod("two", alloc((GPU_A, GPU_B))),
         scheduled_pod("plain", None, bind_phase=None, vgpu_node=None),
         scheduled_pod("running", alloc((GPU_A,)), phase="Running"),
-        scheduled_pod("done", alloc((GPU_A,)), bind_phase="success"),
+        scheduled_pod("done", alloc((GPU_A,)), bind_phase="success", admitted=True),
     ]
     with pytest.raises(CountMismatchError) as err:
         tracker.match(1)
@@ -361,6 +370,22 @@ def test_ambiguous_fails_without_waiting_out_the_match_timeout(tracker: PodTrack
 
 
 # --- writes ----------------------------------------------------------------------------------------------
+
+
+def test_a_pod_another_vendors_plugin_marked_success_during_admission_still_gets_its_gpus(
+    tracker: PodTracker, patcher: FakePatcher
+) -> None:
+    """A pod asking an NVIDIA GPU and, say, a Hygon DCU: the DCU plugin allocated first and wrote
+    success (HAMi's PodAllocationTrySuccess); kubelet then asks for the GPU (issue 26)."""
+    obj = scheduled_pod("mixed", alloc((GPU_A,)), bind_phase="success")
+    tracker.pod_event("ADDED", obj)
+    assert names(tracker) == ["mixed"]
+    tracker.allocated(tracker.match(1))
+    assert names(tracker) == []
+    tracker.pod_event("MODIFIED", obj)  # the watch's copy from before our patch: not waiting again
+    assert names(tracker) == []
+    assert tracker.flush(5.0)
+    assert patcher.pod_patches == [("default", "mixed", {ann.BIND_PHASE: "success"})]
 
 
 def test_completion_patches_success_once(tracker: PodTracker, patcher: FakePatcher) -> None:
