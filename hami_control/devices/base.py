@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -43,7 +44,7 @@ from typing import Any, Literal
 from hami_api._wire import Where, parse_local_datetime
 from hami_api.annotations import decode_node_register, encode_pod_allocation
 from hami_api.errors import WireFormatError
-from hami_api.quantity import parse_quantity, quantity_int
+from hami_api.quantity import canonical_quantity, parse_quantity, quantity_int
 from hami_api.types import GPUInfo, GPUPolicy, GPUSlice, PodAllocation
 from hami_control.usage import GPUUsage
 
@@ -288,17 +289,52 @@ def resource_value(container: Mapping[str, Any], resource: str, *, limits_only: 
 
 
 def as_int64(raw: Any) -> int | None:
-    """Go's `Quantity.AsInt64()`: the value when it is a whole number that fits int64, else None (as
-    HAMi's backends read it: a value they cannot read is as if absent)."""
+    """Go's `Quantity.AsInt64()`: the value when it is a whole number that fits int64 and Go keeps it in
+    its int64 form, else None (as HAMi's backends read it: a value they cannot read is as if absent).
+    Go keeps a quantity as an `inf.Dec` (where AsInt64 answers false) when ParseQuantity leaves its fast
+    path (`_go_keeps_inf_dec`), on the canonical text the API server stores."""
     if raw is None:
         return None
     try:
         value = quantity_int(raw)
+        if _go_keeps_inf_dec(canonical_quantity(raw)):
+            return None
     except ValueError:
         return None
     if value is None or not -INT64_MAX - 1 <= value <= INT64_MAX:
         return None
     return value
+
+
+_GO_QUANTITY = re.compile(r"[+-]?0*(?P<num>[0-9]*)(?:\.(?P<denom>[0-9]*))?(?P<suffix>.*)")
+_GO_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_GO_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+def _go_keeps_inf_dec(text: str) -> bool:
+    """Whether apimachinery's ParseQuantity (pkg/api/resource/quantity.go) leaves its int64 fast path for
+    `text`: decimal with more than 18 digits, or a scale below nano; binary with a fraction, or with
+    `15 - len(num) - int(exponent * 3 / 10) - 1 < 0` digits of room (1Pi, 100Ti), or past int64."""
+    if text == "0":
+        return False
+    match = _GO_QUANTITY.fullmatch(text)
+    if match is None:
+        return True
+    num, denom, suffix = match["num"] or "0", match["denom"] or "", match["suffix"]
+    if suffix in _GO_BINARY:
+        exponent = _GO_BINARY[suffix]
+        if denom or 15 - len(num) - int(exponent * 3 / 10) - 1 < 0:
+            return True
+        return not -(2**63) <= int(num) << exponent < 2**63
+    if suffix in _GO_DECIMAL:
+        exponent = _GO_DECIMAL[suffix]
+    elif suffix[:1] in ("e", "E"):
+        exponent = int(suffix[1:])
+    else:
+        return True
+    if 18 - (len(num) + len(denom)) < 0 or exponent - len(denom) < -9:
+        return True
+    return int(num + denom) >= 2**63
 
 
 def has_limit(container: Mapping[str, Any], resource: str) -> bool:

@@ -753,16 +753,19 @@ def test_as_int64_is_quantity_as_int64(raw: Any, expected: int | None) -> None:
     assert as_int64(raw) == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Go's Quantity.AsInt64 is false for a quantity ParseQuantity keeps as inf.Dec: a canonical "
-    "mantissa of 19+ digits, or a binary one with 15-len(mantissa)-int(exp*3/10)-1 < 0 (1Pi, 100Ti); "
-    "HAMi then reads a memory or core value as absent. Fix: in as_int64, return None when the "
-    "canonical_quantity(raw) text would take Go's slow path (kubernetes/kubernetes#135487)",
-)
 @pytest.mark.parametrize("raw", ["9223372036854775807", "1234567890123456789", "1Pi", "100Ti"])
 def test_as_int64_is_none_where_go_keeps_an_inf_dec(raw: str) -> None:
+    # apimachinery pkg/api/resource/quantity.go ParseQuantity leaves its int64 fast path (a canonical
+    # mantissa of 19+ digits; binary with 15-len(mantissa)-int(exp*3/10)-1 < 0, or a fraction), and
+    # AsInt64 answers false for the inf.Dec; HAMi then reads the value as absent
     assert as_int64(raw) is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"), [("1Gi", 2**30), ("16Ti", 16 * 2**40), ("123456789012345678", 123456789012345678)]
+)
+def test_as_int64_reads_what_go_keeps_as_int64(raw: str, expected: int) -> None:
+    assert as_int64(raw) == expected
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from hami_control.devices.base import (
     NodeHealth,
     Picked,
     Unfit,
+    as_int64,
     custom_text,
 )
 from hami_control.devices.biren import go_int32
@@ -264,6 +265,9 @@ def test_request_reads_the_count_as_go_does(ctr: dict[str, Any], want: DeviceReq
 @given(st.integers(min_value=-(2**63), max_value=2**63 - 1), st.sampled_from(["limits", "requests"]))
 def test_request_never_negative_for_any_int64_count(n: int, section: str) -> None:
     got = VENDOR.request({"resources": {section: {COUNT: str(n)}}})
+    if as_int64(str(n)) is None:  # Go keeps it as an inf.Dec: AsInt64 false, no request
+        assert got is None
+        return
     if got is None:
         assert go_int32(n) <= 0
     else:
