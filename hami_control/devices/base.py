@@ -343,31 +343,48 @@ def has_limit(container: Mapping[str, Any], resource: str) -> bool:
     return isinstance(limits, Mapping) and resource in limits
 
 
+GO_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680"
+    + "".join(chr(c) for c in range(0x2000, 0x200B))
+    + "\u2028\u2029\u202f\u205f\u3000"
+)
+"""What Go's strings.TrimSpace trims (unicode.IsSpace); Python's str.strip also trims \\x1c-\\x1f."""
+
+
+def go_trim(text: str) -> str:
+    return text.strip(GO_SPACE)
+
+
+def go_upper(text: str) -> str:
+    """Go's strings.ToUpper: rune by rune, simple case mapping ('ß' stays 'ß'; Python's is 'SS')."""
+    return "".join(upper if len(upper := c.upper()) == 1 else c for c in text)
+
+
 def check_uuid(annotations: Mapping[str, Any], device_id: str, use_key: str, nouse_key: str) -> bool:
     """pkg/device/devices.go CheckUUID: comma lists, trimmed, exact ids; an empty value is no constraint."""
 
     def listed(value: Any) -> bool:
-        return any(part.strip() == device_id for part in str(value).split(","))
+        return any(go_trim(part) == device_id for part in str(value).split(","))
 
     use = annotations.get(use_key) if use_key else None
-    if use is not None and str(use).strip() and not listed(use):
+    if use is not None and go_trim(str(use)) and not listed(use):
         return False
     nouse = annotations.get(nouse_key) if nouse_key else None
-    return not (nouse is not None and str(nouse).strip() and listed(nouse))
+    return not (nouse is not None and go_trim(str(nouse)) and listed(nouse))
 
 
 def check_type(annotations: Mapping[str, Any], card_type: str, use_key: str, nouse_key: str) -> bool:
     """pkg/device/devices.go CheckType: case-insensitive substrings of the card type; empty: no constraint."""
-    card = card_type.upper()
+    card = go_upper(card_type)
 
     def listed(value: Any) -> bool:
-        return any(t.strip() and t.strip().upper() in card for t in str(value).split(","))
+        return any(go_trim(t) and go_upper(go_trim(t)) in card for t in str(value).split(","))
 
     use = annotations.get(use_key) if use_key else None
-    if use is not None and str(use).strip() and not listed(use):
+    if use is not None and go_trim(str(use)) and not listed(use):
         return False
     nouse = annotations.get(nouse_key) if nouse_key else None
-    return not (nouse is not None and str(nouse).strip() and listed(nouse))
+    return not (nouse is not None and go_trim(str(nouse)) and listed(nouse))
 
 
 @functools.lru_cache(maxsize=4096)

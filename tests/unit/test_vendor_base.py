@@ -4,8 +4,8 @@ GenReason from pkg/device/common), standard.py (the common Fit's steps) and conf
 with HAMi's own Go tests of them transcribed case by case (pkg/device/devices_test.go,
 pkg/device/common/common_test.go).
 
-Tests marked xfail(strict=True) pin a place where the helper differs from the Go source; each names the
-fix. Once fixed they pass, and strict xfail turns that into a failure: drop the marker then."""
+Go's corners are copied too (strings.TrimSpace, strings.ToUpper's rune-by-rune mapping, Quantity.AsInt64
+on inf.Dec quantities)."""
 
 from __future__ import annotations
 
@@ -284,22 +284,10 @@ def test_check_type_matches_case_insensitive_substrings(
     assert check_type(annotations, card_type, TUSE, TNOUSE) is allowed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Go's strings.ToUpper maps rune by rune (simple case mapping: 'ß' stays 'ß'), Python's str.upper "
-    "uses the full mapping ('ß' -> 'SS'); fix: upper-case with `''.join(c if len(c.upper()) != 1 else "
-    "c.upper() for c in text)` in check_type",
-)
 def test_check_type_upper_cases_rune_by_rune_as_go() -> None:
     assert check_type({TUSE: "SS"}, "ß-card", TUSE, TNOUSE) is False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Go's strings.TrimSpace trims unicode.IsSpace only; Python's str.strip also trims \\x1c-\\x1f; "
-    "fix: strip with `text.strip(GO_SPACE)`, GO_SPACE = '\\t\\n\\v\\f\\r \\x85\\xa0\\u1680\\u2000..\\u200a"
-    "\\u2028\\u2029\\u202f\\u205f\\u3000', in check_uuid and check_type",
-)
 def test_check_uuid_trims_only_what_go_trims() -> None:
     assert check_uuid({UUSE: "\x1fabc"}, "abc", UUSE, UNOUSE) is False
 
