@@ -89,6 +89,10 @@ log = logging.getLogger(__name__)
 NODE_LOCK_EXPIRY_S = 300.0
 """HAMi's `--node-lock-timeout` default (5 min): an older `hami.io/mutex.lock` is stale and ignored."""
 
+DANGLING_LOCK_GRACE_S = 5.0
+"""A younger lock's pod may not be in the pod watch yet (HAMi GETs it; we read the watch's store): only an
+older lock is judged dangling by its pod's absence."""
+
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _MAX_SHOWN = 80
 
@@ -151,6 +155,10 @@ class NodeLocker(Protocol):
         """Set a lock annotation on the Node (a merge patch). Raises `BindRejected` when refused."""
         ...
 
+    async def unlock(self, node: str, annotation: str) -> None:
+        """Remove a lock annotation from the Node (a merge patch)."""
+        ...
+
 
 class EventRecorder(Protocol):
     def record(  # noqa: PLR0917 (the lead's adapter signature)
@@ -180,6 +188,8 @@ class Assumptions(Protocol):
     def forget(self, uid: str) -> None: ...
 
     def expire(self, now: float, ttl: float) -> list[str]: ...
+
+    def find(self, namespace: str, name: str) -> AllocatingPod | None: ...
 
 
 NodeLockSource = Callable[[str], NodeLock | None]
@@ -790,7 +800,15 @@ class Binder:
             return None
         if lock.namespace == request.namespace and lock.pod == request.name:
             return None  # taken for this very pod (by a HAMi scheduler): not in our way
-        if self._wall_clock() - lock.time.timestamp() >= self.node_lock_expiry_s:
+        age = self._wall_clock() - lock.time.timestamp()
+        if lock.pod and age > DANGLING_LOCK_GRACE_S:
+            holder = self._pods.find(lock.namespace, lock.pod)
+            if holder is None or holder.terminal:
+                # HAMi's LockNode (pkg/util/nodelock/nodelock.go): a lock whose pod is not found is dangling
+                # and taken over. A terminal holder too (beyond HAMi): it never reaches Allocate, so no
+                # plugin releases its lock and HAMi would wait the full expiry.
+                return None
+        if age >= self.node_lock_expiry_s:
             return None
         return lock
 
@@ -817,6 +835,7 @@ class Binder:
                 )
             elif _refused(err):
                 self._rollback(request)
+                await self._unlock_node(request, ask)
                 return self._fail(request, _rejected(request, err, True))
             else:
                 self._keep(request, str(err))
@@ -861,6 +880,16 @@ class Binder:
                 log.exception("locking node %s for pod %s failed", request.node, request.who)
                 return _Failed("lock_error", f"cannot lock node {request.node} ({annotation}): {err}")
         return None
+
+    async def _unlock_node(self, request: BindingArgs, ask: PodAsk) -> None:
+        """HAMi's releaseAllDevices on a failed bind: the locks `_lock_node` took for the pod go."""
+        if self._locker is None:
+            return
+        for annotation in node_locks(ask):
+            try:
+                await self._locker.unlock(request.node, annotation)
+            except Exception:
+                log.exception("unlocking node %s for pod %s failed", request.node, request.who)
 
     def _keep(self, request: BindingArgs, why: str) -> None:
         """The Binding's outcome is unknown: keep the reservation for the watch or the sweep."""

@@ -36,6 +36,14 @@ class KubeBindingWriter:
         except KubeApiError as err:
             raise BindRejected(err.status, err.reason, err.message) from None
 
+    async def unlock(self, node: str, annotation: str) -> None:
+        """`binder.NodeLocker`: the lock annotation removed (HAMi's ReleaseNodeLock)."""
+        body = {"metadata": {"annotations": {annotation: None}}}
+        try:
+            await self.api.patch(f"/api/v1/nodes/{node}", body)
+        except KubeApiError as err:
+            raise BindRejected(err.status, err.reason, err.message) from None
+
 
 EVENT_COMPONENT = "hami-scheduler"
 """The `source.component` and `reportingComponent` of hami-control's Events (HAMi's scheduler name)."""

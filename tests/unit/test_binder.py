@@ -741,9 +741,15 @@ def lock_at(seconds_before: float, namespace: str = "kube-system", pod: str = "o
     return NodeLock(datetime.fromtimestamp(WALL - seconds_before, UTC), namespace, pod)
 
 
+def holder(w: World, phase: str = "Pending") -> None:
+    """The pod `lock_at`'s lock names, as the watch shows it."""
+    w.add(pod("other", gpu_container(), namespace="kube-system", uid="uid-other", phase=phase))
+
+
 def test_a_foreign_lock_is_waited_for_until_the_node_changes() -> None:
     w = world()
     p = w.add(pending_pod("p"))
+    holder(w)
     w.locks["n1"] = lock_at(10)
 
     async def scenario() -> dict[str, Any]:
@@ -763,6 +769,7 @@ def test_a_foreign_lock_is_waited_for_until_the_node_changes() -> None:
 def test_a_held_lock_times_out_naming_the_holder() -> None:
     w = world(bind_wait_s=0.2)
     p = w.add(pending_pod("p"))
+    holder(w)
     w.locks["n1"] = lock_at(10)
     result = run(w.bind(args(p)))
     assert result == {
@@ -789,6 +796,23 @@ def test_an_expired_or_own_lock_is_ignored(lock: NodeLock) -> None:
     w.locks["n1"] = lock
     p = w.add(pending_pod("p"))
     assert run(w.bind(args(p))) == {"Error": ""}
+
+
+def test_a_lock_whose_pod_is_gone_or_over_is_dangling_and_ignored_as_hamis_lock_node_does() -> None:
+    gone = world(bind_wait_s=DEADLINE * 10)
+    gone.locks["n1"] = lock_at(10)  # kube-system/other: not in the pod watch
+    assert run(gone.bind(args(gone.add(pending_pod("p"))))) == {"Error": ""}
+    over = world(bind_wait_s=DEADLINE * 10)
+    holder(over, phase="Failed")
+    over.locks["n1"] = lock_at(10)
+    assert run(over.bind(args(over.add(pending_pod("p"))))) == {"Error": ""}
+
+
+def test_a_young_lock_whose_pod_the_watch_has_not_shown_yet_is_waited_for() -> None:
+    w = world(bind_wait_s=0.05)
+    w.locks["n1"] = lock_at(4)  # within DANGLING_LOCK_GRACE_S: its pod may still be on its way
+    assert "held by pod kube-system/other" in run(w.bind(args(w.add(pending_pod("p")))))["Error"]
+    assert w.writer.calls == []
 
 
 def test_a_lock_that_expires_while_waiting_wakes_the_bind() -> None:

@@ -59,11 +59,14 @@ def dcu_pod(name: str = "p", uid: str = "u-1", mem: int = 4000, count: int = 1, 
 @dataclass
 class Writer:
     calls: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    reject: BindRejected | None = None
 
     async def bind(
         self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
     ) -> None:
         self.calls.append((name, node, dict(annotations)))
+        if self.reject is not None:
+            raise self.reject
 
 
 @dataclass
@@ -302,6 +305,9 @@ class Locker:
             raise BindRejected(409, "Conflict", "the object has been modified")
         self.locks.append((node, annotation, value))
 
+    async def unlock(self, node: str, annotation: str) -> None:
+        self.locks = [lock for lock in self.locks if lock[:2] != (node, annotation)]
+
 
 def locking_service(*nodes: Json, refuse: bool = False) -> tuple[Extender, Writer, Locker]:
     ext, writer = service(*nodes)
@@ -329,6 +335,15 @@ def test_a_refused_node_lock_fails_the_bind_and_frees_what_it_reserved() -> None
     assert writer.calls == []
     devices = ext.cache.vendor_devices("d")
     assert devices is not None and all(g.used == 0 for g in devices.gpus)
+
+
+def test_a_refused_binding_releases_the_node_lock_it_took_as_hamis_release_all_devices_does() -> None:
+    ext, writer, locker = locking_service(dcu_node("d"))
+    writer.reject = BindRejected(409, "Conflict", "pod ns/p is being deleted")
+    assert ext.filter(body(dcu_pod(), ["d"]))["NodeNames"] == ["d"]
+    answer = asyncio.run(ext.bind(bind_args(dcu_pod(), "d")))
+    assert "was not bound to node d" in answer["Error"] and len(writer.calls) == 1
+    assert locker.locks == []
 
 
 def test_an_nvidia_pod_takes_no_node_lock() -> None:
