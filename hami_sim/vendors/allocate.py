@@ -493,7 +493,8 @@ def _amd(
     patch: dict[str, str],
 ) -> Answer:
     held: dict[str, set[int]] = {}
-    for other in [p for p in node_pods if pod_uid(p) != pod_uid(pod)] + [pod]:
+    live = [p for p in node_pods if pod_uid(p) != pod_uid(pod) and _phase(p) not in ("Succeeded", "Failed")]
+    for other in [*live, pod]:
         raw = annotations_of(other).get(AMD_CU_ALLOCATED)
         if not raw:
             continue

@@ -293,6 +293,9 @@ class VendorPlugin:
             if now is None or now == seen:
                 continue
             try:
+                for resource in list(self._servers):
+                    await self._servers.pop(resource).stop(0.5)
+                    await self._serve(resource)  # kubelet's restart deleted every plugin socket
                 await self._register_all(retry=False)
                 seen = now
             except (grpc.aio.AioRpcError, OSError) as exc:
