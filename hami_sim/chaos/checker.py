@@ -1,8 +1,8 @@
 """The chaos run's invariant checker: it reads only the API server (through the official `kubernetes`
 client, never hami_kube or hami_control) and the kubelet stand-ins' state directories
 (`kubelet_internal_checkpoint`, `dra_manager_state`, `containers.json`), decodes HAMi's annotations
-and kubelet's files with its own decoders (`decoding`), and records every broken invariant
-(`invariants`, where the kinds are listed) as a `Violation` with its evidence.
+(NVIDIA's and every other vendor's) and kubelet's files with its own decoders (`decoding`), and records
+every broken invariant (`invariants`, where the kinds are listed) as a `Violation` with its evidence.
 
 Races. The pieces are read one after the other: the pods, then the nodes, the claims, the slices, the
 quotas, then each node's files. Between two reads a pod may be deleted, a container started, an
@@ -34,18 +34,24 @@ from kubernetes import client, config
 
 from hami_sim.chaos.decoding import (
     DecodeError,
+    DeviceEntry,
     Gpu,
+    VendorDevice,
     decode_containers,
     decode_device_checkpoint,
     decode_dra_checkpoint,
+    decode_registered_devices,
 )
 from hami_sim.chaos.invariants import (
+    DeviceKey,
     NodeFiles,
     Snapshot,
     Violation,
     final_findings,
     findings,
+    kubelet_device_disagreements,
     registered_gpus,
+    vendor_devices,
 )
 
 __all__ = ["CheckerReadError", "ClusterReader", "InvariantChecker", "Violation"]
@@ -161,8 +167,13 @@ class ClusterReader:
                 errors[name] = str(exc)
                 return None
 
+        def checkpoint(raw: bytes) -> tuple[tuple[DeviceEntry, ...], dict[str, tuple[str, ...]]]:
+            return decode_device_checkpoint(raw), decode_registered_devices(raw)
+
+        entries, registered = read(DEVICE_CHECKPOINT, checkpoint) or (None, None)
         return NodeFiles(
-            device_entries=read(DEVICE_CHECKPOINT, decode_device_checkpoint),
+            device_entries=entries,
+            registered_devices=registered,
             claim_entries=read(DRA_CHECKPOINT, decode_dra_checkpoint),
             containers=read(CONTAINERS, decode_containers),
             errors=errors,
@@ -209,12 +220,16 @@ class InvariantChecker:
         self._wall_clock = wall_clock
         self._lock = threading.Lock()
         self._gpus: dict[str, tuple[str, Gpu]] = {}
+        self._vendor_devices: dict[DeviceKey, VendorDevice] = {}
         self._previous: dict[tuple[str, str], Violation] = {}
         self._reported: set[tuple[str, str]] = set()
         self.violations: list[Violation] = []
         self.passes = 0
         self.skipped_passes = 0
         """Passes that could not read the API server or a kubelet directory (logged, not counted)."""
+        self.kubelet_disagreements = 0
+        """At the final check: started vendor containers whose kubelet device IDs name other devices than
+        their pod's annotation (`vendor_invariants.kubelet_device_disagreements`; not a violation)."""
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -233,9 +248,16 @@ class InvariantChecker:
 
     def _findings(self, snapshot: Snapshot, final: bool) -> dict[tuple[str, str], Violation]:
         self._gpus.update(registered_gpus(snapshot.nodes))
-        found = findings(snapshot, bind_timeout_s=self._bind_timeout_s, known_gpus=self._gpus)
+        self._vendor_devices.update(vendor_devices(snapshot.nodes))
+        found = findings(
+            snapshot,
+            bind_timeout_s=self._bind_timeout_s,
+            known_gpus=self._gpus,
+            known_devices=self._vendor_devices,
+        )
         if final:
             found += final_findings(snapshot)
+            self.kubelet_disagreements = kubelet_device_disagreements(snapshot, self._vendor_devices)
         return {v.key: v for v in found}
 
     def _report(self, confirmed: list[Violation]) -> list[Violation]:

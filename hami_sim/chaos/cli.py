@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hami_sim.chaos.schedule import ALL_KINDS
+from hami_sim.chaos.schedule import EVERY_KIND
 
 
 def _progress(message: str) -> None:
@@ -24,12 +24,16 @@ def _kinds(text: str) -> tuple[str, ...]:
     if text in ("", "none"):
         return ()
     if text == "all":
-        return ALL_KINDS
+        return EVERY_KIND
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in ALL_KINDS]
+    unknown = [k for k in kinds if k not in EVERY_KIND]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown fault kind {unknown[0]!r}; known: {', '.join(ALL_KINDS)}")
+        raise argparse.ArgumentTypeError(f"unknown fault kind {unknown[0]!r}; known: {', '.join(EVERY_KIND)}")
     return kinds
+
+
+def _vendors(text: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in text.split(",") if v.strip())
 
 
 def _interrupted(signum: int, frame: object) -> None:
@@ -57,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
             quiet_s=args.quiet_seconds,
             faults_per_kind=args.faults_per_kind,
             fault_kinds=args.faults,
+            vendors=args.vendors,
+            vendor_nodes=args.vendor_nodes,
+            vendor_share=args.vendor_share,
             progress=not args.no_progress,
             keep=args.keep,
         )
@@ -121,8 +128,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--faults-per-kind", type=int, default=None, help="faults of each kind (default: max(2, pods/500))"
     )
     parser.add_argument(
-        "--faults", type=_kinds, default=ALL_KINDS, metavar="KINDS",
-        help=f"fault kinds, comma-separated, `all` or `none` (default: all: {', '.join(ALL_KINDS)})",
+        "--faults", type=_kinds, default=EVERY_KIND, metavar="KINDS",
+        help=f"fault kinds, comma-separated, `all` or `none` (default: all: {', '.join(EVERY_KIND)}; "
+        "kill-vendor-plugin only with --vendors, kill-controller-manager only with DRA nodes)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--vendors", type=_vendors, default=(), metavar="VENDORS",
+        help="nodes of other vendors beside the NVIDIA ones, comma-separated (hygon, ascend, cambricon, "
+        "iluvatar, metax, mthreads, enflame, kunlun, awsneuron, amd, vastai, biren; a plugin mode as "
+        "metax/gpu, enflame/gcu, kunlun/xpu), with pods asking them (docs/vendor-nodes.md)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--vendor-nodes", type=int, default=1, help="nodes of each of --vendors (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--vendor-share", type=float, default=0.5,
+        help="with --vendors, the share of pods that asks one of them (default: %(default)s)",
     )  # fmt: skip
     parser.add_argument(
         "--duration-cap", type=float, default=3 * 3600.0, help="stop creating pods after this many seconds"

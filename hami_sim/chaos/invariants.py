@@ -35,6 +35,38 @@ or GPU, the numbers, and which sources disagree. Kinds:
   as hami-control counts a translated pod).
 - `state-unreadable` (subject `<node>/<file>`): a kubelet state file that does not parse.
 
+The other vendors (issue 26; each violation's evidence names its `vendor`), decoded with `decoding`'s
+vendor decoders:
+
+- `vendor-memory-overcommit`, `vendor-cores-overcommit`, `vendor-slots-overcommit` (subject
+  `<node>/<device id>`): what live pods placed by HAMi (`hami.io/vgpu-node`) hold on a device, from each
+  vendor's "-allocated" annotation, exceeds what its node's inventory says (devmem, devcore, count). A pod
+  holds its footprint (the most it holds at once over its init phases, as for NVIDIA). Slots: one per
+  share; an Enflame DRS share takes its profile's slices. Cores: a share with all of a 100-core device's
+  cores shares it with no other (HAMi's exclusive rule; MetaX online pods, which record no cores, aside);
+  AWS Neuron's cores are bit masks: two pods never hold the same core, nor a core the device lacks; AMD's
+  compute units (`hami.io/amd-cu-allocated`, its plugin's record; subject `<node>/<id>/compute-units`)
+  are held by one pod each, within the device's count.
+- `vendor-device-missing` (subject `<ns>/<pod>`): a bound live pod's annotation names a device its node's
+  inventory does not have (or HAMi placed it on another node than the one it is bound to).
+- `bound-without-allocation` (as for NVIDIA): a bound live pod limits a vendor's count resource, its
+  node has that vendor's devices, and it carries no "-allocated" annotation of the vendor.
+- `vendor-kubelet-mismatch` (subject `<ns>/<pod>/<container>/<resource>`): for a container the runtime
+  started, what kubelet's checkpoint holds for the vendor's resource disagrees with the annotation: as
+  many device IDs as the container's shares (an Enflame share: its slices; AWS Neuron cores: the mask's
+  bits; Cambricon: the 256 MiB units and percent its share holds; Mthreads: its vGPUs, and its cores and
+  512 MiB units), each one a device the plugin
+  registered (`RegisteredDevices`, when the resource has any) and, where the stand-in's IDs name a
+  device (`Family.id_scheme`: Hygon, Ascend, Iluvatar, MetaX sGPU, Kunlun vXPU, AMD, Vastai, Biren), a
+  device of the node. Which of the node's devices the IDs name need not be the annotation's: the vendors'
+  plugins offer no GetPreferredAllocation, kubelet picks IDs on its own and the plugin answers Allocate
+  from the annotation (`kubelet_device_disagreements` counts those, for the report).
+- `vendor-container-mismatch` (subject `<ns>/<pod>/<container>`): the devices the Allocate answer gave the
+  started container (its env's visible devices or its device nodes, by index through the node's
+  inventory; AWS Neuron's cores; AMD's `HIP_DEVICE_MEMORY_LIMIT` and `HSA_CU_MASK` sizes) are not the
+  annotation's.
+- `annotation-undecodable`: a vendor inventory or pod annotation the checker cannot read.
+
 At the end of a run (`final_findings`):
 - `pod-not-settled`: a pod neither Running nor Succeeded without a reason a person can act on (Pending:
   a PodScheduled=False condition or a FailedScheduling event with its message, or a waiting container
@@ -56,10 +88,12 @@ from fractions import Fraction
 from typing import Any
 
 from hami_sim.chaos.decoding import (
+    AMD_CU_ALLOCATED,
     BIND_PHASE,
     BIND_TIME,
     DEVICES_ALLOCATED,
     DEVICES_TO_ALLOCATE,
+    METAX_APP_CLASS,
     MIB,
     NODE_REGISTER,
     VGPU_NODE,
@@ -68,12 +102,27 @@ from hami_sim.chaos.decoding import (
     ContainerRecord,
     DecodeError,
     DeviceEntry,
+    Family,
     Gpu,
     Slice,
+    VendorAllocation,
+    VendorDevice,
+    VendorSlice,
+    allocated_without_bind_phase,
     decode_allocation,
+    decode_amd_cu_allocated,
+    decode_hsa_cu_mask,
     decode_register,
+    decode_vendor_allocation,
     device_gpu,
+    device_of_kubelet_id,
+    enflame_slices,
+    family_of_resource,
+    neuron_core_mask,
+    node_devices,
     parse_quantity,
+    pod_vendor_allocations,
+    runtime_devices,
 )
 
 JSON = Mapping[str, Any]
@@ -117,6 +166,8 @@ class NodeFiles:
     """One kubelet stand-in's state files (None: the file does not exist)."""
 
     device_entries: tuple[DeviceEntry, ...] | None = None
+    registered_devices: Mapping[str, tuple[str, ...]] | None = None
+    """kubelet_internal_checkpoint's RegisteredDevices: resource -> the healthy device IDs registered."""
     claim_entries: tuple[ClaimEntry, ...] | None = None
     containers: tuple[ContainerRecord, ...] | None = None
     errors: Mapping[str, str] = field(default_factory=dict)
@@ -786,13 +837,26 @@ def asks_hami(pod: JSON) -> bool:
     return False
 
 
+def pod_vendors(pod: JSON) -> list[str]:
+    """The vendors whose devices the pod asks (`nvidia` for HAMi's NVIDIA resources), in name order."""
+    vendors = {"nvidia"} if asks_hami(pod) else set()
+    for container, _ in pod_containers(pod):
+        resources = container.get("resources")
+        limits = resources.get("limits") if isinstance(resources, Mapping) else None
+        for name in limits if isinstance(limits, Mapping) else ():
+            family = family_of_resource(str(name))
+            if family is not None:
+                vendors.add(family.vendor)
+    return sorted(vendors)
+
+
 def check_bind(pods: Iterable[JSON], wall_time: float, bind_timeout_s: float, out: _Out) -> None:
     for pod in pods:
         if not is_live(pod):
             continue
         ann = _annotations(pod)
         key = pod_key(pod)
-        if ann.get(BIND_PHASE) == "allocating":
+        if ann.get(BIND_PHASE) == "allocating" and not allocated_without_bind_phase(ann):
             raw = str(ann.get(BIND_TIME) or "")
             if not raw.isdigit():
                 out.add("annotation-undecodable", key, f"{BIND_TIME} {raw!r} is not unix seconds", pod=key)
@@ -973,10 +1037,13 @@ def findings(
     *,
     bind_timeout_s: float,
     known_gpus: Mapping[str, tuple[str, Gpu]] | None = None,
+    known_devices: Mapping[DeviceKey, VendorDevice] | None = None,
 ) -> list[Violation]:
     """Every invariant broken in this snapshot. `known_gpus` are GPUs seen registered before (a GPU
-    dropped from its node's annotation is still held to what it had)."""
+    dropped from its node's annotation is still held to what it had); `known_devices` the same for the
+    other vendors' devices."""
     out = _Out(snapshot.at)
+    vendor_checks(snapshot, out, known_devices)
     gpus = dict(known_gpus or {})
     gpus.update(registered_gpus(snapshot.nodes, out))
     check_gpu_capacity(snapshot.pods, gpus, out)
@@ -988,6 +1055,576 @@ def findings(
     check_quotas(snapshot, devices, out)
     check_files(snapshot, out)
     return list(out.found.values())
+
+
+# === the other vendors ======================================================================================
+
+DeviceKey = tuple[str, str]
+"""(node, device id)."""
+_AMD_LIMIT = re.compile(r"([0-9]+)m")
+
+
+# --- inventories --------------------------------------------------------------------------------------------
+
+
+def vendor_devices(nodes: Iterable[JSON], out: _Out | None = None) -> dict[DeviceKey, VendorDevice]:
+    """Every node's vendor devices by (node, id); sources that do not decode are reported."""
+    found: dict[DeviceKey, VendorDevice] = {}
+    for node in nodes:
+        inventory = node_devices(node)
+        for device in inventory.devices:
+            found[(inventory.node, device.id)] = device
+        for source, error in sorted(inventory.errors.items()):
+            if out is not None:
+                out.add(
+                    "annotation-undecodable",
+                    f"node/{inventory.node}/{source}",
+                    error,
+                    node=inventory.node,
+                    annotation=source,
+                )
+    return found
+
+
+# --- pods ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One family's allocation on one live pod."""
+
+    pod: JSON
+    family: Family
+    annotation: str
+    allocation: VendorAllocation
+
+    @property
+    def key(self) -> str:
+        return pod_key(self.pod)
+
+
+def placed_pods(pods: Iterable[JSON], out: _Out) -> list[Placed]:
+    """Every live pod's vendor allocations (pods HAMi placed: `hami.io/vgpu-node`)."""
+    placed = []
+    for pod in pods:
+        annotations = _annotations(pod)
+        if not is_live(pod) or not annotations.get(VGPU_NODE):
+            continue
+        for _, (family, text) in sorted(pod_vendor_allocations(annotations).items()):
+            try:
+                allocation = decode_vendor_allocation(text, family.allocated)
+            except DecodeError as err:
+                key = pod_key(pod)
+                out.add(
+                    "annotation-undecodable",
+                    f"{key}/{family.allocated}",
+                    str(err),
+                    pod=key,
+                    annotation=family.allocated,
+                    vendor=family.vendor,
+                )
+                continue
+            placed.append(Placed(pod, family, family.allocated, allocation))
+    return placed
+
+
+@dataclass
+class Hold:
+    """What one pod holds on one device at its busiest."""
+
+    slots: int = 0
+    mem: int = 0
+    cores: int = 0
+    mask: int = 0
+    """AWS Neuron: the cores (bits) it holds."""
+    exclusive: bool = False
+
+    def widen(self, other: Hold) -> None:
+        self.slots = max(self.slots, other.slots)
+        self.mem = max(self.mem, other.mem)
+        self.cores = max(self.cores, other.cores)
+        self.mask |= other.mask
+        self.exclusive = self.exclusive or other.exclusive
+
+
+def _slots(device: VendorDevice | None, piece: VendorSlice) -> int:
+    return enflame_slices(device, piece) if device is not None and device.family == "Enflame" else 1
+
+
+def vendor_footprint(
+    allocation: VendorAllocation, kinds: Sequence[str], devices: Mapping[str, VendorDevice]
+) -> dict[str, Hold]:
+    """Per device id, the most the pod holds at once: each regular init container with the sidecars
+    started before it, then every sidecar and app container together. `devices`: the node's, by id."""
+
+    def phase(slices: Iterable[VendorSlice]) -> dict[str, Hold]:
+        held: dict[str, Hold] = {}
+        for s in slices:
+            device = devices.get(s.id)
+            hold = held.setdefault(s.id, Hold())
+            hold.slots += _slots(device, s)
+            hold.mem += s.mem
+            hold.cores += s.cores
+            hold.mask |= s.cores
+            hold.exclusive = hold.exclusive or (
+                device is not None and device.devcore == 100 and s.cores >= 100
+            )
+        return held
+
+    phases: list[dict[str, Hold]] = []
+    sidecars: list[VendorSlice] = []
+    apps: list[VendorSlice] = []
+    for index, slices in enumerate(allocation):
+        kind = kinds[index] if index < len(kinds) else "app"
+        if kind == "init":
+            phases.append(phase([*sidecars, *slices]))
+        elif kind == "sidecar":
+            sidecars.extend(slices)
+        else:
+            apps.extend(slices)
+    phases.append(phase([*sidecars, *apps]))
+    total: dict[str, Hold] = {}
+    for p in phases:
+        for device_id, hold in p.items():
+            total.setdefault(device_id, Hold()).widen(hold)
+    return total
+
+
+def _node_of(pod: JSON) -> str:
+    return str(_annotations(pod).get(VGPU_NODE) or "")
+
+
+def _by_node(devices: Mapping[DeviceKey, VendorDevice], node: str) -> dict[str, VendorDevice]:
+    return {d.id: d for (n, _), d in devices.items() if n == node}
+
+
+# --- capacity -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Holder:
+    pod: str
+    hold: Hold
+    online: bool
+
+
+def check_amd_compute_units(
+    placed: Sequence[Placed], devices: Mapping[DeviceKey, VendorDevice], out: _Out
+) -> None:
+    """AMD: the compute units live pods hold on a device (`hami.io/amd-cu-allocated`, the plugin's record)
+    are each held by one pod at most, and the device has them."""
+    owners: dict[DeviceKey, dict[int, str]] = {}
+    for p in placed:
+        if p.family.word != "AMD" or AMD_CU_ALLOCATED not in _annotations(p.pod):
+            continue
+        try:
+            held = decode_amd_cu_allocated(str(_annotations(p.pod)[AMD_CU_ALLOCATED]))
+        except DecodeError as err:
+            out.add(
+                "annotation-undecodable", f"{p.key}/{AMD_CU_ALLOCATED}", str(err), pod=p.key, vendor="amd"
+            )
+            continue
+        node = _node_of(p.pod)
+        for device_id, units in sorted(held.items()):
+            key = (node, device_id)
+            taken = owners.setdefault(key, {})
+            device = devices.get(key)
+            clash = sorted(u for u in units if u in taken)
+            beyond = sorted(u for u in units if device is not None and u >= device.devcore)
+            if clash or beyond:
+                why = (
+                    f"compute units {clash[:8]} also held by {taken[clash[0]]}"
+                    if clash
+                    else f"compute units {beyond[:8]} beyond the device's {device.devcore if device else '?'}"
+                )
+                out.add(
+                    "vendor-cores-overcommit",
+                    f"{node}/{device_id}/compute-units",
+                    f"AMD device {device_id} on {node}: pod {p.key} holds {why}",
+                    vendor="amd",
+                    node=node,
+                    device=device_id,
+                    pod=p.key,
+                    units=sorted(units),
+                    sources=[f"pods' {AMD_CU_ALLOCATED}"],
+                )
+            for u in units:
+                taken.setdefault(u, p.key)
+
+
+def check_vendor_capacity(
+    placed: Sequence[Placed], devices: Mapping[DeviceKey, VendorDevice], out: _Out
+) -> None:
+    holders: dict[DeviceKey, list[_Holder]] = {}
+    for p in placed:
+        node = _node_of(p.pod)
+        kinds = [kind for _, kind in pod_containers(p.pod)]
+        online = _annotations(p.pod).get(METAX_APP_CLASS) == "online"
+        for device_id, hold in vendor_footprint(p.allocation, kinds, _by_node(devices, node)).items():
+            holders.setdefault((node, device_id), []).append(_Holder(p.key, hold, online))
+    for key, held in sorted(holders.items()):
+        device = devices.get(key)
+        if device is None:
+            continue  # never registered: nothing to hold it against (vendor-device-missing says so)
+        _check_device(key, device, held, out)
+
+
+def _check_device(key: DeviceKey, device: VendorDevice, held: Sequence[_Holder], out: _Out) -> None:
+    node, device_id = key
+    slots = sum(h.hold.slots for h in held)
+    mem = sum(h.hold.mem for h in held)
+    cores = sum(h.hold.cores for h in held)
+    subject = f"{node}/{device_id}"
+    evidence = {
+        "vendor": device.vendor,
+        "family": device.family,
+        "node": node,
+        "device": device_id,
+        "inventory": {"count": device.count, "devmem": device.devmem, "devcore": device.devcore},
+        "held": {"slots": slots, "mem": mem, "cores": cores},
+        "pods": [
+            {"pod": h.pod, "slots": h.hold.slots, "mem": h.hold.mem, "cores": h.hold.cores} for h in held
+        ],
+        "sources": [f"node {node} {device.family} inventory", f"pods' {device.family} allocation"],
+    }
+    what = f"{device.family} device {device_id} on {node}"
+    if mem > device.devmem:
+        out.add("vendor-memory-overcommit", subject, f"{what}: {mem} MiB held of {device.devmem}", **evidence)
+    if device.family == "AWSNeuron":
+        why = _neuron_cores(device, held)
+        if why:
+            out.add("vendor-cores-overcommit", subject, f"{what}: {why}", **evidence)
+    else:
+        shared = [h for h in held if not h.online]
+        exclusive = device.devcore == 100 and len(shared) > 1 and any(h.hold.exclusive for h in shared)
+        if cores > device.devcore or exclusive:
+            why = (
+                "an exclusive (100-core) share shares it"
+                if cores <= device.devcore
+                else f"{cores} cores held"
+            )
+            out.add("vendor-cores-overcommit", subject, f"{what}: {why} of {device.devcore}", **evidence)
+    if slots > device.count:
+        out.add(
+            "vendor-slots-overcommit", subject, f"{what}: {slots} slots held of {device.count}", **evidence
+        )
+
+
+def _neuron_cores(device: VendorDevice, held: Sequence[_Holder]) -> str:
+    """Why the pods' core masks on an AWS Neuron device overcommit it ("" when they do not)."""
+    seen = 0
+    for h in held:
+        if h.hold.mask & ~device.devcore:
+            return f"pod {h.pod} holds core mask {h.hold.mask:#x}, the device has {device.devcore:#x}"
+        if h.hold.mask & seen:
+            return f"pod {h.pod} holds core mask {h.hold.mask:#x}, of which {h.hold.mask & seen:#x} is taken"
+        seen |= h.hold.mask
+    return ""
+
+
+# --- bound pods ---------------------------------------------------------------------------------------------
+
+
+def _limits(container: JSON) -> Mapping[str, Any]:
+    resources = container.get("resources")
+    limits = resources.get("limits") if isinstance(resources, Mapping) else None
+    return limits if isinstance(limits, Mapping) else {}
+
+
+def asked_families(pod: JSON) -> dict[str, Family]:
+    """The vendor families the pod's containers limit a count resource of."""
+    asked: dict[str, Family] = {}
+    for container, _ in pod_containers(pod):
+        for resource in _limits(container):
+            family = family_of_resource(str(resource))
+            if family is not None:
+                asked[family.word] = family
+    return asked
+
+
+def check_bound(
+    pods: Iterable[JSON], placed: Sequence[Placed], devices: Mapping[DeviceKey, VendorDevice], out: _Out
+) -> None:
+    by_pod: dict[str, list[Placed]] = {}
+    for p in placed:
+        by_pod.setdefault(p.key, []).append(p)
+    for pod in pods:
+        node = str(_spec(pod).get("nodeName") or "")
+        if not node or not is_live(pod):
+            continue
+        key = pod_key(pod)
+        mine = by_pod.get(key, [])
+        on_node = _by_node(devices, node)
+        vendors_on_node = {d.vendor for d in on_node.values()}
+        have = {p.family.word for p in mine}
+        annotations = _annotations(pod)
+        for word, family in sorted(asked_families(pod).items()):
+            if word in have or family.allocated in annotations or family.vendor not in vendors_on_node:
+                continue
+            out.add(
+                "bound-without-allocation",
+                key,
+                f"pod {key} is bound to {node} and asks {family.vendor} devices "
+                f"({', '.join(family.count_resources)}) but has no {family.allocated}",
+                pod=key,
+                node=node,
+                vendor=family.vendor,
+                phase=(pod.get("status") or {}).get("phase"),
+            )
+        for p in mine:
+            ids = sorted({s.id for c in p.allocation for s in c})
+            missing = [i for i in ids if i not in on_node]
+            placed_on = _node_of(pod)
+            if missing or (ids and placed_on != node):
+                why = (
+                    f"names {missing}, which {node}'s inventory lacks"
+                    if missing
+                    else f"was placed on {placed_on} by HAMi"
+                )
+                out.add(
+                    "vendor-device-missing",
+                    key,
+                    f"pod {key} bound to {node}: its {p.annotation} {why}",
+                    pod=key,
+                    node=node,
+                    placed_on=placed_on,
+                    vendor=p.family.vendor,
+                    annotation=p.annotation,
+                    devices=ids,
+                    missing=missing,
+                    inventory=sorted(on_node),
+                )
+
+
+# --- containers ---------------------------------------------------------------------------------------------
+
+
+def _container(pod: JSON, index: int) -> JSON:
+    return pod_containers(pod)[index][0]
+
+
+def _expected_ids(
+    family: Family, container: JSON, slices: Sequence[VendorSlice], node: Mapping[str, VendorDevice]
+) -> dict[str, int]:
+    """Resource -> how many device IDs kubelet should hold for the container's shares."""
+    limits = _limits(container)
+    if family.word == "AWSNeuron":
+        if "aws.amazon.com/neuron" in limits:
+            return {"aws.amazon.com/neuron": len(slices)}
+        return {"aws.amazon.com/neuroncore": sum(bin(s.cores).count("1") for s in slices)}
+    if family.word == "MLU":
+        out = {}
+        if "cambricon.com/mlu.smlu.vmemory" in limits:
+            out["cambricon.com/mlu.smlu.vmemory"] = sum(s.mem for s in slices) // 256
+        if "cambricon.com/mlu.smlu.vcore" in limits:
+            out["cambricon.com/mlu.smlu.vcore"] = sum(s.cores for s in slices)
+        return out
+    out = {family.share_resource: sum(_slots(node.get(s.id), s) for s in slices)}
+    if family.word == "Mthreads":  # its cores and 512 MiB units are resources of their own
+        if "mthreads.com/sgpu-memory" in limits:
+            out["mthreads.com/sgpu-memory"] = sum(s.mem for s in slices) // 512
+        if "mthreads.com/sgpu-core" in limits:
+            out["mthreads.com/sgpu-core"] = sum(s.cores for s in slices)
+    return out
+
+
+@dataclass
+class KubeletView:
+    """What kubelet holds for one node: entries by (pod uid, container), and the registered devices."""
+
+    entries: dict[tuple[str, str], list[DeviceEntry]] = field(default_factory=dict)
+    registered: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+
+def _kubelet_views(snapshot: Snapshot) -> dict[str, KubeletView]:
+    views: dict[str, KubeletView] = {}
+    for node, files in snapshot.kubelet.items():
+        view = KubeletView(registered=files.registered_devices or {})
+        for entry in files.device_entries or ():
+            view.entries.setdefault((entry.pod_uid, entry.container), []).append(entry)
+        views[node] = view
+    return views
+
+
+def kubelet_device_disagreements(snapshot: Snapshot, devices: Mapping[DeviceKey, VendorDevice]) -> int:
+    """Started vendor containers whose kubelet device IDs name other devices of the node than the
+    annotation's (not a violation: see the module docstring)."""
+    count = 0
+    for check in _started(snapshot, devices):
+        named = {
+            device_of_kubelet_id(check.family, i, list(check.node_devices.values()))
+            for e in check.entries
+            for i in e.device_ids
+            if e.resource == check.family.share_resource
+        }
+        named.discard(None)
+        if named and named != {s.id for s in check.slices}:
+            count += 1
+    return count
+
+
+@dataclass(frozen=True)
+class _Started:
+    pod: JSON
+    family: Family
+    container: str
+    index: int
+    slices: tuple[VendorSlice, ...]
+    node: str
+    node_devices: Mapping[str, VendorDevice]
+    entries: Sequence[DeviceEntry]
+    registered: Mapping[str, Sequence[str]]
+    env: Mapping[str, str]
+    device_nodes: tuple[str, ...]
+
+
+def _started(snapshot: Snapshot, devices: Mapping[DeviceKey, VendorDevice]) -> list[_Started]:
+    """Each started container (a record in containers.json) of a live pod, with its share of each vendor
+    family that gave it devices."""
+    pods = {pod_uid(p): p for p in snapshot.pods if is_live(p)}
+    views = _kubelet_views(snapshot)
+    out: list[_Started] = []
+    for node, files in sorted(snapshot.kubelet.items()):
+        on_node = _by_node(devices, node)
+        view = views.get(node, KubeletView())
+        for record in files.containers or ():
+            pod = pods.get(record.pod_uid)
+            if pod is None or str(_spec(pod).get("nodeName") or "") != node:
+                continue
+            index = _container_index(pod, record.container)
+            if index is None:
+                continue
+            for _, (family, text) in sorted(pod_vendor_allocations(_annotations(pod)).items()):
+                try:
+                    allocation = decode_vendor_allocation(text, family.allocated)
+                except DecodeError:
+                    continue  # reported by the capacity checks
+                slices = allocation[index] if index < len(allocation) else ()
+                if not slices:
+                    continue
+                out.append(
+                    _Started(
+                        pod,
+                        family,
+                        record.container,
+                        index,
+                        slices,
+                        node,
+                        on_node,
+                        view.entries.get((record.pod_uid, record.container), []),
+                        view.registered,
+                        record.env,
+                        record.device_nodes,
+                    )
+                )
+    return out
+
+
+def check_vendor_containers(snapshot: Snapshot, devices: Mapping[DeviceKey, VendorDevice], out: _Out) -> None:
+    for check in _started(snapshot, devices):
+        _check_kubelet(check, out)
+        _check_runtime(check, out)
+
+
+def _check_kubelet(check: _Started, out: _Out) -> None:
+    family = check.family
+    key = pod_key(check.pod)
+    container = _container(check.pod, check.index)
+    held = {e.resource: e.device_ids for e in check.entries}
+    for resource, want in sorted(_expected_ids(family, container, check.slices, check.node_devices).items()):
+        ids = held.get(resource, ())
+        problems = []
+        if len(ids) != want:
+            problems.append(f"holds {len(ids)} device IDs, its shares need {want}")
+        registered = check.registered.get(resource) or ()
+        unknown = [i for i in ids if registered and i not in registered]
+        if unknown:
+            problems.append(f"holds {unknown[:4]} the plugin did not register")
+        if family.id_scheme and resource == family.share_resource:
+            devices = list(check.node_devices.values())
+            stray = [i for i in ids if device_of_kubelet_id(family, i, devices) is None]
+            if stray:
+                problems.append(f"holds {stray[:4]}, which name no device of {check.node}")
+        if problems:
+            subject = f"{key}/{check.container}/{resource}"
+            out.add(
+                "vendor-kubelet-mismatch",
+                subject,
+                f"container {key}/{check.container}: kubelet {'; '.join(problems)}",
+                pod=key,
+                container=check.container,
+                node=check.node,
+                vendor=family.vendor,
+                resource=resource,
+                kubelet_checkpoint=list(ids),
+                annotation=[f"{s.id},{s.mem},{s.cores}" for s in check.slices],
+                sources=["kubelet_internal_checkpoint", family.allocated],
+            )
+
+
+def _check_runtime(check: _Started, out: _Out) -> None:
+    family = check.family
+    key = pod_key(check.pod)
+    named = runtime_devices(family, check.env, check.device_nodes, list(check.node_devices.values()))
+    want = sorted({s.id for s in check.slices})
+    problems = []
+    if named is not None and sorted(set(named)) != want:
+        problems.append(f"its Allocate answer names {sorted(set(named))}, its pod's annotation {want}")
+    if family.word == "AWSNeuron":
+        for s in check.slices:
+            device = check.node_devices.get(s.id)
+            mask = neuron_core_mask(check.env, device) if device is not None else None
+            if mask is not None and mask != s.cores:
+                problems.append(f"its cores on {s.id} are mask {mask:#x}, its pod's annotation {s.cores:#x}")
+    if family.word == "AMD" and "HSA_CU_MASK" in check.env:
+        try:
+            masks = decode_hsa_cu_mask(check.env["HSA_CU_MASK"])
+        except DecodeError as err:
+            problems.append(str(err))
+        else:
+            got = [len(masks.get(i, ())) for i in range(len(check.slices))]
+            if got != [s.cores for s in check.slices]:
+                problems.append(f"HSA_CU_MASK gives {got} compute units, its pod's annotation "
+                                f"{[s.cores for s in check.slices]}")  # fmt: skip
+    if family.word == "AMD" and "HIP_DEVICE_MEMORY_LIMIT" in check.env:
+        limit = check.env["HIP_DEVICE_MEMORY_LIMIT"]
+        match = _AMD_LIMIT.fullmatch(limit)
+        if match is None or int(match.group(1)) != check.slices[0].mem:
+            problems.append(
+                f"HIP_DEVICE_MEMORY_LIMIT={limit}, its pod's annotation {check.slices[0].mem} MiB"
+            )
+    if problems:
+        subject = f"{key}/{check.container}"
+        out.add(
+            "vendor-container-mismatch",
+            subject,
+            f"container {subject}: {'; '.join(problems)}",
+            pod=key,
+            container=check.container,
+            node=check.node,
+            vendor=family.vendor,
+            runtime=named,
+            annotation=want,
+            env={k: v for k, v in check.env.items() if family.visible_env and k == family.visible_env},
+            sources=["containers.json", family.allocated],
+        )
+
+
+# --- a vendor pass ------------------------------------------------------------------------------------------
+
+
+def vendor_checks(
+    snapshot: Snapshot, out: _Out, known_devices: Mapping[DeviceKey, VendorDevice] | None = None
+) -> None:
+    """The other vendors' invariants over this snapshot. `known_devices` were seen in an inventory before
+    (a device that left its node's inventory is still held to what it had)."""
+    devices = dict(known_devices or {})
+    devices.update(vendor_devices(snapshot.nodes, out))
+    placed = placed_pods(snapshot.pods, out)
+    check_vendor_capacity(placed, devices, out)
+    check_amd_compute_units(placed, devices, out)
+    check_bound(snapshot.pods, placed, devices, out)
+    check_vendor_containers(snapshot, devices, out)
 
 
 # --- the end of a run ---------------------------------------------------------------------------------------
@@ -1097,7 +1734,8 @@ def final_findings(snapshot: Snapshot) -> list[Violation]:
     for pod in snapshot.pods:
         key = pod_key(pod)
         phase = _status(pod).get("phase")
-        if is_live(pod) and _annotations(pod).get(BIND_PHASE) == "allocating":
+        ann = _annotations(pod)
+        if is_live(pod) and ann.get(BIND_PHASE) == "allocating" and not allocated_without_bind_phase(ann):
             out.add(
                 "pod-in-bind-phase",
                 key,
@@ -1115,6 +1753,7 @@ def final_findings(snapshot: Snapshot) -> list[Violation]:
                 f"pod {key} ended {phase} with no reason a person can act on",
                 pod=key,
                 phase=phase,
+                vendor=",".join(pod_vendors(pod)),
                 node=_spec(pod).get("nodeName"),
                 conditions=_list(_status(pod).get("conditions")),
                 events=[

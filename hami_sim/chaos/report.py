@@ -8,6 +8,9 @@ the duration and the seed. `render_text()` is what `hami-sim chaos` prints, `to_
 
 A pod is lost when it was created, not deleted by the run, and at the end is neither Running nor
 Succeeded nor Failed with a reason a person can act on (`status.reason`/`message`).
+
+With nodes of other vendors the report also counts the pods and the violations per vendor (`nvidia` for
+NVIDIA GPUs; a violation's vendor is its evidence's `vendor`, else `nvidia`).
 """
 
 from __future__ import annotations
@@ -78,9 +81,16 @@ class LostPod:
     name: str
     phase: str
     why: str
+    vendor: str = "nvidia"
+    """Whose devices it asked."""
 
     def to_data(self) -> dict[str, Any]:
-        return {"namespace": self.namespace, "name": self.name, "phase": self.phase, "why": self.why}
+        return {"namespace": self.namespace, "name": self.name, "phase": self.phase, "why": self.why,
+                "vendor": self.vendor}  # fmt: skip
+
+
+VENDOR_COUNTS = ("created", "refused", "deleted", "succeeded", "running", "failed", "lost")
+"""What `ChaosReport.by_vendor` counts for each vendor's pods."""
 
 
 @dataclass
@@ -116,6 +126,16 @@ class ChaosReport:
     running_without_faults: LatencySummary = field(default_factory=lambda: LatencySummary.of(()))
     checker_passes: int = 0
     notes: list[str] = field(default_factory=list)
+    vendors: list[str] = field(default_factory=list)
+    """The other vendors the run had nodes of (as `--vendors` names them)."""
+    vendor_nodes: int = 0
+    by_vendor: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per vendor, its pods by outcome (`VENDOR_COUNTS`)."""
+    violations_by_vendor: dict[str, int] = field(default_factory=dict)
+
+    def count_vendor(self, vendor: str, outcome: str) -> None:
+        counts = self.by_vendor.setdefault(vendor, dict.fromkeys(VENDOR_COUNTS, 0))
+        counts[outcome] = counts.get(outcome, 0) + 1
 
     @property
     def violation_count(self) -> int:
@@ -129,6 +149,8 @@ class ChaosReport:
         for v in found:
             seen = self.violations.get(v.kind, 0)
             self.violations[v.kind] = seen + 1
+            vendor = str(v.evidence.get("vendor") or "nvidia")
+            self.violations_by_vendor[vendor] = self.violations_by_vendor.get(vendor, 0) + 1
             if seen < EVIDENCE_PER_KIND:
                 self.evidence.append(v)
 
@@ -139,6 +161,8 @@ class ChaosReport:
             "mode": self.mode,
             "nodes": self.nodes,
             "gpusPerNode": self.gpus_per_node,
+            "vendors": list(self.vendors),
+            "vendorNodes": self.vendor_nodes,
             "durationSeconds": round(self.duration_s, 1),
             "clusterUpSeconds": round(self.cluster_up_s, 1),
             "pods": {
@@ -152,6 +176,7 @@ class ChaosReport:
                 "failed": dict(sorted(self.failed.items())),
                 "lost": len(self.lost),
                 "lostPods": [p.to_data() for p in self.lost],
+                "byVendor": {v: dict(c) for v, c in sorted(self.by_vendor.items())},
             },
             "faults": {
                 "injected": dict(sorted(self.faults.items())),
@@ -162,6 +187,7 @@ class ChaosReport:
             "violations": {
                 "total": self.violation_count,
                 "byKind": dict(sorted(self.violations.items())),
+                "byVendor": dict(sorted(self.violations_by_vendor.items())),
                 "evidence": [v.to_data() for v in self.evidence],
                 "checkerPasses": self.checker_passes,
             },
@@ -175,7 +201,8 @@ class ChaosReport:
     def render_text(self) -> str:
         lines = [
             f"== hami-sim chaos: seed {self.seed}, mode {self.mode}, {self.nodes} nodes x "
-            f"{self.gpus_per_node} GPUs, {self.duration_s:.0f} s (cluster up in {self.cluster_up_s:.0f} s)",
+            f"{self.gpus_per_node} GPUs{self._vendors_text()}, {self.duration_s:.0f} s "
+            f"(cluster up in {self.cluster_up_s:.0f} s)",
             f"result: {'PASS' if self.ok else 'FAIL'}: {self.violation_count} violations, "
             f"{len(self.lost)} pods lost",
             "",
@@ -191,7 +218,8 @@ class ChaosReport:
             lines.append("  Failed (with a reason): " + _counts(self.failed))
         lines.append(f"  lost: {len(self.lost)}")
         for pod in self.lost[:LOST_SHOWN]:
-            lines.append(f"    {pod.namespace}/{pod.name}: {pod.phase}: {pod.why}")
+            vendor = f" ({pod.vendor})" if self.vendors else ""
+            lines.append(f"    {pod.namespace}/{pod.name}{vendor}: {pod.phase}: {pod.why}")
         if len(self.lost) > LOST_SHOWN:
             lines.append(f"    ... and {len(self.lost) - LOST_SHOWN} more (see the JSON report)")
         lines += ["", f"faults injected: {sum(self.faults.values())}"]
@@ -202,6 +230,8 @@ class ChaosReport:
             lines.append(f"  not injected: {error}")
         lines += ["", f"violations: {self.violation_count} (checker passes: {self.checker_passes})"]
         lines += [f"  {kind:<26} {count}" for kind, count in sorted(self.violations.items())]
+        if self.vendors and self.violations_by_vendor:
+            lines.append("  by vendor: " + _counts(self.violations_by_vendor))
         for v in self.evidence:
             lines.append(f"  - [{v.kind}] {v.subject} at {v.at_s:.1f} s: {v.message}")
             if v.evidence:
@@ -212,9 +242,19 @@ class ChaosReport:
             f"  created while a fault was active: {self.running_with_faults.text()}",
             f"  created with no fault active:     {self.running_without_faults.text()}",
         ]
+        if self.vendors:
+            lines += ["", "pods by vendor"]
+            for vendor, counts in sorted(self.by_vendor.items()):
+                shown = {k: v for k, v in counts.items() if v}
+                lines.append(f"  {vendor:<12} " + ", ".join(f"{k} {v}" for k, v in shown.items()))
         if self.notes:
             lines += ["", "notes"] + [f"  {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def _vendors_text(self) -> str:
+        if not self.vendors:
+            return ""
+        return f" + {self.vendor_nodes} nodes of {', '.join(self.vendors)}"
 
 
 def _counts(values: Mapping[str, int]) -> str:
@@ -227,6 +267,7 @@ def _short(evidence: Mapping[str, Any], limit: int = 400) -> str:
 
 
 __all__ = [
+    "VENDOR_COUNTS",
     "ChaosReport",
     "LatencySummary",
     "LostPod",

@@ -21,6 +21,11 @@ The runner and the checker talk to the API server with User-Agents the fault rul
 At the end the run waits (up to `settle_s`) until every pod it created and did not delete is Running,
 Succeeded or Failed, then calls `final_check()`. A pod created, not deleted by the run, and then
 neither Running nor Succeeded nor Failed with a reason is lost.
+
+With `vendors` (issue 26) the cluster also has nodes of other vendors, each served by its device-plugin
+stand-in (made as `hami-sim up --inventory` makes them), a share of the pods asks them
+(`workload.VendorShape`), the fault schedule may kill their plugins (`kill-vendor-plugin`), and the report
+counts the pods and the violations per vendor.
 """
 
 from __future__ import annotations
@@ -42,8 +47,8 @@ from hami_kube.client import JSONDict
 from hami_kube.errors import KubeApiError
 from hami_sim.chaos.report import ChaosReport, LatencySummary, LostPod, ViolationSummary
 from hami_sim.chaos.schedule import (
-    ALL_KINDS,
     API_KINDS,
+    EVERY_KIND,
     GPU_FAULT_OF,
     GPU_KINDS,
     Fault,
@@ -56,12 +61,14 @@ from hami_sim.chaos.workload import (
     NamespacePlan,
     PathShape,
     PodPlan,
+    VendorShape,
     Workload,
     WorkloadSpec,
     build_workload,
     path_shape,
 )
 from hami_sim.cluster import Cluster, ClusterError, ClusterSpec, GPUSpec, NodeSpec, node_inventory
+from hami_sim.cluster.spec import SpecError, parse_inventory_spec
 from hami_sim.progress import ProgressBar
 
 log = logging.getLogger("hami_sim.chaos")
@@ -102,7 +109,17 @@ class ChaosOptions:
     before the checker's final check."""
     faults_per_kind: int | None = None
     """None: max(2, pods / 500)."""
-    fault_kinds: tuple[str, ...] = ALL_KINDS
+    fault_kinds: tuple[str, ...] = EVERY_KIND
+    """The kinds to draw (`kill-vendor-plugin` only with `vendors`, `kill-controller-manager` only with
+    DRA nodes)."""
+    vendors: tuple[str, ...] = ()
+    """Other vendors' nodes beside the NVIDIA ones (`hygon`, `ascend`, `metax/gpu`, ...: a vendor, or a
+    vendor and its plugin mode, as hami-sim up's inventory file names them): `vendor_nodes` nodes of each,
+    `gpus_per_node` devices each, its product's defaults."""
+    vendor_nodes: int = 1
+    """Nodes of each vendor in `vendors`."""
+    vendor_share: float = 0.5
+    """With `vendors`, the share of pods that asks one of them."""
     bind_timeout_s: float = 300.0
     """The checker's limit for a pod in a bind phase (hami-control's own is 30 s for Allocate)."""
     check_every_s: float = 2.0
@@ -124,22 +141,56 @@ class ChaosOptions:
             ("duration_cap_s", self.duration_cap_s > 0),
             ("settle_s", self.settle_s > 0),
             ("quiet_s", self.quiet_s >= 0),
+            ("vendor_nodes", self.vendor_nodes >= 1),
+            ("vendor_share", 0.0 <= self.vendor_share <= 1.0),
         )
         for name, ok in checks:
             if not ok:
                 raise ValueError(f"{name}: invalid value {getattr(self, name)!r}")
-        unknown = sorted(set(self.fault_kinds) - set(ALL_KINDS))
+        unknown = sorted(set(self.fault_kinds) - set(EVERY_KIND))
         if unknown:
-            raise ValueError(f"fault kinds: unknown {unknown[0]!r} (known: {', '.join(ALL_KINDS)})")
+            raise ValueError(f"fault kinds: unknown {unknown[0]!r} (known: {', '.join(EVERY_KIND)})")
+        if self.vendors and self.mode == "dra":
+            raise ValueError(
+                "vendors: other vendors' nodes serve their devices through the device plugin, not DRA"
+            )
+        duplicate = next((v for v in self.vendors if self.vendors.count(v) > 1), None)
+        if duplicate is not None:
+            raise ValueError(f"vendors: {duplicate!r} is listed twice")
+        vendor_node_specs(self)  # every vendor known (ValueError naming it)
+
+
+def vendor_node_specs(options: ChaosOptions) -> tuple[NodeSpec, ...]:
+    """The run's nodes of other vendors, `chaos-<vendor>[-<mode>]-<i>`, made as `hami-sim up` makes them
+    from an inventory file (`{vendor, mode, count}`); ValueError naming a vendor that is not one."""
+    entries: dict[str, Any] = {}
+    for name in options.vendors:
+        vendor, _, mode = name.partition("/")
+        entry: dict[str, Any] = {"vendor": vendor, "count": options.gpus_per_node}
+        if mode:
+            entry["mode"] = mode
+        for i in range(options.vendor_nodes):
+            entries[f"chaos-{vendor}{'-' + mode if mode else ''}-{i + 1}"] = entry
+    if not entries:
+        return ()
+    try:
+        nodes = parse_inventory_spec(entries, "--vendors")
+    except SpecError as exc:
+        raise ValueError(str(exc)) from None
+    vendors = [n.vendor for n in nodes]
+    if "nvidia" in vendors:
+        raise ValueError("vendors: nvidia: the run's NVIDIA nodes are --nodes")
+    return nodes
 
 
 def cluster_spec(options: ChaosOptions) -> ClusterSpec:
     """The run's cluster: `nodes` nodes of A100s, every third pair T4s (so both paths have both models
-    from 6 nodes on), scale mode, two hami-control replicas, GPUs that recover after a quiet period."""
+    from 6 nodes on), then `vendor_nodes` nodes of each of `vendors`, scale mode, two hami-control
+    replicas, GPUs that recover after a quiet period."""
     nodes = tuple(
         NodeSpec(f"chaos-{i + 1}", ((T4 if i % 6 >= 4 else A100),) * options.gpus_per_node)
         for i in range(options.nodes)
-    )
+    ) + vendor_node_specs(options)
     spec = ClusterSpec(
         nodes,
         split=options.split,
@@ -155,6 +206,8 @@ def shapes(spec: ClusterSpec) -> tuple[PathShape | None, PathShape | None]:
     """(device-plugin, DRA) paths' GPUs: models and UUIDs from the nodes' fake inventories."""
     out: dict[str, tuple[list[tuple[str, int]], list[str]]] = {"device-plugin": ([], []), "dra": ([], [])}
     for node in spec.nodes:
+        if not node.gpus:
+            continue
         models, uuids = out[node.mode]
         for gpu in node_inventory(node).gpus:
             models.append((gpu.model, gpu.memory_mib))
@@ -163,8 +216,24 @@ def shapes(spec: ClusterSpec) -> tuple[PathShape | None, PathShape | None]:
     return (path_shape(*dp) if dp[1] else None, path_shape(*dra) if dra[1] else None)
 
 
+def vendor_shapes(spec: ClusterSpec) -> tuple[VendorShape, ...]:
+    """The other vendors' devices of the cluster, one shape per vendor (and mode)."""
+    shapes: dict[str, VendorShape] = {}
+    for node in spec.nodes:
+        d = node.devices
+        if d is None:
+            continue
+        shape = VendorShape(d.vendor, d.mode, d.common_word, d.memory_mib, d.cores, d.split, d.count)
+        shapes.setdefault(shape.key, shape)
+    return tuple(shapes.values())
+
+
 def default_max_live(options: ChaosOptions) -> int:
-    return max(10, options.nodes * options.gpus_per_node * options.split // 3)
+    """A third of the slots: NVIDIA's (`split` per GPU) and the vendor devices' shares."""
+    slots = options.nodes * options.gpus_per_node * options.split
+    vendors = [n.devices for n in vendor_node_specs(options) if n.devices is not None]
+    slots += sum(d.count * d.split for d in vendors)
+    return max(10, slots // 3)
 
 
 def plan(options: ChaosOptions, run_id: str = "chaos") -> tuple[ClusterSpec, Workload, tuple[Fault, ...]]:
@@ -176,7 +245,17 @@ def plan(options: ChaosOptions, run_id: str = "chaos") -> tuple[ClusterSpec, Wor
     # at the busiest, so some are refused and most are not.
     quota_mib = max(20_000, int(max_live * 0.2 * 3000 * 0.5))
     workload = build_workload(
-        WorkloadSpec(options.pods, options.seed, options.mode, dp, dra, quota_mib=quota_mib, run_id=run_id)
+        WorkloadSpec(
+            options.pods,
+            options.seed,
+            options.mode,
+            dp,
+            dra,
+            quota_mib=quota_mib,
+            run_id=run_id,
+            vendors=vendor_shapes(spec),
+            vendor_share=options.vendor_share,
+        )
     )
     schedule = build_schedule(
         ScheduleSpec(
@@ -185,6 +264,8 @@ def plan(options: ChaosOptions, run_id: str = "chaos") -> tuple[ClusterSpec, Wor
             tuple(n.name for n in spec.nodes),
             options.gpus_per_node,
             dra=bool(spec.dra_nodes),
+            nvidia_nodes=spec.nvidia_nodes if spec.vendor_nodes else None,
+            vendor_nodes=spec.vendor_nodes,
             per_kind=options.faults_per_kind,
             kinds=options.fault_kinds,
         )
@@ -499,7 +580,13 @@ class ChaosRun:
         self.tracker = PodTracker(self.workload.pods, clock)
         self.faults = FaultLog()
         self.report = ChaosReport(
-            options.seed, options.mode, options.nodes, options.gpus_per_node, options.pods
+            options.seed,
+            options.mode,
+            options.nodes,
+            options.gpus_per_node,
+            options.pods,
+            vendors=list(options.vendors),
+            vendor_nodes=len(self.spec.vendor_nodes),
         )
         self.t0 = clock()
         self._deletes: list[tuple[float, int, tuple[str, str]]] = []
@@ -809,32 +896,48 @@ class ChaosRun:
             if t.refused:
                 word = t.refused
                 report.refused[word] = report.refused.get(word, 0) + 1
+                report.count_vendor(t.plan.vendor, "refused")
                 continue
             if t.created_at is None:
                 continue
+            report.count_vendor(t.plan.vendor, "created")
             if t.running_at is not None and t.running_at >= t.created_at:
                 (with_faults if self.faults.active_at(t.created_at) else without).append(
                     t.running_at - t.created_at
                 )
             if t.deleted_by_run:
                 report.deleted += 1
+                report.count_vendor(t.plan.vendor, "deleted")
             elif t.phase == "Succeeded":
                 report.succeeded += 1
+                report.count_vendor(t.plan.vendor, "succeeded")
             elif t.phase == "Running":
                 report.running += 1
+                report.count_vendor(t.plan.vendor, "running")
             elif t.phase == "Failed" and (t.reason or t.message):
                 why = t.reason or t.message[:60]
                 report.failed[why] = report.failed.get(why, 0) + 1
+                report.count_vendor(t.plan.vendor, "failed")
             else:
                 why = (
                     "deleted by someone else" if t.vanished else (t.waiting or t.message or "no reason given")
                 )
                 if t.bind_phase:
                     why += f" (bind-phase {t.bind_phase})"
-                report.lost.append(LostPod(t.plan.namespace, t.plan.name, t.phase or "unknown", why))
+                report.lost.append(
+                    LostPod(t.plan.namespace, t.plan.name, t.phase or "unknown", why, t.plan.vendor)
+                )
+                report.count_vendor(t.plan.vendor, "lost")
         report.pods_created = sum(1 for t in self.tracker.snapshot() if t.created_at is not None)
         report.running_with_faults = LatencySummary.of(with_faults)
         report.running_without_faults = LatencySummary.of(without)
+        disagreements = getattr(self._checker, "kubelet_disagreements", 0)
+        if disagreements:
+            report.notes.append(
+                f"{disagreements} started vendor containers hold kubelet device IDs of other devices than "
+                "their pod's annotation (the vendors' plugins offer no GetPreferredAllocation and answer "
+                "Allocate from the annotation): not a violation"
+            )
 
 
 def _transient(exc: KubeApiError) -> bool:
@@ -859,4 +962,14 @@ def run_chaos(options: ChaosOptions, progress: Callable[[str], None] | None = No
     return ChaosRun(options).run(progress)
 
 
-__all__ = ["ChaosOptions", "ChaosRun", "PodTracker", "cluster_spec", "plan", "run_chaos", "shapes"]
+__all__ = [
+    "ChaosOptions",
+    "ChaosRun",
+    "PodTracker",
+    "cluster_spec",
+    "plan",
+    "run_chaos",
+    "shapes",
+    "vendor_node_specs",
+    "vendor_shapes",
+]

@@ -14,10 +14,13 @@ Kinds:
 
 - kills (SIGKILL, no grace): `kill-control-leader`, `kill-control-follower`, `kill-control-in-bind`
   (the leader, at a moment a pod is in `hami.io/bind-phase: allocating`: the runner waits for one),
-  `kill-scheduler`, `kill-controller-manager` (DRA nodes only), `kill-kubelet`, `kill-hami-node`;
-- GPU faults through the node's fake inventory: `gpu-xid` (an Xid event: the GPU turns unhealthy and
-  recovers by itself after hami-node's quiet period, `--health-recovery-seconds`), `gpu-failing` (the
-  GPU fails its probe until cleared), `gpu-nvml` (every NVML call of the node fails until cleared);
+  `kill-scheduler`, `kill-controller-manager` (DRA nodes only), `kill-kubelet` (any node),
+  `kill-hami-node` (a node with NVIDIA GPUs), `kill-vendor-plugin` (the device-plugin stand-in of a node
+  of another vendor, `vendor/<node>`: only with such nodes);
+- GPU faults through the fake inventory of a node with NVIDIA GPUs: `gpu-xid` (an Xid event: the GPU
+  turns unhealthy and recovers by itself after hami-node's quiet period, `--health-recovery-seconds`),
+  `gpu-failing` (the GPU fails its probe until cleared), `gpu-nvml` (every NVML call of the node fails
+  until cleared);
 - API server faults (interface of hami_sim/apiserver/faults.py): `api-conflict` (409 on writes),
   `api-throttle` (429 with Retry-After), `api-error` (500), `api-slow` (answers delayed, some past the
   clients' timeouts), `api-drop-watch` (watches closed mid-stream), `api-gone` (410 on a resumed watch),
@@ -55,6 +58,10 @@ API_KINDS = (
     "api-stale-list",
 )
 ALL_KINDS = KILL_KINDS + GPU_KINDS + API_KINDS
+"""Every fault kind a cluster of NVIDIA nodes takes."""
+VENDOR_KINDS = ("kill-vendor-plugin",)
+"""The fault kinds of clusters with nodes of other vendors."""
+EVERY_KIND = ALL_KINDS + VENDOR_KINDS
 
 TARGET_USER_AGENTS = (
     "hami-control",
@@ -73,6 +80,7 @@ _LANES: Mapping[str, str] = {
     "kill-controller-manager": "standins",
     "kill-kubelet": "nodes",
     "kill-hami-node": "nodes",
+    "kill-vendor-plugin": "nodes",
     **{k: "gpu" for k in GPU_KINDS},
     **{k: "api" for k in API_KINDS},
 }
@@ -87,6 +95,10 @@ class ScheduleSpec:
     gpus_per_node: int
     dra: bool = False
     """The cluster has DRA nodes (so a controller-manager to kill)."""
+    nvidia_nodes: tuple[str, ...] | None = None
+    """The nodes with NVIDIA GPUs (hami-node's kills, GPU faults); None: every node."""
+    vendor_nodes: tuple[str, ...] = ()
+    """The nodes of other vendors (`kill-vendor-plugin`; none: no such faults)."""
     per_kind: int | None = None
     """Faults of each kind; None: max(2, pods / 500)."""
     kinds: tuple[str, ...] = ALL_KINDS
@@ -103,13 +115,15 @@ class ScheduleSpec:
     """Faults fire between these fractions of the workload."""
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.kinds) - set(ALL_KINDS))
+        unknown = sorted(set(self.kinds) - set(EVERY_KIND))
         if unknown:
-            raise ValueError(f"kinds: unknown fault kind {unknown[0]!r} (known: {', '.join(ALL_KINDS)})")
+            raise ValueError(f"kinds: unknown fault kind {unknown[0]!r} (known: {', '.join(EVERY_KIND)})")
         if self.per_kind is not None and self.per_kind < 0:
             raise ValueError(f"per_kind: expected an integer >= 0, got {self.per_kind!r}")
         if not self.nodes:
             raise ValueError("nodes: the schedule needs at least one node")
+        if self.nvidia_nodes is not None and not self.nvidia_nodes:
+            raise ValueError("nvidia_nodes: the schedule needs at least one node with NVIDIA GPUs")
         if self.gpus_per_node < 1:
             raise ValueError(f"gpus_per_node: expected an integer >= 1, got {self.gpus_per_node!r}")
         for name in ("window_s", "down_s", "slow_delay_s", "span"):
@@ -193,31 +207,40 @@ def _target(kind: str, rng: random.Random, spec: ScheduleSpec) -> tuple[str, int
         return "controller-manager", None
     if kind == "kill-kubelet":
         return f"kubelet/{rng.choice(spec.nodes)}", None
+    nvidia = spec.nodes if spec.nvidia_nodes is None else spec.nvidia_nodes
     if kind == "kill-hami-node":
-        return f"hami-node/{rng.choice(spec.nodes)}", None
+        return f"hami-node/{rng.choice(nvidia)}", None
+    if kind == "kill-vendor-plugin":
+        return f"vendor/{rng.choice(spec.vendor_nodes)}", None
     if kind == "gpu-nvml":  # about the whole node
-        return rng.choice(spec.nodes), None
+        return rng.choice(nvidia), None
     if kind in GPU_KINDS:
-        return rng.choice(spec.nodes), rng.randrange(spec.gpus_per_node)
+        return rng.choice(nvidia), rng.randrange(spec.gpus_per_node)
     return "", None
 
 
 def build_schedule(spec: ScheduleSpec) -> tuple[Fault, ...]:
     """The faults of a run, ordered by the pod they fire at (then by kind); same spec, same faults."""
     rng = random.Random(f"schedule:{spec.seed}")
-    kinds = [k for k in ALL_KINDS if k in spec.kinds and (spec.dra or k != "kill-controller-manager")]
+    kinds = [
+        k
+        for k in EVERY_KIND
+        if k in spec.kinds
+        and (spec.dra or k != "kill-controller-manager")
+        and (spec.vendor_nodes or k != "kill-vendor-plugin")
+    ]
     low = max(1, int(spec.pods * spec.span[0]))
     high = max(low, int(spec.pods * spec.span[1]))
     drawn: list[tuple[int, str, float, str, int | None, tuple[dict[str, Any], ...]]] = []
     for kind in kinds:
         for n in range(spec.count_per_kind):
             at = rng.randint(low, high)
-            span = spec.down_s if kind in KILL_KINDS else spec.window_s
+            span = spec.down_s if kind in KILL_KINDS + VENDOR_KINDS else spec.window_s
             duration = round(rng.uniform(*span), 2)
             target, gpu = _target(kind, rng, spec)
             rules = api_rules(kind, f"{kind}-{n}", rng, spec) if kind in API_KINDS else ()
             drawn.append((at, kind, duration, target, gpu, rules))
-    drawn.sort(key=lambda d: (d[0], ALL_KINDS.index(d[1])))
+    drawn.sort(key=lambda d: (d[0], EVERY_KIND.index(d[1])))
     return tuple(
         Fault(seq, kind, _LANES[kind], at, duration, target, gpu, rules)
         for seq, (at, kind, duration, target, gpu, rules) in enumerate(drawn)
@@ -250,11 +273,13 @@ def schedule_data(faults: Sequence[Fault]) -> list[dict[str, Any]]:
 __all__ = [
     "ALL_KINDS",
     "API_KINDS",
+    "EVERY_KIND",
     "GPU_FAULT_OF",
     "GPU_KINDS",
     "KILL_KINDS",
     "LANES",
     "TARGET_USER_AGENTS",
+    "VENDOR_KINDS",
     "Fault",
     "ScheduleSpec",
     "api_rules",

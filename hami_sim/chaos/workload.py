@@ -19,12 +19,24 @@ are refused at creation by the webhook). A share of the pods goes through DRA: n
 `hami.io/dra=enabled`, whose pods the webhook translates into ResourceClaims (mixed mode, as
 `hami-sim demo --mode mixed`); in `dra` mode every pod does, in `device-plugin` mode none.
 
+A whole GPU (`exclusive`) goes to a quota namespace only when the path's smallest GPU fits its quota:
+HAMi admits it counting 0 MiB and then never schedules it (its Fit counts the whole GPU's memory against
+the quota), which on a small cluster of A100s alone would leave it Pending for good.
+
 Percentages go only to device-plugin namespaces without a quota: a DRA claim needs absolute memory
 (hami_control/dra_translate.py), and a quota counts a percentage as 0 MiB at admission (HAMi's
 pkg/device/quota.go), so the run would test the workload's choice rather than the system.
 
 Some pods come in bursts (created back to back, without the run's rate), which is when binds pile up
 and when the fault schedule's "kill during a bind" lands best.
+
+With nodes of other vendors (`WorkloadSpec.vendors`, one `VendorShape` per vendor; issue 26) a share of
+the pods (`vendor_share`) asks one of them instead, in the namespace `chaos-vendors`, with the vendor's
+own resources (HAMi v2.10's names, reference/vendors.md): a share of one device with memory and cores
+where the vendor has them (`<vendor>-share`), two devices (`<vendor>-multi`: Hygon, Ascend, Iluvatar,
+MetaX sGPU, Kunlun XPU), a whole device (`<vendor>-whole`: Hygon without memory or cores, so exclusive;
+MetaX GPU, Enflame GCU, AWS Neuron devices), an Enflame DRS profile of 1 to 3 slices, an AWS NeuronCore.
+A workload without vendors draws nothing for them: the same seed gives the same NVIDIA workload.
 """
 
 from __future__ import annotations
@@ -86,6 +98,27 @@ class PathShape:
 
 
 @dataclass(frozen=True)
+class VendorShape:
+    """The devices of one other vendor the run's nodes hold (all alike): HAMi's common word of them (the
+    chip's for Ascend and Iluvatar), their memory (MiB), cores (the vendor's unit) and shares."""
+
+    vendor: str
+    mode: str
+    word: str
+    memory_mib: int
+    cores: int
+    split: int
+    devices_per_node: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.vendor}/{self.mode}" if self.mode else self.vendor
+
+
+VENDOR_NAMESPACE = "chaos-vendors"
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     pods: int
     seed: int
@@ -104,6 +137,10 @@ class WorkloadSpec:
     """About every this many pods a burst starts (0: no bursts)."""
     burst_size: tuple[int, int] = (10, 30)
     run_id: str = "chaos"
+    vendors: tuple[VendorShape, ...] = ()
+    """The other vendors' devices (none: every pod asks NVIDIA GPUs)."""
+    vendor_share: float = 0.5
+    """With vendors, the share of pods that asks one of them (the vendor drawn evenly)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.pods, bool) or not isinstance(self.pods, int) or self.pods < 1:
@@ -114,7 +151,7 @@ class WorkloadSpec:
             raise ValueError(f"mode {self.mode}: the cluster has no device-plugin nodes")
         if self.mode != "device-plugin" and self.dra is None:
             raise ValueError(f"mode {self.mode}: the cluster has no DRA nodes")
-        for name in ("dra_share", "quota_share"):
+        for name in ("dra_share", "quota_share", "vendor_share"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name}: expected a share between 0 and 1, got {value!r}")
@@ -161,6 +198,8 @@ class PodPlan:
     burst: bool
     """Created right after the previous pod, without waiting for the run's rate."""
     body: dict[str, Any] = field(compare=False, repr=False)
+    vendor: str = "nvidia"
+    """Whose devices it asks (hami_sim.vendors' name, `nvidia` for NVIDIA GPUs)."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +226,8 @@ def namespaces_for(spec: WorkloadSpec) -> tuple[NamespacePlan, ...]:
             NamespacePlan("chaos-dra", True, None),
             NamespacePlan("chaos-dra-quota", True, spec.quota_mib),
         ]
+    if spec.vendors:
+        out.append(NamespacePlan(VENDOR_NAMESPACE, False, None))
     return tuple(out)
 
 
@@ -250,8 +291,89 @@ def _containers(
     return inits, main, annotations
 
 
-def _kind(rng: random.Random, path: str, quota: bool) -> str:
-    kinds = [k for k in KINDS if not (k == "percent" and (path == "dra" or quota))]
+def _one(name: str, limits: Mapping[str, int]) -> list[Any]:
+    return [_container(name, {"limits": {k: str(v) for k, v in limits.items()}})]
+
+
+def _vendor_containers(shape: VendorShape, rng: random.Random) -> tuple[str, list[Any]]:
+    """(kind, containers) of one pod asking `shape`'s vendor. Sizes fit one device of the shape."""
+    mem_cap = max(1000, min(8000, shape.memory_mib // 2))
+    mem = rng.randrange(1000, mem_cap + 1, 250) if mem_cap > 1000 else 1000
+    share = rng.random() < 0.7
+    cw, key = shape.word, shape.key
+    if key == "hygon":
+        if share:
+            limits = {
+                "hygon.com/dcunum": 1,
+                "hygon.com/dcumem": mem,
+                "hygon.com/dcucores": rng.choice((10, 20, 30, 50)),
+            }
+            return "hygon-share", _one("main", limits)
+        if rng.random() < 0.5:
+            return "hygon-whole", _one("main", {"hygon.com/dcunum": 1})
+        limits = {"hygon.com/dcunum": 2, "hygon.com/dcumem": 1000, "hygon.com/dcucores": 10}
+        return "hygon-multi", _one("main", limits)
+    if key == "ascend":
+        if share:
+            return "ascend-share", _one("main", {f"huawei.com/{cw}": 1, f"huawei.com/{cw}-memory": mem})
+        return "ascend-multi", _one("main", {f"huawei.com/{cw}": 2})
+    if key == "cambricon":
+        limits = {
+            "cambricon.com/vmlu": 1,
+            "cambricon.com/mlu.smlu.vmemory": max(4, mem // 256),
+            "cambricon.com/mlu.smlu.vcore": rng.choice((10, 20, 30)),
+        }
+        return "cambricon-share", _one("main", limits)
+    if key == "iluvatar":
+        if share:
+            limits = {f"iluvatar.ai/{cw}-vgpu": 1, f"iluvatar.ai/{cw}.vMem": max(4, mem // 256),
+                      f"iluvatar.ai/{cw}.vCore": rng.choice((10, 20, 30, 50))}  # fmt: skip
+            return "iluvatar-share", _one("main", limits)
+        return "iluvatar-multi", _one("main", {f"iluvatar.ai/{cw}-vgpu": 2})
+    if key == "metax/sgpu":
+        if share:
+            limits = {"metax-tech.com/sgpu": 1, "metax-tech.com/vmemory": max(1, mem // 1024),
+                      "metax-tech.com/vcore": rng.choice((10, 20, 30, 50))}  # fmt: skip
+            return "metax-share", _one("main", limits)
+        return "metax-multi", _one("main", {"metax-tech.com/sgpu": 2, "metax-tech.com/vcore": 20})
+    if key == "mthreads":
+        limits = {"mthreads.com/vgpu": 1, "mthreads.com/sgpu-memory": rng.choice((2, 4, 8, 16)),
+                  "mthreads.com/sgpu-core": rng.choice((1, 2, 4, 8))}  # fmt: skip
+        return "mthreads-share", _one("main", limits)
+    if key == "enflame/drs":
+        return "enflame-share", _one("main", {"enflame.com/drs-gcu": rng.choice((1, 1, 2, 3))})
+    if key == "kunlun/vxpu":
+        if share:
+            limits = {"kunlunxin.com/vxpu": 1, "kunlunxin.com/vxpu-memory": rng.choice((24576, 24576, 49152))}
+            return "kunlun-share", _one("main", limits)
+        return "kunlun-multi", _one("main", {"kunlunxin.com/vxpu": 2, "kunlunxin.com/vxpu-memory": 24576})
+    if key == "awsneuron":
+        if share:
+            return "awsneuron-share", _one("main", {"aws.amazon.com/neuroncore": 1})
+        return "awsneuron-whole", _one("main", {"aws.amazon.com/neuron": 1})
+    if key == "amd":
+        limits = {"amd.com/gpu": 1, "amd.com/gpumem": mem, "amd.com/gpucores": rng.choice((10, 20, 30, 50))}
+        return "amd-share", _one("main", limits)
+    count = {
+        "metax/gpu": "metax-tech.com/gpu",
+        "enflame/gcu": "enflame.com/gcu",
+        "kunlun/xpu": "kunlunxin.com/xpu",
+        "vastai": "vastaitech.com/va",
+        "biren": "birentech.com/gpu",
+    }.get(key)
+    if count is None:
+        raise ValueError(f"vendors: no workload for {key!r}")
+    whole = key in ("metax/gpu", "enflame/gcu", "kunlun/xpu")
+    return f"{shape.vendor}-{'whole' if whole else 'share'}", _one("main", {count: 1})
+
+
+def _kind(rng: random.Random, path: str, quota: bool, whole_fits_quota: bool = True) -> str:
+    kinds = [
+        k
+        for k in KINDS
+        if not (k == "percent" and (path == "dra" or quota))
+        and not (k == "exclusive" and quota and not whole_fits_quota)
+    ]
     return rng.choices(kinds, weights=[_WEIGHTS[k] for k in kinds])[0]
 
 
@@ -291,13 +413,16 @@ def build_workload(spec: WorkloadSpec) -> Workload:
             burst_left -= 1
         elif spec.burst_every and index > 0 and rng.random() < 1.0 / spec.burst_every:
             burst_left = rng.randint(*spec.burst_size) - 1
+        if spec.vendors and rng.random() < spec.vendor_share:
+            pods.append(_vendor_pod(spec, rng, index, width, burst))
+            continue
         path = _path(rng, spec)
         shape = spec.dra if path == "dra" else spec.device_plugin
         assert shape is not None  # checked in WorkloadSpec
         plain, quota = by_path[path]
         in_quota = bool(quota) and rng.random() < spec.quota_share
         namespace = (quota if in_quota else plain)[0].name
-        kind = _kind(rng, path, in_quota)
+        kind = _kind(rng, path, in_quota, shape.smallest_mib <= spec.quota_mib)
         end, run_s, delete_after_s = _end(rng, kind)
         inits, containers, annotations = _containers(kind, rng, shape)
         name = f"c{index:0{width}d}-{kind}"
@@ -318,6 +443,30 @@ def build_workload(spec: WorkloadSpec) -> Workload:
             body["spec"]["initContainers"] = inits
         pods.append(PodPlan(index, namespace, name, kind, path, end, run_s, delete_after_s, burst, body))
     return Workload(namespaces, tuple(pods))
+
+
+def _vendor_pod(spec: WorkloadSpec, rng: random.Random, index: int, width: int, burst: bool) -> PodPlan:
+    shape = rng.choice(spec.vendors)
+    kind, containers = _vendor_containers(shape, rng)
+    whole = kind.endswith("-whole")
+    end, run_s, delete_after_s = _end(rng, "exclusive" if whole else kind)
+    name = f"c{index:0{width}d}-{kind}"
+    annotations = {RUN_SECONDS: f"{run_s:g}"} if run_s is not None else {}
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": VENDOR_NAMESPACE,
+            "labels": {RUN_LABEL: spec.run_id, KIND_LABEL: kind},
+            "annotations": annotations,
+        },
+        "spec": {"restartPolicy": "Never", "containers": containers},
+    }
+    return PodPlan(
+        index, VENDOR_NAMESPACE, name, kind, "device-plugin", end, run_s, delete_after_s, burst, body,
+        shape.vendor,
+    )  # fmt: skip
 
 
 def path_shape(models: Sequence[tuple[str, int]], uuids: Sequence[str]) -> PathShape:
@@ -342,10 +491,12 @@ __all__ = [
     "MODES",
     "RUN_LABEL",
     "RUN_SECONDS",
+    "VENDOR_NAMESPACE",
     "GPUModel",
     "NamespacePlan",
     "PathShape",
     "PodPlan",
+    "VendorShape",
     "Workload",
     "WorkloadSpec",
     "build_workload",

@@ -218,6 +218,19 @@ def test_amd_takes_the_first_compute_units_the_nodes_pods_leave_free() -> None:
     assert json.loads(outcome.patch[AMD_CU_ALLOCATED]) == {uuid: "76-85"}
 
 
+def test_amd_compute_units_of_finished_pods_are_free_again() -> None:
+    spec = device_spec({"vendor": "amd"})
+    devices = node_devices(NODE, spec)
+    uuid = devices[0].uuid
+    text = f"{uuid},AMD Instinct MI300X,4096,10:;"
+    done = bound("done", {AMD_CU_ALLOCATED: json.dumps({uuid: "0-75"})}, phase="success")
+    failed = bound("failed", {AMD_CU_ALLOCATED: json.dumps({uuid: "76-90"})}, phase="success")
+    done["status"]["phase"], failed["status"]["phase"] = "Succeeded", "Failed"
+    p = bound("p", {"hami.io/amd-devices-to-allocate": text, "hami.io/amd-devices-allocated": text})
+    outcome = allocate(p, spec, devices, node_pods=[done, failed, p])
+    assert json.loads(outcome.patch[AMD_CU_ALLOCATED]) == {uuid: "0-9"}
+
+
 def test_amd_refuses_more_compute_units_than_are_free() -> None:
     spec = device_spec({"vendor": "amd", "cores": 8})
     devices = node_devices(NODE, spec)
