@@ -760,6 +760,8 @@ class VendorDevice:
     """Enflame DRS: the node's profiles."""
     cores_per: int = 0
     """AWS Neuron: NeuronCores per device."""
+    minor: str = ""
+    """Enflame DRS: its minor number (`minor`, trimmed; the index where empty, as HAMi reads it)."""
 
 
 _DEVICE_INFO_FIELDS = {
@@ -940,6 +942,14 @@ def _drs_capacity(value: Any, where: str) -> int:
     raise DecodeError(f"{where}: {_short(value)} is not a capacity")
 
 
+_GO_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680"
+    + "".join(chr(c) for c in range(0x2000, 0x200B))
+    + "\u2028\u2029\u202f\u205f\u3000"
+)
+"""What Go's strings.TrimSpace trims (unicode.IsSpace)."""
+
+
 def decode_enflame_drs(text: str, annotation: str, node: str) -> tuple[VendorDevice, ...]:
     """Enflame's DRS capacity JSON as HAMi's EnflameDevices.GetNodeDevices reads it."""
     family = FAMILIES["Enflame"]
@@ -983,7 +993,7 @@ def decode_enflame_drs(text: str, annotation: str, node: str) -> tuple[VendorDev
         else:
             fields = _go_fields(item, {"index": "index", "minor": "minor", "capacity": "capacity"}, where)
         index_text = _go_str(fields.get("index"), where)
-        _go_str(fields.get("minor"), where)
+        minor = _go_str(fields.get("minor"), where).strip(_GO_SPACE)
         index = i
         if _GO_INT.fullmatch(index_text) and INT64[0] <= int(index_text) <= INT64[1]:
             index = int(index_text)
@@ -1003,6 +1013,7 @@ def decode_enflame_drs(text: str, annotation: str, node: str) -> tuple[VendorDev
                 family.word,
                 True,
                 profiles=tuple(candidates),
+                minor=minor or str(index),
             )
         )
     return tuple(devices)
@@ -1279,6 +1290,12 @@ def runtime_devices(
     by_index = {d.index: d.id for d in devices if d.vendor == family.vendor}
     if family.word == "AWSNeuron":
         return _neuron_runtime(env, devices)
+    if family.word == "Enflame" and family.visible_env in env:
+        # gcushare-device-plugin (EnflameTechnology/gcushare pkg/server/server.go makeContainerResponse)
+        # answers the pod's `enflame.com/gcu-assigned-minor`: a minor number, not an index.
+        by_minor = {d.minor: d.id for d in devices if d.family == "Enflame" and d.minor}
+        listed = [v.strip() for v in env[family.visible_env].split(",") if v.strip()]
+        return [by_minor.get(v, f"?{v}") for v in listed]
     if family.visible_env and family.visible_env in env:
         listed = [v.strip() for v in env[family.visible_env].split(",") if v.strip()]
         if family.word == "Biren":

@@ -32,19 +32,25 @@ ascend-device-plugin check). The answers (docs/vendor-nodes.md has the table):
   (`<i>:<CU list>` per device, the first free compute units after what the node's other pods hold in
   `hami.io/amd-cu-allocated`), `HIP_DEVICE_MEMORY_LIMIT=<MiB>m`, `LD_AUDIT`; /dev/kfd and the dri
   nodes; the pod's `hami.io/amd-cu-allocated` gets the container's units;
-- AWS Neuron: `AWS_NEURON_VISIBLE_DEVICES` (device indexes) for a container asking devices, else
-  `NEURON_RT_VISIBLE_CORES` (core indexes from the core mask HAMi chose);
-- every other vendor: `<visible_env>` = the device indexes (Mthreads, Enflame and Kunlun XPU as HAMi's
-  `mthreads.com/gpu-index`, `enflame.com/gcu-assigned-minor` and `BAIDU_COM_DEVICE_IDX` say for the last
-  container).
+- AWS Neuron (no public plugin source; AWS's docs, aws-neuron-sdk deploy/infrastructure/scheduler-
+  flow.rst and the older neuron-k8-scheduler-ext.rst): `AWS_NEURON_VISIBLE_DEVICES` (device indexes)
+  for a container asking devices, else `NEURON_RT_VISIBLE_CORES` (core indexes from the core mask HAMi
+  chose) and the cores' devices /dev/neuron<i>;
+- Enflame DRS (gcushare-device-plugin, see `_gcushare`): `ENFLAME_VISIBLE_DEVICES` = the pod's
+  `enflame.com/gcu-assigned-minor`, `TOPS_VISIBLE_DEVICES` = `DRS-<instance UUID>`;
+- every other vendor (no public source of its HAMi-mode plugin: MetaX, Mthreads, Enflame GCU, Kunlun,
+  Vastai): `<visible_env>` = the device indexes (Mthreads and Kunlun XPU as HAMi's
+  `mthreads.com/gpu-index` and `BAIDU_COM_DEVICE_IDX` say for the last container), an assumed key.
 
 After the answer (the `HAMI` flow) the container's entry in the to-allocate annotation is blanked and,
 once none is left, `hami.io/bind-phase: success` is written (HAMi's PodAllocationTrySuccess looks at
 the plugin's own to-allocate annotation only, so a pod that also asks NVIDIA GPUs reads success before
 hami-node has allocated them; hami-node still takes it while kubelet admits it); an error writes
 `failed`. The `ALLOCATED`
-flow counts the containers done (in the plugin's memory) and flips its marker (Enflame
-`enflame.com/gcu-assigned`, AWS `NEURON_ALLOCATED`) and the bind phase when the last is done. Cambricon
+flow counts the containers done (in the plugin's memory) and flips its marker (AWS `NEURON_ALLOCATED`)
+and the bind phase when the last is done; Enflame DRS keeps gcushare's record on the pod instead
+(`assigned-containers`, `enflame.com/gcu-assigned`) and writes the bind phase too, which gcushare does
+not (hami-control's pending window waits for it; docs/vendor-nodes.md "Known gaps"). Cambricon
 writes no bind phase (its plugin does not).
 """
 
@@ -54,7 +60,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import NAMESPACE_URL, uuid5
 
+from hami_api._wire import go_json_string
 from hami_api.annotations import (
     BIND_PHASE,
     BIND_TIME,
@@ -62,7 +70,8 @@ from hami_api.annotations import (
     decode_pod_allocation,
     encode_pod_allocation,
 )
-from hami_api.errors import WireFormatError
+from hami_api.errors import QuantityError, WireFormatError
+from hami_api.quantity import quantity_value
 from hami_api.resources import pod_container_names, pod_containers
 from hami_api.types import ContainerAllocation, GPUSlice, PodAllocation
 from hami_sim.vendors.inventory import Device
@@ -77,6 +86,10 @@ AMD_CU_ALLOCATED = "hami.io/amd-cu-allocated"
 """amd-device-plugin utils/types.go CuAllocation: `{"<device uuid>": "<CU list>"}` per pod."""
 AMD_LD_AUDIT = "/usr/local/vgpu/libamvgpu.so"
 AWS_NEURON_IDS = "AWS_NEURON_IDS"
+ENFLAME_ASSIGNED_CONTAINERS = "assigned-containers"
+ENFLAME_ASSIGNED_MINOR = "enflame.com/gcu-assigned-minor"
+ENFLAME_ASSIGNED_INDEX = "enflame.com/gcu-assigned-index"
+ENFLAME_ASSIGNED_TIME = "enflame.com/gcu-assigned-time"
 HYGON_VDEV_DIR = "/usr/local/vgpu/dcu"
 HYGON_DRIVER = "/opt/hygondriver"
 
@@ -180,6 +193,8 @@ def has_work(pod: Json, spec: DeviceSpec, consumed: int = 0) -> bool:
     if table.flow is Flow.HAMI:
         allocation = _allocation(pod, spec.name(table.to_allocate))
         return allocation is not None and any(len(c) for c in allocation.containers)
+    if spec.vendor == "enflame":
+        return bool(_gcushare_open(pod, spec)) and ENFLAME_ASSIGNED_TIME in annotations
     if table.marker and annotations.get(table.marker) == "true":
         return False
     allocation = _allocation(pod, spec.name(table.allocated))
@@ -307,6 +322,10 @@ def allocate_container(
         return Outcome(Answer(), consumed=consumed)
     if table.flow is Flow.HAMI:
         return _hami(pod, spec, devices, device_ids=device_ids, node_pods=node_pods)
+    if spec.vendor == "enflame":
+        return _gcushare(
+            pod, node, spec, resource=resource, device_ids=device_ids, node_pods=node_pods, consumed=consumed
+        )
     return _by_allocated(pod, spec, devices, consumed)
 
 
@@ -381,6 +400,150 @@ def _by_allocated(pod: Json, spec: DeviceSpec, devices: Sequence[Device], consum
     return Outcome(answer, patch, done, consumed + 1, container, done)
 
 
+# --- Enflame DRS: gcushare-device-plugin -----------------------------------------------------------------
+
+
+def _assigned_records(pod: Json) -> dict[str, dict[str, Any]]:
+    """gcushare's `assigned-containers`: container name -> its record (`allocated`, `request`,
+    `profileID`, `profileName`, `instanceID`, `instanceUUID`); an unreadable one is an error, as
+    PodExistContainerCanBind's json.Unmarshal."""
+    raw = annotations_of(pod).get(ENFLAME_ASSIGNED_CONTAINERS)
+    if not raw:
+        return {}
+    try:
+        records = json.loads(raw)
+    except ValueError:
+        records = None
+    if not isinstance(records, dict) or not all(isinstance(r, dict) for r in records.values()):
+        raise AllocateFailed(
+            f"unmarshal assigned containers to map of pod {pod_key(pod)} failed, detail: {raw}"
+        )
+    return {str(k): dict(v) for k, v in records.items()}
+
+
+def _drs_limit(c: Mapping[str, Any], resource: str) -> int | None:
+    limits = (c.get("resources") or {}).get("limits") or {}
+    if resource not in limits:
+        return None
+    try:
+        return quantity_value(limits[resource])
+    except QuantityError:
+        return 0
+
+
+def _gcushare_open(pod: Json, spec: DeviceSpec) -> list[tuple[str, int]]:
+    """The pod's containers (spec order, init containers not looked at) that limit the DRS resource and
+    are not yet `allocated` in `assigned-containers`: (name, limit). A pod whose record cannot be read
+    counts as having work (its Allocate then fails as gcushare's does)."""
+    resource = spec.name(spec.table.resources[0].name)
+    try:
+        records = _assigned_records(pod)
+    except AllocateFailed:
+        records = {}
+    pod_spec = pod.get("spec")
+    out = []
+    for c in (pod_spec.get("containers") or []) if isinstance(pod_spec, Mapping) else []:
+        limit = _drs_limit(c, resource)
+        name = str(c.get("name") or "")
+        if limit is None or records.get(name, {}).get("allocated") is True:
+            continue
+        out.append((name, limit))
+    return out
+
+
+def _drs_instance(pod: Json, node: str, node_pods: Sequence[Json], index: str) -> tuple[str, str]:
+    """The DRS instance the stand-in "creates" (drs.CreateDRSInstance asks the driver; there is none):
+    the lowest instance id that no live pod on the node holds on this GCU (`enflame.com/gcu-assigned-
+    index`), and a UUID made from the node, the GCU and that id."""
+    taken: set[str] = set()
+    others = [p for p in node_pods if pod_uid(p) != pod_uid(pod) and _phase(p) not in ("Succeeded", "Failed")]
+    for other in [*others, pod]:
+        if annotations_of(other).get(ENFLAME_ASSIGNED_INDEX) != index:
+            continue
+        try:
+            records = _assigned_records(other)
+        except AllocateFailed:
+            continue
+        taken.update(str(r["instanceID"]) for r in records.values() if r.get("instanceID"))
+    instance = next(str(i) for i in range(len(taken) + 1) if str(i) not in taken)
+    made = uuid5(NAMESPACE_URL, f"hami-sim/enflame-drs/{node}/{index}/{instance}")
+    return instance, str(made)
+
+
+_RECORD_FIELDS = ("allocated", "request", "profileID", "profileName", "instanceID", "instanceUUID")
+"""gcushare pkg/structs/structs.go AllocateRecord's JSON fields, in its order (all omitempty)."""
+
+
+def _records_json(records: Mapping[str, Mapping[str, Any]]) -> str:
+    """Go's json.Marshal of gcushare's `map[string]AllocateRecord`: keys sorted, fields in struct order."""
+    parts = []
+    for name in sorted(records):
+        record = records[name]
+        fields = []
+        for key in _RECORD_FIELDS:
+            value = record.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, int):
+                text = str(value)
+            else:
+                text = go_json_string(str(value))
+            fields.append(f'"{key}":{text}')
+        parts.append(f"{go_json_string(name)}:{{{','.join(fields)}}}")
+    return "{" + ",".join(parts) + "}"
+
+
+def _gcushare(
+    pod: Json,
+    node: str,
+    spec: DeviceSpec,
+    *,
+    resource: str,
+    device_ids: Sequence[str],
+    node_pods: Sequence[Json],
+    consumed: int,
+) -> Outcome:
+    """gcushare-device-plugin (EnflameTechnology/gcushare gcushare-device-plugin/pkg/server/server.go
+    Allocate, makeContainerResponse; pkg/resource/pod.go PodExistContainerCanBind,
+    GetGCUIDFromPodAnnotation): the container is the first (spec order) that limits the resource by as
+    many as the kubelet asks and is not `allocated` in `assigned-containers`; a record with a profile
+    gets a DRS instance made; the record becomes `allocated` (with `instanceID`, `instanceUUID`) and
+    `enflame.com/gcu-assigned` becomes "true" with the pod's last container (else stays as it is). The
+    answer: `ENFLAME_VISIBLE_DEVICES` = the pod's `enflame.com/gcu-assigned-minor`, and
+    `TOPS_VISIBLE_DEVICES` = `DRS-<instance UUID>` when an instance was made."""
+    wanted = len(device_ids)
+    open_ = _gcushare_open(pod, spec)
+    records = _assigned_records(pod)
+    chosen = next((name for name, limit in open_ if limit == wanted), None)
+    if chosen is None:
+        raise AllocateFailed(f"invalid allocation request: unable to find pod request {resource}: {wanted}")
+    annotations = annotations_of(pod)
+    record = dict(records.get(chosen, {}))
+    record["allocated"] = True
+    marker = spec.table.marker
+    assigned = "true" if len(open_) == 1 else annotations.get(marker, "")
+    instance_uuid = ""
+    if record.get("profileName") is not None and record.get("profileID") is not None:
+        index = annotations.get(ENFLAME_ASSIGNED_INDEX, "")
+        record["instanceID"], instance_uuid = _drs_instance(pod, node, node_pods, index)
+        record["instanceUUID"] = instance_uuid
+    records[chosen] = record
+    patch = {
+        marker: assigned,
+        ENFLAME_ASSIGNED_CONTAINERS: _records_json(records),
+    }
+    minor = annotations.get(ENFLAME_ASSIGNED_MINOR, "")
+    if not minor:
+        raise AllocateFailed(f"pod {pod_key(pod)} has not been assigned device")
+    envs = {"ENFLAME_VISIBLE_DEVICES": minor}
+    if instance_uuid:
+        envs["TOPS_VISIBLE_DEVICES"] = f"DRS-{instance_uuid}"
+    done = len(open_) == 1
+    return Outcome(Answer(envs), patch, done, consumed + 1, chosen, done)
+
+
 def _answer(
     pod: Json,
     spec: DeviceSpec,
@@ -415,7 +578,10 @@ def _answer(
             for bit in range(d.cores)
             if s.usedcores >> bit & 1
         ]
-        return Answer({"NEURON_RT_VISIBLE_CORES": ",".join(cores)})
+        # aws-neuron-sdk deploy/infrastructure/scheduler-flow.rst (no public plugin source): cores 2,3
+        # are answered `--device=/dev/neuron1 --env NEURON_RT_VISIBLE_CORES=2,3`.
+        nodes = tuple((f"/dev/neuron{d.index}", f"/dev/neuron{d.index}", "rw") for d in chosen)
+        return Answer({"NEURON_RT_VISIBLE_CORES": ",".join(cores)}, (), nodes)
     return Answer({spec.table.visible_env: listed})
 
 

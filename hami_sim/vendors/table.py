@@ -18,7 +18,8 @@ Flows (`Flow`), i.e. how a plugin finds the pod and the container it allocates:
   allocateDynamicSmlu): the one Pending pod with `CAMBRICON_DSMLU_ASSIGNED: "false"`;
 - `ALLOCATED`: the vendors HAMi writes no to-allocate annotation for (Mthreads, Enflame DRS, Kunlun XPU,
   AWS Neuron): the containers are taken in order from `allocated`, the plugin's own marker annotation
-  (`marker`) flips to "true" once every container is done.
+  (`marker`) flips to "true" once every container is done (Enflame DRS: as gcushare does, by its
+  `assigned-containers` record; see hami_sim.vendors.allocate).
 """
 
 from __future__ import annotations
@@ -315,8 +316,9 @@ MTHREADS = VendorTable(
 ENFLAME_DRS = VendorTable(
     vendor="enflame",
     mode="drs",
-    source="none public: HAMi's side, pkg/device/enflame/{device.go,config.go} (DRS capacity JSON, "
-    "enflame.com/gcu-assigned for the plugin)",
+    source="EnflameTechnology/gcushare gcushare-device-plugin/pkg/server/server.go (Allocate, "
+    "makeContainerResponse), pkg/resource/pod.go (PodExistContainerCanBind), pkg/consts/const.go; "
+    "HAMi's side pkg/device/enflame/device.go for the inventory",
     common_word="Enflame",
     resources=(Resource("enflame.com/drs-gcu", Units.SPLIT),),
     flow=Flow.ALLOCATED,
@@ -388,8 +390,9 @@ KUNLUN_XPU = VendorTable(
 AWS_NEURON = VendorTable(
     vendor="awsneuron",
     mode="",
-    source="none public (AWS ships the scheduler-extension plugin as an image): HAMi's side, "
-    "pkg/device/awsneuron/device.go (AWS_NEURON_IDS and NEURON_ALLOCATED for the plugin)",
+    source="none public (AWS ships the plugin as an image): HAMi's side, pkg/device/awsneuron/device.go "
+    "(AWS_NEURON_IDS and NEURON_ALLOCATED for the plugin); the answer as AWS documents it, "
+    "aws-neuron/aws-neuron-sdk deploy/infrastructure/scheduler-flow.rst",
     common_word="AWSNeuron",
     resources=(
         Resource("aws.amazon.com/neuron", Units.WHOLE),

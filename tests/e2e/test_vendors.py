@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from uuid import NAMESPACE_URL, uuid5
 
 import pytest
 import yaml
@@ -46,6 +47,7 @@ from tests.e2e.e2e_util import core_v1
 from tests.waiting import wait_pod
 
 MIXED = "mix-1"
+ENFLAME_DRS_UUID = str(uuid5(NAMESPACE_URL, "hami-sim/enflame-drs/gcu-1/0/0"))
 NODES: Mapping[str, Mapping[str, Any]] = {
     "dcu-1": {"vendor": "hygon"},
     "npu-1": {"vendor": "ascend", "model": "910B4"},
@@ -182,10 +184,12 @@ CASES: dict[str, Case] = {
             "enflame.com/gcu-assigned-id": "0",
             "enflame.com/gcu-assigned-minor": "0",
             "enflame.com/gcu-request-size": "1",
-            "assigned-containers": '{"c":{"allocated":false,"request":1,"profileID":"0",'
-            '"profileName":"1g.6gb"}}',
+            # gcushare marks the container allocated with the DRS instance it made (the stand-in's
+            # instance 0 of GCU 0, its UUID made from node, GCU and instance).
+            "assigned-containers": '{"c":{"allocated":true,"request":1,"profileID":"0",'
+            f'"profileName":"1g.6gb","instanceID":"0","instanceUUID":"{ENFLAME_DRS_UUID}"}}}}',
         },
-        lambda d: {"ENFLAME_VISIBLE_DEVICES": "0"},
+        lambda d: {"ENFLAME_VISIBLE_DEVICES": "0", "TOPS_VISIBLE_DEVICES": f"DRS-{ENFLAME_DRS_UUID}"},
         checkpoint={"enflame.com/drs-gcu": 1},
         present=("enflame.com/gcu-assigned-time",),
     ),
@@ -210,6 +214,7 @@ CASES: dict[str, Case] = {
             "aws.amazon.com/predicate-node": "inf-1",
         },
         lambda d: {"NEURON_RT_VISIBLE_CORES": "0"},
+        lambda d: ("/dev/neuron0",),
         checkpoint={"aws.amazon.com/neuroncore": 1},
         present=("NEURON_ALLOC_TIME",),
     ),

@@ -204,6 +204,18 @@ def test_an_enflame_device_index_that_is_no_number_is_its_position_and_a_string_
     ]
 
 
+def test_enflame_s_visible_devices_name_minors_which_default_to_the_index() -> None:
+    text = (
+        '{"devices":[{"index":"0","minor":" 4 ","capacity":6},{"index":"1","capacity":6}],'
+        '"profiles":{"1g.6gb":"0"}}'
+    )
+    devices = D.decode_enflame_drs(text, "enflame.com/gcu-drs-capacity", "n1")
+    assert [d.minor for d in devices] == ["4", "1"]
+    family = D.FAMILIES["Enflame"]
+    named = D.runtime_devices(family, {"ENFLAME_VISIBLE_DEVICES": "4,1,0"}, [], list(devices))
+    assert named == ["n1-enflame-drs-0", "n1-enflame-drs-1", "?0"]
+
+
 # --- decode(encode(x)) --------------------------------------------------------------------------------------
 
 legacy_device = st.tuples(

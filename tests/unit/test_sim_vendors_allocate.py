@@ -253,20 +253,65 @@ def test_biren_answers_the_cards_by_id() -> None:
 # --- the vendors HAMi writes no to-allocate annotation for --------------------------------------------------
 
 
-def test_enflame_takes_the_containers_in_order_and_flips_its_marker_with_the_last() -> None:
+def enflame_pod(name: str, containers: Mapping[str, int], **annotations: str) -> dict[str, Any]:
+    """A pod as hami-control leaves it for gcushare: a 1g.6gb slice of GCU 1 per container."""
+    records = ",".join(
+        f'"{c}":{{"allocated":false,"request":1,"profileID":"0","profileName":"1g.6gb"}}'
+        for c in sorted(containers)
+    )
+    notes = {
+        "hami.io/enflame-vgpu-devices-allocated": f"{NODE}-enflame-drs-1,Enflame,6144,17:;" * len(containers),
+        "enflame.com/gcu-assigned": "false",
+        "enflame.com/gcu-assigned-time": "100",
+        "enflame.com/gcu-assigned-index": "1",
+        "enflame.com/gcu-assigned-minor": "1",
+        "assigned-containers": "{" + records + "}",
+        **annotations,
+    }
+    cs = [container(c, limits={"enflame.com/drs-gcu": str(n)}) for c, n in containers.items()]
+    return bound(name, notes, *cs)
+
+
+def test_enflame_takes_the_container_gcushare_matches_and_answers_minor_and_drs_instance() -> None:
+    spec = device_spec({"vendor": "enflame", "count": 2})
+    devices = node_devices(NODE, spec)
+    p = enflame_pod("p", {"a": 2, "b": 1})
+    first = allocate(p, spec, devices, device_ids=("x",))
+    assert (first.container, first.success) == ("b", False)
+    records = json.loads(first.patch["assigned-containers"])
+    made = records["b"]["instanceUUID"]
+    assert records["b"]["allocated"] is True and records["b"]["instanceID"] == "0"
+    assert records["a"] == {"allocated": False, "request": 1, "profileID": "0", "profileName": "1g.6gb"}
+    assert first.patch["enflame.com/gcu-assigned"] == "false"
+    assert first.answer.envs == {"ENFLAME_VISIBLE_DEVICES": "1", "TOPS_VISIBLE_DEVICES": f"DRS-{made}"}
+    assert pending_pods([applied(p, first)], NODE, spec) == [p]
+    second = allocate(p, spec, devices, device_ids=("x", "y"), consumed=first.consumed)
+    assert (second.container, second.success) == ("a", True)
+    assert second.patch["enflame.com/gcu-assigned"] == "true"
+    assert json.loads(second.patch["assigned-containers"])["a"]["instanceID"] == "1"
+    assert second.patch["assigned-containers"].startswith('{"a":{"allocated":true,"request":1,')
+    assert pending_pods([applied(p, second)], NODE, spec) == []
+
+
+def test_enflame_refuses_a_request_no_open_container_asks_and_a_pod_without_minor() -> None:
     spec = device_spec({"vendor": "enflame"})
     devices = node_devices(NODE, spec)
-    text = f"{NODE}-enflame-drs-0,Enflame,6144,17:;{NODE}-enflame-drs-0,Enflame,6144,17:;"
-    p = bound("p", {"hami.io/enflame-vgpu-devices-allocated": text, "enflame.com/gcu-assigned": "false"})
-    p["spec"]["containers"] = [container("a"), container("b")]
-    first = allocate(p, spec, devices)
-    assert (first.container, first.consumed, first.patch, first.success) == ("a", 1, {}, False)
-    assert first.answer.envs == {"ENFLAME_VISIBLE_DEVICES": "0"}
-    assert pending_pods([p], NODE, spec, consumed={"uid-p": 1}) == [p]
-    second = allocate(p, spec, devices, consumed=1)
-    assert (second.container, second.consumed, second.success) == ("b", 2, True)
-    assert second.patch == {"enflame.com/gcu-assigned": "true"}
-    assert pending_pods([applied(p, second)], NODE, spec) == []
+    with pytest.raises(AllocateFailed, match=r"unable to find pod request enflame.com/drs-gcu: 2"):
+        allocate(enflame_pod("p", {"a": 1}), spec, devices, device_ids=("x", "y"))
+    with pytest.raises(AllocateFailed, match="has not been assigned device"):
+        allocate(enflame_pod("p", {"a": 1}, **{"enflame.com/gcu-assigned-minor": ""}), spec, devices)
+
+
+def test_enflame_drs_instances_of_live_pods_on_the_gcu_are_not_reused() -> None:
+    spec = device_spec({"vendor": "enflame", "count": 2})
+    devices = node_devices(NODE, spec)
+    held = '{"a":{"allocated":true,"request":1,"profileID":"0","profileName":"1g.6gb","instanceID":"0"}}'
+    other = enflame_pod("q", {"a": 1}, **{"assigned-containers": held})
+    done = enflame_pod("r", {"a": 1}, **{"assigned-containers": held.replace('"0"}', '"1"}')})
+    done["status"]["phase"] = "Succeeded"
+    p = enflame_pod("p", {"a": 1})
+    outcome = allocate(p, spec, devices, node_pods=[other, done, p])
+    assert json.loads(outcome.patch["assigned-containers"])["a"]["instanceID"] == "1"
 
 
 @pytest.mark.parametrize(
@@ -287,6 +332,9 @@ def test_aws_neuron_answers_devices_or_cores_as_the_container_asked(
     resource = next(iter(limits))
     outcome = allocate(p, spec, devices, resource=resource)
     assert outcome.answer.envs == env
+    # AWS's docs: cores come with their devices' nodes (`--device=/dev/neuron1`).
+    cores = "NEURON_RT_VISIBLE_CORES" in env
+    assert outcome.answer.devices == ((("/dev/neuron1", "/dev/neuron1", "rw"),) if cores else ())
     assert outcome.patch == {"NEURON_ALLOCATED": "true"}
 
 
