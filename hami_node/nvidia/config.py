@@ -1195,6 +1195,58 @@ def _enum(
         origins[name].fail(text.format(raw) + f" (choose {', '.join(m.value for m in kind)})", raw)
 
 
+# --- one sharing mode per node ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HamiCoreSummary:
+    """What the node daemon's own settings say about HAMi's sharing on this node, for
+    `check_exclusive_with_hami_core`: `operating_mode` (`hami-core`, `mig` or `mps`, HAMi's nodeconfig
+    `operatingmode`) and where it came from, and the HAMi-core slicing settings given explicitly
+    (setting name -> where, e.g. `{"device_split_count": "flag --device-split-count"}`)."""
+
+    operating_mode: str = "hami-core"
+    operating_mode_where: str = "the default"
+    slicing_settings: Mapping[str, str] = field(default_factory=dict)
+
+
+def nvidia_sharing(config: PluginConfig) -> str | None:
+    """What of NVIDIA's sharing the config turns on, in words, or None for whole GPUs only."""
+    parts = []
+    if config.sharing.strategy is not SharingStrategy.NONE:
+        rrs = config.sharing.replicated
+        shared = ", ".join(f"{r.name} x{r.replicas}" for r in rrs.resources if r.replicas > 1)
+        parts.append(f"{config.sharing.strategy.value} ({shared})")
+    if config.flags.mig_strategy is not MigStrategy.NONE:
+        parts.append(f"MIG strategy {config.flags.mig_strategy.value}")
+    return " and ".join(parts) or None
+
+
+def check_exclusive_with_hami_core(config: PluginConfig, hami: HamiCoreSummary) -> None:
+    """One sharing mode per node's GPUs: NVIDIA's (time-slicing, MPS replicas, MIG strategies single /
+    mixed, from NVIDIA's config file or flags) or HAMi's (HAMi-core slices, HAMi's MPS, HAMi's dynamic
+    MIG). Both on the same GPUs would hand each GPU out twice (kube-scheduler counts NVIDIA's replicas,
+    HAMi's scheduler its slices). Raises `ConfigError` saying which to choose."""
+    nvidia = nvidia_sharing(config)
+    if nvidia is None:
+        return
+    source = f" ({config.config_file})" if config.config_file else ""
+    hami_parts = []
+    if hami.operating_mode != "hami-core":
+        hami_parts.append(f"HAMi's operating mode {hami.operating_mode} ({hami.operating_mode_where})")
+    hami_parts += [f"{name} ({where})" for name, where in sorted(hami.slicing_settings.items())]
+    if not hami_parts:
+        return
+    raise ConfigError(
+        "configuration",
+        "sharing",
+        f"NVIDIA's sharing{source}: {nvidia}, and HAMi's sharing: {'; '.join(hami_parts)}, would share "
+        "the same GPUs two ways; choose one: keep NVIDIA's config file and drop HAMi's settings (pods then "
+        "go through kube-scheduler alone), or drop sharing and migStrategy from NVIDIA's config to slice "
+        "the GPUs with HAMi",
+    )
+
+
 __all__ = [
     "ALL_DEVICES",
     "NO_REPLICAS",
@@ -1208,6 +1260,7 @@ __all__ = [
     "DeviceListStrategy",
     "FileFlags",
     "Flags",
+    "HamiCoreSummary",
     "Imex",
     "MigStrategy",
     "NvidiaConfig",
@@ -1219,6 +1272,7 @@ __all__ = [
     "Resources",
     "Sharing",
     "SharingStrategy",
+    "check_exclusive_with_hami_core",
     "default_shared_rename",
     "is_gpu_index",
     "is_gpu_uuid",
@@ -1228,6 +1282,7 @@ __all__ = [
     "load_config",
     "load_config_file",
     "new_resource_name",
+    "nvidia_sharing",
     "parse_config_text",
     "pattern_matches",
     "resolve",
