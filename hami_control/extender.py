@@ -757,13 +757,13 @@ def filter_nodes(
     other fitting nodes fail with `NOT_LEAST_FRAGMENTING`."""
     if ask is None:
         return _filter_result(candidates, range(len(candidates.names)))
+    fit_node: NodeFit = fit if fit is not None else _fit_on(ask, view)
     if table is not None and ask.vendors is None:
         if ask.node_policy is not NodePolicy.FRAGMENTATION:
             narrow = None
-        fast = _filter_vectorised(ask, candidates, view, table, reasons, narrow)
+        fast = _filter_vectorised(ask, candidates, view, table, reasons, narrow, fit_node)
         if fast is not None:
             return fast
-    fit_node: NodeFit = fit if fit is not None else _fit_on(ask, view)
     fitting: list[int] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
@@ -840,6 +840,7 @@ def _filter_vectorised(  # noqa: PLR0917 (the filter's inputs, named)
     table: GPUTable,
     reasons: Counter[str] | None,
     narrow: HostCPU | None = None,
+    fit_node: NodeFit | None = None,
 ) -> dict[str, Any] | None:
     simple = simple_ask(table, ask.requests, ask.selector, ask.gpu_policy, ask.quota)
     if simple is None:
@@ -853,11 +854,18 @@ def _filter_vectorised(  # noqa: PLR0917 (the filter's inputs, named)
     if narrow is not None and len(fitting) > 1:
         fitting = _least_fragmenting(ask, names, known, ev, table, simple.request, narrow, failed, reasons)
     unresolvable: dict[str, str] = {}
+    failing = np.flatnonzero(~ev.fits)
+    if ev.slow is not None and ev.slow.any():
+        # Nodes with a MIG-mode GPU: HAMi's per-placement rules, node by node (their failures are not
+        # the table's).
+        failing = np.flatnonzero(~ev.fits & ~ev.slow)
+        fitting = sorted(
+            [*fitting, *_fit_slow(ask, names, known[ev.slow], view, fit_node, failed, unresolvable, reasons)]
+        )
     for index in np.flatnonzero(rows < 0).tolist():
         unresolvable[names[index]] = unregistered_reason(view, names[index])
         if reasons is not None:
             reasons[UNREGISTERED_WORD] += 1
-    failing = np.flatnonzero(~ev.fits)
     if len(failing):
         patterns, which = group_rows(ev.failure_counts(table, failing))
         texts = np.array([reason_text(p) for p in patterns.tolist()], dtype=object)
@@ -875,6 +883,33 @@ def _filter_vectorised(  # noqa: PLR0917 (the filter's inputs, named)
                 for word in node_reasons(pattern):
                     reasons[word] += nodes
     return _filter_result(candidates, fitting, failed, unresolvable)
+
+
+def _fit_slow(  # noqa: PLR0917 (the vectorised filter's state, named)
+    ask: PodAsk,
+    names: Sequence[str],
+    positions: IntArray,
+    view: NodeView,
+    fit_node: NodeFit | None,
+    failed: dict[str, str],
+    unresolvable: dict[str, str],
+    reasons: Counter[str] | None,
+) -> list[int]:
+    """The candidates at `positions` fitted one by one (`fit_node`, default `ask.fit`): the positions
+    that fit; the others go to `failed` / `unresolvable` with their reason."""
+    fit_with = fit_node if fit_node is not None else _fit_on(ask, view)
+    fitting: list[int] = []
+    for pos in positions.tolist():
+        name = names[pos]
+        result = fit_with(name, view.node_gpus(name))
+        if isinstance(result, Fit):
+            fitting.append(pos)
+            continue
+        (unresolvable if result.unresolvable else failed)[name] = failure_reason(result)
+        if reasons is not None:
+            for reason, _ in result.reasons or ((Reason.NODE_INSUFFICIENT_DEVICE, 0),):
+                reasons[reason.value] += 1
+    return fitting
 
 
 def _least_fragmenting(  # noqa: PLR0917 (the vectorised filter's state, named)
@@ -963,7 +998,7 @@ def prioritize_nodes(
         scored = ev.fits & ~slow
         full[known[scored]] = fast[scored]
         score = full.tolist()
-        exact = known[ev.fits & slow].tolist()
+        exact = known[ev.fits & slow].tolist() + _slow_rows(known, ev)
     elif table is not None and simple is not None:
         rows = table.rows(hosts)
         known = np.flatnonzero(rows >= 0)
@@ -975,7 +1010,7 @@ def prioritize_nodes(
         full[known[scored]] = fast[scored]
         score = full.tolist()
         # A percentage over GPUs of different sizes: score the GPUs fit_pod really picks.
-        exact = known[ev.fits & (slice_mem < 0)].tolist()
+        exact = known[ev.fits & (slice_mem < 0)].tolist() + _slow_rows(known, ev)
     fit_node: NodeFit = fit if fit is not None else _fit_on(ask, view)
     for pos in exact:
         node = view.node_gpus(hosts[pos])
@@ -985,6 +1020,14 @@ def prioritize_nodes(
             if isinstance(result, Fit):
                 score[pos] = ask.priority(node, result, vendor)
     return [{"Host": host, "Score": value} for host, value in zip(hosts, score, strict=True)]
+
+
+def _slow_rows(known: IntArray, ev: Evaluation) -> list[int]:
+    """Candidates the table does not answer (nodes with a MIG-mode GPU), to score from fit_pod's choice."""
+    if ev.slow is None:
+        return []
+    rows: list[int] = known[ev.slow].tolist()
+    return rows
 
 
 def vendor_node_score(ask: PodAsk, devices: NodeGPUs, fit: Fit, node: Mapping[str, Any]) -> float:

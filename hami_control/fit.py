@@ -49,6 +49,26 @@ devices (an init container with more GPUs than a later one), the scheduler picks
 among free GPUs, and hami-node accepts a different pick only within the pod's footprint. Under
 `numa-bind`, the new GPUs of a container that holds reused ones must be on their NUMA node.
 
+Dynamic MIG (HAMi v2.10, pkg/device/nvidia/device.go `Fit`, `CustomFilterRule`, `selectMigCandidate`,
+`AddResourceUsage`; pkg/scheduler/score.go `isMIGRequest`): a GPU whose register `mode` is "mig" passes
+every rule above and then needs a MIG profile for the request at a free placement: the container's
+devices already found on that GPU are replayed first, then the request (`mig_alloc.replay_mig`), else
+`CardMigTopologyInfeasible`. After a fit on a MIG GPU the same GPU is tried again (HAMi's `i++`), so one
+container may take several MIG devices of one GPU; and a MIG request (`nvidia.com/vgpu-mode` absent or
+naming mig, on a node with a MIG GPU) is not refused for asking more devices than the node has GPUs.
+A MIG device holds the profile's memory and cores (its slice), and its profile and placement go to
+`Fit.mig` (`hami.io/vgpu-mig-allocations`). Where we differ from HAMi, on purpose:
+- 100 % of a MIG GPU (also what a pod with no memory request gets, `defaultMemory` 0) asks its
+  largest profile's memory: the whole-GPU profile (7g.40gb on an A100-40GB). HAMi asks devmem x 100 %,
+  more than any profile (7g.40gb is 40192 MiB of 40960), so such a pod never schedules. Other
+  percentages are HAMi's (50 % of a GPU is half its memory, whatever its profiles).
+- The namespace quota counts the profile's memory and cores (what the pod holds once placed), not the
+  request.
+- Every container's MIG placements stay taken for the later containers of the pod, a plain init
+  container's included (its instance lives until the pod ends: hami-node destroys the instances no live
+  pod holds); HAMi fits app containers on a copy without the init containers' placements, so an
+  overlapping profile fails at Allocate.
+
 Topology-aware (HAMi's computeWorstSingleCard / computeBestCombination over the GPUs found, in walk
 order, first best on ties): one GPU = the one with the lowest summed pair score to the others found
 (keeping well-linked GPUs free), several = the set with the highest summed pair score.
@@ -63,12 +83,15 @@ from itertools import combinations
 from math import comb
 
 from hami_api.containers import ContainerKind, ReusePool, Token, kinds_of
+from hami_api.mig_alloc import MIG_MODE, MigAllocation, replay_mig
 from hami_api.resources import ContainerRequest
 from hami_api.types import (
     ContainerAllocation,
     DeviceSelector,
     GPUPolicy,
     GPUSlice,
+    MigPlacement,
+    MigProfile,
     PodAllocation,
     ScoringWeights,
 )
@@ -76,7 +99,7 @@ from hami_control.devices.podfit import VendorFit
 from hami_control.frag import DEFAULT_MIX, TaskMix, gpu_growth
 from hami_control.quota import QuotaUsage
 from hami_control.score import gpu_score
-from hami_control.usage import GPUUsage, NodeGPUs, with_slices
+from hami_control.usage import GPUUsage, NodeGPUs, with_mig, with_slices
 
 
 class Reason(StrEnum):
@@ -95,6 +118,7 @@ class Reason(StrEnum):
     NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
     ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
     RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
+    CARD_MIG_TOPOLOGY_INFEASIBLE = "CardMigTopologyInfeasible"
 
 
 NO_SELECTOR = DeviceSelector()
@@ -113,6 +137,9 @@ class Fit:
 
     allocation: PodAllocation
     vendors: VendorFit | None = None
+    mig: tuple[MigAllocation, ...] = ()
+    """The MIG devices (profile and placement) of containers placed on mig-mode GPUs, in container then
+    device order: what `hami.io/vgpu-mig-allocations` carries."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,10 +206,11 @@ def _slot_reason(gpu: GPUUsage, selector: DeviceSelector, mutex: bool) -> Reason
     return None
 
 
-def _capacity_reason(gpu: GPUUsage, request: ContainerRequest) -> Reason | None:
-    """After the quota: memory, cores, exclusivity, a GPU whose cores are all taken."""
+def _capacity_reason(gpu: GPUUsage, request: ContainerRequest, mem: int | None = None) -> Reason | None:
+    """After the quota: memory (`mem` MiB, default the request's on this GPU), cores, exclusivity, a GPU
+    whose cores are all taken."""
     info = gpu.info
-    if gpu.free_mem < request.memory_on(info.devmem):
+    if gpu.free_mem < (request.memory_on(info.devmem) if mem is None else mem):
         return Reason.CARD_INSUFFICIENT_MEMORY
     if gpu.free_cores < request.coresreq:
         return Reason.CARD_INSUFFICIENT_CORE
@@ -191,6 +219,45 @@ def _capacity_reason(gpu: GPUUsage, request: ContainerRequest) -> Reason | None:
     if request.coresreq == 0 and gpu.usedcores >= info.devcore > 0:
         return Reason.CARD_COMPUTE_UNITS_EXHAUSTED
     return None
+
+
+def mig_memory(gpu: GPUUsage, request: ContainerRequest) -> int:
+    """MiB a request asks of a MIG GPU: HAMi's memreq or percentage of the GPU's memory, with 100 % its
+    largest profile's (the module note: the whole-GPU profile)."""
+    mem = request.memory_on(gpu.info.devmem)
+    if request.memreq == 0 and request.mem_percentage == 100 and gpu.info.mig_profiles:
+        mem = min(mem, max(p.memory_mb for p in gpu.info.mig_profiles))
+    return mem
+
+
+def _mig_picks(gpu: GPUUsage, memories: Sequence[int]) -> list[tuple[MigProfile, MigPlacement]] | None:
+    """HAMi's CustomFilterRule replay on a MIG GPU: each memory in turn over the placements in use."""
+    return replay_mig(gpu.info.mig_profiles, gpu.mig_in_use, memories)
+
+
+def _mig_take(gpu: GPUUsage, request: ContainerRequest, before: int) -> tuple[int | None, QuotaUsage, bool]:
+    """For the request's next device on `gpu`, after `before` devices of the container already there: the
+    MiB its memory rule checks (None: the request's own), what it takes (a MIG profile's memory and cores
+    on a MIG GPU) and whether a MIG profile fits at a free placement (True on other GPUs)."""
+    if not gpu.is_mig:
+        return None, QuotaUsage(request.memory_on(gpu.info.devmem), request.coresreq), True
+    mem = mig_memory(gpu, request)
+    picks = _mig_picks(gpu, [mem] * (before + 1))
+    if picks is None:
+        return mem, QuotaUsage(mem, request.coresreq), False
+    profile = picks[-1][0]
+    return mem, QuotaUsage(profile.memory_mb, profile.core), True
+
+
+def _mig_reason(fits: bool) -> Reason | None:
+    """HAMi's CustomFilterRule verdict on a MIG GPU, its last rule."""
+    return None if fits else Reason.CARD_MIG_TOPOLOGY_INFEASIBLE
+
+
+def is_mig_request(node: NodeGPUs, selector: DeviceSelector) -> bool:
+    """HAMi's isMIGRequest: the pod's `nvidia.com/vgpu-mode` is absent or names mig, and the node has a
+    MIG GPU."""
+    return node.has_mig and selector.mode_allowed(MIG_MODE)
 
 
 _SORT_KEYS = (GPUPolicy.BINPACK, GPUPolicy.SPREAD, GPUPolicy.NUMA, GPUPolicy.FRAGMENTATION)
@@ -335,13 +402,21 @@ def _fit_container(
         return {Reason.NUMA_NOT_FIT: len(held)}
     run_numa = next(iter(held_numas)) if held_numas else None
     found: list[GPUUsage] = []
+    taken: list[QuotaUsage] = []
+    """Per GPU found, what it takes (the request's memory and cores, a MIG profile's on a MIG GPU)."""
+    held_take = [QuotaUsage(request.memory_on(g.info.devmem), request.coresreq) for g in held]
 
-    def with_gpu(gpu: GPUUsage) -> QuotaUsage:
-        """This container's GPUs so far and `gpu` (HAMi's fitQuota counts the GPUs found so far)."""
-        gpus = (*held, *found, gpu)
-        return QuotaUsage(sum(request.memory_on(g.info.devmem) for g in gpus), request.coresreq * len(gpus))
+    def with_gpu(take: QuotaUsage) -> QuotaUsage:
+        """This container's GPUs so far and the candidate (HAMi's fitQuota counts the GPUs found so far)."""
+        total = QuotaUsage()
+        for part in (*held_take, *taken, take):
+            total += part
+        return total
 
-    for gpu in walk:
+    at = 0
+    while at < len(walk):
+        gpu = walk[at]
+        at += 1
         if gpu.id in held_ids:
             continue
         reason = excluded.get(gpu.id) if excluded else None
@@ -354,19 +429,24 @@ def _fit_container(
                 if found and not topology:
                     reasons[Reason.NUMA_NOT_FIT] = reasons.get(Reason.NUMA_NOT_FIT, 0) + len(found)
                 found = []
+                taken = []
                 run_numa = gpu.info.numa
         if reason is None:
             reason = _slot_reason(gpu, selector, mutex)
-        if reason is None and quota is not None and not quota.ok(with_gpu(gpu), ask.init):
+        mem, take, mig_ok = _mig_take(gpu, request, sum(1 for g in found if g.id == gpu.id))
+        if reason is None and quota is not None and not quota.ok(with_gpu(take), ask.init):
             reason = Reason.RESOURCE_QUOTA_NOT_FIT
         if reason is None:
-            reason = _capacity_reason(gpu, request)
+            reason = _capacity_reason(gpu, request, mem) or _mig_reason(mig_ok)
         if reason is not None:
             reasons[reason] = reasons.get(reason, 0) + 1
             continue
         found.append(gpu)
+        taken.append(take)
         if not topology and len(found) == needed:
             return found
+        if gpu.is_mig:
+            at -= 1  # HAMi's `i++` after a fit on a MIG GPU: the same GPU is tried again
     if topology and len(found) >= needed:
         return found if len(found) == needed else _topology_pick(node, found, needed, held)
     if found:
@@ -376,8 +456,28 @@ def _fit_container(
     return reasons
 
 
-def _slices(gpus: Sequence[GPUUsage], request: ContainerRequest) -> tuple[GPUSlice, ...]:
-    return tuple(GPUSlice(g.id, request.memory_on(g.info.devmem), request.coresreq) for g in gpus)
+def _devices(
+    gpus: Sequence[GPUUsage], request: ContainerRequest, container: int
+) -> tuple[tuple[GPUSlice, ...], tuple[MigAllocation, ...]]:
+    """A container's slices on `gpus` (in order) and its MIG devices: on a MIG GPU the profile HAMi's
+    AddResourceUsage picks (its memory and cores), replayed over the placements in use and the
+    container's earlier devices on that GPU."""
+    slices: list[GPUSlice] = []
+    mig: list[MigAllocation] = []
+    on_gpu: dict[str, list[int]] = {}
+    for device, g in enumerate(gpus):
+        if not g.is_mig:
+            slices.append(GPUSlice(g.id, request.memory_on(g.info.devmem), request.coresreq))
+            continue
+        memories = on_gpu.setdefault(g.id, [])
+        memories.append(mig_memory(g, request))
+        picks = _mig_picks(g, memories)
+        if picks is None:  # cannot happen: fit checked this very replay
+            raise AssertionError(f"MIG replay on {g.id} no longer fits {memories}")
+        profile, placement = picks[-1]
+        slices.append(GPUSlice(g.id, profile.memory_mb, profile.core))
+        mig.append(MigAllocation(container, device, g.id, profile.name, placement))
+    return tuple(slices), tuple(mig)
 
 
 def _failure(node: NodeGPUs, reasons: dict[Reason, int], unresolvable: bool, container: int) -> FitFailure:
@@ -410,12 +510,13 @@ def _held_reason(
     mutex = GPUPolicy.MUTEX in policy
     taken = QuotaUsage()
     for i, gpu in enumerate(held):
-        taken += QuotaUsage(request.memory_on(gpu.info.devmem), request.coresreq)
+        mem, take, mig_ok = _mig_take(gpu, request, sum(1 for g in held[:i] if g.id == gpu.id))
+        taken += take
         reason = _service_reason(gpu, selector) or _slot_reason(gpu, selector, mutex)
         if reason is None and quota is not None and not quota.ok(taken, ask.init):
             reason = Reason.RESOURCE_QUOTA_NOT_FIT
         if reason is None:
-            reason = _capacity_reason(gpu, request)
+            reason = _capacity_reason(gpu, request, mem) or _mig_reason(mig_ok)
         if reason is not None:
             return i, reason
     if selector.numa_bind and len({g.info.numa for g in held}) > 1:
@@ -441,13 +542,15 @@ def _place(
     pod_quota = None if quota is None else _PodQuota(quota)
     placed = node  # the node with the slices of the sidecars and app containers placed so far
     chosen: list[ContainerAllocation] = [ContainerAllocation() for _ in asks]
+    mig: list[MigAllocation] = []
+    mig_request = is_mig_request(node, selector)
     inventory = tuple(g.id for g in node.gpus)
     app_order = inventory  # HAMi sorts one copy of the node in place for all regular containers
     for index, ask in enumerate(asks):
         if ask is None:
             continue
         request = ask.request
-        if request.nums > len(node.gpus):  # HAMi's fitInDevices, before Fit
+        if request.nums > len(node.gpus) and not mig_request:  # HAMi's fitInDevices, before Fit
             return _failure(node, {Reason.NODE_INSUFFICIENT_DEVICE: len(node.gpus)}, True, index)
         by_id = {g.id: g for g in placed.gpus}
         regular = kinds[index] is ContainerKind.APP
@@ -500,8 +603,12 @@ def _place(
         )
         if isinstance(new, dict):
             return _failure(node, new, False, index)
-        slices = _slices((*held, *new), request)
+        slices, devices = _devices((*held, *new), request, index)
         chosen[index] = ContainerAllocation(slices)
+        if devices:
+            mig.extend(devices)
+            # A MIG instance lives as long as the pod: later containers never overlap it (module note).
+            placed = with_mig(placed, ((d.gpu_uuid, d.placement) for d in devices))
         for token, gpu in zip(pool.settle(index, kinds[index], taken, request.nums), new, strict=True):
             token_gpu[token] = gpu.id
         if pod_quota is not None:
@@ -509,7 +616,7 @@ def _place(
             pod_quota.add(used, ask.init)
         if kinds[index].concurrent:
             placed = with_slices(placed, slices)
-    return Fit(PodAllocation(tuple(chosen)))
+    return Fit(PodAllocation(tuple(chosen)), mig=tuple(mig))
 
 
 def fit_pod(
@@ -542,6 +649,8 @@ def fit_pod(
     eligible = sum(1 for g in node.gpus if _type_allowed(g, selector) and selector.uuid_allowed(g.id))
     # No change in usage helps a container asking more GPUs than the node has, or than pass its rules.
     unresolvable = any(a is not None and a.request.nums > eligible for a in asks)
+    if is_mig_request(node, selector):  # several MIG devices of one GPU: only no eligible GPU is final
+        unresolvable = eligible == 0 and any(a is not None for a in asks)
     excluded: dict[int, dict[str, Reason]] = {}
     while True:  # each round rules out one more (container, GPU) pair, so it ends
         outcome = _place(
@@ -565,4 +674,14 @@ def fit_pod(
         rules[outcome.gpu] = outcome.reason
 
 
-__all__ = ["Fit", "FitFailure", "FitResult", "QuotaCheck", "Reason", "fit_pod", "reasons_text"]
+__all__ = [
+    "Fit",
+    "FitFailure",
+    "FitResult",
+    "QuotaCheck",
+    "Reason",
+    "fit_pod",
+    "is_mig_request",
+    "mig_memory",
+    "reasons_text",
+]

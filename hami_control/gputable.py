@@ -10,7 +10,11 @@ breaks). `evaluate` does exactly that, rule by rule in `fit`'s order, over a `(n
 Kept current from `ClusterCache.drain_changed()` by `GPUTable.sync`: only the nodes that changed since the
 last sync are rewritten (O(GPUs of the node) each), so a filter never rebuilds anything.
 
-`evaluate` answers None (and the caller uses `fit_pod` node by node) for what it does not cover:
+Nodes with a GPU in HAMi's dynamic MIG mode are not answered by the table (its rules are per placement):
+`Evaluation.slow` marks them and the caller fits them with `fit_pod`; a table without such nodes pays
+nothing for it.
+
+`simple_ask` answers None (and the caller uses `fit_pod` node by node) for what it does not cover:
 several containers with GPUs (each container's choice changes what the next one sees), `numa-bind`,
 and a namespace quota that could stop the pod part way (a quota that the whole pod fits under changes
 nothing, since a node that fails had fewer than `nums` GPUs passing). Property tests check that every
@@ -88,6 +92,7 @@ class GPUTable:
         self._layout = 0
         """Bumped whenever a name gains or loses a row (invalidates the cached `rows` answer)."""
         self._last_rows: tuple[tuple[str, ...], int, IntArray] | None = None
+        self.mig_rows = 0
         self._alloc(_INITIAL_ROWS, self.width)
 
     def _alloc(self, rows: int, width: int) -> None:
@@ -101,10 +106,12 @@ class GPUTable:
             setattr(self, key, fresh)
         gpus = np.zeros(rows, dtype=np.int64)
         sums = np.zeros((rows, 6), dtype=np.int64)
+        mig = np.zeros(rows, dtype=np.bool_)
         if old_rows:
             gpus[:old_rows] = self.gpus
             sums[:old_rows] = self.sums
-        self.gpus, self.sums = gpus, sums
+            mig[:old_rows] = self.mig
+        self.gpus, self.sums, self.mig = gpus, sums, mig
         self._capacity = rows
         self.width = width
 
@@ -124,6 +131,10 @@ class GPUTable:
     gpus: IntArray
     sums: IntArray
     """(rows, 6): over all the node's GPUs, used, count, usedcores, devcore, usedmem, devmem."""
+    mig: BoolArray
+    """Per row: the node has a GPU in dynamic MIG mode (fitted node by node, see the module note)."""
+    mig_rows: int
+    """How many rows have `mig` set."""
 
     @staticmethod
     def _intern(table: dict[str, int], text: str) -> int:
@@ -156,6 +167,8 @@ class GPUTable:
             self.row_of[node.name] = row
             self._layout += 1
         self.present[row] = False
+        self.mig_rows += int(node.has_mig) - int(self.mig[row])
+        self.mig[row] = node.has_mig
         self.gpus[row] = len(node.gpus)
         every = node.gpus  # unhealthy GPUs included, as HAMi's node score counts them
         self.sums[row] = (
@@ -185,6 +198,8 @@ class GPUTable:
         row = self.row_of.pop(name, None)
         if row is not None:
             self.present[row] = False
+            self.mig_rows -= int(self.mig[row])
+            self.mig[row] = False
             self.gpus[row] = 0
             self.sums[row] = 0
             self._free_rows.append(row)
@@ -251,6 +266,9 @@ class Evaluation:
     too_few: BoolArray
     uniform_mem: int | None = None
     """MiB of one slice on any GPU when it does not depend on the GPU (not a percentage)."""
+    slow: BoolArray | None = None
+    """Per candidate (the caller's order): a node with a MIG-mode GPU, which `fits` does not answer: the
+    caller fits it with `fit_pod`. None when the table has no such node."""
 
     def failure_counts(self, table: GPUTable, candidates: IntArray) -> IntArray:
         """(len(candidates), codes + 1) for the given candidate positions: GPUs that failed per reason
@@ -365,7 +383,11 @@ def evaluate(table: GPUTable, rows: IntArray, ask: SimpleAsk) -> Evaluation:
     if pick is not None:
         fits, unresolvable = fits[pick], unresolvable[pick]
     uniform = req.memreq if req.memreq > 0 else (0 if req.mem_percentage is None else None)
-    return Evaluation(fits, unresolvable, code, mem, sel, pick, too_few, uniform)
+    slow = None
+    if t.mig_rows:
+        slow = t.mig[rows]
+        fits = fits & ~slow
+    return Evaluation(fits, unresolvable, code, mem, sel, pick, too_few, uniform, slow)
 
 
 def score_inputs(table: GPUTable, ev: Evaluation) -> tuple[IntArray, tuple[IntArray, ...]]:
