@@ -4,8 +4,9 @@ share IDs come from an injected generator).
 Upstream: `k8s.io/dynamic-resource-allocation/structured/internal/experimental/allocator_experimental.go`,
 `consumable_capacity.go` and `constraint.go` (v0.35.0; the experimental allocator is the one used when
 `DRAConsumableCapacity` is on). Features served: prioritized lists (`firstAvailable`), admin access,
-device taints, consumable capacity. Not served: partitionable devices (counters), binding conditions
-(devices with them are skipped, as with their gates off), `DRAListTypeAttributes`.
+device taints, consumable capacity, partitionable devices (counters, KEP-4815). Not served: binding
+conditions (devices with them are skipped, as with their gates off), per-device node selection,
+`DRAListTypeAttributes`.
 
 The search (upstream's `allocateOne`): claims in order, each claim's requests in order, each request's
 devices one by one; for every device needed it walks the node's pools, their slices and their devices in
@@ -23,15 +24,29 @@ order and takes the first that is
    claims consumed, plus what this search already took, plus it exceed the capacity's value;
 4. not tainted NoSchedule/NoExecute unless every such taint is tolerated (Equal/Exists, effect);
 5. allowed by the claim's constraints: `matchAttribute` (all devices of the named requests share the
-   value), `distinctAttribute` (no two share it).
+   value), `distinctAttribute` (no two share it);
+6. within its pool's counters (`checkAvailableCounters`), when it consumes counters: the pool's counter
+   sets, less what every allocated device of the pool consumes (exclusive ones, and since
+   kubernetes/dynamic-resource-allocation 89c46e8 shared ones too, once per device; devices of the pool
+   published for other nodes included), less what this search took, must cover what the device
+   consumes; and, as upstream, no counter of the pool may be overdrawn at all (an allocated state that
+   already exceeds a counter blocks every counter-consuming device of that pool). A shared device
+   (`allowMultipleAllocations`) consumes its counters once: later shares skip the check. Without
+   `DRAPartitionableDevices` such devices are never allocated.
 
 When a later device cannot be found it backtracks (depth first) and tries the next candidate; the first
 full solution wins, so the order of slices and devices decides ("first fit"). `allocationMode: All`
 takes every matching device (and fails on an incomplete pool); `firstAvailable` tries the sub-requests
 in order and names the result `request/sub`.
 
-One difference, on purpose: upstream's `distinctAttribute` keeps one value per request name, so a request
-with count >= 3 can get a shareable device twice; here every device picked counts (what the API documents).
+Differences, on purpose:
+- upstream's `distinctAttribute` keeps one value per request name, so a request with count >= 3 can get
+  a shareable device twice; here every device picked counts (what the API documents);
+- upstream takes a device's counters before its taint, capacity and constraint checks and does not give
+  them back when one of those fails, nor when a shared device's pick is undone, so a search can believe
+  counters are used that nothing holds; here counters are taken last and always given back on undo;
+- upstream keys the counters by pool name alone (two drivers with a pool of the same name would mix);
+  here by driver and pool.
 """
 
 from __future__ import annotations
@@ -123,6 +138,10 @@ class AllocatedState:
 
     def remove(self, claim: Mapping[str, Any]) -> None:
         self.add(claim, -1)
+
+    def holds(self, device: DeviceID) -> bool:
+        """`IsDeviceAllocated`: allocated exclusively, or with consumed capacity of some share."""
+        return device in self.devices or device in self.capacity
 
     def consumed(self, device: DeviceID) -> dict[str, Fraction]:
         """What the allocated shares of `device` consume, per capacity."""
@@ -380,6 +399,31 @@ class Allocator:
         self.share_id = share_id
         self.max_steps = max_steps
         self._template: list[_Claim] | AllocationError | None = None
+        self._available: dict[tuple[int, str], dict[tuple[str, str], int]] = {}
+        """Per (inventory version, pool): each counter less what allocated devices consume (nano)."""
+
+    def available_counters(self, pool: Pool) -> dict[tuple[str, str], int]:
+        """The pool's counters, (set, counter) -> nano-units, less what the devices that allocated claims
+        hold consume (upstream's `availableCounters`, computed once per pool and cycle)."""
+        key = (self.inventory.version, pool.id)
+        found = self._available.get(key)
+        if found is not None:
+            return found
+        available = {
+            (set_name, counter): value
+            for set_name, counters in pool.counter_sets.items()
+            for counter, value in counters.items()
+        }
+        for slice_ in (*pool.slices, *pool.others):
+            for device in slice_.devices:
+                if not device.counters or not self.allocated.holds(device.id):
+                    continue
+                for set_name, consumed in device.counters:
+                    for counter, value in consumed:
+                        if (set_name, counter) in available:
+                            available[(set_name, counter)] -= value
+        self._available[key] = available
+        return available
 
     # --- preparation (upstream: the start of Allocate, validateDeviceRequest) -----------------------
 
@@ -669,6 +713,9 @@ class _Search:
         """Exclusive devices picked in this search, with the claims they were picked for."""
         self.taking: dict[DeviceID, dict[str, int]] = {}
         """Capacity of shared devices taken in this search."""
+        self.by_pool = {(p.driver, p.name): p for p in self.pools}
+        self.counters: dict[tuple[str, str], dict[tuple[str, str], int]] = {}
+        """Per pool (driver, name): the counters taken in this search (nano)."""
         self.steps = 0
 
     def in_use(self, device: Device) -> bool:
@@ -759,9 +806,16 @@ class _Search:
             return None
         if not request.admin and self.in_use(device):
             return None
-        if device.consumes_counters or taint_prevents(device, request):
+        if device.counters and not self.owner.inventory.partitionable:
+            return None
+        if taint_prevents(device, request):
             return None
         if not self.owner._fits(request, device, self.taking):
+            return None
+        counting = bool(device.counters) and not (
+            shared and (self.owner.allocated.holds(device.id) or device.id in self.taking)
+        )
+        if counting and not self.counters_fit(device):
             return None
         constraints = self.claims[c].constraints
         for i, constraint in enumerate(constraints):
@@ -783,12 +837,16 @@ class _Search:
                 taking[name] = taking.get(name, 0) + q.nano
         else:
             self.exclusive.setdefault(device.id, set()).add(c)
+        if counting:
+            self.count(device, 1)
         picks = self.picks[c]
         picks.append(_Pick(request, device, consumed))
 
         def undo() -> None:
             for constraint in constraints:
                 constraint.remove(request)
+            if counting:
+                self.count(device, -1)
             if consumed is not None:
                 taking = self.taking[device.id]
                 for name, q in consumed.items():
@@ -800,6 +858,27 @@ class _Search:
             picks.pop()
 
         return undo
+
+    def counters_fit(self, device: Device) -> bool:
+        """Upstream's `checkAvailableCounters` (without its side effect: `count` takes them)."""
+        pool = self.by_pool.get((device.driver, device.pool))
+        if pool is None:
+            return False
+        available = self.owner.available_counters(pool)
+        taken = self.counters.get((device.driver, device.pool), {})
+        wanted: dict[tuple[str, str], int] = {}
+        for set_name, consumed in device.counters:
+            for counter, value in consumed:
+                key = (set_name, counter)
+                wanted[key] = wanted.get(key, 0) + value
+        return all(value >= taken.get(key, 0) + wanted.get(key, 0) for key, value in available.items())
+
+    def count(self, device: Device, sign: int) -> None:
+        taken = self.counters.setdefault((device.driver, device.pool), {})
+        for set_name, consumed in device.counters:
+            for counter, value in consumed:
+                key = (set_name, counter)
+                taken[key] = taken.get(key, 0) + sign * value
 
 
 # --- the convenience entry point ------------------------------------------------------------------
@@ -815,13 +894,15 @@ def allocate(
     labels: Mapping[str, str] | None = None,
     share_id: Callable[[], str] = new_share_id,
     max_steps: int = DEFAULT_MAX_STEPS,
+    partitionable: bool = True,
 ) -> NodeAllocation:
     """Allocate `claims` (ResourceClaim dicts, unallocated) on `node` from `slices`, with the DeviceClasses
-    `classes` and the claims already allocated (their devices and consumed capacity are taken)."""
+    `classes` and the claims already allocated (their devices, consumed capacity and counters are taken).
+    `partitionable`: the `DRAPartitionableDevices` gate."""
     by_name = {str((c.get("metadata") or {}).get("name")): c for c in classes}
     allocator = Allocator(
         claims,
-        Inventory(slices),
+        Inventory(slices, partitionable=partitionable),
         by_name,
         AllocatedState.of(allocated_claims),
         share_id=share_id,

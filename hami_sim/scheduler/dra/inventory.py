@@ -7,8 +7,20 @@ Upstream: `k8s.io/dynamic-resource-allocation/structured/internal/experimental/p
 or its `nodeSelector` matches; per pool (driver, pool name) only the highest `generation` counts; a pool
 whose slices do not add up to `resourceSliceCount` is incomplete (nothing is allocated from it), unless
 a newer generation elsewhere makes it obsolete (then it is ignored); duplicate device names make a pool
-invalid. Slices with `perDeviceNodeSelection` or `sharedCounters`, and devices that consume counters,
-need `DRAPartitionableDevices` (off until 1.36) and are skipped, as upstream does with the gate off.
+invalid.
+
+Partitionable devices (KEP-4815, gate `DRAPartitionableDevices`, beta and on in 1.36; `partitionable`
+here): a slice's `sharedCounters` are the pool's counter sets and a device's `consumesCounters` what it
+takes from them. A pool is built as upstream's `buildPool` at HEAD (kubernetes/dynamic-resource-allocation
+89c46e8, `structured/internal/incubating/pools_incubating.go`): slices with counter sets hold no
+allocatable devices; counter set names are unique per pool (`duplicate counter set name X`); every
+consumption names a counter set of the pool and counters it has (`counter set X not found`, `counter Y
+not found in counter set X`), checked also on the pool's slices for other nodes, whose devices are kept
+(`others`) because what allocated claims hold there consumes the same counters. A counter slice is
+relevant to a node like any slice (HEAD; v0.35 took every counter slice for every node: the result is
+the same, since a pool that misses one from the node's view is completed from all its slices). With the
+gate off, counter slices are skipped and devices that consume counters are never allocated, as upstream.
+Slices with `perDeviceNodeSelection` are not served (skipped).
 
 Order: upstream walks pools in Go map order (random); here pools come in the order of their first slice
 and slices of a pool in name order, so the first fit is reproducible.
@@ -130,8 +142,8 @@ class Device:
         "attributes",
         "binding_conditions",
         "capacity",
-        "consumes_counters",
         "consumption",
+        "counters",
         "driver",
         "id",
         "name",
@@ -169,7 +181,8 @@ class Device:
             for t in raw.get("taints") or ()
             if isinstance(t, Mapping)
         )
-        self.consumes_counters = bool(raw.get("consumesCounters"))
+        self.counters = _consumption(raw.get("consumesCounters"), f"{where}.consumesCounters")
+        """What the device consumes from its pool's counter sets: ((set, ((counter, nano), ...)), ...)."""
         self.binding_conditions = bool(raw.get("bindingConditions"))
         self._view: DeviceView | None = None
         self._matches: dict[str, bool | SelectorError] = {}
@@ -222,13 +235,17 @@ class Slice:
     all_nodes: bool = False
     node_selector: Mapping[str, Any] | None = None
     skipped: bool = False
-    """Needs a feature that is off (partitionable devices): never used."""
+    """Needs a feature that is off (partitionable devices) or not served: never used."""
+    counter_sets: dict[str, dict[str, int]] | None = None
+    """`sharedCounters` by set name, each counter in nano-units (None: the slice has none)."""
+    duplicate_set: str = ""
+    """A counter set name given twice in this slice (the pool is then invalid)."""
     devices: list[Device] = field(default_factory=list)
     error: str = ""
     """Why the slice could not be read (its pool is then invalid)."""
 
     @classmethod
-    def parse(cls, raw: Mapping[str, Any]) -> Slice:
+    def parse(cls, raw: Mapping[str, Any], partitionable: bool = True) -> Slice:
         meta = raw.get("metadata") or {}
         spec = raw.get("spec") or {}
         pool = spec.get("pool") or {}
@@ -242,9 +259,21 @@ class Slice:
             node_name=str(spec.get("nodeName") or ""),
             all_nodes=spec.get("allNodes") is True,
             node_selector=spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), Mapping) else None,
-            skipped=bool(spec.get("perDeviceNodeSelection")) or bool(spec.get("sharedCounters")),
+            skipped=bool(spec.get("perDeviceNodeSelection"))
+            or (not partitionable and bool(spec.get("sharedCounters"))),
         )
         try:
+            if partitionable and spec.get("sharedCounters"):
+                slice_.counter_sets = {}
+                for i, raw_set in enumerate(spec["sharedCounters"]):
+                    if not isinstance(raw_set, Mapping):
+                        raise ValueError(f"spec.sharedCounters[{i}]: must be an object")
+                    set_name = str(raw_set.get("name") or "")
+                    if set_name in slice_.counter_sets:
+                        slice_.duplicate_set = set_name
+                    slice_.counter_sets[set_name] = _counters(
+                        raw_set.get("counters"), f"spec.sharedCounters[{i}].counters"
+                    )
             slice_.devices = [
                 Device(d, slice_, f"spec.devices[{i}]")
                 for i, d in enumerate(spec.get("devices") or ())
@@ -267,6 +296,34 @@ class Slice:
         return False  # an unknown future way to select nodes: left alone, as upstream
 
 
+def _counters(raw: Any, where: str) -> dict[str, int]:
+    """A `counters` map ({name: {value: quantity}}) in nano-units."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}: must be a map")
+    out: dict[str, int] = {}
+    for name, counter in raw.items():
+        if not isinstance(counter, Mapping) or "value" not in counter:
+            raise ValueError(f"{where}[{name}].value: Required value")
+        out[str(name)] = Qty.parse(counter["value"], f"{where}[{name}].value").nano
+    return out
+
+
+def _consumption(raw: Any, where: str) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
+    if not raw:
+        return ()
+    if not isinstance(raw, list):
+        raise ValueError(f"{where}: must be a list")
+    out = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, Mapping):
+            raise ValueError(f"{where}[{i}]: must be an object")
+        counters = _counters(item.get("counters"), f"{where}[{i}].counters")
+        out.append((str(item.get("counterSet") or ""), tuple(counters.items())))
+    return tuple(out)
+
+
 def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
@@ -276,8 +333,13 @@ class Pool:
     driver: str
     name: str
     slices: list[Slice] = field(default_factory=list)
+    """The slices whose devices this node may get (in name order; no counter slices)."""
     incomplete: bool = False
     invalid: str = ""
+    counter_sets: dict[str, dict[str, int]] = field(default_factory=dict)
+    """The pool's counter sets (from all its slices), counters in nano-units."""
+    others: list[Slice] = field(default_factory=list)
+    """The pool's device slices for other nodes (their allocated devices consume the counters too)."""
 
     @property
     def id(self) -> str:
@@ -288,7 +350,9 @@ class Inventory:
     """All ResourceSlices, indexed for `pools(node)`. Fed incrementally (`set_slice`, `delete_slice`,
     `replace`); a slice whose resourceVersion did not change keeps its parsed devices and their caches."""
 
-    def __init__(self, slices: Iterable[Mapping[str, Any]] = ()) -> None:
+    def __init__(self, slices: Iterable[Mapping[str, Any]] = (), *, partitionable: bool = True) -> None:
+        self.partitionable = partitionable
+        """`DRAPartitionableDevices` (kube-scheduler 1.36: beta, on)."""
         self._slices: dict[str, tuple[str, Slice]] = {}
         self._by_pool: dict[tuple[str, str], list[Slice]] = {}
         self._node_cache: dict[str, list[Pool]] = {}
@@ -318,7 +382,7 @@ class Inventory:
             return False
         if old is not None:
             self._unindex(old[1])
-        parsed = Slice.parse(raw)
+        parsed = Slice.parse(raw, self.partitionable)
         self._slices[name] = (version, parsed)
         self._by_pool.setdefault((parsed.driver, parsed.pool), []).append(parsed)
         if not parsed.node_name and not parsed.skipped:
@@ -376,26 +440,65 @@ class Inventory:
         pools: list[Pool] = []
         for (driver, name), members in by_pool.items():
             generation, count = members[0].generation, members[0].count
-            pool = Pool(driver, name, sorted(members, key=lambda s: s.name))
+            every: list[Slice] = members
             if len(members) != count:
                 everywhere = self._by_pool.get((driver, name), [])
                 if any(s.generation > generation for s in everywhere):
                     continue  # obsolete: the driver is replacing this generation
-                if sum(1 for s in everywhere if s.generation == generation) != count:
+                every = [s for s in everywhere if s.generation == generation]
+                if len(every) != count:
                     pools.append(Pool(driver, name, incomplete=True))
                     continue
-            pool.invalid = _invalid(pool.slices)
-            pools.append(pool)
+            pools.append(_build_pool(driver, name, members, every, self.partitionable))
         return pools
 
 
-def _invalid(slices: Sequence[Slice]) -> str:
-    names: set[str] = set()
-    for s in slices:
-        if s.error:
+def _build_pool(
+    driver: str, name: str, members: Sequence[Slice], every: Sequence[Slice], partitionable: bool
+) -> Pool:
+    """Upstream's `buildPool` (see the module docstring)."""
+    targeting = {id(s) for s in members}
+    pool = Pool(driver, name)
+    counter_slices: list[Slice] = []
+    for s in sorted(every, key=lambda s: s.name):
+        if s.skipped:
+            continue
+        if s.counter_sets is not None:
+            counter_slices.append(s)
+        elif id(s) in targeting:
+            pool.slices.append(s)
+        else:
+            pool.others.append(s)
+    pool.invalid = _invalid(pool, counter_slices, every, partitionable)
+    return pool
+
+
+def _invalid(pool: Pool, counter_slices: Sequence[Slice], every: Sequence[Slice], partitionable: bool) -> str:
+    for s in every:
+        if s.error and not s.skipped:
             return s.error
+    names: set[str] = set()
+    for s in pool.slices:
         for device in s.devices:
             if device.name in names:
                 return f"duplicate device name {device.name}"
             names.add(device.name)
+    if not partitionable:
+        return ""  # counters are not validated with the gate off (upstream's buildPool)
+    for s in counter_slices:
+        if s.duplicate_set:
+            return f"duplicate counter set name {s.duplicate_set}"
+        for set_name, counters in (s.counter_sets or {}).items():
+            if set_name in pool.counter_sets:
+                return f"duplicate counter set name {set_name}"
+            pool.counter_sets[set_name] = counters
+    for s in (*pool.slices, *pool.others):
+        for device in s.devices:
+            for set_name, consumed in device.counters:
+                counter_set = pool.counter_sets.get(set_name)
+                if counter_set is None:
+                    return f"counter set {set_name} not found"
+                for counter, _ in consumed:
+                    if counter not in counter_set:
+                        return f"counter {counter} not found in counter set {set_name}"
     return ""
