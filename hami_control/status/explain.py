@@ -114,6 +114,10 @@ def reason_sentence(
             return f"the node has {gpus} GPUs, fewer than the {nums} the container asks"
         case Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST:
             return f"{some} would take it, but the container asks for {nums}"
+        case Reason.CARD_MIG_TOPOLOGY_INFEASIBLE:
+            return (
+                f"{some} are in MIG mode and have no MIG profile with the {memory} asked at a free placement"
+            )
         case Reason.RESOURCE_QUOTA_NOT_FIT:
             where = f"namespace {namespace}" if namespace else "the namespace"
             return f"{some} would take {where} over its GPU quota (kubectl hami quota)"
