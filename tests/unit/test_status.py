@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from hami_api import annotations as ann
+from hami_api.types import MigPlacement, MigProfile
 from hami_control.config import ControlConfig
 from hami_control.fit import Reason
 from hami_control.status.explain import build_explanation, explanation_dict, render_explanation
@@ -390,6 +391,16 @@ SCENARIOS: dict[Reason, Callable[[], Scenario]] = {
         [running("a", "default", "n1", ("GPU-0", 15000, 0))],
         _pending(gpus=2, gpumem=8000),
         "1 of 2 GPUs would take it, but the container asks for 2",
+    ),
+    Reason.CARD_MIG_TOPOLOGY_INFEASIBLE: lambda: Scenario(
+        _one_gpu(
+            mode="mig",
+            count=7,
+            mig_profiles=(MigProfile("1g.5gb", 4864, 15, 1, (MigPlacement(6, 1),)),),
+        ),
+        [],
+        _pending(gpumem=8000, annotations={ann.VGPU_MODE: "mig"}),
+        "1 of 1 GPUs are in MIG mode and have no MIG profile with the 8000 MiB asked at a free placement",
     ),
     Reason.RESOURCE_QUOTA_NOT_FIT: lambda: Scenario(
         _one_gpu(),
