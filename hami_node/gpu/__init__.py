@@ -1,9 +1,9 @@
 """GPU backends (NVML and a fake inventory) behind one small interface.
 
 `backend` holds the interface (`GPUBackend`), its values (`PhysicalGPU`, `GPUEvent`, `TopologyLevel`,
-`GPULink`) and errors; `select.open_backend` builds one; `topology` turns links into HAMi's pair
-scores. The implementations (`nvml`, `fake`) are imported only when chosen, so a node without a driver
-never imports pynvml and a real node never imports watchdog here.
+`GPULink`, `MigMode`, `MigDevice`) and errors; `select.open_backend` builds one; `topology` turns links
+into HAMi's pair scores. The implementations (`nvml`, `fake`) are imported only when chosen, so a node
+without a driver never imports pynvml and a real node never imports watchdog here.
 """
 
 from hami_node.gpu.backend import (
@@ -17,6 +17,15 @@ from hami_node.gpu.backend import (
     GPUNotFound,
     GPUUsage,
     LibraryNotFound,
+    MigAttributes,
+    MigDevice,
+    MigDisabled,
+    MigError,
+    MigInstanceNotFound,
+    MigInUse,
+    MigMode,
+    MigPlacementRefused,
+    MigProfileUnknown,
     NvmlFailed,
     PhysicalGPU,
     TopologyLevel,
@@ -36,6 +45,15 @@ __all__ = [
     "GPUNotFound",
     "GPUUsage",
     "LibraryNotFound",
+    "MigAttributes",
+    "MigDevice",
+    "MigDisabled",
+    "MigError",
+    "MigInUse",
+    "MigInstanceNotFound",
+    "MigMode",
+    "MigPlacementRefused",
+    "MigProfileUnknown",
     "NvmlFailed",
     "PhysicalGPU",
     "TopologyLevel",

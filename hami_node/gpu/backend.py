@@ -12,6 +12,15 @@ Errors, from the caller's point of view:
 - `GPUFailed`: a call about one GPU failed; that GPU is not usable now, the others may be.
 - `DeviceLost` (a `GPUFailed`): NVML says the GPU is lost (fell off the bus, Xid 79).
 - `GPUNotFound` (a `GPUFailed`): no GPU with that UUID.
+- `MigError` (a `GPUFailed`): a MIG query, create or destroy on that GPU failed; its subclasses say why
+  (`MigDisabled`, `MigProfileUnknown`, `MigPlacementRefused`, `MigInUse`, `MigInstanceNotFound`). A MIG
+  error says nothing about the GPU's health: the GPU stays in service.
+
+MIG (`mig_mode`, `mig_profiles`, `mig_devices`, `create_mig_device`, `destroy_mig_device`): the backends
+read the MIG layout and create or destroy GPU instances (each with one compute instance spanning it, the
+way HAMi v2.10's EnsureAllocation does), but never change a GPU's MIG mode: that needs an idle GPU and
+often a reset, which is the administrator's (`nvidia-smi -i <gpu> -mig 1`). A create on a GPU whose MIG
+mode is disabled raises `MigDisabled` naming the GPU and the command.
 """
 
 from __future__ import annotations
@@ -19,7 +28,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from typing import Protocol
+from typing import NamedTuple, Protocol
+
+from hami_api.mig import GIProfile, Placement
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +155,55 @@ class GPULink:
     nvlinks: int = 0
 
 
+class MigMode(NamedTuple):
+    """A GPU's MIG mode (nvmlDeviceGetMigMode): `current` is in force, `pending` applies after the next
+    GPU reset. Both False on a GPU that is not MIG capable."""
+
+    current: bool
+    pending: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MigAttributes:
+    """What a MIG device offers (nvmlDeviceGetAttributes on its handle; the source of GPU feature
+    discovery's `.memory`, `.multiprocessors`, `.slices.gi|ci`, `.engines.*` labels)."""
+
+    memory_mib: int
+    multiprocessors: int
+    gi_slices: int
+    ci_slices: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpeg_engines: int
+    ofa_engines: int
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevice:
+    """One MIG device: a GPU instance and the compute instance in it, as a container sees it.
+
+    `uuid` is the MIG UUID ("MIG-<uuid>"; the legacy form "MIG-GPU-<uuid>/<gi>/<ci>" on drivers before
+    R470) that NVIDIA_VISIBLE_DEVICES takes; `parent_uuid` the GPU's. `index` is j of
+    nvmlDeviceGetMigDeviceHandleByIndex(gpu, j): the j of NVIDIA's `<gpu>:<j>` device index.
+    `profile` is go-nvlib's name of the GPU instance's profile ("3g.20gb"), `placement` where the GPU
+    instance sits.
+    """
+
+    parent_uuid: str
+    uuid: str
+    index: int
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str
+    placement: Placement
+    attributes: MigAttributes
+
+    @property
+    def memory_mib(self) -> int:
+        return self.attributes.memory_mib
+
+
 # --- errors ---------------------------------------------------------------------------------------
 
 
@@ -188,6 +248,62 @@ class DeviceLost(GPUFailed):
 
 class GPUNotFound(GPUFailed):
     """No GPU with this UUID."""
+
+
+class MigError(GPUFailed):
+    """A MIG query, create or destroy on GPU `uuid` failed. `profile` and `placement` name what was
+    asked, when something was; the message names the GPU and them."""
+
+    def __init__(
+        self,
+        uuid: str,
+        message: str,
+        *,
+        profile: str | None = None,
+        placement: Placement | None = None,
+        code: int | None = None,
+    ) -> None:
+        super().__init__(uuid, message, code=code)
+        self.profile = profile
+        self.placement = placement
+
+
+class MigDisabled(MigError):
+    """The GPU is not MIG capable, or its MIG mode is disabled (or only pending): nothing can be created
+    on it until an administrator enables MIG mode (the backends never change it)."""
+
+
+class MigProfileUnknown(MigError):
+    """The GPU has no GPU instance profile of that name."""
+
+
+class MigPlacementRefused(MigError):
+    """The placement is not one of the profile's possible placements, or it overlaps an instance that
+    exists (NVML_ERROR_INSUFFICIENT_RESOURCES): nothing was created."""
+
+
+class MigInUse(MigError):
+    """The instance cannot be destroyed: processes still use it (NVML_ERROR_IN_USE). It is left as it
+    was."""
+
+
+class MigInstanceNotFound(MigError):
+    """No GPU instance with that ID on the GPU."""
+
+
+def mig_disabled_message(uuid: str, index: int | None, mode: MigMode) -> str:
+    """Why nothing can be created on a GPU whose MIG mode is not enabled, and the command that fixes it."""
+    where = f"GPU {uuid}" if index is None else f"GPU {index} ({uuid})"
+    gpu_flag = "" if index is None else f"-i {index} "
+    if mode.pending:
+        return (
+            f"MIG mode is pending on {where} (enabled after a GPU reset); reset it with "
+            f"nvidia-smi {gpu_flag}-r once no process uses it"
+        )
+    return (
+        f"MIG mode is disabled on {where}; enable it with nvidia-smi {gpu_flag}-mig 1 "
+        "(an administrator's step)"
+    )
 
 
 # --- the interface --------------------------------------------------------------------------------
@@ -245,5 +361,42 @@ class GPUBackend(Protocol):
         """A cheap health check: returns when the GPU answers NVML normally, raises otherwise.
 
         Raises `DeviceLost`, `GPUNotFound`, `GPUFailed` (this GPU is not fine) or `NvmlFailed`.
+        """
+        ...
+
+    # --- MIG ---
+
+    def mig_mode(self, uuid: str) -> MigMode:
+        """The GPU's MIG mode; (False, False) when it is not MIG capable. Raises `GPUFailed` (and
+        subclasses) or `NvmlFailed`."""
+        ...
+
+    def mig_profiles(self, uuid: str) -> tuple[GIProfile, ...]:
+        """The GPU instance profiles the GPU offers, each with its possible placements (NVML:
+        GetGpuInstanceProfileInfo per profile enum, GetGpuInstancePossiblePlacements), in enum order;
+        empty when the GPU is not MIG capable. Answers whether or not MIG mode is enabled. Raises
+        `GPUFailed` (and subclasses) or `NvmlFailed`."""
+        ...
+
+    def mig_devices(self, uuid: str) -> tuple[MigDevice, ...]:
+        """The MIG devices on the GPU now, ordered by `index`; empty when MIG mode is not enabled.
+        Raises `GPUFailed` (and subclasses) or `NvmlFailed`."""
+        ...
+
+    def create_mig_device(self, uuid: str, profile: str, placement: Placement) -> MigDevice:
+        """Create a GPU instance of `profile` at `placement` and one compute instance spanning it
+        (shared engines), and return the MIG device. All or nothing: on any failure whatever was
+        created is destroyed again (compute instance, then GPU instance) before the error is raised.
+
+        Raises `MigDisabled`, `MigProfileUnknown`, `MigPlacementRefused`, `MigError`, `GPUFailed` or
+        `NvmlFailed`.
+        """
+        ...
+
+    def destroy_mig_device(self, uuid: str, gpu_instance_id: int) -> None:
+        """Destroy the GPU instance `gpu_instance_id` and its compute instances (those first).
+
+        Raises `MigInstanceNotFound`, `MigInUse` (left as it was), `MigError`, `GPUFailed` or
+        `NvmlFailed`.
         """
         ...

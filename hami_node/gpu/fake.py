@@ -13,6 +13,17 @@ detected by comparing the file's bytes, so the noise of a busy directory costs o
 In-process faults (`inject_xid`, `set_lost`, `set_failing`) add to the file's; they never undo a fault
 written in the file.
 
+MIG: a GPU of a model in `hami_api.mig.MIG_MODELS` is MIG capable and offers that model's profiles and
+placements. Its MIG devices start as the inventory's `mig.devices`; `create_mig_device` and
+`destroy_mig_device` change them as NVML would (a placement must be one of the profile's and must not
+overlap an existing instance, else INSUFFICIENT_RESOURCES; an instance in use cannot be destroyed). The
+layout is persisted next to the inventory file, in `<inventory>.mig.json` (written atomically), so a
+restarted daemon finds the instances it created, as on a real GPU; an edit of a GPU's `mig` section in
+the inventory replaces that GPU's layout. GPU instance IDs are the lowest free from 1, each with one
+compute instance (ID 0); MIG UUIDs are derived from the GPU's UUID, the GI ID and a per-GPU creation
+counter, so they are deterministic and a re-created instance gets a new one. In-process MIG faults:
+`fail_next_mig_create` (a create that fails at a chosen step, rolled back) and `set_mig_in_use`.
+
 Thread-safety: every method may be called from any thread; `wait_event` blocks on a condition that
 every state change notifies.
 """
@@ -20,14 +31,18 @@ every state change notifies.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -44,6 +59,8 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
+from hami_api.mig import GIProfile, MigModel, Placement
+from hami_node.durable import write_atomic
 from hami_node.gpu.backend import (
     DeviceLost,
     GPUEvent,
@@ -53,14 +70,67 @@ from hami_node.gpu.backend import (
     GPUNotFound,
     GPUUsage,
     LibraryNotFound,
+    MigAttributes,
+    MigDevice,
+    MigDisabled,
+    MigError,
+    MigInstanceNotFound,
+    MigInUse,
+    MigMode,
+    MigPlacementRefused,
+    MigProfileUnknown,
     NvmlFailed,
     PhysicalGPU,
+    mig_disabled_message,
 )
-from hami_node.gpu.inventory import FakeGpu, Inventory, InventoryError, NvmlMode, parse_inventory_text
+from hami_node.gpu.inventory import (
+    FakeGpu,
+    FakeMigInstance,
+    Inventory,
+    InventoryError,
+    NvmlMode,
+    parse_inventory_text,
+)
 
 log = logging.getLogger(__name__)
 
 _MIB = 1024 * 1024
+
+MIG_STATE_SUFFIX = ".mig.json"
+"""The MIG layout of a file-backed fake lives in `<inventory file>` + this suffix."""
+MigCreateStep = Literal["gpu-instance", "compute-instance", "uuid"]
+"""Where `fail_next_mig_create` makes a create fail: creating the GPU instance, creating its compute
+instance (the GPU instance is then destroyed again), or finding the MIG device's UUID (both are)."""
+_INSUFFICIENT_RESOURCES = 23
+_IN_USE = 19
+_NOT_FOUND = 6
+_UNKNOWN = 999
+
+
+@dataclass(frozen=True, slots=True)
+class _Instance:
+    gi: int
+    profile: GIProfile
+    placement: Placement
+    uuid: str
+
+
+@dataclass(slots=True)
+class _GpuMig:
+    """One GPU's MIG layout: its instances, the creation counter, the inventory layout it came from."""
+
+    instances: list[_Instance]
+    serial: int
+    seeded: tuple[FakeMigInstance, ...]
+
+
+def fake_mig_uuid(parent_uuid: str, gpu_instance_id: int, serial: int) -> str:
+    """A deterministic, uuid-shaped MIG UUID for the `serial`-th instance created on a GPU."""
+    digest = hashlib.sha256(
+        f"hami-py fake mig\0{parent_uuid}\0{gpu_instance_id}\0{serial}".encode()
+    ).hexdigest()
+    return f"MIG-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
 
 # On Linux (inotify) a write ends with a close event; reacting to "modified" too would read half-written
 # files. Elsewhere there is no close event, so "modified" is all we get.
@@ -102,6 +172,10 @@ class FakeBackend:
         self._last_error: str | None = None
         self._watcher: _DirWatcher | None = None
         self._usage: dict[str, tuple[int, int]] = {}
+        self._mig: dict[str, _GpuMig] = {}
+        self._mig_fail: dict[str, MigCreateStep] = {}
+        self._mig_busy: set[tuple[str, int]] = set()
+        self._state_path = Path(str(self._path) + MIG_STATE_SUFFIX) if self._path is not None else None
         if isinstance(source, Inventory):
             self._inventory = source
         else:
@@ -118,6 +192,8 @@ class FakeBackend:
             self._raw = raw
         self._lost = self._effective_lost(self._inventory)
         self._queue_new_events(self._inventory)
+        self._mig = self._load_mig_state()
+        self._seed_mig(self._inventory)
 
     # --- GPUBackend ---------------------------------------------------------------------------------
 
@@ -199,6 +275,138 @@ class FakeBackend:
             self._raise_if_unusable()
             self._usable_gpu(uuid, check_health=True)
 
+    # --- MIG -----------------------------------------------------------------------------------------
+
+    def mig_mode(self, uuid: str) -> MigMode:
+        with self._cond:
+            self._raise_if_unusable()
+            gpu = self._usable_gpu(uuid, check_health=False)
+            return self._mode(gpu)
+
+    def mig_profiles(self, uuid: str) -> tuple[GIProfile, ...]:
+        with self._cond:
+            self._raise_if_unusable()
+            model = self._usable_gpu(uuid, check_health=False).mig_model
+            return model.profiles if model is not None else ()
+
+    def mig_devices(self, uuid: str) -> tuple[MigDevice, ...]:
+        with self._cond:
+            self._raise_if_unusable()
+            gpu = self._usable_gpu(uuid, check_health=False)
+            state = self._mig.get(uuid)
+            if not gpu.mig_enabled or state is None:
+                return ()
+            ordered = sorted(state.instances, key=lambda i: i.gi)
+            return tuple(self._device(uuid, j, instance) for j, instance in enumerate(ordered))
+
+    def create_mig_device(self, uuid: str, profile: str, placement: Placement) -> MigDevice:
+        with self._cond:
+            self._raise_if_unusable()
+            gpu = self._usable_gpu(uuid, check_health=False)
+            model = self._creatable(gpu, profile, placement)
+            found = model.profile(profile)
+            if found is None:
+                names = ", ".join(p.name for p in model.profiles)
+                raise MigProfileUnknown(
+                    uuid,
+                    f"GPU {gpu.index} ({uuid}, {gpu.model}) has no MIG profile {profile!r} "
+                    f"(profiles: {names})",
+                    profile=profile,
+                    placement=placement,
+                )
+            state = self._mig.setdefault(uuid, _GpuMig([], 0, gpu.mig_devices))
+            self._check_placement(gpu, state, found, placement)
+            step = self._mig_fail.pop(uuid, None)
+            what = f"{found.name} at {placement} on GPU {gpu.index} ({uuid})"
+            if step == "gpu-instance":
+                raise MigError(
+                    uuid,
+                    f"creating the GPU instance {what} failed (injected fault)",
+                    profile=profile,
+                    placement=placement,
+                    code=_UNKNOWN,
+                )
+            used = {i.gi for i in state.instances}
+            gi = next(n for n in range(1, len(used) + 2) if n not in used)
+            instance = _Instance(gi, found, placement, fake_mig_uuid(uuid, gi, state.serial))
+            if step is not None:  # the GPU instance (and maybe the compute instance) existed: rolled back
+                stage = "its compute instance" if step == "compute-instance" else "its MIG device's UUID"
+                raise MigError(
+                    uuid,
+                    f"creating {stage} for {what} failed (injected fault); "
+                    f"the GPU instance {gi} was destroyed",
+                    profile=profile,
+                    placement=placement,
+                    code=_UNKNOWN,
+                )
+            state.instances.append(instance)
+            state.serial += 1
+            try:
+                self._save_mig()
+            except OSError as exc:
+                state.instances.remove(instance)
+                state.serial -= 1
+                raise MigError(
+                    uuid,
+                    f"creating {what}: the MIG state file cannot be written ({exc}); nothing created",
+                    profile=profile,
+                    placement=placement,
+                ) from None
+            ordered = sorted(state.instances, key=lambda i: i.gi)
+            return self._device(uuid, ordered.index(instance), instance)
+
+    def destroy_mig_device(self, uuid: str, gpu_instance_id: int) -> None:
+        with self._cond:
+            self._raise_if_unusable()
+            gpu = self._usable_gpu(uuid, check_health=False)
+            state = self._mig.get(uuid) if gpu.mig_enabled else None
+            instance = next((i for i in state.instances if i.gi == gpu_instance_id), None) if state else None
+            if state is None or instance is None:
+                raise MigInstanceNotFound(
+                    uuid, f"no GPU instance {gpu_instance_id} on GPU {gpu.index} ({uuid})", code=_NOT_FOUND
+                )
+            if (uuid, gpu_instance_id) in self._mig_busy:
+                raise MigInUse(
+                    uuid,
+                    f"GPU instance {gpu_instance_id} ({instance.profile.name} at {instance.placement}) "
+                    f"on GPU {gpu.index} ({uuid}) is in use by running processes; not destroyed",
+                    profile=instance.profile.name,
+                    placement=instance.placement,
+                    code=_IN_USE,
+                )
+            state.instances.remove(instance)
+            try:
+                self._save_mig()
+            except OSError as exc:
+                state.instances.append(instance)
+                raise MigError(
+                    uuid,
+                    f"destroying GPU instance {gpu_instance_id} on GPU {gpu.index} ({uuid}): the MIG "
+                    f"state file cannot be written ({exc}); not destroyed",
+                ) from None
+            self._mig_busy.discard((uuid, gpu_instance_id))
+
+    def fail_next_mig_create(self, uuid: str, step: MigCreateStep) -> None:
+        """Make the next `create_mig_device` on this GPU fail at `step` (rolled back, as NVML's caller
+        must); later creates succeed again."""
+        with self._cond:
+            if self._inventory.gpu(uuid) is None:
+                raise GPUNotFound(uuid, f"no GPU {uuid} in the fake inventory")
+            self._mig_fail[uuid] = step
+
+    def set_mig_in_use(self, uuid: str, gpu_instance_id: int, in_use: bool) -> None:
+        """Mark a GPU instance as used by processes (destroying it then raises `MigInUse`) or not."""
+        with self._cond:
+            if in_use:
+                self._mig_busy.add((uuid, gpu_instance_id))
+            else:
+                self._mig_busy.discard((uuid, gpu_instance_id))
+
+    @property
+    def mig_state_path(self) -> Path | None:
+        """Where the MIG layout is persisted; None for an in-process inventory."""
+        return self._state_path
+
     # --- in-process fault injection and test helpers -----------------------------------------------
 
     def inject_xid(self, uuid: str | None, code: int) -> None:
@@ -274,6 +482,163 @@ class FakeBackend:
         if check_health and not gpu.healthy:
             raise GPUFailed(uuid, f"GPU {uuid} is unhealthy (fake inventory: health: false)", code=999)
         return gpu
+
+    @staticmethod
+    def _mode(gpu: FakeGpu) -> MigMode:
+        if gpu.mig_model is None:
+            return MigMode(False, False)
+        pending = gpu.mig_enabled if gpu.mig_pending is None else gpu.mig_pending
+        return MigMode(gpu.mig_enabled, pending)
+
+    def _creatable(self, gpu: FakeGpu, profile: str, placement: Placement) -> MigModel:
+        model = gpu.mig_model
+        if model is None:
+            raise MigDisabled(
+                gpu.uuid,
+                f"GPU {gpu.index} ({gpu.uuid}) is a {gpu.model}, which is not MIG capable",
+                profile=profile,
+                placement=placement,
+                code=3,
+            )
+        if not gpu.mig_enabled:
+            raise MigDisabled(
+                gpu.uuid,
+                mig_disabled_message(gpu.uuid, gpu.index, self._mode(gpu)),
+                profile=profile,
+                placement=placement,
+                code=3,
+            )
+        return model
+
+    @staticmethod
+    def _check_placement(gpu: FakeGpu, state: _GpuMig, profile: GIProfile, placement: Placement) -> None:
+        what = f"{profile.name} at {placement} on GPU {gpu.index} ({gpu.uuid})"
+        if placement not in profile.placements:
+            possible = ", ".join(str(p) for p in profile.placements)
+            raise MigPlacementRefused(
+                gpu.uuid,
+                f"invalid placement for {what}: not one of the profile's possible placements ({possible})",
+                profile=profile.name,
+                placement=placement,
+                code=2,
+            )
+        for other in state.instances:
+            if other.placement.overlaps(placement):
+                raise MigPlacementRefused(
+                    gpu.uuid,
+                    f"cannot create {what}: it overlaps GPU instance {other.gi} ({other.profile.name} at "
+                    f"{other.placement}) (NVML error {_INSUFFICIENT_RESOURCES}: Insufficient Resources)",
+                    profile=profile.name,
+                    placement=placement,
+                    code=_INSUFFICIENT_RESOURCES,
+                )
+        if sum(1 for i in state.instances if i.profile.name == profile.name) >= profile.instance_count:
+            raise MigPlacementRefused(
+                gpu.uuid,
+                f"cannot create {what}: {profile.name} fits at most {profile.instance_count} time(s) "
+                f"(NVML error {_INSUFFICIENT_RESOURCES}: Insufficient Resources)",
+                profile=profile.name,
+                placement=placement,
+                code=_INSUFFICIENT_RESOURCES,
+            )
+
+    @staticmethod
+    def _device(parent: str, index: int, instance: _Instance) -> MigDevice:
+        p = instance.profile
+        return MigDevice(
+            parent_uuid=parent,
+            uuid=instance.uuid,
+            index=index,
+            gpu_instance_id=instance.gi,
+            compute_instance_id=0,
+            profile=p.name,
+            placement=instance.placement,
+            attributes=MigAttributes(
+                memory_mib=p.memory_mib,
+                multiprocessors=p.multiprocessors,
+                gi_slices=p.slices,
+                ci_slices=p.slices,
+                copy_engines=p.copy_engines,
+                decoders=p.decoders,
+                encoders=p.encoders,
+                jpeg_engines=p.jpeg_engines,
+                ofa_engines=p.ofa_engines,
+            ),
+        )
+
+    def _seed_mig(self, inventory: Inventory) -> bool:
+        """Bring the MIG layouts in line with the inventory: a GPU whose `mig.devices` differ from the ones
+        its layout came from (or that has none yet) starts again from them; GPUs no longer MIG capable or
+        MIG enabled lose theirs (a real GPU loses its instances when MIG is disabled). True if changed."""
+        changed = False
+        for uuid in list(self._mig):
+            gpu = inventory.gpu(uuid)
+            if gpu is None or not gpu.mig_enabled or gpu.mig_model is None:
+                del self._mig[uuid]
+                changed = True
+        for gpu in inventory.gpus:
+            model = gpu.mig_model
+            if not gpu.mig_enabled or model is None:
+                continue
+            state = self._mig.get(gpu.uuid)
+            if state is not None and state.seeded == gpu.mig_devices:
+                continue
+            fresh = _GpuMig([], 0, gpu.mig_devices)
+            for gi, device in enumerate(gpu.mig_devices, start=1):
+                profile = model.profile(device.profile)
+                placement = profile.placement_at(device.start) if profile is not None else None
+                assert profile is not None and placement is not None  # the inventory parser checked
+                fresh.instances.append(
+                    _Instance(gi, profile, placement, fake_mig_uuid(gpu.uuid, gi, fresh.serial))
+                )
+                fresh.serial += 1
+            self._mig[gpu.uuid] = fresh
+            changed = True
+        return changed
+
+    def _state_data(self) -> dict[str, Any]:
+        gpus: dict[str, Any] = {}
+        for uuid, state in sorted(self._mig.items()):
+            gpus[uuid] = {
+                "serial": state.serial,
+                "seeded": [{"profile": d.profile, "start": d.start} for d in state.seeded],
+                "devices": [
+                    {"gi": i.gi, "profile": i.profile.name, "start": i.placement.start, "uuid": i.uuid}
+                    for i in sorted(state.instances, key=lambda i: i.gi)
+                ],
+            }
+        return {"version": 1, "gpus": gpus}
+
+    def _save_mig(self) -> None:
+        if self._state_path is not None:
+            write_atomic(self._state_path, json.dumps(self._state_data(), indent=2) + "\n", mode=0o600)
+
+    def _save_mig_logged(self) -> None:
+        try:
+            self._save_mig()
+        except OSError as exc:
+            log.error("fake MIG state %s cannot be written: %s", self._state_path, exc)
+
+    def _load_mig_state(self) -> dict[str, _GpuMig]:
+        """The persisted layouts (only of GPUs of the inventory that have MIG enabled). Raises
+        InventoryError naming the state file and the entry when it does not parse."""
+        path = self._state_path
+        if path is None:
+            return {}
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InventoryError(str(path), "whole file", f"cannot be read: {exc}") from None
+        try:
+            return _parse_mig_state(json.loads(text), self._inventory, str(path))
+        except json.JSONDecodeError as exc:
+            raise InventoryError(
+                str(path), f"line {exc.lineno}, column {exc.colno}", f"not valid JSON: {exc.msg}"
+            ) from None
+        except ValueError as exc:
+            raise InventoryError(str(path), "whole file", f"not valid JSON: {exc}") from None
 
     def _effective_lost(self, inventory: Inventory) -> set[str]:
         return {g.uuid for g in inventory.gpus if g.lost or g.uuid in self._in_process_lost}
@@ -370,6 +735,8 @@ class FakeBackend:
             self._inventory = inventory
             self._update_lost(inventory)
             self._queue_new_events(inventory)
+            if self._seed_mig(inventory):
+                self._save_mig_logged()
             log.info(
                 "fake inventory %s: %d GPUs, nvml %s, %d lost",
                 self._path,
@@ -388,6 +755,65 @@ class FakeBackend:
         if timer is not None:
             timer.cancel()
             timer.join()
+
+
+def _parse_mig_state(data: object, inventory: Inventory, source: str) -> dict[str, _GpuMig]:
+    """Decode `<inventory>.mig.json`. Entries of GPUs no longer in the inventory, not MIG enabled or of
+    a model without a MIG table are dropped; anything malformed raises InventoryError."""
+
+    def fail(where: str, reason: str) -> InventoryError:
+        return InventoryError(source, where, reason)
+
+    if not isinstance(data, Mapping) or data.get("version") != 1 or not isinstance(data.get("gpus"), Mapping):
+        raise fail("whole file", 'expected {"version": 1, "gpus": {...}} (written by the fake backend)')
+    layouts: dict[str, _GpuMig] = {}
+    for uuid, entry in data["gpus"].items():
+        where = f"gpus.{uuid}"
+        gpu = inventory.gpu(str(uuid))
+        model = gpu.mig_model if gpu is not None and gpu.mig_enabled else None
+        if model is None:
+            continue
+        if not isinstance(entry, Mapping):
+            raise fail(where, "expected a mapping with serial, seeded and devices")
+        serial = entry.get("serial")
+        if not isinstance(serial, int) or isinstance(serial, bool) or serial < 0:
+            raise fail(f"{where}.serial", f"expected an integer >= 0, got {serial!r}")
+        seeded = _state_list(entry.get("seeded"), f"{where}.seeded", fail)
+        devices = _state_list(entry.get("devices"), f"{where}.devices", fail)
+        state = _GpuMig(
+            [], serial, tuple(FakeMigInstance(str(d["profile"]), int(d["start"])) for d in seeded)
+        )
+        for i, device in enumerate(devices):
+            at = f"{where}.devices[{i}]"
+            profile = model.profile(str(device["profile"]))
+            placement = profile.placement_at(int(device["start"])) if profile is not None else None
+            gi, mig_uuid = device.get("gi"), device.get("uuid")
+            if profile is None or placement is None:
+                raise fail(
+                    at,
+                    f"{device['profile']!r} at start {device['start']!r} is not a placement of {model.name}",
+                )
+            if not isinstance(gi, int) or isinstance(gi, bool) or gi < 0 or not isinstance(mig_uuid, str):
+                raise fail(at, f"expected an integer gi and a string uuid, got gi {gi!r}, uuid {mig_uuid!r}")
+            if any(o.gi == gi or o.placement.overlaps(placement) for o in state.instances):
+                raise fail(at, f"GPU instance {gi} at {placement} clashes with an earlier one")
+            state.instances.append(_Instance(gi, profile, placement, mig_uuid))
+        layouts[str(uuid)] = state
+    return layouts
+
+
+def _state_list(
+    value: object, where: str, fail: Callable[[str, str], InventoryError]
+) -> list[Mapping[str, Any]]:
+    if not isinstance(value, list):
+        raise fail(where, f"expected a list, got {value!r}")
+    for i, item in enumerate(value):
+        if not isinstance(item, Mapping) or not isinstance(item.get("profile"), str):
+            raise fail(f"{where}[{i}]", f"expected {{profile, start, ...}}, got {item!r}")
+        start = item.get("start")
+        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+            raise fail(f"{where}[{i}].start", f"expected an integer >= 0, got {start!r}")
+    return value
 
 
 class _DirWatcher(FileSystemEventHandler):

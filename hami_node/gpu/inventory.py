@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
+from hami_api.mig import MIG_MODELS, MigModel, Placement, mig_model
 from hami_node.durable import write_atomic
 from hami_node.gpu.backend import GPUEventKind, GPULink, PhysicalGPU, TopologyLevel
 
@@ -42,8 +43,22 @@ class NvmlMode(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class FakeMigInstance:
+    """A MIG device the inventory says exists at start: a GPU instance of `profile` (go-nvlib's name,
+    e.g. "3g.20gb") at the placement starting at memory slice `start`, with one compute instance."""
+
+    profile: str
+    start: int
+
+
+@dataclass(frozen=True, slots=True)
 class FakeGpu:
-    """One GPU of the inventory. `healthy=False` and `lost=True` are faults (see docs/fake-gpus.md)."""
+    """One GPU of the inventory. `healthy=False` and `lost=True` are faults (see docs/fake-gpus.md).
+
+    MIG: `mig_enabled` is the current MIG mode, `mig_pending` the mode after the next reset (None: the
+    same as current), `mig_devices` the MIG devices present at start (only when MIG is enabled). A GPU
+    with MIG enabled or pending is of a model of `hami_api.mig.MIG_MODELS`.
+    """
 
     uuid: str
     model: str
@@ -55,6 +70,13 @@ class FakeGpu:
     mig_enabled: bool = False
     healthy: bool = True
     lost: bool = False
+    mig_devices: tuple[FakeMigInstance, ...] = ()
+    mig_pending: bool | None = None
+
+    @property
+    def mig_model(self) -> MigModel | None:
+        """The MIG profile table of this GPU's model, None when the model is not MIG capable."""
+        return mig_model(self.model)
 
     def info(self, *, lost: bool = False) -> PhysicalGPU:
         """The `PhysicalGPU` a backend lists for this GPU (`lost` adds an in-process fault)."""
@@ -267,11 +289,92 @@ def _parse_gpu(errors: _Errors, position: int, value: object) -> FakeGpu:
     minor = fields.integer("minor", "an integer >= 0", minimum=0, default=index)
     numa = fields.optional_integer("numa", "an integer >= 0 or null (unknown)", minimum=0)
     pci = fields.string("pci_bus_id", default=default_pci_bus_id(index))
-    mig = fields.boolean("mig", default=False)
+    mig, pending, devices = _parse_mig(errors, fields, model)
     healthy = fields.boolean("health", default=True)
     lost = fields.boolean("lost", default=False)
     fields.done()
-    return FakeGpu(uuid, model, memory, index, minor, numa, pci, mig, healthy, lost)
+    return FakeGpu(uuid, model, memory, index, minor, numa, pci, mig, healthy, lost, devices, pending)
+
+
+def _known_models() -> str:
+    return ", ".join(sorted(MIG_MODELS))
+
+
+def _parse_mig(
+    errors: _Errors, fields: _Fields, model_name: str
+) -> tuple[bool, bool | None, tuple[FakeMigInstance, ...]]:
+    """`mig`: true/false (MIG mode, no MIG devices), or {enabled, pending, devices: [{profile, start}]}.
+    Returns (enabled, pending or None, devices). A GPU with MIG enabled or pending must be of a model
+    with a MIG profile table; every device must be a profile of that model at one of its placements, not
+    overlapping another, and no profile used more often than it can be."""
+    raw = fields.raw("mig")
+    parsed: list[tuple[str, FakeMigInstance]] = []
+    if raw is None or isinstance(raw, bool):
+        enabled, pending = bool(raw), None
+    elif not isinstance(raw, Mapping):
+        raise fields.fail(
+            "mig", f"expected true, false or a mapping (enabled, pending, devices), got {_shown(raw)}"
+        )
+    else:
+        mig = _Fields(errors, fields.at("mig"), raw)
+        enabled = mig.boolean("enabled", default=True)
+        pending_raw = mig.raw("pending")
+        if pending_raw is not None and not isinstance(pending_raw, bool):
+            raise mig.fail("pending", f"expected true or false, got {_shown(pending_raw)}")
+        pending = pending_raw
+        where = mig.at("devices")
+        for i, entry in enumerate(mig.sequence("devices")):
+            device = _Fields(errors, f"{where}[{i}]", entry)
+            profile = device.string("profile")
+            start = device.integer("start", "an integer >= 0 (the placement's first memory slice)", minimum=0)
+            device.done()
+            parsed.append((f"{where}[{i}]", FakeMigInstance(profile, start)))
+        mig.done()
+        if parsed and not enabled:
+            raise errors.at(where, "MIG devices need MIG mode enabled (enabled: true, or drop the devices)")
+    if enabled or pending:
+        model = mig_model(model_name)
+        if model is None:
+            raise fields.fail(
+                "mig",
+                f"model {_shown(model_name)} is not MIG capable in the fake (MIG models: {_known_models()})",
+            )
+        _check_mig_layout(errors, model, parsed)
+    return enabled, pending, tuple(instance for _, instance in parsed)
+
+
+def _check_mig_layout(
+    errors: _Errors, model: MigModel, devices: Sequence[tuple[str, FakeMigInstance]]
+) -> None:
+    model_name = model.name
+    taken: list[tuple[str, Placement]] = []
+    counts: dict[str, int] = {}
+    for where, device in devices:
+        profile = model.profile(device.profile)
+        if profile is None:
+            names = ", ".join(p.name for p in model.profiles)
+            raise errors.at(
+                f"{where}.profile", f"{_shown(device.profile)} is not a MIG profile of {model_name} ({names})"
+            )
+        placement = profile.placement_at(device.start)
+        if placement is None:
+            starts = ", ".join(str(p.start) for p in profile.placements)
+            raise errors.at(
+                f"{where}.start",
+                f"{device.start} is not a placement of {profile.name} on {model_name} (starts: {starts})",
+            )
+        for other_where, other in taken:
+            if placement.overlaps(other):
+                raise errors.at(
+                    f"{where}.start", f"{profile.name} at {placement} overlaps {other_where} at {other}"
+                )
+        counts[profile.name] = counts.get(profile.name, 0) + 1
+        if counts[profile.name] > profile.instance_count:
+            raise errors.at(
+                f"{where}.profile",
+                f"{profile.name} fits at most {profile.instance_count} time(s) on {model_name}",
+            )
+        taken.append((where, placement))
 
 
 def _gpu_ref(fields: _Fields, value: object, by_uuid: Mapping[str, FakeGpu], where: str) -> str:
@@ -507,7 +610,7 @@ def inventory_to_data(inventory: Inventory) -> dict[str, Any]:
                 "minor": gpu.minor,
                 "numa": gpu.numa_node,
                 "pci_bus_id": gpu.pci_bus_id,
-                "mig": gpu.mig_enabled,
+                "mig": _mig_to_data(gpu),
                 "health": gpu.healthy,
                 "lost": gpu.lost,
             }
@@ -524,6 +627,17 @@ def inventory_to_data(inventory: Inventory) -> dict[str, Any]:
                 entry["xid"] = event.xid
             events.append(entry)
         data["events"] = events
+    return data
+
+
+def _mig_to_data(gpu: FakeGpu) -> bool | dict[str, Any]:
+    """The boolean form when MIG has no devices and no pending change, else the mapping form."""
+    if not gpu.mig_devices and gpu.mig_pending is None:
+        return gpu.mig_enabled
+    data: dict[str, Any] = {"enabled": gpu.mig_enabled}
+    if gpu.mig_pending is not None:
+        data["pending"] = gpu.mig_pending
+    data["devices"] = [{"profile": d.profile, "start": d.start} for d in gpu.mig_devices]
     return data
 
 

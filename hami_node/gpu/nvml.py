@@ -29,10 +29,25 @@ type (nvmlDeviceGetNvLinkRemoteDeviceType, for NVSwitch). A link NVML answers NO
 INVALID_ARGUMENT for is skipped (also FUNCTION_NOT_FOUND: an old driver without NVLink calls). Where
 HAMi drops the whole score when a pair has no common ancestor, that pair here has no PCIe entry and
 the others are still scored.
+
+MIG (read as NVIDIA's device plugin and GPU feature discovery read it, created as HAMi v2.10's
+EnsureAllocation creates it; shared notes section 7): profiles by nvmlDeviceGetGpuInstanceProfileInfo
+for every NVML_GPU_INSTANCE_PROFILE_* enum (version 1 of the struct, which go-nvml uses and which
+answers with MIG mode off; NOT_SUPPORTED and INVALID_ARGUMENT mean "no such profile") and
+nvmlDeviceGetGpuInstancePossiblePlacements; names by go-nvlib's rule (`hami_api.mig.profile_name`).
+MIG devices by nvmlDeviceGetMigDeviceHandleByIndex over 0..nvmlDeviceGetMaxMigDeviceCount-1 (NOT_FOUND
+and INVALID_ARGUMENT slots skipped), each with its GPU instance's profile and placement
+(nvmlDeviceGetGpuInstanceById, nvmlGpuInstanceGetInfo) and nvmlDeviceGetAttributes. Create: the
+placement checked against the possible ones, nvmlDeviceCreateGpuInstanceWithPlacement (the placement
+passed byref), the compute instance profile of the same slice count with shared engines,
+nvmlGpuInstanceCreateComputeInstance, then the MIG UUID found by GPU instance ID; any failure destroys
+what was created (compute instance, then GPU instance). Destroy: every compute instance of the GPU
+instance, then the GPU instance. MIG mode is never changed.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 import time
@@ -44,6 +59,15 @@ from typing import Any
 
 import pynvml
 
+from hami_api.mig import (
+    CI_ENGINE_PROFILE_SHARED,
+    CI_PROFILE_COUNT,
+    GI_PROFILE_COUNT,
+    GIProfile,
+    Placement,
+    ci_profile_enum_for,
+    profile_name,
+)
 from hami_node.gpu.backend import (
     DeviceLost,
     GPUBackendError,
@@ -54,9 +78,19 @@ from hami_node.gpu.backend import (
     GPUNotFound,
     GPUUsage,
     LibraryNotFound,
+    MigAttributes,
+    MigDevice,
+    MigDisabled,
+    MigError,
+    MigInstanceNotFound,
+    MigInUse,
+    MigMode,
+    MigPlacementRefused,
+    MigProfileUnknown,
     NvmlFailed,
     PhysicalGPU,
     TopologyLevel,
+    mig_disabled_message,
 )
 from hami_node.gpu.topology import MAX_NVLINKS, NvLinkPorts, nvlink_count
 
@@ -452,6 +486,297 @@ class NvmlBackend:
             if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH:
                 switch += 1
         return NvLinkPorts(tuple(remote), switch)
+
+    # --- MIG ----------------------------------------------------------------------------------------
+
+    def mig_mode(self, uuid: str) -> MigMode:
+        with self._lock:
+            self._require_init()
+            return self._mig_mode(uuid, self._handle(uuid))
+
+    def mig_profiles(self, uuid: str) -> tuple[GIProfile, ...]:
+        with self._lock:
+            self._require_init()
+            handle = self._handle(uuid)
+            if self._mig_mode(uuid, handle) == MigMode(False, False) and not self._mig_capable(uuid, handle):
+                return ()
+            return self._profiles(uuid, handle)
+
+    def mig_devices(self, uuid: str) -> tuple[MigDevice, ...]:
+        with self._lock:
+            self._require_init()
+            handle = self._handle(uuid)
+            if not self._mig_mode(uuid, handle).current:
+                return ()
+            return self._mig_devices(uuid, handle, self._profiles(uuid, handle))
+
+    def create_mig_device(self, uuid: str, profile: str, placement: Placement) -> MigDevice:
+        with self._lock:
+            self._require_init()
+            handle = self._handle(uuid)
+            mode = self._mig_mode(uuid, handle)
+            if not mode.current:
+                index = self._index_of(handle)
+                message = (
+                    mig_disabled_message(uuid, index, mode)
+                    if mode.pending or self._mig_capable(uuid, handle)
+                    else f"GPU {uuid} is not MIG capable"
+                )
+                raise MigDisabled(uuid, message, profile=profile, placement=placement)
+            profiles = self._profiles(uuid, handle)
+            found = next((p for p in profiles if p.name == profile), None)
+            if found is None:
+                names = ", ".join(p.name for p in profiles)
+                raise MigProfileUnknown(
+                    uuid,
+                    f"GPU {uuid} has no MIG profile {profile!r} (profiles: {names})",
+                    profile=profile,
+                    placement=placement,
+                )
+            what = f"{found.name} at {placement} on GPU {uuid}"
+            if placement not in found.placements:
+                possible = ", ".join(str(p) for p in found.placements)
+                raise MigPlacementRefused(
+                    uuid,
+                    f"invalid placement for {what}: not one of the profile's possible placements "
+                    f"({possible})",
+                    profile=profile,
+                    placement=placement,
+                )
+            return self._create(uuid, handle, found, placement, what)
+
+    def destroy_mig_device(self, uuid: str, gpu_instance_id: int) -> None:
+        with self._lock:
+            self._require_init()
+            handle = self._handle(uuid)
+            what = f"GPU instance {gpu_instance_id} on GPU {uuid}"
+            try:
+                gi = pynvml.nvmlDeviceGetGpuInstanceById(handle, gpu_instance_id)
+            except pynvml.NVMLError as err:
+                if _code(err) in (pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                    raise MigInstanceNotFound(uuid, f"no {what}: {err}", code=_code(err)) from None
+                raise self._mig_error(err, f"looking up {what}", uuid) from None
+            for ci in self._compute_instances(uuid, gi, what):
+                self._destroy(uuid, pynvml.nvmlComputeInstanceDestroy, ci, f"a compute instance of {what}")
+            self._destroy(uuid, pynvml.nvmlGpuInstanceDestroy, gi, what)
+
+    # MIG internals (called with the lock held)
+
+    @staticmethod
+    def _mig_mode(uuid: str, handle: Any) -> MigMode:
+        try:
+            current, pending = pynvml.nvmlDeviceGetMigMode(handle)
+        except pynvml.NVMLError as err:
+            if _code(err) in _UNSUPPORTED_CODES - _GLOBAL_CODES:
+                return MigMode(False, False)
+            raise _mapped(err, "nvmlDeviceGetMigMode", uuid) from None
+        enable = pynvml.NVML_DEVICE_MIG_ENABLE
+        return MigMode(int(current) == enable, int(pending) == enable)
+
+    @staticmethod
+    def _mig_capable(uuid: str, handle: Any) -> bool:
+        """GetMigMode answers on a MIG-capable GPU (disabled or not) and NOT_SUPPORTED elsewhere."""
+        try:
+            pynvml.nvmlDeviceGetMigMode(handle)
+        except pynvml.NVMLError as err:
+            if _code(err) in _UNSUPPORTED_CODES - _GLOBAL_CODES:
+                return False
+            raise _mapped(err, "nvmlDeviceGetMigMode", uuid) from None
+        return True
+
+    @staticmethod
+    def _index_of(handle: Any) -> int | None:
+        try:
+            return int(pynvml.nvmlDeviceGetIndex(handle))
+        except pynvml.NVMLError:
+            return None
+
+    @staticmethod
+    def _mig_error(err: pynvml.NVMLError, what: str, uuid: str, **kw: Any) -> GPUBackendError:
+        code = _code(err)
+        if code in _GLOBAL_CODES or code == pynvml.NVML_ERROR_GPU_IS_LOST:
+            return _mapped(err, what, uuid)
+        message = f"{what} failed: {err} (NVML error {code})"
+        if code == pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES:
+            return MigPlacementRefused(uuid, message, code=code, **kw)
+        if code == pynvml.NVML_ERROR_IN_USE:
+            return MigInUse(uuid, message, code=code, **kw)
+        return MigError(uuid, message, code=code, **kw)
+
+    def _profiles(self, uuid: str, handle: Any) -> tuple[GIProfile, ...]:
+        try:
+            total = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+        except pynvml.NVMLError as err:
+            raise _mapped(err, "nvmlDeviceGetMemoryInfo", uuid) from None
+        profiles: list[GIProfile] = []
+        for enum in range(GI_PROFILE_COUNT):
+            try:
+                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, enum, version=1)
+            except pynvml.NVMLError as err:
+                if _code(err) in _UNSUPPORTED_CODES - _GLOBAL_CODES:
+                    continue
+                raise self._mig_error(
+                    err, f"nvmlDeviceGetGpuInstanceProfileInfo(enum {enum})", uuid
+                ) from None
+            try:
+                name = profile_name(enum, int(info.memorySizeMB), total)
+            except ValueError:
+                log.debug("%s: GI profile enum %d has no go-nvlib name; skipped", uuid, enum)
+                continue
+            profiles.append(
+                GIProfile(
+                    name=name,
+                    profile_id=int(info.id),
+                    nvml_enum=enum,
+                    slices=int(info.sliceCount),
+                    instance_count=int(info.instanceCount),
+                    memory_mib=int(info.memorySizeMB),
+                    multiprocessors=int(info.multiprocessorCount),
+                    copy_engines=int(info.copyEngineCount),
+                    decoders=int(info.decoderCount),
+                    encoders=int(info.encoderCount),
+                    jpeg_engines=int(info.jpegCount),
+                    ofa_engines=int(info.ofaCount),
+                    placements=self._placements(uuid, handle, int(info.id), name),
+                )
+            )
+        return tuple(profiles)
+
+    def _placements(self, uuid: str, handle: Any, profile_id: int, name: str) -> tuple[Placement, ...]:
+        count = ctypes.c_uint(0)
+        what = f"nvmlDeviceGetGpuInstancePossiblePlacements({name})"
+        try:
+            pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, None, ctypes.byref(count))
+            array = (pynvml.c_nvmlGpuInstancePlacement_t * max(1, count.value))()
+            pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
+        except pynvml.NVMLError as err:
+            raise self._mig_error(err, what, uuid) from None
+        return tuple(Placement(int(array[i].start), int(array[i].size)) for i in range(count.value))
+
+    def _mig_devices(self, uuid: str, handle: Any, profiles: Sequence[GIProfile]) -> tuple[MigDevice, ...]:
+        try:
+            maximum = int(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+        except pynvml.NVMLError as err:
+            raise self._mig_error(err, "nvmlDeviceGetMaxMigDeviceCount", uuid) from None
+        devices: list[MigDevice] = []
+        for j in range(maximum):
+            try:
+                mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
+            except pynvml.NVMLError as err:
+                if _code(err) in (pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                    continue
+                raise self._mig_error(err, f"nvmlDeviceGetMigDeviceHandleByIndex({j})", uuid) from None
+            devices.append(self._mig_device(uuid, handle, j, mig, profiles))
+        return tuple(devices)
+
+    def _mig_device(
+        self, uuid: str, handle: Any, index: int, mig: Any, profiles: Sequence[GIProfile]
+    ) -> MigDevice:
+        what = f"MIG device {index} of GPU {uuid}"
+        try:
+            mig_uuid = _text(pynvml.nvmlDeviceGetUUID(mig))
+            gi_id = int(pynvml.nvmlDeviceGetGpuInstanceId(mig))
+            ci_id = int(pynvml.nvmlDeviceGetComputeInstanceId(mig))
+            attrs = pynvml.nvmlDeviceGetAttributes(mig)
+            gi_info = pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(handle, gi_id))
+        except pynvml.NVMLError as err:
+            raise self._mig_error(err, f"reading {what}", uuid) from None
+        profile = next((p for p in profiles if p.profile_id == int(gi_info.profileId)), None)
+        return MigDevice(
+            parent_uuid=uuid,
+            uuid=mig_uuid,
+            index=index,
+            gpu_instance_id=gi_id,
+            compute_instance_id=ci_id,
+            profile=profile.name if profile is not None else f"profile-id-{int(gi_info.profileId)}",
+            placement=Placement(int(gi_info.placement.start), int(gi_info.placement.size)),
+            attributes=MigAttributes(
+                memory_mib=int(attrs.memorySizeMB),
+                multiprocessors=int(attrs.multiprocessorCount),
+                gi_slices=int(attrs.gpuInstanceSliceCount),
+                ci_slices=int(attrs.computeInstanceSliceCount),
+                copy_engines=int(attrs.sharedCopyEngineCount),
+                decoders=int(attrs.sharedDecoderCount),
+                encoders=int(attrs.sharedEncoderCount),
+                jpeg_engines=int(attrs.sharedJpegCount),
+                ofa_engines=int(attrs.sharedOfaCount),
+            ),
+        )
+
+    def _create(
+        self, uuid: str, handle: Any, profile: GIProfile, placement: Placement, what: str
+    ) -> MigDevice:
+        kw: dict[str, Any] = {"profile": profile.name, "placement": placement}
+        c_placement = pynvml.c_nvmlGpuInstancePlacement_t()
+        c_placement.start, c_placement.size = placement.start, placement.size
+        try:
+            gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(
+                handle, profile.profile_id, ctypes.byref(c_placement)
+            )
+        except pynvml.NVMLError as err:
+            raise self._mig_error(err, f"creating the GPU instance {what}", uuid, **kw) from None
+        ci: Any = None
+        try:
+            gi_id = int(pynvml.nvmlGpuInstanceGetInfo(gi).id)
+            ci_info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                gi, ci_profile_enum_for(profile.slices), CI_ENGINE_PROFILE_SHARED, version=1
+            )
+            ci = pynvml.nvmlGpuInstanceCreateComputeInstance(gi, int(ci_info.id))
+            pynvml.nvmlComputeInstanceGetInfo(ci)
+            for device in self._mig_devices(uuid, handle, [profile]):
+                if device.gpu_instance_id == gi_id:
+                    return replace(device, profile=profile.name, placement=placement)
+            raise MigError(uuid, f"created {what} (GPU instance {gi_id}) but no MIG device has it", **kw)
+        except (pynvml.NVMLError, GPUBackendError, ValueError) as exc:
+            self._roll_back(uuid, gi, ci, what)
+            if isinstance(exc, pynvml.NVMLError):
+                raise self._mig_error(exc, f"creating the compute instance of {what}", uuid, **kw) from None
+            if isinstance(exc, MigError):
+                raise
+            raise MigError(uuid, f"creating {what} failed: {exc}", **kw) from None
+
+    @staticmethod
+    def _roll_back(uuid: str, gi: Any, ci: Any, what: str) -> None:
+        """Destroy what a failed create made (compute instance first); failures are logged."""
+        if ci is not None:
+            try:
+                pynvml.nvmlComputeInstanceDestroy(ci)
+            except pynvml.NVMLError as err:
+                log.error("%s: rolling back the compute instance of %s failed: %s", uuid, what, err)
+        try:
+            pynvml.nvmlGpuInstanceDestroy(gi)
+        except pynvml.NVMLError as err:
+            log.error("%s: rolling back the GPU instance %s failed: %s", uuid, what, err)
+
+    def _compute_instances(self, uuid: str, gi: Any, what: str) -> list[Any]:
+        found: list[Any] = []
+        for enum in range(CI_PROFILE_COUNT):
+            try:
+                info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                    gi, enum, CI_ENGINE_PROFILE_SHARED, version=1
+                )
+            except pynvml.NVMLError as err:
+                if _code(err) in _UNSUPPORTED_CODES - _GLOBAL_CODES:
+                    continue
+                raise self._mig_error(err, f"reading the compute instance profiles of {what}", uuid) from None
+            count = ctypes.c_uint(0)
+            array = (pynvml.c_nvmlComputeInstance_t * max(1, int(info.instanceCount)))()
+            try:
+                pynvml.nvmlGpuInstanceGetComputeInstances(gi, int(info.id), array, ctypes.byref(count))
+            except pynvml.NVMLError as err:
+                raise self._mig_error(err, f"listing the compute instances of {what}", uuid) from None
+            found.extend(array[i] for i in range(count.value))
+        return found
+
+    def _destroy(self, uuid: str, destroy: Any, handle: Any, what: str) -> None:
+        try:
+            destroy(handle)
+        except pynvml.NVMLError as err:
+            if _code(err) == pynvml.NVML_ERROR_IN_USE:
+                raise MigInUse(
+                    uuid, f"{what} is in use by running processes; not destroyed ({err})", code=_code(err)
+                ) from None
+            raise self._mig_error(err, f"destroying {what}", uuid) from None
 
     # --- events -------------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hami_api.mig import MIG_MODELS, Placement
 from hami_node.gpu import GPUEventKind, GPULink, PhysicalGPU, TopologyLevel
 from hami_node.gpu.inventory import (
     DEFAULT_MEMORY_MIB,
@@ -19,6 +20,7 @@ from hami_node.gpu.inventory import (
     FAKE_DRIVER_VERSION,
     FakeEvent,
     FakeGpu,
+    FakeMigInstance,
     Inventory,
     InventoryError,
     LinkGroup,
@@ -87,7 +89,7 @@ def test_faults_topology_and_events_parse() -> None:
         fake_inventory(
             fake_gpu(0, numa=0),
             fake_gpu(1, numa=0, lost=True),
-            fake_gpu(2, numa=1, health=False, mig=True),
+            fake_gpu(2, numa=1, health=False, mig=True, model="NVIDIA A100-SXM4-40GB"),
             nvml="failing",
             links=[
                 {"gpus": [0, "GPU-1"], "nvlinks": 4},
@@ -202,7 +204,10 @@ BAD_GPU_FIELDS = [
     (fake_gpu(2, numa=-1), "gpus[2].numa: expected an integer >= 0 or null (unknown), got -1"),
     (fake_gpu(2, numa="0"), 'gpus[2].numa: expected an integer >= 0 or null (unknown), got "0"'),
     (fake_gpu(2, pci_bus_id=7), "gpus[2].pci_bus_id: expected a non-empty string, got 7"),
-    (fake_gpu(2, mig="no"), 'gpus[2].mig: expected true or false, got "no"'),
+    (
+        fake_gpu(2, mig="no"),
+        'gpus[2].mig: expected true, false or a mapping (enabled, pending, devices), got "no"',
+    ),
     (fake_gpu(2, health="yes"), 'gpus[2].health: expected true or false, got "yes"'),
     (fake_gpu(2, lost=1), "gpus[2].lost: expected true or false, got 1"),
     (fake_gpu(2, memroy=5), "gpus[2].memroy: unknown field"),
@@ -454,6 +459,32 @@ _TEXT = st.text(
 _UUID = st.text(alphabet="0123456789abcdef-", min_size=1, max_size=36).map(lambda s: "GPU-" + s)
 
 
+def _mig_layout(model: str) -> st.SearchStrategy[tuple[bool, tuple[FakeMigInstance, ...], bool | None]]:
+    """(enabled, devices, pending) valid for the model: MIG only on a MIG model, devices one profile at
+    distinct placements of it."""
+    table = MIG_MODELS.get(model)
+    if table is None:
+        return st.just((False, (), None))
+
+    @st.composite
+    def layout(draw: st.DrawFn) -> tuple[bool, tuple[FakeMigInstance, ...], bool | None]:
+        enabled = draw(st.booleans())
+        pending = draw(st.none() | st.booleans())
+        if not enabled:
+            return False, (), pending if pending else None
+        profile = draw(st.sampled_from(table.profiles))
+        starts = draw(
+            st.lists(st.sampled_from(profile.placements), unique=True, max_size=profile.instance_count)
+        )
+        kept: list[Placement] = []
+        for placement in starts:
+            if not any(placement.overlaps(k) for k in kept):
+                kept.append(placement)
+        return True, tuple(FakeMigInstance(profile.name, p.start) for p in kept), pending
+
+    return layout()
+
+
 @st.composite
 def inventories(draw: st.DrawFn) -> Inventory:
     count = draw(st.integers(0, 6))
@@ -461,19 +492,23 @@ def inventories(draw: st.DrawFn) -> Inventory:
     indices = draw(st.lists(st.integers(0, 64), min_size=count, max_size=count, unique=True))
     minors = draw(st.lists(st.integers(0, 255), min_size=count, max_size=count, unique=True))
     pcis = draw(st.lists(_TEXT, min_size=count, max_size=count, unique=True))
+    models = [draw(_TEXT | st.sampled_from(sorted(MIG_MODELS))) for _ in range(count)]
+    migs = [draw(_mig_layout(model)) for model in models]
     gpus = sorted(
         (
             FakeGpu(
                 uuid=uuids[i],
-                model=draw(_TEXT),
+                model=models[i],
                 memory_mib=draw(st.integers(1, 2**40)),
                 index=indices[i],
                 minor=minors[i],
                 numa_node=draw(st.none() | st.integers(0, 7)),
                 pci_bus_id=pcis[i],
-                mig_enabled=draw(st.booleans()),
+                mig_enabled=migs[i][0],
                 healthy=draw(st.booleans()),
                 lost=draw(st.booleans()),
+                mig_devices=migs[i][1],
+                mig_pending=migs[i][2],
             )
             for i in range(count)
         ),
