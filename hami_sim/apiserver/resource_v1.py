@@ -50,6 +50,10 @@ POOL_NAME_MAX_LENGTH = 253
 DEVICE_MAX_DOMAIN_LENGTH = 63
 DEVICE_MAX_ID_LENGTH = 32
 VALID_VALUES_MAX_SIZE = 10
+RESOURCE_SLICE_MAX_COUNTER_SETS = 8
+RESOURCE_SLICE_MAX_COUNTERS_PER_COUNTER_SET = 32
+RESOURCE_SLICE_MAX_DEVICE_COUNTER_CONSUMPTIONS_PER_DEVICE = 2
+RESOURCE_SLICE_MAX_COUNTERS_PER_DEVICE_COUNTER_CONSUMPTION = 32
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
 """The finalizer kube-scheduler adds to a claim before it writes the allocation (KEP-4381)."""
@@ -57,10 +61,17 @@ FINALIZER = "resource.kubernetes.io/delete-protection"
 CONSUMABLE_CAPACITY = "DRAConsumableCapacity"
 DEVICE_TAINTS = "DRADeviceTaints"
 PRIORITIZED_LIST = "DRAPrioritizedList"
+PARTITIONABLE_DEVICES = "DRAPartitionableDevices"
 
-DEFAULT_GATES: Mapping[str, bool] = {CONSUMABLE_CAPACITY: True, DEVICE_TAINTS: True, PRIORITIZED_LIST: True}
+DEFAULT_GATES: Mapping[str, bool] = {
+    CONSUMABLE_CAPACITY: True,
+    DEVICE_TAINTS: True,
+    PARTITIONABLE_DEVICES: True,
+    PRIORITIZED_LIST: True,
+}
 """kube-apiserver 1.36's defaults (`pkg/features/kube_features.go`): consumable capacity and device taints
-beta and on, the prioritized list (`firstAvailable`) beta and on."""
+beta and on, the prioritized list (`firstAvailable`) beta and on, partitionable devices (KEP-4815:
+`sharedCounters`, `consumesCounters`) beta and on since 1.36 (alpha, off, in 1.33 to 1.35)."""
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -412,6 +423,58 @@ def _device(device: Any, path: str, causes: _Causes) -> None:
         _qualified_name(key, f"{path}.capacity[{key}]", causes)
         _capacity(key, cap, f"{path}.capacity[{key}]", multi, causes)
     _taints(device.get("taints"), f"{path}.taints", causes)
+    consumptions = _list(device.get("consumesCounters"), f"{path}.consumesCounters", causes)
+    _counter_items(
+        consumptions,
+        f"{path}.consumesCounters",
+        "counterSet",
+        causes,
+        max_items=RESOURCE_SLICE_MAX_DEVICE_COUNTER_CONSUMPTIONS_PER_DEVICE,
+        max_counters=RESOURCE_SLICE_MAX_COUNTERS_PER_DEVICE_COUNTER_CONSUMPTION,
+    )
+
+
+def _counter_items(
+    items: list[Any], path: str, key: str, causes: _Causes, *, max_items: int, max_counters: int
+) -> None:
+    """A slice's `sharedCounters` (key `name`) or a device's `consumesCounters` (key `counterSet`), as
+    validation.go's `validateSet(..., validateCounterSet | validateDeviceCounterConsumption, ...)`: too
+    many items short-circuits; each names a DNS label and has 1..max counters whose names are DNS labels
+    and whose values are quantities; a name given twice is a duplicate, reported on the name as kube's
+    `TestValidateResourceSlice/duplicate-shared-counters` expects. Whether a consumption names a counter
+    set of the pool is not checked here: since 1.35 the sets live in another slice of the pool, and
+    kube-scheduler's allocator checks it (the pool is then invalid)."""
+    if len(items) > max_items:
+        causes.too_many(path, len(items), max_items)
+        return
+    seen: set[str] = set()
+    keys: list[str | None] = []
+    for i, raw in enumerate(items):
+        where = f"{path}[{i}]"
+        item = _obj(raw, where, causes)
+        name = item.get(key)
+        _dns_label(name, f"{where}.{key}", causes)
+        keys.append(name if isinstance(name, str) else None)
+        counters = _obj(item.get("counters"), f"{where}.counters", causes)
+        if not counters:
+            causes.required(f"{where}.counters")
+        elif len(counters) > max_counters:
+            causes.too_many(f"{where}.counters", len(counters), max_counters)
+        else:
+            for counter, value in counters.items():
+                at = f"{where}.counters[{counter}]"
+                _dns_label(counter, at, causes)
+                counter_value = _obj(value, at, causes)
+                if "value" not in counter_value:
+                    causes.required(f"{at}.value")
+                else:
+                    _quantity(counter_value["value"], f"{at}.value", causes)
+    for i, name in enumerate(keys):
+        if name is None:
+            continue
+        if name in seen:
+            causes.duplicate(f"{path}[{i}].{key}", name)
+        seen.add(name)
 
 
 def validate_resource_slice(body: JSON, old: JSON | None = None) -> list[Cause]:
@@ -448,11 +511,20 @@ def validate_resource_slice(body: JSON, old: JSON | None = None) -> list[Cause]:
     limit = RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_COUNTERS if limited else RESOURCE_SLICE_MAX_DEVICES
     if len(devices) > limit:
         causes.too_many("spec.devices", len(devices), limit)
-    if devices and spec.get("sharedCounters"):
-        causes.forbidden("spec", "only one of `devices` and `sharedCounters` may be set")
+    if spec.get("devices") is not None and spec.get("sharedCounters") is not None:
+        causes.invalid("spec", "", "only one of `sharedCounters` or `devices` is allowed")
     _unique_names(devices, "spec.devices", causes)
     for i, device in enumerate(devices):
         _device(device, f"spec.devices[{i}]", causes)
+    shared = _list(spec.get("sharedCounters"), "spec.sharedCounters", causes)
+    _counter_items(
+        shared,
+        "spec.sharedCounters",
+        "name",
+        causes,
+        max_items=RESOURCE_SLICE_MAX_COUNTER_SETS,
+        max_counters=RESOURCE_SLICE_MAX_COUNTERS_PER_COUNTER_SET,
+    )
     if old is not None:
         old_spec = old.get("spec") or {}
         for key in ("driver", "nodeName"):
@@ -721,12 +793,37 @@ def _slice_uses_consumable(spec: Any) -> bool:
     return False
 
 
+def _slice_uses_partitionable(spec: Any) -> bool:
+    """strategy.go's `draPartitionableDevicesFeatureInUse`."""
+    if not isinstance(spec, dict):
+        return False
+    if spec.get("sharedCounters") or spec.get("perDeviceNodeSelection") is not None:
+        return True
+    return any(
+        isinstance(dev, dict)
+        and (
+            dev.get("consumesCounters")
+            or any(dev.get(k) is not None for k in ("nodeName", "nodeSelector", "allNodes"))
+        )
+        for dev in spec.get("devices") or []
+    )
+
+
 def drop_disabled_slice_fields(spec: Any, old_spec: Any, gates: FeatureGates) -> None:
     """Without `DRAConsumableCapacity`, `allowMultipleAllocations` and capacities' `requestPolicy` are
-    dropped; without `DRADeviceTaints`, devices' `taints`
-    (`pkg/registry/resource/resourceslice/strategy.go`)."""
+    dropped; without `DRADeviceTaints`, devices' `taints`; without `DRAPartitionableDevices`, unless the
+    stored slice already uses them, `sharedCounters`, `perDeviceNodeSelection` and devices'
+    `consumesCounters`, `nodeName`, `nodeSelector`, `allNodes` (`pkg/registry/resource/resourceslice/
+    strategy.go`, `dropDisabledDRAPartitionableDevicesFields`)."""
     if not isinstance(spec, dict):
         return
+    if not gates(PARTITIONABLE_DEVICES) and not _slice_uses_partitionable(old_spec):
+        spec.pop("sharedCounters", None)
+        spec.pop("perDeviceNodeSelection", None)
+        for dev in spec.get("devices") or []:
+            if isinstance(dev, dict):
+                for key in ("consumesCounters", "nodeName", "nodeSelector", "allNodes"):
+                    dev.pop(key, None)
     drop_consumable = not gates(CONSUMABLE_CAPACITY) and not _slice_uses_consumable(old_spec)
     drop_taints = not gates(DEVICE_TAINTS)
     for dev in spec.get("devices") or []:
