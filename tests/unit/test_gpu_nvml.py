@@ -20,6 +20,7 @@ from typing import Any
 import pynvml
 import pytest
 
+from hami_api.mig import A100_SXM4_80GB, GIProfile, MigModel, Placement, ci_profile_enum_for, mig_model
 from hami_node.gpu import (
     DeviceLost,
     GPUEvent,
@@ -29,6 +30,13 @@ from hami_node.gpu import (
     GPUNotFound,
     GPUUsage,
     LibraryNotFound,
+    MigDisabled,
+    MigError,
+    MigInstanceNotFound,
+    MigInUse,
+    MigMode,
+    MigPlacementRefused,
+    MigProfileUnknown,
     NvmlFailed,
     PhysicalGPU,
     TopologyLevel,
@@ -854,3 +862,361 @@ def test_real_nvml_when_present() -> None:
         nvml.wait_event(0.1)  # any real event, or none, is fine
     finally:
         nvml.shutdown()
+
+
+# --- MIG ---------------------------------------------------------------------------------------------
+# The MIG C functions, backed by hami_api.mig's tables for the device's NVML name (a name without a
+# table answers NOT_SUPPORTED to the profile calls). Handles: GI GI_BASE + 256 * gpu + gi id, CI
+# CI_BASE + 256 * gpu + gi id (one CI per GI, id 0), MIG device MIG_BASE + 256 * gpu + gi id. MIG
+# device slots j are the GI ids (sparse: empty slots answer NOT_FOUND), up to 7.
+
+GI_BASE, CI_BASE, MIG_BASE = 0x100000, 0x200000, 0x300000
+INSUFFICIENT_RESOURCES: int = pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES
+IN_USE: int = pynvml.NVML_ERROR_IN_USE
+MAX_MIG = 7
+
+
+@dataclass
+class FakeInstance:
+    profile: GIProfile
+    start: int
+    ci: bool = False
+    busy: bool = False
+
+
+class MigNvmlLib(FakeNvmlLib):
+    """FakeNvmlLib plus MIG: `instances[gpu][gi id]`; `fail_ci` makes compute instance creation fail."""
+
+    def __init__(self, devices: list[FakeDevice]) -> None:
+        super().__init__(devices)
+        self.instances: dict[int, dict[int, FakeInstance]] = {i: {} for i in range(len(devices))}
+        self.fail_ci: int | None = None
+
+    def _model(self, index: int) -> MigModel | None:
+        return mig_model(self.devices[index].name)
+
+    def _split(self, handle: Any, base: int) -> tuple[int, int] | None:
+        offset = _address(handle) - base
+        if not 0 <= offset < 256 * len(self.devices):
+            return None
+        return offset // 256, offset % 256
+
+    def c_nvmlDeviceGetIndex(self, handle: Any, index: Any) -> int:
+        found = self._device(handle, "nvmlDeviceGetIndex")
+        if isinstance(found, int):
+            return found
+        _out(index).value = found[0]
+        return SUCCESS
+
+    def c_nvmlDeviceGetMigMode(self, handle: Any, current: Any, pending: Any) -> int:
+        found = self._device(handle, "nvmlDeviceGetMigMode")
+        if isinstance(found, int):
+            return found
+        if self._model(found[0]) is None and found[1].mig == pynvml.NVML_DEVICE_MIG_DISABLE:
+            return NOT_SUPPORTED
+        _out(current).value = _out(pending).value = found[1].mig
+        return SUCCESS
+
+    def c_nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Any, enum: int, info: Any) -> int:
+        found = self._device(handle, "nvmlDeviceGetGpuInstanceProfileInfo")
+        if isinstance(found, int):
+            return found
+        if not 0 <= enum < pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT:
+            return INVALID_ARGUMENT
+        model = self._model(found[0])
+        profile = model.profile_by_enum(enum) if model is not None else None
+        if profile is None:
+            return NOT_SUPPORTED
+        out = _out(info)
+        out.id, out.sliceCount, out.instanceCount = profile.profile_id, profile.slices, profile.instance_count
+        out.multiprocessorCount, out.copyEngineCount = profile.multiprocessors, profile.copy_engines
+        out.decoderCount, out.encoderCount = profile.decoders, profile.encoders
+        out.jpegCount, out.ofaCount, out.memorySizeMB = (
+            profile.jpeg_engines,
+            profile.ofa_engines,
+            profile.memory_mib,
+        )
+        return SUCCESS
+
+    def _profile_by_id(self, index: int, profile_id: int) -> GIProfile | None:
+        model = self._model(index)
+        return model.profile_by_id(profile_id) if model is not None else None
+
+    def c_nvmlDeviceGetGpuInstancePossiblePlacements_v2(
+        self, handle: Any, profile_id: int, array: Any, count: Any
+    ) -> int:
+        found = self._device(handle, "nvmlDeviceGetGpuInstancePossiblePlacements_v2")
+        if isinstance(found, int):
+            return found
+        profile = self._profile_by_id(found[0], profile_id)
+        if profile is None:
+            return NOT_SUPPORTED
+        _out(count).value = len(profile.placements)
+        if array is not None:
+            for i, placement in enumerate(profile.placements):
+                array[i].start, array[i].size = placement.start, placement.size
+        return SUCCESS
+
+    def c_nvmlDeviceCreateGpuInstanceWithPlacement(
+        self, handle: Any, profile_id: int, placement: Any, gi: Any
+    ) -> int:
+        found = self._device(handle, "nvmlDeviceCreateGpuInstanceWithPlacement")
+        if isinstance(found, int):
+            return found
+        index, device = found
+        profile = self._profile_by_id(index, profile_id)
+        if device.mig != pynvml.NVML_DEVICE_MIG_ENABLE or profile is None:
+            return NOT_SUPPORTED
+        asked = Placement(_out(placement).start, _out(placement).size)
+        if asked not in profile.placements:
+            return INVALID_ARGUMENT
+        used = self.instances[index]
+        if any(Placement(i.start, i.profile.placements[0].size).overlaps(asked) for i in used.values()):
+            return INSUFFICIENT_RESOURCES
+        gi_id = next(n for n in range(1, MAX_MIG + 2) if n not in used)
+        used[gi_id] = FakeInstance(profile, asked.start)
+        _set_pointer(gi, GI_BASE + 256 * index + gi_id)
+        return SUCCESS
+
+    def _instance(self, handle: Any, base: int) -> tuple[int, int, FakeInstance] | int:
+        split = self._split(handle, base)
+        if split is None or split[1] not in self.instances[split[0]]:
+            return INVALID_ARGUMENT
+        return split[0], split[1], self.instances[split[0]][split[1]]
+
+    def c_nvmlDeviceGetGpuInstanceById(self, handle: Any, gi_id: int, gi: Any) -> int:
+        found = self._device(handle, "nvmlDeviceGetGpuInstanceById")
+        if isinstance(found, int):
+            return found
+        if gi_id not in self.instances[found[0]]:
+            return NOT_FOUND
+        _set_pointer(gi, GI_BASE + 256 * found[0] + gi_id)
+        return SUCCESS
+
+    def c_nvmlGpuInstanceGetInfo(self, gi: Any, info: Any) -> int:
+        found = self._instance(gi, GI_BASE)
+        if isinstance(found, int):
+            return found
+        _, gi_id, instance = found
+        out = _out(info)
+        out.id, out.profileId = gi_id, instance.profile.profile_id
+        out.placement.start, out.placement.size = instance.start, instance.profile.placements[0].size
+        return SUCCESS
+
+    def c_nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, gi: Any, enum: int, engines: int, info: Any
+    ) -> int:
+        found = self._instance(gi, GI_BASE)
+        if isinstance(found, int):
+            return found
+        slices = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7}.get(enum)
+        if slices is None or slices > found[2].profile.slices:
+            return NOT_SUPPORTED
+        out = _out(info)
+        out.id, out.sliceCount, out.instanceCount = enum, slices, found[2].profile.slices // slices
+        return SUCCESS
+
+    def c_nvmlGpuInstanceCreateComputeInstance(self, gi: Any, profile_id: int, ci: Any) -> int:
+        found = self._instance(gi, GI_BASE)
+        if isinstance(found, int):
+            return found
+        if self.fail_ci is not None:
+            return self.fail_ci
+        index, gi_id, instance = found
+        instance.ci = True
+        _set_pointer(ci, CI_BASE + 256 * index + gi_id)
+        return SUCCESS
+
+    def c_nvmlComputeInstanceGetInfo_v2(self, ci: Any, info: Any) -> int:
+        found = self._instance(ci, CI_BASE)
+        if isinstance(found, int) or not found[2].ci:
+            return INVALID_ARGUMENT
+        _out(info).id = 0
+        return SUCCESS
+
+    def c_nvmlGpuInstanceGetComputeInstances(self, gi: Any, profile_id: int, array: Any, count: Any) -> int:
+        found = self._instance(gi, GI_BASE)
+        if isinstance(found, int):
+            return found
+        index, gi_id, instance = found
+        if instance.ci and profile_id == ci_profile_enum_for(instance.profile.slices):
+            ctypes.memmove(
+                ctypes.addressof(array), ctypes.addressof(ctypes.c_void_p(CI_BASE + 256 * index + gi_id)), 8
+            )
+            _out(count).value = 1
+        else:
+            _out(count).value = 0
+        return SUCCESS
+
+    def c_nvmlComputeInstanceDestroy(self, ci: Any) -> int:
+        found = self._instance(ci, CI_BASE)
+        if isinstance(found, int) or not found[2].ci:
+            return INVALID_ARGUMENT
+        if found[2].busy:
+            return IN_USE
+        found[2].ci = False
+        return SUCCESS
+
+    def c_nvmlGpuInstanceDestroy(self, gi: Any) -> int:
+        found = self._instance(gi, GI_BASE)
+        if isinstance(found, int):
+            return found
+        index, gi_id, instance = found
+        if instance.ci:
+            return IN_USE
+        del self.instances[index][gi_id]
+        return SUCCESS
+
+    def c_nvmlDeviceGetMaxMigDeviceCount(self, handle: Any, count: Any) -> int:
+        found = self._device(handle, "nvmlDeviceGetMaxMigDeviceCount")
+        if isinstance(found, int):
+            return found
+        _out(count).value = MAX_MIG
+        return SUCCESS
+
+    def c_nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, j: Any, mig: Any) -> int:
+        found = self._device(handle, "nvmlDeviceGetMigDeviceHandleByIndex")
+        if isinstance(found, int):
+            return found
+        if not 0 <= j.value < MAX_MIG:
+            return INVALID_ARGUMENT
+        gi_id = j.value + 1
+        instance = self.instances[found[0]].get(gi_id)
+        if instance is None or not instance.ci:
+            return NOT_FOUND
+        _set_pointer(mig, MIG_BASE + 256 * found[0] + gi_id)
+        return SUCCESS
+
+    def _mig(self, handle: Any) -> tuple[int, int, FakeInstance] | None:
+        found = self._instance(handle, MIG_BASE)
+        return None if isinstance(found, int) else found
+
+    def c_nvmlDeviceGetUUID(self, handle: Any, buf: Any, size: Any) -> int:
+        mig = self._mig(handle)
+        if mig is None:
+            return super().c_nvmlDeviceGetUUID(handle, buf, size)
+        buf.value = f"MIG-{mig[0]:08x}-0000-0000-0000-{mig[1]:012x}".encode()
+        return SUCCESS
+
+    def c_nvmlDeviceGetGpuInstanceId(self, handle: Any, gi: Any) -> int:
+        mig = self._mig(handle)
+        if mig is None:
+            return INVALID_ARGUMENT
+        _out(gi).value = mig[1]
+        return SUCCESS
+
+    def c_nvmlDeviceGetComputeInstanceId(self, handle: Any, ci: Any) -> int:
+        if self._mig(handle) is None:
+            return INVALID_ARGUMENT
+        _out(ci).value = 0
+        return SUCCESS
+
+    def c_nvmlDeviceGetAttributes_v2(self, handle: Any, attrs: Any) -> int:
+        mig = self._mig(handle)
+        if mig is None:
+            return INVALID_ARGUMENT
+        p, out = mig[2].profile, _out(attrs)
+        out.multiprocessorCount, out.sharedCopyEngineCount = p.multiprocessors, p.copy_engines
+        out.sharedDecoderCount, out.sharedEncoderCount = p.decoders, p.encoders
+        out.sharedJpegCount, out.sharedOfaCount = p.jpeg_engines, p.ofa_engines
+        out.gpuInstanceSliceCount = out.computeInstanceSliceCount = p.slices
+        out.memorySizeMB = p.memory_mib
+        return SUCCESS
+
+
+@pytest.fixture
+def mig_backend(lib: FakeNvmlLib, sysfs: Path) -> Iterator[tuple[NvmlBackend, MigNvmlLib]]:
+    """GPU 2 (A100-SXM4-80GB) has MIG enabled, GPUs 0 and 1 are A100s with MIG off, 3 is a V100."""
+    fake = MigNvmlLib(four_gpus())
+    pynvml.nvmlLib = fake
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    nvml = NvmlBackend(sysfs_root=sysfs)
+    nvml.init()
+    try:
+        yield nvml, fake
+    finally:
+        nvml.shutdown()
+
+
+def test_mig_mode_and_profiles_through_real_pynvml_wrappers(
+    mig_backend: tuple[NvmlBackend, MigNvmlLib],
+) -> None:
+    backend, _ = mig_backend
+    assert backend.mig_mode(UUIDS[2]) == MigMode(True, True)
+    assert backend.mig_mode(UUIDS[0]) == MigMode(False, False)
+    assert backend.mig_mode(UUIDS[3]) == MigMode(False, False)
+    in_enum_order = tuple(sorted(A100_SXM4_80GB.profiles, key=lambda p: p.nvml_enum))
+    assert backend.mig_profiles(UUIDS[2]) == in_enum_order  # names by go-nvlib's rule
+    assert backend.mig_profiles(UUIDS[0]) == in_enum_order  # MIG off: still answered (struct v1)
+    assert backend.mig_profiles(UUIDS[3]) == ()
+
+
+def test_mig_create_list_and_destroy(mig_backend: tuple[NvmlBackend, MigNvmlLib]) -> None:
+    backend, fake = mig_backend
+    assert backend.mig_devices(UUIDS[2]) == ()
+    a = backend.create_mig_device(UUIDS[2], "3g.40gb", Placement(4, 4))
+    b = backend.create_mig_device(UUIDS[2], "1g.10gb", Placement(0, 1))
+    assert (a.gpu_instance_id, a.compute_instance_id, a.profile, a.placement) == (
+        1,
+        0,
+        "3g.40gb",
+        Placement(4, 4),
+    )
+    assert a.uuid == "MIG-00000002-0000-0000-0000-000000000001" and a.index == 0
+    assert (a.attributes.memory_mib, a.attributes.multiprocessors, a.attributes.gi_slices) == (40192, 42, 3)
+    assert backend.mig_devices(UUIDS[2]) == (a, b)
+    backend.destroy_mig_device(UUIDS[2], 1)
+    assert backend.mig_devices(UUIDS[2]) == (b,)
+    assert list(fake.instances[2]) == [2]
+
+
+def test_mig_overlap_is_refused_by_nvml_with_insufficient_resources(
+    mig_backend: tuple[NvmlBackend, MigNvmlLib],
+) -> None:
+    backend, fake = mig_backend
+    backend.create_mig_device(UUIDS[2], "4g.40gb", Placement(0, 4))
+    with pytest.raises(MigPlacementRefused, match=r"2g\.20gb at \{2,2\} on GPU GPU-0+2.*NVML error 23") as e:
+        backend.create_mig_device(UUIDS[2], "2g.20gb", Placement(2, 2))
+    assert e.value.code == INSUFFICIENT_RESOURCES and e.value.uuid == UUIDS[2]
+    assert len(fake.instances[2]) == 1
+
+
+def test_mig_placement_not_possible_is_refused_before_nvml(
+    mig_backend: tuple[NvmlBackend, MigNvmlLib],
+) -> None:
+    backend, fake = mig_backend
+    with pytest.raises(MigPlacementRefused, match=r"not one of the profile's possible placements"):
+        backend.create_mig_device(UUIDS[2], "3g.40gb", Placement(2, 4))
+    assert "nvmlDeviceCreateGpuInstanceWithPlacement" not in fake.calls
+
+
+def test_mig_compute_instance_failure_destroys_the_gpu_instance(
+    mig_backend: tuple[NvmlBackend, MigNvmlLib],
+) -> None:
+    backend, fake = mig_backend
+    fake.fail_ci = INSUFFICIENT_RESOURCES
+    with pytest.raises(MigError, match=r"creating the compute instance of 2g\.20gb"):
+        backend.create_mig_device(UUIDS[2], "2g.20gb", Placement(2, 2))
+    assert fake.instances[2] == {}
+    assert "nvmlGpuInstanceDestroy" in fake.calls
+
+
+def test_mig_create_on_disabled_and_unknown_profile(mig_backend: tuple[NvmlBackend, MigNvmlLib]) -> None:
+    backend, _ = mig_backend
+    with pytest.raises(
+        MigDisabled, match=r"MIG mode is disabled on GPU 0 \(GPU-00000000.*nvidia-smi -i 0 -mig 1"
+    ):
+        backend.create_mig_device(UUIDS[0], "1g.10gb", Placement(0, 1))
+    with pytest.raises(MigProfileUnknown, match=r"no MIG profile '1g.5gb'"):
+        backend.create_mig_device(UUIDS[2], "1g.5gb", Placement(0, 1))
+
+
+def test_mig_destroy_in_use_and_unknown(mig_backend: tuple[NvmlBackend, MigNvmlLib]) -> None:
+    backend, fake = mig_backend
+    backend.create_mig_device(UUIDS[2], "7g.80gb", Placement(0, 8))
+    fake.instances[2][1].busy = True
+    with pytest.raises(MigInUse, match="in use"):
+        backend.destroy_mig_device(UUIDS[2], 1)
+    assert 1 in fake.instances[2]
+    with pytest.raises(MigInstanceNotFound):
+        backend.destroy_mig_device(UUIDS[2], 5)
