@@ -76,6 +76,7 @@ from hami_api.annotations import (
     encode_vgpu_node,
 )
 from hami_api.containers import ContainerKind, footprint_slices
+from hami_api.mig_alloc import MIG_ALLOCATIONS, MigAllocation, encode_mig_allocations
 from hami_api.resources import ContainerRequest
 from hami_api.types import BindPhase, GPUSlice, NodeLock, PodAllocation
 from hami_control.cache import ClusterCache
@@ -183,6 +184,7 @@ class Assumptions(Protocol):
         name: str = "",
         extra: tuple[GPUSlice, ...] = (),
         annotations: tuple[tuple[str, str], ...] = (),
+        mig: tuple[MigAllocation, ...] = (),
     ) -> None: ...
 
     def forget(self, uid: str) -> None: ...
@@ -347,15 +349,24 @@ def _shown_keys(keys: Iterable[int]) -> str:
 
 
 def binding_annotations(
-    allocation: PodAllocation, node: str, unix_now: int, *, nvidia: bool = True
+    allocation: PodAllocation,
+    node: str,
+    unix_now: int,
+    *,
+    nvidia: bool = True,
+    mig: Sequence[MigAllocation] = (),
 ) -> dict[str, str]:
     """The annotations a GPU pod's Binding carries (see the module docstring); NVIDIA's device
-    annotations only when the pod asks NVIDIA GPUs (`nvidia`)."""
+    annotations only when the pod asks NVIDIA GPUs (`nvidia`), and with MIG devices (`mig`, `Fit.mig`)
+    `hami.io/vgpu-mig-allocations` beside them, as HAMi's PatchAnnotations (the device annotations
+    then carry each MIG device's profile memory and cores on its physical GPU)."""
     stamp = encode_unix_time(unix_now)
     devices: dict[str, str] = {}
     if nvidia:
         text = encode_pod_allocation(allocation)
         devices = {DEVICES_TO_ALLOCATE: text, DEVICES_ALLOCATED: text}
+        if mig:
+            devices[MIG_ALLOCATIONS] = encode_mig_allocations(mig)
     return {
         **devices,
         VGPU_NODE: encode_vgpu_node(node),
@@ -739,6 +750,7 @@ class Binder:
             namespace=request.namespace,
             name=request.name,
             extra=vendor_slices(ask, fit),
+            mig=fit.mig,
             annotations=ask.vendors.annotations
             if ask.vendors is not None and ask.vendors.uses_device_pods
             else (),
@@ -822,7 +834,9 @@ class Binder:
         allocation = fit.allocation
         try:
             wall = self._wall_clock()
-            annotations = binding_annotations(allocation, request.node, int(wall), nvidia=ask.asks_nvidia)
+            annotations = binding_annotations(
+                allocation, request.node, int(wall), nvidia=ask.asks_nvidia, mig=fit.mig
+            )
             annotations.update(vendor_annotations(ask, fit, request.node, wall))
             await self._writer.bind(request.namespace, request.name, request.uid, request.node, annotations)
         except BindRejected as err:

@@ -18,6 +18,11 @@ node with 0 (or no) allocatable `nvidia.com/gpu` counts as having no usable GPU 
 node whose plugin comes back is registered again on its next update. The handshake annotation, whatever
 its value, is ignored.
 
+**MIG reservations.** A pod's `hami.io/vgpu-mig-allocations` entries ride with its holding (`mig`) and
+take their placements on the node's mig-mode GPUs, paired with the pod's slices as HAMi's getNodesUsage
+does (`usage` module docstring: an unpaired reservation or slice takes the GPU out of service while the
+pod holds it).
+
 **Holdings.** `hold(uid, holding)` says what one pod holds now (its node and peak slices, observed or
 assumed; None: nothing), replacing what it held before: the old slices leave their node, the new ones
 join theirs. Pods may hold slices on a node before it registers: they count as soon as it does.
@@ -59,6 +64,7 @@ from hami_api.annotations import (
     decode_pair_scores,
 )
 from hami_api.errors import QuantityError, WireFormatError
+from hami_api.mig_alloc import MigAllocation
 from hami_api.quantity import parse_quantity
 from hami_api.resources import ResourceNames
 from hami_api.types import NVIDIA, GPUInfo, GPUPairScore, GPUSlice
@@ -81,6 +87,9 @@ class Held:
 
     node: str
     slices: tuple[GPUSlice, ...]
+    mig: tuple[MigAllocation, ...] = ()
+    """Its MIG reservations (`hami.io/vgpu-mig-allocations`), all of them: an instance lives as long as
+    the pod."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +106,8 @@ class PodHolding:
     annotations: tuple[tuple[str, str], ...] = ()
     """The pod's annotations, for a pod holding devices of a vendor whose Fit reads the pods on each
     device (Metax sGPU's app class: `device_pods`); () otherwise."""
+    mig: tuple[MigAllocation, ...] = ()
+    """Its MIG reservations (`Held.mig`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +228,8 @@ class ClusterCache:
         """uid -> what the pod holds; with `_on_node`, the one record of what is added to each node."""
         self._on_node: dict[str, dict[str, tuple[GPUSlice, ...]]] = {}
         """node -> uid -> counted slices."""
+        self._mig_on_node: dict[str, dict[str, tuple[MigAllocation, ...]]] = {}
+        """node -> uid -> counted MIG reservations (pods that have some)."""
         self._assumed = 0
         """How many holdings are assumed."""
         self._changed: set[str] = set()
@@ -376,8 +389,17 @@ class ClusterCache:
         if entry.gpus is None:
             self._set_gpus(name, None)
             return
+        self._set_gpus(name, self._with_held(entry.gpus, name))
+
+    def _with_held(self, gpus: NodeGPUs, name: str) -> NodeGPUs:
+        """`gpus` with what the pods on node `name` hold; pod by pod where MIG reservations pair."""
         held = self._on_node.get(name, {})
-        self._set_gpus(name, with_slices(entry.gpus, chain.from_iterable(held.values())))
+        mig = self._mig_on_node.get(name, {})
+        if not gpus.has_mig and not mig:
+            return with_slices(gpus, chain.from_iterable(held.values()))
+        for uid, slices in held.items():
+            gpus = with_slices(gpus, slices, mig.get(uid, ()))
+        return gpus
 
     def nodes_replaced(self, items: Iterable[Mapping[str, Any]]) -> None:
         """A full node list (a watch's relist): upsert each, drop the nodes it no longer has."""
@@ -524,22 +546,32 @@ class ClusterCache:
             del self._holdings[uid]
         else:
             self._holdings[uid] = holding
-            if old is not None and old.node == holding.node and old.slices == holding.slices:
+            if (
+                old is not None
+                and old.node == holding.node
+                and old.slices == holding.slices
+                and old.mig == holding.mig
+            ):
                 return  # the same slices (an assumption confirmed): usage unchanged
         if old is not None:
             on_node = self._on_node.get(old.node, {})
             if on_node.pop(uid, None) is not None:
                 if not on_node:
                     self._on_node.pop(old.node, None)
+                mig_on_node = self._mig_on_node.get(old.node, {})
+                if mig_on_node.pop(uid, None) is not None and not mig_on_node:
+                    self._mig_on_node.pop(old.node, None)
                 gpus = self._registered.get(old.node)
                 if gpus is not None:
-                    self._set_gpus(old.node, without_slices(gpus, old.slices))
+                    self._set_gpus(old.node, without_slices(gpus, old.slices, old.mig))
                 self._vendor_hold(old.node, old.slices, -1)
         if holding is not None:
             self._on_node.setdefault(holding.node, {})[uid] = holding.slices
+            if holding.mig:
+                self._mig_on_node.setdefault(holding.node, {})[uid] = holding.mig
             gpus = self._registered.get(holding.node)
             if gpus is not None:
-                self._set_gpus(holding.node, with_slices(gpus, holding.slices))
+                self._set_gpus(holding.node, with_slices(gpus, holding.slices, holding.mig))
             self._vendor_hold(holding.node, holding.slices, 1)
 
     def _vendor_hold(self, node: str, slices: tuple[GPUSlice, ...], sign: int) -> None:

@@ -14,7 +14,10 @@ resource, handlers fed from it); everything else about pods is derived from it, 
   missing or empty), reduced to the pod's footprint with `hami_api.containers.footprint_slices` (init
   containers run one at a time before the regular ones, sidecars beside them). A pod whose annotations
   do not decode holds nothing, with its reason logged once. The store tells `cache.ClusterCache` what
-  each pod holds now (`hold`), which moves the slices between nodes.
+  each pod holds now (`hold`), which moves the slices between nodes. Its MIG reservations
+  (`hami.io/vgpu-mig-allocations`, HAMi v2.10's dynamic MIG) ride along, all of them (an instance lives
+  as long as the pod); an annotation that does not decode counts as none, so the pod's MIG GPU is taken
+  out of service (HAMi's getNodesUsage drops it the same way), with its reason logged once.
 - **Binder assumptions.** A pod the binder has bound counts from `assume` on. The first watch event that
   shows the pod with a decodable allocation replaces the assumption (never both); an event that does
   not yet show it (no `hami.io/vgpu-node`, an older copy of the pod) leaves it in place. `forget` drops
@@ -58,6 +61,7 @@ from typing import Any, TypeVar
 from hami_api import annotations as ann
 from hami_api.containers import ContainerKind, container_kind, footprint_slices
 from hami_api.errors import QuantityError, RequestError, WireFormatError
+from hami_api.mig_alloc import MIG_ALLOCATIONS, MigAllocation, decode_mig_allocations
 from hami_api.quantity import parse_quantity
 from hami_api.resources import ContainerRequest, container_request, pod_containers
 from hami_api.types import GPUSlice, PodAllocation
@@ -310,7 +314,19 @@ def _held(
                     return None, str(err)
                 slices += footprint_slices(theirs, containers.kinds)
                 break
-    return Held(node, slices), ""
+    mig, why = _mig_reservations(annotations)
+    return Held(node, slices, mig), why
+
+
+def _mig_reservations(annotations: Mapping[str, Any]) -> tuple[tuple[MigAllocation, ...], str]:
+    """The pod's MIG reservations, and why there are none when the annotation does not decode."""
+    text = annotations.get(MIG_ALLOCATIONS)
+    if not isinstance(text, str) or not text:
+        return (), ""
+    try:
+        return decode_mig_allocations(text), ""
+    except WireFormatError as err:
+        return (), f"{err} (its MIG reservations count as none)"
 
 
 def _usage(
@@ -682,18 +698,20 @@ class PodStore:
         name: str = "",
         extra: tuple[GPUSlice, ...] = (),
         annotations: tuple[tuple[str, str], ...] = (),
+        mig: tuple[MigAllocation, ...] = (),
     ) -> None:
         """Count a pod the binder is binding to `node` from now on, until a watch event confirms it.
         A pod the watch already shows with its allocation is counted from that and not assumed again;
         assuming a pod twice keeps the latest choice. `extra`: the other vendors' devices it holds;
-        `annotations`: the pod's, for vendors whose Fit reads the pods on each device."""
+        `annotations`: the pod's, for vendors whose Fit reads the pods on each device; `mig`: its MIG
+        reservations (`Fit.mig`)."""
         record = self._pods.get(uid)
         if record is not None and record.held is not None:
             return
         if record is None and (namespace or name):
             self._uids[(namespace, name)] = uid
         slices = footprint_slices(allocation, kinds) + extra
-        self._bound[uid] = _Bound(Held(node, slices), now, namespace, name, annotations)
+        self._bound[uid] = _Bound(Held(node, slices, mig), now, namespace, name, annotations)
         self._settle(uid)
 
     def forget(self, uid: str) -> None:
@@ -814,7 +832,8 @@ class PodStore:
         ):  # its allocation shown, its end, or bound to another node than assumed (a lost bind)
             self._bound.pop(record.uid, None)
         if record.held_error and (old is None or old.held_error != record.held_error):
-            log.warning("pod %s/%s skipped: %s", record.namespace, record.name, record.held_error)
+            what = "counted without MIG reservations" if record.held is not None else "skipped"
+            log.warning("pod %s/%s %s: %s", record.namespace, record.name, what, record.held_error)
         self._settle(record.uid)
 
     # --- what is derived -------------------------------------------------------------------------------
@@ -832,10 +851,18 @@ class PodStore:
                 or current.assumed
                 or current.node != held.node
                 or current.slices != held.slices
+                or current.mig != held.mig
                 or current.annotations != annotations
             ):
                 holding = PodHolding(
-                    uid, record.namespace, record.name, held.node, held.slices, False, annotations
+                    uid,
+                    record.namespace,
+                    record.name,
+                    held.node,
+                    held.slices,
+                    False,
+                    annotations,
+                    held.mig,
                 )
                 self.gpus.hold(uid, holding)
             return
@@ -847,7 +874,9 @@ class PodStore:
             (record.namespace, record.name) if record is not None else (bound.namespace, bound.name)
         )
         annotations = _device_pod_annotations(record) if record is not None else bound.annotations
-        holding = PodHolding(uid, namespace, name, bound.held.node, bound.held.slices, True, annotations)
+        holding = PodHolding(
+            uid, namespace, name, bound.held.node, bound.held.slices, True, annotations, bound.held.mig
+        )
         self.gpus.hold(uid, holding)
 
     def _add_usage(self, record: PodRecord) -> None:

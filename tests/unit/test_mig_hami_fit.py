@@ -17,14 +17,20 @@ Transcribed from HAMi v2.10.0 (commit 4707fb02), each test citing its Go test:
 
 from __future__ import annotations
 
+import asyncio
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami_api.mig_alloc import MigAllocation, overlaps
+from hami_api.annotations import DEVICES_ALLOCATED, DEVICES_TO_ALLOCATE, VGPU_MODE, VGPU_NODE
+from hami_api.mig_alloc import MIG_ALLOCATIONS, MigAllocation, decode_mig_allocations, overlaps
 from hami_api.resources import ContainerRequest
-from hami_api.types import DeviceSelector, GPUInfo, GPUSlice, MigPlacement, MigProfile
+from hami_api.types import BindPhase, DeviceSelector, GPUInfo, GPUSlice, MigPlacement, MigProfile
 from hami_control.fit import Fit, FitFailure, Reason, fit_pod, is_mig_request
+from hami_control.scheduling import Extender
 from hami_control.usage import GPUUsage, NodeGPUs, with_slices, without_slices
+from tests.builders import Json, gpu_info, node, pod
+from tests.unit.test_vendor_extender import Writer, bind_args, body, service
 
 MIG = DeviceSelector(modes=("mig",))
 HAMI_CORE = DeviceSelector(modes=("hami-core",))
@@ -302,3 +308,111 @@ def test_releasing_a_pod_frees_its_placements() -> None:
     node = with_slices(_node(_one_1g()), slices, reservation)
     released = without_slices(node, slices, reservation)
     assert released.gpus[0] == _one_1g()
+
+
+# --- through the extender, in process (filter, bind, the pod store) -----------------------------------------
+
+
+def _mig_service() -> tuple[Extender, Writer]:
+    a100 = gpu_info(
+        0, id="GPU-a", count=7, devmem=40960, type="NVIDIA-A100-SXM4-40GB", mode="mig", mig_profiles=A100_40GB
+    )
+    return service(node("m", [a100]))
+
+
+def _mig_pod(name: str, **limits: str) -> Json:
+    resources = {"limits": {"nvidia.com/gpu": "1", **limits}}
+    return pod(
+        name,
+        {"name": "c", "image": "cuda", "resources": resources},
+        namespace="ns",
+        uid=f"u-{name}",
+        annotations={VGPU_MODE: "mig"},
+    )
+
+
+def test_the_extender_places_mig_pods_by_profile_and_writes_hamis_annotations_at_bind() -> None:
+    ext, writer = _mig_service()
+    small, middle, half = (
+        _mig_pod("small", **{"nvidia.com/gpumem": "4000"}),
+        _mig_pod("middle", **{"nvidia.com/gpumem": "10000"}),
+        _mig_pod("half", **{"nvidia.com/gpumem-percentage": "50"}),
+    )
+    assert ext.filter(body(small, ["m"]))["NodeNames"] == ["m"]
+    assert asyncio.run(ext.bind(bind_args(small, "m"))) == {"Error": ""}
+    (_, target, annotations) = writer.calls[0]
+    assert target == "m"
+    assert annotations[DEVICES_TO_ALLOCATE] == "GPU-a,NVIDIA,4864,15:;"
+    assert annotations[DEVICES_ALLOCATED] == "GPU-a,NVIDIA,4864,15:;"
+    assert annotations[MIG_ALLOCATIONS] == (
+        '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"1g.5gb",'
+        '"placement":{"start":6,"size":1}}]'
+    )
+    assert ext.binder is not None
+    ext.binder.pod_changed("u-small", BindPhase.SUCCESS.value)  # hami-node allocated it: window closed
+    # 10000 MiB: 2g.10gb has 9856, so 3g.20gb; its high placement {4,4} overlaps the 1g at 6.
+    assert ext.filter(body(middle, ["m"]))["NodeNames"] == ["m"]
+    assert asyncio.run(ext.bind(bind_args(middle, "m"))) == {"Error": ""}
+    (mig,) = decode_mig_allocations(writer.calls[1][2][MIG_ALLOCATIONS])
+    assert (mig.profile, mig.placement) == ("3g.20gb", MigPlacement(0, 4))
+    # 50 % is 20480 MiB: HAMi's memory rule comes first (40960 - 4864 - 19968 MiB are free).
+    result = ext.filter(body(half, ["m"]))
+    assert result["NodeNames"] == []
+    assert result["FailedNodes"] == {"m": "1/1 CardInsufficientMemory"}
+    # 15000 MiB passes it, and finds no placement: the 3g.20gb left at {4,4} overlaps the 1g at 6.
+    wide = _mig_pod("wide", **{"nvidia.com/gpumem": "15000"})
+    assert ext.filter(body(wide, ["m"]))["FailedNodes"] == {"m": "1/1 CardMigTopologyInfeasible"}
+    gpus = ext.cache.node_gpus("m")
+    assert gpus is not None
+    assert gpus.gpus[0].mig_in_use == (MigPlacement(6, 1), MigPlacement(0, 4))
+    assert (gpus.gpus[0].used, gpus.gpus[0].usedmem) == (2, 4864 + 19968)
+
+
+def test_a_hami_core_pod_is_not_placed_on_a_mig_node() -> None:
+    ext, _ = _mig_service()
+    p = _mig_pod("core", **{"nvidia.com/gpumem": "4000"})
+    p["metadata"]["annotations"] = {VGPU_MODE: "hami-core"}
+    assert ext.filter(body(p, ["m"]))["FailedAndUnresolvableNodes"] == {"m": "1/1 CardTypeMismatch"}
+
+
+def test_a_watched_pod_holds_its_mig_placements_and_frees_them_when_deleted() -> None:
+    ext, _ = _mig_service()
+    bound = _mig_pod("w", **{"nvidia.com/gpumem": "4000"})
+    bound["metadata"]["annotations"] = {
+        VGPU_MODE: "mig",
+        VGPU_NODE: "m",
+        DEVICES_ALLOCATED: "GPU-a,NVIDIA,4864,15:;",
+        MIG_ALLOCATIONS: '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-a","profile":"1g.5gb",'
+        '"placement":{"start":3,"size":1},"migUUID":"MIG-x","gpuInstanceID":9,"computeInstanceID":0}]',
+    }
+    bound["spec"]["nodeName"] = "m"
+    ext.pods.apply("ADDED", bound)
+    gpus = ext.cache.node_gpus("m")
+    assert gpus is not None and gpus.gpus[0].mig_in_use == (MigPlacement(3, 1),)
+    assert gpus.gpus[0].healthy
+    ext.pods.apply("DELETED", bound)
+    gpus = ext.cache.node_gpus("m")
+    assert gpus is not None and gpus.gpus[0].mig_in_use == () and gpus.gpus[0].used == 0
+
+
+def test_a_watched_pod_on_a_mig_gpu_with_a_bad_reservation_takes_the_gpu_out_of_service() -> None:
+    # HAMi's getNodesUsage drops an undecodable annotation, then "MIG Pod lacks a matching profile/placement
+    # reservation" sets Health=false; here until the pod leaves.
+    ext, _ = _mig_service()
+    bound = _mig_pod("w", **{"nvidia.com/gpumem": "4000"})
+    bound["metadata"]["annotations"] = {
+        VGPU_MODE: "mig",
+        VGPU_NODE: "m",
+        DEVICES_ALLOCATED: "GPU-a,NVIDIA,4864,15:;",
+        MIG_ALLOCATIONS: '[{"containerIndex":0}]',
+    }
+    bound["spec"]["nodeName"] = "m"
+    ext.pods.apply("ADDED", bound)
+    gpus = ext.cache.node_gpus("m")
+    assert gpus is not None and not gpus.gpus[0].healthy
+    assert ext.filter(body(_mig_pod("next", **{"nvidia.com/gpumem": "4000"}), ["m"]))["FailedNodes"] == {
+        "m": "1/1 CardNotHealth"
+    }
+    ext.pods.apply("DELETED", bound)
+    gpus = ext.cache.node_gpus("m")
+    assert gpus is not None and gpus.gpus[0].healthy
