@@ -24,6 +24,7 @@ from hami_api.annotations import (
     USE_GPU_UUID,
 )
 from hami_api.errors import RequestError
+from hami_api.mig_alloc import AllowedMigProfiles, valid_profile_name
 from hami_api.resources import UNSET_PERCENTAGE, RequestDefaults, ResourceNames, container_request
 from hami_api.types import NVIDIA
 from hami_control.devices.base import (
@@ -34,6 +35,7 @@ from hami_control.devices.base import (
     Vendor,
     VendorNames,
 )
+from hami_control.devices.config import Section
 
 COMMON_WORD = NVIDIA
 _NAMES = ResourceNames()
@@ -84,4 +86,25 @@ class Nvidia(Vendor):
         return DeviceRequest(asked.nums, COMMON_WORD, asked.memreq, percentage, asked.coresreq)
 
 
-__all__ = ["COMMON_WORD", "Nvidia", "names"]
+def mig_profile_allowlist(nvidia: Section) -> tuple[AllowedMigProfiles, ...]:
+    """`nvidia.migProfileAllowlist` read and checked as HAMi's ValidateMigProfileAllowlist
+    (pkg/device/nvidia/mig_profiles.go; its InitNvidiaDevice stops on an error): every entry has models
+    and profiles, every profile is `<N>g.<...>`. Raises `ConfigError` naming the entry, its line and the
+    value. The scheduler reads no more of it (profiles and placements come from the register); the
+    node matches models against NVML names (`mig_alloc.allowed_profiles_for`)."""
+    out: list[AllowedMigProfiles] = []
+    for entry in nvidia.sections("migProfileAllowlist"):
+        models, profiles = entry.strings("models"), entry.strings("profiles")
+        entry.finish()
+        if not models or not profiles:
+            raise entry.fail(None, "MIG profile allowlist must define models and profiles")
+        for i, profile in enumerate(profiles):
+            if not valid_profile_name(profile):
+                raise Section(entry.document, (*entry.path, "profiles"), {}).fail(
+                    i, "invalid MIG profile (want <N>g.<memory>, such as 1g.5gb)", profile
+                )
+        out.append(AllowedMigProfiles(tuple(models), tuple(profiles)))
+    return tuple(out)
+
+
+__all__ = ["COMMON_WORD", "Nvidia", "mig_profile_allowlist", "names"]

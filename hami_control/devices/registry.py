@@ -28,7 +28,7 @@ from hami_api.resources import RequestDefaults, ResourceNames, pod_containers
 from hami_api.settings import ConfigError
 from hami_control.devices.base import DeviceRequest, Vendor
 from hami_control.devices.config import DeviceConfig
-from hami_control.devices.nvidia import Nvidia
+from hami_control.devices.nvidia import Nvidia, mig_profile_allowlist
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +130,7 @@ def build_registry(config: DeviceConfig, options: RegistryOptions = RegistryOpti
     or two vendors claiming one common word."""
     nvidia = config.section("nvidia")
     nvidia.ignored = NVIDIA_KEYS  # accepted, not read here; a typo gets a suggestion from them
+    mig_profile_allowlist(nvidia)  # HAMi's InitNvidiaDevice refuses a bad one (ValidateMigProfileAllowlist)
     nvidia.finish()
     vendors: list[Vendor] = [Nvidia(options.nvidia_resources, options.nvidia_defaults)]
     left_out: list[tuple[str, str]] = []

@@ -37,7 +37,11 @@ from hami_api.mig_alloc import (
     select_mig_placement,
     validate_mig_profile_allowlist,
 )
+from hami_api.settings import ConfigError
 from hami_api.types import GPUInfo, MigPlacement, MigProfile
+from hami_control.devices.config import default_text, parse_device_config
+from hami_control.devices.nvidia import mig_profile_allowlist
+from hami_control.devices.registry import build_registry
 
 
 def _placements(starts: range | tuple[int, ...], size: int) -> tuple[MigPlacement, ...]:
@@ -309,3 +313,39 @@ def test_allowlist_model_match_is_hamis_substring_first_entry_wins() -> None:
     assert allowed_profiles_for(entries, "NVIDIA A100-SXM4-40GB") == ("1g.5gb",)
     assert allowed_profiles_for(entries, "NVIDIA A100-PCIE-80GB") == ("7g.40gb",)
     assert allowed_profiles_for(entries, "NVIDIA H100 80GB HBM3") == ()
+
+
+# --- the device config (hami_control.devices) ----------------------------------------------------
+
+
+def test_the_shipped_device_config_allowlist_passes_hamis_check() -> None:
+    config = parse_device_config(default_text(), "device-config.yaml")
+    entries = mig_profile_allowlist(config.section("nvidia"))
+    assert ("1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb") in [e.profiles for e in entries]
+    build_registry(config)
+
+
+@pytest.mark.parametrize(
+    ("entry", "where", "why"),
+    [
+        (
+            "{models: [A100], profiles: [1g]}",
+            "nvidia.migProfileAllowlist[0].profiles[0]",
+            "invalid MIG profile",
+        ),
+        ("{models: [A100]}", "nvidia.migProfileAllowlist[0]", "must define models and profiles"),
+        ("{models: A100, profiles: [1g.5gb]}", "nvidia.migProfileAllowlist[0].models", "list of strings"),
+        ("{model: [A100], profiles: [1g.5gb]}", "nvidia.migProfileAllowlist[0].model", "not a known key"),
+    ],
+)
+def test_a_bad_allowlist_in_the_device_config_is_refused_naming_the_entry(
+    entry: str, where: str, why: str
+) -> None:
+    # HAMi: InitNvidiaDevice klog.Fatalf("invalid MIG profile allowlist: %v")
+    config = parse_device_config(
+        f"nvidia:\n  migProfileAllowlist:\n  - {entry}\n", "dc.yaml", with_defaults=False
+    )
+    with pytest.raises(ConfigError) as err:
+        build_registry(config)
+    assert where in str(err.value)
+    assert why in str(err.value)
