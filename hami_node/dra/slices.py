@@ -34,10 +34,12 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from hami_api import dra
 from hami_api.errors import QuantityError
+from hami_api.mig import GIProfile, Placement
 from hami_api.quantity import canonical_quantity, parse_quantity
 from hami_node.config import NodeConfig
 from hami_node.devices import REPORTED_UNHEALTHY, GPUStatus, advertised_memory_mib
@@ -379,19 +381,34 @@ def label_value_ok(value: str) -> bool:
 __all__ = [
     "MAX_DEVICES_WITH_TAINTS",
     "MEMORY_STEP",
+    "MIG_DEVICE_CLASS",
+    "MIG_DEVICE_TYPE",
     "SLICES_PATH",
     "TAINT_NAME",
+    "MigGpu",
     "aligned_memory",
     "consumable_dropped",
+    "counter_name",
+    "counter_set_name",
     "device_attributes",
     "device_capacity",
     "driver_semver",
     "generation",
     "label_value_ok",
+    "memory_slice_counter",
+    "mig_capacities",
+    "mig_counter_set",
+    "mig_device_class",
+    "mig_device_name",
+    "mig_partition",
+    "mig_partitions",
+    "mig_slice_specs",
     "new_slice",
     "normal_device",
+    "parse_mig_device_name",
     "pick_slice",
     "pool_name",
+    "rfc1123",
     "slice_device",
     "slice_devices",
     "slice_spec",
@@ -401,3 +418,204 @@ __all__ = [
     "taint_value",
     "updated_slice",
 ]
+
+
+# --- MIG partitions (KEP-4815 partitionable devices) --------------------------------------------------------
+#
+# A GPU in MIG mode is published as NVIDIA's DRA driver publishes it with its `DynamicMIG` gate
+# (NVIDIA/k8s-dra-driver-gpu 22407113, cmd/gpu-kubelet-plugin: partitions.go, mig.go, nvlib.go
+# `inspectMigProfilesAndPlacements`, driver.go `generateSplitResourceSlices`):
+#
+# - one counter set per GPU, `gpu-<minor>-counter-set`, holding per capacity the largest value any
+#   profile offers (`multiprocessors`, `copy-engines`, `decoders`, `encoders`, `jpeg-engines`,
+#   `ofa-engines`, `memory` in bytes: the camelCase capacity names made DNS labels) and one counter
+#   `memory-slice-<i>` = 1 per memory slice (as many as the largest placement spans);
+# - one device per profile and possible placement, `gpu-<minor>-mig-<profile>-<giProfileId>-<start>`
+#   (the profile without dots, other characters outside [a-z0-9-.] made '-': `1g.5gb+me` gives
+#   `1g5gb-me`), attributes `type: mig`, `parentUUID`, `profile`, `productName`, `driverVersion`,
+#   capacities `multiprocessors`, `copyEngines`, `decoders`, `encoders`, `jpegEngines`, `ofaEngines`,
+#   `memory` (MiB x 2^20), consuming those as counters plus `memory-slice-<start..start+size-1>`.
+#   NVIDIA skips profiles whose compute instance differs from the GPU instance and the CI profile
+#   1_SLICE_REV1; `hami_api.mig`'s profiles are GPU instances with one compute instance spanning them,
+#   so every one is published (on A100: 7+7+4+3+2+1+1 = 25 partitions per GPU);
+# - the full GPU is not published while MIG mode is enabled (NVIDIA: on Ampere MIG mode cannot be
+#   left without a GPU reset, so only partitions are allocatable; hami-node never changes MIG mode).
+#
+# Layout: the split one of Kubernetes >= 1.35 ("Only one of Devices and SharedCounters can be set in a
+# ResourceSlice"): slice 0 holds every counter set, then one slice per GPU with its devices; the pool is
+# the node. NVIDIA publishes the combined layout to API servers older than 1.35; the local cluster's
+# stand-ins behave as 1.36 (DRAPartitionableDevices beta, on), so hami-node publishes split only.
+
+MIG_DEVICE_TYPE = "mig"
+MIG_DEVICE_CLASS = "mig.nvidia.com"
+MIG_DEVICE_CLASS_SELECTOR = "device.driver == '{driver}' && device.attributes['{driver}'].type == 'mig'"
+"""NVIDIA's DeviceClass `mig.nvidia.com` (deployments/helm/.../deviceclass-mig.yaml), for `driver`."""
+
+_MIG_CAPACITIES = (
+    "multiprocessors",
+    "copyEngines",
+    "decoders",
+    "encoders",
+    "jpegEngines",
+    "ofaEngines",
+    "memory",
+)
+_NOT_RFC1123 = re.compile(r"[^a-z0-9-.]")
+_CAMEL_1 = re.compile(r"([a-z0-9])([A-Z])")
+_CAMEL_2 = re.compile(r"([A-Z]+)([A-Z][a-z])")
+
+
+def rfc1123(name: str) -> str:
+    """NVIDIA's `toRFC1123Compliant`: lower case, characters outside [a-z0-9-.] made '-', leading and
+    trailing '-' and a trailing '.' dropped, at most 253 characters."""
+    name = _NOT_RFC1123.sub("-", name.lower()).strip("-")
+    name = name.removesuffix(".")
+    return name[:253]
+
+
+def counter_name(capacity: str) -> str:
+    """NVIDIA's `camelToDNSName`: `copyEngines` -> `copy-engines`."""
+    return rfc1123(_CAMEL_2.sub(r"\1-\2", _CAMEL_1.sub(r"\1-\2", capacity)))
+
+
+def counter_set_name(minor: int) -> str:
+    return f"gpu-{minor}-counter-set"
+
+
+def memory_slice_counter(i: int) -> str:
+    return f"memory-slice-{i}"
+
+
+def mig_device_name(minor: int, profile: GIProfile, start: int) -> str:
+    """`MigSpecTuple.ToCanonicalName`: `gpu-0-mig-1g5gb-19-6`, `gpu-0-mig-1g5gb-me-20-0`."""
+    return f"gpu-{minor}-mig-{rfc1123(profile.name.replace('.', ''))}-{profile.profile_id}-{start}"
+
+
+def parse_mig_device_name(name: str) -> tuple[int, int, int] | None:
+    """(parent minor, GI profile ID, placement start) of a partition's name (NVIDIA's
+    `NewMigSpecTupleFromCanonicalName`), None for any other name."""
+    found = _MIG_NAME.match(name)
+    if found is None:
+        return None
+    return int(found.group(1)), int(found.group(2)), int(found.group(3))
+
+
+_MIG_NAME = re.compile(r"^gpu-(\d+)-mig-[a-z0-9.-]+?-(\d+)-(\d+)$")
+
+
+def _count(value: int) -> str:
+    """An integer as Go's `resource.NewQuantity(v, BinarySI)` prints it."""
+    return _memory_quantity(value) if value >= dra.MIB else str(value)
+
+
+def mig_capacities(profile: GIProfile) -> dict[str, int]:
+    """NVIDIA's `CommonCapacitiesMig`: the GPU instance profile's engines and memory in bytes."""
+    return {
+        "multiprocessors": profile.multiprocessors,
+        "copyEngines": profile.copy_engines,
+        "decoders": profile.decoders,
+        "encoders": profile.encoders,
+        "jpegEngines": profile.jpeg_engines,
+        "ofaEngines": profile.ofa_engines,
+        "memory": profile.memory_mib * dra.MIB,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class MigGpu:
+    """What the partitions of one MIG-mode GPU are made of: the GPU and its profiles (the backend's
+    `mig_profiles(uuid)`)."""
+
+    minor: int
+    uuid: str
+    product_name: str
+    driver_version: str | None
+    profiles: tuple[GIProfile, ...]
+
+    def maxima(self) -> dict[str, int]:
+        """Per capacity, the largest value over every profile with a placement."""
+        out = dict.fromkeys(_MIG_CAPACITIES, 0)
+        for profile in self.profiles:
+            if profile.placements:
+                for name, value in mig_capacities(profile).items():
+                    out[name] = max(out[name], value)
+        return out
+
+    def memory_slices(self) -> int:
+        return max((p.size for profile in self.profiles for p in profile.placements), default=0)
+
+
+def _counters(values: Mapping[str, int], slices: Iterable[int]) -> JSON:
+    counters: JSON = {counter_name(name): {"value": _count(value)} for name, value in values.items()}
+    for i in slices:
+        counters[memory_slice_counter(i)] = {"value": "1"}
+    return counters
+
+
+def mig_counter_set(gpu: MigGpu) -> JSON:
+    """`PartSharedCounterSets`: the GPU's one counter set."""
+    return {
+        "name": counter_set_name(gpu.minor),
+        "counters": _counters(gpu.maxima(), range(gpu.memory_slices())),
+    }
+
+
+def mig_partition(gpu: MigGpu, profile: GIProfile, placement: Placement) -> JSON:
+    """One partition (`MigSpec.PartGetDevice`)."""
+    attributes: JSON = {
+        "type": {"string": MIG_DEVICE_TYPE},
+        "parentUUID": {"string": gpu.uuid},
+        "profile": {"string": profile.name},
+        "productName": {"string": gpu.product_name[:64]},
+    }
+    version = driver_semver(gpu.driver_version)
+    if version is not None:
+        attributes["driverVersion"] = {"version": version}
+    capacities = mig_capacities(profile)
+    return {
+        "name": mig_device_name(gpu.minor, profile, placement.start),
+        "attributes": attributes,
+        "capacity": {name: {"value": _count(value)} for name, value in capacities.items()},
+        "consumesCounters": [
+            {"counterSet": counter_set_name(gpu.minor), "counters": _counters(capacities, placement.slices())}
+        ],
+    }
+
+
+def mig_partitions(gpu: MigGpu) -> list[JSON]:
+    """Every partition of the GPU, sorted by name as NVIDIA's slice is (the scheduler is first-fit in
+    slice order)."""
+    devices = [
+        mig_partition(gpu, profile, placement) for profile in gpu.profiles for placement in profile.placements
+    ]
+    return sorted(devices, key=lambda d: str(d["name"]))
+
+
+def mig_slice_specs(node: str, driver: str, gpus: Sequence[MigGpu], generation: int) -> list[JSON]:
+    """The split layout: slice 0 with every GPU's counter set, then one slice per GPU with its
+    partitions; one pool (the node), `resourceSliceCount` = 1 + GPUs. Empty without MIG GPUs."""
+    usable = [g for g in gpus if g.memory_slices()]
+    if not usable:
+        return []
+    pool = {"name": node, "generation": generation, "resourceSliceCount": 1 + len(usable)}
+    specs: list[JSON] = [
+        {
+            "driver": driver,
+            "nodeName": node,
+            "pool": dict(pool),
+            "sharedCounters": [mig_counter_set(g) for g in usable],
+        }
+    ]
+    for gpu in usable:
+        specs.append({"driver": driver, "nodeName": node, "pool": dict(pool), "devices": mig_partitions(gpu)})
+    return specs
+
+
+def mig_device_class(driver: str) -> JSON:
+    """NVIDIA's DeviceClass `mig.nvidia.com`, selecting this driver's partitions."""
+    return {
+        "apiVersion": dra.API_VERSION,
+        "kind": "DeviceClass",
+        "metadata": {"name": MIG_DEVICE_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": MIG_DEVICE_CLASS_SELECTOR.format(driver=driver)}}]},
+    }
