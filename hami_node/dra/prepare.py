@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from hami_api.mig import Placement
 from hami_kube.errors import KubeApiError
 from hami_node.cdi import (
     claim_spec_file_name,
@@ -46,6 +47,7 @@ from hami_node.cdi import (
 from hami_node.config import NodeConfig
 from hami_node.devices import GPUStatus
 from hami_node.dra import checkpoint as ckpt
+from hami_node.dra import slices as sl
 from hami_node.dra.claims import (
     ClaimError,
     ClaimGpu,
@@ -68,6 +70,7 @@ from hami_node.dra.claims import (
     reserved_pods,
 )
 from hami_node.durable import write_atomic
+from hami_node.gpu import GPUBackend, GPUBackendError, MigDevice, MigInstanceNotFound
 
 log = logging.getLogger(__name__)
 
@@ -400,3 +403,99 @@ def _bad_uid(ref: ClaimRef) -> str:
 
 
 __all__ = ["LOCK_FILE", "ClaimPreparer", "ClaimSource", "Outcome"]
+
+
+# --- MIG partitions: the instance behind an allocated partition ------------------------------------------
+#
+# A claim allocated a partition `gpu-<minor>-mig-<profile>-<giProfileId>-<start>` (hami_node.dra.slices)
+# gets its GPU instance (with one compute instance spanning it) at NodePrepareResources and loses it at
+# NodeUnprepareResources, as NVIDIA's DRA driver does with DynamicMIG (cmd/gpu-kubelet-plugin
+# device_state.go: prepare creates, unprepare destroys; a MIG device that already exists at the same
+# profile and placement is the one an interrupted earlier Prepare made, so a retry takes it). All or
+# nothing per claim: when one partition of a claim cannot be created, those created for it are destroyed
+# before the error goes back.
+
+
+@dataclass(frozen=True, slots=True)
+class MigTarget:
+    """The MIG device an allocated partition asks for."""
+
+    device: str
+    parent_uuid: str
+    profile: str
+    placement: Placement
+
+
+def mig_target(device: str, backend: GPUBackend, uuid_by_minor: Mapping[int, str]) -> MigTarget:
+    """The partition's GPU, profile and placement, from its name and the GPU's profiles. ClaimError
+    naming the device when the name is not a partition's, the GPU is unknown, or the GPU has no such
+    profile or placement."""
+    parsed = sl.parse_mig_device_name(device)
+    if parsed is None:
+        raise ClaimError(f"device {device}: not a MIG partition (gpu-<minor>-mig-<profile>-<id>-<start>)")
+    minor, profile_id, start = parsed
+    uuid = uuid_by_minor.get(minor)
+    if uuid is None:
+        raise ClaimError(f"device {device}: no GPU with minor {minor} on this node")
+    for profile in backend.mig_profiles(uuid):
+        if profile.profile_id == profile_id:
+            placement = profile.placement_at(start)
+            if placement is None:
+                raise ClaimError(
+                    f"device {device}: profile {profile.name} of GPU {uuid} has no placement at {start} "
+                    f"(possible: {', '.join(str(p) for p in profile.placements)})"
+                )
+            return MigTarget(device, uuid, profile.name, placement)
+    raise ClaimError(f"device {device}: GPU {uuid} has no MIG profile with ID {profile_id}")
+
+
+def ensure_mig_devices(backend: GPUBackend, targets: Sequence[MigTarget]) -> list[MigDevice]:
+    """The MIG device of every target, created unless one with its profile and placement exists
+    (idempotent across retries). On a failure the devices created by this call are destroyed and
+    ClaimError names the GPU, the partition and why."""
+    created: list[MigDevice] = []
+    out: list[MigDevice] = []
+    try:
+        for target in targets:
+            existing = next(
+                (
+                    m
+                    for m in backend.mig_devices(target.parent_uuid)
+                    if m.profile == target.profile and m.placement == target.placement
+                ),
+                None,
+            )
+            if existing is None:
+                existing = backend.create_mig_device(target.parent_uuid, target.profile, target.placement)
+                created.append(existing)
+            out.append(existing)
+    except GPUBackendError as err:
+        for device in reversed(created):
+            try:
+                backend.destroy_mig_device(device.parent_uuid, device.gpu_instance_id)
+            except GPUBackendError as undo:
+                log.error(
+                    "cannot roll back MIG device %s on GPU %s: %s", device.uuid, device.parent_uuid, undo
+                )
+        raise ClaimError(f"MIG device for {target.device} on GPU {target.parent_uuid}: {err}") from None
+    return out
+
+
+def release_mig_devices(backend: GPUBackend, devices: Sequence[tuple[str, int]]) -> list[str]:
+    """Destroy the MIG devices (parent UUID, GPU instance ID) a claim held; one already gone counts as
+    destroyed. Returns the errors (an instance still in use stays, and Unprepare reports it)."""
+    errors: list[str] = []
+    for parent, gpu_instance_id in devices:
+        try:
+            backend.destroy_mig_device(parent, gpu_instance_id)
+        except MigInstanceNotFound:
+            continue
+        except GPUBackendError as err:
+            errors.append(f"GPU {parent} instance {gpu_instance_id}: {err}")
+    return errors
+
+
+def mig_env(devices: Sequence[MigDevice]) -> dict[str, str]:
+    """What the container gets: NVIDIA_VISIBLE_DEVICES with the MIG UUIDs (no HAMi-core limits: MIG
+    isolates in hardware)."""
+    return {"NVIDIA_VISIBLE_DEVICES": ",".join(d.uuid for d in devices)}

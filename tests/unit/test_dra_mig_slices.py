@@ -1,7 +1,9 @@
 """MIG partitions as hami-node publishes them (hami_node.dra.slices, NVIDIA/k8s-dra-driver-gpu's DynamicMIG
 layout, KEP-4815), checked against NVIDIA's names and counters, the API server stand-in's validation
 and the scheduler stand-in's allocator: profiles select partitions, placements exclude each other through
-the memory-slice counters, freed claims give the counters back.
+the memory-slice counters, freed claims give the counters back; and the instance behind a partition
+(hami_node.dra.prepare: created at Prepare, idempotent, rolled back, destroyed at Unprepare) on the fake
+backend.
 
 Expected names and counter values are the notes' split example (A100-40GB: `gpu-0-mig-1g5gb-19-6`,
 `gpu-0-mig-1g5gb-me-20-0`, `gpu-0-mig-3g20gb-9-4`, counters 98 SMs, 7 copy engines, 5 decoders,
@@ -11,11 +13,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from hami_api.mig import MIG_MODELS, Placement
+from hami_node.dra.claims import ClaimError
+from hami_node.dra.prepare import ensure_mig_devices, mig_env, mig_target, release_mig_devices
 from hami_node.dra.slices import (
     MigGpu,
     counter_name,
@@ -27,6 +33,7 @@ from hami_node.dra.slices import (
     parse_mig_device_name,
     rfc1123,
 )
+from hami_node.gpu.fake import FakeBackend
 from hami_sim.apiserver.resource_v1 import validate_resource_slice
 from hami_sim.scheduler.dra.allocator import REASON_CANNOT_ALLOCATE, NodeAllocation, allocate
 
@@ -250,3 +257,80 @@ def test_placements_come_from_the_profiles_possible_placements() -> None:
     )
     assert starts == [p.start for p in profile.placements] == [0, 2, 4]
     assert Placement(2, 2).slices() == range(2, 4)
+
+
+# --- Prepare / Unprepare: the instance behind a partition, on the fake backend ----------------------------
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> FakeBackend:
+    inventory = tmp_path / "gpus.yaml"
+    inventory.write_text(
+        yaml.safe_dump({"gpus": [{"uuid": "GPU-a", "model": A100.name, "memory": 40960, "mig": True}]})
+    )
+    fake = FakeBackend(inventory, watch=False)
+    fake.init()
+    return fake
+
+
+MINORS = {0: "GPU-a"}
+
+
+def test_prepare_creates_the_partitions_instance_and_answers_its_mig_uuid(backend: FakeBackend) -> None:
+    target = mig_target("gpu-0-mig-3g20gb-9-4", backend, MINORS)
+    devices = ensure_mig_devices(backend, [target])
+    assert (target.profile, target.placement) == ("3g.20gb", Placement(4, 4))
+    assert [(d.profile, d.placement) for d in backend.mig_devices("GPU-a")] == [("3g.20gb", Placement(4, 4))]
+    assert mig_env(devices) == {"NVIDIA_VISIBLE_DEVICES": devices[0].uuid}
+    assert devices[0].uuid.startswith("MIG-")
+
+
+def test_prepare_retried_takes_the_instance_it_already_created(backend: FakeBackend) -> None:
+    target = mig_target("gpu-0-mig-1g5gb-19-6", backend, MINORS)
+    first = ensure_mig_devices(backend, [target])
+    again = ensure_mig_devices(backend, [target])
+    assert (again, len(backend.mig_devices("GPU-a"))) == (first, 1)
+
+
+def test_a_failed_create_destroys_the_instances_created_for_the_same_claim(backend: FakeBackend) -> None:
+    ensure_mig_devices(backend, [mig_target("gpu-0-mig-1g5gb-19-0", backend, MINORS)])
+    wanted = [
+        mig_target("gpu-0-mig-1g5gb-19-6", backend, MINORS),
+        mig_target("gpu-0-mig-2g10gb-14-0", backend, MINORS),
+    ]
+    with pytest.raises(ClaimError, match=r"gpu-0-mig-2g10gb-14-0 on GPU GPU-a"):
+        ensure_mig_devices(backend, wanted)
+    assert [(d.profile, d.placement) for d in backend.mig_devices("GPU-a")] == [("1g.5gb", Placement(0, 1))]
+
+
+def test_unprepare_destroys_the_instance_and_a_second_unprepare_finds_nothing_to_do(
+    backend: FakeBackend,
+) -> None:
+    (device,) = ensure_mig_devices(backend, [mig_target("gpu-0-mig-7g40gb-0-0", backend, MINORS)])
+    held = [(device.parent_uuid, device.gpu_instance_id)]
+    assert (release_mig_devices(backend, held), backend.mig_devices("GPU-a")) == ([], ())
+    assert release_mig_devices(backend, held) == []
+
+
+def test_unprepare_of_an_instance_in_use_reports_it_and_leaves_it(backend: FakeBackend) -> None:
+    (device,) = ensure_mig_devices(backend, [mig_target("gpu-0-mig-1g5gb-19-3", backend, MINORS)])
+    backend.set_mig_in_use("GPU-a", device.gpu_instance_id, True)
+    errors = release_mig_devices(backend, [(device.parent_uuid, device.gpu_instance_id)])
+    assert len(errors) == 1 and "GPU GPU-a" in errors[0]
+    assert len(backend.mig_devices("GPU-a")) == 1
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("gpu-0", "not a MIG partition"),
+        ("gpu-5-mig-1g5gb-19-0", "no GPU with minor 5"),
+        ("gpu-0-mig-1g5gb-19-7", "has no placement at 7"),
+        ("gpu-0-mig-9g9gb-99-0", "no MIG profile with ID 99"),
+    ],
+)
+def test_a_device_that_names_no_partition_of_this_node_is_a_clear_claim_error(
+    backend: FakeBackend, device: str, message: str
+) -> None:
+    with pytest.raises(ClaimError, match=message):
+        mig_target(device, backend, MINORS)
