@@ -29,7 +29,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from hami_api.dra import DRIVER as DEFAULT_DRA_DRIVER
+from hami_api.mig_alloc import AllowedMigProfiles, MigAllowlistError, parse_mig_profile_allowlist
 from hami_api.settings import (
     DNS_SUBDOMAIN,
     LISTEN_ADDRESS,
@@ -84,9 +87,9 @@ class TaintEffect(StrEnum):
 
 
 class OperatingMode(StrEnum):
-    """How containers share a GPU: HAMi-core's libvgpu.so limits, MIG instances (refused at start-up: not
-    supported yet), or MPS (HAMi-core's limits plus a connection to an MPS control daemon run outside
-    hami-node, which needs `mps_root`; see `hami_node.mps`)."""
+    """How containers share a GPU: HAMi-core's libvgpu.so limits, MIG instances created per container
+    (HAMi v2.10's dynamic MIG, `hami_node.mig_manager`), or MPS (HAMi-core's limits plus a connection
+    to an MPS control daemon run outside hami-node, which needs `mps_root`; see `hami_node.mps`)."""
 
     HAMI_CORE = "hami-core"
     MIG = "mig"
@@ -214,6 +217,10 @@ class NodeConfig:
     """Give containers GPU_CORE_UTILIZATION_POLICY=disable (no compute limit)."""
     operating_mode: OperatingMode = OperatingMode.HAMI_CORE
     mig_strategy: MigStrategy = MigStrategy.NONE
+    mig_profile_allowlist: tuple[AllowedMigProfiles, ...] | None = None
+    """`nvidia.migProfileAllowlist` of the device config file (`--device-config-file`, the file HAMi's
+    device plugin reads at /device-config.yaml); None without a file: in operating mode mig every base
+    profile of a GPU is offered."""
     enable_get_preferred_allocation: bool = False
     """HAMi's nodeconfig switch between answering Allocate with the annotation's GPUs and with the GPUs of
     the IDs kubelet chose. Accepted for compatibility and without effect: hami-node always steers
@@ -316,9 +323,10 @@ class NodeConfig:
 
     @property
     def unsupported(self) -> str | None:
-        """Why hami-node cannot run this configuration, or None. MIG is accepted in the settings (HAMi's
-        nodeconfig carries it) but refused at start-up rather than advertising GPUs it cannot split."""
-        if self.operating_mode is OperatingMode.MIG or self.mig_strategy is not MigStrategy.NONE:
+        """Why hami-node cannot run this configuration, or None. Operating mode mig is HAMi v2.10's
+        dynamic MIG (`hami_node.mig_manager`); NVIDIA's MIG strategies are refused here until their
+        own support lands."""
+        if self.mig_strategy is not MigStrategy.NONE:
             return (
                 f"operating mode {self.operating_mode.value!r} / MIG strategy {self.mig_strategy.value!r}: "
                 "MIG is not supported by hami-node yet; use operating mode hami-core (or mps) and MIG "
@@ -465,6 +473,24 @@ def _health_bind(value: object) -> HealthBind | None:
     return parse_listen_address(value, LISTEN_ADDRESS + ', or "" for none')
 
 
+def _device_config_allowlist(value: object) -> tuple[AllowedMigProfiles, ...]:
+    """The `nvidia.migProfileAllowlist` of HAMi's device config file (YAML), checked as HAMi's
+    ValidateMigProfileAllowlist (`hami_api.mig_alloc.parse_mig_profile_allowlist`)."""
+    path = Path(_path(value))
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise Invalid(f"a readable device config file ({err.strerror or err})") from None
+    except yaml.YAMLError as err:
+        raise Invalid(f"a device config file in YAML ({str(err).splitlines()[0]})") from None
+    nvidia = document.get("nvidia") if isinstance(document, dict) else None
+    raw = nvidia.get("migProfileAllowlist") if isinstance(nvidia, dict) else None
+    try:
+        return parse_mig_profile_allowlist(raw)
+    except MigAllowlistError as err:
+        raise Invalid(f"a device config file with a valid allowlist ({path}: {err})") from None
+
+
 _MODE_CHOICES = ", ".join(m.value for m in DaemonMode)
 
 
@@ -534,6 +560,9 @@ _SETTINGS: tuple[Setting, ...] = (
             _enum(OperatingMode), "hami-core, mig or mps", "MODE", override_key="operatingmode"),
     Setting("mig_strategy", "--mig-strategy", "MIG_STRATEGY", "migStrategy", _enum(MigStrategy),
             "none, single or mixed", "STRATEGY", override_key="migstrategy"),
+    Setting("mig_profile_allowlist", "--device-config-file", "HAMI_DEVICE_CONFIG_FILE", "deviceConfigFile",
+            _device_config_allowlist, "HAMi's device config (its nvidia.migProfileAllowlist is read, for "
+            "operating mode mig)", "FILE"),
     Setting("enable_get_preferred_allocation", "--enable-get-preferred-allocation",
             "HAMI_ENABLE_GET_PREFERRED_ALLOCATION", "enableGetPreferredAllocation", _bool,
             "HAMi compatibility, no effect: Allocate always answers with the GPUs kubelet records", "BOOL",

@@ -882,11 +882,11 @@ def test_the_in_cluster_api_server_address_comes_from_the_environment_through_th
     assert load(env={"KUBERNETES_SERVICE_HOST": ""}).in_cluster_env == ()
 
 
-def test_mig_is_accepted_in_the_settings_but_named_unsupported() -> None:
+def test_mig_strategy_is_named_unsupported_and_operating_mode_mig_is_not() -> None:
     assert load().unsupported is None
-    for argv in (["--operating-mode", "mig"], ["--mig-strategy", "single"]):
-        reason = load(argv).unsupported
-        assert reason is not None and "MIG is not supported by hami-node yet" in reason
+    assert load(["--operating-mode", "mig"]).unsupported is None  # HAMi's dynamic MIG (issue 27)
+    reason = load(["--mig-strategy", "single"]).unsupported
+    assert reason is not None and "MIG is not supported by hami-node yet" in reason
 
 
 def test_uses_cdi_follows_the_device_list_strategy() -> None:
