@@ -13,6 +13,10 @@ File `<plugins dir>/<driver>/checkpoint.json`, JSON:
                                          "cores": 30, "cdiName": "<claimUID>-hami-gpu-0-<uuid>"}]}}}
 ```
 
+A MIG partition's device also has `"mig": {"parentUUID": "GPU-...", "gpuInstanceID": 1, "uuid": "MIG-...",
+"profile": "1g.5gb", "start": 6, "size": 1}`: the GPU instance Unprepare destroys, kept so that
+Unprepare and a restarted daemon find it (an optional key: version 1 still).
+
 `checksum` is the SHA-256 of the canonical JSON (sorted keys, no spaces) of `{"version", "claims"}`, as
 kubelet's checkpoints carry one (pkg/kubelet/checkpointmanager): a file cut short or edited by hand is
 refused rather than half-read. `decode` raises `CheckpointError` for a bad file, a wrong checksum, or a
@@ -30,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hami_node.dra.claims import PreparedClaim, PreparedDevice
+from hami_node.dra.claims import MigRecord, PreparedClaim, PreparedDevice
 
 KIND = "HamiDraCheckpoint"
 VERSION = 1
@@ -54,8 +58,19 @@ class Checkpoint:
         return Checkpoint({k: v for k, v in self.claims.items() if k != uid})
 
 
-def _device_json(device: PreparedDevice) -> dict[str, Any]:
+def _mig_json(mig: MigRecord) -> dict[str, Any]:
     return {
+        "parentUUID": mig.parent_uuid,
+        "gpuInstanceID": mig.gpu_instance_id,
+        "uuid": mig.uuid,
+        "profile": mig.profile,
+        "start": mig.start,
+        "size": mig.size,
+    }
+
+
+def _device_json(device: PreparedDevice) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "request": device.request,
         "device": device.device,
         "shareID": device.share_id,
@@ -66,6 +81,9 @@ def _device_json(device: PreparedDevice) -> dict[str, Any]:
         "cores": device.cores,
         "cdiName": device.cdi_name,
     }
+    if device.mig is not None:
+        out["mig"] = _mig_json(device.mig)
+    return out
 
 
 def _claim_json(claim: PreparedClaim) -> dict[str, Any]:
@@ -99,6 +117,21 @@ def _field(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], wher
     return value
 
 
+def _mig(obj: object, where: str) -> MigRecord | None:
+    if obj is None:
+        return None
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(f"{where}: expected an object")
+    return MigRecord(
+        parent_uuid=_field(obj, "parentUUID", str, where),
+        gpu_instance_id=_field(obj, "gpuInstanceID", int, where),
+        uuid=_field(obj, "uuid", str, where),
+        profile=_field(obj, "profile", str, where),
+        start=_field(obj, "start", int, where),
+        size=_field(obj, "size", int, where),
+    )
+
+
 def _device(obj: object, where: str) -> PreparedDevice:
     if not isinstance(obj, Mapping):
         raise CheckpointError(f"{where}: expected an object")
@@ -115,6 +148,7 @@ def _device(obj: object, where: str) -> PreparedDevice:
         memory_mib=_field(obj, "memoryMiB", int, where),
         cores=_field(obj, "cores", int, where),
         cdi_name=_field(obj, "cdiName", str, where),
+        mig=_mig(obj.get("mig"), f"{where}.mig"),
     )
 
 

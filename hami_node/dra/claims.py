@@ -116,9 +116,23 @@ class ClaimGpu:
 
 
 @dataclass(frozen=True, slots=True)
+class MigRecord:
+    """The MIG device behind a prepared MIG partition: its GPU instance on the parent GPU (what
+    Unprepare destroys), and its MIG UUID (what the container sees)."""
+
+    parent_uuid: str
+    gpu_instance_id: int
+    uuid: str
+    profile: str
+    start: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
 class PreparedDevice:
     """One result as prepared: the GPU, its container-visible `index`, the claim's limits on that GPU
-    (the sum of the claim's shares on it), and the CDI device defined for the result."""
+    (the sum of the claim's shares on it), and the CDI device defined for the result. A MIG partition
+    (`mig` set) has no HAMi-core limits: `memory_mib` is the MIG device's, `cores` 100."""
 
     request: str
     device: str
@@ -129,6 +143,7 @@ class PreparedDevice:
     memory_mib: int
     cores: int
     cdi_name: str
+    mig: MigRecord | None = None
 
     @property
     def cdi_id(self) -> str:
@@ -160,6 +175,11 @@ class PreparedClaim:
     def uses(self, request: str | None) -> tuple[str, ...]:
         """The devices a container naming this claim (and `request`, when given) gets, in result order."""
         return tuple(dict.fromkeys(d.device for d in self.devices if request is None or d.request == request))
+
+    @property
+    def mig(self) -> tuple[MigRecord, ...]:
+        """The MIG devices the claim holds (empty for a claim of GPU shares)."""
+        return tuple(d.mig for d in self.devices if d.mig is not None)
 
 
 # --- reading a claim ---------------------------------------------------------------------------------------
@@ -296,9 +316,12 @@ def reserved_pods(claim: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 def claim_gpus(gpus: Iterable[GPUStatus], config: NodeConfig) -> dict[str, ClaimGpu]:
     """This node's GPUs by device name (`hami_api.dra.device_name(minor)`); a whole GPU's memory is the
-    advertised memory (`devices.advertised_memory_mib`, what the slice publishes)."""
+    advertised memory (`devices.advertised_memory_mib`, what the slice publishes). A GPU in MIG mode is
+    not one: only its partitions are published (`slices.node_slice_specs`)."""
     out: dict[str, ClaimGpu] = {}
     for gpu in gpus:
+        if gpu.info.mig_enabled:
+            continue
         name = dra.device_name(gpu.info.minor)
         out[name] = ClaimGpu(
             name, gpu.uuid, gpu.info.minor, gpu.info.pci_bus_id, advertised_memory_mib(gpu.info, config)
@@ -590,6 +613,25 @@ def claim_spec(
     return build_claim_spec(devices, common)
 
 
+def mig_claim_spec(claim: PreparedClaim, common_nodes: Sequence[str]) -> dict[str, Any]:
+    """The CDI spec of a claim of MIG partitions: per partition its parent GPU's device node; common to
+    the claim `NVIDIA_VISIBLE_DEVICES` with the MIG UUIDs (NVIDIA's container runtime hook resolves
+    them to the GPU instance's capability nodes) and the control device nodes. No HAMi-core: MIG
+    isolates memory and SMs in hardware. Raises `ClaimError` for a device without its MIG record."""
+    devices: list[tuple[str, dict[str, Any]]] = []
+    uuids: list[str] = []
+    for device in claim.devices:
+        if device.mig is None:
+            raise ClaimError(f"claim {claim.key}: device {device.device} is not a prepared MIG partition")
+        uuids.append(device.mig.uuid)
+        devices.append((device.cdi_name, {"deviceNodes": [{"path": device_node(device.minor)}]}))
+    common = {
+        "env": [f"NVIDIA_VISIBLE_DEVICES={','.join(dict.fromkeys(uuids))}"],
+        "deviceNodes": [{"path": path} for path in common_nodes],
+    }
+    return build_claim_spec(devices, common)
+
+
 __all__ = [
     "DEVICE_ORDER_ENV",
     "WHOLE",
@@ -599,6 +641,7 @@ __all__ = [
     "ClaimRef",
     "ContainerUse",
     "Indices",
+    "MigRecord",
     "PreparedClaim",
     "PreparedDevice",
     "Share",
@@ -616,6 +659,7 @@ __all__ = [
     "gpu_limits",
     "gpu_order",
     "is_pod_private",
+    "mig_claim_spec",
     "prepare_claim",
     "reserved_pods",
     "shared_cache_file",

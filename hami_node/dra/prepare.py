@@ -54,10 +54,13 @@ from hami_node.dra.claims import (
     ClaimPlan,
     ClaimRef,
     Indices,
+    MigRecord,
     PreparedClaim,
+    PreparedDevice,
     Share,
     allocation_shares,
     assign_indices,
+    cdi_device_name,
     check_claim,
     check_devices,
     claim_dir,
@@ -66,6 +69,7 @@ from hami_node.dra.claims import (
     container_uses,
     gpu_order,
     is_pod_private,
+    mig_claim_spec,
     prepare_claim,
     reserved_pods,
 )
@@ -108,8 +112,11 @@ class ClaimPreparer:
         *,
         common_nodes: Callable[[], Sequence[str]] = lambda: (),
         license_present: Callable[[], bool] = lambda: False,
+        backend: GPUBackend | None = None,
     ) -> None:
         self._config = config
+        self._backend = backend
+        """Creates and destroys the MIG devices of claims of MIG partitions (None: such claims fail)."""
         self._gpus = gpus
         self._source = source
         self._common_nodes = common_nodes
@@ -211,6 +218,7 @@ class ClaimPreparer:
         gpus = claim_gpus(self._gpus(), self._config)
         pool = self._config.node_name
         new: dict[str, tuple[ClaimRef, tuple[Share, ...], bool]] = {}
+        mig_new: dict[str, tuple[ClaimRef, tuple[Share, ...], bool]] = {}
         for uid, (ref, claim) in fetched.items():
             stored = checkpoint.claims.get(uid)
             if stored is not None:
@@ -218,12 +226,22 @@ class ClaimPreparer:
                 continue
             try:
                 shares = allocation_shares(claim, ref.key, driver=self._config.dra_driver_name, pool=pool)
+                if any(sl.parse_mig_device_name(s.device) is not None for s in shares):
+                    mig_new[uid] = (ref, shares, is_pod_private(claim))
+                    continue
                 check_devices(ref.key, pool, shares, gpus)
             except ClaimError as err:
                 out[uid] = Outcome(error=str(err))
                 continue
             new[uid] = (ref, shares, is_pod_private(claim))
+        for uid, (ref, shares, private) in mig_new.items():
+            outcome = self._prepare_mig(ref, pool, shares, private)
+            out[uid] = outcome
+            if outcome.claim is not None:
+                checkpoint = checkpoint.with_claim(outcome.claim)
         if not new:
+            if mig_new:
+                return self._save_prepared(checkpoint, mig_new, out)
             return out
         indices = self._indices(new, checkpoint, pods, gpus)
         for uid, (ref, shares, private) in new.items():
@@ -243,13 +261,29 @@ class ClaimPreparer:
                 continue
             checkpoint = checkpoint.with_claim(prepared)
             out[uid] = Outcome(prepared)
+        return self._save_prepared(checkpoint, {**new, **mig_new}, out)
+
+    def _save_prepared(
+        self,
+        checkpoint: ckpt.Checkpoint,
+        new: Mapping[str, tuple[ClaimRef, tuple[Share, ...], bool]],
+        out: dict[str, Outcome],
+    ) -> dict[str, Outcome]:
+        """Save the checkpoint with the newly prepared claims; if it cannot be saved, each of them fails
+        (and the MIG devices made for them are destroyed: nothing would know them)."""
         try:
             self._save(checkpoint)
         except OSError as err:
             message = f"cannot save the DRA checkpoint {self.checkpoint_path}: {err}"
             log.error("%s", message)
             for uid in new:
-                if out[uid].claim is not None:
+                done = out[uid].claim
+                if done is not None:
+                    if done.mig and self._backend is not None:
+                        for error in release_mig_devices(
+                            self._backend, [(m.parent_uuid, m.gpu_instance_id) for m in done.mig]
+                        ):
+                            log.error("claim %s: cannot roll back its MIG device: %s", done.key, error)
                     out[uid] = Outcome(error=f"claim {new[uid][0].key}: {message}")
             return out
         for uid in new:
@@ -274,6 +308,8 @@ class ClaimPreparer:
         plans: dict[str, ClaimPlan] = {}
         by_name: dict[str, dict[str, str]] = {}
         for uid, stored in checkpoint.claims.items():
+            if stored.mig:
+                continue  # MIG partitions carry no HAMi-core indices
             plans[uid] = ClaimPlan(
                 stored.key,
                 tuple((d.request, d.device) for d in stored.devices),
@@ -304,13 +340,68 @@ class ClaimPreparer:
             if not (self._cdi_dir / claim_spec_file_name(claim.uid)).exists():
                 log.warning("claim %s: its CDI spec was missing; written again", claim.key)
                 self._write(claim)
-            else:
+            elif not claim.mig:
                 self._make_dir(claim.uid)
-        except OSError as err:
+        except (OSError, ClaimError) as err:
             return Outcome(error=f"claim {claim.key}: cannot write its CDI spec or directory: {err}")
         return Outcome(claim)
 
+    def _prepare_mig(self, ref: ClaimRef, pool: str, shares: Sequence[Share], private: bool) -> Outcome:
+        """A claim of MIG partitions: each partition's MIG device made (or found, on a retry), the
+        claim's CDI spec written; on any failure the devices made for it are destroyed."""
+        if self._backend is None:
+            return Outcome(error=f"claim {ref.key}: MIG partitions are not served by this hami-node")
+        try:
+            others = [s.device for s in shares if sl.parse_mig_device_name(s.device) is None]
+            if others:
+                raise ClaimError(
+                    f"claim {ref.key}: devices {', '.join(others)} are GPU shares and the others MIG "
+                    "partitions; one claim holds one kind: split the requests into two claims"
+                )
+            uuids = {g.info.minor: g.uuid for g in self._gpus() if g.info.mig_enabled}
+            targets = [mig_target(s.device, self._backend, uuids) for s in shares]
+            made = ensure_mig_devices(self._backend, targets)
+        except ClaimError as err:
+            message = str(err)
+            return Outcome(error=message if message.startswith("claim ") else f"claim {ref.key}: {message}")
+        devices = tuple(
+            PreparedDevice(
+                request=share.request,
+                device=share.device,
+                share_id=share.share_id,
+                gpu=mig.parent_uuid,
+                minor=target.minor,
+                index=i,
+                memory_mib=mig.memory_mib,
+                cores=100,
+                cdi_name=cdi_device_name(ref.uid, share.device, share.share_id),
+                mig=MigRecord(
+                    mig.parent_uuid,
+                    mig.gpu_instance_id,
+                    mig.uuid,
+                    mig.profile,
+                    mig.placement.start,
+                    mig.placement.size,
+                ),
+            )
+            for i, (share, target, mig) in enumerate(zip(shares, targets, made, strict=True))
+        )
+        prepared = PreparedClaim(ref.namespace, ref.name, ref.uid, pool, devices, sole=True, private=private)
+        try:
+            self._write(prepared)
+        except (OSError, ClaimError) as err:
+            for error in release_mig_devices(
+                self._backend, [(m.parent_uuid, m.gpu_instance_id) for m in made]
+            ):
+                log.error("claim %s: cannot roll back its MIG device: %s", ref.key, error)
+            return Outcome(error=f"claim {ref.key}: cannot write its CDI spec: {err}")
+        return Outcome(prepared)
+
     def _write(self, claim: PreparedClaim) -> None:
+        if claim.mig:
+            spec = mig_claim_spec(claim, self._common_nodes())
+            write_spec(self._cdi_dir, encode_spec(spec), claim_spec_file_name(claim.uid))
+            return
         spec = claim_spec(claim, self._config, self._common_nodes(), license_present=self._license_present())
         self._make_dir(claim.uid)
         write_spec(self._cdi_dir, encode_spec(spec), claim_spec_file_name(claim.uid))
@@ -333,6 +424,12 @@ class ClaimPreparer:
                 if error:
                     out[ref.uid] = error
                     continue
+                stored = checkpoint.claims.get(ref.uid)
+                if stored is not None and stored.mig:
+                    errors = self._release_mig(stored)
+                    if errors:
+                        out[ref.uid] = f"claim {ref.key}: cannot destroy its MIG devices: {'; '.join(errors)}"
+                        continue
                 try:
                     removed = remove_spec(self._cdi_dir, claim_spec_file_name(ref.uid))
                     directory = claim_dir(self._config, ref.uid)
@@ -355,6 +452,15 @@ class ClaimPreparer:
                     log.error("%s", message)
                     return {uid: error or f"claim {uid}: {message}" for uid, error in out.items()}
         return out
+
+    def _release_mig(self, claim: PreparedClaim) -> list[str]:
+        """Destroy the MIG devices of a prepared claim (one already gone counts as destroyed)."""
+        if self._backend is None:
+            return ["MIG partitions are not served by this hami-node"]
+        errors = release_mig_devices(self._backend, [(m.parent_uuid, m.gpu_instance_id) for m in claim.mig])
+        if not errors:
+            log.info("claim %s: destroyed MIG devices %s", claim.key, ", ".join(m.uuid for m in claim.mig))
+        return errors
 
     # --- the lock and the checkpoint ------------------------------------------------------------------
 
@@ -424,6 +530,7 @@ class MigTarget:
     parent_uuid: str
     profile: str
     placement: Placement
+    minor: int = 0
 
 
 def mig_target(device: str, backend: GPUBackend, uuid_by_minor: Mapping[int, str]) -> MigTarget:
@@ -445,7 +552,7 @@ def mig_target(device: str, backend: GPUBackend, uuid_by_minor: Mapping[int, str
                     f"device {device}: profile {profile.name} of GPU {uuid} has no placement at {start} "
                     f"(possible: {', '.join(str(p) for p in profile.placements)})"
                 )
-            return MigTarget(device, uuid, profile.name, placement)
+            return MigTarget(device, uuid, profile.name, placement, minor)
     raise ClaimError(f"device {device}: GPU {uuid} has no MIG profile with ID {profile_id}")
 
 
