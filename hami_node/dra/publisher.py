@@ -32,12 +32,14 @@ from typing import Any, Protocol
 
 from hami_api.annotations import NODE_PAIR_SCORE, NODE_REGISTER
 from hami_api.dra import device_name
+from hami_api.mig import GIProfile
 from hami_kube.backoff import DEFAULT_RETRY, RetryPolicy
 from hami_kube.errors import KubeApiError
 from hami_kube.events import rfc3339
 from hami_node.config import NodeConfig
 from hami_node.devices import DeviceState
 from hami_node.dra import slices as sl
+from hami_node.gpu import GPUBackendError
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +108,14 @@ class SlicePublisher:
         now: Callable[[], float] = time.time,
         retry: RetryPolicy = DEFAULT_RETRY,
         rng: random.Random | None = None,
+        mig_profiles: Callable[[str], Sequence[GIProfile]] | None = None,
     ) -> None:
         self._config = config
+        self._mig_profiles = mig_profiles
+        """A GPU's MIG profiles (the backend's `mig_profiles`): with it, GPUs in MIG mode are published as
+        their partitions (`slices.node_slice_specs`); without it, as whole GPUs (as before)."""
+        self._profiles: dict[str, tuple[GIProfile, ...]] = {}
+        self._mig_taint_since: dict[tuple[str, str], str] = {}
         self._node = config.node_name
         self._driver = config.dra_driver_name
         self._state = state
@@ -233,9 +241,15 @@ class SlicePublisher:
             self._node_uid = self._adopt_node()
         with self._lock:
             current = list(self._store.values())
-        keep, extra = sl.pick_slice(current, self._node)
+        ours = [s for s in current if sl.pool_name(s) == self._node]
+        devices = self._devices(ours)
+        desired = sl.node_slice_specs(
+            self._node, self._driver, devices, self._mig_gpus(), 0, mig_taints=self._mig_taints()
+        )
+        plan = sl.plan_pool(current, self._node, desired)
+        stored_now: list[Mapping[str, Any]] = list(plan.kept)
         try:
-            for obj in extra:
+            for obj in plan.deletes:
                 meta = obj.get("metadata") or {}
                 self._api.delete_resource_slice(
                     _name(obj), str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
@@ -248,36 +262,32 @@ class SlicePublisher:
                 )
                 self._forget(obj)
                 self._count_write()
-            devices = self._devices(keep)
-            highest = max((sl.generation(s) for s in current), default=0)
-            if keep is None:
-                spec = sl.slice_spec(self._node, self._driver, devices, highest + 1)
-                stored = self._api.create_resource_slice(
-                    sl.new_slice(self._node, self._node_uid, self._driver, spec)
-                )
+            for keep, spec in plan.writes:
+                if keep is None:
+                    stored = self._api.create_resource_slice(
+                        sl.new_slice(self._node, self._node_uid, self._driver, spec)
+                    )
+                    log.info(
+                        "created ResourceSlice %s: %d devices, generation %d",
+                        _name(stored),
+                        len(spec.get("devices") or []),
+                        plan.generation,
+                    )
+                else:
+                    stored = self._api.update_resource_slice(_name(keep), sl.updated_slice(keep, spec))
+                    log.info("updated ResourceSlice %s: generation %d", _name(stored), plan.generation)
                 self._remember(stored)
                 self._count_write()
-                log.info(
-                    "created ResourceSlice %s: %d GPUs, generation %d",
-                    _name(stored),
-                    len(devices),
-                    highest + 1,
-                )
-            elif not sl.spec_matches(keep, sl.slice_spec(self._node, self._driver, devices, 0)):
-                spec = sl.slice_spec(self._node, self._driver, devices, highest + 1)
-                stored = self._api.update_resource_slice(_name(keep), sl.updated_slice(keep, spec))
-                self._remember(stored)
-                self._count_write()
-                log.info("updated ResourceSlice %s: generation %d", _name(stored), highest + 1)
-            else:
-                stored = dict(keep)
+                stored_now.append(stored)
         except KubeApiError as err:
             if err.status == 409:
                 self._relist()
                 return True
             raise
-        if self._consumable and sl.consumable_dropped(devices, stored):
-            self._no_consumable_capacity(_name(stored))
+        if self._consumable and any(sl.consumable_dropped(devices, s) for s in stored_now):
+            self._no_consumable_capacity(
+                next(_name(s) for s in stored_now if sl.consumable_dropped(devices, s))
+            )
             return True
         with self._cond:
             self._synced = True
@@ -310,9 +320,53 @@ class SlicePublisher:
                 )
         return uid
 
-    def _devices(self, keep: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-        gpus = self._state.gpus()
-        times = sl.stored_taint_times(keep)
+    def _mig_gpus(self) -> list[sl.MigGpu]:
+        """This node's GPUs in MIG mode with their profiles (read once per GPU; a GPU whose profiles
+        cannot be read is left out this turn, with an error in the log)."""
+        if self._mig_profiles is None:
+            return []
+        out: list[sl.MigGpu] = []
+        for gpu in self._state.gpus():
+            if not gpu.info.mig_enabled:
+                continue
+            profiles = self._profiles.get(gpu.uuid)
+            if profiles is None:
+                try:
+                    profiles = tuple(self._mig_profiles(gpu.uuid))
+                except GPUBackendError as err:
+                    log.error(
+                        "GPU %s: cannot read its MIG profiles (%s): its partitions are not published",
+                        gpu.uuid,
+                        err,
+                    )
+                    continue
+                self._profiles[gpu.uuid] = profiles
+            out.append(sl.MigGpu(gpu.info.minor, gpu.uuid, gpu.info.model, gpu.info.driver_version, profiles))
+        return out
+
+    def _mig_taints(self) -> dict[str, dict[str, Any]]:
+        """The taint of each unhealthy GPU in MIG mode (put on its partitions)."""
+        out: dict[str, dict[str, Any]] = {}
+        now = rfc3339(self._now())
+        for gpu in self._state.gpus():
+            value = sl.taint_value(gpu)
+            if gpu.info.mig_enabled and value is not None:
+                key = (gpu.uuid, value)
+                since = self._mig_taint_since.setdefault(key, now)
+                out[gpu.uuid] = {
+                    "key": sl.taint_key(self._driver),
+                    "value": value,
+                    "effect": self._config.dra_taint_effect.value,
+                    "timeAdded": since,
+                }
+        self._mig_taint_since = {k: v for k, v in self._mig_taint_since.items() if k[0] in out}
+        return out
+
+    def _devices(self, ours: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        gpus = [g for g in self._state.gpus() if not g.info.mig_enabled or self._mig_profiles is None]
+        times: dict[tuple[str, str], str] = {}
+        for stored in ours:
+            times.update(sl.stored_taint_times(stored))
         now = rfc3339(self._now())
         current: dict[tuple[str, str], str] = {}
         for gpu in gpus:

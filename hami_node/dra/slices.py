@@ -382,10 +382,12 @@ __all__ = [
     "MAX_DEVICES_WITH_TAINTS",
     "MEMORY_STEP",
     "MIG_DEVICE_CLASS",
+    "MIG_DEVICE_CLASS_SELF",
     "MIG_DEVICE_TYPE",
     "SLICES_PATH",
     "TAINT_NAME",
     "MigGpu",
+    "PoolPlan",
     "aligned_memory",
     "consumable_dropped",
     "counter_name",
@@ -399,15 +401,19 @@ __all__ = [
     "mig_capacities",
     "mig_counter_set",
     "mig_device_class",
+    "mig_device_class_self",
     "mig_device_name",
     "mig_partition",
     "mig_partitions",
     "mig_slice_specs",
     "new_slice",
+    "node_slice_specs",
     "normal_device",
     "parse_mig_device_name",
     "pick_slice",
+    "plan_pool",
     "pool_name",
+    "pool_spec_matches",
     "rfc1123",
     "slice_device",
     "slice_devices",
@@ -415,6 +421,7 @@ __all__ = [
     "spec_matches",
     "stored_taint_times",
     "taint_key",
+    "taint_partitions",
     "taint_value",
     "updated_slice",
 ]
@@ -619,3 +626,154 @@ def mig_device_class(driver: str) -> JSON:
         "metadata": {"name": MIG_DEVICE_CLASS},
         "spec": {"selectors": [{"cel": {"expression": MIG_DEVICE_CLASS_SELECTOR.format(driver=driver)}}]},
     }
+
+
+# --- the node's pool: whole GPUs and MIG partitions ------------------------------------------------------
+
+MIG_DEVICE_CLASS_SELF = f"mig.{dra.DRIVER}"
+"""The DeviceClass of MIG partitions published under hami-node's own driver (NVIDIA's `mig.nvidia.com`
+selects `gpu.nvidia.com`'s, so a cluster may run both drivers side by side)."""
+
+
+def mig_device_class_self(driver: str = dra.DRIVER) -> JSON:
+    """`mig.<driver>`: NVIDIA's `mig.nvidia.com` selector for hami-node's driver."""
+    body = mig_device_class(driver)
+    body["metadata"] = {"name": f"mig.{driver}"}
+    return body
+
+
+def taint_partitions(devices: Sequence[JSON], taint: JSON | None) -> list[JSON]:
+    """The partitions of one GPU with the GPU's taint (an unhealthy GPU's partitions are unhealthy)."""
+    if taint is None:
+        return list(devices)
+    return [{**d, "taints": [dict(taint)]} for d in devices]
+
+
+def node_slice_specs(
+    node: str,
+    driver: str,
+    whole: Sequence[JSON],
+    mig_gpus: Sequence[MigGpu],
+    generation: int,
+    *,
+    mig_taints: Mapping[str, JSON] | None = None,
+) -> list[JSON]:
+    """Every slice of the node's pool. Without a MIG GPU, one slice with the whole GPUs (`slice_spec`,
+    `resourceSliceCount: 1`, as before). With one: NVIDIA's split layout (`mig_slice_specs`: the counter
+    sets' slice first, then one slice per MIG GPU with its partitions) plus, when the node also has GPUs
+    out of MIG mode, one slice with those (second); `resourceSliceCount` counts them all. `mig_taints`
+    maps a MIG GPU's UUID to its taint (put on each of its partitions)."""
+    mig = mig_slice_specs(node, driver, mig_gpus, generation)
+    if not mig:
+        return [slice_spec(node, driver, whole, generation)]
+    taints = mig_taints or {}
+    usable = [g for g in mig_gpus if g.memory_slices()]
+    count = len(mig) + (1 if whole else 0)
+    for spec in mig:
+        spec["pool"]["resourceSliceCount"] = count
+    for spec, gpu in zip(mig[1:], usable, strict=True):
+        spec["devices"] = taint_partitions(spec["devices"], taints.get(gpu.uuid))
+    out = [mig[0]]
+    if whole:
+        out.append(
+            {
+                "driver": driver,
+                "nodeName": node,
+                "pool": {"name": node, "generation": generation, "resourceSliceCount": count},
+                "devices": list(whole),
+            }
+        )
+    return [*out, *mig[1:]]
+
+
+def _normal_counters(value: object) -> object:
+    """Counter sets or consumptions for comparison: each counter's value as an exact quantity."""
+    if not isinstance(value, list):
+        return value
+    out: list[object] = []
+    for entry in value:
+        if not isinstance(entry, Mapping):
+            out.append(entry)
+            continue
+        normal = {k: v for k, v in entry.items() if k != "counters"}
+        counters = entry.get("counters")
+        if isinstance(counters, Mapping):
+            normal["counters"] = {
+                name: _canonical(c.get("value")) if isinstance(c, Mapping) else c
+                for name, c in counters.items()
+            }
+        out.append(normal)
+    return out
+
+
+def pool_spec_matches(stored: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """`spec_matches`, with the counter sets and each device's consumed counters compared too."""
+    if not spec_matches(stored, desired):
+        return False
+    spec = _map(stored.get("spec"))
+    if _normal_counters(spec.get("sharedCounters") or []) != _normal_counters(
+        desired.get("sharedCounters") or []
+    ):
+        return False
+    have = _list(spec.get("devices"))
+    want = _list(desired.get("devices"))
+    return all(
+        _normal_counters(_map(h).get("consumesCounters") or [])
+        == _normal_counters(w.get("consumesCounters") or [])
+        for h, w in zip(have, want, strict=True)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPlan:
+    """What the publisher writes: `deletes` (slices of other pools, older generations, leftovers) and,
+    unless the pool is in sync, `writes`: per desired spec, the stored slice to update (None: create),
+    all with the new `generation`."""
+
+    deletes: tuple[Mapping[str, Any], ...]
+    writes: tuple[tuple[Mapping[str, Any] | None, JSON], ...]
+    generation: int
+    kept: tuple[Mapping[str, Any], ...] = ()
+
+
+def plan_pool(slices: Sequence[Mapping[str, Any]], pool: str, desired: Sequence[JSON]) -> PoolPlan:
+    """Compare the node's slices of our driver with the desired specs (their generation aside), as
+    k8s.io/dynamic-resource-allocation's resourceslice controller does for a pool of several slices: in
+    sync when the highest generation's slices match the specs one to one (older generations and other
+    pools are deleted); otherwise every spec is written with the highest generation seen + 1, reusing
+    stored slices (the highest generation first) before creating, and the unused ones are deleted."""
+    ours = [s for s in slices if pool_name(s) == pool]
+    others = [s for s in slices if pool_name(s) != pool]
+
+    def rank(s: Mapping[str, Any]) -> tuple[int, str, str]:
+        meta = _map(s.get("metadata"))
+        return -generation(s), _text(meta.get("creationTimestamp")), _text(meta.get("name"))
+
+    ours.sort(key=rank)
+    highest = max((generation(s) for s in slices), default=0)
+    if ours:
+        top = generation(ours[0])
+        current = [s for s in ours if generation(s) == top]
+        unmatched = list(current)
+        matched: list[Mapping[str, Any]] = []
+        for spec in desired:
+            hit = next((s for s in unmatched if pool_spec_matches(s, spec)), None)
+            if hit is None:
+                break
+            unmatched.remove(hit)
+            matched.append(hit)
+        if len(matched) == len(desired) and not unmatched:
+            stale = [s for s in ours if generation(s) != top]
+            return PoolPlan((*others, *stale), (), top, tuple(matched))
+    new_generation = highest + 1
+    candidates = list(ours)
+    writes: list[tuple[Mapping[str, Any] | None, JSON]] = []
+    for spec in desired:
+        body = {**spec, "pool": {**spec["pool"], "generation": new_generation}}
+        reuse = next((s for s in candidates if pool_spec_matches(s, spec)), None)
+        if reuse is None and candidates:
+            reuse = candidates[0]
+        if reuse is not None:
+            candidates.remove(reuse)
+        writes.append((reuse, body))
+    return PoolPlan((*others, *candidates), tuple(writes), new_generation)
