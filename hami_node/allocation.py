@@ -466,6 +466,24 @@ def _visible_devices(
     return envs, mounts, annotations, cdi_devices
 
 
+def mig_container_response(mig_uuids: Sequence[str], config: NodeConfig) -> ContainerResponse:
+    """The answer for a container of HAMi's dynamic MIG (operating mode mig): the container sees its MIG
+    devices (`NVIDIA_VISIBLE_DEVICES=MIG-...`, or one /dev/null mount each under the volume-mounts
+    strategy), with none of HAMi-core's envs or mounts (HAMi server.go `Allocate`, `operatingMode ==
+    "mig"`). The CDI spec names whole GPUs only, so the CDI strategies fall back to the env var."""
+    if not mig_uuids:
+        raise ValueError("mig_uuids: a MIG container gets at least one MIG device")
+    envs: dict[str, str] = {}
+    mounts: list[Mount] = []
+    strategies = config.device_list_strategy
+    if DeviceListStrategy.ENVVAR in strategies or DeviceListStrategy.VOLUME_MOUNTS not in strategies:
+        envs[VISIBLE_DEVICES_ENV] = ",".join(mig_uuids)
+    if DeviceListStrategy.VOLUME_MOUNTS in strategies:
+        envs[VISIBLE_DEVICES_ENV] = VOLUME_MOUNTS_ROOT
+        mounts.extend(Mount(f"{VOLUME_MOUNTS_ROOT}/{uuid}", "/dev/null", False) for uuid in mig_uuids)
+    return ContainerResponse(envs=envs, mounts=tuple(mounts))
+
+
 @dataclass(frozen=True, slots=True)
 class _Request:
     """One kubelet container request, checked against the pod and its allocation entry."""

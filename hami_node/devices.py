@@ -27,8 +27,9 @@ from typing import Protocol
 
 from hami_api.types import GPUInfo
 from hami_node.allocation import VirtualDevice, list_virtual_devices
-from hami_node.config import FilterDevices, NodeConfig
+from hami_node.config import FilterDevices, NodeConfig, OperatingMode
 from hami_node.gpu.backend import PhysicalGPU
+from hami_node.mig_manager import MigRegistration
 from hami_node.ports import InventorySink
 
 log = logging.getLogger(__name__)
@@ -98,10 +99,28 @@ def advertised_memory_mib(info: PhysicalGPU, config: NodeConfig) -> int:
     return int(memory * config.device_memory_scaling)
 
 
-def inventory_entry(gpu: GPUStatus, config: NodeConfig) -> GPUInfo:
+def inventory_entry(gpu: GPUStatus, config: NodeConfig, mig: MigRegistration | None = None) -> GPUInfo:
     """One GPU as `hami.io/node-nvidia-register` carries it (HAMi's getAPIDevices); devmem is
-    `advertised_memory_mib`."""
+    `advertised_memory_mib`. In operating mode mig with the GPU's `mig` registration (HAMi register.go):
+    devmem unscaled, devcore 100, count the largest instance count, migProfiles; unhealthy while the
+    registration names a problem (MIG mode disabled)."""
     numa = gpu.info.numa_node
+    if config.operating_mode is OperatingMode.MIG and mig is not None:
+        memory = gpu.info.memory_mib
+        if memory <= 0 and config.preconfigured_device_memory > 0:
+            memory = config.preconfigured_device_memory
+        return GPUInfo(
+            id=gpu.uuid,
+            index=gpu.info.index,
+            count=mig.count,
+            devmem=memory,
+            devcore=100,
+            type=gpu_type(gpu.info.model),
+            numa=0 if numa is None or numa < 0 else numa,
+            mode=config.operating_mode.value,
+            health=gpu.healthy and mig.problem is None,
+            mig_profiles=mig.profiles,
+        )
     return GPUInfo(
         id=gpu.uuid,
         index=gpu.info.index,
@@ -136,6 +155,7 @@ class DeviceState:
         self._listed = False
         self._version = 0
         self._devices_cache: tuple[int, tuple[VirtualDevice, ...]] | None = None
+        self._mig: dict[str, MigRegistration] = {}
 
     @property
     def config(self) -> NodeConfig:
@@ -169,6 +189,21 @@ class DeviceState:
             if changed:
                 self._bump()
             return changed
+
+    def set_mig(self, registrations: dict[str, MigRegistration]) -> bool:
+        """Operating mode mig: each GPU's registration (`mig_manager.register_mig`); a GPU without one
+        is left out of the inventory (HAMi: `skip MIG device with no discovered profile capacity`), a
+        registration's problem makes its GPU unhealthy. Returns whether anything changed."""
+        with self._cond:
+            if registrations == self._mig:
+                return False
+            self._mig = dict(registrations)
+            self._bump()
+            return True
+
+    def mig_registration(self, uuid: str) -> MigRegistration | None:
+        with self._cond:
+            return self._mig.get(uuid)
 
     def mark_unhealthy(self, uuid: str | None, reason: str, at: float) -> tuple[str, ...]:
         """Record a fault on one GPU (uuid None: every GPU) at clock time `at`. A GPU already faulty
@@ -266,10 +301,19 @@ class DeviceState:
     def gpu(self, uuid: str) -> GPUStatus | None:
         with self._cond:
             gpu = self._gpus.get(uuid)
-            return None if gpu is None else GPUStatus(gpu.info, gpu.fault, gpu.fault_at, self._fenced)
+            if gpu is None:
+                return None
+            return GPUStatus(gpu.info, gpu.fault or self._mig_problem(uuid), gpu.fault_at, self._fenced)
 
     def _snapshot(self) -> tuple[GPUStatus, ...]:
-        return tuple(GPUStatus(g.info, g.fault, g.fault_at, self._fenced) for g in self._gpus.values())
+        return tuple(
+            GPUStatus(g.info, g.fault or self._mig_problem(g.info.uuid), g.fault_at, self._fenced)
+            for g in self._gpus.values()
+        )
+
+    def _mig_problem(self, uuid: str) -> str | None:
+        registration = self._mig.get(uuid)
+        return None if registration is None else registration.problem
 
     def virtual_devices(self, gpus: Iterable[GPUStatus] | None = None) -> tuple[VirtualDevice, ...]:
         """What kubelet is told: `device_split_count` devices per GPU with its health (NUMA when
@@ -289,7 +333,13 @@ class DeviceState:
 
     def inventory(self, gpus: Iterable[GPUStatus] | None = None) -> tuple[GPUInfo, ...]:
         """What the scheduler is told (`hami.io/node-nvidia-register`), of `gpus` or the current GPUs."""
-        listed = self.gpus() if gpus is None else gpus
+        with self._cond:
+            listed = self._snapshot() if gpus is None else tuple(gpus)
+            mig = dict(self._mig)
+        if self._config.operating_mode is OperatingMode.MIG:
+            return tuple(
+                inventory_entry(gpu, self._config, mig[gpu.uuid]) for gpu in listed if gpu.uuid in mig
+            )
         return tuple(inventory_entry(gpu, self._config) for gpu in listed)
 
     def wait_for_change(

@@ -130,6 +130,12 @@ class NodeApi:
     def get_node(self, name: str) -> JSONDict:
         return self._call("get", lambda: self.bridge.get(f"/api/v1/nodes/{_name(name)}"))
 
+    def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> JSONDict:
+        """Merge-patch the Node's labels (None deletes a key): NVIDIA's modes write GPU feature
+        discovery's sharing labels here (`hami_node.nvidia.plugin`)."""
+        body = {"metadata": {"labels": dict(labels)}}
+        return self._call("patch", lambda: self.bridge.patch(f"/api/v1/nodes/{_name(name)}", body))
+
     def patch_node_annotations(
         self, name: str, annotations: Mapping[str, str | None], resource_version: str | None = None
     ) -> JSONDict:
@@ -143,12 +149,19 @@ class NodeApi:
         )
 
     def patch_pod_annotations(
-        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+        self,
+        namespace: str,
+        name: str,
+        annotations: Mapping[str, str | None],
+        resource_version: str | None = None,
     ) -> JSONDict:
-        """Merge-patch a pod's annotations (None deletes a key)."""
+        """Merge-patch a pod's annotations (None deletes a key). With `resource_version` the patch
+        applies only to that version of the pod (409 Conflict otherwise)."""
         path = f"/api/v1/namespaces/{_name(namespace)}/pods/{_name(name)}"
-        body = {"metadata": {"annotations": dict(annotations)}}
-        return self._call("patch", lambda: self.bridge.patch(path, body))
+        meta: JSONDict = {"annotations": dict(annotations)}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        return self._call("patch", lambda: self.bridge.patch(path, {"metadata": meta}))
 
     def get_pod(self, namespace: str, name: str, timeout_s: float | None = None) -> JSONDict:
         """The pod (`timeout_s` bounds the call instead of the client's request timeout)."""

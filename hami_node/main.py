@@ -28,16 +28,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from hami_kube.blocking import ThreadedEventRecorder
 from hami_kube.client import component_user_agent
-from hami_kube.errors import KubeConfigError
+from hami_kube.errors import KubeApiError, KubeConfigError
 from hami_kube.events import EventSource
 from hami_node import kubeapi
 from hami_node.allocation import vgpu_dir
 from hami_node.cdi import CdiError, cdi_spec_writer, common_device_nodes
-from hami_node.config import ConfigError, HelpRequested, NodeConfig, load_config
-from hami_node.devices import DeviceState, InventoryPublisher
+from hami_node.config import ConfigError, HelpRequested, NodeConfig, OperatingMode, load_config
+from hami_node.devices import DeviceState, InventoryPublisher, filter_gpus
 from hami_node.dra.prepare import ClaimPreparer
 from hami_node.dra.publisher import SlicePublisher
 from hami_node.dra.server import DraPluginServers, DraServerError
@@ -47,12 +48,15 @@ from hami_node.gpu.select import device_node_exists
 from hami_node.gpu.topology import read_pair_scores
 from hami_node.health import HealthMonitor
 from hami_node.healthz import HealthServer, HealthServerError, Page, Probe
+from hami_node.mig_manager import MigManager, MigReconciler, discover_registrations, prime_from_pods
 from hami_node.monitor.cleanup import StaleDirCleaner
 from hami_node.monitor.exporter import ContainerCollector, GPUCollector, NodeMetrics
 from hami_node.monitor.loop import ContainerMonitor
 from hami_node.monitor.regions import RegionScanner, containers_dir
 from hami_node.monitor.simulate import DEFAULT_PRIORITY, ContainerSimulator, SimulatedDevice
+from hami_node.nvidia.daemon import NodeLabeler, NvidiaInitError, NvidiaPlugins
 from hami_node.plugin.manager import PluginManager, Restartable, install_signal_handlers
+from hami_node.plugin.server import MigSupport, PluginServer
 from hami_node.pods import PodTracker
 from hami_node.ports import AllocatedContainer, ObserverFactory
 from hami_node.reporter import EVENT_SOURCE as REPORTER_EVENT_SOURCE
@@ -132,7 +136,10 @@ def start_daemon(config: NodeConfig, *, observer_factory: ObserverFactory | None
             metrics,
             None if simulator is None else simulator[0],
         )
-        daemon, steps = _dra_steps(parts) if config.dra else _device_plugin_steps(parts)
+        if config.nvidia is not None:
+            daemon, steps = _nvidia_steps(parts)
+        else:
+            daemon, steps = _dra_steps(parts) if config.dra else _device_plugin_steps(parts)
         daemon.metrics = metrics
         if (endpoint := daemon.health_endpoint) is not None:
             # Early, so a port in use fails start-up before the other threads run; it answers 503 until ready.
@@ -144,7 +151,7 @@ def start_daemon(config: NodeConfig, *, observer_factory: ObserverFactory | None
         for name, start, stop in steps:
             start()
             daemon.stops.append((name, stop))
-    except (HealthServerError, CdiError, DraServerError) as exc:
+    except (HealthServerError, CdiError, DraServerError, NvidiaInitError) as exc:
         daemon.stop()
         raise StartupError(str(exc)) from None
     except OSError as exc:
@@ -197,6 +204,33 @@ def _node_pod_uids(kube: kubeapi.NodeApi, node_name: str) -> set[str]:
     return {uid for pod in pods if isinstance(uid := (pod.get("metadata") or {}).get("uid"), str)}
 
 
+def _mig_parts(parts: _Common) -> tuple[MigSupport | None, list[Step]]:
+    """Operating mode mig (HAMi v2.10's dynamic MIG): the GPUs' MIG registrations, the live pods'
+    instances adopted, the 5 s reconciler (`hami_node.mig_manager`); nothing in the other modes."""
+    config, kube, backend = parts.config, parts.kube, parts.backend
+    if config.operating_mode is not OperatingMode.MIG:
+        return None, []
+    manager = MigManager(backend)
+
+    def node_pods() -> list[dict[str, Any]]:
+        return kube.list_pods(f"spec.nodeName={config.node_name}")[0]
+
+    reconciler = MigReconciler(manager, node_pods)
+
+    def start() -> None:
+        gpus = filter_gpus(backend.list_gpus(), config.filter_devices)
+        parts.state.set_mig(discover_registrations(backend, gpus, config.mig_profile_allowlist))
+        try:
+            problems = prime_from_pods(manager, node_pods(), {g.uuid for g in gpus})
+        except KubeApiError as err:
+            problems = [str(err)]
+        for problem in problems:
+            log.info("mig init: failed to adopt active MIG allocations: %s", problem)
+        reconciler.start()
+
+    return MigSupport(manager, kube, reconciler), [("MIG instances", start, reconciler.stop)]
+
+
 def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
     config, kube, state, events = parts.config, parts.kube, parts.state, parts.events
     observer_factory = parts.observer_factory
@@ -218,10 +252,21 @@ def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
     )
     publisher = InventoryPublisher(state, reporter)
     metrics = parts.metrics
+    mig, mig_steps = _mig_parts(parts)
+    factory = (
+        None if mig is None else (lambda: PluginServer(config, state, tracker, observer=metrics, mig=mig))
+    )
     if observer_factory is None:
-        plugin = PluginManager(config, state, tracker, observer=metrics)
+        plugin = PluginManager(config, state, tracker, observer=metrics, server_factory=factory)
     else:
-        plugin = PluginManager(config, state, tracker, observer_factory=observer_factory, observer=metrics)
+        plugin = PluginManager(
+            config,
+            state,
+            tracker,
+            observer_factory=observer_factory,
+            observer=metrics,
+            server_factory=factory,
+        )
     daemon = NodeDaemon(config, plugin)
     if config.health_bind is not None:
         daemon.health_endpoint = _health_endpoint(config, plugin, reporter, {"/metrics": metrics.render})
@@ -259,6 +304,7 @@ def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
         ("inventory reporter", reporter.start, reporter.stop),
         # The health monitor lists the GPUs (or fences them) before the plugin first serves kubelet.
         ("health monitor", parts.health.start, parts.health.stop),
+        *mig_steps,
         ("inventory publisher", publisher.start, publisher.stop),
         ("kubelet plugin", plugin.start, plugin.stop),
     ]
@@ -283,9 +329,14 @@ def _dra_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
         kube,
         common_nodes=lambda: common_device_nodes(exists),
         license_present=lambda: os.path.exists(license_file),
+        backend=parts.backend,
     )
     publisher = SlicePublisher(
-        config, state, kube, events=events.with_source(EventSource(DRA_EVENT_SOURCE, config.node_name))
+        config,
+        state,
+        kube,
+        events=events.with_source(EventSource(DRA_EVENT_SOURCE, config.node_name)),
+        mig_profiles=parts.backend.mig_profiles,
     )
     watch = kubeapi.watch_node_slices(
         kube.bridge, config.node_name, config.dra_driver_name, publisher, start=False
@@ -305,6 +356,40 @@ def _dra_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
         ("ResourceSlice publisher", publisher.start, publisher.stop),
         ("ResourceSlice watch", watch.start, watch.stop),
         ("DRA plugin", servers.start, servers.stop),
+    ]
+    return daemon, steps
+
+
+def _nvidia_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
+    """NVIDIA's modes (`hami_node.nvidia.daemon`): one device plugin per NVIDIA resource, GFD's labels on
+    the Node; no pod watch, no inventory annotation (kube-scheduler places the pods), no CDI spec of
+    HAMi's (a spec a HAMi run left is removed)."""
+    config, kube = parts.config, parts.kube
+    cdi_spec_writer(parts.state, config.cdi_spec_dir, parts.exists, enabled=False)
+    options = {} if parts.observer_factory is None else {"observer_factory": parts.observer_factory}
+    plugins = NvidiaPlugins(
+        config,
+        parts.state,
+        parts.backend,
+        exists=parts.exists,
+        observer=parts.metrics,
+        manager_options=options,
+    )
+    labeler = NodeLabeler(kube, config.node_name, plugins)
+    daemon = NodeDaemon(config, plugins)
+    if config.health_bind is not None:
+        daemon.health_endpoint = HealthServer(
+            config.health_bind.host,
+            config.health_bind.port,
+            live=[Probe("device plugins", lambda: None if plugins.serving else "not serving")],
+            ready=[Probe("kubelet", lambda: None if plugins.registered else "not registered with kubelet")],
+            pages={"/metrics": parts.metrics.render},
+        )
+    steps: list[Step] = [
+        ("kubernetes client", lambda: None, kube.close),
+        ("health monitor", parts.health.start, parts.health.stop),
+        ("NVIDIA device plugins", plugins.start, plugins.stop),
+        ("NVIDIA node labels", labeler.start, labeler.stop),
     ]
     return daemon, steps
 

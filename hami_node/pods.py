@@ -37,12 +37,13 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hami_api import annotations as ann
 from hami_api.errors import QuantityError, WireFormatError
+from hami_api.mig_alloc import MIG_ALLOCATIONS
 from hami_api.quantity import quantity_value
 from hami_api.resources import pod_container_names
 from hami_api.types import BindPhase, ContainerAllocation
@@ -84,6 +85,60 @@ class PodPatcher(Protocol):
     ) -> tuple[list[JSONDict], str]: ...
 
     def get_pod(self, namespace: str, name: str, timeout_s: float | None = None) -> Mapping[str, Any]: ...
+
+
+class MigPodApi(Protocol):
+    """The API calls of HAMi's dynamic MIG on the node (`kubeapi.NodeApi` is one). Errors:
+    `KubeApiError`."""
+
+    def patch_pod_annotations(
+        self,
+        namespace: str,
+        name: str,
+        annotations: Mapping[str, str | None],
+        resource_version: str | None = None,
+    ) -> Mapping[str, Any]: ...
+
+    def get_pod(self, namespace: str, name: str, timeout_s: float | None = None) -> Mapping[str, Any]: ...
+
+    def list_pods(
+        self, field_selector: str, timeout_s: float | None = None
+    ) -> tuple[list[JSONDict], str]: ...
+
+
+MIG_PATCH_ATTEMPTS = 3
+"""Tries of the runtime identity patch when the pod changed in between (409 Conflict)."""
+
+
+def record_mig_identity(
+    api: MigPodApi,
+    pod: Mapping[str, Any],
+    identify: Callable[[Mapping[str, Any]], str],
+) -> str:
+    """Write the MIG runtime identity onto the pod (HAMi's annotateMigRuntimeInfo): a merge patch of
+    `hami.io/vgpu-mig-allocations` carrying the pod's resourceVersion, so it never overwrites a newer
+    annotation. `identify(pod)` returns the annotation's new value for that copy of the pod (raising
+    to give up). On a conflict the pod is read again and the value recomputed, up to
+    `MIG_PATCH_ATTEMPTS` times. Returns the value written. Raises `KubeApiError` or what `identify`
+    raises."""
+    current = pod
+    for attempt in range(MIG_PATCH_ATTEMPTS):
+        meta = _meta(current)
+        value = identify(current)
+        version = meta.get("resourceVersion")
+        try:
+            api.patch_pod_annotations(
+                str(meta.get("namespace", "")),
+                str(meta.get("name", "")),
+                {MIG_ALLOCATIONS: value},
+                version if isinstance(version, str) else None,
+            )
+            return value
+        except KubeApiError as err:
+            if err.status != 409 or attempt + 1 == MIG_PATCH_ATTEMPTS:
+                raise
+            current = api.get_pod(str(meta.get("namespace", "")), str(meta.get("name", "")))
+    raise AssertionError("unreachable")
 
 
 class PodEvents(Protocol):

@@ -15,6 +15,10 @@
   `PodSource.allocated`. Any failure: `PodSource.failed(pod, reason)` (a GPU mismatch also gets a
   Warning Event `AllocateGPUMismatch`) and the RPC fails with UNKNOWN and a message naming what went
   wrong and the pod (kubelet shows it in the pod's status).
+  In operating mode mig (HAMi v2.10's dynamic MIG, `MigSupport`), the container's reservations in
+  `hami.io/vgpu-mig-allocations` are created as MIG instances (`mig_manager.MigManager`), their
+  runtime identity patched onto the pod, and the answer is `NVIDIA_VISIBLE_DEVICES=MIG-...` with no
+  HAMi-core envs or mounts.
   IDs containing "MIG" get a plain NVIDIA answer (`NVIDIA_VISIBLE_DEVICES` = the IDs), as HAMi does;
   this daemon never advertises such IDs, so only a stale kubelet checkpoint could send one.
 - PreStartContainer: empty (not required).
@@ -28,30 +32,46 @@ import os
 import posixpath
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 
+from hami_api.mig_alloc import decode_mig_allocations, encode_mig_allocations
 from hami_api.resources import pod_container_names, pod_containers
+from hami_api.types import ContainerAllocation
+from hami_kube.errors import KubeApiError
 from hami_node.allocation import (
     REASON_GPU_MISMATCH,
     VISIBLE_DEVICES_ENV,
     AllocationError,
+    ContainerResponse,
     DeviceMismatchError,
     PendingPod,
     PreferredAllocationError,
     container_allocate_response,
     container_cache_dir,
     grant_container,
+    mig_container_response,
     preferred_allocation,
     to_proto,
     virtual_devices_to_proto,
 )
 from hami_node.config import NodeConfig
 from hami_node.devices import DeviceState, StateStreams
+from hami_node.mig_manager import (
+    MigAllocateError,
+    MigManager,
+    MigReconciler,
+    container_mig_allocations,
+    mig_annotation,
+    with_runtime_identity,
+)
 from hami_node.mps import daemon_started
 from hami_node.plugin.api import api_pb2, api_pb2_grpc
+from hami_node.pods import MigPodApi, record_mig_identity
 from hami_node.ports import AllocatedContainer, PluginObserver, PodSource
 from hami_node.unixgrpc import SocketIdentity, UnixServerError, remove_own_socket, start_unix_server
 
@@ -65,6 +85,16 @@ TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
 def plugin_options() -> api_pb2.DevicePluginOptions:
     """What GetDevicePluginOptions answers and RegisterRequest.options carries (the same values)."""
     return api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+
+
+@dataclass(frozen=True, slots=True)
+class MigSupport:
+    """What Allocate needs in operating mode mig (HAMi's dynamic MIG): the instance manager, the API
+    calls that record the runtime identity on the pod, and the reconciler (one round before a retry)."""
+
+    manager: MigManager
+    api: MigPodApi
+    reconciler: MigReconciler | None = None
 
 
 class PluginServerError(UnixServerError):
@@ -83,10 +113,12 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         *,
         new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
         observer: PluginObserver | None = None,
+        mig: MigSupport | None = None,
     ) -> None:
         self._state = state
         self._pods = pods
         self._config = config
+        self._mig = mig
         self._new_id = new_id
         self._observer = observer
         self.streams = StateStreams(state)
@@ -193,6 +225,11 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
             license_file = posixpath.join(self._config.hook_path, "vgpu", "license")
             gpus = self._state.gpus()
             granted = grant_container(pod_object, pod, match.entry, ids, gpus=gpus)
+            if self._mig is not None:
+                response = self._mig_response(pod, pod_object, match.entry, granted)
+                self._pods.allocated(match, granted)
+                log.info("Allocate: pod %s entry %d: MIG %s", pod.key, match.entry, response.envs)
+                return to_proto(response)
             cache_id = self._new_id()
             response = container_allocate_response(
                 pod_object,
@@ -222,6 +259,10 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
             message, event_reason = err.message, REASON_GPU_MISMATCH
         except AllocationError as err:
             message = err.message
+        except MigAllocateError as err:
+            message = f"pod {pod.key if pod is not None else '?'}: {err}"
+        except KubeApiError as err:
+            message = f"pod {pod.key if pod is not None else '?'}: record MIG runtime placement: {err}"
         except OSError as err:
             where = pod.key if pod is not None else "?"
             message = f"pod {where}: cannot create the container's cache directory: {err}"
@@ -243,6 +284,45 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         except Exception:
             log.exception("reporting the failed allocation of %s", pod.key if pod else "a pod")
         return message
+
+    def _mig_response(
+        self, pod: PendingPod, pod_object: dict[str, object], entry: int, granted: ContainerAllocation
+    ) -> ContainerResponse:
+        """HAMi's dynamic MIG (util.go GetContainerDeviceStrArray, server.go annotateMigRuntimeInfo):
+        the container's reservations, each instance ensured (on a refusal, one reconcile round with
+        this node's pods and one more try: an instance of a pod deleted since the last round may
+        still hold the placement), the runtime identity patched onto the pod, and the MIG UUIDs
+        answered. Whatever this call created is destroyed again when a later step fails."""
+        mig = self._mig
+        assert mig is not None
+        allocations = container_mig_allocations(pod_object, entry, len(granted))
+        for allocation, chosen in zip(allocations, granted, strict=True):
+            if allocation.gpu_uuid != chosen.uuid:
+                raise MigAllocateError(
+                    f"MIG reservation GPU {allocation.gpu_uuid} does not match allocated GPU {chosen.uuid}"
+                )
+        before = set(mig.manager.managed())
+        try:
+            instances = mig.manager.ensure_container(allocations)
+        except MigAllocateError:
+            if mig.reconciler is None:
+                raise
+            mig.reconciler.reconcile_once()
+            before = set(mig.manager.managed())
+            instances = mig.manager.ensure_container(allocations)
+        created = [inst for inst in instances if inst.key not in before]
+
+        def identify(current: Mapping[str, Any]) -> str:
+            decoded = decode_mig_allocations(mig_annotation(current))
+            return encode_mig_allocations(with_runtime_identity(decoded, mig.manager.runtime))
+
+        try:
+            record_mig_identity(mig.api, pod_object, identify)
+        except BaseException:
+            mig.manager.rollback(created)
+            raise
+        log.debug("pod %s: MIG instances %s", pod.key, [i.mig_uuid for i in instances])
+        return mig_container_response([inst.mig_uuid for inst in instances], self._config)
 
     def _make_cache_dir(self, pod_object: dict[str, object], entry: int) -> str:
         """HAMi's per-container directory mounted at `<hook>/vgpu`, mode 0777; returns its path."""
@@ -281,10 +361,11 @@ class PluginServer:
         max_workers: int = 8,
         new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
         observer: PluginObserver | None = None,
+        mig: MigSupport | None = None,
     ) -> None:
         self._config = config
         self._socket_path = config.socket_path
-        self.servicer = DevicePluginServicer(state, pods, config, new_id=new_id, observer=observer)
+        self.servicer = DevicePluginServicer(state, pods, config, new_id=new_id, observer=observer, mig=mig)
         self._max_workers = max_workers
         self._server: grpc.Server | None = None
         self._identity: SocketIdentity | None = None
@@ -328,4 +409,4 @@ class PluginServer:
         remove_own_socket(self._socket_path, self._identity)
 
 
-__all__ = ["DevicePluginServicer", "PluginServer", "PluginServerError", "plugin_options"]
+__all__ = ["DevicePluginServicer", "MigSupport", "PluginServer", "PluginServerError", "plugin_options"]

@@ -558,7 +558,7 @@ def test_bad_config_exits_2_naming_file_key_or_flag(tmp_path: Path) -> None:
     )  # fmt: skip
     assert "missing-kubeconfig" in line, line
 
-    line = _one_line_error(run_daemon_once("--node-name", NODE, "--operating-mode", "mig"))
+    line = _one_line_error(run_daemon_once("--node-name", NODE, "--mig-strategy", "single"))
     assert "MIG is not supported" in line, line  # refused, rather than advertising GPUs it cannot split
 
 
