@@ -219,7 +219,7 @@ def test_a_corrupt_state_file_is_an_error_naming_it(tmp_path: Path) -> None:
 # --- the inventory's MIG section -------------------------------------------------------------------
 
 
-def gpu(mig: object, model: str = A100) -> dict[str, object]:
+def one_gpu_doc(mig: object, model: str = A100) -> dict[str, object]:
     return {"gpus": [{"uuid": "GPU-0", "model": model, "memory": 40960, "mig": mig}]}
 
 
@@ -259,12 +259,12 @@ def gpu(mig: object, model: str = A100) -> dict[str, object]:
 )
 def test_bad_mig_sections_name_the_field_and_the_value(mig: object, model: str, message: str) -> None:
     with pytest.raises(InventoryError) as e:
-        parse_inventory(gpu(mig, model), "gpus.yaml")
+        parse_inventory(one_gpu_doc(mig, model), "gpus.yaml")
     assert str(e.value).startswith("gpus.yaml: " + message), str(e.value)
 
 
 def test_the_boolean_form_and_the_mapping_form_parse() -> None:
-    plain = parse_inventory(gpu(True)).gpus[0]
+    plain = parse_inventory(one_gpu_doc(True)).gpus[0]
     assert plain.mig_enabled and plain.mig_devices == () and plain.mig_pending is None
-    mapped = parse_inventory(gpu({"devices": [{"profile": "1g.5gb", "start": 6}]})).gpus[0]
+    mapped = parse_inventory(one_gpu_doc({"devices": [{"profile": "1g.5gb", "start": 6}]})).gpus[0]
     assert mapped.mig_enabled and [(d.profile, d.start) for d in mapped.mig_devices] == [("1g.5gb", 6)]
