@@ -18,7 +18,10 @@ Transcribed from HAMi v2.10.0 (commit 4707fb02), each test citing its Go test:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,11 +29,14 @@ from hami_api.annotations import DEVICES_ALLOCATED, DEVICES_TO_ALLOCATE, VGPU_MO
 from hami_api.mig_alloc import MIG_ALLOCATIONS, MigAllocation, decode_mig_allocations, overlaps
 from hami_api.resources import ContainerRequest
 from hami_api.types import BindPhase, DeviceSelector, GPUInfo, GPUSlice, MigPlacement, MigProfile
+from hami_control.binder import Binder
+from hami_control.cache import ClusterCache
+from hami_control.config import ControlConfig
 from hami_control.fit import Fit, FitFailure, Reason, fit_pod, is_mig_request
+from hami_control.pod_store import PodStore
 from hami_control.scheduling import Extender
 from hami_control.usage import GPUUsage, NodeGPUs, with_slices, without_slices
 from tests.builders import Json, gpu_info, node, pod
-from tests.unit.test_vendor_extender import Writer, bind_args, body, service
 
 MIG = DeviceSelector(modes=("mig",))
 HAMI_CORE = DeviceSelector(modes=("hami-core",))
@@ -313,11 +319,46 @@ def test_releasing_a_pod_frees_its_placements() -> None:
 # --- through the extender, in process (filter, bind, the pod store) -----------------------------------------
 
 
+@dataclass
+class Writer:
+    """The Binding writer: records what the binder sends (as tests/unit/test_vendor_extender.py)."""
+
+    calls: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
+    ) -> None:
+        self.calls.append((name, node, dict(annotations)))
+
+
+class _Events:
+    def record(self, namespace: str, name: str, uid: str, type_: str, reason: str, message: str) -> None:  # noqa: PLR0917
+        pass
+
+
 def _mig_service() -> tuple[Extender, Writer]:
+    """hami-control's extender service in process over one node with an A100-40GB in mig mode."""
+    config = ControlConfig()
     a100 = gpu_info(
         0, id="GPU-a", count=7, devmem=40960, type="NVIDIA-A100-SXM4-40GB", mode="mig", mig_profiles=A100_40GB
     )
-    return service(node("m", [a100]))
+    cache = ClusterCache(config.requests.names, config.registry.vendors)
+    cache.node_upserted(node("m", [a100]))
+    ext = Extender(config, cache, PodStore(config, cache))
+    writer = Writer()
+    ext.binder = Binder(ext.cache, ext.pods, writer, _Events(), node_lock=lambda _node: None)
+    return ext, writer
+
+
+def body(p: Json, names: list[str]) -> bytes:
+    return orjson.dumps({"Pod": p, "NodeNames": names})
+
+
+def bind_args(p: Json, target: str) -> bytes:
+    meta = p["metadata"]
+    return orjson.dumps(
+        {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": target}
+    )
 
 
 def _mig_pod(name: str, **limits: str) -> Json:
