@@ -62,6 +62,8 @@ from hami_api.settings_loader import (
 )
 from hami_kube.config import IN_CLUSTER_ENV
 from hami_node.gpu.select import GPUBackendKind
+from hami_node.nvidia import config as nvidia_config
+from hami_node.nvidia.config import DeviceListStrategy, HamiCoreSummary, MigStrategy, PluginConfig
 
 # --- values --------------------------------------------------------------------------------------------
 
@@ -94,27 +96,6 @@ class OperatingMode(StrEnum):
     HAMI_CORE = "hami-core"
     MIG = "mig"
     MPS = "mps"
-
-
-class MigStrategy(StrEnum):
-    """HAMi's nodeconfig `migstrategy` (NVIDIA's MIG strategies); carried, not acted on yet."""
-
-    NONE = "none"
-    SINGLE = "single"
-    MIXED = "mixed"
-
-
-class DeviceListStrategy(StrEnum):
-    """How the container runtime learns which GPUs to expose (NVIDIA's `deviceListStrategy`)."""
-
-    ENVVAR = "envvar"
-    VOLUME_MOUNTS = "volume-mounts"
-    CDI_ANNOTATIONS = "cdi-annotations"
-    CDI_CRI = "cdi-cri"
-
-    @property
-    def is_cdi(self) -> bool:
-        return self in (DeviceListStrategy.CDI_ANNOTATIONS, DeviceListStrategy.CDI_CRI)
 
 
 DEFAULT_IGNORED_XIDS: frozenset[int] = frozenset({13, 31, 43, 45, 68, 109})
@@ -294,6 +275,9 @@ class NodeConfig:
     warnings: tuple[str, ...] = ()
     """Settings accepted for compatibility that have no effect in this configuration, one message each;
     the daemon logs them at start-up."""
+    nvidia: PluginConfig | None = None
+    """NVIDIA's modes (`hami_node.nvidia`): the effective configuration of NVIDIA's device plugin when
+    `--config-file` names NVIDIA's config file (`version: v1`); None: HAMi's device plugin (or DRA)."""
 
     @property
     def socket_path(self) -> Path:
@@ -674,7 +658,33 @@ def load_config(argv: Sequence[str], env: Mapping[str, str], read_file: Callable
 
     Raises `ConfigError` for any bad value and `HelpRequested` for --help.
     """
-    given = _LOADER.load(argv, env, read_file)
+    nvidia_only, shared, hami_only = split_nvidia_argv(argv)
+    nvidia_file = _nvidia_config_file(shared, env, read_file)
+    if nvidia_file is not None:
+        return _load_nvidia_mode(nvidia_only, shared, hami_only, env, read_file)
+    if nvidia_only:
+        flag = nvidia_only[0].partition("=")[0]
+        raise ConfigError(
+            "command line", flag,
+            "is a flag of NVIDIA's device plugin, which hami-node serves when --config-file (CONFIG_FILE) "
+            "names NVIDIA's config file (version: v1); give that file, or drop the flag to run HAMi's "
+            "device plugin",
+        )  # fmt: skip
+    given = _LOADER.load([*shared, *hami_only], env, read_file)
+    values = _check_common(given)
+    _check_mps(given, values)
+    mode_warnings = _check_mode(given, values)
+    health = HealthChecks(
+        disabled=values.pop("disable_healthchecks", XidList()),
+        enabled=values.pop("enable_healthchecks", XidList()),
+    )
+    in_cluster = tuple((name, env[name]) for name in IN_CLUSTER_ENV if env.get(name))
+    warnings = (*_ignored_settings(given, values), *mode_warnings)
+    return NodeConfig(**values, health_checks=health, in_cluster_env=in_cluster, warnings=warnings)
+
+
+def _check_common(given: Loaded) -> dict[str, Any]:
+    """The node name and the GPU backend's inventory, in every mode; the given values by name."""
     if "node_name" not in given:
         raise ConfigError(
             "configuration",
@@ -695,16 +705,127 @@ def load_config(argv: Sequence[str], env: Mapping[str, str], read_file: Callable
             f"a fake inventory ({given.describe('fake_inventory')}) is only used with the fake GPU "
             "backend: choose --gpu-backend fake or drop the inventory",
         )  # fmt: skip
+    return values
 
-    _check_mps(given, values)
-    mode_warnings = _check_mode(given, values)
+
+# --- NVIDIA's modes --------------------------------------------------------------------------------------
+
+_NVIDIA_SETTINGS = {s.flag: s for s in nvidia_config.NVIDIA_FLAG_SETTINGS}
+_HAMI_FLAGS = frozenset(s.flag for s in _SETTINGS)
+_SHARED_FLAGS = frozenset(_NVIDIA_SETTINGS) & _HAMI_FLAGS
+"""Flags both NVIDIA's plugin and hami-node read (--config-file, --mig-strategy, --device-list-strategy,
+--cdi-annotation-prefix, --mps-root): NVIDIA's in NVIDIA's modes, hami-node's otherwise."""
+_SHARED_ENV = frozenset(_NVIDIA_SETTINGS[f].env for f in _SHARED_FLAGS if _NVIDIA_SETTINGS[f].env)
+_NVIDIA_FILE_KEYS = ("version", "flags", "sharing", "resources", "imex")
+"""Top-level keys of NVIDIA's config file v1; none is a hami-node setting."""
+_HAMI_CORE_SLICING = (
+    "device_split_count",
+    "device_memory_scaling",
+    "device_cores_scaling",
+    "preconfigured_device_memory",
+    "disable_core_limit",
+)
+"""hami-node's settings that slice GPUs with HAMi-core: refused beside NVIDIA's sharing on one node."""
+
+
+def split_nvidia_argv(argv: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
+    """The command line split into NVIDIA's own flags (with their values), the flags both read, and the
+    rest (hami-node's). A value is the next argument unless written `--flag=value`; an optional-value
+    flag (`--fail-on-init-error`) takes the next argument only when it is not a flag."""
+    nvidia: list[str] = []
+    shared: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, _ = arg.partition("=")
+        setting = _NVIDIA_SETTINGS.get(name) if arg.startswith("--") else None
+        if setting is None:
+            rest.append(arg)
+            i += 1
+            continue
+        taken = [arg]
+        if not eq and i + 1 < len(argv):
+            following = argv[i + 1]
+            if not setting.optional_bool or not following.startswith("-"):
+                taken.append(following)
+        (shared if name in _SHARED_FLAGS else nvidia).extend(taken)
+        i += len(taken)
+    return nvidia, shared, rest
+
+
+def _nvidia_config_file(
+    shared: Sequence[str], env: Mapping[str, str], read_file: Callable[[Path], str]
+) -> Path | None:
+    """The config file when it is NVIDIA's (a mapping with a key of NVIDIA's config file v1), else None
+    (no file, hami-node's own file, or one that does not read or parse: hami-node's loader then says
+    what is wrong with it)."""
+    named = env.get("CONFIG_FILE", "").strip() or None
+    for i, arg in enumerate(shared):
+        if arg == "--config-file" and i + 1 < len(shared):
+            named = shared[i + 1]
+        elif arg.startswith("--config-file="):
+            named = arg.partition("=")[2]
+    if not named:
+        return None
+    try:
+        document = yaml.safe_load(read_file(Path(named)))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if isinstance(document, dict) and any(key in document for key in _NVIDIA_FILE_KEYS):
+        return Path(named)
+    return None
+
+
+def _load_nvidia_mode(
+    nvidia_only: Sequence[str],
+    shared: Sequence[str],
+    hami_only: Sequence[str],
+    env: Mapping[str, str],
+    read_file: Callable[[Path], str],
+) -> NodeConfig:
+    """NVIDIA's modes: NVIDIA's flags, environment and config file through NVIDIA's loader
+    (`hami_node.nvidia.config.load_config`: its precedence, its validation texts), hami-node's own
+    settings (node name, GPU backend, kubelet directory, health, logging) through hami-node's, without
+    a file. HAMi-core slicing on the same GPUs is refused (`check_exclusive_with_hami_core`)."""
+    hami_env = {k: v for k, v in env.items() if k not in _SHARED_ENV}
+    given = _LOADER.load(hami_only, hami_env, read_file)
+    values = _check_common(given)
+    nvidia = nvidia_config.load_config([*shared, *nvidia_only], env, read_file)
+    source = nvidia.config_file or "NVIDIA's config file"
+    if values.get("mode", DaemonMode.DEVICE_PLUGIN) is DaemonMode.DRA:
+        raise ConfigError(
+            "configuration", "mode",
+            f"{given.describe('mode')} asks for DRA, but {source} is NVIDIA's device plugin config; one "
+            "mode per node: drop --mode dra to serve NVIDIA's resources, or drop the file for DRA",
+        )  # fmt: skip
+    operating = values.get("operating_mode", OperatingMode.HAMI_CORE)
+    slicing = {name: given[name].where for name in _HAMI_CORE_SLICING if name in given}
+    summary = HamiCoreSummary(operating.value, given.describe("operating_mode"), slicing)
+    nvidia_config.check_exclusive_with_hami_core(nvidia, summary)
+    warnings = list(nvidia.warnings)
+    for name in (*slicing, *(["operating_mode"] if "operating_mode" in given else [])):
+        warnings.append(
+            f"{given.describe(name)}: no effect in NVIDIA's modes ({source}): kube-scheduler places pods "
+            "on NVIDIA's whole GPUs, replicas or MIG devices"
+        )
+    values.pop("operating_mode", None)
     health = HealthChecks(
         disabled=values.pop("disable_healthchecks", XidList()),
         enabled=values.pop("enable_healthchecks", XidList()),
     )
+    if nvidia.kubelet_socket != nvidia_config.DEFAULT_KUBELET_SOCKET and "kubelet_dir" not in given:
+        values["kubelet_dir"] = Path(nvidia.kubelet_socket).parent
+    values.update(
+        config_file=Path(source),
+        device_list_strategy=nvidia.flags.device_list_strategy,
+        cdi_annotation_prefix=nvidia.flags.cdi_annotation_prefix,
+        mps_root=nvidia.flags.mps_root or None,
+    )
     in_cluster = tuple((name, env[name]) for name in IN_CLUSTER_ENV if env.get(name))
-    warnings = (*_ignored_settings(given, values), *mode_warnings)
-    return NodeConfig(**values, health_checks=health, in_cluster_env=in_cluster, warnings=warnings)
+    return NodeConfig(
+        **values, health_checks=health, in_cluster_env=in_cluster, warnings=tuple(warnings), nvidia=nvidia
+    )
 
 
 def _check_mps(given: Loaded, values: Mapping[str, Any]) -> None:
@@ -850,4 +971,5 @@ __all__ = [
     "XidList",
     "build_argument_parser",
     "load_config",
+    "split_nvidia_argv",
 ]

@@ -29,7 +29,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
@@ -79,10 +79,26 @@ def _identity(path: Path) -> _Identity | None:
     return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
+class Serving(Protocol):
+    """What the manager needs of a plugin server: HAMi's `PluginServer`, or one of NVIDIA's resources
+    (`hami_node.nvidia.plugin.NvidiaPluginServer`)."""
+
+    @property
+    def socket_path(self) -> Path: ...
+
+    @property
+    def serving(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, grace_s: float = ...) -> None: ...
+
+
 class PluginManager:
     """Serves and registers the device plugin, and keeps it registered; see the module docstring.
 
-    `server_factory` builds each server (default: `PluginServer(config, state, pods)`).
+    `server_factory` builds each server (default: `PluginServer(config, state, pods)`). `resource_name`
+    and `socket_name` default to the config's; NVIDIA's modes run one manager per resource with its own.
     """
 
     def __init__(
@@ -91,7 +107,9 @@ class PluginManager:
         state: DeviceState,
         pods: PodSource,
         *,
-        server_factory: Callable[[], PluginServer] | None = None,
+        server_factory: Callable[[], Serving] | None = None,
+        resource_name: str | None = None,
+        socket_name: str | None = None,
         observer_factory: Callable[[], BaseObserver] = Observer,
         retry_initial_s: float = 1.0,
         retry_max_s: float = 30.0,
@@ -109,8 +127,11 @@ class PluginManager:
         self._dir = Path(os.path.abspath(config.kubelet_dir))
         self._parent = self._dir.parent
         self._kubelet_socket = self._dir / config.kubelet_socket.name
-        self._plugin_socket = self._dir / config.socket_name
-        self._factory = server_factory or (lambda: PluginServer(config, state, pods, observer=observer))
+        self._resource_name = resource_name or config.resource_name
+        self._plugin_socket = self._dir / (socket_name or config.socket_name)
+        self._factory: Callable[[], Serving] = server_factory or (
+            lambda: PluginServer(config, state, pods, observer=observer)
+        )
         self._plugin_observer = observer
         self._retry_initial_s = retry_initial_s
         self._retry_max_s = retry_max_s
@@ -123,7 +144,7 @@ class PluginManager:
         # is reentrant, so a signal handler may call it.
         self._inbox: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
 
-        self._server: PluginServer | None = None
+        self._server: Serving | None = None
         self._registered: _Identity | None = None
         self._registrations = 0
         self._restarts = 0
@@ -192,7 +213,7 @@ class PluginManager:
             return self._registered is not None
 
     @property
-    def server(self) -> PluginServer | None:
+    def server(self) -> Serving | None:
         """The server serving now, if any."""
         return self._server
 
@@ -317,7 +338,7 @@ class PluginManager:
             register(
                 self._kubelet_socket,
                 self._server.socket_path,
-                self._config.resource_name,
+                self._resource_name,
                 dial_timeout_s=self._dial_timeout_s,
                 register_timeout_s=self._register_timeout_s,
             )
@@ -495,4 +516,39 @@ def install_signal_handlers(manager: Restartable, shutdown: threading.Event) -> 
 _RELAY_DONE = -1
 
 
-__all__ = ["PluginManager", "Restartable", "SignalHandlers", "install_signal_handlers"]
+class PluginGroup:
+    """Several plugin managers run as one (NVIDIA's modes: one per resource): started in order, stopped
+    in reverse, restarted together; registered and serving when all are."""
+
+    def __init__(self, managers: Sequence[PluginManager]) -> None:
+        self.managers = tuple(managers)
+
+    def start(self) -> None:
+        for manager in self.managers:
+            manager.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        for manager in reversed(self.managers):
+            manager.stop(timeout_s)
+
+    def request_restart(self, reason: str = "restart requested (SIGHUP)") -> None:
+        for manager in self.managers:
+            manager.request_restart(reason)
+
+    @property
+    def registered(self) -> bool:
+        return all(m.registered for m in self.managers)
+
+    @property
+    def serving(self) -> bool:
+        return all(m.server is not None and m.server.serving for m in self.managers)
+
+
+__all__ = [
+    "PluginGroup",
+    "PluginManager",
+    "Restartable",
+    "Serving",
+    "SignalHandlers",
+    "install_signal_handlers",
+]
