@@ -43,7 +43,7 @@ A100 = MIG_MODELS["NVIDIA A100-SXM4-40GB"]
 H100 = MIG_MODELS["NVIDIA H100 80GB HBM3"]
 
 
-def gpu(minor: int = 0, model: Any = A100) -> MigGpu:
+def mig_gpu(minor: int = 0, model: Any = A100) -> MigGpu:
     return MigGpu(minor, f"GPU-{minor:08d}-aaaa", model.name, "550.54.15", model.profiles)
 
 
@@ -99,7 +99,7 @@ def device_of(outcome: NodeAllocation) -> str:
 
 
 def test_a100_40gb_publishes_25_partitions_named_as_nvidia_names_them() -> None:
-    names = [d["name"] for d in mig_partitions(gpu())]
+    names = [d["name"] for d in mig_partitions(mig_gpu())]
     assert len(names) == 7 + 7 + 4 + 3 + 2 + 1 + 1
     assert {
         "gpu-0-mig-1g5gb-19-6",
@@ -111,7 +111,7 @@ def test_a100_40gb_publishes_25_partitions_named_as_nvidia_names_them() -> None:
 
 
 def test_a100_40gb_counter_set_holds_the_largest_profile_and_eight_memory_slices() -> None:
-    counters = mig_counter_set(gpu())["counters"]
+    counters = mig_counter_set(mig_gpu())["counters"]
     expected = {
         "multiprocessors": "98",
         "copy-engines": "7",
@@ -125,7 +125,7 @@ def test_a100_40gb_counter_set_holds_the_largest_profile_and_eight_memory_slices
 
 
 def test_a_partition_consumes_its_capacities_and_the_memory_slices_of_its_placement() -> None:
-    device = next(d for d in mig_partitions(gpu()) if d["name"] == "gpu-0-mig-3g20gb-9-4")
+    device = next(d for d in mig_partitions(mig_gpu()) if d["name"] == "gpu-0-mig-3g20gb-9-4")
     consumed = device["consumesCounters"][0]
     assert consumed["counterSet"] == "gpu-0-counter-set"
     assert sorted(k for k in consumed["counters"] if k.startswith("memory-slice")) == [
@@ -171,7 +171,7 @@ def test_partition_names_parse_back_to_minor_profile_id_and_start() -> None:
 
 
 def test_the_split_layout_is_one_counter_slice_then_one_device_slice_per_gpu() -> None:
-    specs = mig_slice_specs("n1", DRIVER, [gpu(0), gpu(1, H100)], 4)
+    specs = mig_slice_specs("n1", DRIVER, [mig_gpu(0), mig_gpu(1, H100)], 4)
     assert [("sharedCounters" in s, "devices" in s) for s in specs] == [
         (True, False),
         (False, True),
@@ -187,17 +187,17 @@ def test_no_mig_gpu_publishes_no_slice() -> None:
 
 @pytest.mark.parametrize("model", sorted(MIG_MODELS))
 def test_every_published_slice_passes_the_api_servers_validation(model: str) -> None:
-    for published in slices(gpu(0, MIG_MODELS[model]), gpu(1, MIG_MODELS[model])):
+    for published in slices(mig_gpu(0, MIG_MODELS[model]), mig_gpu(1, MIG_MODELS[model])):
         assert validate_resource_slice(published) == []
 
 
 def test_a_claim_for_1g_5gb_gets_a_1g_5gb_partition() -> None:
-    outcome = place([claim("c", "1g.5gb")], slices(gpu()))
+    outcome = place([claim("c", "1g.5gb")], slices(mig_gpu()))
     assert device_of(outcome).startswith("gpu-0-mig-1g5gb-19-")
 
 
 def test_two_3g_20gb_claims_take_both_halves_and_a_third_is_refused() -> None:
-    published = slices(gpu())
+    published = slices(mig_gpu())
     first = place([claim("a", "3g.20gb")], published)
     held = [allocated(claim("a", "3g.20gb"), first)]
     second = place([claim("b", "3g.20gb")], published, held)
@@ -208,7 +208,7 @@ def test_two_3g_20gb_claims_take_both_halves_and_a_third_is_refused() -> None:
 
 
 def test_deleting_a_claim_frees_its_memory_slices_for_the_next() -> None:
-    published = slices(gpu())
+    published = slices(mig_gpu())
     a = allocated(claim("a", "3g.20gb"), place([claim("a", "3g.20gb")], published))
     b = allocated(claim("b", "3g.20gb"), place([claim("b", "3g.20gb")], published, [a]))
     again = place([claim("c", "3g.20gb")], published, [b])
@@ -216,7 +216,7 @@ def test_deleting_a_claim_frees_its_memory_slices_for_the_next() -> None:
 
 
 def test_a_7g_partition_is_refused_while_any_1g_partition_is_held() -> None:
-    published = slices(gpu())
+    published = slices(mig_gpu())
     small = allocated(claim("a", "1g.5gb"), place([claim("a", "1g.5gb")], published))
     full = place([claim("b", "7g.40gb")], published, [small])
     assert full.allocations is None
@@ -224,14 +224,14 @@ def test_a_7g_partition_is_refused_while_any_1g_partition_is_held() -> None:
 
 def test_the_media_extension_profile_fits_once_per_gpu_through_the_jpeg_and_ofa_counters() -> None:
     """1g.5gb+me: 7 placements but 1 instance (its JPEG and OFA engine are the GPU's only ones)."""
-    published = slices(gpu())
+    published = slices(mig_gpu())
     first = allocated(claim("a", "1g.5gb+me"), place([claim("a", "1g.5gb+me")], published))
     second = place([claim("b", "1g.5gb+me")], published, [first])
     assert second.allocations is None
 
 
 def test_seven_1g_5gb_claims_fill_the_gpu_and_an_eighth_is_refused() -> None:
-    published = slices(gpu())
+    published = slices(mig_gpu())
     held: list[Json] = []
     for i in range(7):
         wanted = claim(f"c{i}", "1g.5gb")
@@ -243,7 +243,7 @@ def test_seven_1g_5gb_claims_fill_the_gpu_and_an_eighth_is_refused() -> None:
 
 
 def test_partitions_of_two_gpus_use_separate_counter_sets() -> None:
-    published = slices(gpu(0), gpu(1))
+    published = slices(mig_gpu(0), mig_gpu(1))
     full0 = allocated(claim("a", "7g.40gb"), place([claim("a", "7g.40gb")], published))
     full1 = place([claim("b", "7g.40gb")], published, [full0])
     assert device_of(full1) == "gpu-1-mig-7g40gb-0-0"
@@ -253,7 +253,7 @@ def test_placements_come_from_the_profiles_possible_placements() -> None:
     profile = A100.profile("2g.10gb")
     assert profile is not None
     starts = sorted(
-        int(d["name"].rsplit("-", 1)[1]) for d in mig_partitions(gpu()) if "-2g10gb-" in d["name"]
+        int(d["name"].rsplit("-", 1)[1]) for d in mig_partitions(mig_gpu()) if "-2g10gb-" in d["name"]
     )
     assert starts == [p.start for p in profile.placements] == [0, 2, 4]
     assert Placement(2, 2).slices() == range(2, 4)

@@ -42,7 +42,7 @@ ATTRS = {
 }
 
 
-def gpu(i: int, mig_enabled: bool = False, name: str = A100) -> NvidiaDevice:
+def nvidia_gpu(i: int, mig_enabled: bool = False, name: str = A100) -> NvidiaDevice:
     return NvidiaDevice(
         uuid=f"GPU-{i}",
         index=i,
@@ -89,14 +89,20 @@ def time_slicing(*resources: tuple[str, int], rename_by_default: bool = False) -
 
 
 def test_none_serves_every_gpu_mig_enabled_ones_too_as_nvidia_gpu() -> None:
-    devices = [gpu(0), gpu(1, mig_enabled=True), mig(1, 0, "1g.5gb")]
+    devices = [nvidia_gpu(0), nvidia_gpu(1, mig_enabled=True), mig(1, 0, "1g.5gb")]
     device_map = build_device_map(devices, MigStrategy.NONE, NO_REPLICAS)
     assert ids(device_map) == {"nvidia.com/gpu": ["GPU-0", "GPU-1"]}
     assert [d.index for d in device_map["nvidia.com/gpu"]] == ["0", "1"]
 
 
 def test_single_serves_mig_devices_as_nvidia_gpu_with_mig_indexes() -> None:
-    devices = [gpu(0, True), mig(0, 0, "1g.5gb"), mig(0, 1, "1g.5gb"), gpu(1, True), mig(1, 0, "1g.5gb")]
+    devices = [
+        nvidia_gpu(0, True),
+        mig(0, 0, "1g.5gb"),
+        mig(0, 1, "1g.5gb"),
+        nvidia_gpu(1, True),
+        mig(1, 0, "1g.5gb"),
+    ]
     device_map = build_device_map(devices, MigStrategy.SINGLE, NO_REPLICAS)
     assert ids(device_map) == {"nvidia.com/gpu": ["MIG-0-0", "MIG-0-1", "MIG-1-0"]}
     assert [d.index for d in device_map["nvidia.com/gpu"]] == ["0:0", "0:1", "1:0"]
@@ -105,14 +111,14 @@ def test_single_serves_mig_devices_as_nvidia_gpu_with_mig_indexes() -> None:
 
 
 def test_single_without_mig_enabled_gpus_behaves_as_none() -> None:
-    assert ids(build_device_map([gpu(0), gpu(1)], MigStrategy.SINGLE, NO_REPLICAS)) == {
+    assert ids(build_device_map([nvidia_gpu(0), nvidia_gpu(1)], MigStrategy.SINGLE, NO_REPLICAS)) == {
         "nvidia.com/gpu": ["GPU-0", "GPU-1"]
     }
 
 
 def test_single_refuses_an_empty_mig_enabled_gpu_with_nvidias_error() -> None:
     with pytest.raises(DeviceMapError) as err:
-        build_device_map([gpu(0, True)], MigStrategy.SINGLE, NO_REPLICAS)
+        build_device_map([nvidia_gpu(0, True)], MigStrategy.SINGLE, NO_REPLICAS)
     assert str(err.value) == (
         "error building device map: error building device map from config.resources: invalid MIG "
         "configuration: at least one device with migEnabled=true was not configured correctly: device 0 "
@@ -121,7 +127,7 @@ def test_single_refuses_an_empty_mig_enabled_gpu_with_nvidias_error() -> None:
 
 
 def test_single_refuses_two_mig_device_types() -> None:
-    devices = [gpu(0, True), mig(0, 0, "1g.5gb"), mig(0, 1, "2g.10gb")]
+    devices = [nvidia_gpu(0, True), mig(0, 0, "1g.5gb"), mig(0, 1, "2g.10gb")]
     with pytest.raises(
         DeviceMapError, match="invalid MIG configuration: more than one MIG device type present"
     ):
@@ -129,7 +135,7 @@ def test_single_refuses_two_mig_device_types() -> None:
 
 
 def test_single_refuses_full_gpus_beside_mig_devices() -> None:
-    devices = [gpu(0), gpu(1, True), mig(1, 0, "1g.5gb")]
+    devices = [nvidia_gpu(0), nvidia_gpu(1, True), mig(1, 0, "1g.5gb")]
     with pytest.raises(
         DeviceMapError, match="all devices on the node must be configured with the same migEnabled"
     ):
@@ -138,8 +144,8 @@ def test_single_refuses_full_gpus_beside_mig_devices() -> None:
 
 def test_mixed_serves_one_resource_per_profile_beside_full_gpus() -> None:
     devices = [
-        gpu(0),
-        gpu(1, True),
+        nvidia_gpu(0),
+        nvidia_gpu(1, True),
         mig(1, 0, "3g.20gb"),
         mig(1, 1, "2g.10gb"),
         mig(1, 2, "1g.5gb"),
@@ -154,7 +160,7 @@ def test_mixed_serves_one_resource_per_profile_beside_full_gpus() -> None:
 
 
 def test_mixed_accepts_an_empty_mig_enabled_gpu_and_reports_it() -> None:
-    devices = [gpu(0, True), gpu(1, True), mig(1, 0, "1g.5gb")]
+    devices = [nvidia_gpu(0, True), nvidia_gpu(1, True), mig(1, 0, "1g.5gb")]
     assert ids(build_device_map(devices, MigStrategy.MIXED, NO_REPLICAS)) == {
         "nvidia.com/mig-1g.5gb": ["MIG-1-0"]
     }
@@ -162,7 +168,7 @@ def test_mixed_accepts_an_empty_mig_enabled_gpu_and_reports_it() -> None:
 
 
 def test_mixed_refuses_a_compute_instance_profile_no_pattern_names() -> None:
-    devices = [gpu(0, True), mig(0, 0, "1c.2g.10gb")]
+    devices = [nvidia_gpu(0, True), mig(0, 0, "1c.2g.10gb")]
     with pytest.raises(DeviceMapError, match=r"MIG profile '1c\.2g\.10gb' does not match any resource"):
         build_device_map(devices, MigStrategy.MIXED, NO_REPLICAS)
 
@@ -181,21 +187,23 @@ def test_a_gpu_name_no_pattern_matches_is_refused() -> None:
     resources = default_resources(MigStrategy.NONE)
     narrow = replace(resources, gpus=(ResourcePattern("Tesla*", "nvidia.com/gpu"),))
     with pytest.raises(DeviceMapError, match=f"GPU name '{A100}' does not match any resource patterns"):
-        build_device_map([gpu(0)], MigStrategy.NONE, NO_REPLICAS, narrow)
+        build_device_map([nvidia_gpu(0)], MigStrategy.NONE, NO_REPLICAS, narrow)
 
 
 def test_a_mig_device_whose_parent_is_missing_is_refused_naming_it() -> None:
     with pytest.raises(
         DeviceMapError, match="MIG device MIG-3-0: its parent GPU GPU-3 is not in the inventory"
     ):
-        build_device_map([gpu(0), mig(3, 0, "1g.5gb")], MigStrategy.MIXED, NO_REPLICAS)
+        build_device_map([nvidia_gpu(0), mig(3, 0, "1g.5gb")], MigStrategy.MIXED, NO_REPLICAS)
 
 
 # --- replicas (updateDeviceMapWithReplicas) --------------------------------------------------------------
 
 
 def test_time_slicing_makes_replicas_with_annotated_ids_under_the_name() -> None:
-    device_map = build_device_map([gpu(0), gpu(1)], MigStrategy.NONE, time_slicing(("nvidia.com/gpu", 2)))
+    device_map = build_device_map(
+        [nvidia_gpu(0), nvidia_gpu(1)], MigStrategy.NONE, time_slicing(("nvidia.com/gpu", 2))
+    )
     assert ids(device_map) == {"nvidia.com/gpu": ["GPU-0::0", "GPU-0::1", "GPU-1::0", "GPU-1::1"]}
     replica = device_map["nvidia.com/gpu"][1]
     assert (replica.uuid, replica.index, replica.replicas, replica.paths) == (
@@ -208,13 +216,13 @@ def test_time_slicing_makes_replicas_with_annotated_ids_under_the_name() -> None
 
 def test_rename_by_default_serves_replicas_under_dot_shared_only() -> None:
     device_map = build_device_map(
-        [gpu(0)], MigStrategy.NONE, time_slicing(("nvidia.com/gpu", 3), rename_by_default=True)
+        [nvidia_gpu(0)], MigStrategy.NONE, time_slicing(("nvidia.com/gpu", 3), rename_by_default=True)
     )
     assert ids(device_map) == {"nvidia.com/gpu.shared": ["GPU-0::0", "GPU-0::1", "GPU-0::2"]}
 
 
 def test_mixed_with_time_slicing_replicates_each_mig_device_of_the_profile() -> None:
-    devices = [gpu(0, True), mig(0, 0, "1g.5gb"), mig(0, 1, "1g.5gb"), mig(0, 2, "2g.10gb")]
+    devices = [nvidia_gpu(0, True), mig(0, 0, "1g.5gb"), mig(0, 1, "1g.5gb"), mig(0, 2, "2g.10gb")]
     device_map = build_device_map(devices, MigStrategy.MIXED, time_slicing(("nvidia.com/mig-1g.5gb", 2)))
     assert ids(device_map) == {
         "nvidia.com/mig-2g.10gb": ["MIG-0-2"],
@@ -223,7 +231,7 @@ def test_mixed_with_time_slicing_replicates_each_mig_device_of_the_profile() -> 
 
 
 def test_single_with_time_slicing_replicates_mig_devices_under_nvidia_gpu() -> None:
-    devices = [gpu(0, True), mig(0, 0, "1g.5gb")]
+    devices = [nvidia_gpu(0, True), mig(0, 0, "1g.5gb")]
     device_map = build_device_map(devices, MigStrategy.SINGLE, time_slicing(("nvidia.com/gpu", 4)))
     assert ids(device_map) == {"nvidia.com/gpu": [f"MIG-0-0::{i}" for i in range(4)]}
     assert device_map["nvidia.com/gpu"][0].index == "0:0"
@@ -233,7 +241,7 @@ def test_a_count_replicates_the_first_devices_and_keeps_the_rest() -> None:
     rr = ReplicatedResources(
         (ReplicatedResource("nvidia.com/gpu", 2, devices=ReplicatedDevices(False, count=1)),)
     )
-    assert ids(build_device_map([gpu(0), gpu(1)], MigStrategy.NONE, rr)) == {
+    assert ids(build_device_map([nvidia_gpu(0), nvidia_gpu(1)], MigStrategy.NONE, rr)) == {
         "nvidia.com/gpu": ["GPU-1", "GPU-0::0", "GPU-0::1"]
     }
 
@@ -257,7 +265,7 @@ def test_devices_to_replicate_that_are_not_there_give_nvidias_error(
 ) -> None:
     rr = ReplicatedResources((ReplicatedResource("nvidia.com/gpu", 2, devices=devices),))
     with pytest.raises(DeviceMapError) as err:
-        build_device_map([gpu(0), gpu(1)], MigStrategy.NONE, rr)
+        build_device_map([nvidia_gpu(0), nvidia_gpu(1)], MigStrategy.NONE, rr)
     assert (
         "error updating device map with replicas from replicatedResources config: unable to get IDs of "
         in str(err.value)
@@ -267,7 +275,7 @@ def test_devices_to_replicate_that_are_not_there_give_nvidias_error(
 
 def test_a_replicated_resource_without_devices_here_is_ignored() -> None:
     rr = time_slicing(("nvidia.com/mig-1g.5gb", 2))
-    assert ids(build_device_map([gpu(0)], MigStrategy.NONE, rr)) == {"nvidia.com/gpu": ["GPU-0"]}
+    assert ids(build_device_map([nvidia_gpu(0)], MigStrategy.NONE, rr)) == {"nvidia.com/gpu": ["GPU-0"]}
 
 
 def test_a_device_inserted_again_with_the_same_id_replaces_the_first() -> None:
@@ -285,19 +293,21 @@ def test_a_device_inserted_again_with_the_same_id_replaces_the_first() -> None:
 
 
 def test_an_xid_on_a_gpu_hits_every_replica_of_it() -> None:
-    device_map = build_device_map([gpu(0), gpu(1)], MigStrategy.NONE, time_slicing(("nvidia.com/gpu", 3)))
+    device_map = build_device_map(
+        [nvidia_gpu(0), nvidia_gpu(1)], MigStrategy.NONE, time_slicing(("nvidia.com/gpu", 3))
+    )
     assert devices_hit(device_map, "GPU-1") == {"GPU-1::0", "GPU-1::1", "GPU-1::2"}
 
 
 def test_an_xid_on_a_mig_instance_hits_only_that_mig_device() -> None:
-    devices = [gpu(0, True), mig(0, 0, "1g.5gb", gi=7), mig(0, 1, "1g.5gb", gi=8)]
+    devices = [nvidia_gpu(0, True), mig(0, 0, "1g.5gb", gi=7), mig(0, 1, "1g.5gb", gi=8)]
     device_map = build_device_map(devices, MigStrategy.MIXED, time_slicing(("nvidia.com/mig-1g.5gb", 2)))
     assert devices_hit(device_map, "GPU-0", 8, 0) == {"MIG-0-1::0", "MIG-0-1::1"}
     assert devices_hit(device_map, "GPU-0") == {"MIG-0-0::0", "MIG-0-0::1", "MIG-0-1::0", "MIG-0-1::1"}
 
 
 def test_health_follows_the_device_and_its_parent_gpu() -> None:
-    devices = [gpu(0), gpu(1, True), mig(1, 0, "1g.5gb")]
+    devices = [nvidia_gpu(0), nvidia_gpu(1, True), mig(1, 0, "1g.5gb")]
     device_map = build_device_map(devices, MigStrategy.MIXED, time_slicing(("nvidia.com/gpu", 2)))
     healthy = with_health(device_map, {"GPU-1"})
     assert {d.id: d.healthy for ds in healthy.values() for d in ds} == {
