@@ -84,7 +84,9 @@ def resource_ids(rig: NodeRig, name: str, count: int, timeout: float = 30.0) -> 
         snapshot = rig.kubelet.wait_for_devices(ready, timeout)
     except TimeoutError:
         raise AssertionError(f"{name} not served with {count} devices\n{rig.daemon.describe()}") from None
-    return sorted(d.ID for d in snapshot.resource(name).devices)
+    resource = snapshot.resource(name)
+    assert resource is not None
+    return sorted(d.ID for d in resource.devices)
 
 
 def test_time_slicing_and_mixed_mig_serve_nvidias_resources_and_allocate_from_kubelets_ids(
@@ -148,7 +150,8 @@ def test_an_xid_on_a_gpu_makes_all_its_replicas_unhealthy_and_leaves_the_other_g
         return r is not None and len(r.unhealthy) == 4
 
     snapshot = rig.kubelet.wait_for_devices(all_down, 20.0)
-    assert snapshot.resource(MIG_1G).allocatable == 1  # the A100's MIG devices stay healthy
+    mig = snapshot.resource(MIG_1G)
+    assert mig is not None and mig.allocatable == 1  # the A100's MIG devices stay healthy
 
 
 def test_hami_core_slicing_beside_nvidias_sharing_is_refused_with_which_to_choose(tmp_path: Path) -> None:
