@@ -51,7 +51,7 @@ CHART = (  # HAMi v2.10 charts/hami/templates/scheduler/device-configmap.yaml, i
 )
 
 
-def pod(annotation: str, phase: str = "Running", deleting: bool = False, **meta: Any) -> dict[str, Any]:
+def mig_pod(annotation: str, phase: str = "Running", deleting: bool = False, **meta: Any) -> dict[str, Any]:
     metadata: dict[str, Any] = {
         "namespace": "ns",
         "name": meta.pop("name", "p"),
@@ -105,17 +105,17 @@ def backend(tmp_path: Path) -> FakeBackend:
 def test_active_mig_gpu_uuids_keeps_running_and_pending_pods_only() -> None:
     """HAMi mig_startup_test.go TestActiveMigGPUUUIDs."""
     pods = [
-        pod(one("GPU-live", "1g.5gb", 6, 1), "Running"),
-        pod(one("GPU-pending", "2g.10gb", 0, 2), "Pending"),
-        pod(one("GPU-complete", "1g.5gb", 0, 1), "Succeeded"),
-        pod(one("GPU-deleting", "1g.5gb", 0, 1), "Running", deleting=True),
+        mig_pod(one("GPU-live", "1g.5gb", 6, 1), "Running"),
+        mig_pod(one("GPU-pending", "2g.10gb", 0, 2), "Pending"),
+        mig_pod(one("GPU-complete", "1g.5gb", 0, 1), "Succeeded"),
+        mig_pod(one("GPU-deleting", "1g.5gb", 0, 1), "Running", deleting=True),
     ]
     assert active_mig_gpu_uuids(pods) == {"GPU-live", "GPU-pending"}
 
 
 def test_active_mig_keys_refuses_an_undecodable_annotation_naming_the_pod() -> None:
     with pytest.raises(MigAllocateError, match="decode MIG allocations for pod ns/p"):
-        active_mig_keys([pod("[{")])
+        active_mig_keys([mig_pod("[{")])
 
 
 # --- the register -----------------------------------------------------------------------------------
@@ -224,7 +224,7 @@ def test_reconcile_destroys_only_managed_instances_no_live_pod_holds(backend: Fa
     manager = MigManager(backend)
     kept, _ = manager.ensure(MigKey("GPU-a", "1g.5gb", 6, 1))
     gone, _ = manager.ensure(MigKey("GPU-a", "1g.5gb", 5, 1))
-    pods = [pod(one("GPU-a", "1g.5gb", 6, 1)), pod(one("GPU-a", "1g.5gb", 5, 1), "Succeeded")]
+    pods = [mig_pod(one("GPU-a", "1g.5gb", 6, 1)), mig_pod(one("GPU-a", "1g.5gb", 5, 1), "Succeeded")]
     reconciler = MigReconciler(manager, lambda: pods)
     assert reconciler.reconcile_once() == [gone.key]
     assert {d.uuid for d in backend.mig_devices("GPU-a")} == {foreign.uuid, kept.mig_uuid}
@@ -233,7 +233,7 @@ def test_reconcile_destroys_only_managed_instances_no_live_pod_holds(backend: Fa
 def test_reconcile_round_is_skipped_when_an_annotation_does_not_decode(backend: FakeBackend) -> None:
     manager = MigManager(backend)
     manager.ensure(MigKey("GPU-a", "1g.5gb", 6, 1))
-    reconciler = MigReconciler(manager, lambda: [pod("not json")])
+    reconciler = MigReconciler(manager, lambda: [mig_pod("not json")])
     assert reconciler.reconcile_once() == [] and reconciler.skipped == 1
     assert len(backend.mig_devices("GPU-a")) == 1
 
@@ -248,7 +248,7 @@ def test_restart_adopts_a_live_pods_instance_and_reports_one_that_is_not_live(ba
     stale[0].update(migUUID="MIG-gone", gpuInstanceID=9, computeInstanceID=0)
     fresh = MigManager(backend)
     problems = prime_from_pods(
-        fresh, [pod(json.dumps(annotated)), pod(json.dumps(stale), name="q")], {"GPU-a"}
+        fresh, [mig_pod(json.dumps(annotated)), mig_pod(json.dumps(stale), name="q")], {"GPU-a"}
     )
     assert list(fresh.managed()) == [inst.key]
     assert problems == [
@@ -258,9 +258,9 @@ def test_restart_adopts_a_live_pods_instance_and_reports_one_that_is_not_live(ba
 
 
 def test_a_live_pod_without_runtime_identity_is_hamis_error() -> None:
-    assert prime_from_pods(MigManager(FakeBackendStub()), [pod(one("GPU-a", "1g.5gb", 6, 1))], {"GPU-a"}) == [
-        "active pod ns/p MIG allocation lacks runtime identity"
-    ]
+    assert prime_from_pods(
+        MigManager(FakeBackendStub()), [mig_pod(one("GPU-a", "1g.5gb", 6, 1))], {"GPU-a"}
+    ) == ["active pod ns/p MIG allocation lacks runtime identity"]
 
 
 class FakeBackendStub:
@@ -292,10 +292,10 @@ def test_container_reservations_are_ordered_by_device_index_and_counted() -> Non
             },
         ]
     )
-    got = container_mig_allocations(pod(text), 1, 2)
+    got = container_mig_allocations(mig_pod(text), 1, 2)
     assert [a.device_index for a in got] == [0, 1]
     with pytest.raises(MigAllocateError, match="container c0 has 0 MIG reservations, requested 1 devices"):
-        container_mig_allocations(pod(text), 0, 1)
+        container_mig_allocations(mig_pod(text), 0, 1)
 
 
 def test_runtime_identity_fills_live_entries_and_fails_when_none_is_live(backend: FakeBackend) -> None:
