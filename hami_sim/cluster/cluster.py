@@ -45,6 +45,7 @@ import urllib3
 
 from hami_api import dra
 from hami_api.annotations import NODE_REGISTER
+from hami_node.dra.slices import mig_device_class_self
 from hami_node.durable import write_atomic
 from hami_node.gpu.backend import GPUEventKind
 from hami_node.gpu.inventory import (
@@ -966,26 +967,27 @@ class Cluster:
         }
 
     def _create_device_class(self) -> None:
-        """HAMi-DRA's DeviceClass, as `daemonset/` installs it (an existing one is kept)."""
-        body = {
+        """HAMi-DRA's DeviceClass and the MIG partitions' `mig.<driver>`, as `daemonset/overlays/dra`
+        installs them (an existing one is kept)."""
+        gpu_class: dict[str, Any] = {
             "apiVersion": dra.API_VERSION,
             "kind": "DeviceClass",
             "metadata": {"name": dra.DEVICE_CLASS},
             "spec": {"selectors": [{"cel": {"expression": dra.DEVICE_CLASS_SELECTOR}}]},
         }
-        with urllib3.PoolManager() as pool:
-            response = pool.request(
-                "POST",
-                f"{self.apiserver_url}/apis/resource.k8s.io/v1/deviceclasses",
-                body=json.dumps(body),
-                headers={"Content-Type": "application/json"},
-                timeout=10.0,
-                retries=False,
-            )
-        if response.status not in (201, 409):
-            raise ClusterError(
-                f"creating DeviceClass {dra.DEVICE_CLASS}: HTTP {response.status}: {response.data!r}"
-            )
+        for body in (gpu_class, mig_device_class_self(dra.DRIVER)):
+            with urllib3.PoolManager() as pool:
+                response = pool.request(
+                    "POST",
+                    f"{self.apiserver_url}/apis/resource.k8s.io/v1/deviceclasses",
+                    body=json.dumps(body),
+                    headers={"Content-Type": "application/json"},
+                    timeout=10.0,
+                    retries=False,
+                )
+            if response.status not in (201, 409):
+                name = (body.get("metadata") or {}).get("name")
+                raise ClusterError(f"creating DeviceClass {name}: HTTP {response.status}: {response.data!r}")
 
     def _control_cache_nodes(self, pool: urllib3.PoolManager) -> int | None:
         try:

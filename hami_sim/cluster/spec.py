@@ -57,6 +57,7 @@ from typing import Any
 
 import yaml
 
+from hami_api.mig import mig_model
 from hami_api.settings import DNS_SUBDOMAIN
 from hami_node.gpu.inventory import (
     DEFAULT_MODEL,
@@ -115,6 +116,9 @@ class GPUSpec:
     model: str = DEFAULT_MODEL
     memory_mib: int = 0
     """0: from the model's name (`model_memory_mib`)."""
+    mig: bool = False
+    """MIG mode on, no MIG device yet (a model of `hami_api.mig.MIG_MODELS`): in DRA mode hami-node
+    publishes its MIG partitions."""
 
     def __post_init__(self) -> None:
         if not self.model.strip():
@@ -123,6 +127,8 @@ class GPUSpec:
             raise SpecError(f"memory: expected a positive number of MiB, got {self.memory_mib!r}")
         if self.memory_mib == 0:
             object.__setattr__(self, "memory_mib", model_memory_mib(self.model))
+        if self.mig and mig_model(self.model) is None:
+            raise SpecError(f"mig: {self.model} is not a MIG-capable model (A100, A30, H100, H200)")
 
 
 NODE_MODES = ("device-plugin", "dra")
@@ -423,7 +429,8 @@ def node_inventory(node: NodeSpec) -> Inventory:
         len(node.gpus), node.name, model=first.model, memory_mib=first.memory_mib, nvlink=same
     )
     gpus = tuple(
-        replace(g, model=s.model, memory_mib=s.memory_mib) for g, s in zip(base.gpus, node.gpus, strict=True)
+        replace(g, model=s.model, memory_mib=s.memory_mib, mig_enabled=s.mig)
+        for g, s in zip(base.gpus, node.gpus, strict=True)
     )
     links = base.links if node.links is None else node.links
     return Inventory(gpus, base.nvml, links)
@@ -433,15 +440,17 @@ def _gpu_entry(value: object, where: str) -> GPUSpec:
     if isinstance(value, str):
         return GPUSpec(value)
     if isinstance(value, Mapping):
-        unknown = sorted(set(value) - {"model", "memory"})
+        unknown = sorted(set(value) - {"model", "memory", "mig"})
         if unknown:
-            raise SpecError(f"{where}: unknown key {unknown[0]!r} (expected model, memory)")
-        model, memory = value.get("model"), value.get("memory", 0)
+            raise SpecError(f"{where}: unknown key {unknown[0]!r} (expected model, memory, mig)")
+        model, memory, mig = value.get("model"), value.get("memory", 0), value.get("mig", False)
+        if not isinstance(mig, bool):
+            raise SpecError(f"{where}.mig: expected true or false, got {mig!r}")
         if not isinstance(model, str):
             raise SpecError(f"{where}.model: expected a GPU model name, got {model!r}")
         if isinstance(memory, bool) or not isinstance(memory, int) or memory < 0:
             raise SpecError(f"{where}.memory: expected a positive number of MiB, got {memory!r}")
-        return GPUSpec(model, memory)
+        return GPUSpec(model, memory, mig)
     raise SpecError(f"{where}: expected a model name or {{model, memory}}, got {value!r}")
 
 
