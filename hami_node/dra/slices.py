@@ -767,13 +767,26 @@ def plan_pool(slices: Sequence[Mapping[str, Any]], pool: str, desired: Sequence[
             return PoolPlan((*others, *stale), (), top, tuple(matched))
     new_generation = highest + 1
     candidates = list(ours)
-    writes: list[tuple[Mapping[str, Any] | None, JSON]] = []
-    for spec in desired:
-        body = {**spec, "pool": {**spec["pool"], "generation": new_generation}}
-        reuse = next((s for s in candidates if pool_spec_matches(s, spec)), None)
-        if reuse is None and candidates:
-            reuse = candidates[0]
-        if reuse is not None:
-            candidates.remove(reuse)
-        writes.append((reuse, body))
-    return PoolPlan((*others, *candidates), tuple(writes), new_generation)
+    reused: list[Mapping[str, Any] | None] = [None] * len(desired)
+
+    def kind(spec: Mapping[str, Any]) -> bool:
+        return bool(spec.get("sharedCounters"))
+
+    # A stored slice goes first to a spec it already matches, then to one of its kind (counters or
+    # devices), then to any: the fewest fields change.
+    for fits in (
+        pool_spec_matches,
+        lambda s, spec: kind(_map(s.get("spec"))) == kind(spec),
+        lambda s, spec: True,
+    ):
+        for i, spec in enumerate(desired):
+            if reused[i] is None:
+                hit = next((s for s in candidates if fits(s, spec)), None)
+                if hit is not None:
+                    candidates.remove(hit)
+                    reused[i] = hit
+    writes = tuple(
+        (reuse, {**spec, "pool": {**spec["pool"], "generation": new_generation}})
+        for reuse, spec in zip(reused, desired, strict=True)
+    )
+    return PoolPlan((*others, *candidates), writes, new_generation)
