@@ -281,3 +281,13 @@ def test_a_change_writes_every_slice_with_the_next_generation_reusing_the_stored
     assert [d["metadata"]["name"] for d in plan.deletes] == ["other-pool"]
     assert [None if s is None else s["metadata"]["name"] for s, _ in plan.writes] == [None, "s0", None]
     assert {b["pool"]["generation"] for _, b in plan.writes} == {8}
+
+
+def test_the_dra_overlay_ships_the_mig_device_class_hami_node_publishes_for() -> None:
+    path = Path(__file__).parents[2] / "daemonset" / "overlays" / "dra" / "deviceclass-mig.yaml"
+    shipped = yaml.safe_load(path.read_text())
+    expected = sl.mig_device_class_self(dra.DRIVER)
+    assert shipped["metadata"]["name"] == expected["metadata"]["name"] == sl.MIG_DEVICE_CLASS_SELF
+    (selector,) = shipped["spec"]["selectors"]
+    (wanted,) = expected["spec"]["selectors"]
+    assert " ".join(selector["cel"]["expression"].split()) == wanted["cel"]["expression"]

@@ -1177,7 +1177,8 @@ def test_dra_overlay_renders_the_base_plus_dra_and_validates(
     base = {(d["kind"], d["metadata"]["name"]) for d in rendered}
     assert base <= names
     assert names - base == {
-        ("DeviceClass", dra.DEVICE_CLASS), ("DaemonSet", "hami-node-dra"),
+        ("DeviceClass", dra.DEVICE_CLASS), ("DeviceClass", f"mig.{dra.DRIVER}"),
+        ("DaemonSet", "hami-node-dra"),
         ("ServiceAccount", "hami-node-dra"), ("ClusterRole", "hami-node-dra"),
         ("ClusterRoleBinding", "hami-node-dra"),
         ("ClusterRole", "hami-control-dra"), ("ClusterRoleBinding", "hami-control-dra"),
