@@ -25,13 +25,19 @@ between two pods' Prepares):
    reads, the answer from the checkpoint, the spec checked to be there;
 4. NodeUnprepareResources: spec, directory and checkpoint entry removed (no API read).
 
+With `--mig-gpus M`, the node's GPUs are A100-SXM4-40GBs and the first M are in MIG mode (no MIG device
+at start): hami-node publishes their partitions (KEP-4815 counters), and the same three phases run again
+for claims of one `1g.5gb` partition each (7 per MIG GPU live at a time, one per placement), so that
+Prepare creates the MIG device in the fake backend (GPU instance, compute instance, its layout file
+written) and Unprepare destroys it: "MIG partition" rows beside the GPU-slice rows.
+
 Every answer is checked (no error; CDI IDs of `k8s.gpu.hami.io/claim`; the spec file there after Prepare
 and gone after Unprepare). The daemon's VmRSS is read after start-up and at the end (VmHWM too); its CPU
 per call and the CPU of other processes on the machine are reported with the load average. Progress goes
 to stderr, a markdown table to stdout. Usage:
 
-    python bench/dra_prepare.py [--claims 1000] [--live 80] [--pace-ms 10] [--gpus 8] [--kube-api-qps Q]
-                                [--json FILE] [--py-spy FILE] [--keep]
+    python bench/dra_prepare.py [--claims 1000] [--live 80] [--pace-ms 10] [--gpus 8] [--mig-gpus 0]
+                                [--kube-api-qps Q] [--json FILE] [--py-spy FILE] [--keep]
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -140,7 +146,7 @@ class Claim:
         return v1_pb2.Claim(namespace=NAMESPACE, name=self.name, uid=self.uid)
 
 
-def make_claim(api: Api, i: int, device: str, rng: random.Random) -> Claim:
+def make_claim(api: Api, i: int, device: str, rng: random.Random, *, mig: bool = False) -> Claim:
     """A pod bound to the node with a claim from a template, allocated and reserved as the local cluster
     does it (claim controller, then the scheduler's PreBind). Untimed."""
     pod_name = f"p{i:05d}"
@@ -184,17 +190,13 @@ def make_claim(api: Api, i: int, device: str, rng: random.Random) -> Claim:
         f"/api/v1/namespaces/{NAMESPACE}/pods/{pod_name}/status",
         {"status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": name}]}},
     )
-    result = {
-        "request": "gpu",
-        "driver": dra.DRIVER,
-        "pool": NODE,
-        "device": device,
-        "shareID": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-        "consumedCapacity": {
+    result: dict[str, Any] = {"request": "gpu", "driver": dra.DRIVER, "pool": NODE, "device": device}
+    if not mig:  # a MIG partition is exclusive: no share, no consumed capacity
+        result["shareID"] = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        result["consumedCapacity"] = {
             dra.CAPACITY_MEMORY: f"{rng.randrange(1000, 4001, 100)}Mi",
             dra.CAPACITY_CORES: str(rng.randrange(10, 31, 5)),
-        },
-    }
+        }
     status = {
         "allocation": {
             "devices": {"results": [result]},
@@ -246,9 +248,19 @@ class Node:
         return self.tmp / "cdi"
 
 
-def start_daemon(node: Node, gpus: int, log_level: str, extra: Sequence[str]) -> subprocess.Popen[bytes]:
+MIG_MODEL = "NVIDIA A100-SXM4-40GB"
+
+
+def start_daemon(
+    node: Node, gpus: int, log_level: str, extra: Sequence[str], mig_gpus: int = 0
+) -> subprocess.Popen[bytes]:
     inventory = node.tmp / "inv" / "gpus.yaml"
-    write_inventory(inventory, generate_inventory(gpus, seed=NODE))
+    if mig_gpus:
+        made = generate_inventory(gpus, seed=NODE, model=MIG_MODEL, memory_mib=40960)
+        gpu_list = tuple(replace(g, mig_enabled=i < mig_gpus) for i, g in enumerate(made.gpus))
+        write_inventory(inventory, replace(made, gpus=gpu_list))
+    else:
+        write_inventory(inventory, generate_inventory(gpus, seed=NODE))
     command = [
         sys.executable, "-m", "hami_node.main",
         "--node-name", NODE,
@@ -370,17 +382,25 @@ def floor_phase(node: Node, calls: int, report: Report) -> None:
     report.stats.append(stat)
 
 
-def prepare_phases(node: Node, args: argparse.Namespace, report: Report, devices: Sequence[str]) -> None:
+def prepare_phases(
+    node: Node, args: argparse.Namespace, report: Report, devices: Sequence[str], *, mig: bool = False
+) -> None:
+    """The three phases over `devices` (GPU slices, or with `mig` 1g.5gb partitions: `live` is then one
+    claim per partition, so that no two live claims want the same instance)."""
     assert node.daemon is not None
     pid = node.daemon.pid
     pace = args.pace_ms / 1000
     paced = f"calls {args.pace_ms:g} ms apart" if pace > 0 else "back to back"
-    prepare = Stat(f"NodePrepareResources, a new claim ({paced})")
-    again = Stat(f"NodePrepareResources, the same claim again ({paced})")
-    unprepare = Stat(f"NodeUnprepareResources ({paced})")
+    what = "MIG partition 1g.5gb, " if mig else ""
+    prepare = Stat(f"NodePrepareResources, a new claim ({what}{paced})")
+    again = Stat(f"NodePrepareResources, the same claim again ({what}{paced})")
+    unprepare = Stat(f"NodeUnprepareResources ({what}{paced})")
     rng = random.Random(args.claims)
-    rounds = 1 + math.ceil(args.claims / args.live)  # the first round warms up
-    log(f"{rounds - 1} rounds of {args.live} claims (+1 warm-up), {len(devices)} GPUs")
+    live = len(devices) if mig else args.live
+    rounds = 1 + math.ceil(args.claims / live)  # the first round warms up
+    log(
+        f"{rounds - 1} rounds of {live} claims (+1 warm-up), {len(devices)} {'partitions' if mig else 'GPUs'}"
+    )
     made = 0
     with grpc.insecure_channel(f"unix://{node.dra_socket}") as channel:
         stub = v1_grpc.DRAPluginStub(channel)
@@ -401,10 +421,10 @@ def prepare_phases(node: Node, args: argparse.Namespace, report: Report, devices
 
         for r in range(rounds):
             claims = [
-                make_claim(node.api, made + i, devices[(made + i) % len(devices)], rng)
-                for i in range(args.live)
+                make_claim(node.api, made + i, devices[(made + i) % len(devices)], rng, mig=mig)
+                for i in range(live)
             ]
-            made += args.live
+            made += live
             stats = (
                 (prepare, again, unprepare) if r > 0 else (Stat("warm-up"), Stat("warm-up"), Stat("warm-up"))
             )
@@ -422,7 +442,8 @@ def prepare_phases(node: Node, args: argparse.Namespace, report: Report, devices
             if r % 5 == 0:
                 log(f"  round {r}/{rounds - 1}: {len(prepare.samples)} Prepares timed")
     report.stats += [prepare, again, unprepare]
-    report.extra["claims prepared and unprepared (warm-up included)"] = made
+    key = "MIG claims" if mig else "claims"
+    report.extra[f"{key} prepared and unprepared (warm-up included)"] = made
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -431,13 +452,16 @@ def run(args: argparse.Namespace) -> Report:
         log(f"starting hami-node --mode dra ({args.gpus} fake GPUs)")
         t0 = time.perf_counter()
         extra = ["--kube-api-qps", str(args.kube_api_qps)] if args.kube_api_qps is not None else []
-        node.daemon = start_daemon(node, args.gpus, args.log_level, extra)
+        node.daemon = start_daemon(node, args.gpus, args.log_level, extra, args.mig_gpus)
         wait_until("the DRA socket", node.dra_socket.exists, 60, node.daemon)
         devices: list[str] = []
+        partitions: list[str] = []
 
         def published() -> bool:
-            devices[:] = slice_devices(node.api)
-            return len(devices) == args.gpus
+            every = slice_devices(node.api)
+            devices[:] = [d for d in every if d.startswith("hami-gpu-")]
+            partitions[:] = [d for d in every if "-mig-1g5gb-19-" in d]  # 7 placements per MIG GPU
+            return len(devices) == args.gpus - args.mig_gpus and len(partitions) == 7 * args.mig_gpus
 
         wait_until("the node's ResourceSlice", published, 60, node.daemon)
         report.extra["start -> slice published, ms"] = round((time.perf_counter() - t0) * 1000, 1)
@@ -447,7 +471,10 @@ def run(args: argparse.Namespace) -> Report:
         ours_0 = own_cpu(node)
         floor_phase(node, args.floor_calls, report)
         with py_spy(node.daemon.pid, args.py_spy, "the daemon during the Prepare phases"):
-            prepare_phases(node, args, report, devices)
+            if devices:
+                prepare_phases(node, args, report, devices)
+            if partitions:
+                prepare_phases(node, args, report, partitions, mig=True)
         wall = time.monotonic() - wall_0
         ours = own_cpu(node)
         others = (machine_busy_seconds() - machine_0) - (sum(ours.values()) - sum(ours_0.values()))
@@ -485,7 +512,8 @@ def vm_hwm_mib(pid: int) -> float:
 
 def print_report(report: Report, args: argparse.Namespace) -> None:
     print(
-        f"\nhami-node --mode dra (fake backend, {args.gpus} GPUs), {args.live} claims prepared at a time, "
+        f"\nhami-node --mode dra (fake backend, {args.gpus} GPUs, {args.mig_gpus} in MIG mode), {args.live} "
+        "GPU-slice claims (one per 1g.5gb partition for MIG) prepared at a time, "
         f"on {os.cpu_count()} cores; the API server and this client share the machine\n"
     )
     header = ("measure", "calls", "errors", "p50 ms", "p99 ms", "max ms", "mean ms", "daemon CPU ms per call")
@@ -514,6 +542,9 @@ def main() -> int:
     parser.add_argument("--pace-ms", type=float, default=10.0, help="pause after each call (0: back to back)")
     parser.add_argument("--floor-calls", type=int, default=1000, help="no-op RPCs for the floor")
     parser.add_argument("--gpus", type=int, default=8, help="fake GPUs of the node")
+    parser.add_argument(
+        "--mig-gpus", type=int, default=0, help="of them, in MIG mode (A100-SXM4-40GBs): MIG partition phases"
+    )
     add_daemon_options(
         parser,
         qps_help="the daemon's --kube-api-qps (default: the daemon's, 50; each Prepare reads the claim "
@@ -523,6 +554,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.claims < 1 or args.live < 1 or not 1 <= args.gpus <= 16 or args.floor_calls < 1:
         parser.error("--claims, --live and --floor-calls must be at least 1, --gpus 1..16")
+    if not 0 <= args.mig_gpus <= args.gpus:
+        parser.error(f"--mig-gpus: expected 0..{args.gpus} (--gpus), got {args.mig_gpus}")
     started = time.monotonic()
     report = run(args)
     log(f"done in {time.monotonic() - started:.0f} s")
