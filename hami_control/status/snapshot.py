@@ -63,6 +63,9 @@ class Snapshot:
     quota_objects: tuple[JSONDict, ...] = ()
     slices: tuple[JSONDict, ...] = ()
     claims: tuple[JSONDict, ...] = ()
+    pod_objects: tuple[JSONDict, ...] = ()
+    """The pods as listed: for what the stores do not keep (container names, requests of NVIDIA's own
+    resources, which kube-scheduler alone places)."""
 
     @staticmethod
     def of(  # noqa: PLR0917 (the lists of one read)
@@ -91,12 +94,18 @@ class Snapshot:
             tuple(quotas),
             tuple(slices),
             tuple(claims),
+            tuple(pods),
         )
 
     @functools.cached_property
     def families(self) -> VendorFamilies:
         """The vendor of each device (`status.vendors`), for the config's registry."""
         return VendorFamilies(self.config.registry.vendors)
+
+    @functools.cached_property
+    def pods_by_uid(self) -> dict[str, JSONDict]:
+        """The listed pods by `metadata.uid` (those without one left out)."""
+        return {str(meta(p).get("uid")): p for p in self.pod_objects if meta(p).get("uid")}
 
     def has_register(self, node: str) -> bool:
         """Whether the node carries hami-node's register annotation (a node without it has no HAMi GPUs)."""
