@@ -57,6 +57,8 @@ import numpy as np
 import numpy.typing as npt
 
 from hami_api.containers import ContainerKind, footprint_slices
+from hami_api.mig import MIG_MODELS
+from hami_api.mig_alloc import MIG_MODE, MigAllocation
 from hami_api.resources import ContainerRequest
 from hami_api.types import DeviceSelector, GPUInfo, GPUPolicy, GPUSlice, NodePolicy
 from hami_control.fit import NO_SELECTOR, Fit, fit_pod
@@ -85,13 +87,14 @@ from hami_control.gputable import (
 )
 from hami_control.score import MAX_SCORE, node_priority
 from hami_control.usage import NodeGPUs, with_slices, without_slices
+from hami_node.mig_manager import register_mig
 from hami_sim.plan import (
     DEFAULT_EXTENDER_WEIGHT,
     DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
     EXTRA_POLICY_NAMES,
     POLICY_NAMES,
 )
-from hami_sim.plan.inputs import NodeSpec, Task
+from hami_sim.plan.inputs import NodeSpec, Task, mig_model_name
 from hami_sim.scheduler.fit import num_feasible_nodes_to_find
 
 FloatArray = npt.NDArray[np.float64]
@@ -140,11 +143,45 @@ if tuple(POLICIES) != POLICY_NAMES + EXTRA_POLICY_NAMES:  # pragma: no cover - k
 APP = (ContainerKind.APP,)
 
 
+MIG_POLICIES = ("binpack", "spread", "topology", "hami")
+"""The policies that place pods on MIG nodes (`NodeSpec.mig`): those whose node choice is hami-control's
+/filter and /prioritize (node by node on MIG GPUs, as the extender's `_fit_slow`) or HAMi's own; the
+fragmentation policies measure free milli-GPUs, which a MIG GPU does not have."""
+
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     row: int
     slices: tuple[GPUSlice, ...]
     task: Task
+    mig: tuple[MigAllocation, ...] = ()
+    """The MIG devices (profile, placement) fit_pod reserved on MIG GPUs (`hami.io/vgpu-mig-allocations`)."""
+
+
+def mig_gpu_info(spec: NodeSpec, index: int) -> GPUInfo:
+    """GPU `index` of a MIG node as hami-node registers it in operating mode mig (hami_node.devices
+    `inventory_entry`, hami_node.mig_manager `register_mig` without an allowlist: every base profile of
+    the model's table with its placements and HAMi's core %, count = the most instances of a profile,
+    devmem the whole GPU's memory, devcore 100, mode "mig")."""
+    name = mig_model_name(spec.model)
+    if name is None:
+        raise ValueError(f"node {spec.name}: model {spec.model!r} has no MIG profile table")
+    model = MIG_MODELS[name]
+    reg = register_mig(model.profiles, model.name, None)
+    if reg is None:  # pragma: no cover - every table has base profiles
+        raise ValueError(f"node {spec.name}: model {spec.model!r} registers no MIG profile")
+    return GPUInfo(
+        id=f"{spec.name}-gpu{index}",
+        index=index,
+        count=reg.count,
+        devmem=model.memory_mib,
+        devcore=100,
+        type=spec.model,
+        numa=index // -(-spec.gpus // max(spec.numa_nodes, 1)),
+        mode=MIG_MODE,
+        health=True,
+        mig_profiles=reg.profiles,
+    )
 
 
 def gpu_mix(mix: TaskMix) -> TaskMix:
@@ -154,9 +191,12 @@ def gpu_mix(mix: TaskMix) -> TaskMix:
 
 def gpu_request(task: Task) -> ContainerRequest | None:
     """The extender's view of a task's GPU ask: `num_gpu` GPUs, each `share // 10` percent of memory and cores
-    (None: CPU only)."""
+    (None: CPU only); a share task with `gpu_memory_mib` asks those MiB and no cores (`nvidia.com/gpumem`
+    alone)."""
     if task.num_gpu <= 0:
         return None
+    if task.gpu_memory_mib > 0 and task.num_gpu == 1:
+        return ContainerRequest(1, task.gpu_memory_mib, None, 0)
     percent = task.share // 10
     return ContainerRequest(task.num_gpu, 0, percent, percent)
 
@@ -192,7 +232,17 @@ class Cluster:
         self.rng = np.random.default_rng(seed)
         self.table = GPUTable()
         self.nodes: list[NodeGPUs] = []
+        if any(s.mig for s in self.specs) and policy.name not in MIG_POLICIES:
+            raise ValueError(
+                f"policy {policy.name}: does not place pods on MIG nodes; "
+                f"expected one of {', '.join(MIG_POLICIES)}"
+            )
         for spec in self.specs:
+            if spec.mig:
+                node = NodeGPUs.of(spec.name, [mig_gpu_info(spec, i) for i in range(spec.gpus)])
+                self.nodes.append(node)
+                self.table.set_node(node)
+                continue
             gpus = [
                 GPUInfo(
                     id=f"{spec.name}-gpu{i}",
@@ -372,7 +422,12 @@ class Cluster:
         if simple is None:  # pragma: no cover - one container, no numa-bind, no quota: always covered
             raise RuntimeError("the GPU table does not cover the pod")
         ev = evaluate(self.table, self.rows, simple)
-        cand = np.flatnonzero(ev.fits & ok_host)
+        fits = ev.fits & ok_host
+        slow = np.zeros(len(fits), dtype=np.bool_) if ev.slow is None else ev.slow & ok_host
+        for row in np.flatnonzero(slow).tolist():  # MIG nodes: fit_pod node by node (extender `_fit_slow`)
+            got = fit_pod(self.nodes[row], ((request, False),), selector=selector, policy=self.policy.gpu)
+            fits[row] = isinstance(got, Fit)
+        cand = np.flatnonzero(fits)
         if len(cand) == 0:
             return cand, np.zeros(0, dtype=np.int64)
         if self.policy.choice == BEST:
@@ -380,6 +435,8 @@ class Cluster:
         if self.policy.choice == HAMI:
             return np.array([self._hami(cand)], dtype=np.int64), np.zeros(1, dtype=np.int64)
         extender = self._extender_scores(request, selector, simple, ev, cand)
+        for i in np.flatnonzero(slow[cand]).tolist():  # the extender's `_slow_rows`: node by node
+            extender[i] = self._priority(int(cand[i]), request, selector)
         total: IntArray = self.least_allocated(cand, task) + extender * self.extender_weight * (
             MAX_NODE_SCORE // MAX_SCORE
         )
@@ -411,7 +468,7 @@ class Cluster:
         got = fit_pod(self.nodes[row], requests, selector=selector, policy=self.policy.gpu, mix=mix)
         if not isinstance(got, Fit):
             raise ValueError(f"task {task.name}: node {name} does not take it: {got.message}")
-        return self._apply(row, footprint_slices(got.allocation, APP), task)
+        return self._apply(row, footprint_slices(got.allocation, APP), task, got.mig)
 
     def _least_fragmenting(self, task: Task, request: ContainerRequest, cand: IntArray) -> IntArray:
         """The candidates the extender's /filter keeps under `--fragmentation-filter best`: those where
@@ -530,16 +587,18 @@ class Cluster:
             )
         return self._apply(row, footprint_slices(got.allocation, APP), task)
 
-    def _apply(self, row: int, slices: tuple[GPUSlice, ...], task: Task) -> Placement:
+    def _apply(
+        self, row: int, slices: tuple[GPUSlice, ...], task: Task, mig: tuple[MigAllocation, ...] = ()
+    ) -> Placement:
         self.cpu_free[row] -= task.cpu_milli
         self.mem_free[row] -= task.memory_mib
         self.cpu_scored[row] += task.cpu_milli or DEFAULT_MILLI_CPU
         self.mem_scored[row] += task.memory_mib or DEFAULT_MEMORY_MIB
         if slices:
-            self._set(row, with_slices(self.nodes[row], slices))
+            self._set(row, with_slices(self.nodes[row], slices, mig))
         self.node_frag[row] = self._frag(np.array([row]))[0]
         self.allocated += task.gpu_request
-        return Placement(row, slices, task)
+        return Placement(row, slices, task, mig)
 
     def release(self, placement: Placement) -> None:
         row, task = placement.row, placement.task
@@ -548,7 +607,7 @@ class Cluster:
         self.cpu_scored[row] -= task.cpu_milli or DEFAULT_MILLI_CPU
         self.mem_scored[row] -= task.memory_mib or DEFAULT_MEMORY_MIB
         if placement.slices:
-            self._set(row, without_slices(self.nodes[row], placement.slices))
+            self._set(row, without_slices(self.nodes[row], placement.slices, placement.mig))
         self.node_frag[row] = self._frag(np.array([row]))[0]
         self.allocated -= task.gpu_request
 
@@ -629,4 +688,16 @@ class Cluster:
         return row, self.nodes[row].gpus[int(gg[i])].id
 
 
-__all__ = ["FGD", "HAMI", "POLICIES", "SCHEDULER", "Cluster", "Placement", "Policy", "gpu_mix", "gpu_request"]
+__all__ = [
+    "FGD",
+    "HAMI",
+    "MIG_POLICIES",
+    "POLICIES",
+    "SCHEDULER",
+    "Cluster",
+    "Placement",
+    "Policy",
+    "gpu_mix",
+    "gpu_request",
+    "mig_gpu_info",
+]

@@ -5,6 +5,12 @@
   leave, until the GPU they asked reaches `max_arrival` of the cluster's GPUs; a task no node takes stays
   unplaced. Recorded per task: the arrived GPU request and the allocated GPU share of capacity, and at
   every percent of arrival the cluster's fragmentation.
+- MIG against slices (`mig_vs_slices`): the same tasks, in the same seeded order, arrive on the same
+  nodes twice, once with their GPUs in MIG mode (HAMi's dynamic MIG: each pod gets the smallest profile
+  holding its memory at a free placement) and once as hami-core slices (the memory as asked), never
+  leaving, until the GPU memory they asked reaches `max_arrival` of the nodes' GPU memory. Recorded: pods
+  placed and not, GPU memory asked by the placed pods, allocated (MIG: the profile's memory), left
+  unallocated, and the curve of allocated memory against arrived.
 - Time replay: tasks arrive at their creation time and leave at their deletion time (a task still
   pending then leaves the queue unplaced). A task that does not fit waits; pending tasks are tried again,
   oldest first, after each departure (kube-scheduler moves unschedulable pods back on such events); per
@@ -16,14 +22,14 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from hami_control.frag import MILLI, TaskMix, TaskShape, mix_from_tasks
 from hami_control.frag_mix import task_shape
 from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT, DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
-from hami_sim.plan.engine import BEST, POLICIES, Cluster, Placement, gpu_request
+from hami_sim.plan.engine import BEST, MIG_POLICIES, POLICIES, Cluster, Placement, gpu_request
 from hami_sim.plan.inputs import NodeSpec, Task
 from hami_sim.progress import ProgressBar
 
@@ -243,13 +249,157 @@ def replay(  # noqa: PLR0917 (the experiment's inputs, named)
     return out
 
 
+MIB_PER_GIB = 1024
+
+
+def memory_tasks(tasks: Sequence[Task], gpu_memory_mib: int) -> list[Task]:
+    """The GPU tasks of `tasks` as a memory-only workload on GPUs of `gpu_memory_mib`: a share task asks
+    `gpu_milli/1000` of that memory in MiB and no cores (`nvidia.com/gpumem` alone; one it already asks in
+    MiB keeps it), whole-GPU tasks stay whole GPUs (100 % of memory and cores); CPU, host memory and the
+    model constraint dropped (the comparison is about GPU memory alone); CPU-only tasks left out."""
+    out: list[Task] = []
+    for t in tasks:
+        if t.num_gpu <= 0:
+            continue
+        memory = t.gpu_memory_mib
+        if t.num_gpu == 1 and t.share < MILLI and not memory:
+            memory = max(1, t.share * gpu_memory_mib // MILLI)
+        out.append(replace(t, cpu_milli=0, memory_mib=0, models=(), gpu_memory_mib=memory))
+    return out
+
+
+def task_memory(task: Task, gpu_memory_mib: int) -> int:
+    """MiB of GPU memory `task` asks in all on GPUs of `gpu_memory_mib` (`gpu_request`'s memory x GPUs)."""
+    request = gpu_request(task)
+    return 0 if request is None else request.nums * request.memory_on(gpu_memory_mib)
+
+
+@dataclass
+class MemoryResult:
+    """One side of `mig_vs_slices`: the nodes' GPUs in MIG mode (`mode` "mig") or sliced ("slices")."""
+
+    mode: str
+    policy: str
+    capacity_mib: int = 0
+    """GPU memory of the nodes (the GPUs' whole memory, as NVML reports it)."""
+    arrived: list[float] = field(default_factory=list)
+    """Per arriving task: GPU memory asked so far, as a share of `capacity_mib`."""
+    allocation: list[float] = field(default_factory=list)
+    """Per arriving task: GPU memory allocated, as a share of `capacity_mib`."""
+    tasks: int = 0
+    placed: int = 0
+    unplaced: int = 0
+    asked_mib: int = 0
+    """GPU memory the placed pods asked."""
+    allocated_mib: int = 0
+    """GPU memory allocated to them (a MIG pod holds its profile's memory)."""
+    profiles: dict[str, int] = field(default_factory=dict)
+    """MIG profiles handed out, by name (MIG side)."""
+    placements: list[Placement] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def unallocated_mib(self) -> int:
+        return self.capacity_mib - self.allocated_mib
+
+    @property
+    def not_asked_mib(self) -> int:
+        """Allocated but not asked: what MIG's rounding up to a profile costs."""
+        return self.allocated_mib - self.asked_mib
+
+
+def _memory_run(  # noqa: PLR0917 (the experiment's inputs, named)
+    nodes: Sequence[NodeSpec],
+    tasks: Sequence[Task],
+    mode: str,
+    policy: str,
+    seed: int,
+    max_arrival: float,
+    progress: bool,
+    scheduler: SchedulerModel,
+) -> MemoryResult:
+    cluster = scheduler.cluster(nodes, workload_mix(tasks), policy, seed)  # no fragmentation policy here
+    memory_of = {n.name: n.gpu_memory_mib for n in nodes}
+    capacity = sum(n.gpus * n.gpu_memory_mib for n in nodes)
+    gpu_memory = nodes[0].gpu_memory_mib
+    out = MemoryResult(mode, policy, capacity)
+    target = max_arrival * capacity
+    rng = np.random.default_rng(seed)
+    bar = ProgressBar(
+        int(target) // MIB_PER_GIB, label=f"{mode} {policy}".ljust(24), unit="GiB", enabled=progress
+    )
+    arrived = 0
+    order: list[int] = []
+    while arrived < target and tasks:
+        if not order:
+            order = rng.permutation(len(tasks)).tolist()[::-1]
+        task = tasks[order.pop()]
+        got = cluster.place(task)
+        out.tasks += 1
+        asked = task_memory(task, gpu_memory)
+        arrived += asked
+        if got is None:
+            out.unplaced += 1
+        else:
+            out.placed += 1
+            out.placements.append(got)
+            out.asked_mib += task_memory(task, memory_of[cluster.specs[got.row].name])
+            out.allocated_mib += sum(s.usedmem for s in got.slices)
+            for m in got.mig:
+                out.profiles[m.profile] = out.profiles.get(m.profile, 0) + 1
+        out.arrived.append(arrived / capacity)
+        out.allocation.append(out.allocated_mib / capacity)
+        bar.update(min(arrived, int(target)) // MIB_PER_GIB)
+    out.seconds = bar.close()
+    return out
+
+
+def mig_vs_slices(  # noqa: PLR0917 (the experiment's inputs, named)
+    nodes: Sequence[NodeSpec],
+    tasks: Sequence[Task],
+    policy: str = "binpack",
+    seed: int = 42,
+    max_arrival: float = 1.0,
+    progress: bool = False,
+    scheduler: SchedulerModel = SCHEDULER_DEFAULTS,
+) -> tuple[MemoryResult, MemoryResult]:
+    """(MIG, slices) on the same workload: `nodes` with every GPU in MIG mode, then as hami-core slices;
+    `tasks` as `memory_tasks` makes them for the nodes' GPU memory. The nodes must be of one MIG-capable
+    model (ValueError otherwise)."""
+    from hami_sim.plan.inputs import mig_model_name
+
+    if policy not in MIG_POLICIES:
+        raise ValueError(f"policy {policy}: expected one of {', '.join(MIG_POLICIES)} for MIG against slices")
+    gpu_nodes = [n for n in nodes if n.gpus > 0]
+    models = sorted({n.model for n in gpu_nodes})
+    if len(models) != 1 or mig_model_name(models[0]) is None:
+        raise ValueError(
+            f"nodes: expected GPU nodes of one MIG-capable model (A100-40GB, A100-80GB, H100, H200, A30), "
+            f"got {', '.join(models) or 'none'}"
+        )
+    gpu_memory = gpu_nodes[0].gpu_memory_mib
+    work = memory_tasks(tasks, gpu_memory)
+    if not work:
+        raise ValueError("tasks: no GPU task to compare with")
+    mig = [replace(n, mig=True) for n in gpu_nodes]
+    sliced = [replace(n, mig=False) for n in gpu_nodes]
+    return (
+        _memory_run(mig, work, "mig", policy, seed, max_arrival, progress, scheduler),
+        _memory_run(sliced, work, "slices", policy, seed, max_arrival, progress, scheduler),
+    )
+
+
 __all__ = [
     "SCHEDULER_DEFAULTS",
     "InflationResult",
+    "MemoryResult",
     "ReplayResult",
     "SchedulerModel",
     "extender_mix",
     "inflation",
+    "memory_tasks",
+    "mig_vs_slices",
     "replay",
+    "task_memory",
     "workload_mix",
 ]

@@ -19,6 +19,13 @@ YAML inventory (`--nodes pools.yaml`):
         memory_mib: 786432
         gpu_memory_mib: 81920 # optional (default: by model, else 16384)
         split: 10             # optional: tasks per GPU (HAMi's deviceSplitCount, default 10)
+      - pool: mig             # GPUs in MIG mode, HAMi's dynamic MIG (optional, default false): a model
+        mig: true             # with a profile table (MIG_MODEL_NAMES: A100-40GB, A100-80GB, H100, H200,
+        count: 4              # A30, or the NVML name); no split or gpu_memory_mib (from the table)
+        gpus: 8
+        model: A100-40GB
+        cpu_milli: 96000
+        memory_mib: 786432
       - pool: npu             # another vendor's devices (default: nvidia); see below
         vendor: ascend
         count: 4
@@ -47,6 +54,7 @@ YAML workload (`--workload mix.yaml`): Poisson arrivals per mix over `horizon_s`
         cpu_milli: 4000
         memory_mib: 16384
         models: [A100]        # optional
+        gpu_memory_mib: 10240 # optional, share tasks only: MiB asked (nvidia.com/gpumem, no gpucores)
         vendor: nvidia        # optional: the vendor whose devices it asks (default nvidia)
 """
 
@@ -80,9 +88,36 @@ GPU_MEMORY_MIB = {
     "A10": 24576,
     "A100": 81920,
     "H100": 81920,
+    "A100-40GB": 40960,
+    "A100-80GB": 81920,
+    "H100-80GB": 81559,
+    "H200": 143771,
+    "H200-141GB": 143771,
+    "A30": 24576,
 }
 """MiB per GPU by model; G1-G3 (undisclosed models in OpenB) get the default. Only shares matter to the
 planner (memory is asked as a percentage), so the value only shows in the HAMi accounting."""
+
+
+MIG_MODEL_NAMES = {
+    "A100-40GB": "NVIDIA A100-SXM4-40GB",
+    "A100-80GB": "NVIDIA A100-SXM4-80GB",
+    "H100": "NVIDIA H100 80GB HBM3",
+    "H100-80GB": "NVIDIA H100 80GB HBM3",
+    "H200": "NVIDIA H200",
+    "H200-141GB": "NVIDIA H200",
+    "A30": "NVIDIA A30",
+}
+"""A pool's short model name -> the NVML name of its profile table (`hami_api.mig.MIG_MODELS`); a pool
+may also name the NVML name itself ("NVIDIA A100-SXM4-40GB")."""
+
+
+def mig_model_name(model: str) -> str | None:
+    """The NVML name of the MIG profile table for a pool's `model`, None when the model has no MIG."""
+    from hami_api.mig import MIG_MODELS
+
+    name = MIG_MODEL_NAMES.get(model, model)
+    return name if name in MIG_MODELS else None
 
 
 class InputError(ValueError):
@@ -103,6 +138,10 @@ class NodeSpec:
     """The devices' vendor (`VENDORS`); another vendor's model is written `<VENDOR>-<model>`."""
     """The GPUs spread evenly over this many NUMA nodes in index order (as the fake inventory of the
     local cluster lays them out, two by default there); GPU policies order equal GPUs by NUMA node."""
+    mig: bool = False
+    """The GPUs are in MIG mode under HAMi's dynamic MIG (hami-node `operatingmode: mig`): registered as
+    hami-node registers them (`engine.mig_gpu_info`: the model's base profiles, HAMi's core %, count = the
+    most instances), `split` unused. Only for models with a profile table (`mig_model_name`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +157,9 @@ class Task:
     models: tuple[str, ...] = ()
     creation: float = 0.0
     deletion: float | None = None
+    gpu_memory_mib: int = 0
+    """MiB of GPU memory asked per GPU (`nvidia.com/gpumem`, no `gpucores`), for a share task (num_gpu 1,
+    gpu_milli < 1000); 0: `gpu_milli/10` % of the GPU's memory and cores, as the trace asks."""
 
     @property
     def gpu_request(self) -> int:
@@ -363,6 +405,37 @@ def _vendor(raw: Any) -> str:
     return raw.strip().lower()
 
 
+def _bool(raw: Any) -> bool:
+    if not isinstance(raw, bool):
+        raise ValueError
+    return raw
+
+
+def _mig_memory(model: str) -> int:
+    from hami_api.mig import MIG_MODELS
+
+    return MIG_MODELS[mig_model_name(model) or model].memory_mib
+
+
+def _check_mig_pool(doc: _Doc, f: Mapping[str, yaml.Node], where: str, model: str, vendor: str) -> None:
+    """A MIG pool: an NVIDIA model with a profile table; its GPU memory and slots come from the table."""
+    line = doc.line(f["mig"])
+    if vendor != NVIDIA:
+        raise InputError(f"{doc.path} line {line}: {where}.mig: got true, expected false for vendor {vendor}")
+    if mig_model_name(model) is None:
+        known = ", ".join(MIG_MODEL_NAMES)
+        raise InputError(
+            f"{doc.path} line {line}: {where}.mig: model {model!r} has no MIG profile table, expected one "
+            f"of {known} (or its NVML name)"
+        )
+    for key in ("split", "gpu_memory_mib"):
+        if key in f:
+            raise InputError(
+                f"{doc.path} line {doc.line(f[key])}: {where}.{key}: not allowed with mig: true (a MIG GPU's "
+                "slots and memory come from its profile table)"
+            )
+
+
 def vendor_model(vendor: str, model: str) -> str:
     """The model string of another vendor's devices (`ASCEND-910B4`; `ASCEND-` matches every model of it
     as a `models:` entry, a case-insensitive substring of the device's type)."""
@@ -399,10 +472,15 @@ def read_nodes_yaml(path: Path) -> list[NodeSpec]:
         )
         split = doc.get(f, "split", where, _whole(1, 1000), "tasks per GPU 1..1000", DEFAULT_SPLIT)
         vendor = doc.get(f, "vendor", where, _vendor, f"one of {', '.join(VENDORS)}", NVIDIA)
+        mig = doc.get(f, "mig", where, _bool, "true or false", False)
+        if mig:
+            _check_mig_pool(doc, f, where, model, vendor)
+            gmem = _mig_memory(model)
         if vendor != NVIDIA:
             model = vendor_model(vendor, model)
         nodes.extend(
-            NodeSpec(f"{pool}-{n}", cpu, mem, gpus, model, gmem, split, vendor=vendor) for n in range(count)
+            NodeSpec(f"{pool}-{n}", cpu, mem, gpus, model, gmem, split, vendor=vendor, mig=mig)
+            for n in range(count)
         )
     if not nodes:
         raise InputError(f"{path}: nodes: no node pool")
@@ -440,6 +518,12 @@ def read_workload_yaml(path: Path, seed: int) -> list[Task]:
             )
         cpu = doc.get(f, "cpu_milli", where, _whole(0), "milli-CPUs >= 0", 0)
         mem = doc.get(f, "memory_mib", where, _whole(0), "MiB >= 0", 0)
+        gpu_mem = doc.get(f, "gpu_memory_mib", where, _whole(1), "MiB >= 1", 0)
+        if gpu_mem and (num_gpu != 1 or milli == MILLI):
+            raise InputError(
+                f"{path} line {doc.line(f['gpu_memory_mib'])}: {where}.gpu_memory_mib: got {gpu_mem}, "
+                "expected only on a share task (num_gpu 1, gpu_milli below 1000)"
+            )
         models = doc.get(f, "models", where, _models, "a list of GPU models", ())
         vendor = doc.get(f, "vendor", where, _vendor, f"one of {', '.join(VENDORS)}", NVIDIA)
         if vendor != NVIDIA:
@@ -460,6 +544,7 @@ def read_workload_yaml(path: Path, seed: int) -> list[Task]:
                     models,
                     t,
                     None if duration is None else t + duration,
+                    gpu_mem,
                 )
             )
             n += 1
@@ -476,9 +561,11 @@ def read_nodes(path: Path, split: int = DEFAULT_SPLIT) -> list[NodeSpec]:
 
 __all__ = [
     "DEFAULT_SPLIT",
+    "MIG_MODEL_NAMES",
     "InputError",
     "NodeSpec",
     "Task",
+    "mig_model_name",
     "read_nodes",
     "read_nodes_csv",
     "read_nodes_yaml",
