@@ -16,6 +16,8 @@ from hami_sim.plan import (
     POLICY_NAMES,
 )
 
+MIG_VS_SLICES = "mig-vs-slices"
+
 
 def _policies(text: str) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()]
@@ -82,18 +84,27 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--policies",
         type=_policies,
-        default=list(POLICY_NAMES),
+        default=None,
         help=f"comma list of {', '.join(POLICY_NAMES + EXTRA_POLICY_NAMES)} (default: all but "
-        f"{', '.join(EXTRA_POLICY_NAMES)})",
+        f"{', '.join(EXTRA_POLICY_NAMES)}; mig-vs-slices: one of binpack, spread, topology, hami, "
+        "default binpack)",
     )
-    parser.add_argument("--experiment", choices=("replay", "inflation"), default="inflation")
+    parser.add_argument(
+        "--experiment",
+        choices=("replay", "inflation", MIG_VS_SLICES),
+        default="inflation",
+        help="inflation, replay, or mig-vs-slices: the GPU tasks on the same nodes in MIG mode (HAMi's "
+        "dynamic MIG) and as hami-core slices, until the GPU memory asked reaches --max-arrival "
+        "(default 100 there) of the nodes' (docs/planning.md, 'MIG against slices')",
+    )
     parser.add_argument("--out", type=Path, required=True, help="directory for the report")
     parser.add_argument("--seed", type=int, default=42, help="seed of sampling and tie-breaks (default 42)")
     parser.add_argument(
         "--max-arrival",
         type=_arrival,
-        default=130.0,
-        help="inflation: stop when the arrived GPU request reaches this %% of capacity (default 130)",
+        default=None,
+        help="inflation: stop when the arrived GPU request reaches this %% of capacity (default 130); "
+        "mig-vs-slices: the arrived GPU memory (default 100)",
     )
     parser.add_argument(
         "--steps",
@@ -163,6 +174,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"hami-sim plan: {err}", file=sys.stderr)
         return 2
     progress = not args.no_progress  # off a terminal: a plain line every 10% (hami_sim.progress)
+    if args.experiment == MIG_VS_SLICES:
+        return _mig_vs_slices(args, nodes, tasks, pods_file, progress)
+    if args.policies is None:
+        args.policies = list(POLICY_NAMES)
+    if args.max_arrival is None:
+        args.max_arrival = 130.0
     scheduler = SchedulerModel(args.extender_weight, args.percentage_of_nodes_to_score)
     results: list[InflationResult] | list[ReplayResult]
     if args.experiment == "inflation":
@@ -193,4 +210,44 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_parser", "run"]
+def _mig_vs_slices(args: argparse.Namespace, nodes: Any, tasks: Any, pods_file: str, progress: bool) -> int:
+    from hami_sim.plan.engine import MIG_POLICIES
+    from hami_sim.plan.experiments import SchedulerModel, mig_vs_slices, workload_mix
+    from hami_sim.plan.report import RunInfo, describe_mix, mig_summary, mig_table_rows, write_mig_report
+
+    policies = args.policies or ["binpack"]
+    if len(policies) != 1 or policies[0] not in MIG_POLICIES:
+        print(
+            f"hami-sim plan: --policies: got {','.join(policies)}, expected one of {', '.join(MIG_POLICIES)} "
+            f"for {MIG_VS_SLICES}",
+            file=sys.stderr,
+        )
+        return 2
+    scheduler = SchedulerModel(args.extender_weight, args.percentage_of_nodes_to_score)
+    max_arrival = 100.0 if args.max_arrival is None else args.max_arrival
+    try:
+        results = mig_vs_slices(nodes, tasks, policies[0], args.seed, max_arrival / 100, progress, scheduler)
+    except ValueError as err:
+        print(f"hami-sim plan: {err}", file=sys.stderr)
+        return 2
+    gpu_tasks = [t for t in tasks if t.num_gpu > 0]
+    info = RunInfo(
+        str(args.nodes),
+        pods_file,
+        MIG_VS_SLICES,
+        args.seed,
+        sum(n.gpus for n in nodes),
+        len(nodes),
+        len(gpu_tasks),
+        describe_mix(workload_mix(gpu_tasks)),
+        args.extender_weight,
+        args.percentage_of_nodes_to_score,
+    )
+    write_mig_report(args.out, info, results, charts=not args.no_charts)
+    print(f"hami-sim plan: report in {args.out / 'report.md'}")
+    for line in mig_table_rows(mig_summary(results)):
+        print(f"  {line}")
+    return 0
+
+
+__all__ = ["MIG_VS_SLICES", "add_parser", "run"]

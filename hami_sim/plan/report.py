@@ -13,7 +13,7 @@ import numpy as np
 
 from hami_control.frag import TaskMix
 from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT, DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
-from hami_sim.plan.experiments import InflationResult, ReplayResult
+from hami_sim.plan.experiments import MIB_PER_GIB, InflationResult, MemoryResult, ReplayResult
 
 SATURATION = 100
 """The arrival (percent of capacity) at which unallocated GPUs are compared: the paper's point, where the
@@ -289,12 +289,147 @@ def _info(info: RunInfo) -> dict[str, Any]:
     return {k: getattr(info, k) for k in RunInfo.__slots__}
 
 
+def _gib(mib: int) -> float:
+    return round(mib / MIB_PER_GIB, 1)
+
+
+def mig_summary(results: Sequence[MemoryResult]) -> dict[str, Any]:
+    """Per side ("mig", "slices"): pods and GPU memory (GiB) at the end of the arrival."""
+    out: dict[str, Any] = {}
+    for r in results:
+        out[r.mode] = {
+            "policy": r.policy,
+            "tasks_arrived": r.tasks,
+            "placed": r.placed,
+            "unplaced": r.unplaced,
+            "capacity_gib": _gib(r.capacity_mib),
+            "asked_gib": _gib(r.asked_mib),
+            "allocated_gib": _gib(r.allocated_mib),
+            "allocated_not_asked_gib": _gib(r.not_asked_mib),
+            "unallocated_gib": _gib(r.unallocated_mib),
+            "unallocated_percent": round(100 * r.unallocated_mib / max(r.capacity_mib, 1), 2),
+            "profiles": dict(sorted(r.profiles.items())),
+            "seconds": round(r.seconds, 2),
+            "series": {
+                "arrived": [round(x, 4) for x in r.arrived],
+                "allocation": [round(x, 4) for x in r.allocation],
+            },
+        }
+    return out
+
+
+MIG_TABLE_HEADER = (
+    "| mode | pods arrived | placed | unplaced | GPU memory asked by placed pods (GiB) | allocated (GiB) "
+    "| allocated, not asked (GiB) | unallocated (GiB) | unallocated % |"
+)
+
+
+def mig_table_rows(summary: dict[str, Any]) -> list[str]:
+    """The comparison's Markdown table (header, rule, one row per side)."""
+    lines = [MIG_TABLE_HEADER, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for mode, s in summary.items():
+        lines.append(
+            f"| {mode} | {s['tasks_arrived']} | {s['placed']} | {s['unplaced']} | {s['asked_gib']} "
+            f"| {s['allocated_gib']} | {s['allocated_not_asked_gib']} | {s['unallocated_gib']} "
+            f"| {s['unallocated_percent']} |"
+        )
+    return lines
+
+
+def _mig_markdown(info: RunInfo, summary: dict[str, Any], charts: Sequence[str], note: str) -> str:
+    first: dict[str, Any] = next(iter(summary.values()), {})
+    lines = [
+        "# Capacity plan: MIG against slices",
+        "",
+        f"Nodes `{info.nodes_file}` ({info.nodes} nodes, {info.gpus} GPUs, {first.get('capacity_gib')} GiB "
+        f"of GPU memory); pods `{info.pods_file}` ({info.tasks} GPU tasks, as a memory-only workload); "
+        f"seed {info.seed}; policy {first.get('policy')}.",
+        "The same tasks in the same order arrive until the GPU memory they ask reaches the arrival limit; "
+        "`mig`: every GPU in MIG mode (HAMi's dynamic MIG, the smallest profile holding the memory at a "
+        "free placement), `slices`: hami-core slices of the memory asked.",
+        "",
+        *mig_table_rows(summary),
+        "",
+    ]
+    if "mig" in summary:
+        used = ", ".join(f"{k} x{v}" for k, v in summary["mig"]["profiles"].items())
+        lines += [f"MIG profiles handed out: {used or 'none'}.", ""]
+    lines += [f"![{c}]({c})" for c in charts]
+    if note:
+        lines += ["", note]
+    return "\n".join(lines) + "\n"
+
+
+def mig_chart(path: Path, results: Sequence[MemoryResult], title: str) -> None:
+    """Two panels: allocated GPU memory against arrived (% of capacity) per side, and the pods placed
+    and not, and the memory left unallocated and allocated but not asked, per side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for r in results:
+        left.plot(100 * np.asarray(r.arrived), 100 * np.asarray(r.allocation), label=r.mode, lw=1.4)
+    left.plot([0, 100], [0, 100], color="grey", lw=0.8, ls=":")
+    left.set_xlabel("GPU memory asked by arrived pods (% of capacity)")
+    left.set_ylabel("GPU memory allocated (% of capacity)")
+    left.set_title("Allocation as pods arrive")
+    left.legend()
+    left.grid(alpha=0.3)
+    modes = [r.mode for r in results]
+    x = np.arange(len(results))
+    width = 0.2
+    bars = (
+        ("pods placed", [r.placed for r in results]),
+        ("pods unplaced", [r.unplaced for r in results]),
+        ("unallocated GiB", [r.unallocated_mib / MIB_PER_GIB for r in results]),
+        ("allocated, not asked GiB", [r.not_asked_mib / MIB_PER_GIB for r in results]),
+    )
+    for k, (label, values) in enumerate(bars):
+        drawn = right.bar(x + (k - 1.5) * width, values, width, label=label)
+        right.bar_label(drawn, fmt="%.0f", fontsize=7)
+    right.set_xticks(x, modes)
+    right.set_title("At the end of the arrival")
+    right.legend(fontsize=8)
+    right.grid(alpha=0.3, axis="y")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_mig_report(
+    out: Path, info: RunInfo, results: Sequence[MemoryResult], charts: bool = True
+) -> dict[str, Any]:
+    """Write report.json, report.md and mig-vs-slices.png of `mig_vs_slices` into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    summary = mig_summary(results)
+    names: list[str] = []
+    note = ""
+    if charts:
+        try:
+            mig_chart(out / "mig-vs-slices.png", results, f"MIG against slices ({info.gpus} GPUs)")
+            names.append("mig-vs-slices.png")
+        except ImportError:
+            note = "Charts skipped: matplotlib is not installed (pip install 'hami-py[plan]')."
+    doc = {"run": _info(info), "modes": summary, "charts": names}
+    (out / "report.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / "report.md").write_text(_mig_markdown(info, summary, names, note))
+    return doc
+
+
 __all__ = [
+    "MIG_TABLE_HEADER",
     "SATURATION",
     "RunInfo",
     "at_arrival",
     "describe_mix",
     "inflation_summary",
+    "mig_chart",
+    "mig_summary",
+    "mig_table_rows",
     "replay_summary",
+    "write_mig_report",
     "write_report",
 ]
