@@ -1,4 +1,6 @@
-"""Keeps this node's ResourceSlice equal to its GPUs (`slices` builds it): published at start, after every
+"""Keeps this node's ResourceSlices equal to its GPUs (`slices` builds them: one slice, or with GPUs in MIG
+mode the pool of `slices.node_slice_specs`, compared and written as `slices.plan_pool` says, every slice
+of the pool with one generation): published at start, after every
 change of the GPUs or their health, and again whenever it is deleted (kubelet wipes a node's slices when
 it starts, and a driver's slices after 30 s without a connected plugin: k8s.io/kubernetes
 pkg/kubelet/cm/dra/manager.go, defaultWipingDelay) or changed by someone else.

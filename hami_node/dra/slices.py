@@ -1,10 +1,11 @@
 """Pure: this node's GPUs as a ResourceSlice (`resource.k8s.io/v1`), and the comparisons the publisher
 (`publisher.SlicePublisher`) makes against what the API server stores.
 
-One pool per node, named after the node, in one slice: `generateName: <node>-<driver>-`, an owner
-reference to the Node (controller: true, so the slices go with the Node), `spec.nodeName`, the pool's
-`generation` bumped on every change (consumers use only the highest generation) and
-`resourceSliceCount: 1` (the helper's convention, k8s.io/dynamic-resource-allocation
+One pool per node, named after the node, in one slice (several when a GPU is in MIG mode: its partitions
+in NVIDIA's split layout, `node_slice_specs` and the MIG section below): `generateName:
+<node>-<driver>-`, an owner reference to the Node (controller: true, so the slices go with the Node),
+`spec.nodeName`, the pool's `generation` bumped on every change (consumers use only the highest
+generation) and `resourceSliceCount: 1` (the helper's convention, k8s.io/dynamic-resource-allocation
 resourceslice/resourceslicecontroller.go; there the generation is bumped only when more than one
 write is needed, here on every write, as the issue asks).
 
