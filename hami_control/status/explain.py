@@ -29,6 +29,7 @@ from typing import Any
 
 from hami_api import annotations as ann
 from hami_api.errors import RequestError, WireFormatError
+from hami_api.mig_alloc import MIG_ALLOCATIONS, MigAllocation, decode_mig_allocations
 from hami_api.resources import ContainerRequest, pod_containers
 from hami_api.types import PodAllocation
 from hami_control.cache import TERMINAL_PHASES
@@ -39,6 +40,7 @@ from hami_control.fit import Fit, FitFailure, Reason
 from hami_control.quota import requests_quota_usage, vendor_requests_usage
 from hami_control.scheduling import QuotaWithoutPod
 from hami_control.status.dra import claim_shares, dra_gpus, pod_claim_names
+from hami_control.status.nvidia_modes import placement_text
 from hami_control.status.snapshot import Json, Snapshot, annotations_of, name_of, namespace_of
 from hami_control.status.vendors import NVIDIA_FAMILY
 from hami_control.usage import GPUUsage, NodeGPUs
@@ -260,6 +262,9 @@ class Placement:
     memory: int
     cores: int
     vendor: str = NVIDIA_FAMILY
+    mig: MigAllocation | None = None
+    """On a GPU in HAMi's dynamic MIG mode: the MIG device reserved for it (profile, placement, and the
+    MIG UUID once hami-node created it), from `hami.io/vgpu-mig-allocations`."""
     """`nvidia`, or the family of the device's vendor."""
 
 
@@ -337,19 +342,52 @@ def _allocation(annotations: Mapping[str, Any]) -> PodAllocation | None:
     return None
 
 
+def _mig_reservations(annotations: Mapping[str, Any]) -> tuple[MigAllocation, ...]:
+    text = annotations.get(MIG_ALLOCATIONS)
+    if not isinstance(text, str) or not text:
+        return ()
+    try:
+        return decode_mig_allocations(text)
+    except WireFormatError:
+        return ()
+
+
+def _mig_of(
+    reservations: Sequence[MigAllocation], container: int, device: int, uuid: str
+) -> MigAllocation | None:
+    """The reservation of a container's device: the one at (container, device), else the container's
+    first on the same GPU."""
+    mine = [a for a in reservations if a.container_index == container]
+    exact = next((a for a in mine if a.device_index == device and a.gpu_uuid == uuid), None)
+    return exact or next((a for a in mine if a.gpu_uuid == uuid), None)
+
+
+def mig_text(a: MigAllocation) -> str:
+    """`MIG 3g.20gb at slices [0-3], MIG-... (GPU instance 1, compute instance 0)`, or `..., not created
+    yet` before hami-node recorded the instance."""
+    where = f"MIG {a.profile} at slices {placement_text(a.placement)}"
+    if not a.runtime_ready:
+        return f"{where}, not created yet"
+    return (
+        f"{where}, {a.mig_uuid} (GPU instance {a.gpu_instance_id}, compute instance {a.compute_instance_id})"
+    )
+
+
 def _placements(snapshot: Snapshot, pod: Json, node: str) -> list[Placement]:
     out: list[Placement] = []
     allocation = _allocation(annotations_of(pod))
+    reservations = _mig_reservations(annotations_of(pod))
     gpus = snapshot.gpus.node_gpus(node)
     names = _container_names(pod)
     if allocation is not None:
         for i, container in enumerate(allocation.containers):
             holder = names[i] if i < len(names) else f"#{i}"
-            for s in container.devices:
+            for d, s in enumerate(container.devices):
                 gpu = gpus.gpu(s.uuid) if gpus is not None else None
                 index = gpu.info.index if gpu is not None else None
                 model = gpu.info.type if gpu is not None else "?"
-                out.append(Placement(holder, s.uuid, index, model, s.usedmem, s.usedcores))
+                mig = _mig_of(reservations, i, d, s.uuid)
+                out.append(Placement(holder, s.uuid, index, model, s.usedmem, s.usedcores, mig=mig))
     out += _vendor_placements(snapshot, pod, node, names)
     claims = set(pod_claim_names(pod))
     if claims:
@@ -411,9 +449,14 @@ def _bound_summary(phase: str, node: str, bind_phase: str, placements: Sequence[
 def _chosen(result: Fit, gpus: NodeGPUs | None, devices: NodeGPUs | None) -> tuple[str, ...]:
     """The GPUs and devices a fit chose, as `GPU 0 (<uuid>)` and `DCU 1 (<uuid>)`."""
     shown = []
-    for uuid in (s.uuid for c in result.allocation.containers for s in c.devices):
-        gpu = gpus.gpu(uuid) if gpus is not None else None
-        shown.append(f"GPU {gpu.info.index} ({uuid})" if gpu is not None else uuid)
+    for i, container in enumerate(result.allocation.containers):
+        for d, uuid in enumerate(s.uuid for s in container.devices):
+            gpu = gpus.gpu(uuid) if gpus is not None else None
+            text = f"GPU {gpu.info.index} ({uuid})" if gpu is not None else uuid
+            mig = _mig_of(result.mig, i, d, uuid)
+            if mig is not None:
+                text += f" as MIG {mig.profile} at slices {placement_text(mig.placement)}"
+            shown.append(text)
     for word, allocation in result.vendors.allocations.items() if result.vendors is not None else ():
         for uuid in (s.uuid for c in allocation.containers for s in c.devices):
             device = devices.gpu(uuid) if devices is not None else None
@@ -606,6 +649,8 @@ def render_explanation(explanation: Explanation) -> str:
                 lines.append(
                     f"  {p.holder}: {index}{p.uuid} ({p.model}): {p.memory} MiB, {p.cores}% of the cores"
                 )
+                if p.mig is not None:
+                    lines.append(f"    {mig_text(p.mig)}")
                 continue
             index = f" {p.index}" if p.index is not None else ""
             lines.append(
@@ -633,6 +678,17 @@ def render_explanation(explanation: Explanation) -> str:
     return "\n".join(lines)
 
 
+def _mig_dict(a: MigAllocation) -> dict[str, Any]:
+    return {
+        "profile": a.profile,
+        "placement": {"start": a.placement.start, "size": a.placement.size},
+        "slices": placement_text(a.placement),
+        "migUUID": a.mig_uuid or None,
+        "gpuInstanceID": a.gpu_instance_id,
+        "computeInstanceID": a.compute_instance_id,
+    }
+
+
 def explanation_dict(explanation: Explanation) -> dict[str, Any]:
     e = explanation
     return {
@@ -654,6 +710,7 @@ def explanation_dict(explanation: Explanation) -> dict[str, Any]:
                 "model": p.model,
                 "memoryMiB": p.memory,
                 "cores": p.cores,
+                **({"mig": _mig_dict(p.mig)} if p.mig is not None else {}),
             }
             for p in e.placements
         ],
@@ -683,6 +740,7 @@ __all__ = [
     "ask_text",
     "build_explanation",
     "explanation_dict",
+    "mig_text",
     "reason_sentence",
     "render_explanation",
     "vendor_ask_text",

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hami_api.types import MigPlacement
 from hami_control.cache import UNREGISTERED
 from hami_control.status.dra import claim_shares, dra_gpus
 from hami_control.status.nvidia_modes import (
@@ -86,7 +87,9 @@ class GPURow:
     mig_slices: int = 0
     """The memory slices of a GPU in HAMi's dynamic MIG mode (8, or 4 on an A30); 0 for other GPUs."""
     mig: tuple[MigInstance, ...] = ()
-    """The MIG instances pods reserved on it, by placement."""
+    """The MIG instances pods reserved on it, by placement (with `--namespace`, that namespace's)."""
+    mig_in_use: tuple[MigPlacement, ...] = ()
+    """Every placement reserved on it (the cache's `GPUUsage.mig_in_use`: the GPU's whole use)."""
 
     @property
     def is_mig(self) -> bool:
@@ -95,11 +98,11 @@ class GPURow:
     @property
     def mig_map(self) -> str:
         """`##....#.`: the memory slices the instances cover."""
-        return slice_map(self.mig_slices, (i.placement for i in self.mig))
+        return slice_map(self.mig_slices, self.mig_in_use)
 
     @property
     def mig_used(self) -> int:
-        return slices_used(self.mig_slices, (i.placement for i in self.mig))
+        return slices_used(self.mig_slices, self.mig_in_use)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +222,7 @@ def _row(
         vendor=vendor,
         mig_slices=memory_slices(info) if gpu.is_mig else 0,
         mig=tuple(instances),
+        mig_in_use=gpu.mig_in_use if gpu.is_mig else (),
     )
 
 
