@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +44,7 @@ from hami_node.plugin.server import MigSupport, PluginServer
 from hami_node.pods import PodTracker
 from tests.apiserver_util import bind
 from tests.builders import allocation_annotations, gpu_pod, node
+from tests.waiting import wait_for
 
 NODE = "mig-node"
 NS = "default"
@@ -177,21 +177,6 @@ def bind_phase(core_v1: Any, name: str) -> str:
     return str(annotations.get("hami.io/bind-phase", ""))
 
 
-def wait_for(predicate: Any, what: str) -> None:
-    """Wait on a condition with a deadline (the tracker's patches are asynchronous)."""
-    done = threading.Event()
-    deadline = threading.Timer(DEADLINE_S, done.set)
-    deadline.start()
-    try:
-        while not done.is_set():
-            if predicate():
-                return
-            done.wait(0.02)
-    finally:
-        deadline.cancel()
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 # --- Allocate creates, records, answers ---------------------------------------------------------------
 
 
@@ -213,7 +198,7 @@ def test_allocate_creates_the_reserved_instance_records_it_on_the_pod_and_answer
         device.gpu_instance_id,
         device.compute_instance_id,
     )
-    wait_for(lambda: bind_phase(core_v1, "small") == "success", "bind-phase success")
+    wait_for(lambda: bind_phase(core_v1, "small") == "success", DEADLINE_S, "bind-phase success")
 
 
 def test_allocate_of_two_mig_devices_on_two_gpus_creates_both_in_device_order(
@@ -240,7 +225,7 @@ def test_a_failed_identity_patch_destroys_the_instance_it_created_and_fails_the_
     mig_node: MigNode, core_v1: Any, apiserver: Any
 ) -> None:
     bind_mig_pod(core_v1, "unlucky", f"{GPU_A},NVIDIA,9856,29:;", reservation(GPU_A, "2g.10gb", 2, 2))
-    wait_for(lambda: mig_node.tracker.waiting() != (), "the watch to bring the pod")
+    wait_for(lambda: mig_node.tracker.waiting() != (), DEADLINE_S, "the watch to bring the pod")
     apiserver.runner.set_faults(
         {"seed": 1, "rules": [{"name": "patch", "fault": "error", "verbs": ["patch"], "resources": ["pods"]}]}
     )
@@ -254,7 +239,7 @@ def test_a_failed_identity_patch_destroys_the_instance_it_created_and_fails_the_
     assert "pod default/unlucky: record MIG runtime placement" in str(failed.value.details())
     assert mig_node.backend.mig_devices(GPU_A) == () and mig_node.manager.managed() == {}
     assert not recorded(core_v1, "unlucky")[0].runtime_ready
-    wait_for(lambda: bind_phase(core_v1, "unlucky") == "failed", "bind-phase failed")
+    wait_for(lambda: bind_phase(core_v1, "unlucky") == "failed", DEADLINE_S, "bind-phase failed")
 
 
 def test_a_second_allocate_of_the_same_container_after_a_restart_creates_nothing_new(
@@ -272,7 +257,7 @@ def test_a_second_allocate_of_the_same_container_after_a_restart_creates_nothing
     try:
         bind_mig_pod(core_v1, "again", f"{GPU_A},NVIDIA,4864,15:;", reservation(GPU_A, "1g.5gb", 5, 1))
         first = first_node.allocate(f"{GPU_A}-0")
-        wait_for(lambda: bind_phase(core_v1, "again") == "success", "bind-phase success")
+        wait_for(lambda: bind_phase(core_v1, "again") == "success", DEADLINE_S, "bind-phase success")
     finally:
         stop_mig_node(first_node)
     core_v1.patch_namespaced_pod(
@@ -338,7 +323,7 @@ def test_preferred_allocation_takes_one_device_of_each_gpu_the_reservations_name
         reservation(GPU_C, "1g.5gb", 6, 1, device=2),
         gpus=3,
     )
-    wait_for(lambda: mig_node.tracker.waiting() != (), "the watch to bring the pod")
+    wait_for(lambda: mig_node.tracker.waiting() != (), DEADLINE_S, "the watch to bring the pod")
     available = [f"{GPU_A}-0", f"{GPU_A}-1", f"{GPU_B}-0", f"{GPU_C}-0"]
     channel, stub = mig_node.stub()
     with channel:
