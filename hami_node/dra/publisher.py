@@ -39,7 +39,7 @@ from hami_kube.backoff import DEFAULT_RETRY, RetryPolicy
 from hami_kube.errors import KubeApiError
 from hami_kube.events import rfc3339
 from hami_node.config import NodeConfig
-from hami_node.devices import DeviceState
+from hami_node.devices import DeviceState, GPUStatus
 from hami_node.dra import slices as sl
 from hami_node.gpu import GPUBackendError
 
@@ -345,6 +345,24 @@ class SlicePublisher:
                 self._profiles[gpu.uuid] = profiles
             out.append(sl.MigGpu(gpu.info.minor, gpu.uuid, gpu.info.model, gpu.info.driver_version, profiles))
         return out
+
+    def partitions(self, gpu: GPUStatus) -> list[str]:
+        """The names of the partitions published for a GPU in MIG mode (empty for another GPU, or while
+        its profiles cannot be read): the devices its health stands for (`server.health_response`)."""
+        if self._mig_profiles is None or not gpu.info.mig_enabled:
+            return []
+        profiles = self._profiles.get(gpu.uuid)
+        if profiles is None:
+            try:
+                profiles = tuple(self._mig_profiles(gpu.uuid))
+            except GPUBackendError:
+                return []
+            self._profiles[gpu.uuid] = profiles
+        return [
+            sl.mig_device_name(gpu.info.minor, profile, placement.start)
+            for profile in profiles
+            for placement in profile.placements
+        ]
 
     def _mig_taints(self) -> dict[str, dict[str, Any]]:
         """The taint of each unhealthy GPU in MIG mode (put on its partitions)."""

@@ -40,7 +40,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -251,22 +251,34 @@ class DRAPluginV1beta1(v1beta1_grpc.DRAPluginServicer):
         return response
 
 
+Partitions = Callable[[GPUStatus], Sequence[str]]
+"""The names of a GPU's published MIG partitions (`SlicePublisher.partitions`): empty for a GPU out of
+MIG mode."""
+
+
 def health_response(
-    gpus: tuple[GPUStatus, ...], pool: str, now_s: int, timeout_s: int
+    gpus: tuple[GPUStatus, ...],
+    pool: str,
+    now_s: int,
+    timeout_s: int,
+    partitions: Partitions | None = None,
 ) -> health_pb2.NodeWatchResourcesResponse:
-    """The full device list with each GPU's health (the reason, as its slice taint says it)."""
+    """The full device list with each GPU's health (the reason, as its slice taint says it); a GPU in
+    MIG mode is listed as its partitions, each with the GPU's health."""
     devices = []
     for gpu in gpus:
         reason = taint_value(gpu)
-        devices.append(
-            health_pb2.DeviceHealth(
-                device=health_pb2.DeviceIdentifier(pool_name=pool, device_name=device_name(gpu.info.minor)),
-                health=health_pb2.HEALTHY if reason is None else health_pb2.UNHEALTHY,
-                last_updated_time=now_s,
-                health_check_timeout_seconds=timeout_s,
-                message=reason or "",
+        names = list(partitions(gpu)) if partitions is not None and gpu.info.mig_enabled else []
+        for name in names or [device_name(gpu.info.minor)]:
+            devices.append(
+                health_pb2.DeviceHealth(
+                    device=health_pb2.DeviceIdentifier(pool_name=pool, device_name=name),
+                    health=health_pb2.HEALTHY if reason is None else health_pb2.UNHEALTHY,
+                    last_updated_time=now_s,
+                    health_check_timeout_seconds=timeout_s,
+                    message=reason or "",
+                )
             )
-        )
     return health_pb2.NodeWatchResourcesResponse(devices=devices)
 
 
@@ -280,11 +292,13 @@ class HealthServicer(health_grpc.DRAResourceHealthServicer):
         *,
         resend_s: float = 10.0,
         now: Callable[[], float] = time.time,
+        partitions: Partitions | None = None,
     ) -> None:
         self._state = state
         self._pool = pool
         self._resend_s = resend_s
         self._now = now
+        self._partitions = partitions
         self.streams = StateStreams(state)
 
     def shutdown(self) -> None:
@@ -293,7 +307,9 @@ class HealthServicer(health_grpc.DRAResourceHealthServicer):
 
     def fresh(self) -> HealthServicer:
         """A servicer like this one with no stream ended: a stopped one ends its streams for good."""
-        return HealthServicer(self._state, self._pool, resend_s=self._resend_s, now=self._now)
+        return HealthServicer(
+            self._state, self._pool, resend_s=self._resend_s, now=self._now, partitions=self._partitions
+        )
 
     def NodeWatchResources(
         self, request: health_pb2.NodeWatchResourcesRequest, context: grpc.ServicerContext
@@ -304,7 +320,7 @@ class HealthServicer(health_grpc.DRAResourceHealthServicer):
         for version, gpus in self.streams.follow(context, self._resend_s):
             now = self._now()
             if version != sent or now - sent_at >= self._resend_s:
-                yield health_response(gpus, self._pool, int(now), timeout)
+                yield health_response(gpus, self._pool, int(now), timeout, self._partitions)
                 sent, sent_at = version, now
 
 
@@ -336,10 +352,11 @@ class DraPluginServers:
         health_resend_s: float = 10.0,
         fallback_poll_s: float = 10.0,
         stop_grace_s: float = 0.5,
+        partitions: Partitions | None = None,
     ) -> None:
         self.registration_socket = registration_socket(config)
         self.dra_socket = dra_socket(config)
-        self.health = HealthServicer(state, config.node_name, resend_s=health_resend_s)
+        self.health = HealthServicer(state, config.node_name, resend_s=health_resend_s, partitions=partitions)
         self.registration = RegistrationServicer(config.dra_driver_name, self.dra_socket, self._status)
         v1 = DRAPluginV1(preparer)
         v1beta1 = DRAPluginV1beta1(preparer)
@@ -573,6 +590,7 @@ __all__ = [
     "DraPluginServers",
     "DraServerError",
     "HealthServicer",
+    "Partitions",
     "RegistrationServicer",
     "dra_socket",
     "health_response",

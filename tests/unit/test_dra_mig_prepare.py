@@ -20,11 +20,14 @@ from hami_api.mig import A100_SXM4_40GB as A100
 from hami_kube.errors import KubeApiError
 from hami_node.cdi import claim_spec_file_name
 from hami_node.config import NodeConfig, load_config
-from hami_node.devices import GPUStatus
+from hami_node.devices import DeviceState, GPUStatus
 from hami_node.dra import checkpoint as ckpt
 from hami_node.dra import slices as sl
+from hami_node.dra.api.health.v1alpha1 import api_pb2 as health_pb2
 from hami_node.dra.claims import ClaimRef, MigRecord, PreparedClaim, PreparedDevice
 from hami_node.dra.prepare import ClaimPreparer
+from hami_node.dra.publisher import SlicePublisher
+from hami_node.dra.server import health_response
 from hami_node.gpu.fake import FakeBackend
 from tests.builders import dra_result, resource_claim
 
@@ -291,3 +294,17 @@ def test_the_dra_overlay_ships_the_mig_device_class_hami_node_publishes_for() ->
     (selector,) = shipped["spec"]["selectors"]
     (wanted,) = expected["spec"]["selectors"]
     assert " ".join(selector["cel"]["expression"].split()) == wanted["cel"]["expression"]
+
+
+def test_the_health_stream_lists_a_mig_gpus_partitions_with_its_health(
+    config: NodeConfig, backend: FakeBackend
+) -> None:
+    publisher = SlicePublisher(config, DeviceState(config), Api(), mig_profiles=backend.mig_profiles)  # type: ignore[arg-type]
+    mig, whole = (GPUStatus(g) for g in backend.list_gpus())
+    sick = GPUStatus(mig.info, fault="Xid 79")
+    response = health_response((sick, whole), "n1", 1700000000, 30, publisher.partitions)
+    names = [d.device.device_name for d in response.devices]
+    assert len(names) == 26 and names[-1] == dra.device_name(1)
+    assert set(names[:-1]) == {d["name"] for d in sl.mig_partitions(mig_gpu(backend))}
+    assert {(d.health, d.message) for d in response.devices[:-1]} == {(health_pb2.UNHEALTHY, "xid-79")}
+    assert publisher.partitions(whole) == []
