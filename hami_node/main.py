@@ -342,9 +342,11 @@ def _dra_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
         kube.bridge, config.node_name, config.dra_driver_name, publisher, start=False
     )
     if observer_factory is None:
-        servers = DraPluginServers(config, state, preparer)
+        servers = DraPluginServers(config, state, preparer, partitions=publisher.partitions)
     else:
-        servers = DraPluginServers(config, state, preparer, observer_factory=observer_factory)
+        servers = DraPluginServers(
+            config, state, preparer, observer_factory=observer_factory, partitions=publisher.partitions
+        )
     daemon = NodeDaemon(config, servers)
     if config.health_bind is not None:
         pages: dict[str, Page] = {"/metrics": parts.metrics.render}
