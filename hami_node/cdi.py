@@ -216,9 +216,11 @@ def encode_spec(spec: Mapping[str, Any]) -> bytes:
 
 
 def written_by_us(data: bytes) -> bool:
-    """Whether a spec file's bytes have the shape `build_spec` writes (our kind; each device a single
-    /dev/nvidiaN node; common edits only the void env and control nodes). NVIDIA's and HAMi's specs for
-    the same kind carry the driver's mounts and hooks, so they never pass."""
+    """Whether a spec file's bytes have the shape `build_spec` or, in NVIDIA's modes,
+    `hami_node.nvidia.cdi.build_nvidia_spec` writes (our kind; each device a /dev/nvidiaN node, a MIG
+    device's followed by its two /dev/nvidia-caps/nvidia-capN nodes; common edits only the void env and
+    control nodes). NVIDIA's and HAMi's specs for the same kind carry the driver's mounts and hooks, so
+    they never pass."""
     try:
         spec = json.loads(data)
     except (ValueError, RecursionError):  # RecursionError: nested past Python's recursion limit
@@ -241,10 +243,17 @@ def written_by_us(data: bytes) -> bool:
         if not isinstance(node, dict) or set(node) != {"deviceNodes"}:
             return False
         nodes = node["deviceNodes"]
-        if not isinstance(nodes, list) or len(nodes) != 1 or not isinstance(nodes[0], dict):
+        if (
+            not isinstance(nodes, list)
+            or len(nodes) not in (1, 3)
+            or not all(isinstance(n, dict) for n in nodes)
+        ):
             return False
-        path = nodes[0].get("path")
-        if not isinstance(path, str) or not re.fullmatch(r"/dev/nvidia[0-9]+", path):
+        if any(set(n) != {"path"} or not isinstance(n["path"], str) for n in nodes):
+            return False
+        if not re.fullmatch(r"/dev/nvidia[0-9]+", nodes[0]["path"]):
+            return False
+        if any(not re.fullmatch(r"/dev/nvidia-caps/nvidia-cap[0-9]+", n["path"]) for n in nodes[1:]):
             return False
     return True
 

@@ -6,7 +6,10 @@ from the backend, builds NVIDIA's device map (`hami_node.nvidia.plugin.NvidiaDev
 registering NVIDIA's resource name with kubelet. A device map NVIDIA's plugin refuses (an invalid MIG
 layout for the strategy, no GPU at all, NVML failing) is NVIDIA's `failOnInitError`: with it (the
 default) start-up fails with NVIDIA's text; without it the daemon logs the error and serves nothing, as
-NVIDIA's plugin blocks.
+NVIDIA's plugin blocks. With a cdi-* device-list strategy, NVIDIA's CDI spec of the served GPUs and MIG
+devices is written before the first plugin serves (`hami_node.nvidia.cdi`; a failure stops start-up
+with `CdiError` naming the file), as NVIDIA's plugin-manager.go calls CreateSpecFile before its plugins.
+The GPUs' links are read once for the aligned preferred allocation of whole GPUs.
 
 `NodeLabeler` writes the labels GPU feature discovery sets for these modes on the Node (in a real
 cluster GFD writes them; hami-node writes the same values so the local cluster and a cluster without
@@ -27,6 +30,8 @@ from hami_kube.errors import KubeApiError
 from hami_node.config import NodeConfig
 from hami_node.devices import DeviceState
 from hami_node.gpu.backend import GPUBackend, GPUBackendError
+from hami_node.nvidia.aligned import PairScore, pair_scorer
+from hami_node.nvidia.cdi import MigMinors, NvidiaCdiSpec, read_mig_minors
 from hami_node.nvidia.device_map import DeviceMapError, empty_mig_gpus, plugin_socket_name
 from hami_node.nvidia.plugin import (
     NvidiaDevices,
@@ -78,6 +83,9 @@ class NvidiaPlugins:
         self.group = PluginGroup(())
         self.error: str | None = None
         """Why nothing is served (failOnInitError false), None when serving."""
+        self.cdi_spec: NvidiaCdiSpec | None = None
+        """NVIDIA's CDI spec, written at start with a cdi-* device-list strategy."""
+        self._read_mig_minors = read_mig_minors
 
     def build(self) -> NvidiaDevices:
         """The device map of the GPUs the health monitor listed. Raises `NvidiaInitError`."""
@@ -89,13 +97,41 @@ class NvidiaPlugins:
         if not gpus:
             raise NvidiaInitError("no devices found. Waiting indefinitely.")
         try:
-            devices = adapt_devices(self._backend, gpus)
-            built = NvidiaDevices(self._nvidia, devices)
+            devices = adapt_devices(self._backend, gpus, self._mig_minors())
+            built = NvidiaDevices(self._nvidia, devices, self._pair_score([g.uuid for g in gpus]))
         except (DeviceMapError, GPUBackendError) as err:
             raise NvidiaInitError(f"error creating plugins: {err}") from None
         for index in empty_mig_gpus(devices):
             log.warning("device %d has no MIG devices configured", index)
         return built
+
+    def _mig_minors(self) -> MigMinors | None:
+        try:
+            return self._read_mig_minors()
+        except OSError as err:
+            raise NvidiaInitError(f"error getting MIG capability device paths: {err}") from None
+
+    def _pair_score(self, uuids: list[str]) -> PairScore:
+        """The GPUs' pair scores from the backend's links, read once (the topology does not change while
+        the node runs); all 0 when the links cannot be read (logged), as for a node without NVLink."""
+        if len(uuids) < 2:
+            return lambda _a, _b: 0
+        try:
+            return pair_scorer(self._backend.links(uuids))
+        except (GPUBackendError, ValueError) as err:
+            log.warning("cannot read the GPUs' links, preferred allocations ignore topology: %s", err)
+            return lambda _a, _b: 0
+
+    def _write_cdi_spec(self, devices: NvidiaDevices) -> None:
+        """NVIDIA's CDI spec of the served devices, with a cdi-* device-list strategy, before any plugin
+        hands out a CDI name (`hami_node.nvidia.cdi`). Raises `CdiError`."""
+        flags = self._nvidia.flags
+        if not flags.any_cdi:
+            return
+        spec = NvidiaCdiSpec(self._config.cdi_spec_dir, flags.device_id_strategy, self._exists)
+        served = [d for resource in devices.resources for d in devices.map[resource]]
+        spec.write(served)
+        self.cdi_spec = spec
 
     def start(self) -> None:
         for warning in self._nvidia.warnings:
@@ -108,6 +144,7 @@ class NvidiaPlugins:
             self.error = str(err)
             log.error("%s; failOnInitError is false: serving nothing", err)
             return
+        self._write_cdi_spec(self.devices)
         managers = []
         pods: PodSource = _NoPods()
         for resource in self.devices.resources:

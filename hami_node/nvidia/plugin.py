@@ -10,8 +10,8 @@ In these modes pods go through kube-scheduler alone: no webhook, no extender, no
   `DeviceState` (a GPU's fault, or the node's NVML fencing, fans out to its replicas and MIG devices,
   `device_map.with_health`); the list again on every change.
 - GetPreferredAllocation: NVIDIA's greedy policy (distributed or packed, `replicas.preferred_allocation`)
-  for replicas and MIG devices. For whole GPUs NVIDIA asks gpuallocator for a topology-aligned set;
-  here the same greedy order (the GPUs in index order): docs/nvidia-sharing.md says so.
+  for replicas and MIG devices; for whole GPUs gpuallocator's best-effort, NVLink-aligned set
+  (`replicas.aligned_allocation`, `aligned.best_effort_allocate`) from the GPUs' pair scores.
 - Allocate answers from kubelet's device IDs alone, as NVIDIA's plugin does (`server.go` Allocate:
   ValidateRequest, then getAllocateResponse): NVIDIA_VISIBLE_DEVICES with the GPUs' or MIG devices'
   UUIDs (or indexes), CDI, device specs; an invalid request fails with NVIDIA's text, which kubelet
@@ -33,9 +33,12 @@ from pathlib import Path
 import grpc
 
 from hami_node.allocation import ContainerResponse, Mount, to_proto
+from hami_node.cdi import CdiError
 from hami_node.devices import DeviceState, GPUStatus, StateStreams
 from hami_node.gpu.backend import GPUBackend, GPUBackendError, MigDevice, PhysicalGPU
 from hami_node.mps import CONTAINER_ROOT, CONTAINER_SHM, PIPE_DIRECTORY_ENV, pipe_dir, shm_dir
+from hami_node.nvidia.aligned import PairScore
+from hami_node.nvidia.cdi import MigMinors, mig_capability_paths
 from hami_node.nvidia.config import PluginConfig, SharingStrategy
 from hami_node.nvidia.device_map import (
     Device,
@@ -51,9 +54,11 @@ from hami_node.nvidia.labels import Labels, node_labels
 from hami_node.nvidia.replicas import (
     InvalidRequest,
     PreferredAllocationError,
+    aligned_allocation,
     allocate_error,
     container_allocate_response,
     preferred_allocation,
+    uses_aligned_allocation,
     validate_request,
 )
 from hami_node.plugin.api import api_pb2, api_pb2_grpc
@@ -72,8 +77,12 @@ driver) are left alone."""
 # --- the backend's GPUs and MIG devices as NVIDIA's devices ----------------------------------------------
 
 
-def _mig_device(gpu: PhysicalGPU, mig: MigDevice) -> NvidiaDevice:
+def _mig_device(gpu: PhysicalGPU, mig: MigDevice, minors: MigMinors | None) -> NvidiaDevice:
     a = mig.attributes
+    try:
+        caps = mig_capability_paths(gpu.minor, mig.gpu_instance_id, mig.compute_instance_id, minors)
+    except (CdiError, ValueError) as err:
+        raise GPUBackendError(f"GPU {gpu.uuid} MIG device {mig.uuid}: {err}") from None
     return NvidiaDevice(
         uuid=mig.uuid,
         index=gpu.index,
@@ -100,14 +109,19 @@ def _mig_device(gpu: PhysicalGPU, mig: MigDevice) -> NvidiaDevice:
         mig_enabled=False,
         healthy=gpu.healthy,
         numa_node=gpu.numa_node,
-        paths=(f"/dev/nvidia{gpu.minor}",),
+        paths=(f"/dev/nvidia{gpu.minor}", *caps),
     )
 
 
-def adapt_devices(backend: GPUBackend, gpus: Sequence[PhysicalGPU]) -> list[NvidiaDevice]:
+def adapt_devices(
+    backend: GPUBackend, gpus: Sequence[PhysicalGPU], mig_minors: MigMinors | None = None
+) -> list[NvidiaDevice]:
     """The GPUs (and, for those in MIG mode, their MIG devices) as `NvidiaDevice`s. A GPU is MIG capable
-    when its backend knows MIG profiles for it. Raises `GPUBackendError` when the MIG layout of a GPU in
-    MIG mode cannot be read."""
+    when its backend knows MIG profiles for it. A MIG device's paths are its parent's node and its GPU and
+    compute instance capability nodes (nvml_devices.go `nvmlMigDevice.GetPaths`), their minors from the
+    driver's mig-minors file (`mig_minors`, `hami_node.nvidia.cdi.read_mig_minors`) or, without it, the
+    driver's fixed layout. Raises `GPUBackendError` when the MIG layout of a GPU in MIG mode cannot be
+    read or a capability minor is missing."""
     out: list[NvidiaDevice] = []
     for gpu in sorted(gpus, key=lambda g: g.index):
         try:
@@ -129,7 +143,7 @@ def adapt_devices(backend: GPUBackend, gpus: Sequence[PhysicalGPU]) -> list[Nvid
             )
         )
         if gpu.mig_enabled:
-            out.extend(_mig_device(gpu, m) for m in backend.mig_devices(gpu.uuid))
+            out.extend(_mig_device(gpu, m, mig_minors) for m in backend.mig_devices(gpu.uuid))
     return out
 
 
@@ -138,9 +152,16 @@ class NvidiaDevices:
     (raises `device_map.DeviceMapError` with NVIDIA's texts), and each resource's devices with their
     health from the node daemon's GPUs."""
 
-    def __init__(self, config: PluginConfig, devices: Sequence[NvidiaDevice]) -> None:
+    def __init__(
+        self,
+        config: PluginConfig,
+        devices: Sequence[NvidiaDevice],
+        pair_score: PairScore = lambda _a, _b: 0,
+    ) -> None:
         self.config = config
         self.devices = tuple(devices)
+        self.pair_score = pair_score
+        """The GPUs' pair scores for the aligned allocation of whole GPUs (`aligned.pair_scorer`)."""
         self.map: DeviceMap = build_device_map(devices, config.flags.mig_strategy, config.sharing.replicated)
         self._gpu_uuids = frozenset(d.uuid for d in devices if not d.is_mig)
 
@@ -240,14 +261,17 @@ class NvidiaPluginServicer(api_pb2_grpc.DevicePluginServicer):
         policy = self._config.flags.shared_devices_allocation_policy
         responses = []
         for container in request.container_requests:
+            available = list(container.available_deviceIDs)
+            required = list(container.must_include_deviceIDs)
             try:
-                chosen = preferred_allocation(
-                    devices,
-                    list(container.available_deviceIDs),
-                    list(container.must_include_deviceIDs),
-                    container.allocation_size,
-                    policy,
-                )
+                if uses_aligned_allocation(devices, available):
+                    chosen = aligned_allocation(
+                        devices, available, required, container.allocation_size, self._devices.pair_score
+                    )
+                else:
+                    chosen = preferred_allocation(
+                        devices, available, required, container.allocation_size, policy
+                    )
             except PreferredAllocationError as err:
                 context.abort(grpc.StatusCode.UNKNOWN, str(err))
             responses.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=list(chosen)))

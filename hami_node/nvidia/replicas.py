@@ -2,7 +2,8 @@
 (internal/rm/devices.go AnnotatedID), `validate_request` (rm.go ValidateRequest), the container's
 Allocate response from kubelet's device IDs alone (internal/plugin/server.go getAllocateResponse; no pod
 annotation is read in these modes: pods go through kube-scheduler only), and the preferred allocation of
-replicated and MIG devices (internal/rm/allocate.go greedyAlloc with the distributed / packed policies).
+replicated and MIG devices (internal/rm/allocate.go greedyAlloc with the distributed / packed policies)
+and of whole GPUs (nvml_manager.go alignedAlloc: gpuallocator's best-effort policy, `aligned`).
 
 Pure: the CDI annotation's response id (a fresh uuid4 in NVIDIA's code) and whether an optional device
 node exists are the caller's.
@@ -21,6 +22,7 @@ from hami_node.allocation import (
     Mount,
 )
 from hami_node.cdi import qualified_name
+from hami_node.nvidia.aligned import PairScore, best_effort_allocate
 from hami_node.nvidia.config import (
     AllocationPolicy,
     DeviceIDStrategy,
@@ -209,6 +211,23 @@ def uses_aligned_allocation(devices: Sequence[Device], available: Sequence[str])
     )
 
 
+def aligned_allocation(
+    devices: Sequence[Device], available: Sequence[str], required: Sequence[str], size: int, score: PairScore
+) -> tuple[str, ...]:
+    """`alignedAlloc`: gpuallocator's best-effort policy over the available and required GPUs
+    (`aligned.best_effort_allocate`); an empty answer when it finds no set (kubelet then chooses). Raises
+    `PreferredAllocationError` with NVIDIA's text (`unable to retrieve list of available devices: no
+    device with uuid: <id>`, DeviceList.Filter) for an ID that is not one of this resource's GPUs."""
+    known = {d.id for d in devices}
+    for what, ids in (("available", available), ("required", required)):
+        for device_id in ids:
+            if device_id not in known:
+                raise PreferredAllocationError(
+                    f"unable to retrieve list of {what} devices: no device with uuid: {device_id}"
+                )
+    return best_effort_allocate(list(dict.fromkeys(available)), list(dict.fromkeys(required)), size, score)
+
+
 def preferred_allocation(
     devices: Sequence[Device],
     available: Sequence[str],
@@ -263,6 +282,7 @@ __all__ = [
     "DeviceSpec",
     "InvalidRequest",
     "PreferredAllocationError",
+    "aligned_allocation",
     "allocate_error",
     "container_allocate_response",
     "has_annotations",
