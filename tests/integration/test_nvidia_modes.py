@@ -3,10 +3,11 @@ with the fake GPU backend, the kubelet stand-in and the local API server, over r
 plugin per NVIDIA resource on NVIDIA's socket names, Allocate answered from kubelet's IDs (no pod
 annotation), NVIDIA's error for two replicas with failRequestsGreaterThanOne, health fanned out to the
 replicas, GFD's labels on the Node, and start-up refusals (hami-core slicing beside NVIDIA's sharing,
-an invalid single layout)."""
+an invalid single layout), and the cdi-cri strategy with NVIDIA's CDI spec written."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
+from hami_node.cdi import SPEC_FILE_NAME
 from hami_node.gpu.inventory import generate_inventory
 from tests.apiserver_util import create_and_bind
 from tests.builders import container
+from tests.cdi_util import spec_problems
 from tests.conftest import ApiServerHandle
 from tests.node_daemon_util import NAMESPACE, NodeDaemonProcess, NodeRig, make_rig, run_daemon_once
 from tests.waiting import wait_node
@@ -142,6 +145,7 @@ def test_an_xid_on_a_gpu_makes_all_its_replicas_unhealthy_and_leaves_the_other_g
 ) -> None:
     start(rig, TIME_SLICING)
     resource_ids(rig, SHARED, 4)
+    resource_ids(rig, MIG_1G, 1)  # every plugin registered before the fault
     xid = {**GPUS, "events": [{"id": "x1", "kind": "xid", "gpu": "GPU-aaaa", "xid": 79}]}
     rig.inventory_path.write_text(yaml.safe_dump(xid))
 
@@ -167,3 +171,50 @@ def test_hami_core_slicing_beside_nvidias_sharing_is_refused_with_which_to_choos
     assert "would share the same GPUs two ways; choose one" in result.stderr
     assert "device_split_count (flag --device-split-count)" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+CDI_CRI = """\
+version: v1
+flags:
+  migStrategy: mixed
+  plugin:
+    deviceListStrategy: cdi-cri
+"""
+"""A user's NVIDIA config file with the cdi-cri device-list strategy: whole GPUs and MIG devices as CDI
+devices in the CRI response."""
+
+
+def test_cdi_cri_hands_kubelet_cdi_devices_the_written_nvidia_spec_defines(
+    rig: NodeRig, core_v1: Any
+) -> None:
+    spec_dir = rig.base / "cdi"
+    args = [
+        *rig.base_args(),
+        "--config-file",
+        str(config_file(rig, CDI_CRI)),
+        "--cdi-spec-dir",
+        str(spec_dir),
+    ]
+    rig.daemons.append(NodeDaemonProcess(args, rig.base / "logs" / "hami-node-cdi.log"))
+    assert resource_ids(rig, "nvidia.com/gpu", 1) == ["GPU-aaaa"]
+    (mig_id,) = resource_ids(rig, MIG_1G, 1)
+
+    spec = json.loads((spec_dir / SPEC_FILE_NAME).read_bytes())
+    assert spec["kind"] == "k8s.device-plugin.nvidia.com/gpu" and spec_problems(spec) == []
+    defined = {f"{spec['kind']}={d['name']}" for d in spec["devices"]}
+
+    for name, resource, device_id in (("whole", "nvidia.com/gpu", "GPU-aaaa"), ("mig", MIG_1G, mig_id)):
+        uid = create_and_bind(core_v1, name, NODE, [container("main", limits={resource: "1"})])
+        result = rig.kubelet.wait_for_pod(NAMESPACE, name, timeout=20)
+        assert result.admitted, (result, rig.daemon.describe())
+        (entry,) = rig.kubelet.checkpoint().for_container(uid, "main")
+        names = [d.name for d in entry.response.cdi_devices]
+        assert names == [f"k8s.device-plugin.nvidia.com/gpu={device_id}"]
+        assert set(names) <= defined
+        assert "NVIDIA_VISIBLE_DEVICES" not in dict(entry.response.envs)
+    mig_nodes = next(d for d in spec["devices"] if d["name"] == mig_id)["containerEdits"]["deviceNodes"]
+    assert mig_nodes[0]["path"] == "/dev/nvidia1"
+    assert (
+        all(n["path"].startswith("/dev/nvidia-caps/nvidia-cap") for n in mig_nodes[1:])
+        and len(mig_nodes) == 3
+    )
