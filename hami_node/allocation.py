@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
+from uuid import NAMESPACE_URL, uuid5
 
 from hami_api.containers import footprint_growth, pod_container_kinds
 from hami_api.errors import RequestError
@@ -466,22 +467,23 @@ def _visible_devices(
     return envs, mounts, annotations, cdi_devices
 
 
-def mig_container_response(mig_uuids: Sequence[str], config: NodeConfig) -> ContainerResponse:
+def mig_container_response(
+    mig_uuids: Sequence[str], config: NodeConfig, cdi_id: str | None = None
+) -> ContainerResponse:
     """The answer for a container of HAMi's dynamic MIG (operating mode mig): the container sees its MIG
-    devices (`NVIDIA_VISIBLE_DEVICES=MIG-...`, or one /dev/null mount each under the volume-mounts
-    strategy), with none of HAMi-core's envs or mounts (HAMi server.go `Allocate`, `operatingMode ==
-    "mig"`). The CDI spec names whole GPUs only, so the CDI strategies fall back to the env var."""
+    devices, with none of HAMi-core's envs or mounts (HAMi server.go `Allocate`, `operatingMode ==
+    "mig"`), through the device-list strategies as a whole GPU does (`_visible_devices`):
+    `NVIDIA_VISIBLE_DEVICES=MIG-...`, one /dev/null mount each under volume-mounts, and under the CDI
+    strategies the MIG devices' CDI names `k8s.device-plugin.nvidia.com/gpu=MIG-...`, which the node's
+    CDI spec defines (`hami_node.cdi`: the spec writer listens to the MIG manager and rewrites the spec
+    before Allocate answers). `cdi_id` is the CDI annotation's id (default: derived from the MIG UUIDs,
+    so a repeated Allocate answers the same)."""
     if not mig_uuids:
         raise ValueError("mig_uuids: a MIG container gets at least one MIG device")
-    envs: dict[str, str] = {}
-    mounts: list[Mount] = []
-    strategies = config.device_list_strategy
-    if DeviceListStrategy.ENVVAR in strategies or DeviceListStrategy.VOLUME_MOUNTS not in strategies:
-        envs[VISIBLE_DEVICES_ENV] = ",".join(mig_uuids)
-    if DeviceListStrategy.VOLUME_MOUNTS in strategies:
-        envs[VISIBLE_DEVICES_ENV] = VOLUME_MOUNTS_ROOT
-        mounts.extend(Mount(f"{VOLUME_MOUNTS_ROOT}/{uuid}", "/dev/null", False) for uuid in mig_uuids)
-    return ContainerResponse(envs=envs, mounts=tuple(mounts))
+    if cdi_id is None:
+        cdi_id = uuid5(NAMESPACE_URL, "hami-mig:" + ",".join(mig_uuids)).hex
+    envs, mounts, annotations, cdi_devices = _visible_devices(mig_uuids, config, cdi_id)
+    return ContainerResponse(envs, tuple(mounts), annotations, tuple(cdi_devices))
 
 
 @dataclass(frozen=True, slots=True)

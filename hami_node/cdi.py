@@ -12,6 +12,12 @@ names (a runtime refuses devices defined twice).
 What the spec holds, and why only that:
 
 - one device per GPU, named by its UUID, whose edit is the GPU's device node `/dev/nvidia<minor>`;
+- with HAMi's dynamic MIG (operating mode mig), one device per live MIG instance, named by its MIG UUID,
+  whose edits are its GPU's node and its GPU and compute instance capability nodes
+  `/dev/nvidia-caps/nvidia-cap<N>` (N from the driver's `/proc/driver/nvidia-caps/mig-minors`, or its
+  fixed layout without one: `default_mig_minor`), as NVIDIA's device plugin names a MIG device
+  (internal/rm/nvml_devices.go `nvmlMigDevice.GetPaths`). The spec is rewritten synchronously after
+  each instance is created (before Allocate hands its name out) or destroyed (`CdiSpecWriter.refresh`);
 - common edits applied with any of them: the control nodes (`/dev/nvidiactl`, `/dev/nvidia-uvm`,
   `/dev/nvidia-uvm-tools`, those that exist) and `NVIDIA_VISIBLE_DEVICES=void`, as NVIDIA's generator
   (nvcdi) writes, so a runtime hook in legacy mode does not inject every GPU because the image says
@@ -83,6 +89,19 @@ _DEVICE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 _SPEC_KEYS = frozenset({"cdiVersion", "kind", "devices", "containerEdits"})
 
 
+MIG_MINORS_PATH = "/proc/driver/nvidia-caps/mig-minors"
+NVIDIA_CAPS_DIR = "/dev/nvidia-caps"
+GPU_INSTANCES_PER_GPU = 15
+"""The driver's mig-minors layout: GPU instance IDs 0..14 per GPU."""
+COMPUTE_INSTANCES_PER_GI = 8
+"""... and compute instance IDs 0..7 per GPU instance."""
+_FIRST_GPU_MINOR = 3
+"""`config 1`, `monitor 2`, then `gpu0/gi0/access 3`."""
+MigMinors = Mapping[tuple[int, int, int | None], int]
+"""Parsed mig-minors: (gpu minor, GPU instance ID, compute instance ID or None for the GI) -> minor."""
+_MINORS_LINE = re.compile(r"gpu([0-9]+)/gi([0-9]+)(?:/ci([0-9]+))?/access\s+([0-9]+)")
+
+
 class CdiError(Exception):
     """The spec cannot be built or written; the message says what to fix."""
 
@@ -99,11 +118,102 @@ class CdiGpu(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class MigCdiDevice:
+    """A MIG device of HAMi's dynamic MIG for the spec: its UUID (the CDI name), its GPU's UUID, and its
+    GPU and compute instance IDs (which give its capability nodes)."""
+
+    uuid: str
+    gpu_uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+
+
+class MigSource(Protocol):
+    """What the spec writer needs of HAMi's dynamic MIG (`hami_node.mig_manager.MigManager` fits): the
+    live MIG devices, and a call after each change."""
+
+    def cdi_devices(self) -> list[MigCdiDevice]: ...
+
+    def add_listener(self, listener: Callable[[], None]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
 class SpecGpu:
     """A plain `CdiGpu`."""
 
     uuid: str
     minor: int
+
+
+# --- MIG capability device nodes --------------------------------------------------------------------------
+
+
+def default_mig_minor(gpu_minor: int, gpu_instance: int, compute_instance: int | None = None) -> int:
+    """The capability minor of a GPU instance (`compute_instance` None) or of one of its compute instances
+    in the driver's fixed mig-minors layout. Raises `ValueError` for an ID outside it."""
+    if gpu_minor < 0:
+        raise ValueError(f"gpu minor: expected >= 0, got {gpu_minor}")
+    if not 0 <= gpu_instance < GPU_INSTANCES_PER_GPU:
+        raise ValueError(f"GPU instance ID: expected 0..{GPU_INSTANCES_PER_GPU - 1}, got {gpu_instance}")
+    if compute_instance is not None and not 0 <= compute_instance < COMPUTE_INSTANCES_PER_GI:
+        raise ValueError(
+            f"compute instance ID: expected 0..{COMPUTE_INSTANCES_PER_GI - 1}, got {compute_instance}"
+        )
+    per_gi = 1 + COMPUTE_INSTANCES_PER_GI
+    gi_minor = _FIRST_GPU_MINOR + gpu_minor * GPU_INSTANCES_PER_GPU * per_gi + gpu_instance * per_gi
+    return gi_minor if compute_instance is None else gi_minor + 1 + compute_instance
+
+
+def parse_mig_minors(text: str) -> dict[tuple[int, int, int | None], int]:
+    """The driver's `/proc/driver/nvidia-caps/mig-minors`: (gpu minor, GI, CI or None) -> capability
+    minor. Lines that are neither a GI nor a CI access line (`config 1`, `monitor 2`, anything else) are
+    skipped, as NVIDIA's GetMigCapabilityDevicePaths skips what it cannot parse."""
+    out: dict[tuple[int, int, int | None], int] = {}
+    for line in text.splitlines():
+        match = _MINORS_LINE.fullmatch(line.strip())
+        if match is None:
+            continue
+        gpu, gi, ci, minor = match.groups()
+        out[(int(gpu), int(gi), None if ci is None else int(ci))] = int(minor)
+    return out
+
+
+def read_mig_minors(path: str = MIG_MINORS_PATH) -> dict[tuple[int, int, int | None], int] | None:
+    """The parsed mig-minors file, or None when there is none (no MIG-capable driver, a fake node)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return parse_mig_minors(f.read())
+    except FileNotFoundError:
+        return None
+
+
+def mig_capability_paths(
+    gpu_minor: int,
+    gpu_instance: int,
+    compute_instance: int,
+    minors: MigMinors | None = None,
+) -> tuple[str, str]:
+    """The GPU instance's and the compute instance's capability device nodes
+    (`/dev/nvidia-caps/nvidia-cap<N>`), from `minors` (`parse_mig_minors`) or, without it, the driver's
+    fixed layout. Raises `CdiError` when `minors` lacks one, with NVIDIA's text (nvml_devices.go)."""
+    if minors is None:
+        gi = default_mig_minor(gpu_minor, gpu_instance)
+        ci = default_mig_minor(gpu_minor, gpu_instance, compute_instance)
+    else:
+        found_gi = minors.get((gpu_minor, gpu_instance, None))
+        if found_gi is None:
+            raise CdiError(
+                "missing MIG GPU instance capability path: /proc/driver/nvidia/capabilities/"
+                f"gpu{gpu_minor}/mig/gi{gpu_instance}/access"
+            )
+        found_ci = minors.get((gpu_minor, gpu_instance, compute_instance))
+        if found_ci is None:
+            raise CdiError(
+                "missing MIG compute instance capability path: /proc/driver/nvidia/capabilities/"
+                f"gpu{gpu_minor}/mig/gi{gpu_instance}/ci{compute_instance}/access"
+            )
+        gi, ci = found_gi, found_ci
+    return f"{NVIDIA_CAPS_DIR}/nvidia-cap{gi}", f"{NVIDIA_CAPS_DIR}/nvidia-cap{ci}"
 
 
 # --- pure ------------------------------------------------------------------------------------------------
@@ -181,12 +291,21 @@ def _compact(edits: Mapping[str, Any]) -> dict[str, Any]:
     return {key: list(value) for key, value in edits.items() if value}
 
 
-def build_spec(gpus: Iterable[CdiGpu], common_nodes: Sequence[str]) -> dict[str, Any] | None:
-    """The spec for these GPUs (in their order) with `common_nodes` as common edits; None when there is
-    no GPU (a spec without devices is invalid). Raises `CdiError` for a UUID that is not a valid CDI
-    device name, or two GPUs with one UUID."""
+def build_spec(
+    gpus: Iterable[CdiGpu],
+    common_nodes: Sequence[str],
+    mig: Iterable[MigCdiDevice] = (),
+    minors: MigMinors | None = None,
+) -> dict[str, Any] | None:
+    """The spec for these GPUs (in their order) with `common_nodes` as common edits, then HAMi's dynamic
+    MIG devices `mig` (named by MIG UUID; edits their GPU's node and their GI/CI capability nodes,
+    `mig_capability_paths` with `minors`); None when there is no GPU (a spec without devices is invalid).
+    A MIG device on a GPU not listed is left out. Raises `CdiError` for a UUID that is not a valid CDI
+    device name, or two devices with one UUID."""
     devices: list[dict[str, Any]] = []
     seen: set[str] = set()
+    gpus = list(gpus)
+    minor_of = {g.uuid: g.minor for g in gpus}
     for gpu in gpus:
         if not _DEVICE_NAME.fullmatch(gpu.uuid):
             raise CdiError(
@@ -201,6 +320,21 @@ def build_spec(gpus: Iterable[CdiGpu], common_nodes: Sequence[str]) -> dict[str,
         )
     if not devices:
         return None
+    for m in mig:
+        parent = minor_of.get(m.gpu_uuid)
+        if parent is None:
+            continue
+        if not _DEVICE_NAME.fullmatch(m.uuid):
+            raise CdiError(f"MIG device {m.uuid!r} cannot be named in a CDI spec")
+        if m.uuid in seen:
+            raise CdiError(f"MIG device {m.uuid} is listed twice")
+        seen.add(m.uuid)
+        try:
+            caps = mig_capability_paths(parent, m.gpu_instance_id, m.compute_instance_id, minors)
+        except ValueError as err:
+            raise CdiError(f"MIG device {m.uuid} on GPU {m.gpu_uuid}: {err}") from None
+        nodes = [{"path": p} for p in (device_node(parent), *caps)]
+        devices.append({"name": m.uuid, "containerEdits": {"deviceNodes": nodes}})
     edits: dict[str, Any] = {"env": [VISIBLE_DEVICES_VOID]}
     if common_nodes:
         edits["deviceNodes"] = [{"path": path} for path in common_nodes]
@@ -345,11 +479,18 @@ class CdiSpecWriter:
         device_exists: Callable[[str], bool],
         *,
         retry_s: float = 5.0,
+        mig: MigSource | None = None,
+        mig_minors: Callable[[], MigMinors | None] = read_mig_minors,
     ) -> None:
         self._state = state
         self._dir = spec_dir
         self._exists = device_exists
         self._retry_s = retry_s
+        self._mig = mig
+        self._mig_minors = mig_minors
+        self._sync_lock = threading.Lock()
+        if mig is not None:
+            mig.add_listener(self.refresh)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._written: bytes | None = None
@@ -423,9 +564,26 @@ class CdiSpecWriter:
                     log.error("cannot update the CDI spec %s (retrying): %s", self.path, err)
                 failed = True
 
+    def refresh(self) -> None:
+        """Rewrite the spec now, synchronously (HAMi's dynamic MIG calls it after creating or destroying
+        an instance, before Allocate hands the MIG device's CDI name out). Raises `CdiError` naming the
+        file."""
+        if not self._state.listed:
+            return
+        try:
+            self._sync()
+        except OSError as err:
+            raise CdiError(f"cannot write the CDI spec {self.path}: {err}") from None
+
     def _sync(self) -> None:
+        with self._sync_lock:
+            self._sync_locked()
+
+    def _sync_locked(self) -> None:
         gpus = [SpecGpu(g.uuid, g.info.minor) for g in self._state.gpus()]
-        spec = build_spec(gpus, common_device_nodes(self._exists))
+        mig = self._mig.cdi_devices() if self._mig is not None else []
+        minors = self._mig_minors() if mig else None
+        spec = build_spec(gpus, common_device_nodes(self._exists), mig, minors)
         data = b"" if spec is None else encode_spec(spec)
         if data == self._written:
             return
@@ -443,13 +601,19 @@ class CdiSpecWriter:
 
 
 def cdi_spec_writer(
-    state: DeviceState, spec_dir: Path, device_exists: Callable[[str], bool], *, enabled: bool
+    state: DeviceState,
+    spec_dir: Path,
+    device_exists: Callable[[str], bool],
+    *,
+    enabled: bool,
+    mig: MigSource | None = None,
 ) -> CdiSpecWriter | None:
-    """The spec writer when a cdi-* device-list strategy is `enabled`. Without one, a spec a CDI run of
-    this daemon left is removed (it would define the GPUs for nothing; a failure to remove it is logged,
-    never fatal) and None is returned."""
+    """The spec writer when a cdi-* device-list strategy is `enabled` (with `mig`, HAMi's dynamic MIG
+    devices too, the spec rewritten on each of its changes). Without one, a spec a CDI run of this daemon
+    left is removed (it would define the GPUs for nothing; a failure to remove it is logged, never fatal)
+    and None is returned."""
     if enabled:
-        return CdiSpecWriter(state, spec_dir, device_exists)
+        return CdiSpecWriter(state, spec_dir, device_exists, mig=mig)
     try:
         for path in remove_stale(spec_dir, spec_too=True):
             log.info("removed the CDI spec %s: no cdi-* device-list strategy is configured", path)
@@ -467,12 +631,19 @@ __all__ = [
     "CLAIM_KIND",
     "CLAIM_VENDOR",
     "COMMON_DEVICE_NODES",
+    "COMPUTE_INSTANCES_PER_GI",
     "DEFAULT_SPEC_DIR",
+    "GPU_INSTANCES_PER_GPU",
+    "MIG_MINORS_PATH",
+    "NVIDIA_CAPS_DIR",
     "SPEC_FILE_NAME",
     "VISIBLE_DEVICES_VOID",
     "CdiError",
     "CdiGpu",
     "CdiSpecWriter",
+    "MigCdiDevice",
+    "MigMinors",
+    "MigSource",
     "SpecGpu",
     "build_claim_spec",
     "build_spec",
@@ -480,10 +651,14 @@ __all__ = [
     "claim_device_id",
     "claim_spec_file_name",
     "common_device_nodes",
+    "default_mig_minor",
     "device_node",
     "encode_spec",
+    "mig_capability_paths",
     "minimum_version",
+    "parse_mig_minors",
     "qualified_name",
+    "read_mig_minors",
     "remove_spec",
     "remove_stale",
     "remove_stale_claim_temps",

@@ -57,6 +57,7 @@ from hami_api.mig_alloc import (
 )
 from hami_api.resources import pod_container_names
 from hami_api.types import MigProfile
+from hami_node.cdi import MigCdiDevice
 from hami_node.gpu.backend import (
     GPUBackend,
     MigDevice,
@@ -360,8 +361,43 @@ class MigManager:
         self._gpu_locks: dict[str, threading.Lock] = {}
         self._instances: dict[MigKey, MigInstance] = {}
         self._profiles: dict[str, tuple[GIProfile, ...]] = {}
+        self._listeners: list[Callable[[], None]] = []
         self.created = 0
         self.destroyed = 0
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener` after the instances change: when `ensure_container` has its instances (before
+        Allocate answers; a listener's error there fails the call and rolls back what it created), and
+        after an instance is released or adopted (errors logged). The CDI spec writer
+        (`hami_node.cdi.CdiSpecWriter.refresh`) listens, so a MIG device's CDI name is defined before it
+        is handed out."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def cdi_devices(self) -> list[MigCdiDevice]:
+        """The tracked instances as the CDI spec names them (MIG UUID, GPU, GI and CI IDs), by key."""
+        return [
+            MigCdiDevice(i.mig_uuid, k.gpu_uuid, i.gpu_instance_id, i.compute_instance_id)
+            for k, i in sorted(self.managed().items())
+        ]
+
+    def _notify(self) -> None:
+        """Call the listeners; the first error is raised (as `MigAllocateError`)."""
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener()
+            except Exception as err:
+                raise MigAllocateError(
+                    f"MIG instances changed, but updating the CDI spec failed: {err}"
+                ) from None
+
+    def _notify_logged(self) -> None:
+        try:
+            self._notify()
+        except MigAllocateError as err:
+            log.error("%s", err)
 
     def _gpu_lock(self, uuid: str) -> threading.Lock:
         with self._lock:
@@ -445,6 +481,7 @@ class MigManager:
                 self._instances.pop(key, None)
                 self.destroyed += 1
             log.info("released MIG allocation %s (%s)", key, inst.mig_uuid)
+        self._notify_logged()
 
     def _destroy(self, inst: MigInstance) -> None:
         try:
@@ -467,6 +504,7 @@ class MigManager:
                 if new:
                     created.append(inst.key)
                 out.append(inst)
+            self._notify()
         except BaseException:
             for key in reversed(created):
                 try:
@@ -506,6 +544,7 @@ class MigManager:
                 self._instances[key] = MigInstance(
                     key, match.uuid, match.gpu_instance_id, match.compute_instance_id
                 )
+        self._notify_logged()
 
     def reconcile(self, active: set[MigKey]) -> list[MigKey]:
         """HAMi's ReconcileActiveAllocations: destroy every tracked instance whose key is not active;

@@ -25,27 +25,35 @@ spec (the runtime then fails to resolve the name), is defined here. The driver's
 nvidia-ctk hooks are not in the spec (as in `hami_node.cdi`: see docs/install.md, "CDI"); IMEX channel
 specs (`k8s.device-plugin.nvidia.com/imex-channel`) are not written.
 
-When the mig-minors file is absent (the fake backend, a node without MIG), the capability minors follow
-the driver's fixed layout (`default_mig_minor`): `config 1`, `monitor 2`, then per GPU minor g 15 GPU
-instances of 9 minors each (the GI's access node, then its 8 compute instances).
+The MIG capability nodes (`mig_capability_paths`, from the driver's mig-minors file or its fixed layout)
+live in `hami_node.cdi`, which uses them for HAMi's dynamic MIG too; they are re-exported here.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from hami_node.cdi import (
     CDI_KIND,
+    COMPUTE_INSTANCES_PER_GI,
+    GPU_INSTANCES_PER_GPU,
+    MIG_MINORS_PATH,
+    NVIDIA_CAPS_DIR,
     SPEC_FILE_NAME,
     VISIBLE_DEVICES_VOID,
     CdiError,
+    MigMinors,
     common_device_nodes,
+    default_mig_minor,
     encode_spec,
+    mig_capability_paths,
     minimum_version,
+    parse_mig_minors,
+    read_mig_minors,
     write_spec,
 )
 from hami_node.nvidia.config import DeviceIDStrategy
@@ -53,89 +61,7 @@ from hami_node.nvidia.device_map import Device
 
 log = logging.getLogger(__name__)
 
-MIG_MINORS_PATH = "/proc/driver/nvidia-caps/mig-minors"
-NVIDIA_CAPS_DIR = "/dev/nvidia-caps"
-GPU_INSTANCES_PER_GPU = 15
-"""The driver's mig-minors layout: GPU instance IDs 0..14 per GPU."""
-COMPUTE_INSTANCES_PER_GI = 8
-"""... and compute instance IDs 0..7 per GPU instance."""
-_FIRST_GPU_MINOR = 3
-"""`config 1`, `monitor 2`, then `gpu0/gi0/access 3`."""
 _DEVICE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?")
-MigMinors = Mapping[tuple[int, int, int | None], int]
-"""Parsed mig-minors: (gpu minor, GPU instance ID, compute instance ID or None for the GI) -> minor."""
-_MINORS_LINE = re.compile(r"gpu([0-9]+)/gi([0-9]+)(?:/ci([0-9]+))?/access\s+([0-9]+)")
-
-
-# --- MIG capability device nodes --------------------------------------------------------------------------
-
-
-def default_mig_minor(gpu_minor: int, gpu_instance: int, compute_instance: int | None = None) -> int:
-    """The capability minor of a GPU instance (`compute_instance` None) or of one of its compute instances
-    in the driver's fixed mig-minors layout. Raises `ValueError` for an ID outside it."""
-    if gpu_minor < 0:
-        raise ValueError(f"gpu minor: expected >= 0, got {gpu_minor}")
-    if not 0 <= gpu_instance < GPU_INSTANCES_PER_GPU:
-        raise ValueError(f"GPU instance ID: expected 0..{GPU_INSTANCES_PER_GPU - 1}, got {gpu_instance}")
-    if compute_instance is not None and not 0 <= compute_instance < COMPUTE_INSTANCES_PER_GI:
-        raise ValueError(
-            f"compute instance ID: expected 0..{COMPUTE_INSTANCES_PER_GI - 1}, got {compute_instance}"
-        )
-    per_gi = 1 + COMPUTE_INSTANCES_PER_GI
-    gi_minor = _FIRST_GPU_MINOR + gpu_minor * GPU_INSTANCES_PER_GPU * per_gi + gpu_instance * per_gi
-    return gi_minor if compute_instance is None else gi_minor + 1 + compute_instance
-
-
-def parse_mig_minors(text: str) -> dict[tuple[int, int, int | None], int]:
-    """The driver's `/proc/driver/nvidia-caps/mig-minors`: (gpu minor, GI, CI or None) -> capability
-    minor. Lines that are neither a GI nor a CI access line (`config 1`, `monitor 2`, anything else) are
-    skipped, as NVIDIA's GetMigCapabilityDevicePaths skips what it cannot parse."""
-    out: dict[tuple[int, int, int | None], int] = {}
-    for line in text.splitlines():
-        match = _MINORS_LINE.fullmatch(line.strip())
-        if match is None:
-            continue
-        gpu, gi, ci, minor = match.groups()
-        out[(int(gpu), int(gi), None if ci is None else int(ci))] = int(minor)
-    return out
-
-
-def read_mig_minors(path: str = MIG_MINORS_PATH) -> dict[tuple[int, int, int | None], int] | None:
-    """The parsed mig-minors file, or None when there is none (no MIG-capable driver, a fake node)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return parse_mig_minors(f.read())
-    except FileNotFoundError:
-        return None
-
-
-def mig_capability_paths(
-    gpu_minor: int,
-    gpu_instance: int,
-    compute_instance: int,
-    minors: MigMinors | None = None,
-) -> tuple[str, str]:
-    """The GPU instance's and the compute instance's capability device nodes
-    (`/dev/nvidia-caps/nvidia-cap<N>`), from `minors` (`parse_mig_minors`) or, without it, the driver's
-    fixed layout. Raises `CdiError` when `minors` lacks one, with NVIDIA's text (nvml_devices.go)."""
-    if minors is None:
-        gi = default_mig_minor(gpu_minor, gpu_instance)
-        ci = default_mig_minor(gpu_minor, gpu_instance, compute_instance)
-    else:
-        found_gi = minors.get((gpu_minor, gpu_instance, None))
-        if found_gi is None:
-            raise CdiError(
-                "missing MIG GPU instance capability path: /proc/driver/nvidia/capabilities/"
-                f"gpu{gpu_minor}/mig/gi{gpu_instance}/access"
-            )
-        found_ci = minors.get((gpu_minor, gpu_instance, compute_instance))
-        if found_ci is None:
-            raise CdiError(
-                "missing MIG compute instance capability path: /proc/driver/nvidia/capabilities/"
-                f"gpu{gpu_minor}/mig/gi{gpu_instance}/ci{compute_instance}/access"
-            )
-        gi, ci = found_gi, found_ci
-    return f"{NVIDIA_CAPS_DIR}/nvidia-cap{gi}", f"{NVIDIA_CAPS_DIR}/nvidia-cap{ci}"
 
 
 # --- the spec ------------------------------------------------------------------------------------------

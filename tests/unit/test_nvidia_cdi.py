@@ -1,8 +1,11 @@
-"""NVIDIA's CDI spec in NVIDIA's modes (`hami_node.nvidia.cdi`): the names are nvcdi's device namer's
-(nvidia-container-toolkit pkg/nvcdi/namer.go: `uuid` -> GPU-/MIG- UUIDs, `index` -> `0`, `0:1`), a MIG
-device's nodes are its parent's and its GI/CI capability nodes (k8s-device-plugin
-internal/rm/nvml_devices.go `nvmlMigDevice.GetPaths`, internal/mig/mig-dp.go), the kind and file are
-internal/cdi/cdi.go's, and every name Allocate hands out under a cdi-* strategy is defined by the spec.
+"""NVIDIA's CDI spec in NVIDIA's modes (`hami_node.nvidia.cdi`), and HAMi's dynamic MIG devices in
+hami-core mode's spec (`hami_node.cdi.CdiSpecWriter` listening to `MigManager`, `mig_container_response`).
+
+The names are nvcdi's device namer's (nvidia-container-toolkit pkg/nvcdi/namer.go: `uuid` -> GPU-/MIG-
+UUIDs, `index` -> `0`, `0:1`), a MIG device's nodes are its parent's and its GI/CI capability nodes
+(k8s-device-plugin internal/rm/nvml_devices.go `nvmlMigDevice.GetPaths`, internal/mig/mig-dp.go), the
+kind and file are internal/cdi/cdi.go's, and every name Allocate hands out under a cdi-* strategy is
+defined by the spec.
 """
 
 from __future__ import annotations
@@ -17,10 +20,23 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami_node.cdi import CDI_KIND, SPEC_FILE_NAME, CdiError, encode_spec, remove_stale, written_by_us
+from hami_api.mig_alloc import MigAllocation
+from hami_api.types import MigPlacement
+from hami_node.allocation import mig_container_response
+from hami_node.cdi import (
+    CDI_KIND,
+    SPEC_FILE_NAME,
+    CdiError,
+    CdiSpecWriter,
+    encode_spec,
+    remove_stale,
+    written_by_us,
+)
 from hami_node.config import NodeConfig
+from hami_node.config import load_config as node_load_config
 from hami_node.devices import DeviceState
 from hami_node.gpu.fake import FakeBackend
+from hami_node.mig_manager import MigAllocateError, MigManager
 from hami_node.nvidia.cdi import (
     NvidiaCdiSpec,
     build_nvidia_spec,
@@ -250,3 +266,92 @@ def test_nvidia_plugins_write_the_spec_of_the_served_devices_with_a_cdi_strategy
     spec = json.loads(plugins.cdi_spec.path.read_bytes())
     assert len(spec["devices"]) == 3 and spec_problems(spec) == []
     assert spec["containerEdits"]["deviceNodes"][0] == {"path": "/dev/nvidiactl"}
+
+
+# --- HAMi's dynamic MIG under a cdi-* strategy (hami-core mode's spec, `hami_node.cdi.CdiSpecWriter`) -----
+
+
+def mig_backend(tmp_path: Path) -> FakeBackend:
+    path = tmp_path / "mig.yaml"
+    path.write_text(
+        yaml.safe_dump({"gpus": [{"uuid": "GPU-a", "model": A100, "memory": 40960, "mig": True}]})
+    )
+    fake = FakeBackend(path, watch=False)
+    fake.init()
+    return fake
+
+
+def reservation(start: int, profile: str = "1g.5gb", size: int = 1) -> MigAllocation:
+    return MigAllocation(0, 0, "GPU-a", profile, MigPlacement(start, size))
+
+
+def spec_writer(tmp_path: Path, fake: FakeBackend, manager: MigManager) -> CdiSpecWriter:
+    config = node_load_config(
+        ["--node-name", "n1", "--device-list-strategy", "cdi-cri", "--operating-mode", "mig"],
+        env={},
+        read_file=lambda _p: "",
+    )
+    state = DeviceState(config)
+    state.set_gpus(fake.list_gpus(), 0.0)
+    return CdiSpecWriter(state, tmp_path / "cdi", lambda _p: True, mig=manager, mig_minors=lambda: None)
+
+
+def test_a_created_mig_instance_is_in_the_spec_before_ensure_container_returns_and_gone_after_release(
+    tmp_path: Path,
+) -> None:
+    fake = mig_backend(tmp_path)
+    manager = MigManager(fake)
+    writer = spec_writer(tmp_path, fake, manager)
+    (inst,) = manager.ensure_container([reservation(6)])
+    spec = json.loads(writer.path.read_bytes())
+    assert [d["name"] for d in spec["devices"]] == ["GPU-a", inst.mig_uuid]
+    nodes = [n["path"] for n in spec["devices"][1]["containerEdits"]["deviceNodes"]]
+    gi_cap, ci_cap = mig_capability_paths(0, inst.gpu_instance_id, inst.compute_instance_id)
+    assert nodes == ["/dev/nvidia0", gi_cap, ci_cap]
+    assert spec_problems(spec) == [] and written_by_us(writer.path.read_bytes())
+    manager.release(inst.key)
+    assert [d["name"] for d in json.loads(writer.path.read_bytes())["devices"]] == ["GPU-a"]
+
+
+def test_a_spec_that_cannot_be_written_fails_the_allocation_and_rolls_the_instance_back(
+    tmp_path: Path,
+) -> None:
+    fake = mig_backend(tmp_path)
+    manager = MigManager(fake)
+    calls: list[int] = []
+
+    def failing() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise CdiError("cannot write the CDI spec /x: read-only file system")
+
+    manager.add_listener(failing)
+    with pytest.raises(MigAllocateError, match="read-only file system"):
+        manager.ensure_container([reservation(6)])
+    assert manager.managed() == {} and fake.mig_devices("GPU-a") == ()
+
+
+def test_mig_response_under_cdi_cri_names_the_mig_devices_and_sets_no_env() -> None:
+    config = node_load_config(
+        ["--node-name", "n", "--device-list-strategy", "cdi-cri"], env={}, read_file=lambda _p: ""
+    )
+    response = mig_container_response(["MIG-1", "MIG-2"], config)
+    assert response.cdi_devices == (
+        "k8s.device-plugin.nvidia.com/gpu=MIG-1",
+        "k8s.device-plugin.nvidia.com/gpu=MIG-2",
+    )
+    assert dict(response.envs) == {} and response.mounts == ()
+
+
+def test_mig_response_under_cdi_annotations_has_one_stable_annotation_with_the_names() -> None:
+    config = node_load_config(
+        ["--node-name", "n", "--device-list-strategy", "cdi-annotations,envvar"],
+        env={},
+        read_file=lambda _p: "",
+    )
+    response = mig_container_response(["MIG-1"], config)
+    (key,) = response.annotations
+    assert key.startswith("cdi.k8s.io/nvidia-device-plugin_") and len(key.split("/")[1]) <= 63
+    assert response.annotations[key] == "k8s.device-plugin.nvidia.com/gpu=MIG-1"
+    assert dict(response.envs) == {"NVIDIA_VISIBLE_DEVICES": "MIG-1"}
+    assert mig_container_response(["MIG-1"], config).annotations == response.annotations
