@@ -310,7 +310,13 @@ def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
     ]
     if monitor.active:
         steps.insert(-1, ("container monitor", monitor.start, monitor.stop))
-    cdi = cdi_spec_writer(state, config.cdi_spec_dir, parts.exists, enabled=config.uses_cdi)
+    cdi = cdi_spec_writer(
+        state,
+        config.cdi_spec_dir,
+        parts.exists,
+        enabled=config.uses_cdi,
+        mig=None if mig is None else mig.manager,
+    )
     if cdi is not None:  # the spec is written before the plugin hands out a CDI name
         steps.insert(-1, ("CDI spec writer", cdi.start, cdi.stop))
     return daemon, steps
