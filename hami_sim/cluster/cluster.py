@@ -83,6 +83,12 @@ CONTROL_SERVICE = "control-service"
 LEASE_NAMESPACE = "kube-system"
 """Where several hami-control replicas elect their leader (`--leader-elect-namespace`)."""
 SCHEDULER = "scheduler"
+DEFAULT_SCHEDULER = "default-scheduler"
+"""With nodes in NVIDIA's modes: the scheduler stand-in for profile `default-scheduler`, without extender,
+as the cluster's own kube-scheduler beside HAMi's: pods asking NVIDIA's resources (`nvidia.com/gpu.shared`,
+`nvidia.com/mig-1g.5gb`) are not the webhook's, keep `schedulerName: default-scheduler` and are placed by
+NodeResourcesFit from the Node's allocatable, as with NVIDIA's plugin."""
+DEFAULT_SCHEDULER_CONFIG = "default-scheduler-config.yaml"
 CONTROLLER_MANAGER = "controller-manager"
 KUBELET_HOST = "kubelets"
 DAEMON_HOST = "hami-nodes"
@@ -112,6 +118,7 @@ _READY: dict[str, re.Pattern[str]] = {
     CONTROL: re.compile(r"serving \S.* on https://127\.0\.0\.1:(\d+)"),
     CONTROL_SERVICE: re.compile(re.escape(service.READY_MARKER)),
     SCHEDULER: re.compile(r"hami-sim scheduler ready"),
+    DEFAULT_SCHEDULER: re.compile(r"hami-sim scheduler ready"),
     CONTROLLER_MANAGER: re.compile(r"hami-sim controller-manager ready"),
     KUBELET_HOST: re.compile(re.escape(READY_MARKER)),
     DAEMON_HOST: re.compile(re.escape(READY_MARKER)),
@@ -119,7 +126,11 @@ _READY: dict[str, re.Pattern[str]] = {
     DAEMON_PREFIX: re.compile(r"hami-node running on node"),
     VENDOR_PREFIX: re.compile(re.escape(VENDOR_READY_MARKER)),
 }
-_STOP_ORDER = ((SCHEDULER, "daemons"), ("kubelets", "controls", CONTROLLER_MANAGER), (APISERVER,))
+_STOP_ORDER = (
+    (SCHEDULER, DEFAULT_SCHEDULER, "daemons"),
+    ("kubelets", "controls", CONTROLLER_MANAGER),
+    (APISERVER,),
+)
 """down, in stages (each stage at once): the scheduler (no new binds) and the node daemons while their
 kubelets still answer (a plugin whose kubelet vanished first may sit in a registration attempt until
 its dial timeout); then the kubelets and hami-control; the API server last (the others write their
@@ -192,6 +203,15 @@ class NodeStatus:
     allocatable unless the node also has NVIDIA GPUs, and `registered` includes its plugin's inventory."""
     nvidia: bool = True
     """Whether the node has NVIDIA GPUs (a hami-node daemon, hami-control's cache counts it)."""
+    nvidia_mode: bool = False
+    """hami-node serves NVIDIA's sharing modes (NVIDIA's config file): `gpus` lists the NVIDIA resources
+    allocatable, `registered` is its device plugins' resources on the Node (no HAMi register annotation),
+    and hami-control's cache never counts it."""
+
+    @property
+    def hami(self) -> bool:
+        """hami-control's extender counts this node (NVIDIA GPUs on HAMi's device plugin)."""
+        return self.mode != "dra" and self.nvidia and not self.nvidia_mode
 
     @property
     def ok(self) -> bool:
@@ -216,8 +236,9 @@ class ClusterStatus:
             all(c.alive for c in self.components)
             and self.nodes is not None
             and all(n.ok for n in self.nodes)
-            # DRA nodes and nodes without NVIDIA GPUs never count in the extender's NVIDIA cache
-            and self.control_nodes == sum(n.mode != "dra" and n.nvidia for n in self.nodes)
+            # DRA nodes, nodes in NVIDIA's modes and nodes without NVIDIA GPUs never count in the
+            # extender's NVIDIA cache
+            and self.control_nodes == sum(n.hami for n in self.nodes)
         )
 
     def render(self, *, all_nodes: bool = False, wide: bool = False) -> str:
@@ -242,7 +263,14 @@ class ClusterStatus:
             node_rows += [
                 (
                     n.name,
-                    n.mode if n.vendor == "nvidia" else f"{n.mode} ({n.vendor})",
+                    n.mode
+                    + (
+                        f" ({n.vendor})"
+                        if n.vendor != "nvidia"
+                        else " (NVIDIA's config)"
+                        if n.nvidia_mode
+                        else ""
+                    ),
                     "True" if n.ready else "False",
                     n.gpus or "-",
                     ("yes" if n.registered else "no") + (" (ResourceSlice)" if n.mode == "dra" else ""),
@@ -416,6 +444,16 @@ class Cluster:
                 raise ClusterError(f"cannot read the fake inventory of {node}: {exc}") from None
             write_inventory(path, edit(inventory))
 
+    def nvidia_config_path(self, node: str) -> Path:
+        """NVIDIA's config file of a node in NVIDIA's modes (`NodeSpec.nvidia_config`), as hami-node reads it
+        with `--config-file`."""
+        return self.state_dir / "nodes" / node / "nvidia.yaml"
+
+    def node_config_path(self, node: str) -> Path:
+        """The node config (HAMi's `nodeconfig` with the node's `operatingmode`) of a node whose operating
+        mode is not hami-core, as hami-node reads it with `--config-file`."""
+        return self.state_dir / "nodes" / node / "node-config.yaml"
+
     def kubelet_dir(self, node: str) -> Path:
         return self.run_dir / str(self.node_names.index(node) + 1)
 
@@ -518,6 +556,13 @@ class Cluster:
                     self.node_health_ports[node.name] = _free_port(self._taken_ports())
         if self.spec.vendor_nodes and self.spec.scheduler_config is None:
             write_atomic(self.scheduler_config, vendor_scheduler_config(), mode=0o644)
+        for node in self.spec.nodes:
+            if node.nvidia_config is not None:
+                write_atomic(self.nvidia_config_path(node.name), node.nvidia_config.encode(), mode=0o644)
+            if node.operating_mode != "hami-core":
+                write_atomic(self.node_config_path(node.name), _node_config(node), mode=0o644)
+        if self.spec.nvidia_mode_nodes:
+            write_atomic(self.state_dir / DEFAULT_SCHEDULER_CONFIG, _DEFAULT_SCHEDULER_CONFIG, mode=0o644)
         if self.spec.scale_mode:
             for host in self._hosts():
                 write_host_spec(self._host_spec_path(host), self._host_spec(host))
@@ -536,9 +581,14 @@ class Cluster:
             str(self.inventory_path(node)),
             "--hook-path",
             str(self.inventory_path(node).parent / "hook"),
-            "--device-split-count",
-            str(self.spec.split),
         ]
+        if spec.nvidia_mode:
+            # NVIDIA's config file as the user wrote it; no HAMi-core slicing beside it (refused).
+            args += ["--config-file", str(self.nvidia_config_path(node))]
+        else:
+            args += ["--device-split-count", str(self.spec.split)]
+        if spec.operating_mode != "hami-core":
+            args += ["--config-file", str(self.node_config_path(node))]
         if node in self.node_health_ports:
             args += ["--health-bind", f"127.0.0.1:{self.node_health_ports[node]}"]
         if node in self.spec.dra_nodes:
@@ -647,6 +697,12 @@ class Cluster:
                 "--config", str(config), "--extender-url", self.control_url,
                 "--extender-ca-file", str(self.ca_file), *self.spec.scheduler_args,
             ]  # fmt: skip
+        if name == DEFAULT_SCHEDULER:
+            return [
+                py, "-m", "hami_sim.main", SCHEDULER, "--kubeconfig", str(self.kubeconfig),
+                "--config", str(self.state_dir / DEFAULT_SCHEDULER_CONFIG), "--profile", DEFAULT_SCHEDULER,
+                *self.spec.scheduler_args,
+            ]  # fmt: skip
         if self.spec.scale_mode and name in self._hosts():
             role = "kubelets" if name == KUBELET_HOST else "daemons"
             return [
@@ -715,6 +771,8 @@ class Cluster:
                 self._launch(replica, port=_free_port(self._taken_ports()))
             self._launch(CONTROL_SERVICE, port=self.control_port)
         self._launch(SCHEDULER)
+        if self.spec.nvidia_mode_nodes:
+            self._launch(DEFAULT_SCHEDULER)
         if self.spec.dra_nodes:
             self._launch(CONTROLLER_MANAGER)
         if self.spec.scale_mode:
@@ -735,6 +793,9 @@ class Cluster:
         self._say(f"webhook {WEBHOOK_CONFIG_NAME} registered (failurePolicy Fail)")
         self._wait_marker(self.procs[SCHEDULER], deadline)
         self._say("scheduler ready")
+        if self.spec.nvidia_mode_nodes:
+            self._wait_marker(self.procs[DEFAULT_SCHEDULER], deadline)
+            self._say(f"{DEFAULT_SCHEDULER} ready (pods of the nodes in NVIDIA's modes)")
         if self.spec.dra_nodes:
             self._wait_marker(self.procs[CONTROLLER_MANAGER], deadline)
             self._create_device_class()
@@ -890,9 +951,9 @@ class Cluster:
         and hami-control's cache holds them all. `ClusterError` on timeout or a dead component."""
         deadline = time.monotonic() + timeout_s
         names = self.node_names
-        # DRA nodes and nodes without NVIDIA GPUs never count in the extender's NVIDIA cache
-        dra = set(self.spec.dra_nodes)
-        cached = sum(1 for n in self.spec.nvidia_nodes if n not in dra)
+        # DRA nodes, nodes in NVIDIA's modes and nodes without NVIDIA GPUs never count in the extender's
+        # NVIDIA cache
+        cached = len(self.spec.hami_nodes)
         with urllib3.PoolManager() as api, self._control_pool() as control:
 
             def check() -> bool:
@@ -931,6 +992,15 @@ class Cluster:
             gpus = allocatable.get(GPU_RESOURCE)
             if name in dra_nodes:
                 out.append(NodeStatus(name, ready, gpus, name in sliced, "dra"))
+                continue
+            if spec.nvidia_mode:
+                # NVIDIA's plugins register one resource each (nvidia.com/gpu, nvidia.com/gpu.shared,
+                # nvidia.com/mig-<profile>); no HAMi annotation.
+                served = {
+                    k: v for k, v in sorted(allocatable.items()) if k.startswith("nvidia.com/") and v != "0"
+                }
+                text = ",".join(f"{k.removeprefix('nvidia.com/')}={v}" for k, v in served.items()) or None
+                out.append(NodeStatus(name, ready, text, bool(served), nvidia_mode=True))
                 continue
             annotations = node.get("metadata", {}).get("annotations") or {}
             registered = bool(annotations.get(NODE_REGISTER)) if spec.gpus else True
@@ -1358,6 +1428,7 @@ class Cluster:
             self.kubeconfig,
             self.ca_file,
             self.state_dir / "scheduler-config.yaml",
+            self.state_dir / DEFAULT_SCHEDULER_CONFIG,
         ):
             path.unlink(missing_ok=True)
 
@@ -1378,6 +1449,26 @@ def _node_parts(node: NodeSpec) -> tuple[str, ...]:
         *((DAEMON_PREFIX,) if node.gpus else ()),
         *((VENDOR_PREFIX,) if node.devices is not None else ()),
     )
+
+
+_DEFAULT_SCHEDULER_CONFIG = b"""\
+# The cluster's own kube-scheduler beside HAMi's (hami-sim: nodes in NVIDIA's modes): profile
+# default-scheduler, no extender. Pods asking NVIDIA's resources keep schedulerName default-scheduler
+# (hami-control's webhook leaves them alone) and NodeResourcesFit places them from Node allocatable.
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+  - schedulerName: default-scheduler
+"""
+
+
+def _node_config(node: NodeSpec) -> bytes:
+    """HAMi's node config for `node` (hami-node --config-file): `nodeconfig: [{name, operatingmode}]`."""
+    import yaml
+
+    data = {"nodeconfig": [{"name": node.name, "operatingmode": node.operating_mode}]}
+    text: str = yaml.safe_dump(data, sort_keys=False)
+    return text.encode()
 
 
 def vendor_scheduler_config() -> bytes:

@@ -50,17 +50,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from hami_api.mig import mig_model
+from hami_api.mig import Placement, mig_model
 from hami_api.settings import DNS_SUBDOMAIN
+from hami_api.settings import ConfigError as SettingsError
 from hami_node.gpu.inventory import (
     DEFAULT_MODEL,
+    FakeMigInstance,
     Inventory,
     InventoryError,
     LinkGroup,
@@ -68,6 +70,7 @@ from hami_node.gpu.inventory import (
     links_to_data,
     parse_links,
 )
+from hami_node.nvidia.config import load_config as load_nvidia_config
 from hami_sim.vendors.table import DEVICE_KEYS, NVIDIA, DeviceSpec, device_spec
 from hami_sim.vendors.table import GATES as VENDOR_GATES
 from hami_sim.vendors.table import SpecError as DeviceSpecError
@@ -117,8 +120,13 @@ class GPUSpec:
     memory_mib: int = 0
     """0: from the model's name (`model_memory_mib`)."""
     mig: bool = False
-    """MIG mode on, no MIG device yet (a model of `hami_api.mig.MIG_MODELS`): in DRA mode hami-node
-    publishes its MIG partitions."""
+    """MIG mode on (a model of `hami_api.mig.MIG_MODELS`): in DRA mode hami-node publishes its MIG
+    partitions; with HAMi's dynamic MIG (`NodeSpec.operating_mode` mig) the extender places instances on
+    it; with NVIDIA's MIG strategies its `mig_devices` are the MIG devices served."""
+    mig_devices: tuple[FakeMigInstance, ...] = ()
+    """MIG devices present at start, `{profile, start}` (the fake inventory's `mig.devices`): what NVIDIA's
+    plugin serves under MIG strategies single and mixed (it needs existing MIG devices; it creates none).
+    Implies `mig`."""
 
     def __post_init__(self) -> None:
         if not self.model.strip():
@@ -127,9 +135,54 @@ class GPUSpec:
             raise SpecError(f"memory: expected a positive number of MiB, got {self.memory_mib!r}")
         if self.memory_mib == 0:
             object.__setattr__(self, "memory_mib", model_memory_mib(self.model))
+        if self.mig_devices and not self.mig:
+            object.__setattr__(self, "mig", True)
         if self.mig and mig_model(self.model) is None:
             raise SpecError(f"mig: {self.model} is not a MIG-capable model (A100, A30, H100, H200)")
+        _check_mig_devices(self.model, self.mig_devices)
 
+
+def _check_mig_devices(model_name: str, devices: Sequence[FakeMigInstance]) -> None:
+    """The rules of the fake inventory's `mig.devices` (hami_node.gpu.inventory `_check_mig_layout`):
+    a profile of the model, at one of its placements (NVML's GetGpuInstancePossiblePlacements), not
+    overlapping another device, no profile more often than it fits. `SpecError` naming the device."""
+    model = mig_model(model_name)
+    if model is None:
+        return
+    taken: list[tuple[int, Placement]] = []
+    counts: dict[str, int] = {}
+    for i, device in enumerate(devices):
+        where = f"mig.devices[{i}]"
+        profile = model.profile(device.profile)
+        if profile is None:
+            names = ", ".join(p.name for p in model.profiles)
+            raise SpecError(
+                f"{where}.profile: {device.profile!r} is not a MIG profile of {model.name} ({names})"
+            )
+        placement = profile.placement_at(device.start)
+        if placement is None:
+            starts = ", ".join(str(p.start) for p in profile.placements)
+            raise SpecError(
+                f"{where}.start: {device.start!r} is not a placement of {profile.name} on {model.name} "
+                f"(starts: {starts})"
+            )
+        for j, other in taken:
+            if placement.overlaps(other):
+                raise SpecError(
+                    f"{where}.start: {profile.name} at {placement} overlaps mig.devices[{j}] at {other}"
+                )
+        counts[profile.name] = counts.get(profile.name, 0) + 1
+        if counts[profile.name] > profile.instance_count:
+            raise SpecError(
+                f"{where}.profile: {profile.name} fits at most {profile.instance_count} time(s) "
+                f"on {model.name}"
+            )
+        taken.append((i, placement))
+
+
+OPERATING_MODES = ("hami-core", "mig")
+"""HAMi's per-node `operatingmode` the local cluster sets (`NodeSpec.operating_mode`): hami-core slices
+(the default) or HAMi's dynamic MIG. (mps needs an MPS control daemon the local cluster does not run.)"""
 
 NODE_MODES = ("device-plugin", "dra")
 """How a node serves its GPUs (hami-node --mode): one mode per node, never both."""
@@ -153,10 +206,25 @@ class NodeSpec:
     devices: DeviceSpec | None = None
     """The node's devices of another vendor (hami_sim.vendors), served by that vendor's device-plugin
     stand-in; None: NVIDIA GPUs only. `gpus` may then be empty (no hami-node)."""
+    nvidia_config: str | None = None
+    """NVIDIA's device-plugin config file v1 (its YAML or JSON text): hami-node serves NVIDIA's sharing
+    modes on this node (time-slicing, MIG strategies; `hami-node --config-file`, no HAMi-core slicing,
+    no HAMi register annotation). Pods reach it through kube-scheduler's own fit (the default-scheduler
+    stand-in), never the extender. None: HAMi's device plugin (or DRA)."""
+    nvidia_config_source: str = ""
+    """Where `nvidia_config` came from (a path, or the inventory entry), for messages."""
+    operating_mode: str = "hami-core"
+    """HAMi's `operatingmode` of this node (`OPERATING_MODES`), written to the node config hami-node
+    reads (`nodeconfig: [{name, operatingmode}]` through `--config-file`): `mig` is HAMi's dynamic MIG."""
 
     @property
     def vendor(self) -> str:
         return self.devices.vendor if self.devices is not None else NVIDIA
+
+    @property
+    def nvidia_mode(self) -> bool:
+        """hami-node serves NVIDIA's sharing modes here (`nvidia_config`), not HAMi's."""
+        return self.nvidia_config is not None
 
     def __post_init__(self) -> None:
         if self.mode not in NODE_MODES:
@@ -178,6 +246,44 @@ class NodeSpec:
             bad = next((g for g in group.gpus if not 0 <= g < len(self.gpus)), None)
             if bad is not None:
                 raise SpecError(f"node {self.name}: links[{i}]: no GPU with index {bad}")
+        self._check_sharing()
+
+    def _check_sharing(self) -> None:
+        if self.operating_mode not in OPERATING_MODES:
+            raise SpecError(
+                f"node {self.name}: mode: expected one of {', '.join(OPERATING_MODES)}, "
+                f"got {self.operating_mode!r}"
+            )
+        if self.operating_mode == "mig" and self.mode != "device-plugin":
+            raise SpecError(
+                f"node {self.name}: mode: HAMi's dynamic MIG (mig) is a device-plugin mode, got "
+                f"hami-node --mode {self.mode!r} (MIG through DRA: mig GPUs on a DRA node)"
+            )
+        if self.operating_mode == "mig" and not any(g.mig for g in self.gpus):
+            raise SpecError(f"node {self.name}: mode: mig needs GPUs in MIG mode (mig: true on a GPU)")
+        if self.nvidia_config is None:
+            return
+        if not self.gpus:
+            raise SpecError(f"node {self.name}: nvidia: NVIDIA's config file needs NVIDIA GPUs on the node")
+        if self.operating_mode != "hami-core":
+            raise SpecError(
+                f"node {self.name}: nvidia: NVIDIA's config file and HAMi's operating mode "
+                f"{self.operating_mode!r} would share the same GPUs two ways; choose one "
+                "(drop nvidia or mode)"
+            )
+        if self.mode != "device-plugin":
+            raise SpecError(
+                f"node {self.name}: nvidia: NVIDIA's config file is for its device plugin; one mode per "
+                f"node, got hami-node --mode {self.mode!r}"
+            )
+        source = self.nvidia_config_source or "nvidia"
+        text = self.nvidia_config
+        try:
+            # NVIDIA's loader over the text (hami_node.nvidia.config.load_config): its validation texts,
+            # naming the source (the file, or `nvidia` inline, whose line numbers count from its first key).
+            load_nvidia_config(["--config-file", source], {}, lambda _path: text)
+        except SettingsError as exc:
+            raise SpecError(f"node {self.name}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -266,13 +372,14 @@ class ClusterSpec:
 
     def with_mode(self, mode: str) -> ClusterSpec:
         """Every node in `mode` (device-plugin, dra), or `mixed`: every second node (2nd, 4th, ...) in DRA
-        mode, the others on the device plugin. Nodes of other vendors stay on the device plugin in `mixed`
-        (and `dra` refuses them, naming the node)."""
+        mode, the others on the device plugin. Nodes of other vendors, nodes in NVIDIA's modes and nodes
+        with HAMi's dynamic MIG stay on the device plugin in `mixed` (and `dra` refuses them, naming the
+        node)."""
         if mode not in CLUSTER_MODES:
             raise SpecError(f"mode: expected one of {', '.join(CLUSTER_MODES)}, got {mode!r}")
         nodes = tuple(
             n
-            if mode == "mixed" and n.devices is not None
+            if mode == "mixed" and (n.devices is not None or n.nvidia_mode or n.operating_mode != "hami-core")
             else replace(n, mode=("dra" if i % 2 else "device-plugin") if mode == "mixed" else mode)
             for i, n in enumerate(self.nodes)
         )
@@ -291,6 +398,18 @@ class ClusterSpec:
     def nvidia_nodes(self) -> tuple[str, ...]:
         """Nodes with NVIDIA GPUs (a hami-node daemon each)."""
         return tuple(n.name for n in self.nodes if n.gpus)
+
+    @property
+    def nvidia_mode_nodes(self) -> tuple[str, ...]:
+        """Nodes whose hami-node serves NVIDIA's sharing modes (`NodeSpec.nvidia_config`): never in
+        hami-control's cache; their pods go through the default-scheduler stand-in."""
+        return tuple(n.name for n in self.nodes if n.nvidia_mode)
+
+    @property
+    def hami_nodes(self) -> tuple[str, ...]:
+        """Nodes hami-control's extender counts: NVIDIA GPUs on HAMi's device plugin (not DRA, not
+        NVIDIA's modes)."""
+        return tuple(n.name for n in self.nodes if n.gpus and n.mode != "dra" and not n.nvidia_mode)
 
     @property
     def vendor_gates(self) -> tuple[str, ...]:
@@ -315,6 +434,11 @@ class ClusterSpec:
         with `; 2 vendor nodes (ascend, hygon)` when some nodes hold other vendors' devices."""
         vendors = sorted({n.vendor for n in self.nodes if n.devices is not None})
         extra = f"; {len(self.vendor_nodes)} vendor nodes ({', '.join(vendors)})" if vendors else ""
+        if self.nvidia_mode_nodes:
+            extra += f"; {len(self.nvidia_mode_nodes)} in NVIDIA's modes"
+        dynamic = sum(n.operating_mode == "mig" for n in self.nodes)
+        if dynamic:
+            extra += f"; {dynamic} with HAMi's dynamic MIG"
         models = sorted({g.model for n in self.nodes for g in n.gpus})
         if not models:
             return f"{len(self.nodes)} node{'s' if len(self.nodes) != 1 else ''}, no NVIDIA GPU{extra}"
@@ -334,12 +458,15 @@ class ClusterSpec:
             "nodes": [
                 {
                     "name": n.name,
-                    "gpus": [{"model": g.model, "memory": g.memory_mib} for g in n.gpus],
+                    "gpus": [_gpu_to_data(g) for g in n.gpus],
                     "links": None if n.links is None else links_to_data(n.links),
                     "mode": n.mode,
                     "cpu": n.cpu,
                     "memory": n.memory,
                     "devices": None if n.devices is None else n.devices.to_data(),
+                    "nvidiaConfig": n.nvidia_config,
+                    "nvidiaConfigSource": n.nvidia_config_source,
+                    "operatingMode": n.operating_mode,
                 }
                 for n in self.nodes
             ],
@@ -365,7 +492,7 @@ class ClusterSpec:
     def from_data(cls, data: Mapping[str, Any]) -> ClusterSpec:
         try:
             nodes = tuple(
-                _node_from_data(n["name"], tuple(GPUSpec(g["model"], int(g["memory"])) for g in n["gpus"]), n)
+                _node_from_data(n["name"], tuple(_gpu_from_data(g) for g in n["gpus"]), n)
                 for n in data["nodes"]
             )
             config = data.get("schedulerConfig")
@@ -392,6 +519,20 @@ class ClusterSpec:
             raise SpecError(f"cluster spec: malformed ({exc!r})") from None
 
 
+def _gpu_to_data(gpu: GPUSpec) -> dict[str, Any]:
+    data: dict[str, Any] = {"model": gpu.model, "memory": gpu.memory_mib}
+    if gpu.mig:
+        data["mig"] = True
+    if gpu.mig_devices:
+        data["migDevices"] = [{"profile": d.profile, "start": d.start} for d in gpu.mig_devices]
+    return data
+
+
+def _gpu_from_data(data: Mapping[str, Any]) -> GPUSpec:
+    devices = tuple(FakeMigInstance(str(d["profile"]), int(d["start"])) for d in data.get("migDevices") or ())
+    return GPUSpec(str(data["model"]), int(data["memory"]), bool(data.get("mig", False)), devices)
+
+
 def _node_from_data(name: str, gpus: tuple[GPUSpec, ...], data: Mapping[str, Any]) -> NodeSpec:
     links = data.get("links")
     parsed = None if links is None else _parse_node_links(name, len(gpus), links)
@@ -405,6 +546,9 @@ def _node_from_data(name: str, gpus: tuple[GPUSpec, ...], data: Mapping[str, Any
         None if cpu is None else str(cpu),
         None if memory is None else str(memory),
         None if devices is None else device_spec(devices),
+        data.get("nvidiaConfig"),
+        str(data.get("nvidiaConfigSource") or ""),
+        str(data.get("operatingMode") or "hami-core"),
     )
 
 
@@ -429,11 +573,44 @@ def node_inventory(node: NodeSpec) -> Inventory:
         len(node.gpus), node.name, model=first.model, memory_mib=first.memory_mib, nvlink=same
     )
     gpus = tuple(
-        replace(g, model=s.model, memory_mib=s.memory_mib, mig_enabled=s.mig)
+        replace(g, model=s.model, memory_mib=s.memory_mib, mig_enabled=s.mig, mig_devices=s.mig_devices)
         for g, s in zip(base.gpus, node.gpus, strict=True)
     )
     links = base.links if node.links is None else node.links
     return Inventory(gpus, base.nvml, links)
+
+
+def _mig_entry(value: object, where: str) -> tuple[bool, tuple[FakeMigInstance, ...]]:
+    """A GPU's `mig`: true/false (MIG mode, no MIG device), a list of `{profile, start}` (MIG devices
+    present at start), or `{devices: [...]}` as in the fake inventory."""
+    if isinstance(value, bool):
+        return value, ()
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - {"devices"})
+        if unknown:
+            raise SpecError(f"{where}: unknown key {unknown[0]!r} (expected devices)")
+        value, where = value.get("devices") or [], f"{where}.devices"
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise SpecError(
+            f"{where}: expected true, false or a list of MIG devices ({{profile, start}}), got {value!r}"
+        )
+    devices: list[FakeMigInstance] = []
+    for i, entry in enumerate(value):
+        at = f"{where}[{i}]"
+        if not isinstance(entry, Mapping):
+            raise SpecError(f"{at}: expected {{profile, start}}, got {entry!r}")
+        unknown = sorted(set(entry) - {"profile", "start"})
+        if unknown:
+            raise SpecError(f"{at}: unknown key {unknown[0]!r} (expected profile, start)")
+        profile, start = entry.get("profile"), entry.get("start")
+        if not isinstance(profile, str) or not profile:
+            raise SpecError(f"{at}.profile: expected a MIG profile name such as 1g.5gb, got {profile!r}")
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise SpecError(
+                f"{at}.start: expected an integer >= 0 (the placement's first memory slice), got {start!r}"
+            )
+        devices.append(FakeMigInstance(profile, start))
+    return True, tuple(devices)
 
 
 def _gpu_entry(value: object, where: str) -> GPUSpec:
@@ -443,18 +620,50 @@ def _gpu_entry(value: object, where: str) -> GPUSpec:
         unknown = sorted(set(value) - {"model", "memory", "mig"})
         if unknown:
             raise SpecError(f"{where}: unknown key {unknown[0]!r} (expected model, memory, mig)")
-        model, memory, mig = value.get("model"), value.get("memory", 0), value.get("mig", False)
-        if not isinstance(mig, bool):
-            raise SpecError(f"{where}.mig: expected true or false, got {mig!r}")
+        model, memory = value.get("model"), value.get("memory", 0)
+        mig, devices = _mig_entry(value.get("mig", False), f"{where}.mig")
         if not isinstance(model, str):
             raise SpecError(f"{where}.model: expected a GPU model name, got {model!r}")
         if isinstance(memory, bool) or not isinstance(memory, int) or memory < 0:
             raise SpecError(f"{where}.memory: expected a positive number of MiB, got {memory!r}")
-        return GPUSpec(model, memory, mig)
-    raise SpecError(f"{where}: expected a model name or {{model, memory}}, got {value!r}")
+        try:
+            return GPUSpec(model, memory, mig, devices)
+        except SpecError as exc:
+            text = str(exc)
+            raise SpecError(f"{where}.{text}" if text.startswith("mig") else f"{where}: {text}") from None
+    raise SpecError(f"{where}: expected a model name or {{model, memory, mig}}, got {value!r}")
 
 
-def _vendor_entry(name: str, value: Mapping[str, Any], where: str) -> NodeSpec:
+ReadFile = Callable[[Path], str]
+
+
+def _nvidia_entry(
+    value: object, where: str, base: Path | None, read_file: ReadFile | None
+) -> tuple[str, str]:
+    """A node's `nvidia`: NVIDIA's config file v1 inline (a mapping) or a path to it (relative to the
+    inventory file's directory). Returns (text, source)."""
+    if isinstance(value, Mapping):
+        return yaml.safe_dump(dict(value), sort_keys=False), "nvidia"
+    if isinstance(value, str) and value.strip():
+        path = Path(value)
+        if not path.is_absolute() and base is not None:
+            path = base / path
+        if read_file is None:
+            raise SpecError(f"{where}.nvidia: a path ({value}) needs the inventory read from a file")
+        try:
+            return read_file(path), str(path)
+        except OSError as exc:
+            raise SpecError(f"{where}.nvidia: cannot read {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise SpecError(f"{where}.nvidia: {path} is not UTF-8 text ({exc.reason})") from None
+    raise SpecError(
+        f"{where}.nvidia: expected NVIDIA's config file v1 (a mapping) or a path to it, got {value!r}"
+    )
+
+
+def _vendor_entry(
+    name: str, value: Mapping[str, Any], where: str, base: Path | None, read_file: ReadFile | None
+) -> NodeSpec:
     """A node entry naming a `vendor` (see the module docstring)."""
     unknown = sorted(set(value) - {*DEVICE_KEYS, "nvidia"})
     if unknown:
@@ -463,27 +672,43 @@ def _vendor_entry(name: str, value: Mapping[str, Any], where: str) -> NodeSpec:
     if rest.get("vendor") == NVIDIA:
         if "nvidia" in value:
             raise SpecError(f"{where}: nvidia: a node of vendor nvidia lists its GPUs itself")
-        return _node_entry(name, {k: v for k, v in rest.items() if k != "vendor"}, where)
+        return _node_entry(name, {k: v for k, v in rest.items() if k != "vendor"}, where, base, read_file)
     try:
         devices = device_spec(rest)
     except DeviceSpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
-    gpus: tuple[GPUSpec, ...] = ()
-    links = None
     if "nvidia" in value:
-        beside = _node_entry(name, value["nvidia"], f"{where}.nvidia")
-        gpus, links = beside.gpus, beside.links
-    return NodeSpec(name, gpus, links, devices=devices)
+        beside = _node_entry(name, value["nvidia"], f"{where}.nvidia", base, read_file)
+        return replace(beside, devices=devices)
+    return NodeSpec(name, (), None, devices=devices)
 
 
-def _node_entry(name: str, value: object, where: str) -> NodeSpec:
+_SHARING_KEYS = ("nvidia", "mode")
+"""Keys of a node entry with NVIDIA GPUs beside its GPUs: NVIDIA's config file, HAMi's operating mode."""
+
+
+def _node_entry(
+    name: str, value: object, where: str, base: Path | None = None, read_file: ReadFile | None = None
+) -> NodeSpec:
     if isinstance(value, Mapping) and "vendor" in value:
-        return _vendor_entry(name, value, where)
+        return _vendor_entry(name, value, where, base, read_file)
+    sharing: dict[str, Any] = {}
+    if isinstance(value, Mapping):
+        config = value.get("nvidia")
+        if config is not None:
+            sharing["nvidia_config"], sharing["nvidia_config_source"] = _nvidia_entry(
+                config, where, base, read_file
+            )
+        mode = value.get("mode", "hami-core")
+        if mode not in OPERATING_MODES:
+            raise SpecError(f"{where}.mode: expected one of {', '.join(OPERATING_MODES)}, got {mode!r}")
+        sharing["operating_mode"] = mode
+        value = {k: v for k, v in value.items() if k not in _SHARING_KEYS}
     links: object = None
     if isinstance(value, Mapping) and "gpus" in value:
         unknown = sorted(set(value) - {"gpus", "links"})
         if unknown:
-            raise SpecError(f"{where}: unknown key {unknown[0]!r} (expected gpus, links)")
+            raise SpecError(f"{where}: unknown key {unknown[0]!r} (expected gpus, links, nvidia, mode)")
         links, value = value.get("links"), value["gpus"]
         if isinstance(value, str) or not isinstance(value, Sequence):
             raise SpecError(f"{where}.gpus: expected a list of GPUs, got {value!r}")
@@ -491,9 +716,12 @@ def _node_entry(name: str, value: object, where: str) -> NodeSpec:
     if isinstance(value, Sequence) and not isinstance(value, str):
         gpus = [_gpu_entry(g, f"{where}[{i}]") for i, g in enumerate(value)]
     elif isinstance(value, Mapping):
-        unknown = sorted(set(value) - {"count", "model", "memory", "links"})
+        unknown = sorted(set(value) - {"count", "model", "memory", "mig", "links"})
         if unknown:
-            raise SpecError(f"{where}: unknown key {unknown[0]!r} (expected count, model, memory, links)")
+            raise SpecError(
+                f"{where}: unknown key {unknown[0]!r} "
+                "(expected count, model, memory, mig, links, nvidia, mode)"
+            )
         count = value.get("count")
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise SpecError(f"{where}.count: expected an integer >= 1, got {count!r}")
@@ -506,11 +734,19 @@ def _node_entry(name: str, value: object, where: str) -> NodeSpec:
             f"{where}: expected a list of GPUs, {{count, model, memory, links}} or {{gpus, links}}, "
             f"got {value!r}"
         )
-    return NodeSpec(name, tuple(gpus), None if links is None else _parse_node_links(name, len(gpus), links))
+    parsed = None if links is None else _parse_node_links(name, len(gpus), links)
+    return NodeSpec(name, tuple(gpus), parsed, **sharing)
 
 
-def parse_inventory_spec(data: object, source: str = "<inventory>") -> tuple[NodeSpec, ...]:
-    """Nodes from a decoded inventory file (see the module docstring); `SpecError` names the entry."""
+def parse_inventory_spec(
+    data: object,
+    source: str = "<inventory>",
+    *,
+    base: Path | None = None,
+    read_file: ReadFile | None = None,
+) -> tuple[NodeSpec, ...]:
+    """Nodes from a decoded inventory file (see the module docstring); `SpecError` names the entry. A
+    node's `nvidia` given as a path is read through `read_file`, relative to `base`."""
     if not isinstance(data, Mapping) or not data:
         raise SpecError(f"{source}: expected a mapping of node name -> GPUs, got {data!r}")
     nodes: list[NodeSpec] = []
@@ -519,7 +755,7 @@ def parse_inventory_spec(data: object, source: str = "<inventory>") -> tuple[Nod
         if not isinstance(name, str):
             raise SpecError(f"{source}: node names must be strings, got {name!r}")
         try:
-            nodes.append(_node_entry(name, value, where))
+            nodes.append(_node_entry(name, value, where, base, read_file))
         except SpecError as exc:
             text = str(exc)
             raise SpecError(text if text.startswith(source) else f"{where}: {text}") from None
@@ -535,4 +771,8 @@ def load_inventory_spec(path: Path) -> tuple[NodeSpec, ...]:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
         raise SpecError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from None
-    return parse_inventory_spec(data, str(path))
+    return parse_inventory_spec(data, str(path), base=path.parent, read_file=_read_text)
+
+
+def _read_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")

@@ -71,10 +71,13 @@ def pair(**link: object) -> dict[str, object]:
         (pair(gpus=[0, 1], pcie="nvlink"), "n1: links[0].pcie: unknown topology level 'nvlink'"),
         (pair(gpus=[0, 1]), "n1: links[0]: sets neither nvlinks nor pcie"),
         ({"count": 2, "links": {"gpus": [0, 1]}}, "n1: links: expected a list"),
-        ({"gpus": ["Tesla T4"], "count": 2}, "n1: unknown key 'count' (expected gpus, links)"),
+        ({"gpus": ["Tesla T4"], "count": 2}, "n1: unknown key 'count' (expected gpus, links, nvidia, mode)"),
         ({"gpus": "Tesla T4"}, "n1.gpus: expected a list of GPUs"),
         ({"gpus": ["Tesla T4", {"model": "X", "memory": "lots"}]}, "n1.gpus[1].memory: expected a positive"),
-        ({"count": 2, "linkz": []}, "n1: unknown key 'linkz' (expected count, model, memory, links)"),
+        (
+            {"count": 2, "linkz": []},
+            "n1: unknown key 'linkz' (expected count, model, memory, mig, links, nvidia, mode)",
+        ),
     ],
 )
 def test_bad_links_name_the_node_entry_and_field(value: object, error: str) -> None:

@@ -1,0 +1,162 @@
+"""NVIDIA's sharing modes as nodes of the local cluster (`hami-sim up` with a node's `nvidia` config),
+every part a real process speaking the real protocols, in scale mode (the kubelets in one host process,
+the node daemons in another: hami_sim.nodehost): a T4 node time-sliced 4 ways with NVIDIA's config file
+(renameByDefault, failRequestsGreaterThanOne) and an A100-SXM4-40GB node with NVIDIA's MIG strategy
+mixed and three MIG devices made before start (3g.20gb, 2g.10gb, 1g.5gb).
+
+Pods asking NVIDIA's resources are not hami-control's: its webhook leaves them with `schedulerName:
+default-scheduler`, the default-scheduler stand-in places them by NodeResourcesFit from the Nodes'
+allocatable (kube-scheduler's path with NVIDIA's plugin), and hami-node answers Allocate from kubelet's
+device IDs as NVIDIA's plugin does (tests/integration/test_nvidia_modes.py has the same daemon beside a
+lone kubelet stand-in). A pod asking plain `nvidia.com/gpu` is HAMi's (the extender manages that name)
+and never lands on these nodes: the extender does not know them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hami_node.gpu.inventory import FakeMigInstance, load_inventory
+from hami_sim.cluster import Cluster, ClusterSpec, GPUSpec, NodeSpec
+from hami_sim.kubelet.config import CONTAINERS_FILE
+from hami_sim.kubelet.runtime import read_containers
+from tests.builders import container, gpu_pod, pod
+from tests.e2e.e2e_util import core_v1
+from tests.waiting import wait_for
+
+NS = "default"
+TS_NODE = "ts-a"
+MIG_NODE = "mig-a"
+SHARED = "nvidia.com/gpu.shared"
+MIG_1G = "nvidia.com/mig-1g.5gb"
+CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "demo-nvidia" / "config"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("nvidia-modes")
+    mig = (FakeMigInstance("3g.20gb", 0), FakeMigInstance("2g.10gb", 4), FakeMigInstance("1g.5gb", 6))
+    ts = CONFIGS / "time-slicing.yaml"
+    mixed = CONFIGS / "mig-mixed.yaml"
+    spec = ClusterSpec(
+        nodes=(
+            NodeSpec(
+                TS_NODE, (GPUSpec("Tesla T4"),), nvidia_config=ts.read_text(), nvidia_config_source=str(ts)
+            ),
+            NodeSpec(
+                MIG_NODE,
+                (GPUSpec("NVIDIA A100-SXM4-40GB", mig_devices=mig),),
+                nvidia_config=mixed.read_text(),
+                nvidia_config_source=str(mixed),
+            ),
+        ),
+        scale=True,
+    )
+    with Cluster.up(spec, root / ".hami-sim") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def core(cluster: Cluster) -> Iterator[Any]:
+    with core_v1(cluster) as api:
+        yield api
+
+
+def phase(core: Any, name: str, want: str) -> Any:
+    def done() -> Any:
+        found = core.read_namespaced_pod(name, NS)
+        return found if found.status.phase == want else None
+
+    return wait_for(
+        done, 60, f"pod {name} {want}", detail=lambda: str(core.read_namespaced_pod(name, NS).status)
+    )
+
+
+def visible_devices(cluster: Cluster, node: str, found: Any, name: str) -> str:
+    containers = read_containers(cluster.kubelet_dir(node) / CONTAINERS_FILE)
+    return containers.env(found.metadata.uid, name)["NVIDIA_VISIBLE_DEVICES"]
+
+
+def test_pods_asking_nvidias_resources_run_through_the_default_scheduler_with_nvidias_allocate(
+    cluster: Cluster, core: Any
+) -> None:
+    core.create_namespaced_pod(NS, pod("shared", container("main", limits={SHARED: "1"})))
+    core.create_namespaced_pod(NS, pod("mig-small", container("main", limits={MIG_1G: "1"})))
+    core.create_namespaced_pod(NS, pod("two", container("main", limits={SHARED: "2"})))
+
+    shared = phase(core, "shared", "Running")
+    assert shared.spec.scheduler_name == "default-scheduler" and shared.spec.node_name == TS_NODE
+    (t4,) = load_inventory(cluster.inventory_path(TS_NODE)).gpus
+    assert visible_devices(cluster, TS_NODE, shared, "main") == t4.uuid
+
+    small = phase(core, "mig-small", "Running")
+    assert small.spec.node_name == MIG_NODE
+    assert visible_devices(cluster, MIG_NODE, small, "main").startswith("MIG-")
+
+    # Two replicas with failRequestsGreaterThanOne: NodeResourcesFit lets it on (2 <= 4), NVIDIA's
+    # Allocate refuses it, and kubelet fails the pod with UnexpectedAdmissionError.
+    two = phase(core, "two", "Failed")
+    assert two.status.reason == "UnexpectedAdmissionError", two.status
+    assert (
+        'invalid allocation request for "nvidia.com/gpu.shared": invalid request: maximum request size '
+        "for shared resources is 1; found 2"
+    ) in two.status.message
+
+    # A pod asking plain nvidia.com/gpu is HAMi's: the webhook sends it to hami-scheduler, whose
+    # extender knows no node in NVIDIA's modes, so it stays Pending.
+    core.create_namespaced_pod(NS, gpu_pod("hami-gpu", gpus=1))
+
+    def refused() -> Any:
+        events = core.list_namespaced_event(NS, field_selector="involvedObject.name=hami-gpu").items
+        return next((e for e in events if e.reason == "FailedScheduling"), None)
+
+    wait_for(refused, 30, "hami-gpu refused by the scheduler")
+    hami_gpu = core.read_namespaced_pod("hami-gpu", NS)
+    assert hami_gpu.spec.scheduler_name == "hami-scheduler" and not hami_gpu.spec.node_name
+
+
+def test_the_nodes_carry_gfd_labels_and_kubectl_hami_top_counts_their_resources(
+    cluster: Cluster, core: Any
+) -> None:
+    phase(core, "shared", "Running")
+    phase(core, "mig-small", "Running")
+    labels = core.read_node(TS_NODE).metadata.labels
+    assert labels["nvidia.com/gpu.replicas"] == "4"
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    assert labels["nvidia.com/gpu.product"] == "Tesla-T4"  # renamed: no -SHARED (GFD)
+    labels = core.read_node(MIG_NODE).metadata.labels
+    assert labels["nvidia.com/mig.strategy"] == "mixed"
+    counts = {k: labels.get(f"nvidia.com/mig-{k}.count") for k in ("1g.5gb", "2g.10gb", "3g.20gb")}
+    assert counts == {"1g.5gb": "1", "2g.10gb": "1", "3g.20gb": "1"}
+
+    script = Path(sys.executable).parent / "kubectl-hami"
+    result = subprocess.run(
+        [str(script), "top", "-o", "json", "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    nodes = {n["name"]: n for n in json.loads(result.stdout)["nodes"]}
+    resources = {
+        (name, r["name"]): (r["allocatable"], r["allocated"])
+        for name, n in nodes.items()
+        for r in n["nvidia"]["resources"]
+    }
+    assert resources == {
+        (TS_NODE, SHARED): (4, 1),
+        (MIG_NODE, MIG_1G): (1, 1),
+        (MIG_NODE, "nvidia.com/mig-2g.10gb"): (1, 0),
+        (MIG_NODE, "nvidia.com/mig-3g.20gb"): (1, 0),
+    }
+    assert nodes[MIG_NODE]["nvidia"]["migStrategy"] == "mixed"
+
+    status = cluster.status()
+    assert status.ok, status.render()
+    rows = {n.name: n for n in status.nodes or ()}
+    assert rows[TS_NODE].gpus == "gpu.shared=4" and rows[TS_NODE].nvidia_mode
