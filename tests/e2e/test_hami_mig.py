@@ -1,7 +1,8 @@
 """HAMi v2.10's dynamic MIG end to end on `hami-sim` (every component a real process, real protocols):
-one node whose fake inventory has three A100-SXM4-40GB in MIG mode (no MIG device yet) and whose node
-config says `operatingmode: mig` (HAMi's `nodeconfig`, through `--config-file`). Pods opting in with
-`nvidia.com/vgpu-mode: mig` go webhook -> extender (HAMi's profile and placement pick, written to
+one node whose fake inventory has three A100-SXM4-40GB in MIG mode (no MIG device yet) and whose
+operating mode is `mig` (the spec's per-node `operating_mode`, `mode: mig` in an inventory file: hami-sim
+writes HAMi's `nodeconfig` for the node and starts its hami-node with `--config-file`). Pods opting in
+with `nvidia.com/vgpu-mode: mig` go webhook -> extender (HAMi's profile and placement pick, written to
 `hami.io/vgpu-mig-allocations`) -> bind -> the kubelet stand-in's Allocate, where hami-node creates the
 reserved MIG instance in the fake backend (its layout file `<inventory>.mig.json`), records its runtime
 identity on the pod and answers `NVIDIA_VISIBLE_DEVICES=MIG-...`. Deleting a pod: the reconciler (every
@@ -20,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from hami_api.mig_alloc import MIG_ALLOCATIONS, decode_mig_allocations
 from hami_node.gpu.fake import MIG_STATE_SUFFIX
@@ -40,12 +40,8 @@ MIG_MODE = {"nvidia.com/vgpu-mode": "mig"}
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("mig")
-    node_config = root / "node-config.yaml"
-    node_config.write_text(yaml.safe_dump({"nodeconfig": [{"name": NODE, "operatingmode": "mig"}]}))
-    spec = ClusterSpec(
-        nodes=(NodeSpec(NODE, (GPUSpec(A100, mig=True),) * 3),),
-        node_args=("--config-file", str(node_config)),
-    )
+    # The node's own operating mode: hami-sim writes HAMi's nodeconfig (operatingmode: mig) for it.
+    spec = ClusterSpec(nodes=(NodeSpec(NODE, (GPUSpec(A100, mig=True),) * 3, operating_mode="mig"),))
     with Cluster.up(spec, root / ".hami-sim") as running:
         yield running
 
