@@ -2,10 +2,12 @@
 
 Brings up a small local cluster (3 nodes x 4 fake GPUs of two models: two A100 80 GB nodes and one T4
 node; and, beside them, a node of 2 Huawei Ascend 910B4 NPUs and one of 2 Hygon DCUs, each served by a
-stand-in for its vendor's device plugin, `hami_sim.vendors`: HAMi's other accelerators, docs/vendors.md),
-applies the workloads in `examples/demo/` and `examples/demo-vendors/` through the official client, as a
-user would (the webhook, the scheduler stand-in, the extender, the kubelet stand-ins, the node daemons and
-the vendor plugins all take their real part), and prints:
+stand-in for its vendor's device plugin, `hami_sim.vendors`: HAMi's other accelerators, docs/vendors.md;
+and two nodes in NVIDIA's own sharing modes, hami-node reading NVIDIA's config file: an A100 40GB with MIG
+strategy mixed and three MIG devices, a T4 time-sliced 4 ways, `examples/demo-nvidia/config/`), applies
+the workloads in `examples/demo/`, `examples/demo-vendors/` and `examples/demo-nvidia/` through the
+official client, as a user would (the webhook, the scheduler stand-ins, the extender, the kubelet
+stand-ins, the node daemons and the vendor plugins all take their real part), and prints:
 
 - for each pod its outcome: the node and GPUs it got, or why it was refused or is pending, in plain words;
 - a per-GPU usage table (slices, memory, cores) with bars, `kubectl hami top`'s (hami_control.status);
@@ -18,6 +20,7 @@ Then it tears the cluster down (`--keep` leaves it running for `kubectl --kubeco
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -38,6 +41,11 @@ from hami_control.status.top import build_top, render_top
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "demo"
 VENDOR_EXAMPLES = EXAMPLES.parent / "demo-vendors"
 """Pods of the other vendors, applied when the cluster has their nodes (device-plugin and mixed modes)."""
+NVIDIA_EXAMPLES = EXAMPLES.parent / "demo-nvidia"
+"""Pods asking NVIDIA's resources (a time-slice, MIG devices), applied when the cluster has the nodes in
+NVIDIA's modes of `NVIDIA_INVENTORY` (device-plugin and mixed modes)."""
+NVIDIA_INVENTORY = NVIDIA_EXAMPLES / "config" / "inventory.yaml"
+"""The nodes in NVIDIA's modes, as a `hami-sim up --inventory` file naming NVIDIA's config files."""
 
 
 DEMO_CONFIG = ControlConfig(devices=DeviceSettings(enable_ascend=True))
@@ -151,12 +159,51 @@ def _pending_reason(core: Any, pod: Any) -> str:
     return "pending: not scheduled yet"
 
 
+def _nvidia_asks(pod: Any) -> list[tuple[str, str, str]]:
+    """(container, resource, count) of the NVIDIA resources a pod asks that HAMi does not manage
+    (`nvidia.com/gpu.shared`, `nvidia.com/mig-<profile>`): what NVIDIA's plugin serves."""
+    out = []
+    for c in pod.spec.containers:
+        limits = (c.resources.limits if c.resources else None) or {}
+        for key, value in sorted(limits.items()):
+            if key.startswith("nvidia.com/") and (key.startswith("nvidia.com/mig-") or "." in key[11:]):
+                out.append((c.name, key, str(value)))
+    return out
+
+
+def _nvidia_outcome(pod: Any, env_of: Callable[[Any, str], dict[str, str]] | None) -> str:
+    """`Running on ts-a; notebook: nvidia.com/gpu.shared 1 -> NVIDIA_VISIBLE_DEVICES=GPU-...`."""
+    parts = []
+    for container, key, count in _nvidia_asks(pod):
+        visible = ""
+        if env_of is not None:
+            try:
+                visible = env_of(pod, container).get("NVIDIA_VISIBLE_DEVICES", "")
+            except Exception:  # the outcome line goes on without it
+                visible = ""
+        parts.append(
+            f"{container}: {key} {count}" + (f" -> NVIDIA_VISIBLE_DEVICES={visible}" if visible else "")
+        )
+    return f"Running on {pod.spec.node_name} (NVIDIA's plugin, {pod.spec.scheduler_name}); " + "; ".join(
+        parts
+    )
+
+
 def _outcomes(
-    core: Any, created: list[tuple[str, str]], refused: list[Outcome], resource: Any = None
+    core: Any,
+    created: list[tuple[str, str]],
+    refused: list[Outcome],
+    resource: Any = None,
+    env_of: Callable[[Any, str], dict[str, str]] | None = None,
 ) -> list[Outcome]:
+    """Each pod's outcome line; `env_of(pod, container)` is a container's environment (for the
+    NVIDIA_VISIBLE_DEVICES of pods on NVIDIA's plugin)."""
     out = list(refused)
     for namespace, name in created:
         pod = core.read_namespaced_pod(name, namespace)
+        if pod.status.phase == "Running" and _nvidia_asks(pod):
+            out.append(Outcome(namespace, name, _nvidia_outcome(pod, env_of), True))
+            continue
         if resource is not None and pod.spec.resource_claims and pod.status.phase == "Running":
             results = pod_claim_results(core, resource, pod)
             parts = [f"{claim}: {uuid[-8:]} {mem} MiB {cores}%" for claim, uuid, mem, cores in results]
@@ -213,6 +260,9 @@ def usage_table(core: Any, resource: Any = None) -> str:
     and pods, as hami-control counts them from the node inventory and the pods' allocations; on DRA nodes
     (when `resource`, ResourceV1Api, is given) from the ResourceSlices and the claims' allocations, where
     slices are the claims' shares and have no fixed count."""
+    # hami-control's cache warns about nodes without its register annotation: the nodes in NVIDIA's
+    # modes have none by design (kube-scheduler alone places their pods); not news in the demo's output.
+    logging.getLogger("hami_control.cache").setLevel(logging.ERROR)
     nodes = _json(core, core.list_node()).get("items") or []
     pods = _json(core, core.list_pod_for_all_namespaces()).get("items") or []
     slices, claims = _dra_objects(core, resource) if resource is not None else ([], [])
@@ -235,6 +285,7 @@ def run(args: argparse.Namespace) -> int:
     from kubernetes import client, config
 
     from hami_sim.cluster import Cluster, ClusterError, ClusterSpec, GPUSpec, NodeSpec
+    from hami_sim.cluster.spec import SpecError, load_inventory_spec
     from hami_sim.vendors.table import device_spec
 
     started = time.monotonic()
@@ -248,17 +299,26 @@ def run(args: argparse.Namespace) -> int:
         if vendors
         else ()
     )
+    nvidia_modes = args.mode != "dra" and not args.no_nvidia_modes  # NVIDIA's plugin: no DRA
+    try:
+        nvidia_nodes = load_inventory_spec(NVIDIA_INVENTORY) if nvidia_modes else ()
+    except SpecError as err:
+        print(f"hami-sim demo: {err}", file=sys.stderr)
+        return 1
     spec = ClusterSpec(
         nodes=(
             NodeSpec("gpu-a", (a100,) * 4),
             NodeSpec("gpu-b", (a100,) * 4),
             NodeSpec("gpu-t4", (t4,) * 4),
             *others,
+            *nvidia_nodes,
         ),
         split=args.split,
     ).with_mode(args.mode)
     how = {"device-plugin": "", "dra": " in DRA mode", "mixed": ", gpu-b in DRA mode"}[args.mode]
     beside = "; an Ascend 910B4 node and a Hygon DCU node, 2 devices each" if vendors else ""
+    if nvidia_modes:
+        beside += "; NVIDIA's modes: mig-a (A100 40GB, MIG strategy mixed), ts-a (T4, time-sliced x4)"
     print(
         f"== Bringing up a local cluster: 3 nodes x 4 fake GPUs (2 x A100 80GB nodes, 1 x T4 node){how}"
         f"{beside}",
@@ -275,15 +335,17 @@ def run(args: argparse.Namespace) -> int:
         resource: Any = client.ResourceV1Api(api_client) if spec.dra_nodes else None
         if args.mode == "mixed":
             _progress("namespace ai-team goes through DRA (labelled hami.io/dra=enabled)")
-        applying = f"{args.examples}/" + (
-            f" and {VENDOR_EXAMPLES}/" if vendors and args.examples == EXAMPLES else ""
-        )
+        extra_dirs = []
+        if args.examples == EXAMPLES:
+            extra_dirs += [VENDOR_EXAMPLES] if vendors else []
+            extra_dirs += [NVIDIA_EXAMPLES] if nvidia_modes else []
+        applying = ", ".join(f"{d}/" for d in (args.examples, *extra_dirs))
         print(f"== Cluster up in {time.monotonic() - started:.1f} s; applying {applying}", flush=True)
         created: list[tuple[str, str]] = []
         refused: list[Outcome] = []
         documents = list(_documents(args.examples))
-        if vendors and args.examples == EXAMPLES:
-            documents += list(_documents(VENDOR_EXAMPLES))
+        for directory in extra_dirs:
+            documents += list(_documents(directory))
         for doc in documents:
             meta = doc.get("metadata") or {}
             if args.mode == "mixed" and doc.get("kind") == "Namespace" and meta.get("name") == "ai-team":
@@ -309,7 +371,11 @@ def run(args: argparse.Namespace) -> int:
         _progress("waiting for the pods to be scheduled, bound and allocated")
         _wait(settled, args.wait)
         print("\n== Pods", flush=True)
-        for outcome in _outcomes(core, created, refused, resource):
+
+        def env_of(pod: Any, container: str) -> dict[str, str]:
+            return container_env(cluster, core, pod.metadata.namespace, pod.metadata.name, container)
+
+        for outcome in _outcomes(core, created, refused, resource, env_of):
             mark = "ok " if outcome.ok else "-- "
             print(f"{mark}{outcome.namespace}/{outcome.name}: {outcome.text}")
         print("\n== Device usage (slices, memory, cores; NVIDIA's GPUs and the other vendors' devices)")
@@ -361,6 +427,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--no-vendors",
         action="store_true",
         help="leave out the Ascend and Hygon nodes and their pods (NVIDIA only)",
+    )
+    parser.add_argument(
+        "--no-nvidia-modes",
+        action="store_true",
+        help="leave out the nodes in NVIDIA's own sharing modes (mig-a: MIG strategy mixed, ts-a: "
+        "time-slicing) and their pods (always left out with --mode dra)",
     )
     parser.set_defaults(handler=run)
     return parser
