@@ -630,6 +630,8 @@ def _gpu_entry(value: object, where: str) -> GPUSpec:
             return GPUSpec(model, memory, mig, devices)
         except SpecError as exc:
             text = str(exc)
+            if not isinstance(value.get("mig"), Mapping):  # the list form: `mig[i]`, as the user wrote it
+                text = text.replace("mig.devices[", "mig[")
             raise SpecError(f"{where}.{text}" if text.startswith("mig") else f"{where}: {text}") from None
     raise SpecError(f"{where}: expected a model name or {{model, memory, mig}}, got {value!r}")
 
