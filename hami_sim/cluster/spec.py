@@ -1,5 +1,6 @@
 """What a local cluster is made of: its nodes and their fake GPUs, the vGPU split, the scheduling
-policies and extra flags. Pure apart from `load_inventory_spec`, which reads one file.
+policies and extra flags. Pure apart from `load_inventory_spec`, which reads the file (and the NVIDIA config
+files it names).
 
 The inventory file (`hami-sim up --inventory FILE`, YAML or JSON) maps each node name to its GPUs,
 for clusters of mixed models:
@@ -18,6 +19,20 @@ gpu-links-1:                                            # the links between GPUs
 gpu-mixed-2:                                            # a list of GPUs with links
   gpus: [NVIDIA A100-SXM4-40GB, NVIDIA A100-SXM4-40GB]
   links: [{gpus: [0, 1], nvlinks: 12}]
+```
+
+A node in NVIDIA's own sharing modes names NVIDIA's config file v1 (`nvidia:`, its content inline or a
+path relative to the inventory file); a node with HAMi's dynamic MIG says `mode: mig`; a GPU's `mig:` is
+`true` (MIG mode, no MIG device) or the MIG devices present at start (docs/local-cluster.md):
+
+```yaml
+mig-a:                                                  # NVIDIA's MIG strategy mixed
+  count: 1
+  model: NVIDIA A100-SXM4-40GB
+  mig: [{profile: 3g.20gb, start: 0}, {profile: 1g.5gb, start: 6}]
+  nvidia: {version: v1, flags: {migStrategy: mixed}}
+ts-a: {count: 1, model: Tesla T4, nvidia: time-slicing.yaml}
+dyn-a: {count: 2, model: NVIDIA A100-SXM4-40GB, mig: true, mode: mig}
 ```
 
 A model's memory is taken from its name ("...-80GB" is 81920 MiB) or from `KNOWN_MEMORY_MIB`;
