@@ -41,15 +41,15 @@ X, S, H, W = (
 Links = dict[tuple[str, str], GPULink]
 
 
-def gpu(i: int) -> str:
+def gid(i: int) -> str:
     return f"GPU-{i}"
 
 
-def node(pcie: Mapping[tuple[int, int], TopologyLevel], nvlinks: Mapping[tuple[int, int], int]) -> Links:
+def links_of(pcie: Mapping[tuple[int, int], TopologyLevel], nvlinks: Mapping[tuple[int, int], int]) -> Links:
     """Links from go-gpuallocator's AddLink lists: `pcie[(a, b)]` and `nvlinks[(a, b)]` as a sees b."""
     out: Links = {}
     for (a, b), level in pcie.items():
-        out[(gpu(a), gpu(b))] = GPULink(level, nvlinks.get((a, b), 0))
+        out[(gid(a), gid(b))] = GPULink(level, nvlinks.get((a, b), 0))
     return out
 
 
@@ -61,7 +61,7 @@ def rtx8000_node() -> Links:
     """common_test.go New4xRTX8000Node."""
     nv = symmetric({(0, 3): 2, (1, 2): 2})
     pcie = symmetric({(0, 1): S, (0, 2): X, (1, 3): X, (2, 3): S, (0, 3): None, (1, 2): None})
-    return {(gpu(a), gpu(b)): GPULink(level, nv.get((a, b), 0)) for (a, b), level in pcie.items()}
+    return {(gid(a), gid(b)): GPULink(level, nv.get((a, b), 0)) for (a, b), level in pcie.items()}
 
 
 def dgx1_pascal_node() -> Links:
@@ -75,7 +75,7 @@ def dgx1_pascal_node() -> Links:
                 pcie[(a, b)] = X
     pcie.update(symmetric({(0, 1): H, (0, 2): W, (0, 3): H, (1, 2): H, (1, 3): W, (2, 3): H}))
     pcie.update(symmetric({(4, 5): H, (4, 6): W, (4, 7): H, (5, 6): H, (5, 7): W, (6, 7): H}))
-    return node(pcie, nv)
+    return links_of(pcie, nv)
 
 
 def dgx1_volta_node() -> Links:
@@ -90,11 +90,11 @@ def dgx1_volta_node() -> Links:
                 pcie[(a, b)] = X
     pcie.update(symmetric({(0, 1): W, (0, 2): H, (0, 3): H, (1, 2): H, (1, 3): H, (2, 3): W}))
     pcie.update(symmetric({(4, 5): W, (4, 6): H, (4, 7): H, (5, 6): H, (5, 7): H, (6, 7): W}))
-    return node(pcie, nv)
+    return links_of(pcie, nv)
 
 
 def ids(indices: Sequence[int]) -> list[str]:
-    return [gpu(i) for i in indices]
+    return [gid(i) for i in indices]
 
 
 def allocate_sequence(links: Links, sizes: Sequence[int]) -> list[list[int]]:
@@ -232,16 +232,16 @@ def test_partition_count_bounds_the_partitions_iterated() -> None:
 
 def test_pair_score_is_gpuallocators_pcie_level_plus_100_per_nvlink() -> None:
     score = pair_scorer(dgx1_volta_node())
-    assert score(gpu(0), gpu(3)) == 30 + 200  # host bridge + two NVLinks
-    assert score(gpu(0), gpu(4)) == 10 + 200  # across CPUs + two NVLinks
-    assert score(gpu(4), gpu(5)) == 50 + 100  # one switch + one NVLink
-    assert score(gpu(0), gpu(5)) == 10
-    assert set_score([gpu(0), gpu(3), None], score) == 230
+    assert score(gid(0), gid(3)) == 30 + 200  # host bridge + two NVLinks
+    assert score(gid(0), gid(4)) == 10 + 200  # across CPUs + two NVLinks
+    assert score(gid(4), gid(5)) == 50 + 100  # one switch + one NVLink
+    assert score(gid(0), gid(5)) == 10
+    assert set_score([gid(0), gid(3), None], score) == 230
 
 
 def test_an_asymmetric_pair_scores_zero_instead_of_panicking_as_gpuallocator_does() -> None:
-    links = {(gpu(0), gpu(1)): GPULink(W, 2), (gpu(1), gpu(0)): GPULink(W, 0)}
-    assert pair_scorer(links)(gpu(0), gpu(1)) == 0
+    links = {(gid(0), gid(1)): GPULink(W, 2), (gid(1), gid(0)): GPULink(W, 0)}
+    assert pair_scorer(links)(gid(0), gid(1)) == 0
 
 
 def test_a_node_too_large_to_search_takes_the_single_best_set_with_the_required_gpu() -> None:
@@ -249,7 +249,7 @@ def test_a_node_too_large_to_search_takes_the_single_best_set_with_the_required_
     for a in range(16):
         for b in range(16):
             if a != b:
-                links[(gpu(a), gpu(b))] = GPULink(X, 4 if {a, b} == {9, 13} else 0)
+                links[(gid(a), gid(b))] = GPULink(X, 4 if {a, b} == {9, 13} else 0)
     chosen = best_effort_allocate(ids(range(16)), [], 2, pair_scorer(links))
     assert set(chosen) == set(ids([9, 13]))
     assert set(best_effort_allocate(ids(range(16)), ids([2]), 2, pair_scorer(links))) == set(ids([0, 2]))
@@ -273,7 +273,7 @@ def test_best_effort_returns_size_distinct_available_gpus_with_the_required_ones
 ) -> None:
     n, size, required, nv = case
     links = {
-        (gpu(a), gpu(b)): GPULink(X, nv.get((min(a, b), max(a, b)), 0))
+        (gid(a), gid(b)): GPULink(X, nv.get((min(a, b), max(a, b)), 0))
         for a in range(n)
         for b in range(n)
         if a != b
@@ -289,13 +289,13 @@ def test_best_effort_returns_size_distinct_available_gpus_with_the_required_ones
 
 
 def devices(n: int) -> list[Device]:
-    return [Device(gpu(i), str(i), gpu(i), paths=(f"/dev/nvidia{i}",)) for i in range(n)]
+    return [Device(gid(i), str(i), gid(i), paths=(f"/dev/nvidia{i}",)) for i in range(n)]
 
 
 def test_aligned_allocation_is_used_for_whole_gpus_only() -> None:
     full = devices(2)
     assert uses_aligned_allocation(full, ids([0, 1]))
-    replicas = [Device(f"{gpu(0)}::{r}", "0", gpu(0), replicas=2) for r in range(2)]
+    replicas = [Device(f"{gid(0)}::{r}", "0", gid(0), replicas=2) for r in range(2)]
     assert not uses_aligned_allocation(replicas, [d.id for d in replicas])
     mig = [Device("MIG-a", "0:0", "MIG-a")]
     assert not uses_aligned_allocation(mig, ["MIG-a"])
@@ -308,7 +308,7 @@ def test_aligned_allocation_prefers_the_nvlinked_pair_over_index_order() -> None
 
 def test_aligned_allocation_of_an_unknown_gpu_fails_with_nvidias_text() -> None:
     with pytest.raises(PreferredAllocationError, match=r"^unable to retrieve list of available devices: "):
-        aligned_allocation(devices(2), [gpu(0), "GPU-x"], [], 1, pair_scorer({}))
+        aligned_allocation(devices(2), [gid(0), "GPU-x"], [], 1, pair_scorer({}))
     with pytest.raises(PreferredAllocationError, match=r"required devices: no device with uuid: GPU-y$"):
         aligned_allocation(devices(2), ids([0, 1]), ["GPU-y"], 1, pair_scorer({}))
 
@@ -335,7 +335,7 @@ def test_get_preferred_allocation_of_whole_gpus_answers_the_aligned_set() -> Non
 
     config = load_config([], {}, lambda _path: "")
     gpus = [
-        NvidiaDevice(gpu(i), i, "Tesla V100-SXM2-16GB", 16384, minor=i, paths=(f"/dev/nvidia{i}",))
+        NvidiaDevice(gid(i), i, "Tesla V100-SXM2-16GB", 16384, minor=i, paths=(f"/dev/nvidia{i}",))
         for i in range(8)
     ]
     nv = NvidiaDevices(config, gpus, pair_scorer(dgx1_volta_node()))
