@@ -19,12 +19,12 @@ JSON = dict[str, Any]
 
 KUBE_VERSION = {
     "major": "1",
-    "minor": "32",
-    "gitVersion": "v1.32.0-hami-sim",
+    "minor": "36",
+    "gitVersion": "v1.36.0-hami-sim",
     "gitCommit": "0000000000000000000000000000000000000000",
     "gitTreeState": "clean",
     "buildDate": "2026-01-01T00:00:00Z",
-    "goVersion": "go1.23.0",
+    "goVersion": "go1.25.0",
     "compiler": "gc",
     "platform": "linux/amd64",
 }
