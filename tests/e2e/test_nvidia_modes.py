@@ -1,8 +1,9 @@
 """NVIDIA's sharing modes as nodes of the local cluster (`hami-sim up` with a node's `nvidia` config),
 every part a real process speaking the real protocols, in scale mode (the kubelets in one host process,
 the node daemons in another: hami_sim.nodehost): a T4 node time-sliced 4 ways with NVIDIA's config file
-(renameByDefault, failRequestsGreaterThanOne) and an A100-SXM4-40GB node with NVIDIA's MIG strategy
-mixed and three MIG devices made before start (3g.20gb, 2g.10gb, 1g.5gb).
+(renameByDefault, failRequestsGreaterThanOne), an A100-SXM4-40GB node with NVIDIA's MIG strategy
+mixed and three MIG devices made before start (3g.20gb, 2g.10gb, 1g.5gb), one with strategy single (two
+3g.20gb served as `nvidia.com/gpu`) and one with strategy none (a MIG-enabled A100 served whole).
 
 Pods asking NVIDIA's resources are not hami-control's: its webhook leaves them with `schedulerName:
 default-scheduler`, the default-scheduler stand-in places them by NodeResourcesFit from the Nodes'
@@ -34,6 +35,10 @@ from tests.waiting import wait_for
 NS = "default"
 TS_NODE = "ts-a"
 MIG_NODE = "mig-a"
+SINGLE_NODE = "single-a"
+NONE_NODE = "none-a"
+IGNORE = {"hami.io/webhook": "ignore"}
+"""Keeps a pod asking plain nvidia.com/gpu out of HAMi's webhook: default-scheduler places it."""
 SHARED = "nvidia.com/gpu.shared"
 MIG_1G = "nvidia.com/mig-1g.5gb"
 CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "demo-nvidia" / "config"
@@ -43,6 +48,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "demo-nvidia" / "co
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("nvidia-modes")
     mig = (FakeMigInstance("3g.20gb", 0), FakeMigInstance("2g.10gb", 4), FakeMigInstance("1g.5gb", 6))
+    halves = (FakeMigInstance("3g.20gb", 0), FakeMigInstance("3g.20gb", 4))
     ts = CONFIGS / "time-slicing.yaml"
     mixed = CONFIGS / "mig-mixed.yaml"
     spec = ClusterSpec(
@@ -55,6 +61,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 (GPUSpec("NVIDIA A100-SXM4-40GB", mig_devices=mig),),
                 nvidia_config=mixed.read_text(),
                 nvidia_config_source=str(mixed),
+            ),
+            NodeSpec(
+                SINGLE_NODE,
+                (GPUSpec("NVIDIA A100-SXM4-40GB", mig_devices=halves),),
+                nvidia_config="version: v1\nflags:\n  migStrategy: single\n",
+            ),
+            NodeSpec(
+                NONE_NODE,
+                (GPUSpec("NVIDIA A100-SXM4-40GB", mig_devices=halves[:1]),),
+                nvidia_config="version: v1\nflags:\n  migStrategy: none\n",
             ),
         ),
         scale=True,
@@ -153,6 +169,8 @@ def test_the_nodes_carry_gfd_labels_and_kubectl_hami_top_counts_their_resources(
         (MIG_NODE, MIG_1G): (1, 1),
         (MIG_NODE, "nvidia.com/mig-2g.10gb"): (1, 0),
         (MIG_NODE, "nvidia.com/mig-3g.20gb"): (1, 0),
+        (SINGLE_NODE, "nvidia.com/gpu"): (2, 0),  # their pods come in the next test
+        (NONE_NODE, "nvidia.com/gpu"): (1, 0),
     }
     assert nodes[MIG_NODE]["nvidia"]["migStrategy"] == "mixed"
 
@@ -160,3 +178,30 @@ def test_the_nodes_carry_gfd_labels_and_kubectl_hami_top_counts_their_resources(
     assert status.ok, status.render()
     rows = {n.name: n for n in status.nodes or ()}
     assert rows[TS_NODE].gpus == "gpu.shared=4" and rows[TS_NODE].nvidia_mode
+
+
+def test_mig_strategies_single_and_none_serve_nvidia_gpu_as_nvidias_plugin_does(
+    cluster: Cluster, core: Any
+) -> None:
+    """Strategy single: every MIG device is one `nvidia.com/gpu` and Allocate answers MIG UUIDs; strategy
+    none: the MIG-enabled GPU is one whole `nvidia.com/gpu` answered by its GPU UUID (NVIDIA's
+    internal/rm/device_map.go). Both pods keep HAMi's webhook out (plain nvidia.com/gpu is HAMi's)."""
+    on = "kubernetes.io/hostname"
+    gpu2 = container("main", limits={"nvidia.com/gpu": "2"})
+    gpu1 = container("main", limits={"nvidia.com/gpu": "1"})
+    core.create_namespaced_pod(NS, pod("single", gpu2, labels=IGNORE, node_selector={on: SINGLE_NODE}))
+    core.create_namespaced_pod(NS, pod("whole", gpu1, labels=IGNORE, node_selector={on: NONE_NODE}))
+
+    single = phase(core, "single", "Running")
+    assert single.spec.scheduler_name == "default-scheduler"
+    ids = visible_devices(cluster, SINGLE_NODE, single, "main").split(",")
+    assert len(ids) == 2 and all(i.startswith("MIG-") for i in ids), ids
+    assert core.read_node(SINGLE_NODE).status.allocatable["nvidia.com/gpu"] == "2"
+    labels = core.read_node(SINGLE_NODE).metadata.labels
+    assert labels["nvidia.com/mig.strategy"] == "single"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"
+
+    whole = phase(core, "whole", "Running")
+    (a100,) = load_inventory(cluster.inventory_path(NONE_NODE)).gpus
+    assert visible_devices(cluster, NONE_NODE, whole, "main") == a100.uuid
+    assert core.read_node(NONE_NODE).status.allocatable["nvidia.com/gpu"] == "1"
