@@ -152,6 +152,13 @@ class _NodeSource:
     cordon: str
     pair_scores: str | None
     allocatable: object
+    nvidia_mode: bool = False
+    """GPU feature discovery's sharing labels are on the node: hami-node serves it in NVIDIA's own modes
+    (docs/nvidia-sharing.md), which never write HAMi's register."""
+
+
+NVIDIA_MODE_LABELS = ("nvidia.com/gpu.sharing-strategy", "nvidia.com/mig.strategy")
+"""GFD labels hami-node writes in NVIDIA's modes (hami_node.nvidia.labels); either marks such a node."""
 
 
 @dataclass(slots=True)
@@ -179,6 +186,10 @@ def _milli(value: object) -> int | None:
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return _mapping(_mapping(obj.get("metadata")).get("annotations"))
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(_mapping(obj.get("metadata")).get("labels"))
 
 
 def _text(annotations: Mapping[str, Any], key: str) -> str | None:
@@ -378,6 +389,7 @@ class ClusterCache:
             cordon=_text(annotations, DEVICE_CORDON) or "",
             pair_scores=_text(annotations, NODE_PAIR_SCORE),
             allocatable=allocatable,
+            nvidia_mode=any(key in _labels(node) for key in NVIDIA_MODE_LABELS),
         )
         if self._vendors:
             self._vendor_upserted(name, node)
@@ -503,8 +515,10 @@ class ClusterCache:
         if reason:
             entry.reason = f"{UNREGISTERED}: {reason}"
             if old is None or old.reason != entry.reason:
-                # A node of the other vendors only has no NVIDIA GPU to register: not worth a warning.
-                level = logging.DEBUG if name in self._vendor_base else logging.WARNING
+                # A node of the other vendors only has no NVIDIA GPU to register, and a node in NVIDIA's
+                # own modes never registers (kube-scheduler alone places its pods): not worth a warning.
+                quiet = name in self._vendor_base or (source.register is None and source.nvidia_mode)
+                level = logging.DEBUG if quiet else logging.WARNING
                 log.log(level, "node %s: %s", name, entry.reason)
             return entry
         if old is not None and old.reason:

@@ -105,6 +105,23 @@ def test_unregistered_reason_logged_once_per_distinct_value(caplog: pytest.LogCa
     assert "garbage" in warnings[0] and "allocatable" in warnings[1]
 
 
+def test_a_node_in_nvidias_own_modes_without_a_register_is_logged_at_debug_not_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cache = ClusterCache()
+    with caplog.at_level(logging.DEBUG, logger="hami_control.cache"):
+        for name, key in (("ts", "nvidia.com/gpu.sharing-strategy"), ("mig", "nvidia.com/mig.strategy")):
+            cache.node_upserted(node(name, allocatable={SLOTS: "4"}, labels={key: "time-slicing"}))
+        cache.node_upserted(node("plain", allocatable={SLOTS: "4"}))
+    logged = [(r.levelno, r.getMessage().split(":")[0]) for r in caplog.records]
+    assert logged == [
+        (logging.DEBUG, "node ts"),
+        (logging.DEBUG, "node mig"),
+        (logging.WARNING, "node plain"),
+    ]
+    assert cache.node_gpus("ts") is None and cache.unregistered_reason("ts") is not None
+
+
 def test_node_registers_when_allocatable_returns_and_counts_earlier_pods() -> None:
     cache = ClusterCache()
     cache.node_upserted(node("n1", [G0], allocatable={SLOTS: "0"}))
