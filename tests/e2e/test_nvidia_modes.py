@@ -3,7 +3,8 @@ every part a real process speaking the real protocols, in scale mode (the kubele
 the node daemons in another: hami_sim.nodehost): a T4 node time-sliced 4 ways with NVIDIA's config file
 (renameByDefault, failRequestsGreaterThanOne), an A100-SXM4-40GB node with NVIDIA's MIG strategy
 mixed and three MIG devices made before start (3g.20gb, 2g.10gb, 1g.5gb), one with strategy single (two
-3g.20gb served as `nvidia.com/gpu`) and one with strategy none (a MIG-enabled A100 served whole).
+3g.20gb served as `nvidia.com/gpu`), one with strategy none (a MIG-enabled A100 served whole) and one
+with strategy mixed and its 1g.5gb devices time-sliced 2 ways (MIG with time-slicing).
 
 Pods asking NVIDIA's resources are not hami-control's: its webhook leaves them with `schedulerName:
 default-scheduler`, the default-scheduler stand-in places them by NodeResourcesFit from the Nodes'
@@ -37,6 +38,17 @@ TS_NODE = "ts-a"
 MIG_NODE = "mig-a"
 SINGLE_NODE = "single-a"
 NONE_NODE = "none-a"
+MIG_TS_NODE = "migts-a"
+MIG_TS_CONFIG = """version: v1
+flags:
+  migStrategy: mixed
+sharing:
+  timeSlicing:
+    renameByDefault: true
+    resources:
+    - name: nvidia.com/mig-1g.5gb
+      replicas: 2
+"""
 IGNORE = {"hami.io/webhook": "ignore"}
 """Keeps a pod asking plain nvidia.com/gpu out of HAMi's webhook: default-scheduler places it."""
 SHARED = "nvidia.com/gpu.shared"
@@ -49,6 +61,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("nvidia-modes")
     mig = (FakeMigInstance("3g.20gb", 0), FakeMigInstance("2g.10gb", 4), FakeMigInstance("1g.5gb", 6))
     halves = (FakeMigInstance("3g.20gb", 0), FakeMigInstance("3g.20gb", 4))
+    sevenths = (FakeMigInstance("1g.5gb", 0), FakeMigInstance("1g.5gb", 1))
     ts = CONFIGS / "time-slicing.yaml"
     mixed = CONFIGS / "mig-mixed.yaml"
     spec = ClusterSpec(
@@ -71,6 +84,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 NONE_NODE,
                 (GPUSpec("NVIDIA A100-SXM4-40GB", mig_devices=halves[:1]),),
                 nvidia_config="version: v1\nflags:\n  migStrategy: none\n",
+            ),
+            NodeSpec(
+                MIG_TS_NODE,
+                (GPUSpec("NVIDIA A100-SXM4-40GB", mig_devices=sevenths),),
+                nvidia_config=MIG_TS_CONFIG,
             ),
         ),
         scale=True,
@@ -171,6 +189,7 @@ def test_the_nodes_carry_gfd_labels_and_kubectl_hami_top_counts_their_resources(
         (MIG_NODE, "nvidia.com/mig-3g.20gb"): (1, 0),
         (SINGLE_NODE, "nvidia.com/gpu"): (2, 0),  # their pods come in the next test
         (NONE_NODE, "nvidia.com/gpu"): (1, 0),
+        (MIG_TS_NODE, "nvidia.com/mig-1g.5gb.shared"): (4, 0),
     }
     assert nodes[MIG_NODE]["nvidia"]["migStrategy"] == "mixed"
 
@@ -205,3 +224,22 @@ def test_mig_strategies_single_and_none_serve_nvidia_gpu_as_nvidias_plugin_does(
     (a100,) = load_inventory(cluster.inventory_path(NONE_NODE)).gpus
     assert visible_devices(cluster, NONE_NODE, whole, "main") == a100.uuid
     assert core.read_node(NONE_NODE).status.allocatable["nvidia.com/gpu"] == "1"
+
+
+def test_mig_devices_time_sliced_are_replicas_of_mig_devices_answered_by_their_mig_uuid(
+    cluster: Cluster, core: Any
+) -> None:
+    """NVIDIA's MIG with time-slicing: each 1g.5gb device becomes 2 replicas `MIG-<uuid>::<n>` under
+    `nvidia.com/mig-1g.5gb.shared` (renameByDefault); Allocate strips the replica suffix
+    (internal/rm/allocate.go uniqueDeviceIDsFromAnnotatedDeviceIDs); GFD labels the MIG resource's
+    replicas and strategy (internal/lm/resource.go)."""
+    shared = container("main", limits={"nvidia.com/mig-1g.5gb.shared": "1"})
+    core.create_namespaced_pod(NS, pod("mig-replica", shared))
+    found = phase(core, "mig-replica", "Running")
+    assert found.spec.node_name == MIG_TS_NODE
+    answered = visible_devices(cluster, MIG_TS_NODE, found, "main")
+    assert answered.startswith("MIG-") and "::" not in answered
+    labels = core.read_node(MIG_TS_NODE).metadata.labels
+    assert labels["nvidia.com/mig-1g.5gb.replicas"] == "2"
+    assert labels["nvidia.com/mig-1g.5gb.sharing-strategy"] == "time-slicing"
+    assert core.read_node(MIG_TS_NODE).status.allocatable["nvidia.com/mig-1g.5gb.shared"] == "4"
