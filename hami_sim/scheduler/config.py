@@ -602,6 +602,19 @@ def load_configuration(path: str | Path) -> KubeSchedulerConfiguration:
     return parse_configuration_text(text, str(path))
 
 
+def _override(
+    extender: ExtenderConfig, extender_url: str | None, extender_ca_file: str | None
+) -> ExtenderConfig:
+    if extender_url is not None:
+        if not re.match(r"https?://[^/\s]+", extender_url):
+            raise ConfigError(f"--extender-url {extender_url!r}: must be an http:// or https:// URL")
+        extender = replace(extender, url_prefix=extender_url.rstrip("/"))
+    if extender_ca_file is not None:
+        tls = extender.tls or ExtenderTLSConfig()
+        extender = replace(extender, tls=replace(tls, ca_file=extender_ca_file, ca_data=b""))
+    return extender
+
+
 def scheduler_config(
     config: KubeSchedulerConfiguration,
     profile: str = DEFAULT_PROFILE,
@@ -610,8 +623,10 @@ def scheduler_config(
     extender_ca_file: str | None = None,
 ) -> SchedulerConfig:
     """The stand-in's view: the profile named `profile` and the extenders, with `extender_url`
-    (replaces `urlPrefix`) and `extender_ca_file` (replaces `tlsConfig.caFile`/`caData`) applied to the
-    single extender. Raises ConfigError."""
+    (replaces `urlPrefix`) and `extender_ca_file` (replaces `tlsConfig.caFile`/`caData`) applied to
+    every extender. The overrides need one endpoint: a single extender, or several entries sharing one
+    `urlPrefix` (the fragmentation component's second entry, `cpu-filter`/`cpu-prioritize`, calls the
+    same hami-control Service as the first). Raises ConfigError."""
     chosen = next((p for p in config.profiles if p.scheduler_name == profile), None)
     if chosen is None:
         names = ", ".join(p.scheduler_name for p in config.profiles)
@@ -621,20 +636,14 @@ def scheduler_config(
         )
     extenders = config.extenders
     if extender_url is not None or extender_ca_file is not None:
-        if len(extenders) != 1:
+        prefixes = sorted({e.url_prefix for e in extenders})
+        if len(prefixes) != 1:
             raise ConfigError(
-                f"--extender-url/--extender-ca-file: {config.source} has {len(extenders)} extenders; "
-                "the overrides need exactly one"
+                f"--extender-url/--extender-ca-file: {config.source} has {len(extenders)} extenders "
+                f"at {len(prefixes)} URL prefixes ({', '.join(prefixes) or 'none'}); the overrides need "
+                "one extender, or extenders sharing one urlPrefix"
             )
-        extender = extenders[0]
-        if extender_url is not None:
-            if not re.match(r"https?://[^/\s]+", extender_url):
-                raise ConfigError(f"--extender-url {extender_url!r}: must be an http:// or https:// URL")
-            extender = replace(extender, url_prefix=extender_url.rstrip("/"))
-        if extender_ca_file is not None:
-            tls = extender.tls or ExtenderTLSConfig()
-            extender = replace(extender, tls=replace(tls, ca_file=extender_ca_file, ca_data=b""))
-        extenders = (extender,)
+        extenders = tuple(_override(extender, extender_url, extender_ca_file) for extender in extenders)
     notes: list[str] = []
     if chosen.has_plugins:
         notes.append(f"profile {profile}: plugins/pluginConfig are not modelled (fixed filters and scoring)")

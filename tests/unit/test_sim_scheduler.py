@@ -252,11 +252,69 @@ def test_yaml_level_errors(tmp_path: Path) -> None:
         load_configuration(tmp_path / "missing.yaml")
 
 
-def test_overrides_need_exactly_one_extender() -> None:
+def test_overrides_need_one_extender_url_prefix() -> None:
     doc = base()
     doc["extenders"] = []
-    with pytest.raises(ConfigError, match="has 0 extenders; the overrides need exactly one"):
+    with pytest.raises(ConfigError, match=r"has 0 extenders at 0 URL prefixes \(none\); the overrides need"):
         scheduler_config(parse_configuration(doc), extender_url="http://x")
+    doc = base()
+    doc["extenders"].append({**doc["extenders"][0], "urlPrefix": "https://y:443"})
+    with pytest.raises(
+        ConfigError, match=r"has 2 extenders at 2 URL prefixes \(https://x:443, https://y:443\)"
+    ):
+        scheduler_config(parse_configuration(doc), extender_url="http://x")
+
+
+def second_entry(**fields: Any) -> dict[str, Any]:
+    """The fragmentation component's second extender entry: hami-control's CPU verbs at the same URL,
+    ignorable, with no bind."""
+    return {
+        "urlPrefix": "https://x:443",
+        "filterVerb": "cpu-filter",
+        "prioritizeVerb": "cpu-prioritize",
+        "weight": 1,
+        "nodeCacheCapable": True,
+        "ignorable": True,
+        **fields,
+    }
+
+
+def test_overrides_apply_to_every_extender_sharing_the_url_prefix() -> None:
+    doc = base()
+    doc["extenders"][0]["managedResources"] = [{"name": "nvidia.com/gpu", "ignoredByScheduler": True}]
+    doc["extenders"].append(second_entry())
+    config = scheduler_config(
+        parse_configuration(doc), extender_url="https://127.0.0.1:9443/", extender_ca_file="/tmp/ca.crt"
+    )
+    first, second = config.extenders
+    assert first.url_prefix == second.url_prefix == "https://127.0.0.1:9443"
+    assert first.tls is not None and first.tls.ca_file == "/tmp/ca.crt"
+    assert second.tls is not None and second.tls.ca_file == "/tmp/ca.crt"
+    assert (second.filter_verb, second.prioritize_verb, second.bind_verb) == (
+        "cpu-filter",
+        "cpu-prioritize",
+        "",
+    )
+    assert second.ignorable and not first.ignorable
+    assert config.ignored_resources == frozenset({"nvidia.com/gpu"})
+
+
+def test_cpu_is_no_managed_resource_as_in_kube_scheduler() -> None:
+    """kube's validateExtenders refuses a native resource in managedResources
+    (v1helper.IsExtendedResourceName: a name without a domain is native), so an entry cannot ask to be
+    called for pods that request CPU: with no managedResources, IsInterested is true for every pod."""
+    doc = base()
+    doc["extenders"].append(second_entry(managedResources=[{"name": "cpu"}]))
+    assert errors_of(doc) == (
+        "f.yaml: invalid KubeSchedulerConfiguration: extenders[1].managedResources[0].name: Invalid value: "
+        '"cpu": is an invalid extended resource name'
+    )
+    doc["extenders"][1] = second_entry()
+    (_, second) = parse_configuration(doc).extenders
+    cpu_only = pod("c", container(requests={"cpu": "1"}))
+    best_effort = pod("b", container())
+    gpu = pod("g", container(gpus=1))
+    assert all(second.is_interested(p) for p in (cpu_only, best_effort, gpu))
 
 
 @pytest.mark.parametrize(
