@@ -184,10 +184,20 @@ class FragmentationFilter(StrEnum):
     - `best`: only the fitting nodes where the node's fragmentation grows least, with each node's free
       CPU in the measure (allocatable less the requests of the pods on it) and each learned task shape
       with its pod's CPU request; kube-scheduler's score chooses among them (docs/planning.md, "A
-      decisive extender")."""
+      decisive extender").
+    - `one`: the one fitting node of FGD's best score (the paper's simulator score over the learned mix
+      with each shape's CPU and the CPU-only share, each node's free CPU in the measure), the first by
+      name among equal ones, so kube-scheduler has nothing left to choose; and the second extender entry
+      (`/cpu-filter`) answers the same for pods that ask no GPU (docs/planning.md, "The install")."""
 
     ALL = "all"
     BEST = "best"
+    ONE = "one"
+
+    @property
+    def measures_cpu(self) -> bool:
+        """Whether the measure takes each node's free CPU (and the learned shapes their pods' CPU)."""
+        return self is not FragmentationFilter.ALL
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +234,8 @@ class SchedulingSettings:
             window=self.fragmentation_mix_window,
             min_tasks=self.fragmentation_mix_min_tasks,
             interval_s=self.fragmentation_mix_interval_s,
-            cpu=self.fragmentation_filter is FragmentationFilter.BEST,
+            cpu=self.fragmentation_filter.measures_cpu,
+            cpu_only=self.fragmentation_filter is FragmentationFilter.ONE,
         )
 
 

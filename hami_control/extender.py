@@ -112,14 +112,16 @@ from hami_control.fit import (
     Reason,
     fit_pod,
 )
-from hami_control.frag import DEFAULT_MIX, TaskMix
+from hami_control.frag import DEFAULT_MIX, NO_PLACEMENT, TaskMix, cpu_only_scores, first_best
 from hami_control.gputable import (
     Evaluation,
     GPUTable,
     IntArray,
     evaluate,
+    fragmentation_best_scores,
     fragmentation_growth,
     fragmentation_scores,
+    free_milli_rows,
     group_rows,
     node_reasons,
     node_scores,
@@ -694,13 +696,26 @@ NOT_LEAST_FRAGMENTING_WORD = "NotLeastFragmenting"
 """FailedNodes text and counter word of a fitting node `--fragmentation-filter best` leaves out."""
 
 
+NOT_BEST_NODE = "not the node of FGD's best score (--fragmentation-filter one)"
+"""FailedNodes text of a fitting node `--fragmentation-filter one` leaves out (counted as
+`NOT_LEAST_FRAGMENTING_WORD`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class HostCPU:
-    """What `--fragmentation-filter best` measures nodes' CPU by: each node's free CPU (milli-cores;
-    None: unknown, then every shape counts as hosted there) and the pod's own request."""
+    """What `--fragmentation-filter best` / `one` measures nodes' CPU by: each node's free CPU (milli-cores;
+    None: unknown, then every shape counts as hosted there) and the pod's own request. `one`: answer the
+    one node of FGD's best score, first by name (`--fragmentation-filter one`), instead of every node of
+    the least growth."""
 
     free: Callable[[str], int | None]
     pod: int
+    one: bool = False
+
+    def free_of(self, names: Sequence[str]) -> IntArray:
+        """The free CPU of each node of `names` (unknown: more than any task asks)."""
+        cpu = [self.free(name) for name in names]
+        return np.array([_UNKNOWN_CPU if c is None else c for c in cpu], dtype=np.int64)
 
 
 _UNKNOWN_CPU = 2**40
@@ -924,18 +939,62 @@ def _least_fragmenting(  # noqa: PLR0917 (the vectorised filter's state, named)
     reasons: Counter[str] | None,
 ) -> list[int]:
     """The fitting candidates (positions in `names`) where the fragmentation grows least; the others go
-    to `failed` with `NOT_LEAST_FRAGMENTING`. Equal growths are all kept: kube-scheduler's score chooses."""
-    cpu = [narrow.free(names[i]) for i in known.tolist()]
-    cpu_free = np.array([_UNKNOWN_CPU if c is None else c for c in cpu], dtype=np.int64)
-    growth = fragmentation_growth(table, ev, request, ask.mix, cpu_free, narrow.pod)
-    growth = np.where(ev.fits, growth, np.inf)
-    best = ev.fits & (growth == growth.min())
+    to `failed` with `NOT_LEAST_FRAGMENTING`. Equal growths are all kept: kube-scheduler's score chooses.
+    With `narrow.one`: the one candidate of FGD's best score (`gputable.fragmentation_best_scores`), the
+    first by name among equal ones (`frag.first_best`)."""
+    cpu_free = narrow.free_of([names[i] for i in known.tolist()])
+    if narrow.one:
+        score = fragmentation_best_scores(table, ev, request, ask.mix, cpu_free, narrow.pod)
+        score = np.where(ev.fits, score, NO_PLACEMENT - 1)
+        best = np.zeros(len(known), dtype=np.bool_)
+        best[first_best(score, [names[i] for i in known.tolist()])] = True
+        text = NOT_BEST_NODE
+    else:
+        growth = fragmentation_growth(table, ev, request, ask.mix, cpu_free, narrow.pod)
+        growth = np.where(ev.fits, growth, np.inf)
+        best = ev.fits & (growth == growth.min())
+        text = NOT_LEAST_FRAGMENTING
     left_out = known[ev.fits & ~best].tolist()
-    failed.update((names[i], NOT_LEAST_FRAGMENTING) for i in left_out)
+    failed.update((names[i], text) for i in left_out)
     if reasons is not None and left_out:
         reasons[NOT_LEAST_FRAGMENTING_WORD] += len(left_out)
     result: list[int] = known[best].tolist()
     return result
+
+
+# --- pods that ask no GPU (the second extender entry) -----------------------------------------------------
+
+
+def cpu_filter_nodes(
+    candidates: Candidates, table: GPUTable, mix: TaskMix, narrow: HostCPU
+) -> dict[str, Any]:
+    """`/cpu-filter` for a pod that asks no GPU under `--fragmentation-filter one`: the one candidate of
+    FGD's best score for it (`frag.cpu_only_scores`: how its CPU changes which of the mix's shapes each
+    node's free CPU still hosts; a node the GPU table does not have counts with no GPU free), the first
+    by name among equal ones. The others go to FailedNodes with `NOT_BEST_NODE`. kube-scheduler has run
+    its own filters first (NodeResourcesFit, affinity, taints: pkg/scheduler/schedule_one.go
+    `findNodesThatFitPod` calls `findNodesThatPassExtenders` on their feasible nodes), so the one node
+    answered is one it accepts, and with one feasible node it binds without scoring (`schedulePod`)."""
+    names = candidates.names
+    if len(names) <= 1:
+        return _filter_result(candidates, range(len(names)))
+    free = free_milli_rows(table, table.rows(names))
+    score = cpu_only_scores(free, mix, narrow.free_of(names), narrow.pod)
+    chosen = first_best(score, names)
+    failed = {name: NOT_BEST_NODE for i, name in enumerate(names) if i != chosen}
+    return _filter_result(candidates, (chosen,), failed)
+
+
+def pass_through(candidates: Candidates) -> dict[str, Any]:
+    """The ExtenderFilterResult that keeps every candidate (what `/cpu-filter` answers a pod it does not
+    decide for)."""
+    return _filter_result(candidates, range(len(candidates.names)))
+
+
+def zero_scores(candidates: Candidates) -> list[dict[str, Any]]:
+    """A HostPriorityList of 0 for every candidate (what `/cpu-prioritize` answers: the decision is
+    /cpu-filter's, and 0 adds nothing to kube-scheduler's total)."""
+    return [{"Host": host, "Score": 0} for host in dict.fromkeys(candidates.names)]
 
 
 # --- prioritize -------------------------------------------------------------------------------------------
@@ -1081,6 +1140,7 @@ def _prioritize_vendors(
 __all__ = [
     "ASK_ANNOTATIONS",
     "NEUTRAL_SCORE",
+    "NOT_BEST_NODE",
     "NOT_CACHED",
     "NOT_LEAST_FRAGMENTING",
     "NOT_LEAST_FRAGMENTING_WORD",
@@ -1096,15 +1156,18 @@ __all__ = [
     "VendorAsk",
     "VendorView",
     "ask_from_requests",
+    "cpu_filter_nodes",
     "failure_reason",
     "filter_error",
     "filter_nodes",
     "filter_pod",
     "fit_with_vendors",
+    "pass_through",
     "prioritize_nodes",
     "prioritize_pod",
     "read_candidates",
     "read_pod_ask",
     "read_vendor_ask",
     "unregistered_reason",
+    "zero_scores",
 ]

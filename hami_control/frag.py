@@ -377,6 +377,62 @@ def simulator_score(growth: FloatArray, taken: IntArray, mix: TaskMix) -> IntArr
     return np.floor(sigmoid * SIMULATOR_MAX_SCORE).astype(np.int64)
 
 
+NO_PLACEMENT = -1
+"""`best_scores`' score of a node that cannot take the pod (below every `simulator_score`)."""
+
+
+def best_scores(  # noqa: PLR0917 (the candidates' GPUs, the ask and the hosts, named)
+    free: IntArray,
+    newfree: IntArray,
+    passing: BoolArray,
+    nums: int,
+    mix: TaskMix,
+    cpu_free: IntArray,
+    cpu_asked: int,
+) -> IntArray:
+    """Per node `(N,)`: FGD's score (`simulator_score`, 0..100, higher is better) of the pod's best
+    placement there, with CPU in the measure as `least_growth` (a shape hosted only where the node's free
+    CPU takes it, before and after the pod's `cpu_asked`); `NO_PLACEMENT` where the node cannot take it.
+    One GPU: the best of the passing GPUs (growth and the milli it takes from that GPU). Several: whole
+    GPUs. What `--fragmentation-filter one` answers the best node of (docs/planning.md, "The install")."""
+    a = arrays(mix)
+    small, holding = shape_terms(free, a)
+    total = free.sum(axis=-1)
+    before = combine(small, holding, total, a, cpu_free[:, None] >= a.cpu)
+    host_after = (cpu_free - cpu_asked)[:, None] >= a.cpu
+    if nums == 1:
+        after = after_each_gpu(free, newfree, mix, host_after)
+        score = simulator_score(after - before[:, None], free - newfree, mix)
+        best: IntArray = np.where(passing, score, NO_PLACEMENT).max(axis=1, initial=NO_PLACEMENT)
+        return best
+    whole = passing & (free == MILLI) & (newfree == 0)
+    after = combine(small, holding - nums, total - MILLI * nums, a, host_after)
+    score = simulator_score(after - before, np.full(len(free), MILLI * nums, dtype=np.int64), mix)
+    result: IntArray = np.where(whole.sum(axis=1) >= nums, score, NO_PLACEMENT)
+    return result
+
+
+def cpu_only_scores(free: IntArray, mix: TaskMix, cpu_free: IntArray, cpu_asked: int) -> IntArray:
+    """Per node `(N,)`: FGD's score (`simulator_score`) of placing a pod that asks `cpu_asked` milli-cores
+    and no GPU: its CPU changes which of the mix's shapes the node's free CPU still hosts, so the node's
+    fragmentation grows where a shape loses its host (the paper's simulator scores such pods the same
+    way). A node without GPUs (`free` all 0) scores as no growth."""
+    a = arrays(mix)
+    small, holding = shape_terms(free, a)
+    total = free.sum(axis=-1)
+    before = combine(small, holding, total, a, cpu_free[:, None] >= a.cpu)
+    after = combine(small, holding, total, a, (cpu_free - cpu_asked)[:, None] >= a.cpu)
+    return simulator_score(after - before, np.zeros(len(free), dtype=np.int64), mix)
+
+
+def first_best(score: IntArray, names: Sequence[str]) -> int:
+    """The index of the best `score`, among equal ones the node whose name sorts first: the tie-break of
+    the paper's simulator (its kube-scheduler fork's `selectHost`), which kube-scheduler's own random
+    one (pkg/scheduler/schedule_one.go `selectHost`) cannot undo when /filter answers that one node."""
+    ties = np.flatnonzero(score == score.max()).tolist()
+    return min(ties, key=lambda i: names[i])
+
+
 def node_fragmentation(node: NodeGPUs, mix: TaskMix = DEFAULT_MIX) -> float:
     """The node's F_n(M) in milli-GPUs, from its GPUs alone (no CPU or memory: what the extender sees)."""
     return float(fragmentation(node_free(node), mix))
@@ -401,6 +457,7 @@ __all__ = [
     "DEFAULT_MIX",
     "DEFAULT_MIX_TEXT",
     "MILLI",
+    "NO_PLACEMENT",
     "POPULARITY",
     "SIMULATOR_MAX_SCORE",
     "MixArrays",
@@ -410,7 +467,10 @@ __all__ = [
     "after_change",
     "after_each_gpu",
     "arrays",
+    "best_scores",
     "combine",
+    "cpu_only_scores",
+    "first_best",
     "fragmentation",
     "free_milli_arrays",
     "gpu_free_milli",

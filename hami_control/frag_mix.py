@@ -97,6 +97,10 @@ class LearningSettings:
     cpu: bool = False
     """Each task shape with its pod's CPU request (`--fragmentation-filter best`, which measures a node's
     free CPU against it)."""
+    cpu_only: bool = False
+    """Pods that ask no GPU count too, as CPU-only tasks (`--fragmentation-filter one`): they take part in
+    the 95% cut, and the mix keeps their share (`TaskMix.cpu_share`, which FGD's score feels), as the
+    paper's simulator learns its typical pods (`frag.mix_from_tasks`)."""
 
     def __post_init__(self) -> None:
         if self.window < 1:
@@ -186,11 +190,12 @@ class MixLearner:
 
     prior: TaskMix
     settings: LearningSettings = field(default_factory=LearningSettings)
-    _window: collections.deque[tuple[ContainerRequest, int]] = field(init=False)
-    _counts: collections.Counter[tuple[ContainerRequest, int]] = field(
+    _window: collections.deque[tuple[ContainerRequest | None, int]] = field(init=False)
+    _counts: collections.Counter[tuple[ContainerRequest | None, int]] = field(
         init=False, default_factory=collections.Counter
     )
-    """Per (request, CPU milli-cores of its pod, 0 unless `settings.cpu`): tasks in the window."""
+    """Per (request, CPU milli-cores of its pod, 0 unless `settings.cpu`): tasks in the window; a CPU-only
+    task (`settings.cpu_only`) has request None."""
     _seen: int = field(init=False, default=0)
     _learned_at: tuple[int, int] | None = field(init=False, default=None)
     """(tasks seen, devmem) at the last recomputation: nothing to do while both are the same."""
@@ -217,12 +222,20 @@ class MixLearner:
     @property
     def needs_memory(self) -> bool:
         """Whether a task of the window asks GPU memory in MiB (its shape needs `refresh`'s `devmem`)."""
-        return any(request.memreq > 0 for request, _ in self._counts)
+        return any(request is not None and request.memreq > 0 for request, _ in self._counts)
+
+    def observe_cpu_only(self, cpu_milli: int) -> None:
+        """One more CPU-only task (a pod asking no GPU seen for the first time, asking `cpu_milli`);
+        nothing unless `settings.cpu_only`."""
+        if self.settings.cpu_only:
+            self._add((None, cpu_milli))
 
     def observe(self, request: ContainerRequest, cpu_milli: int = 0) -> None:
         """One more task (a GPU container of a pod seen for the first time, whose pod asks `cpu_milli`);
         the oldest leaves a full window."""
-        task = (request, cpu_milli if self.settings.cpu else 0)
+        self._add((request, cpu_milli if self.settings.cpu else 0))
+
+    def _add(self, task: tuple[ContainerRequest | None, int]) -> None:
         window = self._window
         if len(window) == window.maxlen:
             old = window[0]
@@ -248,14 +261,20 @@ class MixLearner:
     def learned(self, devmem: int) -> MixInUse | None:
         """The mix of the window now (None while fewer than `min_tasks` of its tasks have a shape)."""
         shapes: collections.Counter[TaskShape] = collections.Counter()
+        cpu_only: collections.Counter[int] = collections.Counter()
         for (request, cpu), n in self._counts.items():
+            if request is None:
+                cpu_only[cpu] += n
+                continue
             shape = task_shape(request, devmem)
             if shape is not None:
                 shapes[TaskShape(shape.gpus, shape.milli, cpu) if cpu else shape] += n
         tasks = shapes.total()
         if tasks < self.settings.min_tasks:
             return None
-        return MixInUse(mix_from_tasks(shapes.elements()), MixSource.OBSERVED, tasks)
+        return MixInUse(
+            mix_from_tasks(shapes.elements(), cpu_only=cpu_only.elements()), MixSource.OBSERVED, tasks
+        )
 
     def refresh(self, now: float, devmem: int) -> MixInUse | None:
         """Recompute the mix if `settings.interval_s` has passed since the last time (`now`: the caller's

@@ -33,7 +33,14 @@ import numpy.typing as npt
 from hami_api.resources import ContainerRequest
 from hami_api.types import DeviceSelector, GPUPolicy, NodePolicy
 from hami_control.fit import QuotaCheck, Reason, reasons_text
-from hami_control.frag import TaskMix, after_each_gpu, fragmentation, free_milli_arrays, least_growth
+from hami_control.frag import (
+    TaskMix,
+    after_each_gpu,
+    best_scores,
+    fragmentation,
+    free_milli_arrays,
+    least_growth,
+)
 from hami_control.quota import QuotaUsage
 from hami_control.score import MAX_SCORE, growth_score
 from hami_control.usage import NodeGPUs
@@ -496,6 +503,39 @@ def fragmentation_growth(  # noqa: PLR0917 (the table, the ask and the hosts, na
     return least_growth(free, newfree, passing, request.nums, mix, cpu_free, cpu_asked)
 
 
+def fragmentation_best_scores(  # noqa: PLR0917 (the table, the ask and the hosts, named)
+    table: GPUTable,
+    ev: Evaluation,
+    request: ContainerRequest,
+    mix: TaskMix,
+    cpu_free: IntArray,
+    cpu_asked: int,
+) -> IntArray:
+    """Per candidate of `ev` (its order): `frag.best_scores`, FGD's score of the pod's best placement on
+    the node with CPU in the measure. What `--fragmentation-filter one` answers the best node of.
+    Meaningless where the node does not fit."""
+    free, newfree, passing = _free_before_after(table, ev, request)
+    return best_scores(free, newfree, passing, request.nums, mix, cpu_free, cpu_asked)
+
+
+def free_milli_rows(table: GPUTable, rows: IntArray) -> IntArray:
+    """`(len(rows), width)`: each GPU's free milli-GPUs (`frag.free_milli_arrays`) on the nodes of `rows`;
+    a row of -1 (a node the table does not have) has none free."""
+    t = table
+    at = np.maximum(rows, 0)
+    free = free_milli_arrays(
+        t.count[at],
+        t.used[at],
+        t.devmem[at],
+        t.usedmem[at],
+        t.devcore[at],
+        t.usedcores[at],
+        t.present[at] & t.healthy[at] & ~t.cordoned[at],
+    )
+    result: IntArray = np.where((rows >= 0)[:, None], free, 0)
+    return result
+
+
 def group_rows(rows: IntArray) -> tuple[IntArray, IntArray]:
     """(distinct rows, index of each row's distinct row): `np.unique(rows, axis=0, return_inverse=True)`
     but on one packed integer key per row (a 1-D sort, ~20x faster on thousands of rows)."""
@@ -535,8 +575,10 @@ __all__ = [
     "GPUTable",
     "SimpleAsk",
     "evaluate",
+    "fragmentation_best_scores",
     "fragmentation_growth",
     "fragmentation_scores",
+    "free_milli_rows",
     "group_rows",
     "node_reasons",
     "node_scores",

@@ -219,7 +219,9 @@ class ControlPlane:
         if config.election.enabled:
             self._start_election(api, caches, binder)
 
-        extender_routes(self.routes, extender, gate=extender_gate(self.elector, caches.readiness))
+        extender_routes(
+            self.routes, extender, gate=extender_gate(self.elector, caches.readiness), cpu_verbs=extender
+        )
 
         async def render() -> tuple[bytes, str]:
             snapshot = metrics.snapshot()  # on the loop, where the cache lives; the text in a thread

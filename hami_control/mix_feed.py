@@ -31,10 +31,14 @@ class MixFeed:
         self.on_change = on_change
 
     def pod_event(self, old: PodRecord | None, new: PodRecord | None) -> None:
-        """A `PodStore` listener: a pod seen for the first time adds its GPU tasks (later events of the
-        same pod, and deletions, add nothing)."""
-        if old is None and new is not None and new.asks_gpu:
-            self.learner.observe_pod(new.container_requests, new.sidecars, new.cpu_milli)
+        """A `PodStore` listener: a pod seen for the first time adds its GPU tasks, or under
+        `--fragmentation-filter one` a pod asking no GPU one CPU-only task (later events of the same pod,
+        and deletions, add nothing)."""
+        if old is None and new is not None:
+            if new.asks_gpu:
+                self.learner.observe_pod(new.container_requests, new.sidecars, new.cpu_milli)
+            elif self.learner.settings.cpu_only:
+                self.learner.observe_cpu_only(new.cpu_milli)
 
     def gpu_memory(self) -> int:
         """The GPU memory (MiB) most of the cluster's registered GPUs have, 0 for none."""

@@ -66,7 +66,7 @@ from hami_api.quantity import parse_quantity
 from hami_api.resources import ContainerRequest, container_request, pod_containers
 from hami_api.types import GPUSlice, PodAllocation
 from hami_control.cache import TERMINAL_PHASES, ClusterCache, Held, PodHolding
-from hami_control.config import ControlConfig, FragmentationFilter
+from hami_control.config import ControlConfig
 from hami_control.devices.base import Vendor
 from hami_control.devices.registry import Registry
 from hami_control.dra_translate import ANNOTATION as DRA_CLAIMS
@@ -147,7 +147,7 @@ class PodRecord:
     """Why the pod's allocation annotations do not decode, if they do not."""
     cpu_milli: int = 0
     """The pod's CPU request in milli-cores as kube-scheduler counts it (`pod_cpu_milli`); read only under
-    `--fragmentation-filter best`, the one user (0 otherwise: ~14 us a pod event saved)."""
+    `--fragmentation-filter best` or `one`, the users (0 otherwise: ~14 us a pod event saved)."""
     vendor_ask: VendorAsk | None = None
     """What the pod asks of the other vendors (None: nothing)."""
 
@@ -414,9 +414,7 @@ def pod_record(
         request_error=containers.request_error,
         held=_same(old.held if old else None, held),
         held_error=held_error,
-        cpu_milli=pod_cpu_milli(pod)
-        if config.scheduling.fragmentation_filter is FragmentationFilter.BEST
-        else 0,
+        cpu_milli=pod_cpu_milli(pod) if config.scheduling.fragmentation_filter.measures_cpu else 0,
         vendor_ask=vendor_ask,
     )
 

@@ -32,7 +32,7 @@ import orjson
 
 from hami_api.annotations import decode_node_lock
 from hami_api.errors import WireFormatError
-from hami_api.types import NodeLock
+from hami_api.types import NodeLock, NodePolicy
 from hami_control.binder import Binder, BindingArgs, EventRecorder, read_binding_args
 from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig, FragmentationFilter
@@ -42,11 +42,14 @@ from hami_control.extender import (
     HostCPU,
     NodeFit,
     PodAsk,
+    cpu_filter_nodes,
     filter_error,
     filter_nodes,
+    pass_through,
     prioritize_nodes,
     read_candidates,
     read_pod_ask,
+    zero_scores,
 )
 from hami_control.frag import TaskMix
 from hami_control.gputable import GPUTable
@@ -199,10 +202,9 @@ class Extender:
             return filter_error(str(err))
         ask = self._ask(cycle)
         narrow = None
-        if self.config.scheduling.fragmentation_filter is FragmentationFilter.BEST and isinstance(
-            pod, Mapping
-        ):
-            narrow = HostCPU(self.cpu_free, pod_cpu_milli(pod))
+        how = self.config.scheduling.fragmentation_filter
+        if how.measures_cpu and isinstance(pod, Mapping):
+            narrow = HostCPU(self.cpu_free, pod_cpu_milli(pod), how is FragmentationFilter.ONE)
         result = filter_nodes(
             ask,
             candidates,
@@ -215,6 +217,60 @@ class Extender:
         if self.events is not None and not (result["NodeNames"] or (result["Nodes"] or {}).get("items")):
             self._filtering_failed(pod, result)
         return result
+
+    @property
+    def decides_cpu_only(self) -> bool:
+        """Whether `/cpu-filter` chooses the node of pods that ask no GPU: under the fragmentation node
+        policy with `--fragmentation-filter one` (the fragmentation component's settings); else it passes
+        every node through."""
+        scheduling = self.config.scheduling
+        return (
+            scheduling.node_policy is NodePolicy.FRAGMENTATION
+            and scheduling.fragmentation_filter is FragmentationFilter.ONE
+        )
+
+    def cpu_filter(self, body: bytes) -> dict[str, Any]:
+        """`POST /cpu-filter`, the second extender entry of the fragmentation component (kube-scheduler
+        calls it for every pod that requests or limits CPU: `managedResources: [{name: cpu}]`, its
+        `IsInterested`, pkg/scheduler/extender.go). A pod that asks no GPU gets the one node of FGD's
+        best score (`extender.cpu_filter_nodes`) when `decides_cpu_only`; every other pod (a GPU pod,
+        which the first entry's /filter decides), a pod it cannot read, and every pod when it does not
+        decide, gets every candidate back, so the two entries never fight and a bad answer here never
+        keeps a pod from scheduling. The entry is `ignorable`: with hami-control down or not leading,
+        kube-scheduler skips it (`IsIgnorable`, schedule_one.go `findNodesThatPassExtenders`)."""
+        started = time.perf_counter()
+        try:
+            args = _decode(body)
+            candidates = read_candidates(args)
+        except (orjson.JSONDecodeError, ExtenderArgsError) as err:
+            return filter_error(f"ExtenderArgs: {err}")
+        assert isinstance(args, Mapping)  # read_candidates checked it
+        pod = args.get("Pod")
+        result: dict[str, Any] | None = None
+        if self.decides_cpu_only and isinstance(pod, Mapping):
+            try:
+                asks = read_pod_ask(pod, self.config, mix=self.mix) is not None
+            except ExtenderArgsError as err:
+                log.debug("cpu-filter: %s", err)
+                asks = True  # not read: not decided here
+            if not asks:
+                self.sync()
+                result = cpu_filter_nodes(
+                    candidates, self.table, self.mix, HostCPU(self.cpu_free, pod_cpu_milli(pod), one=True)
+                )
+        if result is None:
+            result = pass_through(candidates)
+        if self.metrics is not None:
+            self.metrics.observe_filter(time.perf_counter() - started, collections.Counter())
+        return result
+
+    def cpu_prioritize(self, body: bytes) -> list[dict[str, Any]]:
+        """`POST /cpu-prioritize`: 0 for every candidate (the decision is `/cpu-filter`'s, which answers
+        one node; 0 adds nothing to kube-scheduler's total)."""
+        try:
+            return zero_scores(read_candidates(_decode(body)))
+        except (orjson.JSONDecodeError, ExtenderArgsError):
+            return []
 
     def cpu_free(self, node: str) -> int | None:
         """The node's allocatable CPU less what the watched pods on it request (milli-cores; None:

@@ -276,6 +276,14 @@ class ExtenderVerbs(Protocol):
     async def bind(self, body: bytes) -> object: ...
 
 
+class CPUVerbs(Protocol):
+    """What the second extender entry's routes call (scheduling.Extender): pods that ask no GPU."""
+
+    def cpu_filter(self, body: bytes) -> object: ...
+
+    def cpu_prioritize(self, body: bytes) -> object: ...
+
+
 ExtenderGate = Callable[[], str | None]
 """Why this replica does not answer the extender now (e.g. "not leader"), or None when it does."""
 
@@ -286,15 +294,19 @@ def extender_routes(
     *,
     gate: ExtenderGate | None = None,
     max_body: int = EXTENDER_MAX_BODY,
+    cpu_verbs: CPUVerbs | None = None,
 ) -> None:
     """`POST /filter`, `/prioritize`, `/bind`: kube-scheduler's extender v1 JSON. Problems with a request
     come back in the verb's own answer shape (`Error`, or an empty priority list), with status 200, as
     kube-scheduler expects; only an oversized body gets 413. While `gate` gives a reason the verbs answer
     it and close the connection (so the next call reaches the leader through the Service), and
-    `GET /readyz/extender` (which the extender Service's readiness probe asks) is 503 with it."""
+    `GET /readyz/extender` (which the extender Service's readiness probe asks) is 503 with it.
+    `cpu_verbs`: also `POST /cpu-filter` and `/cpu-prioritize`, the fragmentation component's second
+    extender entry (an `ignorable` one: an `Error` answer there, e.g. from the gate, makes kube-scheduler
+    skip it for that pod, so pods asking no GPU never wait on hami-control)."""
 
     def refused(path: str, why: str) -> object:
-        if path == "/prioritize":
+        if path in {"/prioritize", "/cpu-prioritize"}:
             return []
         if path == "/bind":
             return {"Error": why}
@@ -341,6 +353,17 @@ def extender_routes(
     route("/filter", filter_)
     route("/prioritize", prioritize)
     route("/bind", verbs.bind)
+    if cpu_verbs is not None:
+        cpu = cpu_verbs
+
+        async def cpu_filter(body: bytes) -> object:
+            return cpu.cpu_filter(body)
+
+        async def cpu_prioritize(body: bytes) -> object:
+            return cpu.cpu_prioritize(body)
+
+        route("/cpu-filter", cpu_filter)
+        route("/cpu-prioritize", cpu_prioritize)
 
     async def extender_ready(_request: web.BaseRequest) -> web.StreamResponse:
         why = gate() if gate is not None else None

@@ -441,5 +441,7 @@ def test_fragmentation_filter_is_all_or_best_and_a_bad_value_names_the_flag() ->
     )
     env = load_config(["--insecure-http"], {"HAMI_FRAGMENTATION_FILTER": "best"}, lambda _p: "")
     assert env.scheduling.fragmentation_filter is FragmentationFilter.BEST
-    with pytest.raises(ConfigError, match=r'--fragmentation-filter: expected one of all, best, got "most"'):
+    with pytest.raises(
+        ConfigError, match=r'--fragmentation-filter: expected one of all, best, one, got "most"'
+    ):
         load_config(["--insecure-http", "--fragmentation-filter", "most"], {}, lambda _p: "")
