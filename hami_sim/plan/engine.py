@@ -69,6 +69,8 @@ from hami_control.frag import (
     after_change,
     arrays,
     combine,
+    cpu_only_scores,
+    first_best,
     free_milli_arrays,
     gpu_free_milli,
     shape_terms,
@@ -79,8 +81,10 @@ from hami_control.gputable import (
     GPUTable,
     SimpleAsk,
     evaluate,
+    fragmentation_best_scores,
     fragmentation_growth,
     fragmentation_scores,
+    free_milli_rows,
     node_scores,
     score_inputs,
     simple_ask,
@@ -92,6 +96,8 @@ from hami_sim.plan import (
     DEFAULT_EXTENDER_WEIGHT,
     DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
     EXTRA_POLICY_NAMES,
+    INSTALL_EXTENDER_WEIGHT,
+    INSTALL_PERCENTAGE_OF_NODES_TO_SCORE,
     POLICY_NAMES,
 )
 from hami_sim.plan.inputs import NodeSpec, Task, mig_model_name
@@ -106,6 +112,7 @@ SCHEDULER = "scheduler"
 HAMI = "hami"
 FGD = "fgd"
 BEST = "best"
+INSTALL = "install"
 MAX_NODE_SCORE = 100
 """kube-scheduler's MaxNodeScore (the range of its own plugins' scores)."""
 DEFAULT_MILLI_CPU = 100
@@ -136,6 +143,9 @@ POLICIES: dict[str, Policy] = {
     ),
     "fragmentation-best": Policy(
         "fragmentation-best", NodePolicy.FRAGMENTATION, (GPUPolicy.FRAGMENTATION,), BEST
+    ),
+    "fragmentation-install": Policy(
+        "fragmentation-install", NodePolicy.FRAGMENTATION, (GPUPolicy.FRAGMENTATION,), INSTALL
     ),
 }
 if tuple(POLICIES) != POLICY_NAMES + EXTRA_POLICY_NAMES:  # pragma: no cover - kept in step by hand
@@ -215,6 +225,9 @@ class Cluster:
         percentage_of_nodes_to_score: int | None = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
         extender_mix: TaskMix | None = None,
     ) -> None:
+        if policy.choice == INSTALL:  # the component's kube-scheduler configuration
+            extender_weight = INSTALL_EXTENDER_WEIGHT
+            percentage_of_nodes_to_score = INSTALL_PERCENTAGE_OF_NODES_TO_SCORE
         if extender_weight < 1:
             raise ValueError(f"extender_weight: expected a positive whole number, got {extender_weight}")
         percentage = percentage_of_nodes_to_score
@@ -416,6 +429,8 @@ class Cluster:
         ok_host = self._sample(task)[0]
         if request is None:
             cand = np.flatnonzero(ok_host)
+            if self.policy.choice == INSTALL and len(cand) > 1:
+                cand = self._install_cpu_only(task, cand)
             return cand, self.least_allocated(cand, task)
         selector = DeviceSelector(use_types=task.models) if task.models else NO_SELECTOR
         simple = simple_ask(self.table, ((request, False),), selector, self.policy.gpu, None)
@@ -432,6 +447,8 @@ class Cluster:
             return cand, np.zeros(0, dtype=np.int64)
         if self.policy.choice == BEST:
             cand = self._least_fragmenting(task, request, cand)
+        if self.policy.choice == INSTALL and len(cand) > 1:
+            cand = self._install_gpu(task, request, cand, slow[cand])
         if self.policy.choice == HAMI:
             return np.array([self._hami(cand)], dtype=np.int64), np.zeros(1, dtype=np.int64)
         extender = self._extender_scores(request, selector, simple, ev, cand)
@@ -484,6 +501,37 @@ class Cluster:
             self.table, asked, request, self.gpu_mix, self.cpu_free[cand], task.cpu_milli
         )
         result: IntArray = cand[growth == growth.min()]
+        return result
+
+    def _install_gpu(
+        self, task: Task, request: ContainerRequest, cand: IntArray, slow: BoolArray
+    ) -> IntArray:
+        """What the first extender entry's /filter answers under `--fragmentation-filter one`
+        (`extender._least_fragmenting`): the one candidate of FGD's best score for the extender's mix with
+        CPU in the measure (`gputable.fragmentation_best_scores`), the first by name (`frag.first_best`).
+        Nodes fitted node by node (MIG) are not narrowed, as in the extender."""
+        fast = cand[~slow]
+        if len(fast) <= 1:
+            return cand
+        selector = DeviceSelector(use_types=task.models) if task.models else NO_SELECTOR
+        simple = simple_ask(self.table, ((request, False),), selector, self.policy.gpu, None)
+        if simple is None:  # pragma: no cover - one container, no numa-bind, no quota: always covered
+            raise RuntimeError("the GPU table does not cover the pod")
+        asked = evaluate(self.table, fast, simple)
+        score = fragmentation_best_scores(
+            self.table, asked, request, self.gpu_mix, self.cpu_free[fast], task.cpu_milli
+        )
+        chosen = fast[first_best(score, [self.specs[r].name for r in fast.tolist()])]
+        result: IntArray = np.sort(np.concatenate([cand[slow], [chosen]])).astype(np.int64)
+        return result
+
+    def _install_cpu_only(self, task: Task, cand: IntArray) -> IntArray:
+        """What the second extender entry's /cpu-filter answers for a pod that asks no GPU
+        (`extender.cpu_filter_nodes`): the one candidate of FGD's best score, first by name."""
+        score = cpu_only_scores(
+            free_milli_rows(self.table, cand), self.gpu_mix, self.cpu_free[cand], task.cpu_milli
+        )
+        result: IntArray = cand[[first_best(score, [self.specs[r].name for r in cand.tolist()])]]
         return result
 
     def _extender_scores(
@@ -691,6 +739,7 @@ class Cluster:
 __all__ = [
     "FGD",
     "HAMI",
+    "INSTALL",
     "MIG_POLICIES",
     "POLICIES",
     "SCHEDULER",

@@ -29,7 +29,7 @@ import numpy as np
 from hami_control.frag import MILLI, TaskMix, TaskShape, mix_from_tasks
 from hami_control.frag_mix import task_shape
 from hami_sim.plan import DEFAULT_EXTENDER_WEIGHT, DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
-from hami_sim.plan.engine import BEST, MIG_POLICIES, POLICIES, Cluster, Placement, gpu_request
+from hami_sim.plan.engine import BEST, INSTALL, MIG_POLICIES, POLICIES, Cluster, Placement, gpu_request
 from hami_sim.plan.inputs import NodeSpec, Task
 from hami_sim.progress import ProgressBar
 
@@ -75,17 +75,22 @@ def workload_mix(tasks: Sequence[Task]) -> TaskMix:
     )
 
 
-def extender_mix(tasks: Sequence[Task], cpu: bool = False) -> TaskMix:
+def extender_mix(tasks: Sequence[Task], cpu: bool = False, cpu_only: bool = False) -> TaskMix:
     """The mix hami-control's extender learns from these tasks' pods (`--fragmentation-mix observed`, its
     default; `frag_mix.task_shape` of each GPU task's request, the 95% rule over GPU tasks only, no CPU),
     in its steady state: every task in its window. Not `workload_mix`'s GPU part: the paper's rule cuts
     shapes that differ in CPU, which drops multi-GPU shapes of many CPU sizes that the extender, which
     sees GPUs only, keeps. `cpu`: each shape with its task's CPU request, as the extender learns under
-    `--fragmentation-filter best` (the pod's CPU request beside its GPU shape)."""
+    `--fragmentation-filter best` (the pod's CPU request beside its GPU shape). `cpu_only`: the tasks that
+    ask no GPU count too, as the extender learns them under `--fragmentation-filter one` (in the 95% cut,
+    then kept as the mix's `cpu_share`)."""
     shapes = (
         (task_shape(r, 0), t.cpu_milli if cpu else 0) for t in tasks if (r := gpu_request(t)) is not None
     )
-    return mix_from_tasks(TaskShape(s.gpus, s.milli, c) for s, c in shapes if s is not None)
+    return mix_from_tasks(
+        (TaskShape(s.gpus, s.milli, c) for s, c in shapes if s is not None),
+        cpu_only=[t.cpu_milli for t in tasks if t.num_gpu <= 0] if cpu_only else (),
+    )
 
 
 def _mixes(tasks: Sequence[Task], mix: TaskMix | None, policy: str) -> tuple[TaskMix, TaskMix | None]:
@@ -93,7 +98,8 @@ def _mixes(tasks: Sequence[Task], mix: TaskMix | None, policy: str) -> tuple[Tas
     for `fragmentation-best`), or `mix` given for both (the extender then configured with it)."""
     if mix is not None:
         return mix, None
-    return workload_mix(tasks), extender_mix(tasks, cpu=POLICIES[policy].choice == BEST)
+    choice = POLICIES[policy].choice
+    return workload_mix(tasks), extender_mix(tasks, cpu=choice in {BEST, INSTALL}, cpu_only=choice == INSTALL)
 
 
 @dataclass

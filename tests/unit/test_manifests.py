@@ -21,10 +21,12 @@
   Operator's CRD schema (tests/data/crds, strict) and scrape the ports that serve /metrics, hami-control's
   over HTTPS with the install's CA; rendered over the install it adds only them and the dashboard ConfigMap.
 - The fragmentation component (components/fragmentation): its scheduler configuration is the shipped one
-  but the extender weight (11, the smallest at which one extender point outweighs LeastAllocated) and loads
-  in the scheduler stand-in; rendered over the base and each overlay it changes only hami-control's flags
-  (both policies fragmentation, as hami-control's loader reads them) and the scheduler ConfigMap, whose new
-  hashed name the Deployment mounts.
+  but the extender weight (11, the smallest at which one extender point outweighs LeastAllocated),
+  percentageOfNodesToScore 100 and the second, ignorable entry (cpu-filter / cpu-prioritize, no
+  managedResources, the first's URL and TLS), equal to what the planner's `fragmentation-install` models,
+  and loads in the scheduler stand-in; rendered over the base and each overlay it changes only
+  hami-control's flags (both policies fragmentation, as hami-control's loader reads them) and the
+  scheduler ConfigMap, whose new hashed name the Deployment mounts.
 - The webhook's CEL expression, evaluated (with cel-python, when installed) on GPU and other pods.
 - The Dockerfiles pass hadolint, pin their bases, and COPY only what exists and is not ignored; the
   HAMi-core installer of the node image installs atomically and idempotently.
@@ -61,6 +63,7 @@ from hami_control.main import DRA_WEBHOOK_PATH
 from hami_node.config import build_argument_parser as build_node_parser
 from hami_node.config import load_config as load_node_config
 from hami_sim.apiserver.selectors import label_selector_from_object
+from hami_sim.plan import INSTALL_EXTENDER_WEIGHT, INSTALL_PERCENTAGE_OF_NODES_TO_SCORE
 from hami_sim.scheduler.config import load_scheduler_config
 from hami_sim.scheduler.fit import MAX_NODE_SCORE, extender_score
 from tests.builders import container, pod
@@ -1459,7 +1462,7 @@ FRAGMENTATION_SCHEDULER_CONFIG = FRAGMENTATION / "kube-scheduler-config.yaml"
 FRAGMENTATION_FLAGS = [
     "--node-scheduler-policy=fragmentation",
     "--gpu-scheduler-policy=fragmentation",
-    "--fragmentation-filter=best",
+    "--fragmentation-filter=one",
 ]
 
 
@@ -1474,15 +1477,30 @@ def with_component(tmp_path: Path, install: Path, component: Path) -> list[Doc]:
     return kustomize(tmp_path)
 
 
-def test_fragmentation_scheduler_config_is_the_shipped_one_but_the_extender_weight() -> None:
+def test_fragmentation_scheduler_config_is_the_shipped_one_but_weight_sampling_and_cpu_entry() -> None:
     """The component's copy cannot drift: parsed, it is the shipped KubeSchedulerConfiguration with the
-    extender's weight 11 instead of 1, and 11 is the smallest weight at which one point of the extender's
-    score outweighs LeastAllocated's whole 0..100 (so the fragmentation score decides)."""
+    extender's weight 11 instead of 1 (the smallest at which one point of the extender's score outweighs
+    LeastAllocated's whole 0..100), percentageOfNodesToScore 100, and a second entry at the same URL with
+    the same TLS: cpu-filter / cpu-prioritize, no bindVerb, nodeCacheCapable, ignorable, no
+    managedResources (so kube-scheduler asks it about every pod). The planner's `fragmentation-install`
+    models exactly these settings."""
     shipped = yaml.safe_load(SCHEDULER_CONFIG.read_text())
     component = yaml.safe_load(FRAGMENTATION_SCHEDULER_CONFIG.read_text())
     (shipped_extender,) = shipped["extenders"]
-    (component_extender,) = component["extenders"]
-    assert (shipped_extender["weight"], component_extender["weight"]) == (1, 11)
+    component_extender, cpu_entry = component["extenders"]
+    assert (shipped_extender["weight"], component_extender["weight"]) == (1, INSTALL_EXTENDER_WEIGHT)
+    assert "percentageOfNodesToScore" not in shipped
+    assert component.pop("percentageOfNodesToScore") == INSTALL_PERCENTAGE_OF_NODES_TO_SCORE == 100
+    same = ("urlPrefix", "enableHTTPS", "tlsConfig", "httpTimeout")
+    assert {k: cpu_entry.pop(k) for k in same} == {k: component_extender[k] for k in same}
+    assert cpu_entry == {
+        "filterVerb": "cpu-filter",
+        "prioritizeVerb": "cpu-prioritize",
+        "weight": 1,
+        "nodeCacheCapable": True,
+        "ignorable": True,
+    }
+    component["extenders"] = [component_extender]
     component_extender["weight"] = shipped_extender["weight"]
     assert component == shipped
     weight = yaml.safe_load(FRAGMENTATION_SCHEDULER_CONFIG.read_text())["extenders"][0]["weight"]
@@ -1492,14 +1510,24 @@ def test_fragmentation_scheduler_config_is_the_shipped_one_but_the_extender_weig
 def test_fragmentation_scheduler_config_loads_in_the_scheduler_stand_in() -> None:
     shipped = load_scheduler_config(SCHEDULER_CONFIG)
     config = load_scheduler_config(FRAGMENTATION_SCHEDULER_CONFIG)
-    assert config.extenders == tuple(replace(e, weight=11) for e in shipped.extenders)
+    first, cpu_entry = config.extenders
+    assert (first,) == tuple(replace(e, weight=11) for e in shipped.extenders)
+    assert (cpu_entry.filter_verb, cpu_entry.prioritize_verb, cpu_entry.ignorable) == (
+        "cpu-filter",
+        "cpu-prioritize",
+        True,
+    )
     assert config.scheduler_name == shipped.scheduler_name == "hami-scheduler"
     assert config.leader_election == shipped.leader_election
-    # As the local cluster runs it: the extender on loopback, the test CA.
+    assert config.percentage_of_nodes_to_score == 100
+    # As the local cluster runs it: both entries on loopback, the test CA.
     local = load_scheduler_config(
         FRAGMENTATION_SCHEDULER_CONFIG, extender_url="https://127.0.0.1:9443", extender_ca_file="/tmp/ca.crt"
     )
-    assert [(e.url_prefix, e.weight) for e in local.extenders] == [("https://127.0.0.1:9443", 11)]
+    assert [(e.url_prefix, e.weight) for e in local.extenders] == [
+        ("https://127.0.0.1:9443", 11),
+        ("https://127.0.0.1:9443", 1),
+    ]
 
 
 def test_every_fragmentation_file_is_listed_and_it_is_a_component() -> None:
@@ -1560,7 +1588,7 @@ def test_fragmentation_component_sets_the_policies_and_the_extender_weight(
     config_path = Path(config_arg.removeprefix("--config="))
     (mount,) = [m for m in kube_scheduler["volumeMounts"] if m["mountPath"] == str(config_path.parent)]
     assert volumes[mount["name"]]["configMap"]["name"] == scheduler["metadata"]["name"]
-    assert [e["weight"] for e in yaml.safe_load(scheduler["data"][config_path.name])["extenders"]] == [11]
+    assert [e["weight"] for e in yaml.safe_load(scheduler["data"][config_path.name])["extenders"]] == [11, 1]
     # hami-control: the three flags added after the install's own, and its loader reads them.
     plain_deployment = find(plain, "Deployment", "hami-control")
     hami = container_named(deployment, "hami-control")
@@ -1569,7 +1597,7 @@ def test_fragmentation_component_sets_the_policies_and_the_extender_weight(
     config = load_control_config(hami["args"][1:], env, rendered_files(docs, deployment, hami))
     assert config.scheduling.node_policy == NodePolicy.FRAGMENTATION
     assert config.scheduling.gpu_policy == (GPUPolicy.FRAGMENTATION,)
-    assert config.scheduling.fragmentation_filter is FragmentationFilter.BEST
+    assert config.scheduling.fragmentation_filter is FragmentationFilter.ONE
     # Nothing else in the Deployment moved.
     hami.pop("args")
     volumes[mount["name"]]["configMap"]["name"] = plain_scheduler["metadata"]["name"]
