@@ -23,7 +23,6 @@ with the schedulerName the webhook would have set."""
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +35,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from hami_sim.cluster import Cluster, ClusterSpec, GPUSpec, NodeSpec
+from hami_sim.scheduler.config import load_configuration, scheduler_config
 from hami_sim.tls import client_ssl_context
 from tests.builders import container, pod
 from tests.e2e.e2e_util import control_metrics, core_v1
@@ -51,14 +51,6 @@ NODES = (
     NodeSpec("fi-2", (A40,) * 2),
     NodeSpec("fi-3", (A40,) * 4),
 )
-CPU_VERBS = {
-    "filterVerb": "cpu-filter",
-    "prioritizeVerb": "cpu-prioritize",
-    "weight": 1,
-    "nodeCacheCapable": True,
-    "ignorable": True,
-}
-"""The agreed second entry (issue 28), used only until the component ships one."""
 
 
 def component_flags() -> list[str]:
@@ -73,20 +65,17 @@ def component_flags() -> list[str]:
     return flags
 
 
-def scheduler_config(directory: Path) -> Path:
-    """The component's KubeSchedulerConfiguration, as shipped once it has the CPU entry."""
-    shipped = COMPONENT / "kube-scheduler-config.yaml"
-    document = yaml.safe_load(shipped.read_text())
-    extenders = document["extenders"]
-    if any(e.get("filterVerb") == "cpu-filter" for e in extenders):
-        return shipped
-    first = extenders[0]
-    shared = {k: copy.deepcopy(first[k]) for k in ("urlPrefix", "enableHTTPS", "tlsConfig") if k in first}
-    extenders.append({**shared, **CPU_VERBS})
-    document.setdefault("percentageOfNodesToScore", 100)
-    path = directory / "kube-scheduler-config.yaml"
-    path.write_text(yaml.safe_dump(document))
-    return path
+SCHEDULER_CONFIG = COMPONENT / "kube-scheduler-config.yaml"
+
+
+def test_the_component_s_second_entry_is_ignorable_and_asked_about_every_pod() -> None:
+    """What the kill test relies on, read the way the stand-in (and kube-scheduler) reads it."""
+    config = scheduler_config(load_configuration(SCHEDULER_CONFIG))
+    hami, cpu = config.extenders
+    assert (cpu.filter_verb, cpu.prioritize_verb, cpu.bind_verb) == ("cpu-filter", "cpu-prioritize", "")
+    assert cpu.url_prefix == hami.url_prefix and cpu.ignorable and not cpu.managed_resources
+    assert hami.bind_verb == "bind" and not hami.ignorable
+    assert config.percentage_of_nodes_to_score == 100
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +87,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         scale=True,
         node_cpu="16",
         node_memory="64Gi",
-        scheduler_config=scheduler_config(state),
+        scheduler_config=SCHEDULER_CONFIG,
         control_args=tuple(component_flags()),
     )
     with Cluster.up(spec, state / ".hami-sim") as running:
@@ -155,6 +144,8 @@ def test_cpu_only_pods_schedule_without_hami_control_and_gpu_pods_wait_for_it(cl
         body = cpu_pod("cpu-up")
         kept = cpu_filter(cluster, body)
         assert kept and set(kept) <= {n.name for n in NODES}
+        if "--fragmentation-filter=one" in component_flags():
+            assert len(kept) == 1  # the node of FGD's best score: hami-control decides
         before = filter_calls(cluster)
         core.create_namespaced_pod(NS, body)
         assert running(core, "cpu-up").spec.node_name in kept
