@@ -12,15 +12,21 @@ policy the GPU usage per node and GPU is the same in both. The nodes differ in G
 ties are rare. One cluster serves the three policies (the pods carry the policy annotations); a second
 one runs hami-control with `--fragmentation-filter best` and a mix with CPU per shape for
 `fragmentation-best`, whose /filter answers only the least fragmenting nodes from the CPU the pods on
-each node request (docs/planning.md, "A decisive extender")."""
+each node request (docs/planning.md, "A decisive extender"). A third runs the fragmentation component as
+shipped (daemonset/components/fragmentation: its KubeSchedulerConfiguration with the second, ignorable
+extender entry, and hami-control's flags from its kustomization) for `fragmentation-install`: every pod,
+CPU-only ones included, goes to the one node hami-control's /filter or /cpu-filter answers, which must be
+the planner's one node (docs/planning.md, "The install")."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from hami_api.annotations import (
     BIND_PHASE,
@@ -62,7 +68,20 @@ POLICY_ANNOTATIONS = {
     "spread": ("spread", "spread"),
     "fragmentation-extender": ("fragmentation", "fragmentation"),
     "fragmentation-best": ("fragmentation", "fragmentation"),
+    "fragmentation-install": ("fragmentation", "fragmentation"),
 }
+COMPONENT = Path(__file__).resolve().parents[2] / "daemonset" / "components" / "fragmentation"
+
+
+def component_flags() -> list[str]:
+    """The hami-control flags the fragmentation component's kustomization adds (its `add` ops on args)."""
+    kustomization = yaml.safe_load((COMPONENT / "kustomization.yaml").read_text())
+    return [
+        str(op["value"])
+        for patch in kustomization["patches"]
+        for op in yaml.safe_load(patch["patch"])
+        if op["op"] == "add" and op["path"].endswith("/args/-")
+    ]
 
 
 def workload() -> list[inputs.Task]:
@@ -87,12 +106,16 @@ def planner_nodes() -> list[inputs.NodeSpec]:
     ]
 
 
-def local_cluster(tmp_path_factory: pytest.TempPathFactory, *control_args: str) -> Cluster:
+def local_cluster(
+    tmp_path_factory: pytest.TempPathFactory, *control_args: str, scheduler_config: Path | None = None
+) -> Cluster:
     nodes = tuple(
         NodeSpec(name, (GPUSpec(model, gpu_memory),) * gpus, cpu=f"{cpu}m", memory=f"{memory}Mi")
         for name, gpus, (model, gpu_memory), cpu, memory in SIZES
     )
-    spec = ClusterSpec(nodes, split=SPLIT, scale=False, control_args=control_args)
+    spec = ClusterSpec(
+        nodes, split=SPLIT, scale=False, control_args=control_args, scheduler_config=scheduler_config
+    )
     return Cluster.up(spec, tmp_path_factory.mktemp("faithful") / ".hami-sim")
 
 
@@ -110,7 +133,7 @@ def core(cluster: Cluster) -> Iterator[Any]:
 
 def planner(policy: str, extender_weight: int = 1) -> Planner:
     """The planner as the local cluster is configured for `policy`."""
-    learned = parse_mix(CPU_MIX_TEXT) if policy == "fragmentation-best" else None
+    learned = parse_mix(CPU_MIX_TEXT) if policy in {"fragmentation-best", "fragmentation-install"} else None
     return Planner(
         planner_nodes(),
         parse_mix(MIX_TEXT),
@@ -173,6 +196,18 @@ def test_the_decisive_extender_places_a_workload_where_the_planner_does(
         follow(running, api, "fragmentation-best")
 
 
+def test_the_fragmentation_install_places_every_pod_where_the_planner_does(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The shipped component (its scheduler configuration and flags; the mix fixed, as the planner's):
+    CPU-only pods too go to the one node the planner names."""
+    args = (*component_flags(), "--fragmentation-mix", CPU_MIX_TEXT)
+    assert "--fragmentation-filter=one" in args
+    config = COMPONENT / "kube-scheduler-config.yaml"
+    with local_cluster(tmp_path_factory, *args, scheduler_config=config) as running, core_v1(running) as api:
+        follow(running, api, "fragmentation-install")
+
+
 def follow(cluster: Cluster, core: Any, policy: str) -> None:
     """Create the workload's pods one at a time; each lands on one of the planner's best nodes, on the
     GPUs its fit picks there; at the end the usage per GPU is the planner's."""
@@ -185,6 +220,8 @@ def follow(cluster: Cluster, core: Any, policy: str) -> None:
         rows, totals = planner_.score_nodes(task)
         best = [names[r] for r in planner_.best_rows(task)]
         assert best, f"{task}: the planner finds no node; the workload must fit"
+        if policy == "fragmentation-install":  # hami-control answers one node, CPU-only pods included
+            assert len(best) == 1, f"{task}: the install answers one node, the planner has {best}"
         name = f"{policy}-{task.name}"
         core.create_namespaced_pod("default", task_pod(task, policy))
         got = placed(core, name, task.num_gpu > 0)

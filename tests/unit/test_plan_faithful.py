@@ -18,6 +18,7 @@ from hami_control.extender import (
     Candidates,
     HostCPU,
     PodAsk,
+    cpu_filter_nodes,
     filter_nodes,
     prioritize_nodes,
 )
@@ -351,3 +352,54 @@ def test_the_command_line_takes_the_extender_weight(tmp_path: Path) -> None:
         with pytest.raises(SystemExit) as exc:
             main([*argv, *bad])
         assert exc.value.code == 2
+
+
+INSTALL_MIX = TaskMix.of(zip(CPU_MIX.shapes, CPU_MIX.weights, strict=True), cpu_only=0.25)
+"""A mix learned under `--fragmentation-filter one`: each shape's CPU, a fifth of the tasks CPU-only."""
+
+
+def test_the_install_places_every_pod_on_the_one_node_the_extenders_two_entries_answer() -> None:
+    """`fragmentation-install`, step by step over a mixed workload: the planner's one node is what
+    hami-control answers over the nodes kube-scheduler's own filters pass (every one of them:
+    percentageOfNodesToScore 100): /filter under `--fragmentation-filter one` for a GPU pod, /cpu-filter
+    for a pod that asks no GPU, each with the nodes' free CPU as the pod store counts it."""
+    cluster = Cluster(NODES, MIX, POLICIES["fragmentation-install"], seed=3, extender_mix=INSTALL_MIX)
+    assert (cluster.extender_weight, cluster.sample_size) == (11, len(NODES))
+    policy = cluster.policy
+    assert policy.node is not None
+    kinds = {"gpu": 0, "cpu": 0}
+    for task in random_tasks(random.Random("install"), 80):
+        best = cluster.best_rows(task)
+        feasible = tuple(
+            spec.name
+            for r, spec in enumerate(cluster.specs)
+            if cluster.cpu_free[r] >= task.cpu_milli and cluster.mem_free[r] >= task.memory_mib
+        )
+        free = {spec.name: int(cluster.cpu_free[r]) for r, spec in enumerate(cluster.specs)}
+        narrow = HostCPU(free.get, task.cpu_milli, one=True)
+        request = gpu_request(task)
+        if request is None:
+            answer = cpu_filter_nodes(Candidates(feasible), cluster.table, cluster.gpu_mix, narrow)
+            kinds["cpu"] += 1
+        else:
+            ask = PodAsk(
+                "default",
+                task.name,
+                ((request, False),),
+                NO_SELECTOR,
+                policy.gpu,
+                policy.node,
+                ScoringWeights(),
+                None,
+                frozenset(),
+                cluster.gpu_mix,
+            )
+            answer = filter_nodes(
+                ask, Candidates(feasible), View(cluster), table=cluster.table, narrow=narrow
+            )
+            kinds["gpu"] += 1
+        assert [cluster.specs[r].name for r in best] == (answer["NodeNames"] or []), task
+        if len(best):
+            got = cluster.place(task)
+            assert got is not None and got.row == int(best[0])
+    assert min(kinds.values()) >= 5
