@@ -327,9 +327,16 @@ class SchedulerStandIn:
             "queue": self.queue.lengths(),
             "binds_in_flight": len(self._binds),
             "extenders": {
-                e.name: {verb: s.snapshot() for verb, s in e.stats.items()} for e in self.extenders
+                self._stats_key(e): {verb: s.snapshot() for verb, s in e.stats.items()}
+                for e in self.extenders
             },
         }
+
+    def _stats_key(self, extender: HTTPExtender) -> str:
+        """An extender's name (its URL, as kube names it); entries sharing a URL (the fragmentation
+        component's two) after the first get `#<index in extenders>` added, so none hides another."""
+        first = next(e for e in self.extenders if e.name == extender.name)
+        return extender.name if first is extender else f"{extender.name}#{extender.config.index}"
 
     async def wait_for(self, predicate: Callable[[SchedulerStandIn], bool], seconds: float = 10.0) -> None:
         """Return once `predicate(self)` holds (checked after every decision and cache change);

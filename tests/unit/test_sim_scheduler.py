@@ -22,6 +22,7 @@ from hami_sim.scheduler.config import (
     parse_duration,
     scheduler_config,
 )
+from hami_sim.scheduler.extender import HTTPExtender
 from hami_sim.scheduler.fit import (
     DEFAULT_MEMORY_REQUEST,
     NodeInfo,
@@ -37,6 +38,7 @@ from hami_sim.scheduler.fit import (
     truncate_message,
 )
 from hami_sim.scheduler.queue import SchedulingQueue, State, backoff_duration
+from hami_sim.scheduler.standin import SchedulerStandIn
 from tests.builders import container, node, pod
 
 SHIPPED = Path(__file__).resolve().parents[2] / "daemonset" / "scheduler" / "kube-scheduler-config.yaml"
@@ -745,3 +747,17 @@ def test_a_gated_pod_waits_without_an_attempt_until_its_claim_status_changes() -
     q.add(named, 1.5)  # the claim controller named the generated claim: moved, no backoff
     again = q.pop(1.5)
     assert again is not None and again.attempts == 1
+
+
+def test_the_snapshot_keeps_the_stats_of_two_entries_sharing_a_url() -> None:
+    doc = base()
+    doc["extenders"][0]["urlPrefix"] = "http://x:80"
+    doc["extenders"].append(second_entry(urlPrefix="http://x:80"))
+    config = scheduler_config(parse_configuration(doc))
+    standin = SchedulerStandIn(config)
+    standin.extenders = [HTTPExtender(e) for e in config.extenders]
+    standin.extenders[1].stats["filter"].record(0.002, ok=False)
+    stats = standin.snapshot()["extenders"]
+    assert list(stats) == ["http://x:80", "http://x:80#1"]
+    assert stats["http://x:80"]["filter"]["calls"] == 0
+    assert stats["http://x:80#1"]["filter"]["errors"] == 1
