@@ -40,7 +40,10 @@ a hami-control with the shipped defaults (binpack), for its sync CPU, idle CPU a
 Usage:
 
     python bench/cpu_extender.py [--sizes 1000,5000] [--rounds 200] [--decisions 400]
-                                 [--control-args FLAGS] [--json FILE]
+                                 [--control-args FLAGS] [--json FILE] [--profile FILE]
+
+`--profile FILE` runs `--profile-rounds` more /cpu-filter requests at the largest size with cProfile on
+inside hami-control and writes the pstats there (the top functions on stderr).
 """
 
 from __future__ import annotations
@@ -515,6 +518,8 @@ async def measure(  # noqa: PLR0917
         log(f"latency: {args.rounds} rounds (+{args.warmup} warm-up) x {len(ENDPOINTS)} endpoints, serial")
         result.latency = await latency_rounds(http, pids[0], nodes, args.rounds, args.warmup)
         result.rss_mb["after the latency rounds"] = ext.proc_status_mb(pids[0], "VmRSS")
+        if args.profile is not None and nodes == max(args.size_list):
+            await profile_rounds(http, nodes, args.profile_rounds, args.profile)
         if args.decisions > 0:
             every = round(1 / args.cpu_only_share) if args.cpu_only_share > 0 else 0
             log(f"decisions: creating {args.decisions} pending pods (every {every}th CPU-only)")
@@ -523,6 +528,22 @@ async def measure(  # noqa: PLR0917
             log(f"decisions: {args.decisions} pods, both entries, percentageOfNodesToScore {percentage}")
             result.decisions = await decision_phase(http, base, pids, nodes, pods, percentage)
             result.rss_mb["after the decisions"] = ext.proc_status_mb(pids[0], "VmRSS")
+
+
+async def profile_rounds(http: aiohttp.ClientSession, nodes: int, rounds: int, output: Path) -> None:
+    """/cpu-filter rounds for a CPU-only pod with cProfile on inside hami-control; prints the top."""
+    import pstats
+
+    names_json = orjson.dumps([ext.node_name(i) for i in range(nodes)])
+    bodies = [ext.extender_args(cpu_scheduler_pod(800_000 + r), names_json) for r in range(rounds)]
+    await ext.post(http, "/profile-start", b"")
+    for body in bodies:
+        await ext.post(http, "/cpu-filter", body)
+    await ext.post(http, "/profile-stop", str(output).encode())
+    log(f"cProfile of {rounds} /cpu-filter requests at {nodes:,} nodes: {output}")
+    stats = pstats.Stats(str(output), stream=sys.stderr)
+    stats.sort_stats("cumulative").print_stats(25)
+    stats.sort_stats("tottime").print_stats(15)
 
 
 # --- the report -------------------------------------------------------------------------------------------
@@ -603,6 +624,8 @@ def main() -> int:
                         help="also serve the cluster with hami-control's defaults first")  # fmt: skip
     parser.add_argument("--control-args", default="", help="more hami-control flags, space-separated")
     add_json_option(parser)
+    parser.add_argument("--profile", type=Path, help="cProfile stats of /cpu-filter (largest size)")
+    parser.add_argument("--profile-rounds", type=int, default=50, help="requests profiled with --profile")
     args = parser.parse_args()
     try:
         sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
@@ -610,6 +633,9 @@ def main() -> int:
         parser.error(f"--sizes: expected comma-separated node counts, got {args.sizes!r}")
     if not sizes or min(sizes) < 1 or args.rounds < 1:
         parser.error("--sizes and --rounds must be positive")
+    args.size_list = sizes
+    if args.profile is not None:
+        args.profile = args.profile.resolve()  # hami-control writes it, from another directory
     started = time.monotonic()
     log(f"load average at start: {os.getloadavg()}")
     results = [run_size(args, n) for n in sizes]
