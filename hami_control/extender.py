@@ -940,14 +940,15 @@ def _least_fragmenting(  # noqa: PLR0917 (the vectorised filter's state, named)
 ) -> list[int]:
     """The fitting candidates (positions in `names`) where the fragmentation grows least; the others go
     to `failed` with `NOT_LEAST_FRAGMENTING`. Equal growths are all kept: kube-scheduler's score chooses.
-    With `narrow.one`: the one candidate of FGD's best score (`gputable.fragmentation_best_scores`), the
-    first by name among equal ones (`frag.first_best`)."""
+    With `narrow.one`: the one candidate of FGD's best score (`gputable.fragmentation_best_scores`), among
+    equal ones the fuller node, then the first by name (`frag.first_best`)."""
     cpu_free = narrow.free_of([names[i] for i in known.tolist()])
     if narrow.one:
         score = fragmentation_best_scores(table, ev, request, ask.mix, cpu_free, narrow.pod)
         score = np.where(ev.fits, score, NO_PLACEMENT - 1)
         best = np.zeros(len(known), dtype=np.bool_)
-        best[first_best(score, [names[i] for i in known.tolist()])] = True
+        fullness = free_milli_rows(table, table.rows([names[i] for i in known.tolist()])).sum(axis=1)
+        best[first_best(score, [names[i] for i in known.tolist()], fullness)] = True
         text = NOT_BEST_NODE
     else:
         growth = fragmentation_growth(table, ev, request, ask.mix, cpu_free, narrow.pod)
@@ -980,7 +981,7 @@ def cpu_filter_nodes(
         return _filter_result(candidates, range(len(names)))
     free = free_milli_rows(table, table.rows(names))
     score = cpu_only_scores(free, mix, narrow.free_of(names), narrow.pod)
-    chosen = first_best(score, names)
+    chosen = first_best(score, names, free.sum(axis=1))
     failed = {name: NOT_BEST_NODE for i, name in enumerate(names) if i != chosen}
     return _filter_result(candidates, (chosen,), failed)
 

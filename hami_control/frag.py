@@ -425,12 +425,17 @@ def cpu_only_scores(free: IntArray, mix: TaskMix, cpu_free: IntArray, cpu_asked:
     return simulator_score(after - before, np.zeros(len(free), dtype=np.int64), mix)
 
 
-def first_best(score: IntArray, names: Sequence[str]) -> int:
-    """The index of the best `score`, among equal ones the node whose name sorts first: the tie-break of
-    the paper's simulator (its kube-scheduler fork's `selectHost`), which kube-scheduler's own random
-    one (pkg/scheduler/schedule_one.go `selectHost`) cannot undo when /filter answers that one node."""
+def first_best(score: IntArray, names: Sequence[str], free_total: IntArray | None = None) -> int:
+    """The index of the best `score`; among equal ones the fuller node (the fewest free milli-GPUs,
+    `free_total`, when given), then the node whose name sorts first. The name is the paper's simulator's
+    tie-break (its kube-scheduler fork's `selectHost`); the fuller node first is ours, what FGD ignores
+    (OpenB default at 100% arrival: 294 unallocated GPUs against 313 by name alone; docs/planning.md, "The
+    install"). kube-scheduler's own random tie-break (pkg/scheduler/schedule_one.go `selectHost`) cannot
+    undo it when /filter answers that one node."""
     ties = np.flatnonzero(score == score.max()).tolist()
-    return min(ties, key=lambda i: names[i])
+    if free_total is None:
+        return min(ties, key=lambda i: names[i])
+    return min(ties, key=lambda i: (int(free_total[i]), names[i]))
 
 
 def node_fragmentation(node: NodeGPUs, mix: TaskMix = DEFAULT_MIX) -> float:

@@ -508,7 +508,8 @@ class Cluster:
     ) -> IntArray:
         """What the first extender entry's /filter answers under `--fragmentation-filter one`
         (`extender._least_fragmenting`): the one candidate of FGD's best score for the extender's mix with
-        CPU in the measure (`gputable.fragmentation_best_scores`), the first by name (`frag.first_best`).
+        CPU in the measure (`gputable.fragmentation_best_scores`), the fuller node on ties, then the first
+        by name (`frag.first_best`).
         Nodes fitted node by node (MIG) are not narrowed, as in the extender."""
         fast = cand[~slow]
         if len(fast) <= 1:
@@ -521,17 +522,19 @@ class Cluster:
         score = fragmentation_best_scores(
             self.table, asked, request, self.gpu_mix, self.cpu_free[fast], task.cpu_milli
         )
-        chosen = fast[first_best(score, [self.specs[r].name for r in fast.tolist()])]
+        names = [self.specs[r].name for r in fast.tolist()]
+        chosen = fast[first_best(score, names, self.free[fast].sum(axis=1))]
         result: IntArray = np.sort(np.concatenate([cand[slow], [chosen]])).astype(np.int64)
         return result
 
     def _install_cpu_only(self, task: Task, cand: IntArray) -> IntArray:
         """What the second extender entry's /cpu-filter answers for a pod that asks no GPU
-        (`extender.cpu_filter_nodes`): the one candidate of FGD's best score, first by name."""
-        score = cpu_only_scores(
-            free_milli_rows(self.table, cand), self.gpu_mix, self.cpu_free[cand], task.cpu_milli
-        )
-        result: IntArray = cand[[first_best(score, [self.specs[r].name for r in cand.tolist()])]]
+        (`extender.cpu_filter_nodes`): the one candidate of FGD's best score, the fuller node on ties, then
+        the first by name."""
+        free = free_milli_rows(self.table, cand)
+        score = cpu_only_scores(free, self.gpu_mix, self.cpu_free[cand], task.cpu_milli)
+        names = [self.specs[r].name for r in cand.tolist()]
+        result: IntArray = cand[[first_best(score, names, free.sum(axis=1))]]
         return result
 
     def _extender_scores(

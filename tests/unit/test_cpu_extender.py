@@ -8,13 +8,14 @@ import asyncio
 from typing import Any
 
 import aiohttp
+import numpy as np
 import orjson
 
 from hami_api.resources import ContainerRequest
 from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig, FragmentationFilter, load_config
 from hami_control.extender import NOT_BEST_NODE
-from hami_control.frag import TaskMix, TaskShape
+from hami_control.frag import TaskMix, TaskShape, first_best
 from hami_control.frag_mix import LearningSettings, MixLearner, MixSource
 from hami_control.leader import extender_gate
 from hami_control.pod_store import PodStore
@@ -80,16 +81,20 @@ def cpu_filter(ext: Extender, p: Json, names: list[str] = NAMES) -> dict[str, An
     return ext.cpu_filter(orjson.dumps({"Pod": p, "NodeNames": names}))
 
 
-def test_a_cpu_only_pod_gets_the_one_node_where_fgd_scores_best_first_by_name() -> None:
+def test_a_cpu_only_pod_gets_the_one_node_where_fgd_scores_best_the_fuller_then_first_by_name() -> None:
     ext, _ = cluster(one_config())
     # 2 CPUs on a-tight leave 3 of its 5 free: the mix's task (4 CPUs) loses its host there and the
-    # idle GPU becomes a fragment; b-gpu and c-cpu grow nothing (score 50), and b-gpu sorts first.
+    # idle GPU becomes a fragment; b-gpu and c-cpu grow nothing (score 50), and c-cpu, with no free GPU,
+    # is the fuller.
     answer = cpu_filter(ext, cpu_pod("p", "2"))
-    assert answer["NodeNames"] == ["b-gpu"]
-    assert answer["FailedNodes"] == {"a-tight": NOT_BEST_NODE, "c-cpu": NOT_BEST_NODE}
+    assert answer["NodeNames"] == ["c-cpu"]
+    assert answer["FailedNodes"] == {"a-tight": NOT_BEST_NODE, "b-gpu": NOT_BEST_NODE}
     assert answer["Error"] == ""
-    # 1 CPU leaves a-tight 4: it still hosts the task, every node grows nothing: the first name.
-    assert cpu_filter(ext, cpu_pod("q", "1"))["NodeNames"] == ["a-tight"]
+    # Without c-cpu: b-gpu, though a-tight sorts first.
+    assert cpu_filter(ext, cpu_pod("p", "2"), ["a-tight", "b-gpu"])["NodeNames"] == ["b-gpu"]
+    # 1 CPU leaves a-tight 4: it still hosts the task; between the two equally full GPU nodes, the first
+    # name.
+    assert cpu_filter(ext, cpu_pod("q", "1"), ["b-gpu", "a-tight"])["NodeNames"] == ["a-tight"]
 
 
 def test_a_cpu_only_pod_sent_as_whole_nodes_gets_its_one_node_object_back() -> None:
@@ -97,7 +102,7 @@ def test_a_cpu_only_pod_sent_as_whole_nodes_gets_its_one_node_object_back() -> N
     items = [{"metadata": {"name": n}, "spec": {}} for n in NAMES]
     answer = ext.cpu_filter(orjson.dumps({"Pod": cpu_pod("p", "2"), "Nodes": {"items": items}}))
     assert answer["NodeNames"] is None and [i["metadata"]["name"] for i in answer["Nodes"]["items"]] == [
-        "b-gpu"
+        "c-cpu"
     ]
 
 
@@ -126,7 +131,9 @@ def test_an_unreadable_pod_or_body_never_blocks_the_cpu_entry() -> None:
     assert ext.cpu_prioritize(b"not json") == []
 
 
-def test_a_gpu_pod_under_filter_one_gets_the_one_node_of_the_best_score_first_by_name() -> None:
+def test_a_gpu_pod_under_filter_one_gets_the_one_node_of_the_best_score_the_fuller_then_first_by_name() -> (
+    None
+):
     config = one_config()
     ext, _ = cluster(config)
     answer = ext.filter(orjson.dumps({"Pod": gpu_pod("g"), "NodeNames": ["a-tight", "b-gpu"]}))
@@ -186,7 +193,7 @@ def test_the_cpu_routes_are_served_and_answer_the_gates_reason_as_an_error() -> 
     refused_filter, refused_prioritize, answer, scores = asyncio.run(main())
     assert refused_filter[0] == 200 and "not synced" in refused_filter[1]["Error"]  # type: ignore[index]
     assert refused_prioritize == (200, [])
-    assert answer[1]["NodeNames"] == ["b-gpu"]  # type: ignore[index]
+    assert answer[1]["NodeNames"] == ["c-cpu"]  # type: ignore[index]
     assert scores == (200, [{"Host": n, "Score": 0} for n in NAMES])
 
 
@@ -206,3 +213,11 @@ def test_without_cpu_verbs_the_cpu_routes_are_not_served() -> None:
             await server.stop()
 
     assert asyncio.run(main()) == 404
+
+
+def test_first_best_takes_the_best_score_then_the_fuller_node_then_the_first_name() -> None:
+    score = np.array([5, 5, 5, 3], dtype=np.int64)
+    names = ["b", "a", "c", "d"]
+    assert first_best(score, names) == 1
+    assert first_best(score, names, np.array([100, 200, 100, 0], dtype=np.int64)) == 0
+    assert first_best(score, names, np.array([300, 200, 100, 0], dtype=np.int64)) == 2
