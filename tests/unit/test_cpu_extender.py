@@ -68,7 +68,7 @@ def cpu_pod(name: str, cpu: str) -> Json:
     return pod(name, container("c", requests={"cpu": cpu}), namespace="ns", uid=f"u-{name}")
 
 
-def gpu_pod(name: str) -> Json:
+def half_gpu_pod(name: str) -> Json:
     return pod(
         name, container("c", gpus=1, gpumem=8000, requests={"cpu": "1"}), namespace="ns", uid=f"u-{name}"
     )
@@ -108,9 +108,9 @@ def test_a_cpu_only_pod_sent_as_whole_nodes_gets_its_one_node_object_back() -> N
 
 def test_a_gpu_pod_passes_the_cpu_entry_unchanged_with_zero_scores() -> None:
     ext, _ = cluster(one_config())
-    answer = cpu_filter(ext, gpu_pod("g"))
+    answer = cpu_filter(ext, half_gpu_pod("g"))
     assert (answer["NodeNames"], answer["FailedNodes"], answer["Error"]) == (NAMES, {}, "")
-    scores = ext.cpu_prioritize(orjson.dumps({"Pod": gpu_pod("g"), "NodeNames": NAMES}))
+    scores = ext.cpu_prioritize(orjson.dumps({"Pod": half_gpu_pod("g"), "NodeNames": NAMES}))
     assert scores == [{"Host": n, "Score": 0} for n in NAMES]
 
 
@@ -136,12 +136,12 @@ def test_a_gpu_pod_under_filter_one_gets_the_one_node_of_the_best_score_the_full
 ):
     config = one_config()
     ext, _ = cluster(config)
-    answer = ext.filter(orjson.dumps({"Pod": gpu_pod("g"), "NodeNames": ["a-tight", "b-gpu"]}))
+    answer = ext.filter(orjson.dumps({"Pod": half_gpu_pod("g"), "NodeNames": ["a-tight", "b-gpu"]}))
     # a-tight's 5 free CPUs host the mix's task now and 4 after: both nodes score alike, the first name.
     assert answer["NodeNames"] == ["a-tight"] and answer["FailedNodes"] == {"b-gpu": NOT_BEST_NODE}
     # Under best, both nodes of the least growth are kept for kube-scheduler's score.
     ext.config = config.with_settings(fragmentation_filter=FragmentationFilter.BEST)
-    answer = ext.filter(orjson.dumps({"Pod": gpu_pod("g"), "NodeNames": ["a-tight", "b-gpu"]}))
+    answer = ext.filter(orjson.dumps({"Pod": half_gpu_pod("g"), "NodeNames": ["a-tight", "b-gpu"]}))
     assert answer["NodeNames"] == ["a-tight", "b-gpu"]
 
 
