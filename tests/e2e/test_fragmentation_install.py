@@ -98,7 +98,7 @@ def cpu_pod(name: str) -> dict[str, Any]:
     return pod(name, container(requests={"cpu": "2", "memory": "1Gi"}), scheduler_name=HAMI, labels=IGNORE)
 
 
-def gpu_pod(name: str, **options: Any) -> dict[str, Any]:
+def sharing_pod(name: str, **options: Any) -> dict[str, Any]:
     return pod(name, container(gpus=1, gpumem_percentage=50, requests={"cpu": "1"}), **options)
 
 
@@ -150,7 +150,7 @@ def test_cpu_only_pods_schedule_without_hami_control_and_gpu_pods_wait_for_it(cl
         core.create_namespaced_pod(NS, body)
         assert running(core, "cpu-up").spec.node_name in kept
         assert filter_calls(cluster) >= before + 1  # /cpu-filter: HAMi's /filter ignores CPU-only pods
-        core.create_namespaced_pod(NS, gpu_pod("gpu-up"))
+        core.create_namespaced_pod(NS, sharing_pod("gpu-up"))
         gpu_up = running(core, "gpu-up")
         assert gpu_up.spec.scheduler_name == HAMI  # set by the webhook
 
@@ -161,13 +161,13 @@ def test_cpu_only_pods_schedule_without_hami_control_and_gpu_pods_wait_for_it(cl
             assert running(core, "cpu-down").spec.node_name in {n.name for n in NODES}
             # A GPU pod is refused at admission (failurePolicy Fail).
             with pytest.raises(ApiException) as refused:
-                core.create_namespaced_pod(NS, gpu_pod("gpu-refused"))
+                core.create_namespaced_pod(NS, sharing_pod("gpu-refused"))
             assert refused.value.status == 500
             message = orjson.loads(refused.value.body or "{}")["message"]
             assert message.startswith('Internal error occurred: failed calling webhook "vgpu.hami.io"')
             assert message.endswith("connection refused"), message
             # One admitted before the outage waits: HAMi's entry is not ignorable.
-            core.create_namespaced_pod(NS, gpu_pod("gpu-waiting", scheduler_name=HAMI, labels=IGNORE))
+            core.create_namespaced_pod(NS, sharing_pod("gpu-waiting", scheduler_name=HAMI, labels=IGNORE))
             messages = wait_for(lambda: failed_scheduling(core, "gpu-waiting"), 30, "FailedScheduling")
             assert messages[0].startswith(f'Post "{cluster.control_url}/filter"'), messages
             assert core.read_namespaced_pod("gpu-waiting", NS).spec.node_name is None
@@ -176,5 +176,5 @@ def test_cpu_only_pods_schedule_without_hami_control_and_gpu_pods_wait_for_it(cl
 
         # Back: the waiting GPU pod is scheduled at its next try (backoff at most 10 s), a new one admitted.
         assert running(core, "gpu-waiting", timeout=45).spec.node_name in {n.name for n in NODES}
-        core.create_namespaced_pod(NS, gpu_pod("gpu-back"))
+        core.create_namespaced_pod(NS, sharing_pod("gpu-back"))
         running(core, "gpu-back")
