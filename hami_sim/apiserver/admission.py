@@ -16,8 +16,18 @@ service references); a v1 response must echo the request uid and carry `allowed`
 `JSONPatch`; `failurePolicy` (default Fail) decides what a failed call does; a dry-run request is refused
 by webhooks whose `sideEffects` is not None/NoneOnDryRun. Error messages and codes are kube's.
 
-Simplifications: `matchConditions` (CEL) are not evaluated, except the literal expressions `true` and
-`false`; `reinvocationPolicy: IfNeeded` is treated as Never; `matchPolicy` is irrelevant because the
+`matchConditions` are CEL, evaluated as kube-apiserver does
+(staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions/matcher.go `Match`, called by
+webhook/generic/webhook.go `ShouldCallHook` after the rules and selectors): with the variables `object`,
+`oldObject` (null when absent) and `request` (the AdmissionRequest without its objects); any condition
+false skips the webhook; all true calls it; an evaluation error (a missing field, a result that is not a
+bool, an expression that does not compile) with none false follows `failurePolicy`: Ignore skips the
+webhook, Fail refuses the request with kube's 403 (`pods "name" is forbidden: ...`). The CEL library is
+the one the DRA selectors use (`cel`, with the Kubernetes functions of hami_sim.scheduler.dra.selector);
+`authorizer` and the cost budget are not served. The literal expressions `true` and `false` are answered
+without CEL.
+
+Simplifications: `reinvocationPolicy: IfNeeded` is treated as Never; `matchPolicy` is irrelevant because the
 stand-in serves one version per resource. A service reference cannot use cluster DNS: it goes through
 the `service_resolver` given to the dispatcher (without one, the call fails and `failurePolicy` applies).
 """
@@ -34,6 +44,7 @@ import ssl
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import aiohttp
@@ -44,6 +55,7 @@ from hami_sim.apiserver.selectors import SelectorError, label_selector_from_obje
 __all__ = [
     "AdmissionAttributes",
     "AdmissionRejected",
+    "MatchConditionError",
     "ServiceResolver",
     "WebhookDispatcher",
 ]
@@ -247,12 +259,79 @@ def _should_call(hook: Mapping[str, Any], attrs: AdmissionAttributes, obj: Mappi
             (new is not None and obj_selector.matches(new)) or (old is not None and obj_selector.matches(old))
         ):
             return False
-    for condition in hook.get("matchConditions") or []:
-        expression = str(condition.get("expression", "")).strip() if isinstance(condition, Mapping) else ""
-        if expression == "false":
-            return False
-        if expression != "true":
-            log.debug("webhook %s: matchCondition %r is not evaluated (CEL unsupported)", name, expression)
+    return match_conditions(hook, attrs, obj)
+
+
+class MatchConditionError(Exception):
+    """A matchCondition that could not be evaluated (and none was false): kube's failing-closed case."""
+
+
+@lru_cache(maxsize=256)
+def _compiled(expression: str) -> Any:
+    """The compiled program of one expression, or the compile error's text (a str)."""
+    import cel
+
+    try:
+        return cel.compile(expression)
+    except (ValueError, RuntimeError) as err:
+        return f"compilation failed: {err}"
+
+
+def _evaluate(expression: str, variables: Mapping[str, Any]) -> bool:
+    """One condition: True/False, or MatchConditionError (kube's `expression '...' resulted in error`)."""
+    if expression == "true":
+        return True
+    if expression == "false":
+        return False
+    import cel
+
+    from hami_sim.scheduler.dra.selector import functions
+
+    program = _compiled(expression)
+    if isinstance(program, str):
+        raise MatchConditionError(f"expression '{expression}' resulted in error: {program}")
+    try:
+        result = program.execute(cel.Context(variables=dict(variables), functions=dict(functions())))
+    except (RuntimeError, ValueError, TypeError, KeyError, OverflowError) as err:
+        detail = f"no such key: {err.args[0]}" if isinstance(err, KeyError) and err.args else str(err)
+        raise MatchConditionError(f"expression '{expression}' resulted in error: {detail}") from None
+    if not isinstance(result, bool):
+        raise MatchConditionError(f"expression '{expression}' resulted in error: the result is not a bool")
+    return result
+
+
+def match_conditions(
+    hook: Mapping[str, Any], attrs: AdmissionAttributes, obj: Mapping[str, Any] | None
+) -> bool:
+    """Whether the webhook's `matchConditions` select this request (kube's matcher.go `Match`): False as
+    soon as one is false; True when all are true (or there are none); MatchConditionError when one could
+    not be evaluated and none is false (the caller applies failurePolicy). `obj` is the object as mutated
+    so far (what the webhook would be sent)."""
+    conditions = hook.get("matchConditions") or []
+    if not conditions:
+        return True
+    if not isinstance(conditions, list):
+        raise MatchConditionError("matchConditions must be a list")
+    variables: dict[str, Any] | None = None
+    errors: list[str] = []
+    for condition in conditions:
+        if not isinstance(condition, Mapping) or not isinstance(condition.get("expression"), str):
+            errors.append(f"matchCondition {condition!r} has no expression")
+            continue
+        expression = condition["expression"].strip()
+        if variables is None and expression not in ("true", "false"):
+            request = _review_request("", attrs, None)
+            for key in ("uid", "object", "oldObject"):
+                request.pop(key, None)
+            variables = {"object": obj, "oldObject": attrs.old_obj, "request": request}
+        try:
+            if not _evaluate(expression, variables or {}):
+                log.debug("webhook %s: matchCondition %s false", hook.get("name"), condition.get("name"))
+                return False
+        except MatchConditionError as err:
+            errors.append(str(err))
+    if errors:
+        raise MatchConditionError(errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]")
     return True
 
 
@@ -317,6 +396,20 @@ class WebhookDispatcher:
                     400, "BadRequest", f"admission webhook {_quote(name)} does not support dry run"
                 )
             response = await self._call(hook, attrs, obj)
+        except MatchConditionError as err:
+            if ignore:
+                log.warning("Failed evaluating match conditions, skipping webhook %s: %s", name, err)
+                return obj
+            # kube's ShouldCallHook: a Forbidden error naming the resource (webhook/generic/webhook.go).
+            log.warning("Failed evaluating match conditions, failing closed %s: %s", name, err)
+            group, _, resource = attrs.resource
+            group_resource = f"{resource}.{group}" if group else resource
+            raise AdmissionRejected(
+                403,
+                "Forbidden",
+                f"{group_resource} {_quote(attrs.name)} is forbidden: {err}",
+                {"name": attrs.name, "group": group, "kind": resource},
+            ) from None
         except _CallError as err:
             cause = f"failed calling webhook {_quote(name)}: {err}"
             if ignore:
