@@ -41,11 +41,13 @@ from hami_control.server import (
     CertificateReloader,
     ControlServer,
     Routes,
+    WebhookAnswer,
     extender_routes,
     health_routes,
     metrics_route,
     webhook_route,
 )
+from hami_control.webhook import CPU_WEBHOOK_PATH, handle_cpu_admission_review
 from hami_control.writers import KubeBindingWriter, event_recorder
 from hami_kube.client import KubeApi, component_user_agent
 from hami_kube.errors import KubeApiError, KubeConfigError
@@ -137,6 +139,16 @@ class ControlPlane:
             config, caches.quota_view, self.metrics, dra_route=True, templates=self.templates
         )
         webhook_route(self.routes, admit_dra, max_body=config.server.max_request_body, path=DRA_WEBHOOK_PATH)
+
+        def admit_cpu(body: bytes) -> WebhookAnswer:
+            """The fragmentation component's cpu.hami.io entry: pods that ask no GPU, steered to
+            hami-scheduler under its settings (webhook.review_cpu_pod), else allowed untouched."""
+            result = handle_cpu_admission_review(body, config)
+            return WebhookAnswer(
+                result.status, result.body, result.summary.fields(), result.summary.exception
+            )
+
+        webhook_route(self.routes, admit_cpu, max_body=config.server.max_request_body, path=CPU_WEBHOOK_PATH)
         self.server = ControlServer(
             self.routes,
             config.server.bind.host,

@@ -5,6 +5,9 @@ Routes (more are added by later parts through `Routes.add`):
 
 - `POST /webhook`: the mutating admission webhook. The body is read with a size limit (413 above it),
   handed to the pure `webhook.handle_admission_review`, and every decision is logged on one line.
+- `POST /webhook/dra`, `POST /webhook/cpu`: the same route for the DRA overlay's entry and the
+  fragmentation component's `cpu.hami.io` entry (`webhook.handle_cpu_admission_review`: pods that ask no
+  GPU steered to hami-scheduler; it never denies, and its entry's failurePolicy is Ignore).
 - `GET /healthz`: 200 while the process serves (liveness).
 - `GET /readyz`: 200 once the watch caches have synced, 503 (with what is missing) before that.
 

@@ -49,6 +49,11 @@ Rules, in HAMi's order:
    the watch shows it; an allowed GPU pod's usage is returned in `Decision.quota_usage` so the caller
    can assume it meanwhile.
 
+The fragmentation component's second entry (`cpu.hami.io`, `POST /webhook/cpu`: `review_cpu_pod`,
+`handle_cpu_admission_review`) is separate from these rules: it never denies, and only sets
+`schedulerName` on a pod that asks no GPU, so that hami-scheduler (and its `/cpu-filter` entry) places
+it; see `review_cpu_pod`.
+
 Denials carry kube's status codes: 403 Forbidden for policy (2, 5, 6, 7, 8), 422 Invalid for bad values,
 500 InternalError for a bug. An unexpected exception in the rules never reaches the client as a
 traceback: a pod that names a HAMi resource is denied with 500 (letting it through unmutated would
@@ -76,8 +81,8 @@ from hami_api.resources import (
     container_request,
     container_resource,
 )
-from hami_api.types import CorePolicy
-from hami_control.config import ControlConfig, DRATranslation, PrivilegedPolicy
+from hami_api.types import CorePolicy, NodePolicy
+from hami_control.config import ControlConfig, DRATranslation, FragmentationFilter, PrivilegedPolicy
 from hami_control.devices.base import DeviceRequest, Vendor
 from hami_control.dra_translate import (
     ANNOTATION as DRA_CLAIMS,
@@ -99,6 +104,11 @@ ENV_TASK_PRIORITY = "CUDA_TASK_PRIORITY"
 ENV_CORE_POLICY = "GPU_CORE_UTILIZATION_POLICY"
 ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 DEFAULT_SCHEDULER = "default-scheduler"
+CPU_WEBHOOK_PATH = "/webhook/cpu"
+"""The fragmentation component's `cpu.hami.io` entry (daemonset/components/fragmentation)."""
+NEVER_STEERED_NAMESPACES = ("kube-system",)
+"""Namespaces whose pods `review_cpu_pod` never steers (hami-control's own is added): the control plane's
+add-ons must not wait on hami-scheduler, which runs inside hami-control's pod."""
 REVIEW_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
 JSONPatchOp = dict[str, Any]
@@ -728,6 +738,131 @@ def _mentions_hami_resource(pod: Any, names: ResourceNames) -> bool:
     return False
 
 
+# --- the fragmentation component's CPU entry ------------------------------------------------------------
+
+
+def steers_cpu_only(config: ControlConfig) -> bool:
+    """Whether `POST /webhook/cpu` sends pods that ask no GPU to hami-scheduler: under the settings of the
+    fragmentation component (node policy fragmentation, `--fragmentation-filter one`), the ones under which
+    `/cpu-filter` decides their node (scheduling.Extender.decides_cpu_only)."""
+    scheduling = config.scheduling
+    return (
+        scheduling.node_policy is NodePolicy.FRAGMENTATION
+        and scheduling.fragmentation_filter is FragmentationFilter.ONE
+    )
+
+
+def _asks_a_device(spec: Mapping[str, Any], config: ControlConfig) -> bool:
+    """Whether a container names one of HAMi's or the enabled vendors' resources, or the pod uses
+    ResourceClaims (its devices are not in the fragmentation measure)."""
+    if spec.get("resourceClaims"):
+        return True
+    names = set(config.requests.names.all) | {r for v in config.registry.others for r in v.names.resources}
+    for key in ("initContainers", "containers"):
+        for container in spec.get(key) or ():
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for part in ("limits", "requests"):
+                values = resources.get(part)
+                if isinstance(values, Mapping) and not names.isdisjoint(values):
+                    return True
+    return False
+
+
+def review_cpu_pod(
+    pod: Mapping[str, Any], operation: str, config: ControlConfig, namespace: str | None = None
+) -> Decision:
+    """The fragmentation component's `cpu.hami.io` entry for one pod: set `spec.schedulerName` to
+    hami-scheduler on a pod that asks no GPU, so that kube-scheduler's hami-scheduler profile, whose
+    second extender entry (`/cpu-filter`) chooses the node of FGD's best score, places it as the
+    planner's `fragmentation-install` models (docs/planning.md, "The install"). Never denies; what it
+    does not steer it allows untouched:
+
+    - hami-control not running the component's settings (`steers_cpu_only`): every pod;
+    - a pod in kube-system or hami-control's own namespace (`NEVER_STEERED_NAMESPACES`);
+    - a pod that asks HAMi's or a vendor's resources (the `vgpu.hami.io` entry decides it) or uses
+      ResourceClaims;
+    - a pod already bound (`spec.nodeName`) or owned by a DaemonSet (its node is chosen by its
+      controller: hami-scheduler would have nothing to choose, and the pod would wait on hami-control);
+    - a pod naming another scheduler. An empty name is taken over, and `default-scheduler` (the API
+      server defaults an empty name to it before admission) while `force_overwrite_default_scheduler`
+      is on, as for GPU pods.
+
+    The entry's matchConditions select the same pods at the API server (daemonset/components/
+    fragmentation/webhook-cpu-entry.yaml), so these checks only guard against a changed manifest."""
+    if operation != "CREATE":
+        return _allow(f"{operation or 'no operation'}: only CREATE is steered")
+    if not steers_cpu_only(config):
+        return _allow("not the fragmentation install (node policy fragmentation, filter one): not steered")
+    if not isinstance(pod, Mapping) or not isinstance(pod.get("spec"), Mapping):
+        return _allow("no pod spec: not steered")
+    spec: Mapping[str, Any] = pod["spec"]
+    found = pod.get("metadata")
+    metadata: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    if namespace is None:
+        namespace = _text(metadata.get("namespace"))
+    never = {*NEVER_STEERED_NAMESPACES, config.kube.pod_namespace, config.election.namespace} - {""}
+    if namespace in never:
+        return _allow(f"namespace {namespace}: never steered")
+    if _asks_a_device(spec, config):
+        return _allow("asks a GPU or a device: not steered here")
+    if spec.get("nodeName"):
+        return _allow("already bound (spec.nodeName): not steered")
+    owners = metadata.get("ownerReferences")
+    if isinstance(owners, list) and any(
+        isinstance(o, Mapping) and o.get("kind") == "DaemonSet" for o in owners
+    ):
+        return _allow("a DaemonSet's pod: not steered")
+    scheduler = spec.get("schedulerName")
+    target = config.webhook.scheduler_name
+    if scheduler == target:
+        return _allow("scheduler already set: nothing to change")
+    if scheduler not in (None, "") and (
+        scheduler != DEFAULT_SCHEDULER or not config.webhook.force_overwrite_default_scheduler
+    ):
+        return _allow(f"scheduler {scheduler!r} named: left alone")
+    op = "add" if "schedulerName" not in spec else "replace"
+    return _allow(
+        patch=({"op": op, "path": "/spec/schedulerName", "value": target},),
+        notes=(f"asks no GPU: scheduled by {target} (the fragmentation install)",),
+    )
+
+
+def handle_cpu_admission_review(body: bytes, config: ControlConfig) -> AdmissionResult:
+    """Answer one `POST /webhook/cpu` body (`review_cpu_pod`). Never raises and never denies a pod: a body
+    that is not a review gets the same 400/413 as `/webhook`, an error in the rules allows the pod
+    untouched (the entry's failurePolicy is Ignore for the same reason: pods that ask no GPU never wait
+    on hami-control)."""
+    try:
+        if len(body) > config.server.max_request_body:
+            return _error_result(
+                413,
+                f"request body of {len(body)} bytes is over the limit of "
+                f"{config.server.max_request_body} bytes",
+            )
+        try:
+            review, request = _parse_review(body)
+        except _BadReview as bad:
+            return _error_result(bad.status, bad.message)
+        summary = _summary(request)
+        exception: Exception | None = None
+        obj = request.get("object")
+        if not _is_pod(request) or request.get("subResource"):
+            decision = _allow("not a pod: not steered")
+        else:
+            try:
+                decision = review_cpu_pod(obj or {}, request["operation"], config, summary.namespace)
+            except Exception as err:
+                exception = err
+                decision = _allow("internal error: allowed untouched")
+        return _answer(review, summary, decision, exception)
+    except Exception as err:
+        return _error_result(
+            500, f"internal error in hami-control ({type(err).__name__})", DecisionSummary(exception=err)
+        )
+
+
 # --- the AdmissionReview envelope ---------------------------------------------------------------------------
 
 
@@ -879,17 +1014,7 @@ def _handle(body: bytes, config: ControlConfig, quota_view: QuotaView, dra_route
 
     operation: str = request["operation"]
     obj = request.get("object")
-    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
-    metadata = metadata if isinstance(metadata, Mapping) else {}
-    generate_name = metadata.get("generateName")
-    summary = DecisionSummary(
-        namespace=request.get("namespace") or _text(metadata.get("namespace")),
-        name=request.get("name") or _text(metadata.get("name")),
-        generate_name=_text(generate_name),
-        uid=request["uid"],
-        operation=operation,
-        dry_run=request.get("dryRun") is True,
-    )
+    summary = _summary(request)
 
     exception: Exception | None = None
     if not _is_pod(request):
@@ -921,7 +1046,27 @@ def _handle(body: bytes, config: ControlConfig, quota_view: QuotaView, dra_route
                 )
             else:
                 decision = _allow("internal error; not a GPU pod, allowed untouched")
+    return _answer(review, summary, decision, exception)
 
+
+def _summary(request: Mapping[str, Any]) -> DecisionSummary:
+    obj = request.get("object")
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    return DecisionSummary(
+        namespace=request.get("namespace") or _text(metadata.get("namespace")),
+        name=request.get("name") or _text(metadata.get("name")),
+        generate_name=_text(metadata.get("generateName")),
+        uid=request["uid"],
+        operation=request["operation"],
+        dry_run=request.get("dryRun") is True,
+    )
+
+
+def _answer(
+    review: Mapping[str, Any], summary: DecisionSummary, decision: Decision, exception: Exception | None
+) -> AdmissionResult:
+    """The AdmissionReview answering `review` with `decision`, and the log's summary."""
     response: dict[str, Any] = {"uid": summary.uid, "allowed": decision.allowed}
     patch_bytes = b""
     if decision.allowed and decision.patch:
@@ -1026,6 +1171,7 @@ def _is_pod(request: Mapping[str, Any]) -> bool:
 
 
 __all__ = [
+    "CPU_WEBHOOK_PATH",
     "DEFAULT_SCHEDULER",
     "ENV_CORE_POLICY",
     "ENV_TASK_PRIORITY",
@@ -1038,7 +1184,10 @@ __all__ = [
     "denied_result",
     "escape_pointer_token",
     "handle_admission_review",
+    "handle_cpu_admission_review",
     "json_patch_diff",
+    "review_cpu_pod",
     "review_pod",
+    "steers_cpu_only",
     "translates",
 ]
