@@ -25,9 +25,12 @@
   percentageOfNodesToScore 100 and the second, ignorable entry (cpu-filter / cpu-prioritize, no
   managedResources, the first's URL and TLS), equal to what the planner's `fragmentation-install` models,
   and loads in the scheduler stand-in; rendered over the base and each overlay it changes only
-  hami-control's flags (both policies fragmentation, as hami-control's loader reads them) and the
-  scheduler ConfigMap, whose new hashed name the Deployment mounts.
-- The webhook's CEL expression, evaluated (with cel-python, when installed) on GPU and other pods.
+  hami-control's flags (both policies fragmentation, as hami-control's loader reads them), the
+  scheduler ConfigMap, whose new hashed name the Deployment mounts, and the webhook configuration: its
+  cpu.hami.io entry (failurePolicy Ignore, 2 s, /webhook/cpu, never kube-system or hami-system, its
+  first condition the negation of the base entry's), and each pod reaches at most one of the two.
+- The webhook's CEL expressions, evaluated by the API server stand-in's matchConditions (kube's
+  semantics) on GPU and other pods.
 - The Dockerfiles pass hadolint, pin their bases, and COPY only what exists and is not ignored; the
   HAMi-core installer of the node image installs atomically and idempotently.
 """
@@ -60,8 +63,10 @@ from hami_control.config import load_config as load_control_config
 from hami_control.devices.config import load_device_config
 from hami_control.devices.registry import RegistryOptions, build_registry
 from hami_control.main import DRA_WEBHOOK_PATH
+from hami_control.webhook import CPU_WEBHOOK_PATH
 from hami_node.config import build_argument_parser as build_node_parser
 from hami_node.config import load_config as load_node_config
+from hami_sim.apiserver.admission import AdmissionAttributes, match_conditions
 from hami_sim.apiserver.selectors import label_selector_from_object
 from hami_sim.plan import INSTALL_EXTENDER_WEIGHT, INSTALL_PERCENTAGE_OF_NODES_TO_SCORE
 from hami_sim.scheduler.config import load_scheduler_config
@@ -791,12 +796,18 @@ MATCH_CASES = [
 ]  # fmt: skip
 
 
+def pod_create(obj: Doc, namespace: str = "default") -> AdmissionAttributes:
+    """A pod CREATE as the API server stand-in's admission sees it."""
+    return AdmissionAttributes(
+        "CREATE", ("", "v1", "Pod"), ("", "v1", "pods"), namespace=namespace, name="p", obj=obj
+    )
+
+
 @pytest.mark.parametrize(("case", "pod", "expected"), MATCH_CASES, ids=[c[0] for c in MATCH_CASES])
 def test_webhook_match_condition_evaluates(case: str, pod: Doc, expected: bool) -> None:
-    celpy = pytest.importorskip("celpy", reason="cel-python is not installed (pip install cel-python)")
-    environment = celpy.Environment()
-    program = environment.program(environment.compile(webhook_expression(source_docs())))
-    assert bool(program.evaluate({"object": celpy.json_to_cel(pod)})) is expected, case
+    """Evaluated by the API server stand-in's matchConditions (CEL, kube's semantics)."""
+    (hook,) = find(source_docs(), "MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
+    assert match_conditions(hook, pod_create(pod), pod) is expected, case
 
 
 # --- images -------------------------------------------------------------------------------------------------
@@ -1491,8 +1502,10 @@ def test_fragmentation_scheduler_config_is_the_shipped_one_but_weight_sampling_a
     assert (shipped_extender["weight"], component_extender["weight"]) == (1, INSTALL_EXTENDER_WEIGHT)
     assert "percentageOfNodesToScore" not in shipped
     assert component.pop("percentageOfNodesToScore") == INSTALL_PERCENTAGE_OF_NODES_TO_SCORE == 100
-    same = ("urlPrefix", "enableHTTPS", "tlsConfig", "httpTimeout")
+    same = ("urlPrefix", "enableHTTPS", "tlsConfig")
     assert {k: cpu_entry.pop(k) for k in same} == {k: component_extender[k] for k in same}
+    # A hung hami-control costs a CPU-only pod 3 s, not 30 (/cpu-filter's p99 is 22 ms at 5,000 nodes).
+    assert (cpu_entry.pop("httpTimeout"), component_extender["httpTimeout"]) == ("3s", "30s")
     assert cpu_entry == {
         "filterVerb": "cpu-filter",
         "prioritizeVerb": "cpu-prioritize",
@@ -1528,6 +1541,7 @@ def test_fragmentation_scheduler_config_loads_in_the_scheduler_stand_in() -> Non
         ("https://127.0.0.1:9443", 11),
         ("https://127.0.0.1:9443", 1),
     ]
+    assert [e.http_timeout_s for e in local.extenders] == [30.0, 3.0]
 
 
 def test_every_fragmentation_file_is_listed_and_it_is_a_component() -> None:
@@ -1535,6 +1549,7 @@ def test_every_fragmentation_file_is_listed_and_it_is_a_component() -> None:
     assert (component["apiVersion"], component["kind"]) == ("kustomize.config.k8s.io/v1alpha1", "Component")
     listed = {(FRAGMENTATION / f.split("=", 1)[-1]).resolve() for g in component["configMapGenerator"]
               for f in g["files"]}  # fmt: skip
+    listed |= {(FRAGMENTATION / p["path"]).resolve() for p in component["patches"] if "path" in p}
     assert {p.resolve() for p in FRAGMENTATION.iterdir() if p.name != "kustomization.yaml"} == listed
     # It replaces the base's generated ConfigMap (same name and namespace, same key).
     (generator,) = component["configMapGenerator"]
@@ -1570,11 +1585,21 @@ def test_fragmentation_component_sets_the_policies_and_the_extender_weight(
     plain = kustomize(install)
     docs = with_component(tmp_path, install, FRAGMENTATION)
     assert validate_all(docs) == []
-    # It adds nothing and changes two objects: the Deployment and the scheduler's ConfigMap (renamed).
+    # It adds nothing and changes three objects: the Deployment, the scheduler's ConfigMap (renamed) and
+    # the webhook configuration, whose entries are the install's and then cpu.hami.io as the file has it.
     assert len(docs) == len(plain)
     changed = sorted((d["kind"], d["metadata"]["name"]) for d in docs if d not in plain)
     scheduler = find(docs, "ConfigMap", "hami-scheduler-config")
-    assert changed == [("ConfigMap", scheduler["metadata"]["name"]), ("Deployment", "hami-control")]
+    assert changed == [
+        ("ConfigMap", scheduler["metadata"]["name"]),
+        ("Deployment", "hami-control"),
+        ("MutatingWebhookConfiguration", "hami-webhook"),
+    ]
+    plain_hooks = find(plain, "MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
+    assert find(docs, "MutatingWebhookConfiguration", "hami-webhook")["webhooks"] == [
+        *plain_hooks,
+        cpu_entry(),
+    ]
     # The ConfigMap: the component's file byte for byte, the base's labels, a new hash in its name, and
     # the Deployment mounts that one, so adding the component rolls the control plane.
     plain_scheduler = find(plain, "ConfigMap", "hami-scheduler-config")
@@ -1604,3 +1629,90 @@ def test_fragmentation_component_sets_the_policies_and_the_extender_weight(
     expected = yaml.safe_load(yaml.safe_dump(plain_deployment))
     container_named(expected, "hami-control").pop("args")
     assert deployment == expected
+
+
+# --- fragmentation: the cpu.hami.io webhook entry -----------------------------------------------------------
+
+FRAGMENTATION_WEBHOOK_PATCH = FRAGMENTATION / "webhook-cpu-entry.yaml"
+
+
+def cpu_entry() -> Doc:
+    """The entry the component adds (its one JSON-patch op, `add /webhooks/-`)."""
+    (op,) = yaml.safe_load(FRAGMENTATION_WEBHOOK_PATCH.read_text())
+    assert (op["op"], op["path"]) == ("add", "/webhooks/-")
+    value: Doc = op["value"]
+    return value
+
+
+def test_cpu_webhook_entry_is_ignorable_short_and_served_by_hami_control_s_cpu_route() -> None:
+    hook = cpu_entry()
+    (base_hook,) = find(source_docs(), "MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
+    assert hook["name"] == "cpu.hami.io"
+    assert (hook["failurePolicy"], hook["sideEffects"], hook["timeoutSeconds"]) == ("Ignore", "None", 2)
+    assert hook["clientConfig"] == {
+        "service": {**base_hook["clientConfig"]["service"], "path": CPU_WEBHOOK_PATH}
+    }
+    for key in ("rules", "objectSelector", "admissionReviewVersions", "matchPolicy", "reinvocationPolicy"):
+        assert hook[key] == base_hook[key], key
+    # Its first condition is exactly the negation of the base entry's (one list of resource names).
+    first = hook["matchConditions"][0]
+    assert first["expression"] == f"!({webhook_expression(source_docs())})"
+    validate_all([{**find(source_docs(), "MutatingWebhookConfiguration", "hami-webhook"),
+                   "webhooks": [base_hook, hook]}])  # fmt: skip
+
+
+def test_cpu_webhook_entry_never_sees_kube_system_hami_system_or_ignored_namespaces() -> None:
+    selector = label_selector_from_object(cpu_entry()["namespaceSelector"])
+    for labels, sent in (
+        ({"kubernetes.io/metadata.name": "default"}, True),
+        ({"kubernetes.io/metadata.name": "team-a", "hami.io/dra": "enabled"}, True),
+        ({"kubernetes.io/metadata.name": "kube-system"}, False),
+        ({"kubernetes.io/metadata.name": NAMESPACE}, False),
+        ({"kubernetes.io/metadata.name": "team-b", "hami.io/webhook": "ignore"}, False),
+    ):
+        assert selector.matches(labels) is sent, labels
+
+
+DAEMONSET_OWNER = [
+    {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u1", "controller": True}
+]
+REPLICASET_OWNER = [
+    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u2", "controller": True}
+]
+ENTRY_CASES = [
+    ("cpu only, no scheduler name", pod("p", container("a", requests={"cpu": "1"})), "cpu.hami.io"),
+    ("defaulted to default-scheduler", pod("p", container("a", requests={"cpu": "1"}),
+                                           scheduler_name="default-scheduler"), "cpu.hami.io"),
+    ("no resources at all", pod("p", container("a")), "cpu.hami.io"),
+    ("a replicaset's pod", {**pod("p", container("a")), "metadata": {"name": "p",
+                            "ownerReferences": REPLICASET_OWNER}}, "cpu.hami.io"),
+    ("another device (not hami's)", pod("p", container("a", limits={"xilinx.com/fpga": "1"})), "cpu.hami.io"),
+    ("nvidia gpu", pod("p", container("a", gpus=1, requests={"cpu": "1"})), "vgpu.hami.io"),
+    ("nvidia gpu named for default-scheduler", pod("p", container("a", gpus=1),
+                                                   scheduler_name="default-scheduler"), "vgpu.hami.io"),
+    ("gpumem in an init container", pod("p", container("a"), init=[container("i", gpumem=3000)]),
+     "vgpu.hami.io"),
+    ("another vendor hami-control schedules", pod("p", container("a", limits={"amd.com/gpu": "1"})),
+     "vgpu.hami.io"),
+    ("ascend (listed while --enable-ascend is off)",
+     pod("p", container("a", limits={"huawei.com/Ascend910B4": "1"})), "vgpu.hami.io"),
+    ("another scheduler named", pod("p", container("a"), scheduler_name="volcano"), None),
+    ("already bound", pod("p", container("a"), node_name="n1"), None),
+    ("uses resource claims", pod("p", container("a"), resourceClaims=[{"name": "c",
+                                 "resourceClaimTemplateName": "t"}]), None),
+    ("a daemonset's pod", {**pod("p", container("a")), "metadata": {"name": "p",
+                           "ownerReferences": DAEMONSET_OWNER}}, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "obj", "expected"), ENTRY_CASES, ids=[c[0] for c in ENTRY_CASES])
+def test_each_pod_reaches_at_most_one_of_the_two_webhook_entries(
+    case: str, obj: Doc, expected: str | None
+) -> None:
+    """The base entry's and the component's matchConditions, evaluated as kube-apiserver does (the API
+    server stand-in's CEL): a GPU pod reaches vgpu.hami.io only, a pod that asks no GPU and names no
+    scheduler but the default one reaches cpu.hami.io only, the rest neither. (The vgpu entry has named
+    hami-scheduler by the time cpu.hami.io is matched, so a GPU pod's condition is false twice over.)"""
+    (base_hook,) = find(source_docs(), "MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
+    reached = [h["name"] for h in (base_hook, cpu_entry()) if match_conditions(h, pod_create(obj), obj)]
+    assert reached == ([expected] if expected else []), case
