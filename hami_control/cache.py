@@ -329,6 +329,12 @@ class ClusterCache:
         """The node's allocatable CPU in milli-cores (None: unknown, or not a quantity)."""
         return self._cpu.get(name)
 
+    @property
+    def cpu_allocatables(self) -> Mapping[str, int]:
+        """Node -> allocatable CPU in milli-cores, every node `cpu_allocatable` knows (read-only: the
+        cache's own map, for lookups of thousands of nodes at once)."""
+        return self._cpu
+
     def node_usage(self, name: str) -> NodeUsage | None:
         gpus = self._registered.get(name)
         return NodeUsage.of(gpus) if gpus is not None else None

@@ -18,7 +18,16 @@ Filter (`filter_pod`):
   pod under the fragmentation node policy gets only the fitting nodes where the fragmentation, with
   each node's free CPU in the measure, grows least (`HostCPU`, `_least_fragmenting`; closer to HAMi's
   one-node answer, pkg/scheduler/scheduler.go `Filter`, but equal nodes are all kept for kube-scheduler
-  to choose among); the other fitting nodes fail with `not the least fragmenting node`.
+  to choose among); the other fitting nodes fail with `not the least fragmenting node`. With
+  `--fragmentation-filter one` it is the one node of FGD's best score, and the other fitting nodes are
+  left out of the answer, in neither NodeNames nor FailedNodes (counted as `NotLeastFragmenting` in the
+  filter-reason metric), as for `/cpu-filter` (`cpu_filter_nodes`). kube-scheduler accepts such an
+  answer: `HTTPExtender.Filter` (pkg/scheduler/extender.go) only checks that each name of NodeNames was
+  sent, and `findNodesThatPassExtenders` (pkg/scheduler/schedule_one.go) turns FailedNodes into node
+  statuses, which only a pod left with no feasible node shows (its FitError, the FailedScheduling
+  event's "0/N nodes are available") or preemption reads. With one node kept the pod has a feasible
+  node, so a user loses nothing; the answer loses ~80 bytes a node (405 KB at 5,000 nodes, ~3 ms to
+  build, send and parse: bench/cpu_extender.py).
 - A node that does not fit gets a reason in `FailedNodes`, HAMi's text (its `GenReason`): per reason,
   `<GPUs that failed for it>/<GPUs of the node> <Reason>`, sorted as text (Go's sort.Strings, so "10/16"
   sorts before "2/16") and joined by ", ", e.g. `"3/8 CardInsufficientMemory, 5/8 CardTypeMismatch"`;
@@ -112,7 +121,7 @@ from hami_control.fit import (
     Reason,
     fit_pod,
 )
-from hami_control.frag import DEFAULT_MIX, NO_PLACEMENT, TaskMix, cpu_only_scores, first_best
+from hami_control.frag import DEFAULT_MIX, NO_PLACEMENT, TaskMix, cpu_only_scores_at, first_best
 from hami_control.gputable import (
     Evaluation,
     GPUTable,
@@ -122,6 +131,7 @@ from hami_control.gputable import (
     fragmentation_growth,
     fragmentation_scores,
     free_milli_rows,
+    free_total_rows,
     group_rows,
     node_reasons,
     node_scores,
@@ -693,12 +703,8 @@ UNREGISTERED_WORD = "NodeUnregistered"
 """The filter-reason counter's word for unregistered nodes."""
 NOT_LEAST_FRAGMENTING = "not the least fragmenting node (--fragmentation-filter best)"
 NOT_LEAST_FRAGMENTING_WORD = "NotLeastFragmenting"
-"""FailedNodes text and counter word of a fitting node `--fragmentation-filter best` leaves out."""
-
-
-NOT_BEST_NODE = "not the node of FGD's best score (--fragmentation-filter one)"
-"""FailedNodes text of a fitting node `--fragmentation-filter one` leaves out (counted as
-`NOT_LEAST_FRAGMENTING_WORD`)."""
+"""FailedNodes text and counter word of a fitting node `--fragmentation-filter best` leaves out (the
+word also counts those `one` leaves out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -711,14 +717,20 @@ class HostCPU:
     free: Callable[[str], int | None]
     pod: int
     one: bool = False
+    free_array: Callable[[Sequence[str]], IntArray] | None = None
+    """`free_of` for many nodes at once (the service's: `scheduling.Extender.cpu_free_of`, two dict
+    lookups per node in C instead of a Python call); `free` node by node when None. Both must answer
+    the same."""
 
     def free_of(self, names: Sequence[str]) -> IntArray:
         """The free CPU of each node of `names` (unknown: more than any task asks)."""
+        if self.free_array is not None:
+            return self.free_array(names)
         cpu = [self.free(name) for name in names]
-        return np.array([_UNKNOWN_CPU if c is None else c for c in cpu], dtype=np.int64)
+        return np.array([UNKNOWN_CPU if c is None else c for c in cpu], dtype=np.int64)
 
 
-_UNKNOWN_CPU = 2**40
+UNKNOWN_CPU = 2**40
 """Free CPU of a node whose allocatable is unknown: more than any task asks."""
 
 
@@ -867,7 +879,9 @@ def _filter_vectorised(  # noqa: PLR0917 (the filter's inputs, named)
     fitting = known[ev.fits].tolist()
     failed: dict[str, str] = {}
     if narrow is not None and len(fitting) > 1:
-        fitting = _least_fragmenting(ask, names, known, ev, table, simple.request, narrow, failed, reasons)
+        fitting = _least_fragmenting(
+            ask, names, known, rows[known], ev, table, simple.request, narrow, failed, reasons
+        )
     unresolvable: dict[str, str] = {}
     failing = np.flatnonzero(~ev.fits)
     if ev.slow is not None and ev.slow.any():
@@ -931,6 +945,7 @@ def _least_fragmenting(  # noqa: PLR0917 (the vectorised filter's state, named)
     ask: PodAsk,
     names: Sequence[str],
     known: IntArray,
+    known_rows: IntArray,
     ev: Evaluation,
     table: GPUTable,
     request: ContainerRequest,
@@ -942,21 +957,20 @@ def _least_fragmenting(  # noqa: PLR0917 (the vectorised filter's state, named)
     to `failed` with `NOT_LEAST_FRAGMENTING`. Equal growths are all kept: kube-scheduler's score chooses.
     With `narrow.one`: the one candidate of FGD's best score (`gputable.fragmentation_best_scores`), among
     equal ones the fuller node, then the first by name (`frag.first_best`)."""
-    cpu_free = narrow.free_of([names[i] for i in known.tolist()])
+    known_names = [names[i] for i in known.tolist()]
+    cpu_free = narrow.free_of(known_names)
     if narrow.one:
         score = fragmentation_best_scores(table, ev, request, ask.mix, cpu_free, narrow.pod)
         score = np.where(ev.fits, score, NO_PLACEMENT - 1)
         best = np.zeros(len(known), dtype=np.bool_)
-        fullness = free_milli_rows(table, table.rows([names[i] for i in known.tolist()])).sum(axis=1)
-        best[first_best(score, [names[i] for i in known.tolist()], fullness)] = True
-        text = NOT_BEST_NODE
+        best[first_best(score, known_names, free_total_rows(table, known_rows))] = True
+        left_out = known[ev.fits & ~best].tolist()  # not answered (the module note)
     else:
         growth = fragmentation_growth(table, ev, request, ask.mix, cpu_free, narrow.pod)
         growth = np.where(ev.fits, growth, np.inf)
         best = ev.fits & (growth == growth.min())
-        text = NOT_LEAST_FRAGMENTING
-    left_out = known[ev.fits & ~best].tolist()
-    failed.update((names[i], text) for i in left_out)
+        left_out = known[ev.fits & ~best].tolist()
+        failed.update((names[i], NOT_LEAST_FRAGMENTING) for i in left_out)
     if reasons is not None and left_out:
         reasons[NOT_LEAST_FRAGMENTING_WORD] += len(left_out)
     result: list[int] = known[best].tolist()
@@ -970,20 +984,27 @@ def cpu_filter_nodes(
     candidates: Candidates, table: GPUTable, mix: TaskMix, narrow: HostCPU
 ) -> dict[str, Any]:
     """`/cpu-filter` for a pod that asks no GPU under `--fragmentation-filter one`: the one candidate of
-    FGD's best score for it (`frag.cpu_only_scores`: how its CPU changes which of the mix's shapes each
-    node's free CPU still hosts; a node the GPU table does not have counts with no GPU free), the first
-    by name among equal ones. The others go to FailedNodes with `NOT_BEST_NODE`. kube-scheduler has run
-    its own filters first (NodeResourcesFit, affinity, taints: pkg/scheduler/schedule_one.go
+    FGD's best score for it (`frag.cpu_only_scores_at`: how its CPU changes which of the mix's shapes each
+    node's free CPU still hosts; a node the GPU table does not have counts with no GPU free), among equal
+    ones the fuller node, then the first by name (`frag.first_best`). kube-scheduler has run its own
+    filters first (NodeResourcesFit, affinity, taints: pkg/scheduler/schedule_one.go
     `findNodesThatFitPod` calls `findNodesThatPassExtenders` on their feasible nodes), so the one node
-    answered is one it accepts, and with one feasible node it binds without scoring (`schedulePod`)."""
+    answered is one it accepts, and with one feasible node it binds without scoring (`schedulePod`).
+
+    The other candidates are left out of the answer, FailedNodes included (the module note): with a node
+    kept the pod has a feasible node, and kube-scheduler reads failed nodes only to explain a pod that
+    has none (the FitError of its FailedScheduling event) or to preempt for it."""
     names = candidates.names
     if len(names) <= 1:
         return _filter_result(candidates, range(len(names)))
-    free = free_milli_rows(table, table.rows(names))
-    score = cpu_only_scores(free, mix, narrow.free_of(names), narrow.pod)
-    chosen = first_best(score, names, free.sum(axis=1))
-    failed = {name: NOT_BEST_NODE for i, name in enumerate(names) if i != chosen}
-    return _filter_result(candidates, (chosen,), failed)
+    rows = table.rows(names)
+
+    def free_at(positions: IntArray) -> IntArray:
+        return free_milli_rows(table, rows[positions])
+
+    score = cpu_only_scores_at(free_at, mix, narrow.free_of(names), narrow.pod)
+    chosen = first_best(score, names, free_total_rows(table, rows))
+    return _filter_result(candidates, (chosen,))
 
 
 def pass_through(candidates: Candidates) -> dict[str, Any]:
@@ -1141,10 +1162,10 @@ def _prioritize_vendors(
 __all__ = [
     "ASK_ANNOTATIONS",
     "NEUTRAL_SCORE",
-    "NOT_BEST_NODE",
     "NOT_CACHED",
     "NOT_LEAST_FRAGMENTING",
     "NOT_LEAST_FRAGMENTING_WORD",
+    "UNKNOWN_CPU",
     "UNREGISTERED",
     "UNREGISTERED_WORD",
     "Candidates",

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -412,17 +412,59 @@ def best_scores(  # noqa: PLR0917 (the candidates' GPUs, the ask and the hosts, 
     return result
 
 
+def cpu_only_hosts(mix: TaskMix, cpu_free: IntArray, cpu_asked: int) -> tuple[BoolArray, BoolArray]:
+    """Per node and shape `(N, T)`: whether the node's free CPU hosts the shape before (`cpu_free`) and
+    after a pod asking `cpu_asked` milli-cores and no GPU."""
+    a = arrays(mix)
+    return cpu_free[:, None] >= a.cpu, (cpu_free - cpu_asked)[:, None] >= a.cpu
+
+
+def cpu_only_changed(before: BoolArray, after: BoolArray) -> IntArray:
+    """The nodes (positions) where a CPU-only pod changes which shapes the free CPU hosts
+    (`cpu_only_hosts`): the only ones whose fragmentation it can grow. Elsewhere F_n(M) after is F_n(M)
+    before, the same float operations on the same values, so the growth is exactly 0."""
+    changed: IntArray = np.flatnonzero((before != after).any(axis=1))
+    return changed
+
+
+def cpu_only_growth(free: IntArray, mix: TaskMix, before: BoolArray, after: BoolArray) -> FloatArray:
+    """Per node `(N,)` of `free` `(N, W)`: F_n(M) with the shapes `after` hosts less F_n(M) with those
+    `before` hosts (`cpu_only_hosts`, the same nodes)."""
+    a = arrays(mix)
+    small, holding = shape_terms(free, a)
+    total = free.sum(axis=-1)
+    growth: FloatArray = combine(small, holding, total, a, after) - combine(small, holding, total, a, before)
+    return growth
+
+
 def cpu_only_scores(free: IntArray, mix: TaskMix, cpu_free: IntArray, cpu_asked: int) -> IntArray:
     """Per node `(N,)`: FGD's score (`simulator_score`) of placing a pod that asks `cpu_asked` milli-cores
     and no GPU: its CPU changes which of the mix's shapes the node's free CPU still hosts, so the node's
     fragmentation grows where a shape loses its host (the paper's simulator scores such pods the same
-    way). A node without GPUs (`free` all 0) scores as no growth."""
-    a = arrays(mix)
-    small, holding = shape_terms(free, a)
-    total = free.sum(axis=-1)
-    before = combine(small, holding, total, a, cpu_free[:, None] >= a.cpu)
-    after = combine(small, holding, total, a, (cpu_free - cpu_asked)[:, None] >= a.cpu)
-    return simulator_score(after - before, np.zeros(len(free), dtype=np.int64), mix)
+    way). A node without GPUs (`free` all 0) scores as no growth. See `cpu_only_scores_at`."""
+    return cpu_only_scores_at(free.__getitem__, mix, cpu_free, cpu_asked)
+
+
+def cpu_only_scores_at(
+    free_at: Callable[[IntArray], IntArray], mix: TaskMix, cpu_free: IntArray, cpu_asked: int
+) -> IntArray:
+    """`cpu_only_scores` with the nodes' free GPU amounts read only where needed: `free_at(positions)`
+    gives `(len(positions), W)`. Only the nodes where a shape loses its host are measured
+    (`cpu_only_changed`; the others grow by exactly 0): the same scores as measuring every node, which
+    `cpu_only_scores_dense` does and a property test compares with."""
+    before, after = cpu_only_hosts(mix, cpu_free, cpu_asked)
+    changed = cpu_only_changed(before, after)
+    growth = np.zeros(len(cpu_free), dtype=np.float64)
+    if len(changed):
+        growth[changed] = cpu_only_growth(free_at(changed), mix, before[changed], after[changed])
+    return simulator_score(growth, np.zeros(len(cpu_free), dtype=np.int64), mix)
+
+
+def cpu_only_scores_dense(free: IntArray, mix: TaskMix, cpu_free: IntArray, cpu_asked: int) -> IntArray:
+    """`cpu_only_scores` with every node measured (the reference its property test compares with)."""
+    before, after = cpu_only_hosts(mix, cpu_free, cpu_asked)
+    growth = cpu_only_growth(free, mix, before, after)
+    return simulator_score(growth, np.zeros(len(free), dtype=np.int64), mix)
 
 
 def first_best(score: IntArray, names: Sequence[str], free_total: IntArray | None = None) -> int:
@@ -431,7 +473,19 @@ def first_best(score: IntArray, names: Sequence[str], free_total: IntArray | Non
     tie-break (its kube-scheduler fork's `selectHost`); the fuller node first is ours, what FGD ignores
     (OpenB default at 100% arrival: 294 unallocated GPUs against 313 by name alone; docs/planning.md, "The
     install"). kube-scheduler's own random tie-break (pkg/scheduler/schedule_one.go `selectHost`) cannot
-    undo it when /filter answers that one node."""
+    undo it when /filter answers that one node. Vectorised down to the nodes tied on both numbers (the
+    same index as `first_best_scalar`, which its property test compares with)."""
+    ties = np.flatnonzero(score == score.max())
+    if free_total is not None and len(ties) > 1:
+        fullness = free_total[ties]
+        ties = ties[fullness == fullness.min()]
+    if len(ties) == 1:
+        return int(ties[0])
+    return int(min(ties.tolist(), key=names.__getitem__))
+
+
+def first_best_scalar(score: IntArray, names: Sequence[str], free_total: IntArray | None = None) -> int:
+    """`first_best` one candidate at a time (the reference its property test compares with)."""
     ties = np.flatnonzero(score == score.max()).tolist()
     if free_total is None:
         return min(ties, key=lambda i: names[i])
@@ -474,8 +528,14 @@ __all__ = [
     "arrays",
     "best_scores",
     "combine",
+    "cpu_only_changed",
+    "cpu_only_growth",
+    "cpu_only_hosts",
     "cpu_only_scores",
+    "cpu_only_scores_at",
+    "cpu_only_scores_dense",
     "first_best",
+    "first_best_scalar",
     "fragmentation",
     "free_milli_arrays",
     "gpu_free_milli",

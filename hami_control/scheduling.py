@@ -25,9 +25,11 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
+import numpy as np
 import orjson
 
 from hami_api.annotations import decode_node_lock
@@ -38,6 +40,7 @@ from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig, FragmentationFilter
 from hami_control.cycle import CycleStates, PodCycle, pod_identity
 from hami_control.extender import (
+    UNKNOWN_CPU,
     ExtenderArgsError,
     HostCPU,
     NodeFit,
@@ -52,7 +55,7 @@ from hami_control.extender import (
     zero_scores,
 )
 from hami_control.frag import TaskMix
-from hami_control.gputable import GPUTable
+from hami_control.gputable import GPUTable, IntArray
 from hami_control.metrics import ControlMetrics
 from hami_control.pod_store import PodStore, pod_cpu_milli
 from hami_control.quota import QuotaLimits, QuotaUsage, QuotaView, requests_quota_usage, vendor_requests_usage
@@ -63,6 +66,8 @@ PodReader = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
 """(namespace, name) -> the pod's JSON from the API, None when it does not exist."""
 
 _ZERO = QuotaUsage()
+_NO_CPU = np.iinfo(np.int64).min
+"""`cpu_free_of`'s stand-in for a node whose allocatable CPU is unknown (no node has it)."""
 
 
 class QuotaWithoutPod:
@@ -204,7 +209,9 @@ class Extender:
         narrow = None
         how = self.config.scheduling.fragmentation_filter
         if how.measures_cpu and isinstance(pod, Mapping):
-            narrow = HostCPU(self.cpu_free, pod_cpu_milli(pod), how is FragmentationFilter.ONE)
+            narrow = HostCPU(
+                self.cpu_free, pod_cpu_milli(pod), how is FragmentationFilter.ONE, self.cpu_free_of
+            )
         result = filter_nodes(
             ask,
             candidates,
@@ -255,9 +262,8 @@ class Extender:
                 asks = True  # not read: not decided here
             if not asks:
                 self.sync()
-                result = cpu_filter_nodes(
-                    candidates, self.table, self.mix, HostCPU(self.cpu_free, pod_cpu_milli(pod), one=True)
-                )
+                narrow = HostCPU(self.cpu_free, pod_cpu_milli(pod), one=True, free_array=self.cpu_free_of)
+                result = cpu_filter_nodes(candidates, self.table, self.mix, narrow)
         if result is None:
             result = pass_through(candidates)
         if self.metrics is not None:
@@ -277,6 +283,20 @@ class Extender:
         unknown). `--fragmentation-filter best` measures hosts by it."""
         allocatable = self.cache.cpu_allocatable(node)
         return None if allocatable is None else allocatable - self.pods.node_cpu_requested(node)
+
+    def cpu_free_of(self, names: Sequence[str]) -> IntArray:
+        """`cpu_free` of every node of `names` (an unknown allocatable: `extender.UNKNOWN_CPU`), with the
+        two dict lookups per node done by `map` in C: ~0.5 ms for 5,000 nodes, against ~8 ms for 5,000
+        calls of `cpu_free`."""
+        n = len(names)
+        allocatable = np.fromiter(
+            map(self.cache.cpu_allocatables.get, names, repeat(_NO_CPU)), dtype=np.int64, count=n
+        )
+        requested = np.fromiter(
+            map(self.pods.nodes_cpu_requested.get, names, repeat(0)), dtype=np.int64, count=n
+        )
+        free: IntArray = np.where(allocatable == _NO_CPU, UNKNOWN_CPU, allocatable - requested)
+        return free
 
     def _filtering_failed(self, pod: object, result: Mapping[str, Any]) -> None:
         if not isinstance(pod, Mapping) or self.events is None:

@@ -14,7 +14,6 @@ import orjson
 from hami_api.resources import ContainerRequest
 from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig, FragmentationFilter, load_config
-from hami_control.extender import NOT_BEST_NODE
 from hami_control.frag import TaskMix, TaskShape, first_best
 from hami_control.frag_mix import LearningSettings, MixLearner, MixSource
 from hami_control.leader import extender_gate
@@ -81,15 +80,15 @@ def cpu_filter(ext: Extender, p: Json, names: list[str] = NAMES) -> dict[str, An
     return ext.cpu_filter(orjson.dumps({"Pod": p, "NodeNames": names}))
 
 
-def test_a_cpu_only_pod_gets_the_one_node_where_fgd_scores_best_the_fuller_then_first_by_name() -> None:
+def test_a_cpu_only_pod_gets_the_one_node_where_fgd_scores_best_the_fuller_then_first_by_name_alone() -> None:
     ext, _ = cluster(one_config())
     # 2 CPUs on a-tight leave 3 of its 5 free: the mix's task (4 CPUs) loses its host there and the
     # idle GPU becomes a fragment; b-gpu and c-cpu grow nothing (score 50), and c-cpu, with no free GPU,
     # is the fuller.
     answer = cpu_filter(ext, cpu_pod("p", "2"))
     assert answer["NodeNames"] == ["c-cpu"]
-    assert answer["FailedNodes"] == {"a-tight": NOT_BEST_NODE, "b-gpu": NOT_BEST_NODE}
-    assert answer["Error"] == ""
+    # The others are not listed: kube-scheduler reads FailedNodes only for a pod with no node left.
+    assert (answer["FailedNodes"], answer["FailedAndUnresolvableNodes"], answer["Error"]) == ({}, {}, "")
     # Without c-cpu: b-gpu, though a-tight sorts first.
     assert cpu_filter(ext, cpu_pod("p", "2"), ["a-tight", "b-gpu"])["NodeNames"] == ["b-gpu"]
     # 1 CPU leaves a-tight 4: it still hosts the task; between the two equally full GPU nodes, the first
@@ -131,14 +130,12 @@ def test_an_unreadable_pod_or_body_never_blocks_the_cpu_entry() -> None:
     assert ext.cpu_prioritize(b"not json") == []
 
 
-def test_a_gpu_pod_under_filter_one_gets_the_one_node_of_the_best_score_the_fuller_then_first_by_name() -> (
-    None
-):
+def test_a_gpu_pod_under_filter_one_gets_only_the_node_of_the_best_score_the_fuller_then_first_name() -> None:
     config = one_config()
     ext, _ = cluster(config)
     answer = ext.filter(orjson.dumps({"Pod": half_gpu_pod("g"), "NodeNames": ["a-tight", "b-gpu"]}))
     # a-tight's 5 free CPUs host the mix's task now and 4 after: both nodes score alike, the first name.
-    assert answer["NodeNames"] == ["a-tight"] and answer["FailedNodes"] == {"b-gpu": NOT_BEST_NODE}
+    assert answer["NodeNames"] == ["a-tight"] and answer["FailedNodes"] == {}
     # Under best, both nodes of the least growth are kept for kube-scheduler's score.
     ext.config = config.with_settings(fragmentation_filter=FragmentationFilter.BEST)
     answer = ext.filter(orjson.dumps({"Pod": half_gpu_pod("g"), "NodeNames": ["a-tight", "b-gpu"]}))

@@ -1,0 +1,230 @@
+"""The fast paths of `--fragmentation-filter one` (issue 28) answer exactly what the plain computation
+answers: FGD's score for a pod that asks no GPU measured only where the pod changes which shapes a node's
+free CPU hosts, the tie-break down to the tied nodes, the GPU table's kept free amounts, the nodes' free
+CPU read in one pass, and so `/cpu-filter`'s one node, on random clusters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hami_api.types import GPUInfo, GPUSlice
+from hami_control.cache import ClusterCache
+from hami_control.config import load_config
+from hami_control.extender import UNKNOWN_CPU, Candidates, HostCPU, cpu_filter_nodes
+from hami_control.frag import (
+    MILLI,
+    TaskMix,
+    TaskShape,
+    cpu_only_scores,
+    cpu_only_scores_dense,
+    first_best,
+    first_best_scalar,
+    free_milli_arrays,
+    node_free,
+)
+from hami_control.gputable import GPUTable, IntArray, free_milli_rows, free_total_rows
+from hami_control.pod_store import PodStore
+from hami_control.scheduling import Extender
+from hami_control.usage import NodeGPUs
+from tests.builders import container, gpu_info, node, node_gpus, pod
+
+ONE = [
+    "--insecure-http",
+    "--node-scheduler-policy=fragmentation",
+    "--gpu-scheduler-policy=fragmentation",
+    "--fragmentation-filter=one",
+]
+
+
+@st.composite
+def mixes(draw: st.DrawFn) -> TaskMix:
+    shapes: list[tuple[TaskShape, float]] = []
+    for _ in range(draw(st.integers(1, 5))):
+        gpus = draw(st.sampled_from((1, 1, 2)))
+        milli = MILLI if gpus > 1 else draw(st.sampled_from((100, 250, 500, 810, 1000)))
+        cpu = draw(st.sampled_from((0, 1000, 4000, 8000, 16000)))
+        shapes.append((TaskShape(gpus, milli, cpu), draw(st.integers(1, 9))))
+    return TaskMix.of(shapes, draw(st.sampled_from((0, 0, 1, 5))))
+
+
+@st.composite
+def free_amounts(draw: st.DrawFn, n: int) -> IntArray:
+    width = draw(st.integers(1, 8))
+    cells = draw(
+        st.lists(st.sampled_from((0, 0, 100, 190, 500, 1000)), min_size=n * width, max_size=n * width)
+    )
+    return np.array(cells, dtype=np.int64).reshape(n, width)
+
+
+def cpu_values(n: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(
+        st.sampled_from((0, 1000, 3000, 4000, 5000, 8000, 12000, 16000, UNKNOWN_CPU)), min_size=n, max_size=n
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), mixes(), st.integers(1, 12), st.sampled_from((0, 500, 1000, 4000, 8000)))
+def test_cpu_only_scores_measured_where_hosts_change_equal_every_node_measured(
+    data: st.DataObject, mix: TaskMix, n: int, asked: int
+) -> None:
+    free = data.draw(free_amounts(n))
+    cpu_free = np.array(data.draw(cpu_values(n)), dtype=np.int64)
+    assert (
+        cpu_only_scores(free, mix, cpu_free, asked).tolist()
+        == cpu_only_scores_dense(free, mix, cpu_free, asked).tolist()
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.integers(1, 12), st.booleans())
+def test_first_best_vectorised_picks_what_the_scalar_tie_break_picks(
+    data: st.DataObject, n: int, with_fullness: bool
+) -> None:
+    score = np.array(data.draw(st.lists(st.integers(48, 51), min_size=n, max_size=n)), dtype=np.int64)
+    names = data.draw(st.lists(st.sampled_from(("a", "b", "c", "n1", "n10", "n2")), min_size=n, max_size=n))
+    total = None
+    if with_fullness:
+        total = np.array(data.draw(st.lists(st.sampled_from((0, 500, 1000)), min_size=n, max_size=n)))
+    assert first_best(score, names, total) == first_best_scalar(score, names, total)
+
+
+@st.composite
+def gpu_nodes(draw: st.DrawFn, name: str) -> NodeGPUs:
+    gpus: list[GPUInfo] = []
+    slices: list[GPUSlice] = []
+    for i in range(draw(st.integers(0, 5))):
+        info = gpu_info(
+            i,
+            id=f"{name}-g{i}",
+            count=draw(st.integers(1, 4)),
+            devmem=draw(st.sampled_from((16000, 81920))),
+            devcore=draw(st.sampled_from((100, 0))),
+            health=draw(st.booleans() | st.just(True)),
+        )
+        gpus.append(info)
+        for _ in range(draw(st.integers(0, info.count))):
+            slices.append(
+                GPUSlice(info.id, draw(st.sampled_from((0, 4000, 8000))), draw(st.sampled_from((0, 30, 100))))
+            )
+    cordoned = draw(st.lists(st.sampled_from([g.id for g in gpus]), max_size=1)) if gpus else []
+    return node_gpus(*gpus, name=name, cordon=cordoned, slices=slices)
+
+
+def direct_free(table: GPUTable, rows: IntArray) -> IntArray:
+    """Each GPU's free milli-GPUs computed from the table's columns now (what `free_milli` keeps)."""
+    t = table
+    at = np.maximum(rows, 0)
+    free = free_milli_arrays(
+        t.count[at],
+        t.used[at],
+        t.devmem[at],
+        t.usedmem[at],
+        t.devcore[at],
+        t.usedcores[at],
+        t.present[at] & t.healthy[at] & ~t.cordoned[at],
+    )
+    result: IntArray = np.where((rows >= 0)[:, None], free, 0)
+    return result
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), st.integers(1, 25))
+def test_the_tables_kept_free_amounts_equal_the_columns_after_any_writes(
+    data: st.DataObject, steps: int
+) -> None:
+    table = GPUTable()
+    names = [f"n{i}" for i in range(6)]
+    for _ in range(steps):
+        name = data.draw(st.sampled_from(names))
+        if data.draw(st.integers(0, 4)) == 0:
+            table.remove_node(name)
+        else:
+            table.set_node(data.draw(gpu_nodes(name)))
+        if data.draw(st.booleans()):  # read between writes, or not
+            asked = [*names, "absent"]
+            rows = table.rows(asked)
+            assert free_milli_rows(table, rows).tolist() == direct_free(table, rows).tolist()
+            assert free_total_rows(table, rows).tolist() == direct_free(table, rows).sum(axis=1).tolist()
+
+
+@dataclass
+class Cluster:
+    """Nodes (some with no allocatable CPU, some with GPUs) and pods with CPU requests bound to them."""
+
+    gpus: dict[str, NodeGPUs] = field(default_factory=dict)
+    allocatable: dict[str, int | None] = field(default_factory=dict)
+    pods: list[tuple[str, str, int, str]] = field(default_factory=list)
+    """(uid, node, CPU milli-cores, phase)."""
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> Cluster:
+    c = Cluster()
+    for i in range(draw(st.integers(1, 8))):
+        name = f"n{i}"
+        c.allocatable[name] = draw(st.sampled_from((None, 8000, 16000, 32000)))
+        if draw(st.booleans()):
+            c.gpus[name] = draw(gpu_nodes(name))
+    for j in range(draw(st.integers(0, 12))):
+        c.pods.append(
+            (
+                f"u{j}",
+                draw(st.sampled_from(sorted(c.allocatable))),
+                draw(st.sampled_from((500, 1000, 4000, 8000))),
+                draw(st.sampled_from(("Running", "Running", "Succeeded"))),
+            )
+        )
+    return c
+
+
+def extender_of(c: Cluster) -> tuple[Extender, dict[str, NodeGPUs]]:
+    config = load_config(ONE, {}, lambda _p: "")
+    cache = ClusterCache()
+    for name, cpu in c.allocatable.items():
+        cache.node_upserted(node(name, [], allocatable={} if cpu is None else {"cpu": f"{cpu}m"}))
+    store = PodStore(config, cache)
+    for uid, on, cpu, phase in c.pods:
+        requests = {"cpu": f"{cpu}m"}
+        store.apply("ADDED", pod(uid, container("c", requests=requests), uid=uid, node_name=on, phase=phase))
+    ext = Extender(config, cache, store)
+    ext.table.sync(c.gpus, c.gpus.get)
+    return ext, c.gpus
+
+
+@settings(max_examples=200, deadline=None)
+@given(clusters(), st.data())
+def test_free_cpu_read_in_one_pass_equals_free_cpu_node_by_node(c: Cluster, data: st.DataObject) -> None:
+    ext, _ = extender_of(c)
+    names = data.draw(st.lists(st.sampled_from([*c.allocatable, "absent"]), max_size=10))
+    scalar = HostCPU(ext.cpu_free, 0)
+    assert ext.cpu_free_of(names).tolist() == scalar.free_of(names).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(clusters(), mixes(), st.data())
+def test_cpu_filter_keeps_the_node_the_plain_computation_chooses(
+    c: Cluster, mix: TaskMix, data: st.DataObject
+) -> None:
+    """The reference: every node's free GPU amounts from its `NodeGPUs` GPU by GPU (`frag.node_free`),
+    its free CPU node by node, every node measured, the tie-break one candidate at a time."""
+    ext, gpus = extender_of(c)
+    names = data.draw(st.lists(st.sampled_from([*c.allocatable, "absent"]), min_size=2, max_size=10))
+    asked = data.draw(st.sampled_from((500, 1000, 4000, 8000)))
+    answer = cpu_filter_nodes(
+        Candidates(tuple(names)), ext.table, mix, HostCPU(ext.cpu_free, asked, True, ext.cpu_free_of)
+    )
+    width = max((len(g.gpus) for g in gpus.values()), default=0) or 1
+    free = np.zeros((len(names), width), dtype=np.int64)
+    for i, name in enumerate(names):
+        if name in gpus:
+            amounts = node_free(gpus[name])
+            free[i, : len(amounts)] = amounts
+    cpu = np.array([UNKNOWN_CPU if (v := ext.cpu_free(n)) is None else v for n in names], dtype=np.int64)
+    score = cpu_only_scores_dense(free, mix, cpu, asked)
+    expected = names[first_best_scalar(score, names, free.sum(axis=1))]
+    assert answer["NodeNames"] == [expected]
+    assert answer["FailedNodes"] == {} and answer["Error"] == ""
