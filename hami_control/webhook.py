@@ -789,8 +789,9 @@ def review_cpu_pod(
       server defaults an empty name to it before admission) while `force_overwrite_default_scheduler`
       is on, as for GPU pods.
 
-    The entry's matchConditions select the same pods at the API server (daemonset/components/
-    fragmentation/webhook-cpu-entry.yaml), so these checks only guard against a changed manifest."""
+    The entry's matchConditions select the same pods at the API server (its patch in
+    daemonset/components/fragmentation/kustomization.yaml), so these checks only guard against a changed
+    manifest."""
     if operation != "CREATE":
         return _allow(f"{operation or 'no operation'}: only CREATE is steered")
     if not steers_cpu_only(config):

@@ -1549,7 +1549,6 @@ def test_every_fragmentation_file_is_listed_and_it_is_a_component() -> None:
     assert (component["apiVersion"], component["kind"]) == ("kustomize.config.k8s.io/v1alpha1", "Component")
     listed = {(FRAGMENTATION / f.split("=", 1)[-1]).resolve() for g in component["configMapGenerator"]
               for f in g["files"]}  # fmt: skip
-    listed |= {(FRAGMENTATION / p["path"]).resolve() for p in component["patches"] if "path" in p}
     assert {p.resolve() for p in FRAGMENTATION.iterdir() if p.name != "kustomization.yaml"} == listed
     # It replaces the base's generated ConfigMap (same name and namespace, same key).
     (generator,) = component["configMapGenerator"]
@@ -1633,12 +1632,14 @@ def test_fragmentation_component_sets_the_policies_and_the_extender_weight(
 
 # --- fragmentation: the cpu.hami.io webhook entry -----------------------------------------------------------
 
-FRAGMENTATION_WEBHOOK_PATCH = FRAGMENTATION / "webhook-cpu-entry.yaml"
-
 
 def cpu_entry() -> Doc:
-    """The entry the component adds (its one JSON-patch op, `add /webhooks/-`)."""
-    (op,) = yaml.safe_load(FRAGMENTATION_WEBHOOK_PATCH.read_text())
+    """The entry the component adds (its webhook patch's one JSON-patch op, `add /webhooks/-`)."""
+    (patch,) = [p for p in _kustomization(FRAGMENTATION)["patches"]
+                if p["target"]["kind"] == "MutatingWebhookConfiguration"]  # fmt: skip
+    assert patch["target"] == {"group": "admissionregistration.k8s.io", "version": "v1",
+                               "kind": "MutatingWebhookConfiguration", "name": "hami-webhook"}  # fmt: skip
+    (op,) = yaml.safe_load(patch["patch"])
     assert (op["op"], op["path"]) == ("add", "/webhooks/-")
     value: Doc = op["value"]
     return value
