@@ -2,28 +2,38 @@
 
 One small scale-mode cluster runs kube-scheduler's stand-in with the component's KubeSchedulerConfiguration
 (daemonset/components/fragmentation/kube-scheduler-config.yaml: HAMi's entry, not ignorable, and the
-second entry `cpu-filter`/`cpu-prioritize`, ignorable, at the same hami-control URL) and hami-control
-with the component's flags (read from its kustomization.yaml patch).
+second entry `cpu-filter`/`cpu-prioritize`, ignorable, at the same hami-control URL), hami-control with the
+component's flags (read from its kustomization.yaml patch), and the webhook configuration as the install
+ships it with the component: the base's `vgpu.hami.io` entry (failurePolicy Fail, matchConditions: pods
+asking HAMi's resources) and the component's `cpu.hami.io` (failurePolicy Ignore, matchConditions: pods
+asking none, no scheduler but the default one), each `service` reference turned into hami-control's URL.
+The API server stand-in evaluates their CEL matchConditions as kube-apiserver does. Beside hami-scheduler
+runs the cluster's own scheduler (the stand-in with profile `default-scheduler`, no extender), as in any
+real cluster.
 
-- Up: a CPU-only pod and a GPU pod schedule and run; the CPU-only pod was asked about (/cpu-filter
-  called: hami-control's filter count grows by it, HAMi's entry is not interested in it) and lands on a
-  node /cpu-filter keeps for it.
+- Up: a CPU-only pod created plain (no label, no schedulerName) gets `hami-scheduler` from cpu.hami.io, is
+  asked about by /cpu-filter (hami-control's filter count grows; HAMi's entry is not interested in it) and
+  lands on the node /cpu-filter keeps for it; one in kube-system is left to default-scheduler; a GPU pod
+  gets `hami-scheduler` from vgpu.hami.io and runs.
 - hami-control killed (SIGKILL, its one replica: the URL refuses connections, as a Service without
-  endpoints): a new CPU-only pod schedules and runs (kube-scheduler skips the ignorable entry:
-  schedule_one.go `findNodesThatPassExtenders`, `IsIgnorable`); creating a GPU pod is refused at
-  admission (the webhook's failurePolicy Fail); a GPU pod admitted before the outage stays Pending with
-  kube-scheduler's `Post ".../filter"` error (HAMi's entry is not ignorable).
+  endpoints): a plain CPU-only pod is admitted unchanged (cpu.hami.io is Ignore; vgpu.hami.io's
+  conditions are false for it, so its Fail never applies) and default-scheduler runs it; one steered
+  before the outage still schedules (kube-scheduler skips the ignorable entry: schedule_one.go
+  `findNodesThatPassExtenders`, `IsIgnorable`); creating a GPU pod is refused at admission (vgpu.hami.io's
+  failurePolicy Fail); a GPU pod admitted before the outage stays Pending with kube-scheduler's
+  `Post ".../filter"` error (HAMi's entry is not ignorable).
 - hami-control started again: the pending GPU pod schedules and runs, and a new GPU pod is admitted and
   runs.
 
-The local API server does not evaluate the webhook's CEL `matchConditions`, which in the shipped install
-keep pods that ask no GPU away from the webhook (daemonset/base/webhook): the CPU-only pods here carry
-`hami.io/webhook: ignore`, which does the same. The GPU pod "admitted before the outage" carries it too,
-with the schedulerName the webhook would have set."""
+The pods "admitted before the outage" are created during it with what the webhook would have set (the
+schedulerName) and the label `hami.io/webhook: ignore`, which keeps both entries away."""
 
 from __future__ import annotations
 
+import base64
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +44,7 @@ import urllib3
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from hami_sim.apiserver.patch import json_patch
 from hami_sim.cluster import Cluster, ClusterSpec, GPUSpec, NodeSpec
 from hami_sim.scheduler.config import load_configuration, scheduler_config
 from hami_sim.tls import client_ssl_context
@@ -41,7 +52,9 @@ from tests.builders import container, pod
 from tests.e2e.e2e_util import control_metrics, core_v1
 from tests.waiting import wait_for
 
-COMPONENT = Path(__file__).resolve().parents[2] / "daemonset" / "components" / "fragmentation"
+DAEMONSET = Path(__file__).resolve().parents[2] / "daemonset"
+COMPONENT = DAEMONSET / "components" / "fragmentation"
+BASE_WEBHOOK = DAEMONSET / "base" / "webhook" / "mutatingwebhookconfiguration.yaml"
 NS = "default"
 HAMI = "hami-scheduler"
 IGNORE = {"hami.io/webhook": "ignore"}
@@ -78,6 +91,43 @@ def test_the_component_s_second_entry_is_ignorable_and_asked_about_every_pod() -
     assert config.percentage_of_nodes_to_score == 100
 
 
+def shipped_webhooks(cluster: Cluster) -> list[dict[str, Any]]:
+    """The webhook entries of the install with the component (the base's configuration, then the
+    component's JSON-patch ops on it, as kustomize applies them), each service reference replaced by
+    hami-control's URL on the same path, with the cluster's CA."""
+    config = yaml.safe_load(BASE_WEBHOOK.read_text())
+    kustomization = yaml.safe_load((COMPONENT / "kustomization.yaml").read_text())
+    for patch in kustomization["patches"]:
+        if patch["target"]["kind"] == "MutatingWebhookConfiguration":
+            config = json_patch(config, yaml.safe_load(patch["patch"]))
+    ca = base64.b64encode(cluster.ca_file.read_bytes()).decode()
+    hooks: list[dict[str, Any]] = config["webhooks"]
+    for hook in hooks:
+        service = hook["clientConfig"].pop("service")
+        hook["clientConfig"] = {"url": cluster.control_url + service["path"], "caBundle": ca}
+    return hooks
+
+
+def install_shipped_webhooks(cluster: Cluster) -> None:
+    configurations = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+    url = f"{cluster.apiserver_url}{configurations}/hami-webhook"
+    with urllib3.PoolManager() as pool:
+        stored = orjson.loads(pool.request("GET", url).data)
+        stored["webhooks"] = shipped_webhooks(cluster)
+        response = pool.request(
+            "PUT", url, body=orjson.dumps(stored), headers={"Content-Type": "application/json"}
+        )
+    assert response.status == 200, response.data
+
+
+DEFAULT_SCHEDULER_CONFIG = """\
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+  - schedulerName: default-scheduler
+"""
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     state = tmp_path_factory.mktemp("fragmentation-install")
@@ -91,23 +141,43 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         control_args=tuple(component_flags()),
     )
     with Cluster.up(spec, state / ".hami-sim") as running:
-        yield running
+        install_shipped_webhooks(running)
+        # The cluster's own scheduler (profile default-scheduler, no extender) beside hami-scheduler.
+        config, log = state / "default-scheduler.yaml", state / "default-scheduler.log"
+        config.write_text(DEFAULT_SCHEDULER_CONFIG)
+        with log.open("wb") as out:
+            default_scheduler = subprocess.Popen(
+                [sys.executable, "-m", "hami_sim.main", "scheduler", "--kubeconfig", str(running.kubeconfig),
+                 "--config", str(config), "--profile", "default-scheduler"],
+                stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        try:
+            wait_for(lambda: b"hami-sim scheduler ready" in log.read_bytes(), 30, "default-scheduler ready")
+            yield running
+        finally:
+            default_scheduler.terminate()
+            default_scheduler.wait(10)
 
 
-def cpu_pod(name: str) -> dict[str, Any]:
-    return pod(name, container(requests={"cpu": "2", "memory": "1Gi"}), scheduler_name=HAMI, labels=IGNORE)
+def cpu_pod(name: str, **options: Any) -> dict[str, Any]:
+    """A pod that asks no GPU, created plain unless told otherwise."""
+    return pod(name, container(requests={"cpu": "2", "memory": "1Gi"}), **options)
 
 
 def sharing_pod(name: str, **options: Any) -> dict[str, Any]:
     return pod(name, container(gpus=1, gpumem_percentage=50, requests={"cpu": "1"}), **options)
 
 
-def running(core: Any, name: str, timeout: float = 30.0) -> Any:
+def running_in(core: Any, namespace: str, name: str, timeout: float = 30.0) -> Any:
     def ready() -> Any:
-        got = core.read_namespaced_pod(name, NS)
+        got = core.read_namespaced_pod(name, namespace)
         return got if got.status.phase == "Running" else None
 
-    return wait_for(ready, timeout, f"pod {name} Running")
+    return wait_for(ready, timeout, f"pod {namespace}/{name} Running")
+
+
+def running(core: Any, name: str, timeout: float = 30.0) -> Any:
+    return running_in(core, NS, name, timeout)
 
 
 def filter_calls(cluster: Cluster) -> float:
@@ -139,26 +209,41 @@ def failed_scheduling(core: Any, name: str) -> list[str]:
 
 
 def test_cpu_only_pods_schedule_without_hami_control_and_gpu_pods_wait_for_it(cluster: Cluster) -> None:
+    nodes = {n.name for n in NODES}
     with core_v1(cluster) as core:
-        # Up: the CPU-only pod is asked about, and lands where /cpu-filter keeps it.
+        # Up: the plain CPU-only pod is steered to hami-scheduler, asked about, and lands where
+        # /cpu-filter keeps it.
         body = cpu_pod("cpu-up")
         kept = cpu_filter(cluster, body)
-        assert kept and set(kept) <= {n.name for n in NODES}
+        assert kept and set(kept) <= nodes
         if "--fragmentation-filter=one" in component_flags():
             assert len(kept) == 1  # the node of FGD's best score: hami-control decides
         before = filter_calls(cluster)
         core.create_namespaced_pod(NS, body)
-        assert running(core, "cpu-up").spec.node_name in kept
+        cpu_up = running(core, "cpu-up")
+        assert cpu_up.spec.scheduler_name == HAMI  # set by cpu.hami.io
+        assert cpu_up.spec.node_name in kept
         assert filter_calls(cluster) >= before + 1  # /cpu-filter: HAMi's /filter ignores CPU-only pods
+        # kube-system is never steered (the entry's namespaceSelector): default-scheduler places it.
+        core.create_namespaced_pod("kube-system", cpu_pod("sys-cpu"))
+        assert running_in(core, "kube-system", "sys-cpu").spec.scheduler_name == "default-scheduler"
         core.create_namespaced_pod(NS, sharing_pod("gpu-up"))
         gpu_up = running(core, "gpu-up")
-        assert gpu_up.spec.scheduler_name == HAMI  # set by the webhook
+        assert gpu_up.spec.scheduler_name == HAMI  # set by vgpu.hami.io
 
         cluster.kill("hami-control")
         try:
-            # Down: the CPU-only pod schedules (the ignorable entry is skipped) and runs.
+            # Down: a plain CPU-only pod is admitted unchanged (cpu.hami.io is Ignore, vgpu.hami.io's
+            # conditions are false for it) and default-scheduler runs it.
             core.create_namespaced_pod(NS, cpu_pod("cpu-down"))
-            assert running(core, "cpu-down").spec.node_name in {n.name for n in NODES}
+            cpu_down = running(core, "cpu-down")
+            assert (cpu_down.spec.scheduler_name, cpu_down.spec.node_name in nodes) == (
+                "default-scheduler",
+                True,
+            )
+            # One steered before the outage schedules too (the ignorable entry is skipped).
+            core.create_namespaced_pod(NS, cpu_pod("cpu-steered", scheduler_name=HAMI, labels=IGNORE))
+            assert running(core, "cpu-steered").spec.node_name in nodes
             # A GPU pod is refused at admission (failurePolicy Fail).
             with pytest.raises(ApiException) as refused:
                 core.create_namespaced_pod(NS, sharing_pod("gpu-refused"))
@@ -174,7 +259,10 @@ def test_cpu_only_pods_schedule_without_hami_control_and_gpu_pods_wait_for_it(cl
         finally:
             cluster.start_component("hami-control")
 
-        # Back: the waiting GPU pod is scheduled at its next try (backoff at most 10 s), a new one admitted.
-        assert running(core, "gpu-waiting", timeout=45).spec.node_name in {n.name for n in NODES}
+        # Back: the waiting GPU pod is scheduled at its next try (backoff at most 10 s), a new one admitted,
+        # and plain CPU-only pods are steered again.
+        assert running(core, "gpu-waiting", timeout=45).spec.node_name in nodes
         core.create_namespaced_pod(NS, sharing_pod("gpu-back"))
         running(core, "gpu-back")
+        core.create_namespaced_pod(NS, cpu_pod("cpu-back"))
+        assert running(core, "cpu-back").spec.scheduler_name == HAMI
