@@ -246,6 +246,8 @@ class ClusterCache:
         self._changed: set[str] = set()
         """Nodes whose `node_gpus` may differ since the last `drain_changed`."""
         self._cpu: dict[str, int] = {}
+        self._cpu_changed: set[str] = set()
+        """Nodes whose `cpu_allocatable` may differ since the last `drain_cpu_changed`."""
         """node -> its `status.allocatable.cpu` in milli-cores (nodes that publish one that parses)."""
 
     # --- reads -----------------------------------------------------------------------------------------
@@ -329,11 +331,11 @@ class ClusterCache:
         """The node's allocatable CPU in milli-cores (None: unknown, or not a quantity)."""
         return self._cpu.get(name)
 
-    @property
-    def cpu_allocatables(self) -> Mapping[str, int]:
-        """Node -> allocatable CPU in milli-cores, every node `cpu_allocatable` knows (read-only: the
-        cache's own map, for lookups of thousands of nodes at once)."""
-        return self._cpu
+    def drain_cpu_changed(self) -> set[str]:
+        """The nodes whose `cpu_allocatable` changed since the last call (for the free-CPU index,
+        `gputable.FreeCPU`)."""
+        changed, self._cpu_changed = self._cpu_changed, set()
+        return changed
 
     def node_usage(self, name: str) -> NodeUsage | None:
         gpus = self._registered.get(name)
@@ -385,6 +387,8 @@ class ClusterCache:
         annotations = _annotations(node)
         resources = _mapping(_mapping(node.get("status")).get("allocatable"))
         cpu = _milli(resources.get("cpu"))
+        if cpu != self._cpu.get(name):
+            self._cpu_changed.add(name)
         if cpu is None:
             self._cpu.pop(name, None)
         else:
@@ -501,6 +505,7 @@ class ClusterCache:
         self._vendor_nodes.pop(name, None)
         self._nodes.pop(name, None)
         self._cpu.pop(name, None)
+        self._cpu_changed.add(name)
         self._generations.pop(name, None)
         self._registered.pop(name, None)
         self._changed.add(name)

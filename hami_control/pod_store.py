@@ -596,6 +596,8 @@ class PodStore:
         self._used: dict[str, QuotaUsage] = {}
         self._node_cpu: dict[str, int] = {}
         """node -> CPU (milli-cores) requested by the non-terminal pods bound to it."""
+        self._cpu_changed: set[str] = set()
+        """Nodes whose `node_cpu_requested` may differ since the last `drain_cpu_changed`."""
         self._admitted: dict[str, _AdmittedInNamespace] = {}
         self._bound: dict[str, _Bound] = {}
         self._listeners: list[PodListener] = []
@@ -636,11 +638,11 @@ class PodStore:
         other setting, where the records carry no CPU)."""
         return self._node_cpu.get(node, 0)
 
-    @property
-    def nodes_cpu_requested(self) -> Mapping[str, int]:
-        """Node -> `node_cpu_requested`, the nodes with some CPU requested (read-only: the store's own map,
-        for lookups of thousands of nodes at once)."""
-        return self._node_cpu
+    def drain_cpu_changed(self) -> set[str]:
+        """The nodes whose `node_cpu_requested` changed since the last call (for the free-CPU index,
+        `gputable.FreeCPU`)."""
+        changed, self._cpu_changed = self._cpu_changed, set()
+        return changed
 
     def admitted(self, namespace: str) -> int:
         """How many admissions of the namespace are still waiting for the watch (for tests and logs)."""
@@ -762,6 +764,7 @@ class PodStore:
             if uid not in fresh and uid not in old_pods and (bound.namespace or bound.name):
                 self._uids.setdefault((bound.namespace, bound.name), uid)
         self._used = {}
+        self._cpu_changed.update(self._node_cpu)
         self._node_cpu = {}
         for record in fresh.values():
             self._add_usage(record)
@@ -886,12 +889,14 @@ class PodStore:
     def _add_usage(self, record: PodRecord) -> None:
         if record.cpu_milli and record.node_name and not record.terminal:
             self._node_cpu[record.node_name] = self._node_cpu.get(record.node_name, 0) + record.cpu_milli
+            self._cpu_changed.add(record.node_name)
         usage = record.usage
         if usage.memory or usage.cores or usage.others:
             self._used[record.namespace] = self._used.get(record.namespace, _ZERO) + usage
 
     def _remove_usage(self, record: PodRecord) -> None:
         if record.cpu_milli and record.node_name and not record.terminal:
+            self._cpu_changed.add(record.node_name)
             left_cpu = self._node_cpu.get(record.node_name, 0) - record.cpu_milli
             if left_cpu > 0:
                 self._node_cpu[record.node_name] = left_cpu

@@ -26,10 +26,8 @@ import collections
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from itertools import repeat
 from typing import Any
 
-import numpy as np
 import orjson
 
 from hami_api.annotations import decode_node_lock
@@ -55,7 +53,7 @@ from hami_control.extender import (
     zero_scores,
 )
 from hami_control.frag import TaskMix
-from hami_control.gputable import GPUTable, IntArray
+from hami_control.gputable import FreeCPU, GPUTable, IntArray
 from hami_control.metrics import ControlMetrics
 from hami_control.pod_store import PodStore, pod_cpu_milli
 from hami_control.quota import QuotaLimits, QuotaUsage, QuotaView, requests_quota_usage, vendor_requests_usage
@@ -66,8 +64,6 @@ PodReader = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
 """(namespace, name) -> the pod's JSON from the API, None when it does not exist."""
 
 _ZERO = QuotaUsage()
-_NO_CPU = np.iinfo(np.int64).min
-"""`cpu_free_of`'s stand-in for a node whose allocatable CPU is unknown (no node has it)."""
 
 
 class QuotaWithoutPod:
@@ -128,6 +124,8 @@ class Extender:
         self.read_pod = read_pod
         self.cycles = cycles if cycles is not None else CycleStates()
         self.table = GPUTable()
+        self.free_cpu = FreeCPU(self._cpu_of, UNKNOWN_CPU)
+        """Each node's free CPU as arrays (`cpu_free_of`)."""
         self.mix: TaskMix = config.scheduling.configured_mix
         """The fragmentation policies' task mix for the cycles started from now on (`frag_mix`'s learned
         mix replaces it; a cycle keeps the mix it started with)."""
@@ -285,18 +283,16 @@ class Extender:
         return None if allocatable is None else allocatable - self.pods.node_cpu_requested(node)
 
     def cpu_free_of(self, names: Sequence[str]) -> IntArray:
-        """`cpu_free` of every node of `names` (an unknown allocatable: `extender.UNKNOWN_CPU`), with the
-        two dict lookups per node done by `map` in C: ~0.5 ms for 5,000 nodes, against ~8 ms for 5,000
-        calls of `cpu_free`."""
-        n = len(names)
-        allocatable = np.fromiter(
-            map(self.cache.cpu_allocatables.get, names, repeat(_NO_CPU)), dtype=np.int64, count=n
-        )
-        requested = np.fromiter(
-            map(self.pods.nodes_cpu_requested.get, names, repeat(0)), dtype=np.int64, count=n
-        )
-        free: IntArray = np.where(allocatable == _NO_CPU, UNKNOWN_CPU, allocatable - requested)
-        return free
+        """`cpu_free` of every node of `names` (an unknown allocatable: `extender.UNKNOWN_CPU`), from the
+        free-CPU index (`gputable.FreeCPU`) brought up to the cache and the pod store first: ~0.1 ms for
+        5,000 nodes, against ~8 ms for 5,000 calls of `cpu_free`."""
+        index = self.free_cpu
+        index.update(self.cache.drain_cpu_changed())
+        index.update(self.pods.drain_cpu_changed())
+        return index.of(names)
+
+    def _cpu_of(self, node: str) -> tuple[int | None, int]:
+        return self.cache.cpu_allocatable(node), self.pods.node_cpu_requested(node)
 
     def _filtering_failed(self, pod: object, result: Mapping[str, Any]) -> None:
         if not isinstance(pod, Mapping) or self.events is None:

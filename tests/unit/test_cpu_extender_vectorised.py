@@ -195,13 +195,51 @@ def extender_of(c: Cluster) -> tuple[Extender, dict[str, NodeGPUs]]:
     return ext, c.gpus
 
 
+def cpu_pod_json(uid: str, on: str, cpu: int, phase: str) -> dict[str, object]:
+    return pod(uid, container("c", requests={"cpu": f"{cpu}m"}), uid=uid, node_name=on, phase=phase)
+
+
 @settings(max_examples=200, deadline=None)
-@given(clusters(), st.data())
-def test_free_cpu_read_in_one_pass_equals_free_cpu_node_by_node(c: Cluster, data: st.DataObject) -> None:
+@given(clusters(), st.data(), st.integers(1, 8))
+def test_the_free_cpu_index_equals_free_cpu_node_by_node_between_any_events(
+    c: Cluster, data: st.DataObject, steps: int
+) -> None:
+    """Reads between pods bound, finished, deleted and relisted, nodes resized, deleted and added."""
     ext, _ = extender_of(c)
-    names = data.draw(st.lists(st.sampled_from([*c.allocatable, "absent"]), max_size=10))
-    scalar = HostCPU(ext.cpu_free, 0)
-    assert ext.cpu_free_of(names).tolist() == scalar.free_of(names).tolist()
+    every = [*c.allocatable, "n-new", "absent"]
+    pods = {uid: (on, cpu, phase) for uid, on, cpu, phase in c.pods}
+    for step in range(steps):
+        names = data.draw(st.lists(st.sampled_from(every), max_size=10))
+        if data.draw(st.booleans()):
+            names = sorted(c.allocatable)  # the same candidate list again (its slots kept)
+        assert ext.cpu_free_of(names).tolist() == HostCPU(ext.cpu_free, 0).free_of(names).tolist()
+        event = data.draw(st.sampled_from(("bind", "finish", "delete", "relist", "resize", "drop", "add")))
+        if event == "bind" or not pods:
+            uid = f"s{step}"
+            pods[uid] = (
+                data.draw(st.sampled_from(every)),
+                data.draw(st.sampled_from((500, 4000))),
+                "Running",
+            )
+            ext.pods.apply("ADDED", cpu_pod_json(uid, *pods[uid]))
+        elif event in {"finish", "delete"}:
+            uid = data.draw(st.sampled_from(sorted(pods)))
+            on, cpu, _ = pods.pop(uid) if event == "delete" else pods[uid]
+            if event == "finish":
+                pods[uid] = (on, cpu, "Succeeded")
+            ext.pods.apply(
+                "DELETED" if event == "delete" else "MODIFIED", cpu_pod_json(uid, on, cpu, "Succeeded")
+            )
+        elif event == "relist":
+            kept = data.draw(st.lists(st.sampled_from(sorted(pods)), unique=True))
+            pods = {uid: pods[uid] for uid in kept}
+            ext.pods.replace([cpu_pod_json(uid, *pods[uid]) for uid in kept])
+        elif event in {"resize", "add"}:
+            name = "n-new" if event == "add" else data.draw(st.sampled_from(sorted(c.allocatable)))
+            size = data.draw(st.sampled_from((None, 4000, 64000)))
+            ext.cache.node_upserted(node(name, [], allocatable={} if size is None else {"cpu": f"{size}m"}))
+        else:
+            ext.cache.node_deleted(data.draw(st.sampled_from(every)))
 
 
 @settings(max_examples=200, deadline=None)
