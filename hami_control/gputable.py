@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import repeat
 
 import numpy as np
@@ -36,6 +37,7 @@ from hami_control.fit import QuotaCheck, Reason, reasons_text
 from hami_control.frag import (
     TaskMix,
     after_each_gpu,
+    arrays,
     best_scores,
     fragmentation,
     free_milli_arrays,
@@ -609,7 +611,43 @@ def fragmentation_best_scores(  # noqa: PLR0917 (the table, the ask and the host
     the node with CPU in the measure. What `--fragmentation-filter one` answers the best node of.
     Meaningless where the node does not fit."""
     free, newfree, passing = _free_before_after(table, ev, request)
-    return best_scores(free, newfree, passing, request.nums, mix, cpu_free, cpu_asked)
+    a = arrays(mix)
+    parts = (free, newfree, passing, cpu_free[:, None] >= a.cpu, (cpu_free - cpu_asked)[:, None] >= a.cpu)
+    distinct = distinct_rows(parts) if len(free) > _DISTINCT_FROM else None
+    if distinct is None:
+        return best_scores(free, newfree, passing, request.nums, mix, cpu_free, cpu_asked)
+    # Candidates alike in every input score alike (`best_scores` is row by row, the same float operations
+    # whatever the rows around): score one of each kind (an idle cluster has a handful of kinds).
+    first, which = distinct
+    f, nf, ok, cpu = free[first], newfree[first], passing[first], cpu_free[first]
+    result: IntArray = best_scores(f, nf, ok, request.nums, mix, cpu, cpu_asked)[which]
+    return result
+
+
+_DISTINCT_FROM = 64
+"""Candidates from which `fragmentation_best_scores` looks for alike ones first (below, scoring all costs
+less than looking)."""
+
+
+@lru_cache(maxsize=8)
+def _hash_weights(width: int) -> IntArray:
+    weights: IntArray = np.random.default_rng(width).integers(1, 2**62, size=width, dtype=np.int64) | 1
+    weights.flags.writeable = False
+    return weights
+
+
+def distinct_rows(parts: Sequence[npt.NDArray[np.int64] | BoolArray]) -> tuple[IntArray, IntArray] | None:
+    """For per-row arrays `(N, ...)` side by side: (the first row of each distinct kind, the kind of each
+    row), so that `f(x[first])[which]` is `f(x)` for a row-by-row `f`. Keyed by a 64-bit hash of each
+    row, then checked row by row: None (compute every row) in the unlikely case two different rows share
+    a hash."""
+    rows = np.concatenate([p.reshape(len(p), -1).astype(np.int64, copy=False) for p in parts], axis=1)
+    keys = rows @ _hash_weights(rows.shape[1])  # wraps around on overflow: a hash
+    _, first, which = np.unique(keys, return_index=True, return_inverse=True)
+    which = which.ravel()
+    if not np.array_equal(rows[first][which], rows):
+        return None
+    return first, which
 
 
 def free_milli_rows(table: GPUTable, rows: IntArray) -> IntArray:
@@ -671,6 +709,7 @@ __all__ = [
     "FreeCPU",
     "GPUTable",
     "SimpleAsk",
+    "distinct_rows",
     "evaluate",
     "fragmentation_best_scores",
     "fragmentation_growth",

@@ -11,14 +11,17 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami_api.types import GPUInfo, GPUSlice
+from hami_api.resources import ContainerRequest
+from hami_api.types import GPUInfo, GPUPolicy, GPUSlice
 from hami_control.cache import ClusterCache
 from hami_control.config import load_config
 from hami_control.extender import UNKNOWN_CPU, Candidates, HostCPU, cpu_filter_nodes
+from hami_control.fit import NO_SELECTOR
 from hami_control.frag import (
     MILLI,
     TaskMix,
     TaskShape,
+    best_scores,
     cpu_only_scores,
     cpu_only_scores_dense,
     first_best,
@@ -26,7 +29,17 @@ from hami_control.frag import (
     free_milli_arrays,
     node_free,
 )
-from hami_control.gputable import GPUTable, IntArray, free_milli_rows, free_total_rows
+from hami_control.gputable import (
+    GPUTable,
+    IntArray,
+    _free_before_after,
+    distinct_rows,
+    evaluate,
+    fragmentation_best_scores,
+    free_milli_rows,
+    free_total_rows,
+    simple_ask,
+)
 from hami_control.pod_store import PodStore
 from hami_control.scheduling import Extender
 from hami_control.usage import NodeGPUs
@@ -266,3 +279,50 @@ def test_cpu_filter_keeps_the_node_the_plain_computation_chooses(
     expected = names[first_best_scalar(score, names, free.sum(axis=1))]
     assert answer["NodeNames"] == [expected]
     assert answer["FailedNodes"] == {} and answer["Error"] == ""
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(gpu_nodes("kind"), min_size=1, max_size=4),
+    st.data(),
+    mixes(),
+    st.sampled_from(((1, 4000, None, 30), (1, 0, 50, 0), (2, 0, 100, 100))),
+)
+def test_gpu_pod_scores_from_one_candidate_of_each_kind_equal_every_candidate_scored(
+    kinds: list[NodeGPUs], data: st.DataObject, mix: TaskMix, ask: tuple[int, int, int | None, int]
+) -> None:
+    """`--fragmentation-filter one`'s scores for a GPU pod over 65-150 candidates of a few kinds (GPUs and
+    free CPU): scoring one of each kind and spreading the scores equals scoring every candidate."""
+    n = data.draw(st.integers(65, 150))
+    table = GPUTable()
+    for i in range(n):
+        kind = kinds[data.draw(st.integers(0, len(kinds) - 1))]
+        table.set_node(node_gpus(*(g.info for g in kind.gpus), name=f"n{i}", slices=list(kind_slices(kind))))
+    request = ContainerRequest(*ask)
+    simple = simple_ask(table, ((request, False),), NO_SELECTOR, (GPUPolicy.BINPACK,), None)
+    assert simple is not None
+    ev = evaluate(table, table.rows([f"n{i}" for i in range(n)]), simple)
+    cpu_free = np.array(data.draw(cpu_values(n)), dtype=np.int64)
+    asked = data.draw(st.sampled_from((0, 1000, 4000)))
+    free, newfree, passing = _free_before_after(table, ev, request)
+    every = best_scores(free, newfree, passing, request.nums, mix, cpu_free, asked)
+    assert fragmentation_best_scores(table, ev, request, mix, cpu_free, asked).tolist() == every.tolist()
+
+
+def kind_slices(kind: NodeGPUs) -> list[GPUSlice]:
+    """The slices that make another node like `kind` (its GPUs' use, by GPU index)."""
+    return [
+        GPUSlice(g.info.id, g.usedmem // max(g.used, 1), g.usedcores // max(g.used, 1))
+        for g in kind.gpus
+        for _ in range(g.used)
+    ]
+
+
+def test_distinct_rows_gives_each_rows_kind_and_one_row_of_each() -> None:
+    rows = np.array([[1, 2], [3, 4], [1, 2], [1, 2], [0, 0]], dtype=np.int64)
+    flags = np.array([True, False, True, True, False])
+    got = distinct_rows((rows, flags))
+    assert got is not None
+    first, which = got
+    assert sorted(first.tolist()) == [0, 1, 4]
+    assert rows[first][which].tolist() == rows.tolist() and flags[first][which].tolist() == flags.tolist()
