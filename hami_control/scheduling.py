@@ -39,6 +39,7 @@ from hami_control.config import ControlConfig, FragmentationFilter
 from hami_control.cycle import CycleStates, PodCycle, pod_identity
 from hami_control.extender import (
     UNKNOWN_CPU,
+    Candidates,
     ExtenderArgsError,
     HostCPU,
     NodeFit,
@@ -126,6 +127,8 @@ class Extender:
         self.table = GPUTable()
         self.free_cpu = FreeCPU(self._cpu_of, UNKNOWN_CPU)
         """Each node's free CPU as arrays (`cpu_free_of`)."""
+        self._zeros: tuple[tuple[str, ...], list[dict[str, Any]]] | None = None
+        """The last `/cpu-prioritize` answer and its candidates (read-only once returned)."""
         self.mix: TaskMix = config.scheduling.configured_mix
         """The fragmentation policies' task mix for the cycles started from now on (`frag_mix`'s learned
         mix replaces it; a cycle keeps the mix it started with)."""
@@ -272,9 +275,13 @@ class Extender:
         """`POST /cpu-prioritize`: 0 for every candidate (the decision is `/cpu-filter`'s, which answers
         one node; 0 adds nothing to kube-scheduler's total)."""
         try:
-            return zero_scores(read_candidates(_decode(body)))
+            names = read_candidates(_decode(body)).names
         except (orjson.JSONDecodeError, ExtenderArgsError):
             return []
+        last = self._zeros
+        if last is None or last[0] != names:  # kube-scheduler sends the same candidates pod after pod
+            last = self._zeros = (names, zero_scores(Candidates(names)))
+        return last[1]
 
     def cpu_free(self, node: str) -> int | None:
         """The node's allocatable CPU less what the watched pods on it request (milli-cores; None:
