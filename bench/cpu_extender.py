@@ -42,8 +42,9 @@ Usage:
     python bench/cpu_extender.py [--sizes 1000,5000] [--rounds 200] [--decisions 400]
                                  [--control-args FLAGS] [--json FILE] [--profile FILE]
 
-`--profile FILE` runs `--profile-rounds` more /cpu-filter requests at the largest size with cProfile on
-inside hami-control and writes the pstats there (the top functions on stderr).
+`--profile FILE` runs `--profile-rounds` more /cpu-filter requests (`--profile-endpoint /filter`: HAMi's
+/filter for the GPU pod) at the largest size with cProfile on inside hami-control and writes the pstats
+there (the top functions on stderr).
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ def component_flags() -> list[str]:
     flags = [
         str(op["value"])
         for patch in kustomization["patches"]
+        if "patch" in patch  # inline JSON patches (a patch from a file, `path:`, patches no args here)
         for op in yaml.safe_load(patch["patch"])
         if op["op"] == "add" and str(op["path"]).endswith("/args/-")
     ]
@@ -519,7 +521,7 @@ async def measure(  # noqa: PLR0917
         result.latency = await latency_rounds(http, pids[0], nodes, args.rounds, args.warmup)
         result.rss_mb["after the latency rounds"] = ext.proc_status_mb(pids[0], "VmRSS")
         if args.profile is not None and nodes == max(args.size_list):
-            await profile_rounds(http, nodes, args.profile_rounds, args.profile)
+            await profile_rounds(http, nodes, args.profile_rounds, args.profile, args.profile_endpoint)
         if args.decisions > 0:
             every = round(1 / args.cpu_only_share) if args.cpu_only_share > 0 else 0
             log(f"decisions: creating {args.decisions} pending pods (every {every}th CPU-only)")
@@ -530,17 +532,24 @@ async def measure(  # noqa: PLR0917
             result.rss_mb["after the decisions"] = ext.proc_status_mb(pids[0], "VmRSS")
 
 
-async def profile_rounds(http: aiohttp.ClientSession, nodes: int, rounds: int, output: Path) -> None:
-    """/cpu-filter rounds for a CPU-only pod with cProfile on inside hami-control; prints the top."""
+async def profile_rounds(
+    http: aiohttp.ClientSession, nodes: int, rounds: int, output: Path, endpoint: str = "/cpu-filter"
+) -> None:
+    """`endpoint` rounds with cProfile on inside hami-control, prints the top: /cpu-filter for a CPU-only
+    pod, or /filter (HAMi's entry under the component's flags) for the GPU pod."""
     import pstats
 
     names_json = orjson.dumps([ext.node_name(i) for i in range(nodes)])
-    bodies = [ext.extender_args(cpu_scheduler_pod(800_000 + r), names_json) for r in range(rounds)]
+    if endpoint == "/filter":
+        pods = [ext.scheduler_pod(800_000 + r, GPU_ASK) for r in range(rounds)]
+    else:
+        pods = [cpu_scheduler_pod(800_000 + r) for r in range(rounds)]
+    bodies = [ext.extender_args(p, names_json) for p in pods]
     await ext.post(http, "/profile-start", b"")
     for body in bodies:
-        await ext.post(http, "/cpu-filter", body)
+        await ext.post(http, endpoint, body)
     await ext.post(http, "/profile-stop", str(output).encode())
-    log(f"cProfile of {rounds} /cpu-filter requests at {nodes:,} nodes: {output}")
+    log(f"cProfile of {rounds} {endpoint} requests at {nodes:,} nodes: {output}")
     stats = pstats.Stats(str(output), stream=sys.stderr)
     stats.sort_stats("cumulative").print_stats(25)
     stats.sort_stats("tottime").print_stats(15)
@@ -626,6 +635,12 @@ def main() -> int:
     add_json_option(parser)
     parser.add_argument("--profile", type=Path, help="cProfile stats of /cpu-filter (largest size)")
     parser.add_argument("--profile-rounds", type=int, default=50, help="requests profiled with --profile")
+    parser.add_argument(
+        "--profile-endpoint",
+        choices=("/cpu-filter", "/filter"),
+        default="/cpu-filter",
+        help="what --profile profiles: /cpu-filter (CPU-only pod) or /filter (GPU pod)",
+    )
     args = parser.parse_args()
     try:
         sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
