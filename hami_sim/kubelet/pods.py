@@ -391,8 +391,13 @@ class PodAdmitter:
         timer = self._exit_timers.pop(uid, None)
         if timer is not None:
             timer.cancel()
-        self._manager.remove_pod(uid)
+        # The containers stop first, then their devices are freed: kubelet frees a pod's devices only once
+        # the pod is no longer active, i.e. after its containers stopped (pkg/kubelet/cm/devicemanager/
+        # manager.go `UpdateAllocatedDevices`), and writes them before the runtime starts a container
+        # (`allocateContainerResources` ends with `writeCheckpoint`). So on disk a container never shows
+        # without the devices kubelet recorded for it, at its start or at its end.
         self._runtime.remove_pod(uid)
+        self._manager.remove_pod(uid)
         if self._dra is not None:
             self._dra.pod_gone(uid)
 

@@ -15,10 +15,14 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiException
 
+from hami_node.durable import write_atomic
 from hami_node.plugin.api import api_pb2
 from hami_sim.kubelet import CheckpointError, KubeletConfig, KubeletRunner, Snapshot, read_checkpoint
+from hami_sim.kubelet import checkpoint as checkpoint_module
+from hami_sim.kubelet import runtime as runtime_module
 from hami_sim.kubelet.checkpoint import encode_checkpoint
 from hami_sim.kubelet.pods import RUN_SECONDS, run_seconds
+from hami_sim.kubelet.runtime import read_containers
 from tests.apiserver_util import bind, create_and_bind
 from tests.builders import container, node, pod
 from tests.conftest import ApiServerHandle
@@ -364,6 +368,47 @@ def test_deleted_pod_frees_its_devices(
     kubelet.wait_for_devices(lambda s: allocated(s) == frozenset())
     create_and_bind(core_v1, "next", NODE, [container("main", limits={RES: "2"})])
     assert kubelet.wait_for_pod(NS, "next").admitted
+
+
+def test_on_disk_a_container_never_shows_without_the_devices_kubelet_recorded_for_it(
+    kubelet: KubeletRunner,
+    make_plugin: Callable[..., FakePlugin],
+    core_v1: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 31's `container-gpu-mismatch`: after every write of the checkpoint or of containers.json,
+    every container the runtime records has its devices in the checkpoint, as a pod starts, ends by
+    itself and is deleted (the stand-in freed the devices before it stopped the containers)."""
+    config = kubelet.config
+    broken: list[str] = []
+
+    def check_after(write: Callable[..., Path]) -> Callable[..., Path]:
+        def written(path: Any, data: Any, **kwargs: Any) -> Path:
+            target = write(path, data, **kwargs)
+            entries = (
+                read_checkpoint(config.checkpoint_path).entries if config.checkpoint_path.exists() else []
+            )
+            recorded = {(e.pod_uid, e.container_name) for e in entries}
+            for record in read_containers(config.containers_path).records:
+                if (record.pod_uid, record.container) not in recorded:
+                    broken.append(f"after writing {Path(path).name}: {record.pod}/{record.container}")
+            return target
+
+        return written
+
+    monkeypatch.setattr(runtime_module, "write_atomic", check_after(write_atomic))
+    monkeypatch.setattr(checkpoint_module, "write_atomic", check_after(write_atomic))
+    make_plugin("a", "b")
+    run_pod(core_v1, "batch", "0.2", "Never")
+    assert kubelet.wait_for_pod(NS, "batch").admitted
+    wait_for(lambda: core_v1.read_namespaced_pod("batch", NS).status.phase == "Succeeded", 10, "batch ends")
+    kubelet.wait_for_devices(lambda s: allocated(s) == frozenset())
+    create_and_bind(core_v1, "holder", NODE, [container("main", limits={RES: "2"})])
+    assert kubelet.wait_for_pod(NS, "holder").admitted
+    core_v1.delete_namespaced_pod("holder", NS)
+    kubelet.wait_for_devices(lambda s: allocated(s) == frozenset())
+    wait_for(lambda: not read_containers(config.containers_path).records, 10, "no container left")
+    assert broken == []
 
 
 def _gone(core_v1: Any, name: str) -> bool:
