@@ -10,8 +10,10 @@ allocation annotation rewritten by the node daemon, so one pass can see sources 
 moment. A finding therefore becomes a violation only when **two consecutive `check_once` passes** both
 find it (same kind and subject); a pass that could not read the API server counts as no pass. And the
 container checks look only at containers the runtime has started (a record in `containers.json`) of
-pods the API server still shows live. `final_check` reads twice in a row itself and keeps what both
-reads show, so call it once the cluster is meant to be quiet.
+pods the API server still shows live, and only at those that ran for the whole read of their node's
+files (`read_node_files`: `containers.json` is read before and after the checkpoints, so a container
+starting or stopping meanwhile never shows with or without its devices by chance). `final_check`
+reads twice in a row itself and keeps what both reads show, so call it once the cluster is meant to be quiet.
 
 Each (kind, subject) is reported once: `check_once` and `final_check` return the new violations,
 `violations` keeps them all, `counts()` counts them by kind.
@@ -33,6 +35,7 @@ import urllib3
 from kubernetes import client, config
 
 from hami_sim.chaos.decoding import (
+    ContainerRecord,
     DecodeError,
     DeviceEntry,
     Gpu,
@@ -54,7 +57,7 @@ from hami_sim.chaos.invariants import (
     vendor_devices,
 )
 
-__all__ = ["CheckerReadError", "ClusterReader", "InvariantChecker", "Violation"]
+__all__ = ["CheckerReadError", "ClusterReader", "InvariantChecker", "Violation", "read_node_files"]
 
 log = logging.getLogger(__name__)
 
@@ -151,33 +154,7 @@ class ClusterReader:
                 return items
 
     def node_files(self, directory: Path) -> NodeFiles:
-        errors: dict[str, str] = {}
-
-        def read(name: str, decode: Callable[[bytes], Any]) -> Any:
-            try:
-                raw = (directory / name).read_bytes()
-            except FileNotFoundError:
-                return None
-            except OSError as exc:
-                errors[name] = f"cannot read: {exc.strerror or exc}"
-                return None
-            try:
-                return decode(raw)
-            except DecodeError as exc:
-                errors[name] = str(exc)
-                return None
-
-        def checkpoint(raw: bytes) -> tuple[tuple[DeviceEntry, ...], dict[str, tuple[str, ...]]]:
-            return decode_device_checkpoint(raw), decode_registered_devices(raw)
-
-        entries, registered = read(DEVICE_CHECKPOINT, checkpoint) or (None, None)
-        return NodeFiles(
-            device_entries=entries,
-            registered_devices=registered,
-            claim_entries=read(DRA_CHECKPOINT, decode_dra_checkpoint),
-            containers=read(CONTAINERS, decode_containers),
-            errors=errors,
-        )
+        return read_node_files(directory)
 
     def snapshot(self, *, at: float, wall_time: float, events: bool = False) -> Snapshot:
         """Pods first (the other sources are then at least as new as the pods they refer to)."""
@@ -193,6 +170,52 @@ class ClusterReader:
             wall_time=wall_time,
             at=at,
         )
+
+
+def read_node_files(directory: Path) -> NodeFiles:
+    """One kubelet directory's state files, read so that they agree with each other.
+
+    kubelet writes a container's devices (the checkpoint, the DRA state) before the runtime starts it
+    and frees them only after the runtime has stopped it, so a container's devices outlive it on disk.
+    Read one after the other, the files can still disagree: a container that starts between the read of
+    the checkpoint and that of `containers.json` shows without its devices. So `containers.json` is read
+    before and after the state files, and a container counts only when both reads show it the same: it
+    ran for the whole read, so its devices were on disk all along. A container seen in one read only is
+    starting or stopping; the next pass sees it (a disagreement that lasts is found in every pass)."""
+    errors: dict[str, str] = {}
+
+    def read(name: str, decode: Callable[[bytes], Any]) -> Any:
+        try:
+            raw = (directory / name).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            errors[name] = f"cannot read: {exc.strerror or exc}"
+            return None
+        try:
+            return decode(raw)
+        except DecodeError as exc:
+            errors[name] = str(exc)
+            return None
+
+    def checkpoint(raw: bytes) -> tuple[tuple[DeviceEntry, ...], dict[str, tuple[str, ...]]]:
+        return decode_device_checkpoint(raw), decode_registered_devices(raw)
+
+    before: tuple[ContainerRecord, ...] | None = read(CONTAINERS, decode_containers)
+    entries, registered = read(DEVICE_CHECKPOINT, checkpoint) or (None, None)
+    claims = read(DRA_CHECKPOINT, decode_dra_checkpoint)
+    after: tuple[ContainerRecord, ...] | None = read(CONTAINERS, decode_containers)
+    containers = None
+    if before is not None and after is not None:
+        earlier = {(r.pod_uid, r.container): r for r in before}
+        containers = tuple(r for r in after if earlier.get((r.pod_uid, r.container)) == r)
+    return NodeFiles(
+        device_entries=entries,
+        registered_devices=registered,
+        claim_entries=claims,
+        containers=containers,
+        errors=errors,
+    )
 
 
 class InvariantChecker:

@@ -4,7 +4,8 @@ violation is found with its evidence (device-plugin and DRA paths, the end-of-ru
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from hami_api import annotations as ann
 from hami_node.plugin.api import api_pb2
 from hami_sim.chaos import decoding as D
+from hami_sim.chaos.checker import read_node_files
 from hami_sim.chaos.invariants import NodeFiles, Snapshot, Violation, final_findings, findings
 from hami_sim.kubelet import checkpoint as kcp
 from hami_sim.kubelet import runtime
@@ -441,6 +443,50 @@ def test_dra_pods_count_what_their_claims_ask_against_the_quota() -> None:
 def test_an_unreadable_state_file_is_reported() -> None:
     files = NodeFiles(errors={"containers.json": "not JSON"})
     assert kinds(check(files=files)) == [("state-unreadable", "n1/containers.json")]
+
+
+def test_a_container_starting_or_stopping_while_its_node_is_read_is_left_to_the_next_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31: a container that starts between the checker's reads of the checkpoint and of
+    containers.json showed without its devices (`container-gpu-mismatch`, kubelet recorded []); the
+    reader keeps only containers both reads of containers.json show, and a lasting mismatch stays found."""
+    a = placed("a", [("GPU-0", 4000, 30)])
+    entry, record = held(a, "c0", "GPU-0-1"), started(a, gpus=["GPU-0"], limits=[4000])
+
+    def kubelet_writes(
+        entries: Sequence[kcp.PodDeviceEntry], records: Sequence[runtime.ContainerRecord]
+    ) -> None:
+        (tmp_path / "kubelet_internal_checkpoint").write_bytes(kcp.encode_checkpoint(entries, {}))
+        (tmp_path / "containers.json").write_bytes(runtime.encode_containers(records))
+
+    after_reading: dict[str, list[Callable[[], None]]] = {}
+    read_bytes = Path.read_bytes
+
+    def read_then_act(path: Path) -> bytes:
+        data = read_bytes(path)
+        for act in after_reading.pop(path.name, []):
+            act()
+        return data
+
+    monkeypatch.setattr(Path, "read_bytes", read_then_act)
+    kubelet_writes([], [])
+    # kubelet records the devices, then the runtime starts the container, right after the checkpoint read
+    after_reading["kubelet_internal_checkpoint"] = [
+        lambda: kubelet_writes([entry], []),
+        lambda: kubelet_writes([entry], [record]),
+    ]
+    starting = read_node_files(tmp_path)
+    assert starting.containers == () and check(a, files=starting) == []
+    running = read_node_files(tmp_path)
+    assert running.containers is not None and len(running.containers) == 1
+    assert check(a, files=running) == []
+    # the runtime stops it, then kubelet frees the devices, right after the first read of containers.json
+    after_reading["containers.json"] = [lambda: kubelet_writes([entry], []), lambda: kubelet_writes([], [])]
+    stopping = read_node_files(tmp_path)
+    assert stopping.containers == () and check(a, files=stopping) == []
+    kubelet_writes([], [record])
+    assert kinds(check(a, files=read_node_files(tmp_path))) == [("container-gpu-mismatch", "default/a/c0")]
 
 
 # --- the end of a run ---------------------------------------------------------------------------------------
