@@ -181,6 +181,9 @@ class SchedulerStandIn:
         self.ignored_resources = config.ignored_resources
         self.instance = f"{config.scheduler_name}-{socket.gethostname()}"
         self._pending: dict[str, JSON] = {}
+        self._said: dict[str, str] = {}
+        """Per waiting pod, the reason last logged at info level: a pod that waits is logged when its
+        reason changes, not at every attempt (the other attempts log at debug level)."""
         self._client: KubeApi | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._binds: set[asyncio.Task[None]] = set()
@@ -448,6 +451,7 @@ class SchedulerStandIn:
         for key in set(self._pending) - set(pending):
             self.queue.delete(key)
         self._pending = pending
+        self._said = {k: v for k, v in self._said.items() if k in pending}
         for key, pod in sorted(
             pending.items(), key=lambda kv: str((kv[1].get("metadata") or {}).get("creationTimestamp"))
         ):
@@ -462,12 +466,14 @@ class SchedulerStandIn:
         now = self._clock()
         if kind == "DELETED":
             self._pending.pop(key, None)
+            self._said.pop(key, None)
             self.queue.delete(key)
             if self.cache.delete_pod(key):
                 self.queue.move_all(now)
                 self._kick()
         elif (pod.get("spec") or {}).get("nodeName"):
             self._pending.pop(key, None)
+            self._said.pop(key, None)
             self.queue.delete(key)
             self.cache.set_assigned(pod)
         elif self._ours(pod):
@@ -477,6 +483,7 @@ class SchedulerStandIn:
                 self._kick()
         else:
             self._pending.pop(key, None)
+            self._said.pop(key, None)
             self.queue.delete(key)
         self._notify()
 
@@ -605,7 +612,7 @@ class SchedulerStandIn:
                 self.counters.waiting += 1
                 self.queue.gate(qp, now, str(gate))
                 self._decide(Decision(qp.key, "waiting", "", str(gate), qp.attempts, now))
-                log.info("waiting %s: %s", qp.key, gate)
+                self._log_wait(qp.key, f"waiting: {gate}", "waiting %s: %s", qp.key, gate)
                 return False, None
             return True, self.dra.pre_filter(qp.pod)
         except ClaimGate as gate:
@@ -694,6 +701,7 @@ class SchedulerStandIn:
                     f"Successfully assigned {meta.get('namespace')}/{meta.get('name')} to {host}",
                 )
                 self._decide(Decision(key, "scheduled", host, "", qp.attempts, self._clock()))
+                self._said.pop(key, None)
                 log.info(
                     "scheduled %s -> %s (feasible %d/%d, attempt %d, %.1f ms)",
                     key,
@@ -769,9 +777,12 @@ class SchedulerStandIn:
             self.counters.unschedulable += 1
             where = self.queue.unschedulable(qp, now, message)
         self._decide(Decision(qp.key, "error" if error else "unschedulable", "", message, qp.attempts, now))
-        log.info(
+        outcome = "error scheduling" if error else "unschedulable"
+        self._log_wait(
+            qp.key,
+            f"{outcome}: {message}",
             "%s %s (attempt %d, -> %s): %s",
-            "error scheduling" if error else "unschedulable",
+            outcome,
             qp.key,
             qp.attempts,
             where.value if where else "dropped",
@@ -779,6 +790,17 @@ class SchedulerStandIn:
         )
         if where is not None:
             self._record_failure(qp.pod, message, "SchedulerError" if error else "Unschedulable")
+
+    def _log_wait(self, key: str, reason: str, text: str, *args: Any) -> None:
+        """Log an attempt that left the pod waiting: at info level when its reason differs from the one
+        logged last for it (the first attempt included), else at debug level. kube-scheduler logs each
+        failed attempt at a verbosity a cluster does not run with by default; a pod retried at every
+        cluster event made this stand-in write a line per waiting pod per cycle (issue 31)."""
+        if self._said.get(key) == reason:
+            log.debug(text, *args)
+            return
+        self._said[key] = reason
+        log.info(text, *args)
 
     def _decide(self, decision: Decision) -> None:
         self.decisions.append(decision)

@@ -5,6 +5,7 @@ cpu, Ready, unschedulable), the CLI's start-up errors and clean SIGTERM."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -150,6 +151,35 @@ def test_rejected_everywhere_then_rescheduled_after_backoff_and_node_update(
     core_v1.patch_node("n3", {"metadata": {"annotations": {"hami.io/node-handshake": "Reported_1"}}})
     wait_for(lambda: node_of(core_v1, "picky") == "n3", timeout=15, what="picky bound to n3")
     assert len(stub.calls_of("filter", "picky")) == 3
+
+
+def test_a_waiting_pod_is_logged_when_its_reason_changes_not_at_every_attempt(
+    core_v1: Any, stub: ExtenderStub, scheduler: SchedulerRunner, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="hami_sim.scheduler")
+    core_v1.create_node(node("n1", allocatable=RESOURCES))
+    reason = ["CardInsufficientMemory"]
+
+    def reject(pod: str, names: list[str]) -> dict[str, Any]:
+        return {"NodeNames": [], "FailedNodes": dict.fromkeys(names, reason[0]), "Error": ""}
+
+    stub.policy = reject
+    core_v1.create_namespaced_pod(NS, gpu_pod("waits", scheduler_name=HAMI))
+    stub.wait_calls("filter", "waits")
+    # a node change brings it back (after its backoff): the same reason, then another one
+    core_v1.patch_node("n1", {"metadata": {"annotations": {"hami.io/node-handshake": "Requesting_2"}}})
+    stub.wait_calls("filter", "waits", count=2)
+    reason[0] = "CardInsufficientCore"
+    core_v1.patch_node("n1", {"metadata": {"annotations": {"hami.io/node-handshake": "Requesting_3"}}})
+    stub.wait_calls("filter", "waits", count=3)
+    scheduler.wait_for(lambda s: sum(d.pod == "default/waits" for d in s.decisions) == 3)
+    logged = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.INFO and r.getMessage().startswith("unschedulable default/waits")
+    ]
+    assert len(logged) == 2, logged
+    assert logged[0].endswith("1 CardInsufficientMemory.") and logged[1].endswith("1 CardInsufficientCore.")
 
 
 def test_extender_error_backs_off_and_retries_without_events(
