@@ -3,7 +3,7 @@
 The one generator for these targets (each ``api_pb2{.py,.pyi,_grpc.py}`` in the package that uses it):
 
 - ``deviceplugin``: ``proto/deviceplugin/v1beta1/api.proto`` -> ``hami_node/plugin/api/``
-- ``podresources``: ``proto/podresources/v1/api.proto`` -> ``hami_sim/kubelet/podresources/``
+- ``podresources``: ``proto/podresources/v1/api.proto`` -> ``hami_node/plugin/podresources/``
 - ``dra-v1``: ``proto/dra/v1/api.proto`` -> ``hami_node/dra/api/v1/``
 - ``dra-v1beta1``: ``proto/dra/v1beta1/api.proto`` -> ``hami_node/dra/api/v1beta1/``
 - ``pluginregistration``: ``proto/pluginregistration/v1/api.proto`` -> ``hami_node/dra/api/registration/``
@@ -50,7 +50,7 @@ class Target:
 
 TARGETS = (
     Target("deviceplugin", Path("proto/deviceplugin/v1beta1/api.proto"), Path("hami_node/plugin/api")),
-    Target("podresources", Path("proto/podresources/v1/api.proto"), Path("hami_sim/kubelet/podresources")),
+    Target("podresources", Path("proto/podresources/v1/api.proto"), Path("hami_node/plugin/podresources")),
     Target("dra-v1", Path("proto/dra/v1/api.proto"), Path("hami_node/dra/api/v1")),
     Target("dra-v1beta1", Path("proto/dra/v1beta1/api.proto"), Path("hami_node/dra/api/v1beta1")),
     Target(

@@ -16,7 +16,7 @@ GENERATED_FILES = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
 # (proto source, package directory of its stubs)
 TARGETS = {
     "deviceplugin": ("proto/deviceplugin/v1beta1/api.proto", "hami_node/plugin/api"),
-    "podresources": ("proto/podresources/v1/api.proto", "hami_sim/kubelet/podresources"),
+    "podresources": ("proto/podresources/v1/api.proto", "hami_node/plugin/podresources"),
     "dra-v1": ("proto/dra/v1/api.proto", "hami_node/dra/api/v1"),
     "dra-v1beta1": ("proto/dra/v1beta1/api.proto", "hami_node/dra/api/v1beta1"),
     "pluginregistration": ("proto/pluginregistration/v1/api.proto", "hami_node/dra/api/registration"),
@@ -105,4 +105,4 @@ def test_one_target_can_be_generated_alone(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
-    assert written == [f"hami_sim/kubelet/podresources/{name}" for name in sorted(GENERATED_FILES)]
+    assert written == [f"hami_node/plugin/podresources/{name}" for name in sorted(GENERATED_FILES)]
