@@ -30,6 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from hami_api import annotations as ann
 from hami_kube.blocking import ThreadedEventRecorder
 from hami_kube.client import component_user_agent
 from hami_kube.errors import KubeApiError, KubeConfigError
@@ -37,9 +38,17 @@ from hami_kube.events import EventSource
 from hami_node import kubeapi
 from hami_node.allocation import vgpu_dir
 from hami_node.cdi import CdiError, cdi_spec_writer, common_device_nodes
-from hami_node.config import ConfigError, HelpRequested, NodeConfig, OperatingMode, load_config
+from hami_node.config import (
+    POD_RESOURCES_AUTO,
+    ConfigError,
+    HelpRequested,
+    NodeConfig,
+    OperatingMode,
+    load_config,
+)
 from hami_node.devices import DeviceState, InventoryPublisher, filter_gpus
-from hami_node.dra.prepare import ClaimPreparer
+from hami_node.dra.claims import ClaimRef
+from hami_node.dra.prepare import ClaimPreparer, Outcome
 from hami_node.dra.publisher import SlicePublisher
 from hami_node.dra.server import DraPluginServers, DraServerError
 from hami_node.gpu import BackendConfigError, GPUBackend, GPUBackendKind, open_backend
@@ -55,6 +64,7 @@ from hami_node.monitor.loop import ContainerMonitor
 from hami_node.monitor.regions import RegionScanner, containers_dir
 from hami_node.monitor.simulate import DEFAULT_PRIORITY, ContainerSimulator, SimulatedDevice
 from hami_node.nvidia.daemon import NodeLabeler, NvidiaInitError, NvidiaPlugins
+from hami_node.plugin.kubelet_pods import KubeletPods
 from hami_node.plugin.manager import PluginManager, Restartable, install_signal_handlers
 from hami_node.plugin.server import MigSupport, PluginServer
 from hami_node.pods import PodTracker
@@ -121,6 +131,7 @@ def start_daemon(config: NodeConfig, *, observer_factory: ObserverFactory | None
         simulator = _simulator(config)
         metrics = NodeMetrics(config.node_name, on_container=None if simulator is None else simulator[1])
         kube.on_error = metrics.api_error
+        metrics.watch_daemon(gpus=state.gpus, fenced=lambda: state.fenced)
         metrics.add_collector(
             GPUCollector(config.node_name, state.gpus, backend.usage, legacy=config.legacy_metrics)
         )
@@ -231,24 +242,49 @@ def _mig_parts(parts: _Common) -> tuple[MigSupport | None, list[Step]]:
     return MigSupport(manager, kube, reconciler), [("MIG instances", start, reconciler.stop)]
 
 
+def _kubelet_pods(config: NodeConfig) -> KubeletPods | None:
+    """kubelet's PodResources API, read to tell which pod kubelet admits (`--pod-resources-socket`):
+    "auto" takes the socket next to kubelet's device-plugin directory when it is there now."""
+    value = config.pod_resources_socket
+    if not value:
+        log.info(
+            "kubelet's PodResources API is not read: pods asking as many GPUs are bound here one at a time"
+        )
+        return None
+    path = config.pod_resources_auto_path if value == POD_RESOURCES_AUTO else Path(value)
+    if value == POD_RESOURCES_AUTO and not path.is_socket():
+        log.info(
+            "no kubelet PodResources socket at %s: pods asking as many GPUs are bound here one at a time "
+            "(mount it, or name it with --pod-resources-socket)",
+            path,
+        )
+        return None
+    log.info("kubelet's PodResources API at %s tells which pod kubelet admits", path)
+    return KubeletPods(path, config.resource_name, timeout_s=max(config.allocate_wait_seconds, 1.0))
+
+
 def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
     config, kube, state, events = parts.config, parts.kube, parts.state, parts.events
     observer_factory = parts.observer_factory
+    kubelet = _kubelet_pods(config)
     tracker = PodTracker(
         config.node_name,
         kube,
         events=events,
         read_timeout_s=config.allocate_wait_seconds,
         resource_name=config.resource_name,
+        kubelet=kubelet,
     )
     watch = kubeapi.watch_node_pods(kube.bridge, config.node_name, tracker, start=False)
     topology = partial(read_pair_scores, parts.backend) if config.enable_topology_score else None
+    identification = ann.NODE_POD_IDENTIFICATION_PODRESOURCES if kubelet is not None else None
     reporter = NodeReporter(
         kube,
         config.node_name,
         check_interval_s=config.register_interval_seconds,
         topology=topology,
         events=events.with_source(EventSource(REPORTER_EVENT_SOURCE)),
+        fixed={ann.NODE_POD_IDENTIFICATION: identification},
     )
     publisher = InventoryPublisher(state, reporter)
     metrics = parts.metrics
@@ -268,6 +304,7 @@ def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
             server_factory=factory,
         )
     daemon = NodeDaemon(config, plugin)
+    metrics.watch_daemon(registered=lambda: plugin.registered)
     if config.health_bind is not None:
         daemon.health_endpoint = _health_endpoint(config, plugin, reporter, {"/metrics": metrics.render})
     scanner = RegionScanner(containers_dir(vgpu_dir(config)))
@@ -296,6 +333,8 @@ def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
     def stop_tracker() -> None:
         tracker.flush(2.0)  # let the last bind-phase patches out
         tracker.stop()
+        if kubelet is not None:
+            kubelet.close()
 
     steps: list[Step] = [
         ("kubernetes client", lambda: None, kube.close),
@@ -322,6 +361,27 @@ def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
     return daemon, steps
 
 
+class CountedPreparer(ClaimPreparer):
+    """The claim preparer, telling `counted(ok, failed)` how each call's claims were answered (for
+    `hami_node_dra_prepare_claims_total`); a call that raises counts every claim failed (kubelet gets
+    the error)."""
+
+    counted: Callable[[int, int], None] | None = None
+
+    def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
+        counted = self.counted
+        try:
+            outcomes = super().prepare(refs)
+        except Exception:
+            if counted is not None:
+                counted(0, len({ref.uid for ref in refs}))
+            raise
+        if counted is not None:
+            failed = sum(1 for outcome in outcomes.values() if outcome.claim is None)
+            counted(len(outcomes) - failed, failed)
+        return outcomes
+
+
 def _dra_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
     """DRA mode (see the module docstring). A node spec a device-plugin run with CDI left is removed
     (`cdi_spec_writer` without a CDI strategy); the claims' specs are the preparer's."""
@@ -329,7 +389,7 @@ def _dra_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
     observer_factory = parts.observer_factory
     cdi_spec_writer(state, config.cdi_spec_dir, exists, enabled=False)
     license_file = os.path.join(config.hook_path, "vgpu", "license")
-    preparer = ClaimPreparer(
+    preparer = CountedPreparer(
         config,
         state.gpus,
         kube,
@@ -354,6 +414,8 @@ def _dra_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
             config, state, preparer, observer_factory=observer_factory, partitions=publisher.partitions
         )
     daemon = NodeDaemon(config, servers)
+    preparer.counted = parts.metrics.claims_prepared
+    parts.metrics.watch_daemon(registered=lambda: servers.registered, dra=True)
     if config.health_bind is not None:
         pages: dict[str, Page] = {"/metrics": parts.metrics.render}
         daemon.health_endpoint = _dra_health_endpoint(config, servers, publisher, pages)
@@ -385,6 +447,7 @@ def _nvidia_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
     )
     labeler = NodeLabeler(kube, config.node_name, plugins)
     daemon = NodeDaemon(config, plugins)
+    parts.metrics.watch_daemon(registered=lambda: plugins.registered)
     if config.health_bind is not None:
         daemon.health_endpoint = HealthServer(
             config.health_bind.host,

@@ -39,7 +39,17 @@ xid} (every Xid event, acted on or not; an event for all GPUs counts on each); t
 {result}, `hami_node_list_and_watch_updates_total`, `hami_node_kube_api_errors_total` {verb, code: the
 HTTP status, 0 when none came back}, `hami_node_priority_feedback_writes_total` {field:
 recent_kernel|utilization_switch}, `hami_node_shared_regions` {state: decoded|refused} (the region
-files seen at the last scrape).
+files seen at the last scrape); the daemon's state for alerts (`watch_daemon`): `hami_node_fenced` (1
+while NVML fails and every GPU is withdrawn), `hami_node_kubelet_registered` (1 while registered with
+kubelet), and in DRA mode `hami_node_dra_prepare_claims_total` {result: success|failure} (claims
+NodePrepareResources answered).
+
+**Every counter and histogram exists from start-up at zero** for every label set known then (each
+`result`, each feedback `field`), so Prometheus sees the first event as an increase: a series that
+appears at 1 has no earlier sample, and `increase()` and `rate()` count nothing for it. Xid codes are not
+known in advance: the first Xid of a code creates that code's series on every GPU of the node at zero
+(so a later one on another GPU counts); the first one of a code on the node appears at 1, which the
+dashboard's Xid panel and the Xid alert count with `unless ... offset` (docs/observability.md).
 """
 
 from __future__ import annotations
@@ -130,6 +140,12 @@ LEGACY_CONTAINER_SPECS: tuple[Spec, ...] = (
     ("Device_utilization_desc_of_container", "Container device utilization description", _L, True),
     ("Device_last_kernel_of_container", "Container device last kernel description", _L, True),
 )
+
+FEEDBACK_FIELDS = {
+    RegionField.RECENT_KERNEL: "recent_kernel",
+    RegionField.UTILIZATION_SWITCH: "utilization_switch",
+}
+"""The `field` label of `hami_node_priority_feedback_writes_total`, per region field the feedback writes."""
 
 ALLOCATE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -297,10 +313,35 @@ class ContainerCollector(Collector):
                     out.add("Device_last_kernel_of_container", labels, elapsed)
 
 
+class DaemonStateCollector(Collector):
+    """The daemon's state the alerts read, at scrape time: fenced (NVML failing) and registered with
+    kubelet; each gauge only once `NodeMetrics.watch_daemon` gave its source."""
+
+    def __init__(self) -> None:
+        self.fenced: Callable[[], str | None] | None = None
+        self.registered: Callable[[], bool] | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        if self.fenced is not None:
+            yield GaugeMetricFamily(
+                "hami_node_fenced",
+                "1 while NVML fails and the node's GPUs are withdrawn (fenced)",
+                value=1.0 if self.fenced() is not None else 0.0,
+            )
+        if self.registered is not None:
+            yield GaugeMetricFamily(
+                "hami_node_kubelet_registered",
+                "1 while the daemon's plugin is registered with kubelet",
+                value=1.0 if self.registered() else 0.0,
+            )
+
+
 class NodeMetrics:
     """The node's metrics registry and the daemon-health instruments (a `ports.PluginObserver`).
     `add_gpus` / `add_containers` register the scrape-time collectors; `render()` is the /metrics body.
-    `on_container` is called for each container Allocate answered (the fake backend's simulator)."""
+    `on_container` is called for each container Allocate answered (the fake backend's simulator).
+    Every counter and histogram is created at zero for each label set known at start-up (module
+    docstring)."""
 
     def __init__(
         self, node: str, *, on_container: Callable[[AllocatedContainer], None] | None = None
@@ -350,9 +391,44 @@ class NodeMetrics:
             "Container directories removed because their pod has been gone from the node for 5 minutes",
             registry=self.registry,
         )
+        self.dra_prepared = Counter(
+            "hami_node_dra_prepare_claims",
+            "Claims NodePrepareResources answered (DRA mode), by result",
+            ["result"],
+            registry=self.registry,
+        )
+        self._state = DaemonStateCollector()
+        self.registry.register(self._state)
+        self._gpu_uuids: Callable[[], Sequence[str]] = tuple
+        self._xid_codes: set[str] = set()
         for result in ("success", "failure"):
             self.registrations.labels(result)
+            self.allocate_seconds.labels(result)
+        for field in FEEDBACK_FIELDS.values():
+            self.feedback_writes.labels(field)
         self.list_and_watch_updates.inc(0)
+
+    def watch_daemon(
+        self,
+        *,
+        gpus: Callable[[], Sequence[GPUStatus]] | None = None,
+        fenced: Callable[[], str | None] | None = None,
+        registered: Callable[[], bool] | None = None,
+        dra: bool = False,
+    ) -> None:
+        """What the daemon is made of, once built: its GPUs (`DeviceState.gpus`: each Xid code seen gets
+        a series on each of them), why it is fenced (`DeviceState.fenced`), whether it is registered with
+        kubelet (the plugin's `registered`), and whether it runs in DRA mode (the Prepare counter's
+        results at zero)."""
+        if gpus is not None:
+            self._gpu_uuids = lambda: [gpu.info.uuid for gpu in gpus()]
+        if fenced is not None:
+            self._state.fenced = fenced
+        if registered is not None:
+            self._state.registered = registered
+        if dra:
+            for result in ("success", "failure"):
+                self.dra_prepared.labels(result)
 
     def add_collector(self, collector: Collector) -> None:
         self.registry.register(collector)
@@ -385,15 +461,27 @@ class NodeMetrics:
         self.api_errors.labels(verb, str(code)).inc()
 
     def xid(self, uuid: str, code: int) -> None:
-        self.xid_errors.labels(self.node, uuid, str(code)).inc()
+        xid = str(code)
+        with self._lock:
+            if xid not in self._xid_codes:
+                self._xid_codes.add(xid)
+                for other in self._gpu_uuids():
+                    self.xid_errors.labels(self.node, other, xid)
+        self.xid_errors.labels(self.node, uuid, xid).inc()
+
+    def claims_prepared(self, ok: int, failed: int) -> None:
+        """One NodePrepareResources call: `ok` claims prepared, `failed` answered with an error."""
+        if ok:
+            self.dra_prepared.labels("success").inc(ok)
+        if failed:
+            self.dra_prepared.labels("failure").inc(failed)
 
     def container_dirs_removed(self, count: int) -> None:
         self.stale_dirs_removed.inc(count)
 
     def feedback_written(self, writes: Sequence[FieldWrite]) -> None:
         for write in writes:
-            name = "recent_kernel" if write.field is RegionField.RECENT_KERNEL else "utilization_switch"
-            self.feedback_writes.labels(name).inc()
+            self.feedback_writes.labels(FEEDBACK_FIELDS[write.field]).inc()
 
 
 __all__ = [
@@ -401,6 +489,7 @@ __all__ = [
     "HAMI_HOST_FAMILIES",
     "LEGACY_FAMILIES",
     "ContainerCollector",
+    "DaemonStateCollector",
     "GPUCollector",
     "NodeMetrics",
     "device_type",

@@ -3,15 +3,21 @@ the daemon-health instruments, and the fake backend's simulated containers."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from hami_kube.errors import KubeApiError
+from hami_node.config import load_config
 from hami_node.devices import GPUStatus
+from hami_node.dra.claims import ClaimRef
 from hami_node.gpu.backend import GPUFailed, GPUNotFound, GPUUsage
 from hami_node.gpu.fake import FakeBackend
 from hami_node.gpu.inventory import generate_inventory
+from hami_node.main import CountedPreparer
 from hami_node.monitor.exporter import ContainerCollector, GPUCollector, NodeMetrics
 from hami_node.monitor.feedback import FieldWrite
 from hami_node.monitor.region import (
@@ -61,11 +67,9 @@ def usage(uuid: str) -> GPUUsage:
 
 def test_per_gpu_families_carry_hami_s_names_labels_and_zone_and_ours_the_rest() -> None:
     metrics = NodeMetrics("node-1")
-    metrics.add_collector(
-        GPUCollector(
-            "node-1", lambda: [gpu_status(0, GPU_A), gpu_status(1, GPU_B, False)], usage, legacy=True
-        )
-    )
+    gpus = [gpu_status(0, GPU_A), gpu_status(1, GPU_B, False)]
+    metrics.add_collector(GPUCollector("node-1", lambda: gpus, usage, legacy=True))
+    metrics.watch_daemon(gpus=lambda: gpus)
     metrics.xid(GPU_B, 79)
     content_type, body = metrics.render()
     assert content_type.startswith("text/plain")
@@ -83,7 +87,8 @@ def test_per_gpu_families_carry_hami_s_names_labels_and_zone_and_ours_the_rest()
     assert got["hami_node_gpu_healthy"] == [(labels, 1.0), (b, 0.0)]
     assert got["hami_node_gpu_memory_total_bytes"] == [(labels, 15360 * MIB), (b, 15360 * MIB)]
     assert got["hami_node_gpu_xid_errors_total"] == [
-        ({"node": "node-1", "device_uuid": GPU_B, "xid": "79"}, 1.0)
+        ({"node": "node-1", "device_uuid": GPU_A, "xid": "79"}, 0.0),
+        ({"node": "node-1", "device_uuid": GPU_B, "xid": "79"}, 1.0),
     ]
 
 
@@ -185,6 +190,101 @@ def test_daemon_health_instruments() -> None:
     }
     assert got["hami_node_list_and_watch_updates_total"] == [({}, 2)]
     assert got["hami_node_kube_api_errors_total"] == [({"verb": "patch", "code": "409"}, 1)]
+
+
+def test_every_counter_and_histogram_starts_at_zero_for_each_label_set_known_at_start_up() -> None:
+    got = samples(NodeMetrics("n").render()[1])
+    counts = {d["result"]: v for d, v in got["hami_node_allocate_duration_seconds_count"]}
+    assert counts == {"success": 0, "failure": 0}
+    assert dict((d["result"], v) for d, v in got["hami_node_registrations_total"]) == {
+        "success": 0,
+        "failure": 0,
+    }
+    writes = {d["field"]: v for d, v in got["hami_node_priority_feedback_writes_total"]}
+    assert writes == {"recent_kernel": 0, "utilization_switch": 0}
+    assert got["hami_node_list_and_watch_updates_total"] == [({}, 0)]
+    assert got["hami_node_stale_container_dirs_removed_total"] == [({}, 0)]
+    # No GPU given yet, no Xid seen, not in DRA mode: no series of those.
+    assert "hami_node_gpu_xid_errors_total" not in got
+    assert "hami_node_dra_prepare_claims_total" not in got
+
+
+def test_the_first_xid_of_a_code_puts_that_code_on_every_gpu_at_zero_so_the_next_gpu_s_first_counts() -> None:
+    metrics = NodeMetrics("n")
+    metrics.watch_daemon(gpus=lambda: [gpu_status(0, GPU_A), gpu_status(1, GPU_B)])
+    metrics.xid(GPU_B, 79)
+
+    def xids() -> dict[tuple[str, str], float]:
+        got = samples(metrics.render()[1])
+        return {(d["device_uuid"], d["xid"]): v for d, v in got["hami_node_gpu_xid_errors_total"]}
+
+    assert xids() == {(GPU_A, "79"): 0, (GPU_B, "79"): 1}
+    metrics.xid(GPU_A, 79)
+    metrics.xid(GPU_A, 48)
+    assert xids() == {(GPU_A, "79"): 1, (GPU_B, "79"): 1, (GPU_A, "48"): 1, (GPU_B, "48"): 0}
+
+
+def test_daemon_state_gauges_say_fenced_and_registered_with_kubelet_at_each_scrape() -> None:
+    metrics = NodeMetrics("n")
+    fenced: list[str | None] = [None]
+    registered = [False]
+    metrics.watch_daemon(fenced=lambda: fenced[0], registered=lambda: registered[0])
+
+    def state() -> tuple[float, float]:
+        got = samples(metrics.render()[1])
+        return got["hami_node_fenced"][0][1], got["hami_node_kubelet_registered"][0][1]
+
+    assert state() == (0, 0)
+    fenced[0], registered[0] = "NVML: driver not loaded", True
+    assert state() == (1, 1)
+
+
+def test_dra_prepare_claims_are_counted_by_result_from_zero_in_dra_mode() -> None:
+    metrics = NodeMetrics("n")
+    metrics.watch_daemon(dra=True)
+
+    def prepared() -> dict[str, float]:
+        got = samples(metrics.render()[1])
+        return {d["result"]: v for d, v in got["hami_node_dra_prepare_claims_total"]}
+
+    assert prepared() == {"success": 0, "failure": 0}
+    metrics.claims_prepared(2, 1)
+    metrics.claims_prepared(0, 1)
+    assert prepared() == {"success": 2, "failure": 2}
+
+
+class _Claims:
+    """A claim source that cannot find a claim, or fails as a bug would (`error`)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def get_resource_claim(self, namespace: str, name: str) -> Mapping[str, Any]:
+        raise self.error
+
+    def get_pod(self, namespace: str, name: str) -> Mapping[str, Any]:
+        raise self.error
+
+
+def test_the_daemon_s_dra_preparer_counts_each_claim_it_answered_with_an_error_and_a_call_that_raised(
+    tmp_path: Path,
+) -> None:
+    config = load_config(
+        ["--node-name", "n1", "--mode", "dra", "--kubelet-plugins-dir", str(tmp_path / "plugins"),
+         "--cdi-spec-dir", str(tmp_path / "cdi"), "--hook-path", str(tmp_path / "hook")],
+        {},
+        lambda p: "",
+    )  # fmt: skip
+    counted: list[tuple[int, int]] = []
+    refs = [ClaimRef("default", "a", "aaaaaaaa-0000-4000-8000-000000000001")]
+    missing = CountedPreparer(config, tuple, _Claims(KubeApiError(404, "NotFound", "not found")))
+    missing.counted = lambda ok, failed: counted.append((ok, failed))
+    assert missing.prepare(refs)[refs[0].uid].error
+    broken = CountedPreparer(config, tuple, _Claims(RuntimeError("bug")))
+    broken.counted = missing.counted
+    with pytest.raises(RuntimeError):
+        broken.prepare(refs * 2)
+    assert counted == [(0, 1), (0, 1)]
 
 
 class Clock:
