@@ -250,6 +250,8 @@ class InvariantChecker:
         self.passes = 0
         self.skipped_passes = 0
         """Passes that could not read the API server or a kubelet directory (logged, not counted)."""
+        self.final_snapshot: Snapshot | None = None
+        """What `final_check` read last (the cluster at the end of a run)."""
         self.kubelet_disagreements = 0
         """At the final check: started vendor containers whose kubelet device IDs name other devices than
         their pod's annotation (`vendor_invariants.kubelet_device_disagreements`; not a violation)."""
@@ -324,6 +326,7 @@ class InvariantChecker:
             first, second = (self._findings(s, final=True) for s in reads)
             confirmed = [self._confirm(first[k], v) for k, v in second.items() if k in first]
             self._previous = {}
+            self.final_snapshot = reads[-1]
             return self._report(confirmed)
 
     def counts(self) -> dict[str, int]:

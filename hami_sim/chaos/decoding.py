@@ -79,6 +79,9 @@ class Gpu:
     devcore: int
     """Percent of the SMs HAMi hands out on it (100 x core scaling)."""
     healthy: bool = True
+    model: str = ""
+    """Its type as registered (NVML's name, e.g. `NVIDIA-A100-SXM4-40GB`): what `nvidia.com/use-gputype`
+    matches."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,7 @@ def _json_register(text: str) -> tuple[Gpu, ...]:
                 _int_field(item, "devmem", where),
                 _int_field(item, "devcore", where),
                 health,
+                str(item.get("type") or ""),
             )
         )
     return tuple(gpus)
@@ -154,6 +158,7 @@ def _legacy_register(text: str) -> tuple[Gpu, ...]:
                 _legacy_int(fields[2], "devmem", where),
                 _legacy_int(fields[3], "devcore", where),
                 fields[6].lower() == "true",
+                fields[4],
             )
         )
     return tuple(gpus)

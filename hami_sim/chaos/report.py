@@ -83,10 +83,23 @@ class LostPod:
     why: str
     vendor: str = "nvidia"
     """Whose devices it asked."""
+    path: str = ""
+    """device-plugin or dra."""
+    room: bool | None = None
+    """Whether the cluster had room for it at the end (`hami_sim.chaos.capacity`): True, a real loss;
+    False, a wait (the cluster was full for what it asks); None, not known."""
+    room_detail: str = ""
 
     def to_data(self) -> dict[str, Any]:
         return {"namespace": self.namespace, "name": self.name, "phase": self.phase, "why": self.why,
-                "vendor": self.vendor}  # fmt: skip
+                "vendor": self.vendor, "path": self.path, "roomAtEnd": self.room,
+                "roomDetail": self.room_detail}  # fmt: skip
+
+    @property
+    def verdict(self) -> str:
+        if self.room is None:
+            return "room at the end not known"
+        return "a real loss: " if self.room else "a wait: "
 
 
 VENDOR_COUNTS = ("created", "refused", "deleted", "succeeded", "running", "failed", "lost")
@@ -124,6 +137,10 @@ class ChaosReport:
     """The first `EVIDENCE_PER_KIND` violations of each kind."""
     running_with_faults: LatencySummary = field(default_factory=lambda: LatencySummary.of(()))
     running_without_faults: LatencySummary = field(default_factory=lambda: LatencySummary.of(()))
+    running_by_path: dict[str, LatencySummary] = field(default_factory=dict)
+    """Time to Running of every pod, per path (device-plugin, dra)."""
+    whole_gpu_by_path: dict[str, LatencySummary] = field(default_factory=dict)
+    """Time to Running of the pods that ask whole GPUs (a GPU alone or all its cores), per path."""
     checker_passes: int = 0
     notes: list[str] = field(default_factory=list)
     vendors: list[str] = field(default_factory=list)
@@ -175,6 +192,8 @@ class ChaosReport:
                 "running": self.running,
                 "failed": dict(sorted(self.failed.items())),
                 "lost": len(self.lost),
+                "lostWithRoomAtEnd": sum(p.room is True for p in self.lost),
+                "lostWaitingForRoom": sum(p.room is False for p in self.lost),
                 "lostPods": [p.to_data() for p in self.lost],
                 "byVendor": {v: dict(c) for v, c in sorted(self.by_vendor.items())},
             },
@@ -194,6 +213,8 @@ class ChaosReport:
             "timeToRunning": {
                 "withFaults": self.running_with_faults.to_data(),
                 "withoutFaults": self.running_without_faults.to_data(),
+                "byPath": {p: s.to_data() for p, s in sorted(self.running_by_path.items())},
+                "wholeGpuByPath": {p: s.to_data() for p, s in sorted(self.whole_gpu_by_path.items())},
             },
             "notes": list(self.notes),
         }
@@ -216,10 +237,18 @@ class ChaosReport:
             lines.append(f"  creates retried after a transient refusal: {self.create_retries}")
         if self.failed:
             lines.append("  Failed (with a reason): " + _counts(self.failed))
-        lines.append(f"  lost: {len(self.lost)}")
+        lost = f"  lost: {len(self.lost)}"
+        if self.lost:
+            real = sum(p.room is True for p in self.lost)
+            waits = sum(p.room is False for p in self.lost)
+            lost += f" ({real} with room for them at the end: real losses; {waits} with none: waits)"
+        lines.append(lost)
         for pod in self.lost[:LOST_SHOWN]:
             vendor = f" ({pod.vendor})" if self.vendors else ""
-            lines.append(f"    {pod.namespace}/{pod.name}{vendor}: {pod.phase}: {pod.why}")
+            path = f" [{pod.path}]" if pod.path else ""
+            lines.append(f"    {pod.namespace}/{pod.name}{vendor}{path}: {pod.phase}: {pod.why}")
+            if pod.room is not None:
+                lines.append(f"      {pod.verdict}{pod.room_detail}")
         if len(self.lost) > LOST_SHOWN:
             lines.append(f"    ... and {len(self.lost) - LOST_SHOWN} more (see the JSON report)")
         lines += ["", f"faults injected: {sum(self.faults.values())}"]
@@ -242,6 +271,10 @@ class ChaosReport:
             f"  created while a fault was active: {self.running_with_faults.text()}",
             f"  created with no fault active:     {self.running_without_faults.text()}",
         ]
+        for path, summary in sorted(self.running_by_path.items()):
+            lines.append(f"  {path + ' path:':<34}{summary.text()}")
+        for path, summary in sorted(self.whole_gpu_by_path.items()):
+            lines.append(f"  {'whole GPUs, ' + path + ':':<34}{summary.text()}")
         if self.vendors:
             lines += ["", "pods by vendor"]
             for vendor, counts in sorted(self.by_vendor.items()):

@@ -45,6 +45,7 @@ from hami_api.annotations import BIND_PHASE
 from hami_kube.blocking import BlockingKubeApi
 from hami_kube.client import JSONDict
 from hami_kube.errors import KubeApiError
+from hami_sim.chaos.capacity import room_for
 from hami_sim.chaos.report import ChaosReport, LatencySummary, LostPod, ViolationSummary
 from hami_sim.chaos.schedule import (
     API_KINDS,
@@ -877,6 +878,33 @@ class ChaosRun:
             f"violations {self.report.violation_count}",
         )
 
+    def _weigh_room(self, api: BlockingKubeApi, lost: list[LostPod]) -> list[LostPod]:
+        """Each lost pod with whether the cluster had room for it at the end (`capacity.room_for`, on
+        what the checker's final check read): a real loss, or a wait for a cluster that was full."""
+        snapshot = getattr(self._checker, "final_snapshot", None)
+        if not lost or snapshot is None:
+            return lost
+        classes: list[dict[str, Any]] = []
+        if self.spec.dra_nodes:
+            try:
+                classes = api.get("/apis/resource.k8s.io/v1/deviceclasses", timeout_s=30.0).get("items") or []
+            except KubeApiError as exc:
+                self.report.notes.append(f"room of the lost pods not weighed: deviceclasses: {exc}")
+                return lost
+        pods = {
+            (str((p.get("metadata") or {}).get("namespace")), str((p.get("metadata") or {}).get("name"))): p
+            for p in snapshot.pods
+        }
+        weighed = []
+        for pod in lost:
+            found = pods.get((pod.namespace, pod.name))
+            if found is None:
+                weighed.append(replace(pod, room_detail="gone from the API server at the end"))
+                continue
+            room = room_for(found, snapshot, classes)
+            weighed.append(replace(pod, room=room.room, room_detail=room.detail))
+        return weighed
+
     def _finish(self, api: BlockingKubeApi) -> None:
         report = self.report
         report.duration_s = self.clock() - self.t0
@@ -892,6 +920,8 @@ class ChaosRun:
             )
         with_faults: list[float] = []
         without: list[float] = []
+        by_path: dict[str, list[float]] = {}
+        whole_by_path: dict[str, list[float]] = {}
         for t in self.tracker.snapshot():
             if t.refused:
                 word = t.refused
@@ -902,9 +932,11 @@ class ChaosRun:
                 continue
             report.count_vendor(t.plan.vendor, "created")
             if t.running_at is not None and t.running_at >= t.created_at:
-                (with_faults if self.faults.active_at(t.created_at) else without).append(
-                    t.running_at - t.created_at
-                )
+                took = t.running_at - t.created_at
+                (with_faults if self.faults.active_at(t.created_at) else without).append(took)
+                by_path.setdefault(t.plan.path, []).append(took)
+                if asks_whole_gpus(t.plan):
+                    whole_by_path.setdefault(t.plan.path, []).append(took)
             if t.deleted_by_run:
                 report.deleted += 1
                 report.count_vendor(t.plan.vendor, "deleted")
@@ -925,12 +957,17 @@ class ChaosRun:
                 if t.bind_phase:
                     why += f" (bind-phase {t.bind_phase})"
                 report.lost.append(
-                    LostPod(t.plan.namespace, t.plan.name, t.phase or "unknown", why, t.plan.vendor)
+                    LostPod(
+                        t.plan.namespace, t.plan.name, t.phase or "unknown", why, t.plan.vendor, t.plan.path
+                    )
                 )
                 report.count_vendor(t.plan.vendor, "lost")
         report.pods_created = sum(1 for t in self.tracker.snapshot() if t.created_at is not None)
         report.running_with_faults = LatencySummary.of(with_faults)
         report.running_without_faults = LatencySummary.of(without)
+        report.running_by_path = {path: LatencySummary.of(v) for path, v in by_path.items()}
+        report.whole_gpu_by_path = {path: LatencySummary.of(v) for path, v in whole_by_path.items()}
+        report.lost = self._weigh_room(api, report.lost)
         disagreements = getattr(self._checker, "kubelet_disagreements", 0)
         if disagreements:
             report.notes.append(
@@ -938,6 +975,17 @@ class ChaosRun:
                 "their pod's annotation (the vendors' plugins offer no GetPreferredAllocation and answer "
                 "Allocate from the annotation): not a violation"
             )
+
+
+def asks_whole_gpus(plan: PodPlan) -> bool:
+    """A pod asking whole GPUs: a GPU alone (`exclusive`) or all the cores of its GPUs (100)."""
+    if plan.kind == "exclusive":
+        return True
+    containers = (plan.body.get("spec") or {}).get("containers") or ()
+    return any(
+        str(((c.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpucores")) == "100"
+        for c in containers
+    )
 
 
 def _transient(exc: KubeApiError) -> bool:

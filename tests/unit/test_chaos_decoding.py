@@ -57,7 +57,7 @@ def _unique(gpus: list[GPUInfo]) -> bool:
 
 
 def _expected(gpus: list[GPUInfo]) -> tuple[D.Gpu, ...]:
-    return tuple(D.Gpu(g.id, g.count, g.devmem, g.devcore, g.health) for g in gpus)
+    return tuple(D.Gpu(g.id, g.count, g.devmem, g.devcore, g.health, g.type) for g in gpus)
 
 
 @given(st.lists(gpu_json, max_size=4).filter(_unique))

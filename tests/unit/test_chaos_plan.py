@@ -170,7 +170,21 @@ def sample_report() -> ChaosReport:
     )
     report.running_with_faults = LatencySummary.of([1.0, 2.0, 9.0])
     report.running_without_faults = LatencySummary.of([0.5, 0.7])
-    report.lost = [LostPod("chaos-dp", "c00001-mem", "Pending", "Unschedulable: 0/6 nodes")]
+    report.running_by_path = {"device-plugin": LatencySummary.of([1.0]), "dra": LatencySummary.of([2.0])}
+    report.whole_gpu_by_path = {"dra": LatencySummary.of([4.0, 6.0])}
+    report.lost = [
+        LostPod("chaos-dp", "c00001-mem", "Pending", "Unschedulable: 0/6 nodes"),
+        LostPod(
+            "chaos-dra",
+            "c00002-exclusive",
+            "Pending",
+            "Unschedulable",
+            "nvidia",
+            "dra",
+            False,
+            "no node had room",
+        ),
+    ]
     return report
 
 
@@ -180,7 +194,9 @@ def test_report_renders_every_figure_in_text_and_json() -> None:
     text = report.render_text()
     for expected in (
         "seed 4",
-        "FAIL: 5 violations, 1 pods lost",
+        "FAIL: 5 violations, 2 pods lost",
+        "lost: 2 (0 with room for them at the end: real losses; 1 with none: waits)",
+        "chaos-dra/c00002-exclusive [dra]: Pending: Unschedulable\n      a wait: no node had room",
         "refused at creation: GPU quota exceeded 10",
         "Failed (with a reason): UnexpectedAdmissionError 1",
         "chaos-dp/c00001-mem: Pending: Unschedulable: 0/6 nodes",
@@ -189,6 +205,8 @@ def test_report_renders_every_figure_in_text_and_json() -> None:
         "gpu-over-memory            5",
         "created while a fault was active: p50 2.00 s, p99 9.00 s, max 9.00 s (3 pods)",
         "created with no fault active:     p50 0.50 s, p99 0.70 s",
+        "dra path:                         p50 2.00 s",
+        "whole GPUs, dra:                  p50 4.00 s, p99 6.00 s",
     ):
         assert expected in text, expected
     assert text.count("[gpu-over-memory]") == 3  # the first few pieces of evidence, all counted
@@ -196,7 +214,10 @@ def test_report_renders_every_figure_in_text_and_json() -> None:
     assert data["ok"] is False and data["seed"] == 4
     assert data["violations"]["byKind"] == {"gpu-over-memory": 5}
     assert len(data["violations"]["evidence"]) == 3
-    assert data["pods"]["lost"] == 1 and data["pods"]["refusedAtCreation"] == {"GPU quota exceeded": 10}
+    assert data["pods"]["lost"] == 2 and data["pods"]["refusedAtCreation"] == {"GPU quota exceeded": 10}
+    assert data["pods"]["lostWaitingForRoom"] == 1 and data["pods"]["lostWithRoomAtEnd"] == 0
+    assert data["pods"]["lostPods"][1]["roomAtEnd"] is False
+    assert data["timeToRunning"]["wholeGpuByPath"]["dra"]["count"] == 2
     assert data["faults"]["total"] == 4 and data["faults"]["apiServerInjected"] == {"conflict": 17}
     assert data["timeToRunning"]["withFaults"]["p99Seconds"] == 9.0
 
