@@ -124,6 +124,14 @@ class ControlPlane:
             raise StartupError(str(exc)) from None
         self.caches = caches = ClusterCaches(self.api, config)
         self._wire_extender(self.api, caches)
+        if self.reloader is not None and self.metrics is not None:
+            reloader = self.reloader
+
+            def expiry() -> float | None:
+                current = reloader.current
+                return None if current is None else current.not_after.timestamp()
+
+            self.metrics.watch_certificate(expiry)
         caches.start()
         health_routes(self.routes, caches.readiness)
         if caches.templates is not None:
@@ -223,6 +231,7 @@ class ControlPlane:
         )
 
         caches.pods.add_listener(binder.pod_event)
+        caches.pods.add_listener(metrics.allocating.pod_event)
         caches.gpu_nodes.hooks.append(binder.node_changed)
         caches.gpu_nodes.hooks.append(InventoryProblems(caches.gpus, events))
         self._learn_mix(caches, extender, metrics, configured)
@@ -230,6 +239,9 @@ class ControlPlane:
 
         if config.election.enabled:
             self._start_election(api, caches, binder)
+            elector = self.elector
+            assert elector is not None
+            metrics.watch_leader(lambda: elector.leading)
 
         extender_routes(
             self.routes, extender, gate=extender_gate(self.elector, caches.readiness), cpu_verbs=extender
