@@ -70,7 +70,19 @@ mix in use: one series per shape, `shape` as `--fragmentation-mix` writes it, e.
 from). Label
 values from callers are bounded: a reason is cut at its first ":" (so `node unregistered: <why>` counts
 as `node unregistered`) and each counter keeps at most `MAX_LABEL_VALUES` distinct values, folding the
-rest into `other`.
+rest into `other` (the values known at start-up, below, are kept besides those).
+
+For the alerts: `hami_control_leader` (1 on the replica that leads the extender; 1 without leader
+election), `hami_control_certificate_expiry_timestamp_seconds` (the serving certificate's notAfter, Unix
+seconds; only with TLS), `hami_scheduler_allocating_pods` and, per such pod,
+`hami_scheduler_allocating_pod_bind_timestamp_seconds{namespace, node, pod}` (its `hami.io/bind-time`):
+the pods bound and still waiting for their node daemon (`hami.io/bind-phase: allocating`), from the pod
+store's events (`AllocatingPods`).
+
+**Every counter exists from start-up at zero** for each label value known then (`BIND_OUTCOMES`,
+`FILTER_REASONS`, `allowed` true and false; the histograms have no labels), so Prometheus sees the first
+event as an increase: a series that appears at 1 has no earlier sample, and `increase()` and `rate()`
+count nothing for it.
 
 **Cost and threads.** The cache is not thread-safe: `snapshot()`, `render()` without a snapshot, and a
 scrape of `registry` must run on the cache's owner (the event loop). `render()` writes the cluster
@@ -97,12 +109,18 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from hami_api.annotations import BIND_PHASE, BIND_TIME, decode_unix_time
+from hami_api.errors import WireFormatError
 from hami_api.resources import ResourceNames
+from hami_api.types import BindPhase
 from hami_control.cache import CacheStats, ClusterCache, PodHolding
 from hami_control.connections import ConnectionLimits, ConnectionStats
 from hami_control.devices.base import Vendor
+from hami_control.extender import NOT_LEAST_FRAGMENTING_WORD, UNREGISTERED_WORD
+from hami_control.fit import Reason
 from hami_control.frag import DEFAULT_MIX
 from hami_control.frag_mix import MixInUse, MixSource, shape_label
+from hami_control.pod_store import PodRecord
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.status.vendors import NVIDIA_FAMILY, VendorFamilies
 from hami_control.usage import NodeGPUs
@@ -128,6 +146,27 @@ DURATION_BUCKETS: tuple[float, ...] = (
     10.0,
 )
 """Request latency buckets, seconds: 0.5 ms .. 10 s (+Inf is added by the histogram)."""
+
+BIND_OUTCOMES: tuple[str, ...] = (
+    "success",
+    "success_plain",
+    "no_fit",
+    "conflict",
+    "not_found",
+    "unregistered",
+    "wait_timeout",
+    "lock_timeout",
+    "lock_error",
+    "api_error",
+    "bad_request",
+    "error",
+)
+"""The `outcome` values of `hami_extender_bind_total` the binder and the extender give (a test reads them
+from their code), each at zero from start-up."""
+
+FILTER_REASONS: tuple[str, ...] = (*(r.value for r in Reason), UNREGISTERED_WORD, NOT_LEAST_FRAGMENTING_WORD)
+"""The `reason` values of `hami_extender_filter_node_reasons_total` for NVIDIA GPUs, each at zero from
+start-up (the other vendors' words are counted as they come)."""
 
 MAX_LABEL_VALUES = 64
 """Distinct caller-supplied values kept per counter label; more fold into `OTHER`."""
@@ -232,6 +271,94 @@ class MetricsSnapshot:
     quotas: tuple[QuotaEntry, ...]
     vendor_nodes: tuple[NodeGPUs, ...] = ()
     """Each node's devices of the other vendors (`ClusterCache.vendor_devices`)."""
+    allocating: tuple[AllocatingPod, ...] = ()
+    """The pods bound and waiting for their node daemon (`AllocatingPods`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatingPod:
+    """A pod bound to a node whose node daemon has not answered yet (`hami.io/bind-phase: allocating`)."""
+
+    namespace: str
+    name: str
+    node: str
+    bound_at: int
+    """Its `hami.io/bind-time`, Unix seconds (0 when the annotation is missing or does not parse)."""
+
+
+class AllocatingPods:
+    """The pods in `hami.io/bind-phase: allocating` on a node, kept from the pod store's events
+    (`pod_event` is a `pod_store.PodListener`; call it on the store's thread, the event loop)."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, AllocatingPod] = {}
+
+    def pod_event(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        if new is None:
+            if old is not None:
+                self._pods.pop(old.uid, None)
+            return
+        annotations = new.annotations
+        if new.terminal or not new.node_name or annotations.get(BIND_PHASE) != BindPhase.ALLOCATING.value:
+            self._pods.pop(new.uid, None)
+            return
+        try:
+            bound_at = decode_unix_time(annotations.get(BIND_TIME, ""))
+        except WireFormatError:
+            bound_at = 0
+        self._pods[new.uid] = AllocatingPod(new.namespace, new.name, new.node_name, bound_at)
+
+    def pods(self) -> tuple[AllocatingPod, ...]:
+        return tuple(self._pods.values())
+
+
+class _ControlState:
+    """The replica's state the alerts read: leading, the certificate's expiry, the pods allocating."""
+
+    def __init__(self) -> None:
+        self.leading: Callable[[], bool] = lambda: True
+        self.certificate_expiry: Callable[[], float | None] = lambda: None
+
+    def families(self, snap: MetricsSnapshot) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "hami_control_leader",
+            "1 on the replica that leads the scheduler extender (always 1 without leader election)",
+            value=1.0 if self.leading() else 0.0,
+        )
+        expiry = self.certificate_expiry()
+        if expiry is not None:
+            yield GaugeMetricFamily(
+                "hami_control_certificate_expiry_timestamp_seconds",
+                "When the serving certificate expires (its notAfter), Unix seconds",
+                value=expiry,
+            )
+        yield GaugeMetricFamily(
+            "hami_scheduler_allocating_pods",
+            "Pods bound to a node whose node daemon has not allocated their GPUs yet (bind-phase allocating)",
+            value=len(snap.allocating),
+        )
+        since = GaugeMetricFamily(
+            "hami_scheduler_allocating_pod_bind_timestamp_seconds",
+            "When a pod still allocating was bound (its hami.io/bind-time), Unix seconds",
+            labels=("namespace", "node", "pod"),
+        )
+        for pod in snap.allocating:
+            since.add_metric((pod.namespace, pod.node, pod.name), pod.bound_at)
+        yield since
+
+
+_EMPTY = MetricsSnapshot((), (), CacheStats(0, 0, 0, 0), ())
+
+
+class _StateNow(Collector):
+    """`_ControlState`'s families of one snapshot, for `render`."""
+
+    def __init__(self, state: _ControlState, snap: MetricsSnapshot) -> None:
+        self._state = state
+        self._snap = snap
+
+    def collect(self) -> Iterable[Metric]:
+        return list(self._state.families(self._snap))
 
 
 def package_version() -> str:
@@ -250,11 +377,13 @@ def _check_seconds(seconds: float) -> float:
 
 
 class _BoundedLabel:
-    """Caller-supplied label values, at most `limit` distinct ones; later new values become `OTHER`."""
+    """Caller-supplied label values, at most `limit` distinct ones besides the `known` ones (which are
+    always kept); later new values become `OTHER`."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, known: Iterable[str] = ()) -> None:
         self._limit = limit
-        self._seen: set[str] = set()
+        self._known = frozenset(known)
+        self._seen: set[str] = set(self._known)
         self._lock = threading.Lock()
 
     def __call__(self, value: str) -> str:
@@ -263,7 +392,7 @@ class _BoundedLabel:
         with self._lock:
             if value in self._seen:
                 return value
-            if len(self._seen) >= self._limit:
+            if len(self._seen) - len(self._known) >= self._limit:
                 return OTHER
             self._seen.add(value)
             return value
@@ -499,10 +628,12 @@ class _ClusterCollector(Collector):
         self._owner = owner
 
     def describe(self) -> Iterable[Metric]:
-        return list(self._owner._families.describe())
+        return [*self._owner._families.describe(), *self._owner._state.families(_EMPTY)]
 
     def collect(self) -> Iterable[Metric]:
-        return self._owner._families.collect(self._owner.snapshot())
+        snap = self._owner.snapshot()
+        yield from self._owner._families.collect(snap)
+        yield from self._owner._state.families(snap)
 
 
 CONNECTION_DROP_REASONS = (
@@ -656,8 +787,17 @@ class ControlMetrics:
             labelnames=("allowed",),
             registry=None,
         )
-        self._outcome_label = _BoundedLabel(max_label_values)
-        self._reason_label = _BoundedLabel(max_label_values)
+        self._outcome_label = _BoundedLabel(max_label_values, BIND_OUTCOMES)
+        self._reason_label = _BoundedLabel(max_label_values, FILTER_REASONS)
+        for outcome in BIND_OUTCOMES:
+            self._binds.labels(outcome)
+        for reason in FILTER_REASONS:
+            self._filter_reasons.labels(reason)
+        for allowed in ("true", "false"):
+            self._webhook_requests.labels(allowed)
+        self._state = _ControlState()
+        self.allocating = AllocatingPods()
+        """Feed it the pod store's events (`PodStore.add_listener(metrics.allocating.pod_event)`)."""
         self._connections = _ConnectionCollector()
         self._mix = _MixCollector(fragmentation_mix)
         self._instruments: tuple[Collector, ...] = (
@@ -704,6 +844,14 @@ class ControlMetrics:
         self._connections.stats = stats
         self._connections.max_connections = limits.max_connections
 
+    def watch_leader(self, leading: Callable[[], bool]) -> None:
+        """Whether this replica leads the extender now (`LeaderElector.leading`); read at each scrape."""
+        self._state.leading = leading
+
+    def watch_certificate(self, expiry: Callable[[], float | None]) -> None:
+        """The serving certificate's notAfter in Unix seconds, None without one; read at each scrape."""
+        self._state.certificate_expiry = expiry
+
     def set_fragmentation_mix(self, in_use: MixInUse) -> None:
         """The task mix the fragmentation policies use now (`hami_fragmentation_mix_*`)."""
         self._mix.in_use = in_use
@@ -725,24 +873,34 @@ class ControlMetrics:
             quotas = tuple(entries)
         names = _vendor_node_names(cache)
         vendor_nodes = tuple(d for name in names if (d := cache.vendor_devices(name)) is not None)
-        return MetricsSnapshot(nodes, tuple(cache.holdings()), cache.stats(), quotas, vendor_nodes)
+        return MetricsSnapshot(
+            nodes, tuple(cache.holdings()), cache.stats(), quotas, vendor_nodes, self.allocating.pods()
+        )
 
     def render(self, snapshot: MetricsSnapshot | None = None) -> tuple[bytes, str]:
         """(body, content type) in Prometheus text format for an HTTP response. Without `snapshot`, reads
         the cache now (call on its thread); with one, may run on any thread."""
         snap = snapshot if snapshot is not None else self.snapshot()
-        body = self._families.text(snap).encode() + generate_latest(_Instruments(self._instruments))
+        body = (
+            self._families.text(snap).encode()
+            + generate_latest(_StateNow(self._state, snap))
+            + generate_latest(_Instruments(self._instruments))
+        )
         return body, CONTENT_TYPE_LATEST
 
 
 __all__ = [
+    "BIND_OUTCOMES",
     "CLUSTER_FAMILIES",
     "CONNECTION_DROP_REASONS",
     "DURATION_BUCKETS",
+    "FILTER_REASONS",
     "MAX_LABEL_VALUES",
     "MIB",
     "OTHER",
     "ZONE",
+    "AllocatingPod",
+    "AllocatingPods",
     "ControlMetrics",
     "MetricsSnapshot",
     "QuotaEntry",

@@ -405,6 +405,7 @@ def node_metrics() -> frozenset[str]:
     and container collectors the daemon registers, HAMi's legacy names off (as HAMi has them by
     default), so the dashboard relies on none of them."""
     metrics = NodeMetrics("n1")
+    metrics.watch_daemon(fenced=lambda: None, registered=lambda: True, dra=True)
     metrics.add_collector(GPUCollector("n1", lambda: [], _no_usage, legacy=False))
     metrics.add_collector(ContainerCollector(lambda: [], _NoPods(), legacy=False))
     return sample_names(metrics.registry)
@@ -430,14 +431,19 @@ class _Quotas:
 @cache
 def control_labels() -> dict[str, frozenset[str]]:
     """Sample name -> label names, from a scrape of hami-control's metrics with every family populated:
-    a node with a GPU, a pod holding a slice of it, a quota, and one observation of each instrument."""
+    a node with a GPU, a pod holding a slice of it and one still allocating, a quota, a serving
+    certificate, and one observation of each instrument."""
     gpus = ClusterCache()
     pods = PodStore(ControlConfig(), gpus)
+    metrics = ControlMetrics(gpus, _Quotas())
+    metrics.watch_certificate(lambda: 1_900_000_000.0)
+    pods.add_listener(metrics.allocating.pod_event)
     gpus.node_upserted(node("n1", [gpu_info(0, id="GPU-0", count=4)]))
     held = allocation([("GPU-0", 1000, 10)])
     annotations = allocation_annotations("n1", held, bind_phase=None, keys=(DEVICES_ALLOCATED,))
     pods.apply("ADDED", pod("p", container("c0"), uid="u1", phase="Running", annotations=annotations))
-    metrics = ControlMetrics(gpus, _Quotas())
+    allocating = allocation_annotations("n1", allocation([("GPU-0", 1000, 10)]))
+    pods.apply("ADDED", pod("q", container("c0"), uid="u2", node_name="n1", annotations=allocating))
     metrics.observe_filter(0.001, {"CardInsufficientMemory": 1})
     metrics.observe_prioritize(0.001)
     metrics.observe_bind(0.001, "success")

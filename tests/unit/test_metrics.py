@@ -3,8 +3,10 @@ instruments, private registries, and that the fast text renderer says what the r
 
 from __future__ import annotations
 
+import ast
 import threading
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +25,10 @@ from hami_control.cache import CacheStats, ClusterCache, PodHolding
 from hami_control.config import ControlConfig
 from hami_control.connections import ConnectionLimits, ConnectionStats
 from hami_control.metrics import (
+    BIND_OUTCOMES,
     CLUSTER_FAMILIES,
     CONNECTION_DROP_REASONS,
+    FILTER_REASONS,
     MIB,
     OTHER,
     ControlMetrics,
@@ -97,6 +101,11 @@ def scrape(metrics: ControlMetrics) -> Series:
     body, content_type = metrics.render()
     assert content_type == CONTENT_TYPE_LATEST
     return parse(body)
+
+
+def nonzero(series: Mapping[frozenset[tuple[str, str]], float]) -> dict[frozenset[tuple[str, str]], float]:
+    """The samples of a family other than the zeros it starts with."""
+    return {key: value for key, value in series.items() if value}
 
 
 def labels(**kv: str) -> frozenset[tuple[str, str]]:
@@ -339,7 +348,7 @@ def test_filter_histogram_and_reasons() -> None:
     assert buckets["10.0"] == 2 and buckets["+Inf"] == 3
     assert s["hami_extender_filter_duration_seconds_count"] == {frozenset(): 3}
     assert s["hami_extender_filter_duration_seconds_sum"][frozenset()] == pytest.approx(20.203)
-    assert s["hami_extender_filter_node_reasons_total"] == {
+    assert nonzero(s["hami_extender_filter_node_reasons_total"]) == {
         frozenset({("reason", "CardInsufficientMemory")}): 4,
         frozenset({("reason", "node unregistered")}): 2,
     }
@@ -355,7 +364,7 @@ def test_bind_prioritize_webhook_instruments() -> None:
     metrics.observe_webhook(0.001, False)
     metrics.observe_webhook(0.001, True)
     s = scrape(metrics)
-    assert s["hami_extender_bind_total"] == {
+    assert nonzero(s["hami_extender_bind_total"]) == {
         frozenset({("outcome", "success")}): 2,
         frozenset({("outcome", "conflict")}): 1,
     }
@@ -428,26 +437,129 @@ def test_negative_reason_count_rejected() -> None:
         ControlMetrics(ClusterCache()).observe_filter(0.1, {"CardNotHealth": -1})
 
 
-def test_caller_label_values_are_bounded() -> None:
+def test_caller_label_values_are_bounded_besides_the_known_ones() -> None:
     metrics = ControlMetrics(ClusterCache(), max_label_values=2)
-    for outcome in ("success", "conflict", "weird-1", "weird-2", "success"):
+    for outcome in ("success", "conflict", "weird-1", "weird-2", "weird-3", "weird-4", "success"):
         metrics.observe_bind(0.01, outcome)
     s = scrape(metrics)
-    assert {dict(k)["outcome"]: v for k, v in s["hami_extender_bind_total"].items()} == {
+    counts = {dict(k)["outcome"]: v for k, v in s["hami_extender_bind_total"].items()}
+    assert counts == {
+        **{outcome: 0 for outcome in BIND_OUTCOMES},
         "success": 2,
         "conflict": 1,
+        "weird-1": 1,
+        "weird-2": 1,
         OTHER: 2,
     }
+
+
+def test_every_counter_starts_at_zero_for_each_known_label_value() -> None:
+    s = scrape(ControlMetrics(ClusterCache()))
+    assert s["hami_extender_bind_total"] == {frozenset({("outcome", o)}): 0 for o in BIND_OUTCOMES}
+    assert s["hami_extender_filter_node_reasons_total"] == {
+        frozenset({("reason", r)}): 0 for r in FILTER_REASONS
+    }
+    assert s["hami_webhook_requests_total"] == {frozenset({("allowed", a)}): 0 for a in ("true", "false")}
+    assert "CardInsufficientMemory" in FILTER_REASONS and "NodeUnregistered" in FILTER_REASONS
+
+
+def _outcomes_in(path: Path) -> set[str]:
+    """The bind outcomes a module's code gives: `_Failed("x", ...)`, `_Obstacle(..., "x")`,
+    `fail(request, "x", ...)`, `outcomes["x"]` and `outcome = "x"` (or a conditional of two)."""
+    found: set[str] = set()
+
+    def text(node: ast.AST) -> list[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value]
+        if isinstance(node, ast.IfExp):
+            return text(node.body) + text(node.orelse)
+        return []
+
+    for item in ast.walk(ast.parse(path.read_text())):
+        if isinstance(item, ast.Call):
+            name = item.func.attr if isinstance(item.func, ast.Attribute) else getattr(item.func, "id", "")
+            position = {"_Failed": 0, "_Obstacle": 1, "fail": 1}.get(name)
+            if position is not None and len(item.args) > position:
+                found.update(text(item.args[position]))
+        elif isinstance(item, ast.Subscript) and isinstance(item.value, ast.Attribute):
+            if item.value.attr == "outcomes":
+                found.update(text(item.slice))
+        elif isinstance(item, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "outcome" for t in item.targets
+        ):
+            found.update(text(item.value))
+    return found
+
+
+def test_the_known_bind_outcomes_are_every_outcome_the_binder_and_the_extender_give() -> None:
+    root = Path(__file__).resolve().parents[2] / "hami_control"
+    given = _outcomes_in(root / "binder.py") | _outcomes_in(root / "scheduling.py")
+    assert {"success", "conflict", "no_fit", "wait_timeout", "bad_request"} <= given  # the reader works
+    assert given <= set(BIND_OUTCOMES)
 
 
 def test_two_instances_do_not_collide() -> None:
     a, b = ControlMetrics(ClusterCache()), ControlMetrics(ClusterCache())
     a.observe_bind(0.01, "success")
     sa, sb = scrape(a), scrape(b)
-    assert sa["hami_extender_bind_total"] == {frozenset({("outcome", "success")}): 1}
-    assert "hami_extender_bind_total" not in sb
+    assert nonzero(sa["hami_extender_bind_total"]) == {frozenset({("outcome", "success")}): 1}
+    assert nonzero(sb["hami_extender_bind_total"]) == {}
     assert a.registry is not b.registry
     assert b"hami_" not in generate_latest(REGISTRY)
+
+
+def test_leader_and_certificate_expiry_are_read_at_each_scrape() -> None:
+    metrics = ControlMetrics(ClusterCache())
+    s = scrape(metrics)
+    assert s["hami_control_leader"] == {frozenset(): 1}  # no election: this replica serves the extender
+    assert "hami_control_certificate_expiry_timestamp_seconds" not in s  # no certificate (plain HTTP)
+    leading, expiry = [False], [1_900_000_000.0]
+    metrics.watch_leader(lambda: leading[0])
+    metrics.watch_certificate(lambda: expiry[0])
+    s = scrape(metrics)
+    assert s["hami_control_leader"] == {frozenset(): 0}
+    assert s["hami_control_certificate_expiry_timestamp_seconds"] == {frozenset(): 1_900_000_000}
+    leading[0] = True
+    assert scrape(metrics)["hami_control_leader"] == {frozenset(): 1}
+    assert parse(metrics.render()[0]) == parse(generate_latest(metrics.registry))
+
+
+def test_pods_allocating_are_those_bound_and_waiting_for_their_node_daemon_with_their_bind_time(
+    cache: ClusterCache,
+) -> None:
+    store = PodStore(ControlConfig(), cache)
+    metrics = ControlMetrics(cache)
+    store.add_listener(metrics.allocating.pod_event)
+    bound = {"hami.io/bind-phase": "allocating", "hami.io/bind-time": "1700000000"}
+    store.apply("ADDED", pod("a", namespace="ml", uid="u-a", node_name="gpu-1", annotations=bound))
+    store.apply("ADDED", pod("b", namespace="default", uid="u-b", node_name="gpu-2", annotations=bound))
+    store.apply("ADDED", pod("c", uid="u-c", annotations={"hami.io/bind-phase": "allocating"}))  # no node
+    store.apply(
+        "ADDED", pod("d", uid="u-d", node_name="gpu-1", annotations={"hami.io/bind-phase": "success"})
+    )
+    store.apply("ADDED", pod("e", uid="u-e", node_name="gpu-1", phase="Failed", annotations=bound))
+    garbled = {"hami.io/bind-phase": "allocating", "hami.io/bind-time": "yesterday"}
+    store.apply("ADDED", pod("f", namespace="default", uid="u-f", node_name="gpu-2", annotations=garbled))
+
+    def allocating() -> dict[tuple[str, str, str], float]:
+        s = scrape(metrics)
+        assert s["hami_scheduler_allocating_pods"] == {frozenset(): len(metrics.allocating.pods())}
+        return {
+            (d["namespace"], d["node"], d["pod"]): v
+            for d, v in (
+                (dict(k), v) for k, v in s["hami_scheduler_allocating_pod_bind_timestamp_seconds"].items()
+            )
+        }
+
+    assert allocating() == {
+        ("ml", "gpu-1", "a"): 1_700_000_000,
+        ("default", "gpu-2", "b"): 1_700_000_000,
+        ("default", "gpu-2", "f"): 0,
+    }
+    done = {"hami.io/bind-phase": "success", "hami.io/bind-time": "1700000000"}
+    store.apply("MODIFIED", pod("a", namespace="ml", uid="u-a", node_name="gpu-1", annotations=done))
+    store.apply("DELETED", pod("b", namespace="default", uid="u-b", node_name="gpu-2", annotations=bound))
+    assert allocating() == {("default", "gpu-2", "f"): 0}
 
 
 # --- the two renderers agree, and snapshots ----------------------------------------------------------------
