@@ -11,6 +11,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from hami_sim.controllers import WORKERS
+
 log = logging.getLogger(__name__)
 
 USER_AGENT_COMPONENT = "hami-sim-controller-manager"
@@ -30,7 +32,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "resourceclaim controller (and its garbage collector, for generated claims).",
     )
     parser.add_argument("--kubeconfig", type=Path, required=True, help="kubeconfig of the API server")
-    parser.add_argument("--workers", type=int, default=4, help="concurrent syncs (default: %(default)s)")
+    parser.add_argument(
+        "--workers", type=int, default=WORKERS, help="concurrent syncs, as kube's (default: %(default)s)"
+    )
     parser.add_argument(
         "--kube-api-qps",
         type=float,

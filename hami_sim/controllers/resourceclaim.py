@@ -45,6 +45,7 @@ from hami_kube.client import KubeApi, PatchType
 from hami_kube.errors import KubeApiError
 from hami_kube.events import EventRecorder, EventSource
 from hami_kube.reflector import ListSink, Reflector
+from hami_sim.controllers import WORKERS
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,7 @@ def is_for_pod(pod: Mapping[str, Any], claim: Mapping[str, Any]) -> bool:
 class ResourceClaimController:
     """`await start()` (waits for the first lists), `await stop()` at the end."""
 
-    def __init__(self, api: KubeApi, *, workers: int = 4, rng: random.Random | None = None) -> None:
+    def __init__(self, api: KubeApi, *, workers: int = WORKERS, rng: random.Random | None = None) -> None:
         self.api = api
         self.workers = workers
         self.pods: dict[str, JSON] = {}
