@@ -184,6 +184,16 @@ def vendor_node_specs(options: ChaosOptions) -> tuple[NodeSpec, ...]:
     return nodes
 
 
+CONTROLLER_MANAGER_ARGS = ("--kube-api-qps", "100", "--kube-api-burst", "100")
+"""The controller-manager's client limit in a chaos run: 100 requests a second, as Kubernetes' own
+throughput tests run kube-controller-manager (`CONTROLLER_MANAGER_TEST_ARGS="--kube-api-qps=100
+--kube-api-burst=100"` of the clusterloader2 jobs), not its default 20. The ResourceClaim controller writes
+five times per DRA pod (the claim, the pod's status; at the end the claim's status, its finalizer, its
+deletion), so at 20 it keeps up with 4 DRA pods a second and the run's churn (10 pods a second, a third of
+them through DRA in mixed mode, all of them with `--mode dra`), with its retries under API faults, left
+claims created and released minutes late (issue 31)."""
+
+
 def cluster_spec(options: ChaosOptions) -> ClusterSpec:
     """The run's cluster: `nodes` nodes of A100s, every third pair T4s (so both paths have both models
     from 6 nodes on), then `vendor_nodes` nodes of each of `vendors`, scale mode, two hami-control
@@ -198,6 +208,7 @@ def cluster_spec(options: ChaosOptions) -> ClusterSpec:
         scale=True,
         control_replicas=2,
         node_args=("--health-recovery-seconds", f"{options.health_recovery_s:g}"),
+        controller_manager_args=CONTROLLER_MANAGER_ARGS,
         extra={"chaos": {"seed": options.seed, "pods": options.pods}},
     )
     return spec.with_mode(options.mode)
