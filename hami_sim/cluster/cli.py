@@ -164,6 +164,19 @@ def add_parsers(subparsers: Any) -> None:
         help="no health endpoint (/metrics, /healthz, /readyz) for the node daemons (by default each has "
         "one on a free port of 127.0.0.1; `hami-sim status -o wide` lists them)",
     )
+    up.add_argument(
+        "--monitoring",
+        action="store_true",
+        help="also start Prometheus (the `prometheus` on PATH) scraping the cluster as the install's "
+        "PodMonitors do, with the install's alerting and recording rules; prints its address",
+    )
+    up.add_argument(
+        "--monitoring-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="Prometheus's scrape and rule evaluation interval with --monitoring (default: %(default)s)",
+    )
     up.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     up.set_defaults(handler=run_up)
 
@@ -239,6 +252,8 @@ def run_up(args: argparse.Namespace) -> int:
         "node_memory": args.node_memory,
         "timeout_s": args.timeout,
         "node_metrics": args.node_metrics,
+        "monitoring": args.monitoring,
+        "monitoring_interval_s": args.monitoring_interval,
     }
     try:
         if args.inventory is not None:
@@ -270,6 +285,8 @@ def run_up(args: argparse.Namespace) -> int:
         return 130
     if not args.quiet:
         print(f"export KUBECONFIG={cluster.kubeconfig}", file=sys.stderr)
+        if cluster.spec.monitoring:
+            print(f"Prometheus: {cluster.prometheus_url}", file=sys.stderr)
     return 0
 
 

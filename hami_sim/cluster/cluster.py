@@ -57,7 +57,7 @@ from hami_node.gpu.inventory import (
     load_inventory,
     write_inventory,
 )
-from hami_sim.cluster import service
+from hami_sim.cluster import monitoring, service
 from hami_sim.cluster.process import Proc, stop_all
 from hami_sim.cluster.spec import ClusterSpec, NodeSpec, SpecError, node_inventory
 from hami_sim.nodehost import (
@@ -90,6 +90,8 @@ as the cluster's own kube-scheduler beside HAMi's: pods asking NVIDIA's resource
 NodeResourcesFit from the Node's allocatable, as with NVIDIA's plugin."""
 DEFAULT_SCHEDULER_CONFIG = "default-scheduler-config.yaml"
 CONTROLLER_MANAGER = "controller-manager"
+PROMETHEUS = "prometheus"
+"""With `ClusterSpec.monitoring`: Prometheus scraping the cluster with the install's rules (monitoring.py)."""
 KUBELET_HOST = "kubelets"
 DAEMON_HOST = "hami-nodes"
 KUBELET_PREFIX = "kubelet/"
@@ -120,6 +122,7 @@ _READY: dict[str, re.Pattern[str]] = {
     SCHEDULER: re.compile(r"hami-sim scheduler ready"),
     DEFAULT_SCHEDULER: re.compile(r"hami-sim scheduler ready"),
     CONTROLLER_MANAGER: re.compile(r"hami-sim controller-manager ready"),
+    PROMETHEUS: re.compile(re.escape(monitoring.READY_LINE)),
     KUBELET_HOST: re.compile(re.escape(READY_MARKER)),
     DAEMON_HOST: re.compile(re.escape(READY_MARKER)),
     KUBELET_PREFIX: re.compile(r"hami-sim kubelet ready"),
@@ -127,7 +130,7 @@ _READY: dict[str, re.Pattern[str]] = {
     VENDOR_PREFIX: re.compile(re.escape(VENDOR_READY_MARKER)),
 }
 _STOP_ORDER = (
-    (SCHEDULER, DEFAULT_SCHEDULER, "daemons"),
+    (PROMETHEUS, SCHEDULER, DEFAULT_SCHEDULER, "daemons"),
     ("kubelets", "controls", CONTROLLER_MANAGER),
     (APISERVER,),
 )
@@ -359,6 +362,19 @@ class Cluster:
             )
         return url
 
+    @property
+    def prometheus_dir(self) -> Path:
+        """Prometheus's configuration, target files and data (`ClusterSpec.monitoring`)."""
+        return self.state_dir / "prometheus"
+
+    @property
+    def prometheus_url(self) -> str:
+        """`http://127.0.0.1:<port>` of the cluster's Prometheus; `ClusterError` when it runs without."""
+        proc = self.procs.get(PROMETHEUS)
+        if proc is None or not proc.port:
+            raise ClusterError("the cluster runs without Prometheus (hami-sim up --monitoring starts one)")
+        return f"http://127.0.0.1:{proc.port}"
+
     def _metrics_url_or_none(self, node: str) -> str | None:
         port = self.node_health_ports.get(node)
         return None if port is None else f"http://127.0.0.1:{port}/metrics"
@@ -532,7 +548,7 @@ class Cluster:
             raise ClusterError(f"the socket directory {self.run_dir} is too long for Unix sockets")
         shutil.rmtree(self.run_dir, ignore_errors=True)
         self.run_dir.mkdir(mode=0o700, parents=True)
-        for sub in ("nodes", "tls"):
+        for sub in ("nodes", "tls", "prometheus"):
             shutil.rmtree(self.state_dir / sub, ignore_errors=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "tls").mkdir(mode=0o700)
@@ -653,6 +669,13 @@ class Cluster:
                 str(self.kubeconfig),
                 *self.spec.apiserver_args,
             ]
+        if name == PROMETHEUS:
+            proc = self.procs[PROMETHEUS]
+            assert proc.port is not None
+            try:
+                return monitoring.argv(monitoring.prometheus_binary(), self.prometheus_dir, proc.port)
+            except monitoring.MonitoringError as exc:
+                raise ClusterError(str(exc), component=PROMETHEUS) from None
         if name == CONTROLLER_MANAGER:
             return [
                 py, "-m", "hami_sim.main", CONTROLLER_MANAGER, "--kubeconfig", str(self.kubeconfig),
@@ -805,9 +828,30 @@ class Cluster:
             for host in self._hosts()[1:]:
                 self._wait_marker(self.procs[host], deadline)  # its control socket answers from then on
                 self._read_host_ports(host)
+        if self.spec.monitoring:
+            self._start_prometheus(deadline)
         self._say(
             f"cluster up in {time.monotonic() - self._t0:.1f} s: {self.spec.describe()}; "
             f"kubeconfig {self.kubeconfig}"
+        )
+
+    def _control_target_ports(self) -> dict[str, int]:
+        """Each hami-control replica's port (the one replica's is the control URL's)."""
+        if self.spec.control_replicas == 1:
+            return {CONTROL: self.control_port}
+        return {r: p.port for r in self.control_replicas if (p := self.procs.get(r)) and p.port}
+
+    def _start_prometheus(self, deadline: float) -> None:
+        """Prometheus with the install's scrape setup and rules (monitoring.py), once every target runs."""
+        try:
+            monitoring.write_config(self.prometheus_dir, self.ca_file, self.spec.monitoring_interval_s)
+        except monitoring.MonitoringError as exc:
+            raise ClusterError(str(exc), component=PROMETHEUS) from None
+        proc = self._launch(PROMETHEUS, port=_free_port(self._taken_ports()))
+        self._wait_marker(proc, deadline, only=True)
+        self._say(
+            f"Prometheus at {self.prometheus_url} (scrapes and evaluates the rules every "
+            f"{self.spec.monitoring_interval_s:g} s; its Alerts page shows the alerts)"
         )
 
     def _wait_control_serving(self, deadline: float) -> None:
@@ -1147,6 +1191,9 @@ class Cluster:
             "spec": self.spec.to_data(),
         }
         write_atomic(self.state_file, (json.dumps(data, indent=1) + "\n").encode())
+        if self.spec.monitoring:
+            control = self._control_target_ports()
+            monitoring.write_targets(self.prometheus_dir, control, self.node_health_ports)
 
     @classmethod
     def load(
@@ -1421,7 +1468,7 @@ class Cluster:
 
     def _remove_files(self) -> None:
         shutil.rmtree(self.run_dir, ignore_errors=True)
-        for sub in ("nodes", "tls"):
+        for sub in ("nodes", "tls", "prometheus"):
             shutil.rmtree(self.state_dir / sub, ignore_errors=True)
         for path in (
             self.state_file,

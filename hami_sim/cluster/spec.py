@@ -337,6 +337,11 @@ class ClusterSpec:
     took 0.6% of a core and 5 MiB together)."""
     apiserver_args: tuple[str, ...] = ()
     """More `hami-sim apiserver` flags (e.g. ("--feature-gates", "DRAConsumableCapacity=false"))."""
+    monitoring: bool = False
+    """Prometheus beside the cluster, scraping it as the install's PodMonitors do, with the install's
+    rules (`hami_sim.cluster.monitoring`; `Cluster.prometheus_url`). Needs `node_metrics`."""
+    monitoring_interval_s: float = 5.0
+    """Prometheus's scrape and rule evaluation interval."""
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
     """Free-form notes kept in cluster.json (e.g. how the spec was made)."""
 
@@ -358,6 +363,13 @@ class ClusterSpec:
             raise SpecError(f"control_replicas: expected an integer >= 1, got {replicas!r}")
         if self.timeout_s is not None and not self.timeout_s > 0:
             raise SpecError(f"timeout_s: must be positive, got {self.timeout_s!r}")
+        interval = self.monitoring_interval_s
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or not 0.1 <= interval <= 60:
+            raise SpecError(f"monitoring_interval_s: expected seconds from 0.1 to 60, got {interval!r}")
+        if self.monitoring and not self.node_metrics:
+            raise SpecError(
+                "monitoring: Prometheus scrapes the node daemons' /metrics, so it needs node_metrics"
+            )
         sized = next((n.name for n in self.nodes if n.cpu is not None or n.memory is not None), None)
         if sized is not None and self.scale_mode:
             raise SpecError(
@@ -500,6 +512,8 @@ class ClusterSpec:
             "timeoutSeconds": self.timeout_s,
             "apiserverArgs": list(self.apiserver_args),
             "nodeMetrics": self.node_metrics,
+            "monitoring": self.monitoring,
+            "monitoringIntervalSeconds": self.monitoring_interval_s,
             "extra": dict(self.extra),
         }
 
@@ -528,6 +542,8 @@ class ClusterSpec:
                 timeout_s=data.get("timeoutSeconds"),
                 apiserver_args=tuple(data.get("apiserverArgs") or ()),
                 node_metrics=bool(data.get("nodeMetrics", True)),
+                monitoring=bool(data.get("monitoring", False)),
+                monitoring_interval_s=float(data.get("monitoringIntervalSeconds", 5.0)),
                 extra=dict(data.get("extra") or {}),
             )
         except (KeyError, TypeError, ValueError, DeviceSpecError) as exc:

@@ -91,6 +91,9 @@ NODE_LABELS: dict[str, frozenset[str]] = {
     "hami_node_priority_feedback_writes_total": frozenset({"node", "field"}),
     "hami_node_stale_container_dirs_removed_total": frozenset({"node"}),
     "hami_node_shared_regions": frozenset({"node", "state"}),
+    "hami_node_fenced": frozenset({"node"}),
+    "hami_node_kubelet_registered": frozenset({"node"}),
+    "hami_node_dra_prepare_claims_total": frozenset({"node", "result"}),
 }
 """The label names of hami-node's series, the `node` the PodMonitor adds included (every series from a
 hami-node pod gets it; HAMi's per-container families carry none of their own)."""
@@ -386,8 +389,10 @@ def sample_names(registry: CollectorRegistry) -> frozenset[str]:
 
 @cache
 def control_metrics() -> frozenset[str]:
-    """The sample names hami-control's /metrics carries, from its real registry."""
-    return sample_names(ControlMetrics(ClusterCache()).registry)
+    """The sample names hami-control's /metrics carries, from its real registry (serving a certificate)."""
+    metrics = ControlMetrics(ClusterCache())
+    metrics.watch_certificate(lambda: 1_900_000_000.0)
+    return sample_names(metrics.registry)
 
 
 class _NoPods:

@@ -17,9 +17,11 @@
   scheduler's managedResources and the vendor registry's resource names are the same; the flags and
   environment of the containers and the values files parse with the daemons' own config loaders, the
   certs Job's arguments with `hami-control certs`.
-- The monitoring component (components/monitoring): its PodMonitors validate against the Prometheus
-  Operator's CRD schema (tests/data/crds, strict) and scrape the ports that serve /metrics, hami-control's
-  over HTTPS with the install's CA; rendered over the install it adds only them and the dashboard ConfigMap.
+- The monitoring component (components/monitoring): its PodMonitors and PrometheusRule validate against
+  the Prometheus Operator's CRD schemas (tests/data/crds, strict); the monitors scrape the ports that
+  serve /metrics, hami-control's over HTTPS with the install's CA, and name the job as the rules read it;
+  the PrometheusRule holds the plain rule file's groups; rendered over the install it adds only them and
+  the dashboard ConfigMap.
 - The fragmentation component (components/fragmentation): its scheduler configuration is the shipped one
   but the extender weight (11, the smallest at which one extender point outweighs LeastAllocated),
   percentageOfNodesToScore 100 and the second, ignorable entry (cpu-filter / cpu-prioritize, no
@@ -1309,6 +1311,9 @@ def test_dra_examples_ask_what_their_comments_say() -> None:
 
 MONITORING = DAEMONSET / "components" / "monitoring"
 PODMONITOR_CRD = REPO / "tests" / "data" / "crds" / "monitoring.coreos.com_podmonitors.yaml"
+PROMETHEUSRULE_CRD = REPO / "tests" / "data" / "crds" / "monitoring.coreos.com_prometheusrules.yaml"
+PLAIN_RULES = MONITORING / "hami-rules.yaml"
+"""The plain rule file prometheusrule.yaml is written from: in the component's folder, not applied."""
 
 
 def _strict(schema: Any) -> Any:
@@ -1326,19 +1331,21 @@ def _strict(schema: Any) -> Any:
 
 
 @cache
-def podmonitor_validator() -> Any:
+def crd_validator(path: Path) -> Any:
     import jsonschema
 
-    crd = yaml.safe_load(PODMONITOR_CRD.read_text())
+    crd = yaml.safe_load(path.read_text())
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     schema = _strict(version["schema"]["openAPIV3Schema"])
     return jsonschema.Draft7Validator(schema)
 
 
-def podmonitor_problems(doc: Doc) -> list[str]:
-    assert (doc["apiVersion"], doc["kind"]) == ("monitoring.coreos.com/v1", "PodMonitor")
+def monitoring_problems(doc: Doc) -> list[str]:
+    """What the Prometheus Operator's CRD schema (strict) refuses in a PodMonitor or PrometheusRule."""
+    crd = {"PodMonitor": PODMONITOR_CRD, "PrometheusRule": PROMETHEUSRULE_CRD}[doc["kind"]]
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1"
     body = {k: v for k, v in doc.items() if k != "metadata"}  # metadata: ObjectMeta, not in the CRD
-    return [f"{'.'.join(map(str, e.path))}: {e.message}" for e in podmonitor_validator().iter_errors(body)]
+    return [f"{'.'.join(map(str, e.path))}: {e.message}" for e in crd_validator(crd).iter_errors(body)]
 
 
 @cache
@@ -1354,14 +1361,15 @@ def monitor_endpoint(name: str) -> Doc:
     return endpoint
 
 
-def test_pod_monitors_validate_against_the_prometheus_operator_crd() -> None:
+def test_pod_monitors_and_rules_validate_against_the_prometheus_operator_crds() -> None:
     docs = monitoring_docs()
     assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
         ("PodMonitor", "hami-control"),
         ("PodMonitor", "hami-node"),
+        ("PrometheusRule", "hami-rules"),
     ]
     for doc in docs:
-        assert podmonitor_problems(doc) == [], doc["metadata"]["name"]
+        assert monitoring_problems(doc) == [], doc["metadata"]["name"]
         assert doc["metadata"]["namespace"] == NAMESPACE
         assert doc["metadata"]["labels"]["app.kubernetes.io/version"] == package_version()
     # Strict: a misspelt field, a wrong type or an unknown scheme fails.
@@ -1370,7 +1378,27 @@ def test_pod_monitors_validate_against_the_prometheus_operator_crd() -> None:
     for bad_endpoint in ({**endpoint, "honourLabels": True}, {**endpoint, "interval": 15}, {**endpoint,
                          "scheme": "tcp"}):  # fmt: skip
         bad = {**good, "spec": {**good["spec"], "podMetricsEndpoints": [bad_endpoint]}}
-        assert podmonitor_problems(bad) != [], bad_endpoint
+        assert monitoring_problems(bad) != [], bad_endpoint
+    rules = find(docs, "PrometheusRule", "hami-rules")
+    (group, *_) = rules["spec"]["groups"]
+    bad_rule = {**group, "rules": [{**group["rules"][0], "for": "5 minutes"}]}
+    assert monitoring_problems({**rules, "spec": {"groups": [bad_rule]}}) != []
+
+
+def test_the_prometheus_rule_holds_the_plain_rule_file_s_groups() -> None:
+    rules = find(monitoring_docs(), "PrometheusRule", "hami-rules")
+    assert rules["spec"] == yaml.safe_load(PLAIN_RULES.read_text())
+    assert rules["metadata"]["namespace"] == NAMESPACE
+
+
+def test_the_pod_monitors_name_their_job_as_the_rules_read_it() -> None:
+    """The alert rules match `job="hami-node"` and `job="hami-control"`: each monitor takes the job from
+    its pods' app.kubernetes.io/name, which its selector requires."""
+    for name in ("hami-control", "hami-node"):
+        spec = find(monitoring_docs(), "PodMonitor", name)["spec"]
+        assert spec["jobLabel"] == "app.kubernetes.io/name"
+        assert spec["selector"]["matchLabels"]["app.kubernetes.io/name"] == name
+        assert f'job="{name}"' in PLAIN_RULES.read_text()
 
 
 def test_every_monitoring_file_is_listed() -> None:
@@ -1379,7 +1407,7 @@ def test_every_monitoring_file_is_listed() -> None:
     listed |= {(MONITORING / f.split("=", 1)[-1]).resolve() for g in component["configMapGenerator"]
                for f in g["files"]}  # fmt: skip
     on_disk = {p.resolve() for p in MONITORING.iterdir() if p.name != "kustomization.yaml"}
-    assert on_disk == listed
+    assert on_disk == listed | {PLAIN_RULES.resolve()}
 
 
 def _selected(monitor: Doc, workloads: Any) -> list[Doc]:
@@ -1450,11 +1478,12 @@ def test_monitoring_component_adds_the_monitors_and_the_dashboard_to_the_install
     assert len(with_monitoring) == len(rendered) + len(added)
     assert sorted((d["kind"], d["metadata"]["name"]) for d in added) == [
         ("ConfigMap", "hami-dashboard"), ("PodMonitor", "hami-control"), ("PodMonitor", "hami-node"),
+        ("PrometheusRule", "hami-rules"),
     ]  # fmt: skip
     for doc in added:
         assert doc["metadata"]["namespace"] == NAMESPACE
-        if doc["kind"] == "PodMonitor":
-            assert doc == find(monitoring_docs(), "PodMonitor", doc["metadata"]["name"])
+        if doc["kind"] in ("PodMonitor", "PrometheusRule"):
+            assert doc == find(monitoring_docs(), doc["kind"], doc["metadata"]["name"])
     assert validate_all(d for d in added if d["kind"] == "ConfigMap") == []
     dashboard = find(added, "ConfigMap", "hami-dashboard")
     # The Grafana sidecar's label; a fixed name (no hash suffix), the JSON file byte for byte.
