@@ -45,6 +45,11 @@ DRA_RECONCILE_SECONDS = 60.0
 container_manager_linux.go passes 60 s to dra.NewManager)."""
 
 
+STATUS_SYNC_SECONDS = 10.0
+"""Kubelet's status manager's sync period: a pod's latest status is written again on it until the API
+server has it or the pod is gone."""
+
+
 @dataclass(frozen=True)
 class KubeletConfig:
     """What one stand-in needs. `directory` plays /var/lib/kubelet/device-plugins/ (keep it short:
@@ -82,6 +87,9 @@ class KubeletConfig:
     """First wait before a pod whose claims could not be prepared is tried again; it doubles up to
     `prepare_retry_max` (kubelet tries again at its next pod sync, within a minute and a half)."""
     prepare_retry_max: float = 60.0
+    status_sync_period: float = STATUS_SYNC_SECONDS
+    """How often statuses the API server has not taken yet are written again (kubelet's status
+    manager, pkg/kubelet/status/status_manager.go `syncPeriod`: 10 s)."""
 
     def __post_init__(self) -> None:
         if not self.node_name:
@@ -100,6 +108,7 @@ class KubeletConfig:
             "dra_wiping_delay",
             "dra_reconcile_period",
             "prepare_retry_initial",
+            "status_sync_period",
         ):
             value = getattr(self, name)
             if not value > 0:

@@ -174,6 +174,12 @@ class PodAdmitter:
         """Pods whose deletion was confirmed (the API server answered), until their watch event."""
         self._events = EventRecorder(api, EventSource("kubelet", config.node_name))
         """Kubelet's event recorder: source kubelet, host (and reportingInstance) the node."""
+        self._unwritten: dict[str, tuple[JSON, JSON]] = {}
+        """Per pod UID, the latest status not written yet (the pod, the status): kubelet's status manager
+        keeps it until the API server has it, also after the pod left this kubelet (a pod that ended)."""
+        self._status_locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        """Per pod UID, the lock that keeps its status writes in order and how many writers hold or wait
+        for it (the lock goes with the last one)."""
 
     async def start(self) -> None:
         node = self.config.node_name
@@ -181,6 +187,7 @@ class PodAdmitter:
         self._tasks = [
             asyncio.create_task(self._follow(), name=f"pods-{node}"),
             asyncio.create_task(self._work(), name=f"admit-{node}"),
+            asyncio.create_task(self._sync_statuses(), name=f"status-{node}"),
         ]
 
     async def stop(self, *, events_grace_s: float = EVENTS_GRACE_S) -> None:
@@ -688,24 +695,68 @@ class PodAdmitter:
         await self._record(AdmissionResult(namespace, name, uid, False, reason, message))
 
     async def _write_status(self, pod: JSON, status: JSON) -> None:
-        namespace, name = _key(pod)
-        for attempt in range(_WRITE_ATTEMPTS):
-            try:
-                await self._api.patch(
-                    f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": status}
-                )
-                return
-            except KubeApiError as exc:
-                if exc.status == 404 or attempt == _WRITE_ATTEMPTS - 1:
+        """Kubelet's status manager: the pod's status is its latest (an older one not written yet is
+        dropped), written now with a few quick retries; when the API server does not take it, it is
+        kept and written again every `status_sync_period` (10 s) until it does or the pod is gone
+        (404), also after the pod left this kubelet. Giving up instead left a pod that had ended
+        Running in the API for good, holding its GPUs and claims in the scheduler's and hami-control's
+        eyes (issue 31: a 409 window made the Succeeded write fail five times)."""
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        self._unwritten[uid] = (pod, status)
+        await self._flush_status(uid, _WRITE_ATTEMPTS)
+
+    async def _flush_status(self, uid: str, attempts: int) -> None:
+        """Write the pod's latest status (and a newer one set meanwhile); after `attempts` failures it
+        stays for the next sync."""
+        lock, users = self._status_locks.get(uid) or (asyncio.Lock(), 0)
+        self._status_locks[uid] = (lock, users + 1)
+        try:
+            await self._flush_status_locked(uid, attempts, lock)
+        finally:
+            lock, users = self._status_locks[uid]
+            if users > 1:
+                self._status_locks[uid] = (lock, users - 1)
+            else:
+                del self._status_locks[uid]
+
+    async def _flush_status_locked(self, uid: str, attempts: int, lock: asyncio.Lock) -> None:
+        async with lock:
+            failures = 0
+            while (entry := self._unwritten.get(uid)) is not None:
+                pod, status = entry
+                namespace, name = _key(pod)
+                try:
+                    await self._api.patch(
+                        f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": status}
+                    )
+                except KubeApiError as exc:
+                    failures += 1
+                    if exc.status != 404 and failures < attempts:
+                        await asyncio.sleep(RETRY.delay(failures, self._rng))
+                        continue
+                    if exc.status == 404:
+                        self._drop_status(uid, entry)
                     log.warning(
-                        "node %s: cannot write status of %s/%s: %s",
+                        "node %s: cannot write status of %s/%s%s: %s",
                         self.config.node_name,
                         namespace,
                         name,
+                        "" if exc.status == 404 else f" (again in {self.config.status_sync_period:g} s)",
                         exc,
                     )
-                    return
-            await asyncio.sleep(RETRY.delay(attempt + 1, self._rng))
+                    break
+                self._drop_status(uid, entry)
+
+    def _drop_status(self, uid: str, entry: tuple[JSON, JSON]) -> None:
+        if self._unwritten.get(uid) is entry:
+            del self._unwritten[uid]
+
+    async def _sync_statuses(self) -> None:
+        """Kubelet's status manager's periodic sync: every status the API server has not taken yet."""
+        while True:
+            await asyncio.sleep(self.config.status_sync_period)
+            for uid in list(self._unwritten):
+                await self._flush_status(uid, 1)
 
     def _event(self, pod: JSON, reason: str, message: str) -> None:
         """A Warning Event about the pod, as kubelet's recorder writes it (source kubelet on this node)."""

@@ -23,7 +23,7 @@ from hami_sim.kubelet import runtime as runtime_module
 from hami_sim.kubelet.checkpoint import encode_checkpoint
 from hami_sim.kubelet.pods import RUN_SECONDS, run_seconds
 from hami_sim.kubelet.runtime import read_containers
-from tests.apiserver_util import bind, create_and_bind
+from tests.apiserver_util import bind, create_and_bind, http
 from tests.builders import container, node, pod
 from tests.conftest import ApiServerHandle
 from tests.integration.kubelet_plugin import TIMEOUT, FakePlugin, devices
@@ -45,7 +45,9 @@ def short_dir() -> Iterator[Path]:
 
 @pytest.fixture
 def kubelet(apiserver: ApiServerHandle, short_dir: Path) -> Iterator[KubeletRunner]:
-    config = KubeletConfig(NODE, short_dir / "dp", kubeconfig=apiserver.kubeconfig, create_node=True)
+    config = KubeletConfig(
+        NODE, short_dir / "dp", kubeconfig=apiserver.kubeconfig, create_node=True, status_sync_period=0.5
+    )
     with KubeletRunner(config) as runner:
         yield runner
 
@@ -615,6 +617,28 @@ def test_run_seconds_ends_a_never_restarted_pod_succeeded_and_frees_its_devices(
     assert read_checkpoint(kubelet.config.checkpoint_path).for_container(uid, "main") == []
     run_pod(core_v1, "next", "60", "Never")
     assert kubelet.wait_for_pod(NS, "next").admitted
+
+
+def test_a_status_the_api_server_refuses_is_written_again_until_it_takes_it(
+    apiserver: ApiServerHandle,
+    kubelet: KubeletRunner,
+    make_plugin: Callable[..., FakePlugin],
+    core_v1: Any,
+) -> None:
+    """Issue 31: the pod's Succeeded status met a 409 window five times and the stand-in gave up, so the
+    pod stayed Running in the API for good (holding its devices there) while its kubelet had let it go;
+    kubelet's status manager keeps the status and writes it again on its sync period."""
+    make_plugin("a", "b")
+    run_pod(core_v1, "ends", "1", "Never")
+    assert kubelet.wait_for_pod(NS, "ends").admitted
+    conflict = {"name": "status", "fault": "conflict", "probability": 1.0, "verbs": ["patch"]}
+    status, answer = http(apiserver.base_url, "PUT", "/hami-sim/faults", {"seed": 1, "rules": [conflict]})
+    assert status == 200, answer
+    kubelet.wait_for_devices(lambda s: allocated(s) == frozenset())  # ended and let go by its kubelet
+    assert core_v1.read_namespaced_pod("ends", NS).status.phase == "Running"
+    status, answer = http(apiserver.base_url, "DELETE", "/hami-sim/faults")
+    assert status == 200, answer
+    wait_for(lambda: core_v1.read_namespaced_pod("ends", NS).status.phase == "Succeeded", 10, "Succeeded")
 
 
 def test_run_seconds_restarts_an_always_pods_containers_in_place(
