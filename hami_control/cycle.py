@@ -27,7 +27,6 @@ import collections
 import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from hami_control.extender import NodeFit, PodAsk, VendorView, fit_with_vendors
 from hami_control.fit import Fit, FitResult, QuotaCheck
@@ -139,13 +138,15 @@ class CycleStates:
         if latest is not None and latest is not cycle and len(latest.choices) > self.max_choices:
             latest.choices.clear()  # never prioritized: which node will be bound is anyone's guess
 
-    def scored(self, cycle: PodCycle, scores: Iterable[Mapping[str, Any]]) -> None:
-        """After prioritize: keep the choices of the `max_choices` best scored nodes only."""
+    def scored(self, cycle: PodCycle, hosts: Iterable[str], scores: Iterable[int]) -> None:
+        """After prioritize (`scores[i]` of `hosts[i]`): keep the choices of the `max_choices` best scored
+        nodes only."""
         if len(cycle.choices) <= self.max_choices:
             return
+        choices = cycle.choices
         best = heapq.nlargest(
             self.max_choices,
-            ((entry["Score"], entry["Host"]) for entry in scores if entry["Host"] in cycle.choices),
+            ((int(score), host) for host, score in zip(hosts, scores, strict=True) if host in choices),
         )
         keep = {host for _, host in best}
         for host in [h for h in cycle.choices if h not in keep]:

@@ -80,6 +80,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
+import orjson
 
 from hami_api.annotations import (
     DEVICE_SCORING_WEIGHTS,
@@ -123,9 +124,14 @@ from hami_control.fit import (
 )
 from hami_control.frag import DEFAULT_MIX, NO_PLACEMENT, TaskMix, cpu_only_scores_at, first_best
 from hami_control.gputable import (
+    BoolArray,
     Evaluation,
+    FloatArray,
     GPUTable,
     IntArray,
+    ReasonTexts,
+    RowCache,
+    SimpleAsk,
     evaluate,
     fragmentation_best_scores,
     fragmentation_growth,
@@ -133,9 +139,7 @@ from hami_control.gputable import (
     free_milli_rows,
     free_total_rows,
     group_rows,
-    node_reasons,
     node_scores,
-    reason_text,
     score_inputs,
     simple_ask,
 )
@@ -228,6 +232,43 @@ class Candidates:
     names: tuple[str, ...]
     node_list: Mapping[str, Any] | None = None
     items: tuple[Any, ...] = ()
+    names_json: bytes | None = field(default=None, compare=False, repr=False)
+    """The names as the request wrote them (a JSON array), when it is known (`split_args`)."""
+    _memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """What is computed once per candidate list (kube-scheduler may send the same list pod after pod)."""
+
+    def rows(self, table: GPUTable) -> tuple[IntArray, IntArray]:
+        """(the table row of each candidate, -1 for a node the table does not have; the positions of the
+        candidates it has), kept until a node gains or loses a row (read-only)."""
+        kept = self._memo.get("rows")
+        if kept is not None and kept[0] is table and kept[1] == table.layout:
+            return kept[2], kept[3]
+        rows = table.rows(self.names)
+        known = np.flatnonzero(rows >= 0)
+        known.flags.writeable = False
+        self._memo["rows"] = (table, table.layout, rows, known)
+        return rows, known
+
+    def unique(self, table: GPUTable) -> bool:
+        """Whether no name is given twice (kube-scheduler never repeats one)."""
+        kept = self._memo.get("unique")
+        if kept is None:
+            rows, known = self.rows(table)
+            if len(known) == len(rows):
+                kept = len(known) == 0 or int(np.bincount(rows).max()) == 1
+            else:
+                kept = len(set(self.names)) == len(self.names)
+            self._memo["unique"] = kept
+        return bool(kept)
+
+    def name_json(self, table: GPUTable, positions: IntArray) -> list[bytes]:
+        """The names at `positions` as JSON strings."""
+        rows, _ = self.rows(table)
+        at = rows[positions]
+        if len(at) and int(at.min()) < 0:
+            return [orjson.dumps(self.names[p]) for p in positions.tolist()]
+        written: list[bytes] = table.name_json[at].tolist()
+        return written
 
 
 def _args(args: object) -> Mapping[str, Any]:
@@ -276,6 +317,79 @@ def read_candidates(args: object) -> Candidates:
             raise ExtenderArgsError(f"{where}.metadata.name: expected a node name, got {_shown(name)}")
         out.append(name)
     return Candidates(tuple(out), node_list, tuple(items))
+
+
+_NAMES_KEY = b',"NodeNames":['
+"""Where kube-scheduler's ExtenderArgs name the candidates: its last field (Go writes a struct's fields in
+their order, `Pod`, `Nodes`, `NodeNames`, k8s.io/kube-scheduler/extender/v1 types.go), so the list
+runs to the body's closing brace."""
+
+
+class CandidateLists:
+    """ExtenderArgs read with the candidates of the last `size` distinct lists kept by the JSON of their
+    names: kube-scheduler sends the same nodes pod after pod (every node with percentageOfNodesToScore
+    100, and to /prioritize the nodes that fit), and such a list is then neither decoded nor checked
+    again, nor are its table rows looked up again (`Candidates.rows`). Only the rest of the body is
+    decoded. A body of another shape (or one that does not decode so) is decoded whole, as before.
+    Not thread-safe (the event loop's)."""
+
+    def __init__(self, size: int = 4) -> None:
+        self.size = size
+        self._kept: list[Candidates] = []
+        """Most recently used first."""
+
+    def read(self, body: bytes) -> tuple[Any, Candidates | None]:
+        """(the decoded ExtenderArgs, its candidates when they were read here, else None: the caller reads
+        them with `read_candidates`, which names what is wrong). The args then lack nothing the caller
+        reads but `NodeNames`. Raises `orjson.JSONDecodeError` for a body that is not JSON."""
+        at = body.rfind(_NAMES_KEY)
+        if at > 0 and body.endswith(b"]}"):
+            names_json = body[at + len(_NAMES_KEY) - 1 : -1]
+            try:
+                args = orjson.loads(body[:at] + b"}")
+            except orjson.JSONDecodeError:
+                args = None
+            if isinstance(args, dict):
+                candidates = self._find(names_json)
+                if candidates is not None:
+                    return args, candidates
+                try:
+                    names = orjson.loads(names_json)
+                except orjson.JSONDecodeError:
+                    names = None
+                if isinstance(names, list):
+                    try:
+                        read = read_candidates({"NodeNames": names})
+                    except ExtenderArgsError:
+                        return orjson.loads(body), None  # the caller says what is wrong
+                    candidates = Candidates(read.names, names_json=names_json)
+                    self.remember(candidates)
+                    return args, candidates
+        return orjson.loads(body), None
+
+    def remember(self, candidates: Candidates) -> None:
+        """Keep `candidates` (with `names_json`) for a later request naming them: the nodes a filter
+        answered, which kube-scheduler sends to /prioritize next."""
+        if candidates.names_json is None:
+            return
+        kept = self._kept
+        for i, known in enumerate(kept):
+            if known is candidates:
+                if i:
+                    kept.insert(0, kept.pop(i))
+                return
+        kept.insert(0, candidates)
+        del kept[self.size :]
+
+    def _find(self, names_json: bytes) -> Candidates | None:
+        kept = self._kept
+        for i, candidates in enumerate(kept):
+            known = candidates.names_json
+            if known is not None and len(known) == len(names_json) and known == names_json:
+                if i:
+                    kept.insert(0, kept.pop(i))
+                return candidates
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -699,6 +813,131 @@ def unregistered_reason(view: NodeView, name: str) -> str:
     return why if why.startswith(UNREGISTERED) else f"{UNREGISTERED}: {why}"
 
 
+_NO_POSITIONS: IntArray = np.zeros(0, dtype=np.int64)
+_NO_POSITIONS.flags.writeable = False
+
+
+@dataclass(slots=True)
+class FilterAnswer:
+    """An ExtenderFilterResult before it is written out: `as_dict` gives the JSON object, `as_json` its
+    bytes. The nodes the GPU table failed are kept as candidate positions with the ids of their texts
+    in `texts` (`gputable.ReasonTexts`), so that thousands of failed nodes cost a few array operations;
+    `failed` / `unresolvable` hold the others (fitted node by node, left out by the narrowing,
+    unregistered). `as_json` writes the table's failures grouped by text (one join per text); a JSON
+    object's order carries no meaning (kube-scheduler reads FailedNodes into a Go map), and `as_dict`
+    keeps the order of the plain computation: `failed` / `unresolvable` first, then the table's failures
+    in candidate order."""
+
+    candidates: Candidates
+    fitting: Sequence[int] | IntArray
+    """Candidate positions that fit, ascending."""
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    table: GPUTable | None = None
+    failing: IntArray = field(default_factory=lambda: _NO_POSITIONS)
+    """Candidate positions the table failed (nodes it has, ascending)."""
+    failing_text: IntArray = field(default_factory=lambda: _NO_POSITIONS)
+    """The id of each failing position's text in `texts`."""
+    failing_unresolvable: BoolArray | None = None
+    """Per failing position: in FailedAndUnresolvableNodes rather than FailedNodes."""
+    texts: ReasonTexts | None = None
+    error: str = ""
+    _answered: Candidates | None = None
+
+    @property
+    def fits_any(self) -> bool:
+        return len(self.fitting) > 0
+
+    def answered(self) -> Candidates | None:
+        """The nodes answered as fitting as candidates (in NodeNames' order, with the JSON NodeNames is
+        written with and their table rows), or None when the answer is not written from the table's
+        fragments. kube-scheduler's /prioritize request names them again when its own filters kept
+        them all (`CandidateLists.remember`)."""
+        kept = self._answered
+        if kept is not None:
+            return kept
+        candidates, table = self.candidates, self.table
+        if self.error or candidates.node_list is not None or table is None or not candidates.unique(table):
+            return None
+        fitting = self.fitting
+        if len(fitting) == len(candidates.names) and candidates.names_json is not None:
+            kept = candidates  # every candidate fits: the list as the request wrote it
+        else:
+            positions = fitting if isinstance(fitting, np.ndarray) else np.asarray(fitting, dtype=np.int64)
+            names = candidates.names
+            kept = Candidates(
+                tuple([names[p] for p in positions.tolist()]),
+                names_json=b"[" + b",".join(candidates.name_json(table, positions)) + b"]",
+            )
+            rows, _ = candidates.rows(table)
+            at = rows[positions]
+            if not len(at) or int(at.min()) >= 0:
+                known = np.arange(len(at), dtype=np.int64)
+                at.flags.writeable = False
+                known.flags.writeable = False
+                kept._memo["rows"] = (table, table.layout, at, known)
+                kept._memo["unique"] = True
+        self._answered = kept
+        return kept
+
+    def _table_failures(self, unresolvable: bool) -> tuple[IntArray, IntArray]:
+        flags = self.failing_unresolvable
+        if flags is None or not len(self.failing):
+            return _NO_POSITIONS, _NO_POSITIONS
+        mask = flags if unresolvable else ~flags
+        return self.failing[mask], self.failing_text[mask]
+
+    def as_dict(self) -> dict[str, Any]:
+        candidates = self.candidates
+        if self.error:
+            return _filter_result(None, error=self.error)
+        failed, unresolvable = dict(self.failed), dict(self.unresolvable)
+        if self.texts is not None:
+            texts, names = self.texts.texts, candidates.names
+            for target, flag in ((failed, False), (unresolvable, True)):
+                positions, ids = self._table_failures(flag)
+                shown = [texts[i] for i in ids.tolist()]
+                target.update(zip([names[p] for p in positions.tolist()], shown, strict=True))
+        fitting = self.fitting.tolist() if isinstance(self.fitting, np.ndarray) else self.fitting
+        return _filter_result(candidates, fitting, failed, unresolvable)
+
+    def as_json(self) -> bytes:
+        """The answer's JSON (what `orjson.dumps(self.as_dict())` decodes to, written with the table's
+        JSON fragments of the names)."""
+        answered = self.answered()
+        if answered is None or answered.names_json is None:
+            return orjson.dumps(self.as_dict())
+        return b"".join(
+            (
+                b'{"Nodes":null,"NodeNames":',
+                answered.names_json,
+                b',"FailedNodes":{',
+                self._object_json(self.failed, False),
+                b'},"FailedAndUnresolvableNodes":{',
+                self._object_json(self.unresolvable, True),
+                b'},"Error":""}',
+            )
+        )
+
+    def _object_json(self, given: dict[str, str], unresolvable: bool) -> bytes:
+        """The members of FailedNodes (or FailedAndUnresolvableNodes), without the braces."""
+        parts: list[bytes] = []
+        if given:
+            parts.append(orjson.dumps(given)[1:-1])
+        positions, ids = self._table_failures(unresolvable)
+        if len(positions) and self.texts is not None and self.table is not None:
+            table, text_json = self.table, self.texts.json
+            rows, _ = self.candidates.rows(table)
+            at = rows[positions]
+            order = np.argsort(ids, kind="stable")
+            sorted_ids = ids[order]
+            bounds = np.flatnonzero(np.diff(sorted_ids)) + 1
+            for group in np.split(order, bounds):
+                text = b":" + text_json[int(ids[group[0]])]
+                parts.append((text + b",").join(table.name_json[at[group]].tolist()) + text)
+        return b",".join(parts)
+
+
 UNREGISTERED_WORD = "NodeUnregistered"
 """The filter-reason counter's word for unregistered nodes."""
 NOT_LEAST_FRAGMENTING = "not the least fragmenting node (--fragmentation-filter best)"
@@ -747,19 +986,20 @@ def filter_pod(
     *,
     table: GPUTable | None = None,
     reasons: Counter[str] | None = None,
+    cache: RowCache | None = None,
 ) -> dict[str, Any]:
     """ExtenderArgs JSON (already decoded) -> ExtenderFilterResult JSON. Never raises on bad input.
 
     With `table` (in step with `view`, see `gputable`), pods it covers are answered for all candidates
     at once; others go node by node through `fit_pod`. `reasons`, when given, gets +1 per failed node
-    for each reason word in its answer (for the metrics)."""
+    for each reason word in its answer (for the metrics). `cache`: as in `filter_nodes`."""
     try:
         candidates = read_candidates(args)
         ask = read_pod_ask(_args(args).get("Pod"), config, quota)
     except ExtenderArgsError as err:
         log.debug("filter: %s", err)
         return filter_error(str(err))
-    return filter_nodes(ask, candidates, view, table=table, reasons=reasons)
+    return filter_nodes(ask, candidates, view, table=table, reasons=reasons, cache=cache)
 
 
 def filter_error(message: str) -> dict[str, Any]:
@@ -776,19 +1016,38 @@ def filter_nodes(
     reasons: Counter[str] | None = None,
     fit: NodeFit | None = None,
     narrow: HostCPU | None = None,
+    cache: RowCache | None = None,
 ) -> dict[str, Any]:
     """`filter_pod` for an ask already read: the ExtenderFilterResult over `candidates`. Nodes the table
     does not answer are fitted one by one with `fit` (default `ask.fit`). `narrow`
     (`--fragmentation-filter best`): a pod under the fragmentation node policy that the table answers
     gets only its least fragmenting nodes (`gputable.fragmentation_growth`, CPU from `narrow`); the
-    other fitting nodes fail with `NOT_LEAST_FRAGMENTING`."""
+    other fitting nodes fail with `NOT_LEAST_FRAGMENTING`. `cache` (a `RowCache` of `table`): the
+    table's per-node answers kept from one request to the next (the same answer)."""
+    return filter_answer(
+        ask, candidates, view, table=table, reasons=reasons, fit=fit, narrow=narrow, cache=cache
+    ).as_dict()
+
+
+def filter_answer(
+    ask: PodAsk | None,
+    candidates: Candidates,
+    view: NodeView,
+    *,
+    table: GPUTable | None = None,
+    reasons: Counter[str] | None = None,
+    fit: NodeFit | None = None,
+    narrow: HostCPU | None = None,
+    cache: RowCache | None = None,
+) -> FilterAnswer:
+    """`filter_nodes` as a `FilterAnswer` (written out by the service without building the JSON object)."""
     if ask is None:
-        return _filter_result(candidates, range(len(candidates.names)))
+        return FilterAnswer(candidates, range(len(candidates.names)), table=table)
     fit_node: NodeFit = fit if fit is not None else _fit_on(ask, view)
     if table is not None and ask.vendors is None:
         if ask.node_policy is not NodePolicy.FRAGMENTATION:
             narrow = None
-        fast = _filter_vectorised(ask, candidates, view, table, reasons, narrow, fit_node)
+        fast = _filter_vectorised(ask, candidates, view, table, reasons, narrow, fit_node, cache)
         if fast is not None:
             return fast
     fitting: list[int] = []
@@ -828,7 +1087,7 @@ def filter_nodes(
                 continue
             for reason, _ in result.reasons or ((Reason.NODE_INSUFFICIENT_DEVICE, 0),):
                 reasons[reason.value] += 1
-    return _filter_result(candidates, fitting, failed, unresolvable)
+    return FilterAnswer(candidates, fitting, failed, unresolvable)
 
 
 def _fit_on(ask: PodAsk, view: NodeView) -> NodeFit:
@@ -868,50 +1127,72 @@ def _filter_vectorised(  # noqa: PLR0917 (the filter's inputs, named)
     reasons: Counter[str] | None,
     narrow: HostCPU | None = None,
     fit_node: NodeFit | None = None,
-) -> dict[str, Any] | None:
+    cache: RowCache | None = None,
+) -> FilterAnswer | None:
     simple = simple_ask(table, ask.requests, ask.selector, ask.gpu_policy, ask.quota)
     if simple is None:
         return None
     names = candidates.names
-    rows = table.rows(names)
-    known = np.flatnonzero(rows >= 0)
-    ev = evaluate(table, rows[known], simple)
-    fitting = known[ev.fits].tolist()
+    rows, known = candidates.rows(table)
+    known_rows = rows[known]
+    ev: Evaluation | None = None
+    if cache is not None:
+        fits_all, unresolvable_all, text_all = cache.verdicts(simple)
+        fits, unresolvable_known = fits_all[known_rows], unresolvable_all[known_rows]
+        slow = table.mig[known_rows] if table.mig_rows else None
+        texts = cache.texts
+    else:
+        ev = evaluate(table, known_rows, simple)
+        fits, unresolvable_known, slow = ev.fits, ev.unresolvable, ev.slow
+        texts = ReasonTexts()
+    fitting: IntArray | list[int] = known[fits]
     failed: dict[str, str] = {}
-    if narrow is not None and len(fitting) > 1:
+    if narrow is not None and int(np.count_nonzero(fits)) > 1:
         fitting = _least_fragmenting(
-            ask, names, known, rows[known], ev, table, simple.request, narrow, failed, reasons
+            ask, names, known, known_rows, fits, ev, table, simple, narrow, failed, reasons, cache
         )
     unresolvable: dict[str, str] = {}
-    failing = np.flatnonzero(~ev.fits)
-    if ev.slow is not None and ev.slow.any():
+    failing = np.flatnonzero(~fits)
+    if slow is not None and slow.any():
         # Nodes with a MIG-mode GPU: HAMi's per-placement rules, node by node (their failures are not
         # the table's).
-        failing = np.flatnonzero(~ev.fits & ~ev.slow)
+        failing = np.flatnonzero(~fits & ~slow)
         fitting = sorted(
-            [*fitting, *_fit_slow(ask, names, known[ev.slow], view, fit_node, failed, unresolvable, reasons)]
+            [
+                *np.asarray(fitting).tolist(),
+                *_fit_slow(ask, names, known[slow], view, fit_node, failed, unresolvable, reasons),
+            ]
         )
-    for index in np.flatnonzero(rows < 0).tolist():
-        unresolvable[names[index]] = unregistered_reason(view, names[index])
-        if reasons is not None:
-            reasons[UNREGISTERED_WORD] += 1
+    if len(known) < len(rows):
+        for index in np.flatnonzero(rows < 0).tolist():
+            unresolvable[names[index]] = unregistered_reason(view, names[index])
+            if reasons is not None:
+                reasons[UNREGISTERED_WORD] += 1
     if len(failing):
-        patterns, which = group_rows(ev.failure_counts(table, failing))
-        texts = np.array([reason_text(p) for p in patterns.tolist()], dtype=object)
-        flags = ev.unresolvable[failing]
-        positions = known[failing]
-        chosen = texts[which]
-        for target, mask in ((failed, ~flags), (unresolvable, flags)):
-            if mask.any():
-                target.update(
-                    zip([names[i] for i in positions[mask].tolist()], chosen[mask].tolist(), strict=True)
-                )
+        if ev is None:
+            failing_text = text_all[known_rows[failing]]
+        else:
+            patterns, which = group_rows(ev.failure_counts(table, failing))
+            ids = np.array([texts.intern(p) for p in patterns.tolist()], dtype=np.int64)
+            failing_text = ids[which]
         if reasons is not None:
-            per_pattern = np.bincount(which, minlength=len(patterns)).tolist()
-            for pattern, nodes in zip(patterns.tolist(), per_pattern, strict=True):
-                for word in node_reasons(pattern):
-                    reasons[word] += nodes
-    return _filter_result(candidates, fitting, failed, unresolvable)
+            per_text = np.bincount(failing_text, minlength=len(texts)).tolist()
+            for text, nodes in enumerate(per_text):
+                if nodes:
+                    for word in texts.words[text]:
+                        reasons[word] += nodes
+        return FilterAnswer(
+            candidates,
+            fitting,
+            failed,
+            unresolvable,
+            table,
+            known[failing],
+            failing_text,
+            unresolvable_known[failing],
+            texts,
+        )
+    return FilterAnswer(candidates, fitting, failed, unresolvable, table)
 
 
 def _fit_slow(  # noqa: PLR0917 (the vectorised filter's state, named)
@@ -946,34 +1227,48 @@ def _least_fragmenting(  # noqa: PLR0917 (the vectorised filter's state, named)
     names: Sequence[str],
     known: IntArray,
     known_rows: IntArray,
-    ev: Evaluation,
+    fits: BoolArray,
+    ev: Evaluation | None,
     table: GPUTable,
-    request: ContainerRequest,
+    simple: SimpleAsk,
     narrow: HostCPU,
     failed: dict[str, str],
     reasons: Counter[str] | None,
-) -> list[int]:
+    cache: RowCache | None,
+) -> IntArray:
     """The fitting candidates (positions in `names`) where the fragmentation grows least; the others go
     to `failed` with `NOT_LEAST_FRAGMENTING`. Equal growths are all kept: kube-scheduler's score chooses.
     With `narrow.one`: the one candidate of FGD's best score (`gputable.fragmentation_best_scores`), among
-    equal ones the fuller node, then the first by name (`frag.first_best`)."""
-    known_names = [names[i] for i in known.tolist()]
-    cpu_free = narrow.free_of(known_names)
+    equal ones the fuller node, then the first by name (`frag.first_best`). From `cache` when given
+    (per node, caught up with the nodes whose GPUs or free CPU changed), else from `ev`."""
+    request = simple.request
+    if len(known) == len(names):
+        known_names: Sequence[str] = names
+    else:
+        known_names = [names[i] for i in known.tolist()]
+    values: FloatArray | IntArray
+    if cache is not None:
+        values = cache.host_fragmentation(simple, ask.mix, narrow.free_of, narrow.pod, narrow.one)[known_rows]
+    else:
+        assert ev is not None
+        cpu_free = narrow.free_of(known_names)
+        if narrow.one:
+            values = fragmentation_best_scores(table, ev, request, ask.mix, cpu_free, narrow.pod)
+        else:
+            values = fragmentation_growth(table, ev, request, ask.mix, cpu_free, narrow.pod)
     if narrow.one:
-        score = fragmentation_best_scores(table, ev, request, ask.mix, cpu_free, narrow.pod)
-        score = np.where(ev.fits, score, NO_PLACEMENT - 1)
+        score = np.where(fits, values, NO_PLACEMENT - 1)
         best = np.zeros(len(known), dtype=np.bool_)
         best[first_best(score, known_names, free_total_rows(table, known_rows))] = True
-        left_out = known[ev.fits & ~best].tolist()  # not answered (the module note)
+        left_out = known[fits & ~best].tolist()  # not answered (the module note)
     else:
-        growth = fragmentation_growth(table, ev, request, ask.mix, cpu_free, narrow.pod)
-        growth = np.where(ev.fits, growth, np.inf)
-        best = ev.fits & (growth == growth.min())
-        left_out = known[ev.fits & ~best].tolist()
+        growth = np.where(fits, values, np.inf)
+        best = fits & (growth == growth.min())
+        left_out = known[fits & ~best].tolist()
         failed.update((names[i], NOT_LEAST_FRAGMENTING) for i in left_out)
     if reasons is not None and left_out:
         reasons[NOT_LEAST_FRAGMENTING_WORD] += len(left_out)
-    result: list[int] = known[best].tolist()
+    result: IntArray = known[best]
     return result
 
 
@@ -1029,9 +1324,10 @@ def prioritize_pod(
     quota: QuotaView | None = None,
     *,
     table: GPUTable | None = None,
+    cache: RowCache | None = None,
 ) -> list[dict[str, Any]]:
     """ExtenderArgs JSON -> HostPriorityList JSON, every candidate scored 0..10. Never raises on bad input.
-    `table` as in `filter_pod`."""
+    `table` and `cache` as in `filter_pod`."""
     try:
         candidates = read_candidates(args)
     except ExtenderArgsError as err:
@@ -1042,7 +1338,7 @@ def prioritize_pod(
     except ExtenderArgsError as err:
         log.debug("prioritize: %s", err)
         ask = None
-    return prioritize_nodes(ask, candidates, view, table=table)
+    return prioritize_nodes(ask, candidates, view, table=table, cache=cache)
 
 
 def prioritize_nodes(
@@ -1052,16 +1348,69 @@ def prioritize_nodes(
     *,
     table: GPUTable | None = None,
     fit: NodeFit | None = None,
+    cache: RowCache | None = None,
 ) -> list[dict[str, Any]]:
     """`prioritize_pod` for an ask already read (None: asks no GPU, or unreadable). Nodes the table does
-    not score are fitted one by one with `fit` (default `ask.fit`)."""
-    hosts = list(dict.fromkeys(candidates.names))
+    not score are fitted one by one with `fit` (default `ask.fit`). `cache`: as in `filter_nodes`."""
+    return prioritize_answer(ask, candidates, view, table=table, fit=fit, cache=cache).as_list()
+
+
+@dataclass(frozen=True, slots=True)
+class PrioritizeAnswer:
+    """A HostPriorityList before it is written out: `as_list` gives the JSON list, `as_json` its bytes."""
+
+    hosts: Sequence[str]
+    """One per candidate name (its first occurrence), in the candidates' order."""
+    scores: Sequence[int] | IntArray
+    rows: IntArray | None = None
+    """The table row of each host (-1: not in the table), when the hosts are the candidates (no name
+    given twice); None otherwise."""
+    table: GPUTable | None = None
+
+    def as_list(self) -> list[dict[str, Any]]:
+        scores = self.scores.tolist() if isinstance(self.scores, np.ndarray) else self.scores
+        return [{"Host": host, "Score": value} for host, value in zip(self.hosts, scores, strict=True)]
+
+    def as_json(self) -> bytes:
+        """The answer's JSON (what `orjson.dumps(self.as_list())` decodes to, in the same order), written
+        with the table's JSON fragments of the hosts."""
+        table, rows = self.table, self.rows
+        scores = np.asarray(self.scores, dtype=np.int64)
+        if table is None or rows is None or not len(scores):
+            return orjson.dumps(self.as_list())
+        if int(scores.min()) < 0 or int(scores.max()) > MAX_SCORE:
+            return orjson.dumps(self.as_list())
+        starts = table.host_json[np.maximum(rows, 0)]
+        if int(rows.min()) < 0:
+            for pos in np.flatnonzero(rows < 0).tolist():
+                starts[pos] = b'{"Host":' + orjson.dumps(self.hosts[pos]) + b',"Score":'
+        return b"[" + b",".join(np.add(starts, _SCORE_ENDS[scores]).tolist()) + b"]"
+
+
+_SCORE_ENDS = np.array([b"%d}" % score for score in range(MAX_SCORE + 1)], dtype=object)
+"""The end of a HostPriority entry per score: `<score>}`."""
+
+
+def prioritize_answer(
+    ask: PodAsk | None,
+    candidates: Candidates,
+    view: NodeView,
+    *,
+    table: GPUTable | None = None,
+    fit: NodeFit | None = None,
+    cache: RowCache | None = None,
+) -> PrioritizeAnswer:
+    """`prioritize_nodes` as a `PrioritizeAnswer`."""
+    unique = table is not None and candidates.node_list is None and candidates.unique(table)
+    hosts: Sequence[str] = candidates.names if unique else list(dict.fromkeys(candidates.names))
+    rows_of: IntArray | None = candidates.rows(table)[0] if unique and table is not None else None
     if ask is None:
-        return [{"Host": host, "Score": NEUTRAL_SCORE} for host in hosts]
+        return PrioritizeAnswer(hosts, [NEUTRAL_SCORE] * len(hosts), rows_of, table)
     if ask.vendors is not None and not ask.asks_nvidia:
-        return _prioritize_vendors(ask, hosts, view, fit if fit is not None else _fit_on(ask, view))
-    score = [0] * len(hosts)
-    exact = range(len(hosts))
+        by_host = _prioritize_vendors(ask, hosts, view, fit if fit is not None else _fit_on(ask, view))
+        return PrioritizeAnswer(hosts, [by_host[host] for host in hosts], rows_of, table)
+    score: IntArray | list[int] = [0] * len(hosts)
+    exact: Sequence[int] = range(len(hosts))
     simple = simple_ask(table, ask.requests, ask.selector, ask.gpu_policy, ask.quota) if table else None
     if ask.vendors is not None:
         simple = None
@@ -1070,45 +1419,48 @@ def prioritize_nodes(
         simple is not None and simple.request.nums == 1 and ask.gpu_policy == (GPUPolicy.FRAGMENTATION,)
     ):
         simple = None  # scored from the GPUs fit_pod picks, node by node
-    if table is not None and simple is not None and fragmentation:
-        rows = table.rows(hosts)
-        known = np.flatnonzero(rows >= 0)
-        ev = evaluate(table, rows[known], simple)
-        fast, slow = fragmentation_scores(table, ev, simple.request, ask.mix)
+    if table is not None and simple is not None:
+        if rows_of is not None:
+            rows, known = candidates.rows(table)
+        else:
+            rows = table.rows(hosts)
+            known = np.flatnonzero(rows >= 0)
+        known_rows = rows[known]
+        mig = table.mig[known_rows] if table.mig_rows else None
+        if cache is not None:
+            fits = cache.verdicts(simple)[0][known_rows]
+            if fragmentation:
+                fast_all, slow_all = cache.fragmentation_scores(simple, ask.mix)
+            else:
+                fast_all, slow_all = cache.scores(simple, ask.node_policy)
+            fast, slow = fast_all[known_rows], slow_all[known_rows]
+        else:
+            ev = evaluate(table, known_rows, simple)
+            fits = ev.fits
+            if fragmentation:
+                fast, slow = fragmentation_scores(table, ev, simple.request, ask.mix)
+            else:
+                slice_mem, sums = score_inputs(table, ev)
+                fast, slow = node_scores(slice_mem, sums, simple.request, ask.node_policy), slice_mem < 0
         full = np.zeros(len(hosts), dtype=np.int64)
-        scored = ev.fits & ~slow
+        scored = fits & ~slow
         full[known[scored]] = fast[scored]
-        score = full.tolist()
-        exact = known[ev.fits & slow].tolist() + _slow_rows(known, ev)
-    elif table is not None and simple is not None:
-        rows = table.rows(hosts)
-        known = np.flatnonzero(rows >= 0)
-        ev = evaluate(table, rows[known], simple)
-        slice_mem, sums = score_inputs(table, ev)
-        fast = node_scores(slice_mem, sums, simple.request, ask.node_policy)
-        full = np.zeros(len(hosts), dtype=np.int64)
-        scored = ev.fits & (slice_mem >= 0)
-        full[known[scored]] = fast[scored]
-        score = full.tolist()
-        # A percentage over GPUs of different sizes: score the GPUs fit_pod really picks.
-        exact = known[ev.fits & (slice_mem < 0)].tolist() + _slow_rows(known, ev)
+        score = full
+        # A percentage over GPUs of different sizes (or GPUs tied on a growth that take different
+        # amounts): score the GPUs fit_pod really picks; nodes with a MIG-mode GPU too.
+        exact = known[fits & slow].tolist() + (known[mig].tolist() if mig is not None else [])
     fit_node: NodeFit = fit if fit is not None else _fit_on(ask, view)
-    for pos in exact:
-        node = view.node_gpus(hosts[pos])
-        vendor = view.vendor_devices(hosts[pos]) if ask.vendors is not None else None
-        if node is not None or vendor is not None:
-            result = fit_node(hosts[pos], node)
-            if isinstance(result, Fit):
-                score[pos] = ask.priority(node, result, vendor)
-    return [{"Host": host, "Score": value} for host, value in zip(hosts, score, strict=True)]
-
-
-def _slow_rows(known: IntArray, ev: Evaluation) -> list[int]:
-    """Candidates the table does not answer (nodes with a MIG-mode GPU), to score from fit_pod's choice."""
-    if ev.slow is None:
-        return []
-    rows: list[int] = known[ev.slow].tolist()
-    return rows
+    if exact:
+        values = score.tolist() if isinstance(score, np.ndarray) else score
+        for pos in exact:
+            node = view.node_gpus(hosts[pos])
+            vendor = view.vendor_devices(hosts[pos]) if ask.vendors is not None else None
+            if node is not None or vendor is not None:
+                result = fit_node(hosts[pos], node)
+                if isinstance(result, Fit):
+                    values[pos] = ask.priority(node, result, vendor)
+        score = values
+    return PrioritizeAnswer(hosts, score, rows_of, table)
 
 
 def vendor_node_score(ask: PodAsk, devices: NodeGPUs, fit: Fit, node: Mapping[str, Any]) -> float:
@@ -1131,9 +1483,7 @@ def vendor_node_score(ask: PodAsk, devices: NodeGPUs, fit: Fit, node: Mapping[st
     return score
 
 
-def _prioritize_vendors(
-    ask: PodAsk, hosts: Sequence[str], view: NodeView, fit: NodeFit
-) -> list[dict[str, Any]]:
+def _prioritize_vendors(ask: PodAsk, hosts: Sequence[str], view: NodeView, fit: NodeFit) -> dict[str, int]:
     """Prioritize for a pod asking only the other vendors: HAMi's node score (`vendor_node_score`) on every
     node the pod fits, turned into kube-scheduler's 0..10 so that HAMi's choice scores highest (binpack:
     the highest HAMi score, spread: the lowest; HAMi sorts the nodes so and takes the last), the others
@@ -1156,7 +1506,7 @@ def _prioritize_vendors(
                 continue
             share = (high - value if spread else value - low) / (high - low)
             scores[host] = max(1, round(MAX_SCORE * share))
-    return [{"Host": host, "Score": scores[host]} for host in hosts]
+    return scores
 
 
 __all__ = [
@@ -1168,23 +1518,28 @@ __all__ = [
     "UNKNOWN_CPU",
     "UNREGISTERED",
     "UNREGISTERED_WORD",
+    "CandidateLists",
     "Candidates",
     "ExtenderArgsError",
+    "FilterAnswer",
     "HostCPU",
     "NamespaceQuota",
     "NodeFit",
     "NodeView",
     "PodAsk",
+    "PrioritizeAnswer",
     "VendorAsk",
     "VendorView",
     "ask_from_requests",
     "cpu_filter_nodes",
     "failure_reason",
+    "filter_answer",
     "filter_error",
     "filter_nodes",
     "filter_pod",
     "fit_with_vendors",
     "pass_through",
+    "prioritize_answer",
     "prioritize_nodes",
     "prioritize_pod",
     "read_candidates",

@@ -23,13 +23,15 @@ answer equals `fit_pod`'s and `PodAsk.priority`'s, reasons and scores included.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import repeat
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
 from hami_api.resources import ContainerRequest
 from hami_api.types import DeviceSelector, GPUPolicy, NodePolicy
@@ -50,6 +52,7 @@ from hami_control.usage import NodeGPUs
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
+ObjectArray = npt.NDArray[np.object_]
 
 # Reason codes, in the order `fit._reason` checks them (0 = the GPU passes, -1 = no GPU in that column).
 _CODES: tuple[Reason, ...] = (
@@ -104,6 +107,15 @@ class GPUTable:
         self.mig_rows = 0
         self._stale: set[int] = set()
         """Rows whose `_free` / `_free_total` no longer match the columns (`free_milli`)."""
+        self.version = 0
+        """Bumped for every row written, removed or touched (`changed_since`)."""
+        self.epoch = 0
+        """Bumped when the arrays are reallocated (wider or more rows): every row is new to `RowCache`."""
+        self._log: list[int] = []
+        """The rows written, removed or touched, one per version, from version `_log_start` + 1 on."""
+        self._log_start = 0
+        self.name_of: list[str] = []
+        """The node name of each row in use (a freed row keeps its last name until reused)."""
         self._alloc(_INITIAL_ROWS, self.width)
 
     def _alloc(self, rows: int, width: int) -> None:
@@ -123,11 +135,18 @@ class GPUTable:
             sums[:old_rows] = self.sums
             mig[:old_rows] = self.mig
         self.gpus, self.sums, self.mig = gpus, sums, mig
+        name_json: ObjectArray = np.full(rows, b'""', dtype=object)
+        host_json: ObjectArray = np.full(rows, b'{"Host":"","Score":', dtype=object)
+        if old_rows:
+            name_json[:old_rows] = self.name_json
+            host_json[:old_rows] = self.host_json
+        self.name_json, self.host_json = name_json, host_json
         self._free = np.zeros((rows, width), dtype=np.int64)
         self._free_total = np.zeros(rows, dtype=np.int64)
         self._stale = set(range(self._rows))
         self._capacity = rows
         self.width = width
+        self.epoch += 1
 
     # the arrays (set by _alloc; declared for the type checker)
     present: BoolArray
@@ -149,6 +168,10 @@ class GPUTable:
     """Per row: the node has a GPU in dynamic MIG mode (fitted node by node, see the module note)."""
     mig_rows: int
     """How many rows have `mig` set."""
+    name_json: ObjectArray
+    """Per row: the node's name as a JSON string (bytes), for answers written without a JSON encoder."""
+    host_json: ObjectArray
+    """Per row: `{"Host":<name>,"Score":` (bytes), the start of the node's HostPriority entry."""
 
     @staticmethod
     def _intern(table: dict[str, int], text: str) -> int:
@@ -159,6 +182,16 @@ class GPUTable:
 
     def __len__(self) -> int:
         return len(self.row_of)
+
+    @property
+    def layout(self) -> int:
+        """Bumped whenever a name gains or loses a row (rows looked up before are stale)."""
+        return self._layout
+
+    @property
+    def capacity(self) -> int:
+        """Rows the arrays have room for."""
+        return self._capacity
 
     @property
     def row_count(self) -> int:
@@ -178,8 +211,13 @@ class GPUTable:
                     self._alloc(self._capacity * 2, self.width)
                 row = self._rows
                 self._rows += 1
+                self.name_of.append(node.name)
             self.row_of[node.name] = row
+            self.name_of[row] = node.name
+            self.name_json[row] = encoded = orjson.dumps(node.name)
+            self.host_json[row] = b'{"Host":' + encoded + b',"Score":'
             self._layout += 1
+        self._changed(row)
         self._stale.add(row)
         self.present[row] = False
         self.mig_rows += int(node.has_mig) - int(self.mig[row])
@@ -220,6 +258,32 @@ class GPUTable:
             self._stale.add(row)
             self._free_rows.append(row)
             self._layout += 1
+            self._changed(row)
+
+    def _changed(self, row: int) -> None:
+        self.version += 1
+        log = self._log
+        log.append(row)
+        if len(log) > max(_LOG_MIN, 2 * self._capacity):  # older versions recompute every row instead
+            drop = len(log) // 2
+            del log[:drop]
+            self._log_start += drop
+
+    def touch(self, names: Iterable[str]) -> None:
+        """Mark the rows of `names` changed without rewriting them (an input of a `RowCache` computation
+        other than the GPUs changed there: the node's free CPU); names without a row are skipped."""
+        for name in names:
+            row = self.row_of.get(name)
+            if row is not None:
+                self._changed(row)
+
+    def changed_since(self, version: int) -> IntArray | None:
+        """The rows written, removed or touched after `version` (distinct, sorted), or None when the log
+        no longer reaches back that far."""
+        if version < self._log_start:
+            return None
+        changed: IntArray = np.unique(np.array(self._log[version - self._log_start :], dtype=np.int64))
+        return changed
 
     def sync(self, changed: Iterable[str], lookup: Callable[[str], NodeGPUs | None]) -> None:
         """Rewrite the rows of `changed` nodes from `lookup` (the cache's `node_gpus`)."""
@@ -274,6 +338,10 @@ class GPUTable:
         rows.flags.writeable = False
         self._last_rows = (key, self._layout, rows)
         return rows
+
+
+_LOG_MIN = 4096
+"""`GPUTable`'s change log keeps at least this many versions (and twice its rows)."""
 
 
 _NO_CPU = np.iinfo(np.int64).min
@@ -348,6 +416,9 @@ class SimpleAsk:
     mode_ok: BoolArray | None
     uuid_ok: BoolArray | None
     mutex: bool
+    key: Hashable = None
+    """What decides the verdicts besides the table (the request, the selector, the mutex policy): equal
+    keys evaluate alike (`RowCache`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,6 +481,7 @@ def simple_ask(
         whole = QuotaUsage(request.memory_on(0) * request.nums, request.coresreq * request.nums)
         if not quota(whole):
             return None
+    mutex = GPUPolicy.MUTEX in policy
     has_types = bool(selector.use_types or selector.nouse_types)
     has_uuids = bool(selector.use_uuids or selector.nouse_uuids)
     return SimpleAsk(
@@ -417,7 +489,8 @@ def simple_ask(
         table.allowed("type", selector.type_allowed) if has_types else None,
         table.allowed("mode", selector.mode_allowed) if selector.modes else None,
         table.allowed("uuid", selector.uuid_allowed) if has_uuids else None,
-        GPUPolicy.MUTEX in policy,
+        mutex,
+        (request, selector, mutex),
     )
 
 
@@ -685,6 +758,169 @@ def group_rows(rows: IntArray) -> tuple[IntArray, IntArray]:
     return rows[first], which.ravel()
 
 
+class ReasonTexts:
+    """HAMi's FailedNodes texts (`reason_text`) by id, each with its JSON string and its reason words (the
+    filter-reason counters'), interned by failure pattern (a row of `Evaluation.failure_counts`)."""
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[int, ...], int] = {}
+        self._by_text: dict[str, int] = {}
+        self.texts: list[str] = []
+        self.json: list[bytes] = []
+        """Per id: the text as a JSON string."""
+        self.words: list[tuple[str, ...]] = []
+        """Per id: the reason words of the text (`node_reasons`)."""
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def intern(self, pattern: Sequence[int]) -> int:
+        key = tuple(pattern)
+        found = self._ids.get(key)
+        if found is None:
+            text = reason_text(key)
+            found = self._by_text.get(text)
+            if found is None:
+                found = self._by_text[text] = len(self.texts)
+                self.texts.append(text)
+                self.json.append(orjson.dumps(text))
+                self.words.append(tuple(node_reasons(key)))
+            self._ids[key] = found
+        return found
+
+
+RowArrays = tuple[npt.NDArray[Any], ...]
+"""What a `RowCache` computation answers: arrays with one entry per row asked."""
+
+
+class RowCache:
+    """Per-row results of computations over the table (per key: an ask's verdicts, its scores, ...), each
+    kept current through the table's change log (`GPUTable.changed_since`): a request recomputes only the
+    rows written, removed or touched since the last request with that key, and every row after the arrays
+    were reallocated. A computation must be row by row (a row's result depends on that row's inputs and
+    the key only), which is what makes a kept row's result the one a fresh computation gives; the property
+    tests compare the two. Bounded: the `entries` keys used last. Not thread-safe (the event loop's)."""
+
+    def __init__(self, table: GPUTable, entries: int = 16) -> None:
+        self.table = table
+        self.entries = entries
+        self._kept: dict[Hashable, tuple[int, int, RowArrays]] = {}
+        """key -> (table epoch, table version, arrays over the table's capacity)."""
+        self.texts = ReasonTexts()
+        """The reason texts the `verdicts` computations intern (kept while their ids are in use)."""
+
+    def get(self, key: Hashable, compute: Callable[[IntArray], RowArrays]) -> RowArrays:
+        """The arrays of `key`, indexed by row and current for every row in use: `compute(rows)` answers
+        the arrays for the given rows (distinct, sorted), in that order. Read-only."""
+        t = self.table
+        version = t.version  # what is touched while computing (free CPU read anew) is caught up next time
+        kept = self._kept.pop(key, None)
+        if kept is not None and kept[0] == t.epoch:
+            arrays = kept[2]
+            if kept[1] != t.version:
+                changed = t.changed_since(kept[1])
+                if changed is None:
+                    arrays = self._full(compute)
+                elif len(changed):
+                    for whole, part in zip(arrays, compute(changed), strict=True):
+                        whole.flags.writeable = True
+                        whole[changed] = part
+                        whole.flags.writeable = False
+        else:
+            arrays = self._full(compute)
+        self._kept[key] = (t.epoch, version, arrays)
+        while len(self._kept) > self.entries:
+            del self._kept[next(iter(self._kept))]
+        return arrays
+
+    def _full(self, compute: Callable[[IntArray], RowArrays]) -> RowArrays:
+        t = self.table
+        n = t.row_count
+        out: list[npt.NDArray[Any]] = []
+        for part in compute(np.arange(n, dtype=np.int64)):
+            whole = np.zeros(t.capacity, dtype=part.dtype)
+            whole[:n] = part
+            whole.flags.writeable = False
+            out.append(whole)
+        return tuple(out)
+
+    def verdicts(self, ask: SimpleAsk) -> tuple[BoolArray, BoolArray, IntArray]:
+        """Per row, `evaluate`'s verdict for `ask`: (fits, unresolvable, the id of its FailedNodes text in
+        `texts`, -1 where it fits). A row with a MIG-mode GPU does not fit here (`Evaluation.slow`)."""
+        texts = self.texts
+        if len(texts) > _MAX_TEXTS:  # never in practice: start over rather than grow without end
+            self._kept.clear()
+            texts = self.texts = ReasonTexts()
+        table = self.table
+
+        def compute(rows: IntArray) -> RowArrays:
+            ev = evaluate(table, rows, ask)
+            fits = ev.fits
+            text = np.full(len(rows), -1, dtype=np.int64)
+            failing = np.flatnonzero(~fits)
+            if len(failing):
+                patterns, which = group_rows(ev.failure_counts(table, failing))
+                ids = np.array([texts.intern(p) for p in patterns.tolist()], dtype=np.int64)
+                text[failing] = ids[which]
+            return fits, ev.unresolvable, text
+
+        fits, unresolvable, text = self.get(("verdicts", ask.key), compute)
+        return fits, unresolvable, text
+
+    def scores(self, ask: SimpleAsk, policy: NodePolicy) -> tuple[IntArray, BoolArray]:
+        """Per row, `node_scores` of `ask` under the binpack or spread `policy`, and whether the row must
+        be scored from fit_pod's choice instead (a percentage over passing GPUs of different sizes; a
+        row with a MIG-mode GPU, which never fits here, too). Meaningless where the row does not fit."""
+        table = self.table
+
+        def compute(rows: IntArray) -> RowArrays:
+            ev = evaluate(table, rows, ask)
+            slice_mem, sums = score_inputs(table, ev)
+            return node_scores(slice_mem, sums, ask.request, policy), slice_mem < 0
+
+        score, exact = self.get(("scores", ask.key, policy), compute)
+        return score, exact
+
+    def fragmentation_scores(self, ask: SimpleAsk, mix: TaskMix) -> tuple[IntArray, BoolArray]:
+        """Per row, `fragmentation_scores` of `ask` under `mix` (its score, and its mask of rows to score
+        node by node; a row with a MIG-mode GPU never fits here). Meaningless where the row does not
+        fit."""
+        table = self.table
+
+        def compute(rows: IntArray) -> RowArrays:
+            return fragmentation_scores(table, evaluate(table, rows, ask), ask.request, mix)
+
+        score, slow = self.get(("fragmentation", ask.key, mix), compute)
+        return score, slow
+
+    def host_fragmentation(
+        self,
+        ask: SimpleAsk,
+        mix: TaskMix,
+        cpu_free: Callable[[Sequence[str]], IntArray],
+        cpu_asked: int,
+        one: bool,
+    ) -> FloatArray | IntArray:
+        """Per row, with each node's free CPU (`cpu_free` of the rows' node names, touched in the table
+        when it changes) in the measure: `fragmentation_best_scores` (`one`) or `fragmentation_growth`
+        of `ask` under `mix`. Meaningless where the row does not fit."""
+        table = self.table
+
+        def compute(rows: IntArray) -> RowArrays:
+            ev = evaluate(table, rows, ask)
+            names = [table.name_of[r] for r in rows.tolist()]
+            cpu = cpu_free(names)
+            if one:
+                return (fragmentation_best_scores(table, ev, ask.request, mix, cpu, cpu_asked),)
+            return (fragmentation_growth(table, ev, ask.request, mix, cpu, cpu_asked),)
+
+        (values,) = self.get(("host", one, ask.key, mix, cpu_asked), compute)
+        return values
+
+
+_MAX_TEXTS = 1 << 16
+
+
 def reason_text(counts: Sequence[int]) -> str:
     """HAMi's FailedNodes text from one row of `Evaluation.failure_counts` (`fit.reasons_text`)."""
     return reasons_text(_merged(counts), int(counts[_NCODES]))
@@ -708,6 +944,8 @@ __all__ = [
     "Evaluation",
     "FreeCPU",
     "GPUTable",
+    "ReasonTexts",
+    "RowCache",
     "SimpleAsk",
     "distinct_rows",
     "evaluate",

@@ -39,22 +39,25 @@ from hami_control.config import ControlConfig, FragmentationFilter
 from hami_control.cycle import CycleStates, PodCycle, pod_identity
 from hami_control.extender import (
     UNKNOWN_CPU,
+    CandidateLists,
     Candidates,
     ExtenderArgsError,
+    FilterAnswer,
     HostCPU,
     NodeFit,
     PodAsk,
+    PrioritizeAnswer,
     cpu_filter_nodes,
+    filter_answer,
     filter_error,
-    filter_nodes,
     pass_through,
-    prioritize_nodes,
+    prioritize_answer,
     read_candidates,
     read_pod_ask,
     zero_scores,
 )
 from hami_control.frag import TaskMix
-from hami_control.gputable import FreeCPU, GPUTable, IntArray
+from hami_control.gputable import FreeCPU, GPUTable, IntArray, RowCache
 from hami_control.metrics import ControlMetrics
 from hami_control.pod_store import PodStore, pod_cpu_milli
 from hami_control.quota import QuotaLimits, QuotaUsage, QuotaView, requests_quota_usage, vendor_requests_usage
@@ -82,6 +85,14 @@ class QuotaWithoutPod:
             return used
         rest = used - self.own
         return QuotaUsage(max(0, rest.memory), max(0, rest.cores), rest.others)
+
+
+def _filter_error(message: str) -> FilterAnswer:
+    return FilterAnswer(Candidates(()), (), error=message)
+
+
+_NO_PRIORITIES = PrioritizeAnswer((), ())
+"""The answer to a prioritize request that cannot be read: an empty HostPriorityList."""
 
 
 def _error_body(message: str) -> dict[str, Any]:
@@ -125,6 +136,10 @@ class Extender:
         self.read_pod = read_pod
         self.cycles = cycles if cycles is not None else CycleStates()
         self.table = GPUTable()
+        self.rows_cache = RowCache(self.table)
+        """The table's per-node answers for the recent asks, caught up with the nodes changed since."""
+        self.candidate_lists = CandidateLists()
+        """The last candidate lists, by the JSON of their names."""
         self.free_cpu = FreeCPU(self._cpu_of, UNKNOWN_CPU)
         """Each node's free CPU as arrays (`cpu_free_of`)."""
         self._zeros: tuple[tuple[str, ...], list[dict[str, Any]]] | None = None
@@ -136,10 +151,20 @@ class Extender:
     # --- the cache and the table ----------------------------------------------------------------------
 
     def sync(self) -> None:
-        """Bring the GPU table up to the cache (only the nodes changed since last time)."""
+        """Bring the GPU table up to the cache (only the nodes changed since last time), and when the
+        filter measures hosts by their free CPU, the free CPU too (its changed nodes touched in the table,
+        so that `rows_cache` computes them again)."""
         changed = self.cache.drain_changed()
         if changed:
             self.table.sync(changed, self.cache.node_gpus)
+        if self.config.scheduling.fragmentation_filter.measures_cpu:
+            self._sync_cpu()
+
+    def _sync_cpu(self) -> None:
+        changed = self.cache.drain_cpu_changed() | self.pods.drain_cpu_changed()
+        if changed:
+            self.free_cpu.update(changed)
+            self.table.touch(changed)
 
     # --- the pod's cycle ------------------------------------------------------------------------------
 
@@ -185,27 +210,44 @@ class Extender:
     # --- the verbs ------------------------------------------------------------------------------------
 
     def filter(self, body: bytes) -> dict[str, Any]:
+        """`POST /filter`: the ExtenderFilterResult (`filter_json` writes the same answer)."""
+        return self._filter_body(body).as_dict()
+
+    def filter_json(self, body: bytes) -> bytes:
+        """`filter`'s answer as the route sends it (`FilterAnswer.as_json`). The nodes it answers are
+        kept as a candidate list: kube-scheduler names them in its /prioritize request next."""
+        answer = self._filter_body(body)
+        written = answer.as_json()
+        answered = answer.answered()
+        if answered is not None and len(answered.names) > 1:
+            self.candidate_lists.remember(answered)
+        return written
+
+    def _filter_body(self, body: bytes) -> FilterAnswer:
         started = time.perf_counter()
         try:
-            args = _decode(body)
+            args, candidates = self.candidate_lists.read(body)
         except orjson.JSONDecodeError as err:
-            return filter_error(f"ExtenderArgs: body is not JSON: {err}")
+            return _filter_error(f"ExtenderArgs: body is not JSON: {err}")
         self.sync()
         reasons: collections.Counter[str] = collections.Counter()
-        result = self._filter(args, reasons)
+        result = self._filter(args, candidates, reasons)
         if self.metrics is not None:
             self.metrics.observe_filter(time.perf_counter() - started, reasons)
         return result
 
-    def _filter(self, args: object, reasons: collections.Counter[str]) -> dict[str, Any]:
+    def _filter(
+        self, args: object, candidates: Candidates | None, reasons: collections.Counter[str]
+    ) -> FilterAnswer:
         try:
-            candidates = read_candidates(args)
+            if candidates is None:
+                candidates = read_candidates(args)
             assert isinstance(args, Mapping)  # read_candidates checked it
             pod = args.get("Pod")
             cycle = self._cycle(pod)
         except ExtenderArgsError as err:
             log.debug("filter: %s", err)
-            return filter_error(str(err))
+            return _filter_error(str(err))
         ask = self._ask(cycle)
         narrow = None
         how = self.config.scheduling.fragmentation_filter
@@ -213,7 +255,7 @@ class Extender:
             narrow = HostCPU(
                 self.cpu_free, pod_cpu_milli(pod), how is FragmentationFilter.ONE, self.cpu_free_of
             )
-        result = filter_nodes(
+        result = filter_answer(
             ask,
             candidates,
             self.cache,
@@ -221,9 +263,10 @@ class Extender:
             reasons=reasons,
             fit=self._fitter(cycle, ask),
             narrow=narrow,
+            cache=self.rows_cache,
         )
-        if self.events is not None and not (result["NodeNames"] or (result["Nodes"] or {}).get("items")):
-            self._filtering_failed(pod, result)
+        if self.events is not None and not result.fits_any:
+            self._filtering_failed(pod, result.as_dict())
         return result
 
     @property
@@ -293,10 +336,8 @@ class Extender:
         """`cpu_free` of every node of `names` (an unknown allocatable: `extender.UNKNOWN_CPU`), from the
         free-CPU index (`gputable.FreeCPU`) brought up to the cache and the pod store first: ~0.1 ms for
         5,000 nodes, against ~8 ms for 5,000 calls of `cpu_free`."""
-        index = self.free_cpu
-        index.update(self.cache.drain_cpu_changed())
-        index.update(self.pods.drain_cpu_changed())
-        return index.of(names)
+        self._sync_cpu()
+        return self.free_cpu.of(names)
 
     def _cpu_of(self, node: str) -> tuple[int | None, int]:
         return self.cache.cpu_allocatable(node), self.pods.node_cpu_requested(node)
@@ -322,32 +363,43 @@ class Extender:
         )
 
     def prioritize(self, body: bytes) -> list[dict[str, Any]]:
+        """`POST /prioritize`: the HostPriorityList (`prioritize_json` writes the same answer)."""
+        return self._prioritize_body(body).as_list()
+
+    def prioritize_json(self, body: bytes) -> bytes:
+        """`prioritize`'s answer as the route sends it (`PrioritizeAnswer.as_json`)."""
+        return self._prioritize_body(body).as_json()
+
+    def _prioritize_body(self, body: bytes) -> PrioritizeAnswer:
         started = time.perf_counter()
         try:
-            args = _decode(body)
+            args, candidates = self.candidate_lists.read(body)
         except orjson.JSONDecodeError:
-            return []
+            return _NO_PRIORITIES
         self.sync()
-        result = self._prioritize(args)
+        result = self._prioritize(args, candidates)
         if self.metrics is not None:
             self.metrics.observe_prioritize(time.perf_counter() - started)
         return result
 
-    def _prioritize(self, args: object) -> list[dict[str, Any]]:
+    def _prioritize(self, args: object, candidates: Candidates | None) -> PrioritizeAnswer:
         try:
-            candidates = read_candidates(args)
+            if candidates is None:
+                candidates = read_candidates(args)
         except ExtenderArgsError as err:
             log.debug("prioritize: %s", err)
-            return []
+            return _NO_PRIORITIES
         assert isinstance(args, Mapping)  # read_candidates checked it
         try:
             cycle = self._cycle(args.get("Pod"))
         except ExtenderArgsError as err:
             log.debug("prioritize: %s", err)
-            return prioritize_nodes(None, candidates, self.cache)
+            return prioritize_answer(None, candidates, self.cache, table=self.table)
         ask = self._ask(cycle)
-        result = prioritize_nodes(ask, candidates, self.cache, table=self.table, fit=self._fitter(cycle, ask))
-        self.cycles.scored(cycle, result)
+        result = prioritize_answer(
+            ask, candidates, self.cache, table=self.table, fit=self._fitter(cycle, ask), cache=self.rows_cache
+        )
+        self.cycles.scored(cycle, result.hosts, result.scores)
         return result
 
     async def bind(self, body: bytes) -> dict[str, Any]:

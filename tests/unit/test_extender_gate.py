@@ -52,11 +52,11 @@ def test_a_follower_says_it_does_not_lead_until_it_leads() -> None:
 
 
 class _Verbs:
-    def filter(self, body: bytes) -> object:
-        return {}
+    def filter_json(self, body: bytes) -> bytes:
+        return b"{}"
 
-    def prioritize(self, body: bytes) -> object:
-        return []
+    def prioritize_json(self, body: bytes) -> bytes:
+        return b"[]"
 
     async def bind(self, body: bytes) -> object:
         return {}

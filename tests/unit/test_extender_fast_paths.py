@@ -1,0 +1,311 @@
+"""The extender's fast paths of issue 29 answer exactly what the plain computation answers:
+
+- the GPU table's per-node answers kept from one request to the next (`gputable.RowCache`: verdicts,
+  reason texts, binpack/spread and fragmentation scores, the fragmentation filter's per-node values with
+  the free CPU in the measure), caught up through the table's change log while nodes are written,
+  removed, added and their free CPU changes, equal the node-by-node `fit_pod` answers (filter and
+  prioritize, reasons counted included) and the table's fresh evaluation;
+- the answers written as JSON without building the objects (`FilterAnswer.as_json`,
+  `PrioritizeAnswer.as_json`) decode to the objects (prioritize byte for byte);
+- the candidate lists read once and kept by the JSON of their names (`CandidateLists`) give what
+  decoding the whole body gives, for bodies of every shape;
+- the table's change log lists each row written, removed or touched.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hami_api.types import GPUInfo, GPUSlice
+from hami_control.config import ControlConfig, load_config
+from hami_control.extender import (
+    UNKNOWN_CPU,
+    CandidateLists,
+    Candidates,
+    ExtenderArgsError,
+    HostCPU,
+    filter_answer,
+    filter_pod,
+    prioritize_answer,
+    prioritize_pod,
+    read_candidates,
+    read_pod_ask,
+)
+from hami_control.frag import MILLI, TaskMix, TaskShape
+from hami_control.gputable import GPUTable, RowCache
+from hami_control.quota import QuotaLimits, QuotaUsage
+from hami_control.usage import NodeGPUs
+from tests.builders import FixedQuota, container, gpu_info, node_gpus, pod
+
+CONFIG = ControlConfig()
+FRAGMENTATION = load_config(
+    [
+        "--insecure-http",
+        "--node-scheduler-policy=fragmentation",
+        "--gpu-scheduler-policy=fragmentation",
+    ],
+    {},
+    lambda p: p.read_text(),
+)
+TYPES = ("NVIDIA-A100-SXM4-80GB", "NVIDIA-Tesla T4")
+
+
+@dataclass
+class View:
+    """The nodes' GPUs by name, as the cache gives them."""
+
+    nodes: dict[str, NodeGPUs] = field(default_factory=dict)
+
+    def node_gpus(self, name: str) -> NodeGPUs | None:
+        return self.nodes.get(name)
+
+    def unregistered_reason(self, name: str) -> str | None:
+        return None
+
+
+@st.composite
+def gpu_nodes(draw: st.DrawFn, name: str) -> NodeGPUs:
+    gpus: list[GPUInfo] = []
+    slices: list[GPUSlice] = []
+    for i in range(draw(st.integers(0, 4))):
+        info = gpu_info(
+            i,
+            id=f"{name}-g{i}",
+            count=draw(st.integers(1, 4)),
+            devmem=draw(st.sampled_from((16000, 81920))),
+            devcore=draw(st.sampled_from((100, 100, 0))),
+            type=draw(st.sampled_from(TYPES)),
+            mode=draw(st.sampled_from(("hami-core", "hami-core", "", "mig"))),
+            health=draw(st.booleans() | st.just(True)),
+        )
+        gpus.append(info)
+        for _ in range(draw(st.integers(0, info.count))):
+            slices.append(
+                GPUSlice(info.id, draw(st.sampled_from((1000, 8000, 16000))), draw(st.sampled_from((0, 30))))
+            )
+    return node_gpus(*gpus, name=name, slices=slices)
+
+
+@st.composite
+def gpu_pods(draw: st.DrawFn) -> dict[str, Any]:
+    """A pod of one GPU container (what the table answers), with policies and selectors."""
+    mem = draw(st.sampled_from((None, 1000, 8000, 20000)))
+    main = container(
+        "c",
+        gpus=draw(st.integers(1, 2)),
+        gpumem=mem,
+        gpumem_percentage=draw(st.sampled_from((None, 25))) if mem is None else None,
+        gpucores=draw(st.sampled_from((None, 30, 100))),
+        requests={"cpu": draw(st.sampled_from(("1", "4", "16")))},
+    )
+    annotations: dict[str, str] = {}
+    if draw(st.booleans()):
+        annotations["nvidia.com/use-gputype"] = draw(st.sampled_from(("a100", "T4")))
+    if draw(st.booleans()):
+        annotations["nvidia.com/nouse-gpuuuid"] = "n0-g1"
+    policy = draw(st.sampled_from(("", "spread", "binpack", "mutex")))
+    if policy:
+        annotations["hami.io/gpu-scheduler-policy"] = policy
+    node_policy = draw(st.sampled_from(("", "spread", "binpack")))
+    if node_policy:
+        annotations["hami.io/node-scheduler-policy"] = node_policy
+    return pod("p", main, namespace="ns", uid="u", annotations=annotations)
+
+
+@st.composite
+def steps(draw: st.DrawFn, names: list[str]) -> list[tuple[str, str, Any]]:
+    """What happens between two requests: a node written anew, removed, or its free CPU changed."""
+    out: list[tuple[str, str, Any]] = []
+    for _ in range(draw(st.integers(1, 4))):
+        name = draw(st.sampled_from(names))
+        kind = draw(st.sampled_from(("write", "write", "remove", "cpu")))
+        value: Any = None
+        if kind == "write":
+            value = draw(gpu_nodes(name))
+        elif kind == "cpu":
+            value = draw(st.sampled_from((0, 4000, 16000, 64000, UNKNOWN_CPU)))
+        out.append((kind, name, value))
+    return out
+
+
+MIX = TaskMix.of(
+    [(TaskShape(1, 250, 4000), 3), (TaskShape(1, MILLI, 8000), 2), (TaskShape(2, MILLI, 16000), 1)]
+)
+
+
+def _apply(view: View, table: GPUTable, cpu: dict[str, int], step: tuple[str, str, Any]) -> None:
+    kind, name, value = step
+    if kind == "write":
+        view.nodes[name] = value
+        table.set_node(value)
+    elif kind == "remove":
+        view.nodes.pop(name, None)
+        table.remove_node(name)
+    else:
+        cpu[name] = value
+        table.touch([name])
+
+
+def _encoded_equal(filtered: Any, prioritized: Any) -> None:
+    assert orjson.loads(filtered.as_json()) == filtered.as_dict()
+    assert prioritized.as_json() == orjson.dumps(prioritized.as_list())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_kept_per_node_answers_equal_fit_pod_through_any_changes(data: st.DataObject) -> None:
+    """Filter and prioritize with the row cache (and answers written as JSON) equal the plain
+    node-by-node answers after every step of node writes, removals and additions."""
+    names = [f"n{i}" for i in range(data.draw(st.integers(1, 7)))]
+    view = View({n: data.draw(gpu_nodes(n)) for n in names[: max(1, len(names) - 1)]})
+    table = GPUTable()
+    table.sync(view.nodes, view.node_gpus)
+    cache = RowCache(table, entries=data.draw(st.integers(1, 4)))
+    lists = CandidateLists()
+    asks = [data.draw(gpu_pods()) for _ in range(2)]
+    quota = FixedQuota(QuotaLimits(memory=100000, cores=None), QuotaUsage(80000, 0))
+    cpu: dict[str, int] = {}
+    for round_ in range(data.draw(st.integers(1, 5))):
+        for p in asks:
+            candidates = [*names, "ghost"]
+            args = {"Pod": p, "NodeNames": candidates}
+            for q in (None, quota) if round_ == 0 else (None,):
+                slow_reasons: Counter[str] = Counter()
+                fast_reasons: Counter[str] = Counter()
+                slow = filter_pod(args, view, CONFIG, q, reasons=slow_reasons)
+                fast = filter_pod(args, view, CONFIG, q, table=table, reasons=fast_reasons, cache=cache)
+                assert fast == slow
+                assert fast_reasons == slow_reasons
+                plain = prioritize_pod(args, view, CONFIG, q)
+                assert prioritize_pod(args, view, CONFIG, q, table=table, cache=cache) == plain
+            _, read = lists.read(orjson.dumps(args))
+            assert read is not None
+            ask = read_pod_ask(p, CONFIG)
+            filtered = filter_answer(ask, read, view, table=table, cache=cache)
+            prioritized = prioritize_answer(ask, read, view, table=table, cache=cache)
+            assert filtered.as_dict() == filter_pod(args, view, CONFIG)
+            _encoded_equal(filtered, prioritized)
+        for step in data.draw(steps(names)):
+            _apply(view, table, cpu, step)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.data(), st.sampled_from((False, True)))
+def test_kept_fragmentation_answers_equal_a_fresh_evaluation_through_any_changes(
+    data: st.DataObject, one: bool
+) -> None:
+    """Under the fragmentation policies: prioritize's scores and the fragmentation filter's narrowing
+    (`best`, or `one` with the free CPU in the measure, which changes between requests) from the row
+    cache equal the table's fresh evaluation, after every step."""
+    names = [f"n{i}" for i in range(data.draw(st.integers(2, 7)))]
+    view = View({n: data.draw(gpu_nodes(n)) for n in names})
+    table = GPUTable()
+    table.sync(view.nodes, view.node_gpus)
+    cache = RowCache(table)
+    cpu = {n: data.draw(st.sampled_from((0, 4000, 16000, UNKNOWN_CPU))) for n in names}
+    mem = data.draw(st.sampled_from((1000, 8000)))
+    p = pod("p", container("c", gpus=1, gpumem=mem, requests={"cpu": "4"}), uid="u")
+    ask = read_pod_ask(p, FRAGMENTATION, mix=MIX)
+    assert ask is not None
+    for _ in range(data.draw(st.integers(1, 5))):
+        candidates = Candidates(tuple([*names, "ghost"]))
+        narrow = HostCPU(cpu.get, 4000, one)
+        plain = filter_answer(ask, candidates, view, table=table, narrow=narrow)
+        kept = filter_answer(ask, candidates, view, table=table, narrow=narrow, cache=cache)
+        assert kept.as_dict() == plain.as_dict()
+        assert orjson.loads(kept.as_json()) == kept.as_dict()
+        scored = prioritize_answer(ask, candidates, view, table=table, cache=cache)
+        assert scored.as_list() == prioritize_answer(ask, candidates, view, table=table).as_list()
+        assert scored.as_list() == prioritize_answer(ask, candidates, view).as_list()
+        for step in data.draw(steps(names)):
+            _apply(view, table, cpu, step)
+
+
+NAME_TEXT = st.text(st.characters(codec="utf-8"), max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["n0", "n1", "gpu-node-00007", 'q"x', "\\", ""]) | st.lists(NAME_TEXT), max_size=5
+    ),
+    st.dictionaries(NAME_TEXT, NAME_TEXT, max_size=3),
+    st.sampled_from(("last", "first", "twice", "nodes", "spaced", "not a list", "broken")),
+)
+def test_candidate_lists_read_what_decoding_the_whole_body_reads(
+    names: list[Any], annotations: dict[str, str], shape: str
+) -> None:
+    """For bodies of every shape (the names last as kube-scheduler writes them, first, given twice, a
+    NodeList, spaces, NodeNames not a list, a body cut short), twice each (the second read finds the
+    list kept): the candidates and the pod are those of the whole body decoded, and a bad list or body
+    is left to `read_candidates` / the decoder to name."""
+    annotations = {**annotations, "x": ',"NodeNames":["evil"]}'}
+    the_pod = {"metadata": {"name": "p", "annotations": annotations}}
+    if shape == "last":
+        body = orjson.dumps({"Pod": the_pod, "Nodes": None, "NodeNames": names})
+    elif shape == "first":
+        body = orjson.dumps({"NodeNames": names, "Pod": the_pod})
+    elif shape == "twice":
+        body = (
+            b'{"Pod":'
+            + orjson.dumps(the_pod)
+            + b',"NodeNames":["n9"],"NodeNames":'
+            + orjson.dumps(names)
+            + b"}"
+        )
+    elif shape == "nodes":
+        items = [{"metadata": {"name": n}} for n in names]
+        body = orjson.dumps({"Pod": the_pod, "Nodes": {"items": items}, "NodeNames": None})
+    elif shape == "spaced":
+        body = orjson.dumps({"Pod": the_pod, "NodeNames": names}).replace(b",", b", ")
+    elif shape == "not a list":
+        body = orjson.dumps({"Pod": the_pod, "NodeNames": {"n": names}})
+    else:
+        body = orjson.dumps({"Pod": the_pod, "NodeNames": names})[:-3] + b"]}"
+    lists = CandidateLists(size=2)
+    for _ in range(2):
+        try:
+            whole = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            with pytest.raises(orjson.JSONDecodeError):
+                lists.read(body)
+            continue
+        args, read = lists.read(body)
+        assert args.get("Pod") == whole.get("Pod")
+        try:
+            expected = read_candidates(whole)
+        except ExtenderArgsError as err:
+            assert read is None
+            with pytest.raises(ExtenderArgsError) as caught:
+                read_candidates(args)
+            assert str(caught.value) == str(err)
+            continue
+        got = read if read is not None else read_candidates(args)
+        assert got == expected
+        if read is not None and read.names_json is not None:
+            assert orjson.loads(read.names_json) == list(expected.names)
+
+
+def test_change_log_lists_each_row_written_removed_or_touched_and_gives_up_past_its_length() -> None:
+    table = GPUTable()
+    gpus = [gpu_info(0, id="g", count=2, devmem=1000, type="T", mode="")]
+    for i in range(3):
+        table.set_node(NodeGPUs.of(f"n{i}", gpus))
+    start = table.version
+    table.touch(["n2", "ghost"])
+    table.remove_node("n0")
+    table.set_node(NodeGPUs.of("n1", gpus))
+    changed = table.changed_since(start)
+    assert changed is not None and changed.tolist() == [0, 1, 2]
+    assert table.changed_since(table.version) is not None and len(table.changed_since(table.version)) == 0
+    for _ in range(5000):
+        table.touch(["n1"])
+    assert table.changed_since(start) is None
+    assert table.changed_since(table.version - 10) is not None
