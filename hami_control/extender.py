@@ -60,6 +60,16 @@ candidate at once by numpy over the table (~1 ms for 5,000 nodes x 8 GPUs), with
 and scores as `fit_pod`; other pods (several GPU containers, numa-bind, a quota the pod only partly fits
 under) cost one `fit_pod` per candidate, O(GPUs of the node x log), ~100 µs a node.
 
+Fast paths of the service (issue 29), each with a property test that it answers what the plain
+computation answers: the table's per-node answers for an ask are kept from one request to the next
+(`gputable.RowCache`: verdicts, reason texts, scores, the fragmentation filter's per-node values) and
+only the nodes changed since are computed again, so a filter or prioritize over 5,000 nodes is a few
+array lookups once the ask was seen; the candidates are read from the body's `NodeNames` JSON once per
+distinct list (`CandidateLists`, kept by its bytes: kube-scheduler sends the same nodes pod after pod);
+answers are written from per-node JSON fragments (`FilterAnswer.as_json`, `PrioritizeAnswer.as_json`:
+thousands of failed nodes grouped by their text, one join each) rather than built as objects and
+encoded.
+
 The GPU policy (`hami.io/gpu-scheduler-policy`), scoring weights (`hami.io/device-scoring-weights`) and
 device selector annotations (`nvidia.com/use-gputype`, ...) of the pod are honoured as in `fit`. An empty
 policy annotation (node or GPU) falls back to the configured default, as in HAMi; an unknown value is a

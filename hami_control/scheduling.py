@@ -4,7 +4,13 @@ view, events and metrics. The HTTP routes (server.py) hand request bodies here a
 out.
 
 - Before answering, the GPU table takes the nodes the cache changed since the last request
-  (`ClusterCache.drain_changed`), so a request costs O(changed nodes) to catch up, never a rebuild.
+  (`ClusterCache.drain_changed`), so a request costs O(changed nodes) to catch up, never a rebuild; so
+  do the per-node answers kept for recent asks (`gputable.RowCache`), and, when the filter measures
+  hosts by their free CPU, the nodes whose free CPU changed are touched in the table for them.
+- A request's candidate list is read once per distinct list (`extender.CandidateLists`), and the nodes
+  a filter answers are kept as the list kube-scheduler's /prioritize names next. The routes send the
+  answers as written JSON (`filter_json`, `prioritize_json`); `filter` and `prioritize` give the same
+  answers as objects.
 - One scheduling cycle per pod (`cycle.CycleStates`, kube-scheduler's CycleState): the first verb that
   sees a pod (normally `/filter`) reads its GPU ask and its own quota usage, keyed by uid and
   resourceVersion; `/prioritize` and `/bind` reuse them. The GPU choices made node by node are kept
