@@ -830,9 +830,13 @@ async def bind_phase(  # noqa: PLR0917
 
 
 def best_unused(scores: Sequence[tuple[str, int]], used: set[str]) -> str | None:
-    """The best scored node not in `used` (ties: the first listed)."""
-    ranked = sorted(range(len(scores)), key=lambda i: (-scores[i][1], i))
-    return next((scores[i][0] for i in ranked if scores[i][0] not in used), None)
+    """The best scored node not in `used` (ties: the first listed). One pass: the load generator's own
+    CPU shares the machine with hami-control's."""
+    best, best_score = None, -1
+    for host, score in scores:
+        if score > best_score and host not in used:
+            best, best_score = host, score
+    return best
 
 
 async def decision_phase(  # noqa: PLR0917
@@ -1018,18 +1022,23 @@ async def measure_size(  # noqa: PLR0917
     # (nobody plays the node daemon: its pod stays pending there); the kinds ask different GPU counts.
     used = {HARD: set(bound), TYPICAL: set(bound)}
     modes = [m.strip() for m in args.decision_modes.split(",") if m.strip()]
+    phases = []
+    for mode in modes:
+        every = mode == "every"
+        for name, ask, prefix in (("hard", HARD, "h"), ("typical", TYPICAL, "t")):
+            what = f"decisions ({'every node named' if every else 'candidate window'}), {name} pod"
+            log(f"{what}: creating {args.decisions} pending pods")
+            pods = await create_pending(base, args.decisions, ask, f"{prefix}{mode[0]}")
+            label = f"{name}, {ask[0]} GPU x {ask[1]} MiB{', every node named' if every else ''}"
+            phases.append((what, label, pods, used[ask], every))
+    spy = args.py_spy_decisions if profile else None
     async with extender_session(port, ca, 1) as http:
-        for mode in modes:
-            every = mode == "every"
-            for name, ask, prefix in (("hard", HARD, "h"), ("typical", TYPICAL, "t")):
-                what = f"decisions ({'every node named' if every else 'candidate window'}), {name} pod"
-                log(f"{what}: creating {args.decisions} pending pods")
-                pods = await create_pending(base, args.decisions, ask, f"{prefix}{mode[0]}")
+        with py_spy(control_pid, spy, "hami-control during the decisions"):
+            for what, label, pods, used_nodes, every in phases:
                 log(f"{what}: {args.decisions} pods, filter + prioritize + bind, one at a time")
-                label = f"{name}, {ask[0]} GPU x {ask[1]} MiB{', every node named' if every else ''}"
                 result.decisions.append(
                     await decision_phase(
-                        http, base, pids, nodes, label, pods, names, used[ask], every_node=every
+                        http, base, pids, nodes, label, pods, names, used_nodes, every_node=every
                     )
                 )
     result.rss_mb["after the decisions"] = proc_status_mb(control_pid, "VmRSS")
@@ -1118,6 +1127,7 @@ DECISION_TABLE = (
     "filter + prioritize p50 / p99 ms",
     "prioritized",
     "hami-control CPU per decision",
+    "decisions/s its CPU allows",
     "API server CPU per decision",
     "bound",
     "errors",
@@ -1216,7 +1226,7 @@ def report(results: list[SizeResult]) -> str:
             "",
             *markdown_table(
                 DECISION_TABLE,
-                "rlrrrrrllrrrrr",
+                "rlrrrrrllrrrrrr",
                 (
                     (
                         f"{s.nodes:,}",
@@ -1230,6 +1240,7 @@ def report(results: list[SizeResult]) -> str:
                         f"{d.filter_prioritize_p50_ms:.1f} / {d.filter_prioritize_p99_ms:.1f}",
                         d.prioritized,
                         f"{d.control_cpu_us:,.0f} µs",
+                        f"{1e6 / d.control_cpu_us:,.0f}" if d.control_cpu_us else "-",
                         f"{d.apiserver_cpu_us:,.0f} µs",
                         f"{d.bound_ok}/{d.decisions}",
                         _errors(d.errors, d.first_error),
@@ -1267,10 +1278,9 @@ def report(results: list[SizeResult]) -> str:
     return "\n".join(out)
 
 
-def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "--serve":
-        return serve_child(sys.argv[2:])
-    parser = arg_parser(__doc__)
+def build_parser(doc: str | None) -> argparse.ArgumentParser:
+    """This bench's options (bench/scale.py takes them with other defaults)."""
+    parser = arg_parser(doc)
     parser.add_argument("--sizes", default="500,5000", help="node counts, comma-separated")
     parser.add_argument("--rounds", type=int, default=200, help="timed requests per endpoint and size")
     parser.add_argument("--warmup", type=int, default=10, help="untimed rounds first")
@@ -1299,8 +1309,16 @@ def main() -> int:
     )
     add_json_option(parser)
     parser.add_argument("--py-spy", type=Path, help="py-spy samples of the latency rounds (largest size)")
+    parser.add_argument(
+        "--py-spy-decisions", type=Path, help="py-spy samples of the decision phases (largest size)"
+    )
     parser.add_argument("--profile", type=Path, help="cProfile stats of extra filter rounds (largest size)")
     parser.add_argument("--profile-rounds", type=int, default=50, help="rounds profiled with --profile")
+    return parser
+
+
+def parse_args(parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, list[int]]:
+    """The options and the sizes; exits with a usage error on bad ones."""
     args = parser.parse_args()
     try:
         sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
@@ -1310,6 +1328,13 @@ def main() -> int:
         parser.error("--sizes and --rounds must be positive")
     if args.profile is not None:
         args.profile = args.profile.resolve()  # hami-control writes it, from another directory
+    return args, sizes
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--serve":
+        return serve_child(sys.argv[2:])
+    args, sizes = parse_args(build_parser(__doc__))
     started = time.monotonic()
     results = [run_size(args, n, n == max(sizes)) for n in sizes]
     table = report(results)
