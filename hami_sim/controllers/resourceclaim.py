@@ -217,7 +217,8 @@ class ResourceClaimController:
         self.pods = {_key(p): p for p in items}
         for pod in items:
             if (pod.get("spec") or {}).get("resourceClaims"):
-                self._enqueue(f"pod:{_key(pod)}")
+                if not is_pod_done(pod):
+                    self._enqueue(f"pod:{_key(pod)}")
                 self._enqueue_pod_claims(pod)
 
     def _on_pod(self, kind: str, pod: JSON) -> None:
@@ -229,7 +230,7 @@ class ResourceClaimController:
             self.pods[key] = pod
         if not (pod.get("spec") or {}).get("resourceClaims"):
             return
-        if kind != "DELETED":
+        if kind != "DELETED" and not is_pod_done(pod):
             self._enqueue(f"pod:{key}")
         self._enqueue_pod_claims(pod)
 
@@ -289,8 +290,14 @@ class ResourceClaimController:
         asyncio.get_running_loop().call_later(delay, self._enqueue, key)
 
     async def sync_pod(self, key: str) -> None:
+        """Create the pod's missing claims and reserve its allocated claims once it is scheduled; a pod
+        that is done needs neither (controller.go `podNeedsClaims`: "pod has terminated"), so its claims,
+        deleted when it ended, are not made again and it is never reserved again (kubernetes#141274).
+        Creating them again made a loop with `sync_claim`, which deletes the claims of a pod that is
+        done: a create, a pod status patch and a delete per finished pod, again at every event or
+        relist, until the controller fell minutes behind (issue 31)."""
         pod = self.pods.get(key)
-        if pod is None or pod["metadata"].get("deletionTimestamp"):
+        if pod is None or pod["metadata"].get("deletionTimestamp") or is_pod_done(pod):
             return
         namespace = pod["metadata"].get("namespace", "default")
         new_statuses: dict[str, str] = {}

@@ -200,6 +200,28 @@ def test_a_finished_pod_releases_its_claim_which_is_deallocated_and_deleted(
     assert controller.deallocated == 1 and controller.deleted == 1
 
 
+def test_a_finished_pods_claim_once_deleted_is_not_made_again(
+    apiserver: ApiServerHandle, core_v1: client.CoreV1Api, resource_v1: client.ResourceV1Api
+) -> None:
+    """Issue 31: a sync of a pod that is done (an event, a relist, a restart) made its deleted claim again,
+    which the claim sync then deleted, in a loop that kept the controller minutes behind in a chaos run."""
+    runner = ControllerThread(str(apiserver.kubeconfig))
+    controller = runner.start()
+    try:
+        resource_v1.create_namespaced_resource_claim_template(NS, template())
+        pod = core_v1.create_namespaced_pod(NS, dra_pod("done"))
+        name = wait_for(lambda: claim_of(core_v1, "done"), what="the pod's claim")
+        _allocate_and_reserve(resource_v1, name, pod)
+        core_v1.patch_namespaced_pod_status("done", NS, {"status": {"phase": "Succeeded"}})
+        wait_for(lambda: controller.deleted == 1, what="the finished pod's claim to be deleted")
+        wait_for(lambda: name not in {k.split("/")[1] for k in controller.claims}, what="the delete seen")
+        runner.call(controller.sync_pod(f"{NS}/done"))
+        assert controller.created == 1
+        assert resource_v1.list_namespaced_resource_claim(NS).items == []
+    finally:
+        runner.stop()
+
+
 def test_a_deleted_pod_frees_a_shared_claim_but_keeps_it_reserved_for_the_other_pod(
     controller: ResourceClaimController, core_v1: client.CoreV1Api, resource_v1: client.ResourceV1Api
 ) -> None:
