@@ -206,12 +206,20 @@ class ResourceClaimController:
             self._queued.add(key)
             self._queue.put_nowait(key)
 
-    def _enqueue_pod_claims(self, pod: Mapping[str, Any]) -> None:
+    def _enqueue_pod_claims(self, pod: Mapping[str, Any], *, owned: bool = False) -> None:
+        """The claims the pod's status names; with `owned`, every claim the pod controls as well (what
+        kube's garbage collector goes by: a claim created for the pod whose name never reached its
+        status, because the pod went first, is otherwise never looked at again)."""
         namespace = pod["metadata"].get("namespace", "")
         for pod_claim in (pod.get("spec") or {}).get("resourceClaims") or []:
             name, _ = pod_claim_name(pod, pod_claim)
             if name:
                 self._enqueue(f"claim:{namespace}/{name}")
+        if owned:
+            uid = str(pod["metadata"].get("uid", ""))
+            for key, claim in self.claims.items():
+                if owning_pod(claim)[1] == uid:
+                    self._enqueue(f"claim:{key}")
 
     def _replace_pods(self, items: Sequence[JSON]) -> None:
         self.pods = {_key(p): p for p in items}
@@ -230,9 +238,10 @@ class ResourceClaimController:
             self.pods[key] = pod
         if not (pod.get("spec") or {}).get("resourceClaims"):
             return
-        if kind != "DELETED" and not is_pod_done(pod):
+        done = kind == "DELETED" or is_pod_done(pod)
+        if not done:
             self._enqueue(f"pod:{key}")
-        self._enqueue_pod_claims(pod)
+        self._enqueue_pod_claims(pod, owned=done)
 
     def _replace_claims(self, items: Sequence[JSON]) -> None:
         self.claims = {_key(c): c for c in items}

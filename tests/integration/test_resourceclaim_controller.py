@@ -222,6 +222,45 @@ def test_a_finished_pods_claim_once_deleted_is_not_made_again(
         runner.stop()
 
 
+def test_a_claim_its_gone_pod_controls_is_deleted_though_the_pods_status_never_named_it(
+    controller: ResourceClaimController, core_v1: client.CoreV1Api, resource_v1: client.ResourceV1Api
+) -> None:
+    """Issue 31: a claim created for a pod that was deleted before its status could name the claim (the
+    status patch got 404) stayed for good; kube's garbage collector goes by the owner reference."""
+    body = dra_pod("short-lived")
+    body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "someone-elses"}]
+    pod = core_v1.create_namespaced_pod(NS, body)
+    owner = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "short-lived",
+        "uid": pod.metadata.uid,
+        "controller": True,
+    }
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": "orphan",
+            "ownerReferences": [owner],
+            "annotations": {POD_CLAIM_ANNOTATION: "gpu"},
+        },
+        "spec": template()["spec"]["spec"],
+    }
+    resource_v1.create_namespaced_resource_claim(NS, claim)
+    wait_for(lambda: f"{NS}/orphan" in controller.claims, what="the controller to see the claim")
+    core_v1.delete_namespaced_pod("short-lived", NS)
+
+    def gone() -> bool:
+        try:
+            resource_v1.read_namespaced_resource_claim("orphan", NS)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, what="the gone pod's claim to be deleted")
+
+
 def test_a_deleted_pod_frees_a_shared_claim_but_keeps_it_reserved_for_the_other_pod(
     controller: ResourceClaimController, core_v1: client.CoreV1Api, resource_v1: client.ResourceV1Api
 ) -> None:
