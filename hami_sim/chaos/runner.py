@@ -184,6 +184,8 @@ def vendor_node_specs(options: ChaosOptions) -> tuple[NodeSpec, ...]:
     return nodes
 
 
+OVERDUE_S = 120.0
+"""A pod that should have completed and is still Running this long after its run time is lost."""
 CONTROLLER_MANAGER_ARGS = ("--kube-api-qps", "100", "--kube-api-burst", "100")
 """The controller-manager's client limit in a chaos run: 100 requests a second, as Kubernetes' own
 throughput tests run kube-controller-manager (`CONTROLLER_MANAGER_TEST_ARGS="--kube-api-qps=100
@@ -889,6 +891,18 @@ class ChaosRun:
             f"violations {self.report.violation_count}",
         )
 
+    @staticmethod
+    def _overdue(track: PodTrack, now: float) -> float | None:
+        """How long past its end a pod that should have completed is still Running (None: not overdue).
+        Its containers exit `run_s` after they start; one still Running `OVERDUE_S` later is a pod its
+        kubelet no longer runs (it ended, or was forgotten) whose end never reached the API server: it
+        holds its GPUs in the scheduler's and hami-control's eyes for good."""
+        plan = track.plan
+        if plan.end != "complete" or plan.run_s is None or track.running_at is None:
+            return None
+        overdue = now - track.running_at - plan.run_s
+        return overdue if overdue > OVERDUE_S else None
+
     def _weigh_room(self, api: BlockingKubeApi, lost: list[LostPod]) -> list[LostPod]:
         """Each lost pod with whether the cluster had room for it at the end (`capacity.room_for`, on
         what the checker's final check read): a real loss, or a wait for a cluster that was full."""
@@ -908,6 +922,9 @@ class ChaosRun:
         }
         weighed = []
         for pod in lost:
+            if pod.phase == "Running":  # placed: room is not the question
+                weighed.append(pod)
+                continue
             found = pods.get((pod.namespace, pod.name))
             if found is None:
                 weighed.append(replace(pod, room_detail="gone from the API server at the end"))
@@ -929,6 +946,7 @@ class ChaosRun:
                 f"kill-control-in-bind: {self.faults.in_bind} of {report.faults['kill-control-in-bind']} "
                 "killed the leader while a pod was in bind-phase allocating"
             )
+        now = self.clock()
         with_faults: list[float] = []
         without: list[float] = []
         by_path: dict[str, list[float]] = {}
@@ -954,6 +972,12 @@ class ChaosRun:
             elif t.phase == "Succeeded":
                 report.succeeded += 1
                 report.count_vendor(t.plan.vendor, "succeeded")
+            elif t.phase == "Running" and (overdue := self._overdue(t, now)) is not None:
+                why = f"Running {overdue:.0f} s after its containers should have ended: its kubelet let it go"
+                report.lost.append(
+                    LostPod(t.plan.namespace, t.plan.name, "Running", why, t.plan.vendor, t.plan.path)
+                )
+                report.count_vendor(t.plan.vendor, "lost")
             elif t.phase == "Running":
                 report.running += 1
                 report.count_vendor(t.plan.vendor, "running")

@@ -17,6 +17,7 @@ from hami_sim.chaos.report import (
     ViolationSummary,
     percentile,
 )
+from hami_sim.chaos.runner import OVERDUE_S, ChaosRun, PodTrack, asks_whole_gpus
 from hami_sim.chaos.schedule import (
     ALL_KINDS,
     API_KINDS,
@@ -29,6 +30,7 @@ from hami_sim.chaos.schedule import (
 from hami_sim.chaos.workload import (
     KINDS,
     RUN_SECONDS,
+    PodPlan,
     WorkloadSpec,
     build_workload,
     path_shape,
@@ -233,3 +235,17 @@ def test_progress_bar_writes_lines_off_a_terminal() -> None:
     bar.update(5, "live 3", force=True)
     bar.close()
     assert out.getvalue() == "[#####.....] 5/10 live 3\n"
+
+
+def test_a_completing_pod_still_running_long_past_its_run_time_is_overdue_others_are_not() -> None:
+    def track(end: str, run_s: float | None, running_at: float | None, kind: str = "mem") -> PodTrack:
+        body = {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpucores": "100"}}}]}}
+        plan = PodPlan(1, "ns", "p", kind, "dra", end, run_s, None if end == "complete" else 5.0, False, body)
+        return PodTrack(plan, created_at=0.0, running_at=running_at, phase="Running")
+
+    now = 1000.0
+    assert ChaosRun._overdue(track("complete", 5.0, now - 5.0 - OVERDUE_S - 1), now) is not None
+    assert ChaosRun._overdue(track("complete", 5.0, now - 5.0 - OVERDUE_S + 1), now) is None
+    assert ChaosRun._overdue(track("delete", None, 0.0), now) is None  # its delete came after the end
+    assert asks_whole_gpus(track("complete", 5.0, 0.0).plan)  # all the cores of its GPU
+    assert asks_whole_gpus(track("complete", 5.0, 0.0, kind="exclusive").plan)
