@@ -510,6 +510,11 @@ class Cluster:
         plugin's count resource allocatable and its inventory annotation written). On failure stop what
         was started and raise `ClusterError` naming the component and why (its last log lines)."""
         cluster = cls(spec, Path(state_dir), progress=progress)
+        if spec.monitoring:
+            try:
+                monitoring.prometheus_binary()  # before anything is made or started
+            except monitoring.MonitoringError as exc:
+                raise ClusterError(str(exc), component=PROMETHEUS) from None
         cluster._refuse_running()
         cluster._prepare()
         try:
@@ -848,7 +853,17 @@ class Cluster:
         except monitoring.MonitoringError as exc:
             raise ClusterError(str(exc), component=PROMETHEUS) from None
         proc = self._launch(PROMETHEUS, port=_free_port(self._taken_ports()))
-        self._wait_marker(proc, deadline, only=True)
+        for attempt in range(_PORT_ATTEMPTS):
+            try:
+                self._wait_marker(proc, deadline, only=True)
+                break
+            except ClusterError:
+                # A port taken between the pick and Prometheus's bind: another one, as for the others.
+                taken = "address already in use" in proc.new_output() and not proc.alive()
+                if not taken or attempt + 1 == _PORT_ATTEMPTS:
+                    raise
+                self._say(f"port {proc.port} was taken meanwhile; {PROMETHEUS} tries another")
+                proc = self._launch(PROMETHEUS, append=True, port=_free_port(self._taken_ports()))
         self._say(
             f"Prometheus at {self.prometheus_url} (scrapes and evaluates the rules every "
             f"{self.spec.monitoring_interval_s:g} s; its Alerts page shows the alerts)"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hami_sim.cluster import ClusterSpec
+from hami_sim.cluster import Cluster, ClusterError, ClusterSpec
 from hami_sim.cluster import monitoring as mon
 from hami_sim.cluster.spec import SpecError
 
@@ -71,3 +71,14 @@ def test_the_spec_keeps_monitoring_and_refuses_it_without_node_metrics_or_with_a
     for bad in (0, 61, "5", True):
         with pytest.raises(SpecError, match="monitoring_interval_s"):
             ClusterSpec.uniform(1, 1, monitoring_interval_s=bad)
+
+
+def test_without_a_prometheus_binary_up_refuses_before_starting_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mon.shutil, "which", lambda name: None)
+    with pytest.raises(mon.MonitoringError, match=r"no prometheus binary on PATH .*apt-get install"):
+        mon.prometheus_binary()
+    with pytest.raises(ClusterError, match="no prometheus binary") as refused:
+        Cluster.up(ClusterSpec.uniform(1, 1, monitoring=True), tmp_path / ".hami-sim")
+    assert refused.value.component == "prometheus" and refused.value.pids == ()
