@@ -66,9 +66,17 @@ Usage:
     python bench/e2e.py [--nodes 20] [--gpus-per-node 8] [--pods 500] [--scale | --no-scale]
                         [--mode device-plugin|dra | --modes device-plugin,dra] [--client-limits default,off]
                         [--burst] [--concurrency 32] [--timeout S] [--json FILE] [--keep-logs DIR]
+                        [--floor] [--py-spy DIR]
 
 `--burst` is the 80-pod burst onto one node: `--nodes 1 --gpus-per-node 8 --pods 80` (8 GPUs split 10:
 every slot taken).
+
+`--floor` first runs the same pods asking no GPU (`plain_pod`: no limits, `schedulerName:
+hami-scheduler`) on a fresh cluster of the same shape: the API server, the scheduler stand-in calling
+hami-control's filter and bind (a plain Binding), the kubelet stand-in admitting and starting them, with
+no GPU fitted, allocated or patched; what the cluster costs for those pods is the floor the GPU run is
+read against. `--py-spy DIR` samples every process of the cluster (profile runs only: the sampling
+costs CPU).
 """
 
 from __future__ import annotations
@@ -92,7 +100,7 @@ from typing import Any
 
 import aiohttp
 import orjson
-from benchlib import cpu_seconds, log, machine_busy_seconds, percentile, rss_mib, write_json
+from benchlib import cpu_seconds, log, machine_busy_seconds, percentile, py_spy, rss_mib, write_json
 
 from hami_api.annotations import BIND_PHASE
 from hami_sim.cluster import SCALE_THRESHOLD, Cluster, ClusterSpec
@@ -153,6 +161,16 @@ def gpu_pod(i: int, mem: int) -> dict[str, Any]:
             "restartPolicy": "Always",
         },
     }
+
+
+def plain_pod(i: int) -> dict[str, Any]:
+    """The floor's pod (`--floor`): the same pod asking no GPU, sent to hami-scheduler by name (the
+    webhook leaves a pod asking no GPU alone): the API server, the scheduler stand-in with hami-control's
+    filter and plain Binding, and the kubelet stand-in, with no GPU fitted, allocated or patched."""
+    pod = gpu_pod(i, 0)
+    pod["spec"]["containers"][0].pop("resources")
+    pod["spec"]["schedulerName"] = "hami-scheduler"
+    return pod
 
 
 @dataclass
@@ -307,6 +325,8 @@ class Result:
     nodes_used: int = 0
     elapsed_seconds: float = 0.0
     """From the first POST until every pod ran (or the timeout): the span of the CPU and write counts."""
+    floor: bool = False
+    """The floor's run (`--floor`): the same pods asking no GPU, through the same kind of cluster."""
 
 
 def stage_stats(name: str, values: list[float]) -> StageStats:
@@ -364,9 +384,10 @@ def diff(after: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]:
 
 
 class Bench:
-    def __init__(self, cluster: Cluster, args: argparse.Namespace) -> None:
+    def __init__(self, cluster: Cluster, args: argparse.Namespace, floor: bool = False) -> None:
         self.cluster = cluster
         self.args = args
+        self.floor = floor
         self.times = [PodTimes() for _ in range(args.pods)]
         self.index = {f"e2e-{i:05d}": i for i in range(args.pods)}
         self.done = asyncio.Event()
@@ -420,6 +441,8 @@ class Bench:
     async def create(self, api: aiohttp.ClientSession) -> None:
         rng = random.Random(self.args.pods)
         pods = [gpu_pod(i, rng.randrange(1000, 4001, 100)) for i in range(self.args.pods)]
+        if self.floor:
+            pods = [plain_pod(i) for i in range(self.args.pods)]
         queue = list(range(len(pods)))
         queue.reverse()
 
@@ -699,7 +722,8 @@ def render_side_by_side(results: Sequence[Result]) -> str:
 
 
 def _label(result: Result) -> str:
-    return result.path if result.client_limits == "default" else f"{result.path}, client limits off"
+    label = result.path if result.client_limits == "default" else f"{result.path}, client limits off"
+    return f"{label}, floor (no GPU)" if result.floor else label
 
 
 def _cluster_names(result: Result) -> list[str]:
@@ -732,8 +756,9 @@ def _server_cell(result: Result, key: str) -> str:
     return f"{found.calls:,} ({found.mean_ms:.2f})"
 
 
-def run_path(args: argparse.Namespace, path: str, limits: str) -> Result:
-    """One fresh cluster with every node in `path`'s mode, the bench, then the cluster torn down."""
+def run_path(args: argparse.Namespace, path: str, limits: str, floor: bool = False) -> Result:
+    """One fresh cluster with every node in `path`'s mode, the bench (`floor`: its pods ask no GPU),
+    then the cluster torn down."""
     lifted = NO_LIMIT if limits == "off" else ()
     spec = ClusterSpec.uniform(
         args.nodes,
@@ -768,12 +793,21 @@ def run_path(args: argparse.Namespace, path: str, limits: str) -> Result:
                 seconds_to_all_running=float("nan"),
                 pods_per_second=0.0,
                 create_seconds=0.0,
+                floor=floor,
             )
             try:
-                asyncio.run(Bench(cluster, args).run(result))
+                with contextlib.ExitStack() as spies:
+                    if args.py_spy is not None:
+                        # every process of the cluster, from before the idle baseline to the end
+                        args.py_spy.mkdir(parents=True, exist_ok=True)
+                        for name, pid in cluster.pids().items():
+                            kind = "-floor" if floor else ""
+                            out = args.py_spy / f"{path}-limits-{limits}{kind}-{name.replace('/', '_')}.txt"
+                            spies.enter_context(py_spy(pid, out, name, rate=200))
+                    asyncio.run(Bench(cluster, args, floor).run(result))
             finally:
                 if args.keep_logs is not None:
-                    where = args.keep_logs / f"{path}-limits-{limits}"
+                    where = args.keep_logs / f"{path}-limits-{limits}{'-floor' if floor else ''}"
                     shutil.copytree(cluster.logs_dir, where, dirs_exist_ok=True)
     return result
 
@@ -825,6 +859,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=0.0, help="seconds to wait for Running (0: auto)")
     parser.add_argument("--json", type=Path, help="the results, a list with one object per mode")
     parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="first run the floor: the same pods asking no GPU (sent to hami-scheduler by name) on a fresh "
+        "cluster of the same shape, then the GPU pods; a side-by-side table at the end",
+    )
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        help="sample every process of the cluster with py-spy (200 Hz, raw collapsed stacks, one file per "
+        "process in this folder; py-spy on PATH); the sampling costs CPU: profile runs only",
+    )
+    parser.add_argument(
         "--keep-logs",
         type=Path,
         help="copy the cluster's logs here at the end (a folder per mode if several)",
@@ -842,14 +888,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for limits in args.client_limits:
         for path in args.modes:
-            result = run_path(args, path, limits)
-            print(render(result), flush=True)
-            results.append(result)
+            for floor in (True, False) if args.floor else (False,):
+                result = run_path(args, path, limits, floor)
+                print(render(result), flush=True)
+                results.append(result)
     if len(results) > 1:
         print(render_side_by_side(results))
     write_json(args.json, [asdict(r) for r in results])
     ok = all(r.running == args.pods for r in results)
     for result in results:
+        if result.floor:
+            log(f"{_label(result)}: all Running after {result.seconds_to_all_running:.2f} s (the floor)")
+            continue
         if args.burst:
             met = result.running == args.pods and result.seconds_to_all_running <= GOAL_BURST_SECONDS
             log(

@@ -421,9 +421,15 @@ def miss_phase(c: Cluster, args: argparse.Namespace, report: Report) -> None:
     report.stats += [unknown, foreign]
 
 
-def baseline_phase(c: Cluster, calls: int, report: Report) -> None:
-    """A no-op RPC, back to back: what gRPC, the threads and this machine cost without any work."""
+def baseline_phase(
+    c: Cluster, calls: int, report: Report, pace_ms: float = 0.0, paced_calls: int = 0
+) -> None:
+    """A no-op RPC, back to back: what gRPC, the threads and this machine cost without any work; with
+    `pace_ms`, also `paced_calls` no-op RPCs paced as the Allocate phase paces its calls (a pause of
+    `pace_ms` before each, as before each container's GetPreferredAllocation): the floor of a call that
+    comes to an idle daemon."""
     stat = Stat("GetDevicePluginOptions (no-op RPC, baseline)")
+    paced = Stat(f"GetDevicePluginOptions (no-op RPC, {pace_ms:g} ms apart: the paced floor)")
     with grpc.insecure_channel(f"unix://{c.socket}") as channel:
         stub = api_pb2_grpc.DevicePluginStub(channel)
         for n in range(calls + 50):
@@ -431,7 +437,13 @@ def baseline_phase(c: Cluster, calls: int, report: Report) -> None:
             stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=10)
             if n >= 50:
                 stat.samples.append(time.perf_counter() - t0)
-    report.stats.append(stat)
+        for n in range(paced_calls + 5 if pace_ms > 0 and paced_calls > 0 else 0):
+            time.sleep(pace_ms / 1000)
+            t0 = time.perf_counter()
+            stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=10)
+            if n >= 5:
+                paced.samples.append(time.perf_counter() - t0)
+    report.stats += [stat, paced] if paced.samples else [stat]
 
 
 def count_bind_phases(api: Api, batch: int, tally: dict[str, int], wait_s: float = 0.0) -> None:
@@ -672,6 +684,7 @@ def run(args: argparse.Namespace) -> Report:
         log(f"starting hami-node ({len(c.uuids)} fake GPUs x split {args.split}) ...")
         t0 = time.perf_counter()
         extra = ["--kube-api-qps", str(args.kube_api_qps)] if args.kube_api_qps is not None else []
+        extra += args.daemon_arg
         c.daemon = start_daemon(c, args.split, args.recovery, args.log_level, extra)
         try:
             c.kubelet.wait_for_devices(all_healthy(total), timeout=60)
@@ -688,8 +701,9 @@ def run(args: argparse.Namespace) -> Report:
         machine_before, wall_before = machine_busy_seconds(), time.monotonic()
         ours_before = cpu_seconds(os.getpid()) + cpu_seconds(c.apiserver.pid) + cpu_seconds(c.daemon.pid)
         if args.allocations > 0:
-            log(f"baseline: {args.allocations} no-op RPCs")
-            baseline_phase(c, args.allocations, report)
+            paced = min(args.allocations, args.paced_floor)
+            log(f"baseline: {args.allocations} no-op RPCs back to back, {paced} {args.pace_ms:g} ms apart")
+            baseline_phase(c, args.allocations, report, args.pace_ms, paced)
             with py_spy(
                 c.daemon.pid, args.py_spy, "the daemon during the Allocate phase", rate=1000, gil=True
             ):
@@ -755,6 +769,13 @@ def main() -> int:
         help="pause after each container's Allocate, as kubelet creates the container before the next "
         "admission (0: back to back, which saturates the daemon and measures queueing)",
     )
+    parser.add_argument(
+        "--paced-floor",
+        type=int,
+        default=300,
+        help="no-op RPCs paced like the Allocate calls (--pace-ms apart): the floor of a call to an idle "
+        "daemon (0: skip)",
+    )
     parser.add_argument("--misses", type=int, default=200, help="Allocate calls no pod explains (0: skip)")
     parser.add_argument("--xid-rounds", type=int, default=20, help="Xid rounds (0: skip)")
     parser.add_argument("--restarts", type=int, default=20, help="kubelet restarts (0: skip)")
@@ -762,6 +783,13 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=8, help="fake GPUs (1..8 pods per batch)")
     parser.add_argument("--split", type=int, default=10, help="virtual devices per GPU")
     parser.add_argument("--recovery", type=float, default=0.5, help="the daemon's --health-recovery-seconds")
+    parser.add_argument(
+        "--daemon-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more hami-node argument, repeated for each (--daemon-arg=--log-level --daemon-arg=debug)",
+    )
     add_daemon_options(
         parser,
         qps_help="the daemon's --kube-api-qps (default: the daemon's, 50; the Allocate phase makes ~40 "
