@@ -67,6 +67,12 @@ NODE_HANDSHAKE = "hami.io/node-handshake"
 NODE_PAIR_SCORE = "hami.io/node-nvidia-score"
 NODE_LOCK = "hami.io/mutex.lock"
 DEVICE_CORDON = "hami.io/device-cordon"
+NODE_POD_IDENTIFICATION = "hami.io/node-pod-identification"
+"""Ours, beyond HAMi: `NODE_POD_IDENTIFICATION_PODRESOURCES` when the node's daemon answers an Allocate
+only with the pod kubelet's PodResources API shows it admitting (`hami_node.plugin.kubelet_pods`), so
+hami-control may bind pods asking as many GPUs to the node together; absent: they are told apart by
+their GPU counts, and bound there one at a time."""
+NODE_POD_IDENTIFICATION_PODRESOURCES = "podresources"
 
 # Pod annotations written by the scheduler and the device plugin
 DEVICES_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
@@ -76,6 +82,11 @@ VGPU_TIME = "hami.io/vgpu-time"
 BIND_PHASE = "hami.io/bind-phase"
 BIND_TIME = "hami.io/bind-time"
 MIG_ALLOCATIONS = "hami.io/vgpu-mig-allocations"  # mig mode only; not decoded here
+BIND_NODE_LOCK = "hami.io/bind-node-lock"
+"""Ours, beyond HAMi: `BIND_NODE_LOCK_NONE` on a pod whose bind took no `hami.io/mutex.lock` (hami-control's
+binder writes it on the Binding), so the node daemon has no lock of it to release and skips reading the
+Node; a pod without it (bound by HAMi's scheduler) gets its lock released as HAMi's plugin does."""
+BIND_NODE_LOCK_NONE = "none"
 
 # Pod annotations written by users
 USE_GPU_TYPE = "nvidia.com/use-gputype"

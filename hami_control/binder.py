@@ -19,16 +19,22 @@ one a fresh fit would make; otherwise the pod is fitted again.
 two just before the Binding, we write them all on the Binding, which the API server copies to the pod):
 `hami.io/vgpu-devices-to-allocate` and `hami.io/vgpu-devices-allocated` (the same string),
 `hami.io/vgpu-node`, `hami.io/vgpu-time` (unix seconds), `hami.io/bind-phase=allocating`,
-`hami.io/bind-time` (unix seconds). A pod without a GPU ask gets a plain Binding without annotations.
+`hami.io/bind-time` (unix seconds); beyond HAMi, `hami.io/bind-node-lock: none` when the bind took no
+`hami.io/mutex.lock` (the node daemon then has no lock to release and does not read the Node). A pod
+without a GPU ask gets a plain Binding without annotations.
 
 **Pending window** (instead of HAMi's five-minute node lock). kubelet's Allocate names no pod, so the
 node daemon tells the pods bound to its node but not yet allocated apart by the GPU counts of their
 containers. A pod may therefore enter a node's window only if none of its containers asks the same GPU
-count as a container of a pod already pending there. A pod leaves the window when the watch shows its
-`hami.io/bind-phase` as success or failed, when it is deleted (`pod_changed`), when its bind fails, or
-after `allocate_timeout_s` (`sweep`; its slices stay counted, since the pod still exists). A bind that
-the window does not admit waits in memory (woken by those events, no polling) for at most
-`bind_wait_s`, then fails with a message saying which pod it waited for; kube-scheduler retries it.
+count as a container of a pod already pending there; on a node whose daemon reads the pod kubelet is
+admitting from kubelet's PodResources API (`identifies`: the node says
+`hami.io/node-pod-identification: podresources`, hami_node/plugin/kubelet_pods.py) GPU counts may meet,
+and only the other vendors' keys (one pod per vendor, `vendor_key`) keep pods apart. A pod leaves the
+window when the watch shows its `hami.io/bind-phase` as success or failed, when it is deleted
+(`pod_changed`), when its bind fails, or after `allocate_timeout_s` (`sweep`; its slices stay counted,
+since the pod still exists). A bind that the window does not admit waits in memory (woken by those
+events, no polling) for at most `bind_wait_s`, then fails with a message saying which pod it waited
+for; kube-scheduler retries it.
 
 **Foreign node lock.** Other HAMi components may hold `hami.io/mutex.lock` on a node
 (`<RFC3339>,<ns>,<pod>`). A lock younger than `node_lock_expiry_s` (HAMi's 5 min, by the wall clock)
@@ -63,6 +69,8 @@ from typing import Any, Protocol
 
 from hami_api._wire import format_rfc3339
 from hami_api.annotations import (
+    BIND_NODE_LOCK,
+    BIND_NODE_LOCK_NONE,
     BIND_PHASE,
     BIND_TIME,
     DEVICES_ALLOCATED,
@@ -356,7 +364,9 @@ def binding_annotations(
     nvidia: bool = True,
     mig: Sequence[MigAllocation] = (),
 ) -> dict[str, str]:
-    """The annotations a GPU pod's Binding carries (see the module docstring); NVIDIA's device
+    """The annotations a GPU pod's Binding carries (see the module docstring), with NVIDIA GPUs
+    `hami.io/bind-node-lock: none` (for hami-node; `_write` drops it for a pod whose bind takes
+    `hami.io/mutex.lock`); NVIDIA's device
     annotations only when the pod asks NVIDIA GPUs (`nvidia`), and with MIG devices (`mig`, `Fit.mig`)
     `hami.io/vgpu-mig-allocations` beside them, as HAMi's PatchAnnotations (the device annotations
     then carry each MIG device's profile memory and cores on its physical GPU)."""
@@ -373,6 +383,7 @@ def binding_annotations(
         VGPU_TIME: stamp,
         BIND_PHASE: encode_bind_phase(BindPhase.ALLOCATING),
         BIND_TIME: stamp,
+        **({BIND_NODE_LOCK: BIND_NODE_LOCK_NONE} if nvidia else {}),
     }
 
 
@@ -486,6 +497,7 @@ class Binder:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         locker: NodeLocker | None = None,
+        identifies: Callable[[str], bool] = lambda _node: False,
     ) -> None:
         if allocate_timeout_s <= 0 or bind_wait_s <= 0 or node_lock_expiry_s <= 0:
             raise ValueError(
@@ -498,6 +510,7 @@ class Binder:
         self._events = events
         self._node_lock = node_lock
         self._locker = locker
+        self._identifies = identifies
         self.allocate_timeout_s = allocate_timeout_s
         self.bind_wait_s = bind_wait_s
         self.node_lock_expiry_s = node_lock_expiry_s
@@ -777,6 +790,8 @@ class Binder:
 
     def _obstacle(self, request: BindingArgs, counts: frozenset[int]) -> _Obstacle | None:
         node = request.node
+        if self._identifies(node):  # kubelet's PodResources API names the pod: GPU counts may meet
+            counts = frozenset(key for key in counts if key < 0)
         blocker = self.window.blocked(node, counts)
         if blocker is not None:
             entry = self.window.entry(blocker)
@@ -838,6 +853,8 @@ class Binder:
                 allocation, request.node, int(wall), nvidia=ask.asks_nvidia, mig=fit.mig
             )
             annotations.update(vendor_annotations(ask, fit, request.node, wall))
+            if MUTEX_LOCK in node_locks(ask):  # HAMi's plugin of that vendor, or hami-node, releases it
+                annotations.pop(BIND_NODE_LOCK, None)
             await self._writer.bind(request.namespace, request.name, request.uid, request.node, annotations)
         except BindRejected as err:
             if _landed(err, request.node):

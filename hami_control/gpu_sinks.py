@@ -1,5 +1,6 @@
 """The node watch's sink: registered nodes into the extender's GPU cache (`cache.ClusterCache`), relists
-included, HAMi's node lock annotation kept per node, and hooks for the binder. (Pods go to the pod store,
+included, HAMi's node lock annotation and whether the node's daemon identifies the pods kubelet admits
+(`hami.io/node-pod-identification`) kept per node, and hooks for the binder. (Pods go to the pod store,
 `pod_store.PodStore`, which feeds the GPU cache what they hold.)"""
 
 from __future__ import annotations
@@ -27,9 +28,13 @@ class GPUNodeSink:
         self.cache = cache
         self.locks: dict[str, str] = {}
         """node -> raw `hami.io/mutex.lock` value, for nodes that carry one."""
+        self.identifying: set[str] = set()
+        """Nodes whose daemon tells the pods kubelet admits apart through kubelet's PodResources API
+        (`hami.io/node-pod-identification: podresources`)."""
         self.hooks: list[NodeHook] = []
         self._listed: set[str] = set()
         self._locks: dict[str, str] = {}
+        self._identifying: set[str] = set()
 
     def _note_lock(self, name: str, obj: JSONDict | None) -> None:
         value = ((obj or {}).get("metadata") or {}).get("annotations", {}) or {}
@@ -38,6 +43,10 @@ class GPUNodeSink:
             self.locks[name] = lock
         else:
             self.locks.pop(name, None)
+        if _identifies(obj):
+            self.identifying.add(name)
+        else:
+            self.identifying.discard(name)
 
     def replace(self, items: Sequence[JSONDict]) -> None:
         replace_all(self, items)
@@ -45,6 +54,7 @@ class GPUNodeSink:
     def begin_replace(self) -> None:
         self._listed = set()
         self._locks = {}
+        self._identifying = set()
 
     def add_page(self, items: Sequence[JSONDict]) -> None:
         self._listed |= self.cache.nodes_listed(items)
@@ -53,6 +63,8 @@ class GPUNodeSink:
             lock = ((node.get("metadata") or {}).get("annotations") or {}).get(ann.NODE_LOCK)
             if isinstance(lock, str) and lock:
                 self._locks[name] = lock
+            if _identifies(node):
+                self._identifying.add(name)
             self._notify(name)
 
     def end_replace(self) -> None:
@@ -61,6 +73,9 @@ class GPUNodeSink:
         self.locks.clear()
         self.locks.update(self._locks)
         self._locks = {}
+        self.identifying.clear()
+        self.identifying.update(self._identifying)
+        self._identifying = set()
 
     def apply(self, kind: str, obj: JSONDict) -> None:
         name = str((obj.get("metadata") or {}).get("name") or "")
@@ -78,6 +93,14 @@ class GPUNodeSink:
                 hook(name)
             except Exception:
                 log.exception("a node hook failed")
+
+
+def _identifies(node: JSONDict | None) -> bool:
+    annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
+    return (
+        isinstance(annotations, dict)
+        and annotations.get(ann.NODE_POD_IDENTIFICATION) == ann.NODE_POD_IDENTIFICATION_PODRESOURCES
+    )
 
 
 class NodeEvents(Protocol):

@@ -216,6 +216,7 @@ class ControlPlane:
             events,
             locker=writer,
             node_lock=Extender.node_lock_from(caches.gpu_nodes.locks),
+            identifies=caches.gpu_nodes.identifying.__contains__,
             allocate_timeout_s=config.binder.allocate_timeout_s,
             bind_wait_s=config.binder.bind_wait_s,
         )

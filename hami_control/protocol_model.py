@@ -47,7 +47,10 @@ component can take is an action, and the checker explores every interleaving of 
   `AmbiguousPodError`), confirms each match with a GET of the pod (`_confirm`: one the API shows no
   longer waiting is dropped from its view), on a miss reads the node's pods once (`_read_node_pods`),
   checks kubelet's devices against the pod's GPUs (`grant_container`) and queues bind-phase success or failed
-  (`allocated` / `failed` -> `_finish`); `daemon-send` is its writer thread sending the head of the
+  (`allocated` / `failed` -> `_finish`); with `Config.identify` it reads kubelet's PodResources list
+  first and takes only a pod kubelet lists without devices (`_kubelet_listed`: the pod it admits, and
+  the ones it rejected, as a kubelet before 1.29 lists them), and the control plane lets pods with
+  equal GPU counts be pending on the node together; `daemon-send` is its writer thread sending the head of the
   queue (`_write_loop` -> `_send`). `restart daemon` loses the queue, the finished and deleted sets and
   relists.
 
@@ -69,9 +72,10 @@ checked by `protocol_check`) from every state a state is reachable where every p
 with its bind-phase answered, Failed with a reason, deleted, or unbound because no node has room for it
 (by the API's allocations).
 
-`Config` has switches for mutated protocols (`window_rule=False`: pods with equal GPU counts pending
-together; `assume_before_await=False`: the assumption made only once the Binding is answered), used by
-the tests to show the checker catches those bugs.
+`Config.identify` checks the protocol of nodes whose daemon reads kubelet's PodResources list
+(hami_node/plugin/kubelet_pods.py). `Config` has switches for mutated protocols (`window_rule=False`:
+pods with equal GPU counts pending together; `assume_before_await=False`: the assumption made only once
+the Binding is answered), used by the tests to show the checker catches those bugs.
 """
 
 from __future__ import annotations
@@ -144,6 +148,12 @@ class Config:
     """The node daemon confirms a match from its watch with a GET of the pod (`PodTracker._confirm`): one
     the API shows gone, being deleted, ended or no longer allocating is dropped from its view and the
     lookup repeats. False: as the code was before that fix."""
+    identify: bool = False
+    """Every node daemon reads kubelet's PodResources list at Allocate (`PodTracker` with `kubelet`,
+    hami_node/plugin/kubelet_pods.py): a match must be a pod kubelet lists without devices (the pod it
+    admits; also, as kubelets before 1.29 list terminal pods, the ones it rejected), and the control
+    plane lets pods with equal GPU counts be pending on such a node together (`Binder._obstacle`,
+    `identifies`)."""
     window_rule: bool = True
     """Mutation switch: False lets pods with equal GPU counts be pending on one node together."""
     assume_before_await: bool = True
@@ -462,7 +472,7 @@ class ProtocolModel:
     def _blocked(self, binder: Binder, pod: int, node: str) -> bool:
         """`Binder._obstacle`: a pod pending on `node` asks the same GPU count (never, with the window's
         rule switched off)."""
-        if not self.config.window_rule:
+        if not self.config.window_rule or self.config.identify:
             return False
         return any(n == node and q != pod and self.counts[q] == self.counts[pod] for q, n in binder.window)
 
@@ -712,11 +722,12 @@ class ProtocolModel:
             yield PROGRESS, label + " (no free device)", _with_kubelet(state, k, kubelet)
             return
         daemon = state.daemons[k]
-        daemon, steer, _ = self._lookup(state, k, daemon, need)  # GetPreferredAllocation's steering
+        listed = self._kubelet_listed(kubelet, pod) if self.config.identify else None
+        daemon, steer, _ = self._lookup(state, k, daemon, need, listed)  # GetPreferredAllocation's steering
         steered = daemon.view[steer] if steer is not None else None
         preferred = steered.gpus if steered is not None else ()
         devices = preferred if preferred and set(preferred) <= set(free) else tuple(free[:need])
-        daemon, match, error = self._lookup(state, k, daemon, need)
+        daemon, match, error = self._lookup(state, k, daemon, need, listed)
         wrong = state.wrong
         if match is None:
             reason = ADMISSION_ERROR
@@ -742,6 +753,15 @@ class ProtocolModel:
         daemons = _put(state.daemons, k, daemon)
         nxt = _with_kubelet(state, k, kubelet)._replace(daemons=daemons, wrong=wrong)
         yield PROGRESS, label + f" -> {devices}" + (f" (fails: {error})" if reason else ""), nxt
+
+    @staticmethod
+    def _kubelet_listed(kubelet: Kubelet, pod: int) -> frozenset[int]:
+        """What kubelet's PodResources List shows without devices while it admits `pod`: `pod` itself
+        (in its pod manager, its devices recorded only once Allocate answered), and, as a kubelet before
+        1.29 lists every pod of its pod manager, the pods it handled before that hold no devices (those
+        it rejected; a restart's relist keeps them). Pods it has not handled yet are not listed."""
+        held = {p for p, _ in kubelet.checkpoint}
+        return frozenset({pod} | {i for i in kubelet.seen if i not in held and kubelet.view[i] is not None})
 
     def _record(self, state: State, k: int) -> State:
         view, chan, seen, admitting, checkpoint = state.kubelets[k]
@@ -800,13 +820,24 @@ class ProtocolModel:
             and i not in daemon.finished
         ]
 
-    def _lookup(self, state: State, k: int, daemon: Daemon, count: int) -> tuple[Daemon, int | None, str]:
-        """`PodTracker._match`: the one waiting pod asking `count` GPUs, each match confirmed by a GET
-        (`_confirm`, `Config.confirm_match`); on a miss, one read of the node's pods (`_read_node_pods`)
-        and a second try."""
+    def _lookup(
+        self, state: State, k: int, daemon: Daemon, count: int, listed: frozenset[int] | None = None
+    ) -> tuple[Daemon, int | None, str]:
+        """`PodTracker._match`: the one waiting pod asking `count` GPUs (with `listed`, kubelet's
+        PodResources list: one it lists without devices, `_resolve` with `kubelet`), each match
+        confirmed by a GET (`_confirm`, `Config.confirm_match`); on a miss, one read of the node's pods
+        (`_read_node_pods`) and a second try."""
         node = self.node_names[k]
+
+        def candidates(daemon: Daemon) -> list[int]:
+            return [
+                i
+                for i in self._waiting(daemon)
+                if self.counts[i] == count and (listed is None or i in listed)
+            ]
+
         for attempt in range(2):
-            matches = [i for i in self._waiting(daemon) if self.counts[i] == count]
+            matches = candidates(daemon)
             stale = [i for i in matches if not self._still_waiting(state, node, i)]
             while self.config.confirm_match and stale:  # dropped: what the GET showed replaces it
                 view = list(daemon.view)
@@ -815,7 +846,7 @@ class ProtocolModel:
                     view[i] = current if current is not None and current.node == node else None
                 gone = {i for i in stale if state.api[i] is None}
                 daemon = daemon._replace(view=tuple(view), deleted=daemon.deleted | gone)
-                matches = [i for i in self._waiting(daemon) if self.counts[i] == count]
+                matches = candidates(daemon)
                 stale = [i for i in matches if not self._still_waiting(state, node, i)]
             if len(matches) > 1:
                 names = ", ".join(self.names[i] for i in matches)

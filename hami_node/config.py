@@ -166,6 +166,9 @@ DEFAULT_HEALTH_PORT = 9396
 
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins/"
 DEFAULT_KUBELET_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
+POD_RESOURCES_AUTO = "auto"
+"""`--pod-resources-socket auto`: kubelet's PodResources socket next to its device-plugin directory, when
+one is there at start-up."""
 """kubelet's plugin watcher directory (dynamic-resource-allocation kubeletplugin KubeletRegistryDir)."""
 DEFAULT_KUBELET_PLUGINS_DIR = "/var/lib/kubelet/plugins"
 """The parent of each DRA driver's own directory (kubeletplugin KubeletPluginsDir)."""
@@ -243,6 +246,12 @@ class NodeConfig:
     allocate_wait_seconds: float = 5.0
     """Bound on the one read of the node's pods an Allocate makes when the pod watch does not show the
     pod kubelet is admitting (Allocate never waits for the watch itself)."""
+    pod_resources_socket: str = POD_RESOURCES_AUTO
+    """kubelet's PodResources socket, read at each lookup of the pod kubelet is admitting
+    (`hami_node.plugin.kubelet_pods`), which lets pods asking as many GPUs be bound to this node
+    together (the node says so with `hami.io/node-pod-identification`); `POD_RESOURCES_AUTO`:
+    `pod_resources_auto_path` when a socket is there at start-up; "": not read (pods asking as many GPUs
+    are bound here one at a time)."""
     health_checks: HealthChecks = HealthChecks()
     log_level: LogLevel = LogLevel.INFO
     health_bind: HealthBind | None = None
@@ -295,6 +304,12 @@ class NodeConfig:
     @property
     def kubelet_socket(self) -> Path:
         return self.kubelet_dir / "kubelet.sock"
+
+    @property
+    def pod_resources_auto_path(self) -> Path:
+        """Where kubelet serves its PodResources API next to the device-plugin directory:
+        `<root-dir>/pod-resources/kubelet.sock` (kubelet's DefaultKubeletPodResourcesDirName)."""
+        return self.kubelet_dir.parent / "pod-resources" / "kubelet.sock"
 
     @property
     def oversubscribed(self) -> bool:
@@ -499,6 +514,18 @@ _driver_name = parse_text(
 _uid_text = parse_text("a pod UID (letters, digits and -)", re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*"), 128)
 
 
+def _pod_resources_socket(value: object) -> str:
+    """`auto`, an absolute path, or "" (or null in the file) for none."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return ""
+    if isinstance(value, str) and value.strip() == POD_RESOURCES_AUTO:
+        return POD_RESOURCES_AUTO
+    expected = f'{POD_RESOURCES_AUTO}, an absolute path, or "" for none'
+    if not isinstance(value, str) or not value.strip().startswith("/"):
+        raise Invalid(expected)
+    return posixpath.normpath(value.strip())
+
+
 def _rolling_update_uid(value: object) -> str | None:
     """The pod's UID (the downward API's metadata.uid); "" (or null in the file) = rolling updates off."""
     if value is None or (isinstance(value, str) and not value.strip()):
@@ -593,6 +620,11 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("allocate_wait_seconds", "--allocate-wait-seconds", "HAMI_ALLOCATE_WAIT_SECONDS",
             "allocateWaitSeconds", _number(0, inclusive=True),
             "bound on the API read an Allocate makes for a pod the watch does not show yet", "SECONDS"),
+    Setting("pod_resources_socket", "--pod-resources-socket", "HAMI_POD_RESOURCES_SOCKET",
+            "podResourcesSocket", _pod_resources_socket,
+            "kubelet's PodResources socket, read to tell which pod kubelet is admitting (pods asking as many "
+            "GPUs may then be bound to the node together); auto: <kubelet dir>/../pod-resources/kubelet.sock "
+            "if there at start-up; \"\" = not read", "PATH", default_text=POD_RESOURCES_AUTO),
     Setting("log_level", "--log-level", "HAMI_LOG_LEVEL", "logLevel", _enum(LogLevel),
             "the daemon's log level: debug, info, warning or error", "LEVEL"),
     Setting("health_bind", "--health-bind", "HAMI_HEALTH_BIND", "healthBind", _health_bind,

@@ -30,6 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from hami_api import annotations as ann
 from hami_kube.blocking import ThreadedEventRecorder
 from hami_kube.client import component_user_agent
 from hami_kube.errors import KubeApiError, KubeConfigError
@@ -37,7 +38,14 @@ from hami_kube.events import EventSource
 from hami_node import kubeapi
 from hami_node.allocation import vgpu_dir
 from hami_node.cdi import CdiError, cdi_spec_writer, common_device_nodes
-from hami_node.config import ConfigError, HelpRequested, NodeConfig, OperatingMode, load_config
+from hami_node.config import (
+    POD_RESOURCES_AUTO,
+    ConfigError,
+    HelpRequested,
+    NodeConfig,
+    OperatingMode,
+    load_config,
+)
 from hami_node.devices import DeviceState, InventoryPublisher, filter_gpus
 from hami_node.dra.claims import ClaimRef
 from hami_node.dra.prepare import ClaimPreparer, Outcome
@@ -56,6 +64,7 @@ from hami_node.monitor.loop import ContainerMonitor
 from hami_node.monitor.regions import RegionScanner, containers_dir
 from hami_node.monitor.simulate import DEFAULT_PRIORITY, ContainerSimulator, SimulatedDevice
 from hami_node.nvidia.daemon import NodeLabeler, NvidiaInitError, NvidiaPlugins
+from hami_node.plugin.kubelet_pods import KubeletPods
 from hami_node.plugin.manager import PluginManager, Restartable, install_signal_handlers
 from hami_node.plugin.server import MigSupport, PluginServer
 from hami_node.pods import PodTracker
@@ -233,24 +242,49 @@ def _mig_parts(parts: _Common) -> tuple[MigSupport | None, list[Step]]:
     return MigSupport(manager, kube, reconciler), [("MIG instances", start, reconciler.stop)]
 
 
+def _kubelet_pods(config: NodeConfig) -> KubeletPods | None:
+    """kubelet's PodResources API, read to tell which pod kubelet admits (`--pod-resources-socket`):
+    "auto" takes the socket next to kubelet's device-plugin directory when it is there now."""
+    value = config.pod_resources_socket
+    if not value:
+        log.info(
+            "kubelet's PodResources API is not read: pods asking as many GPUs are bound here one at a time"
+        )
+        return None
+    path = config.pod_resources_auto_path if value == POD_RESOURCES_AUTO else Path(value)
+    if value == POD_RESOURCES_AUTO and not path.is_socket():
+        log.info(
+            "no kubelet PodResources socket at %s: pods asking as many GPUs are bound here one at a time "
+            "(mount it, or name it with --pod-resources-socket)",
+            path,
+        )
+        return None
+    log.info("kubelet's PodResources API at %s tells which pod kubelet admits", path)
+    return KubeletPods(path, config.resource_name, timeout_s=max(config.allocate_wait_seconds, 1.0))
+
+
 def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
     config, kube, state, events = parts.config, parts.kube, parts.state, parts.events
     observer_factory = parts.observer_factory
+    kubelet = _kubelet_pods(config)
     tracker = PodTracker(
         config.node_name,
         kube,
         events=events,
         read_timeout_s=config.allocate_wait_seconds,
         resource_name=config.resource_name,
+        kubelet=kubelet,
     )
     watch = kubeapi.watch_node_pods(kube.bridge, config.node_name, tracker, start=False)
     topology = partial(read_pair_scores, parts.backend) if config.enable_topology_score else None
+    identification = ann.NODE_POD_IDENTIFICATION_PODRESOURCES if kubelet is not None else None
     reporter = NodeReporter(
         kube,
         config.node_name,
         check_interval_s=config.register_interval_seconds,
         topology=topology,
         events=events.with_source(EventSource(REPORTER_EVENT_SOURCE)),
+        fixed={ann.NODE_POD_IDENTIFICATION: identification},
     )
     publisher = InventoryPublisher(state, reporter)
     metrics = parts.metrics
@@ -299,6 +333,8 @@ def _device_plugin_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
     def stop_tracker() -> None:
         tracker.flush(2.0)  # let the last bind-phase patches out
         tracker.stop()
+        if kubelet is not None:
+            kubelet.close()
 
     steps: list[Step] = [
         ("kubernetes client", lambda: None, kube.close),

@@ -11,21 +11,34 @@ it, so a `success` pod has nothing left to allocate and is not waiting. A pod bo
 annotations do not decode (or name another node) is skipped, with the reason logged once per value;
 Allocate's error then mentions it.
 
-A pod the watch matches is confirmed with a GET before Allocate answers with it (`_confirm`, as HAMi's
-plugin reads the pod at every Allocate): the watch may still show a pod deleted or ended whose window
-the control plane has released, with a pod asking as many GPUs bound here since; a match the GET does
-not confirm is dropped and the lookup repeats (two matches: each is confirmed). A request the watch
-cannot answer (the watch lags behind the bind kubelet saw, or the pod never was a HAMi pod) costs one
-read of the node's pods from the API server, bounded by `read_timeout_s`; what it finds waiting is
-added (fresh: not confirmed again), and if still nothing fits, Allocate fails at once with the pods
-that wait (and their GPU counts) and why the other pods bound here do not. Nothing ever waits for the watch.
+Which pod kubelet admits: with kubelet's PodResources API (`kubelet`, `plugin.kubelet_pods`), the one
+kubelet lists whose next device container holds no device yet (kubelet adds a pod to its pod manager
+before it admits it, and records a container's devices once its Allocate answered), so pods asking as
+many GPUs may wait here together (the node says so, `hami.io/node-pod-identification`, and hami-control
+binds them); when kubelet lists a pod the watch has not shown, the watch is behind kubelet's, and the
+node's pods are read from the API first. Without it, the one waiting pod whose next container asks as
+many GPUs (hami-control keeps the pods pending on a node apart by those counts).
+
+A pod so matched is confirmed with a GET (`_confirm`, as HAMi's plugin reads the pod at every
+Allocate): the watch may still show a pod deleted or ended whose window the control plane has released,
+with a pod asking as many GPUs bound here since; PodResources names no UID, so a pod created again under
+a deleted one's name, and a pod a kubelet before 1.29 lists after rejecting it, are told apart by it too.
+A match the GET does not confirm is dropped and the lookup repeats (two matches: each is confirmed).
+One lookup serves one container: GetPreferredAllocation's (kubelet sends it just before the container's
+Allocate, whose devices it steers), taken by that Allocate as `admitted` with no second lookup; an
+Allocate without one looks up itself. A request the watch cannot answer (the watch lags behind the bind
+kubelet saw, or the pod never was a HAMi pod) costs one read of the node's pods from the API server,
+bounded by `read_timeout_s`; what it finds waiting is added (fresh: not confirmed again), and if still
+nothing fits, Allocate fails at once with the pods that wait (and their GPU counts) and why the other
+pods bound here do not. Nothing ever waits for the watch.
 
 Writes never block Allocate: `allocated()`/`failed()` queue them, and one writer thread sends them in
 order, retrying with backoff while the API server is unreachable. Per pod it sends ONE merge patch of
 `hami.io/bind-phase` (carrying the rewritten allocation annotations when a container got other GPUs of
 its pod than planned, see `allocation.grant_container`), then releases HAMi's node lock
 (`hami.io/mutex.lock` = `<time>,<ns>,<pod>`) if, and only if, it names that pod: a GET of the Node and a
-patch guarded by the Node's resourceVersion, so a lock taken meanwhile by another pod is never removed.
+patch guarded by the Node's resourceVersion, so a lock taken meanwhile by another pod is never removed
+(skipped for a pod whose bind took none, `hami.io/bind-node-lock: none`).
 Events (a container moved to another GPU of its pod, a refused mismatch) go to the daemon's event
 recorder (`hami_kube.events`, on the client's loop), which writes them on its own.
 Model: this side of the bind/Allocate protocol is modelled in `hami_control/protocol_model.py`.
@@ -55,11 +68,14 @@ from hami_node.allocation import (
     AmbiguousPodError,
     ForeignPodError,
     NoPendingPod,
+    NoPendingPodError,
     PendingPod,
     PodMatch,
     match_pending_pod,
     same_slices,
 )
+from hami_node.plugin.kubelet_pods import KubeletPod, KubeletPodsError
+from hami_node.plugin.kubelet_pods import admitting as kubelet_admitting
 from hami_node.ports import PodName
 
 log = logging.getLogger(__name__)
@@ -85,6 +101,12 @@ class PodPatcher(Protocol):
     ) -> tuple[list[JSONDict], str]: ...
 
     def get_pod(self, namespace: str, name: str, timeout_s: float | None = None) -> Mapping[str, Any]: ...
+
+
+class KubeletPodSource(Protocol):
+    """kubelet's PodResources list (`plugin.kubelet_pods.KubeletPods` is one). Raises `KubeletPodsError`."""
+
+    def list(self) -> Sequence[KubeletPod]: ...
 
 
 class MigPodApi(Protocol):
@@ -225,6 +247,15 @@ def waiting_pod(obj: Mapping[str, Any], node: str) -> PendingPod | Rejected | No
     return PendingPod(str(namespace), name, uid if isinstance(uid, str) else "", allocation)
 
 
+def _lock_possible(obj: Mapping[str, Any]) -> bool:
+    """Whether the pod may hold HAMi's node lock: unless its bind says it took none
+    (`hami.io/bind-node-lock: none`, hami-control's binder for a pod whose vendors take no mutex lock)."""
+    annotations = _meta(obj).get("annotations")
+    return not (
+        isinstance(annotations, Mapping) and annotations.get(ann.BIND_NODE_LOCK) == ann.BIND_NODE_LOCK_NONE
+    )
+
+
 def _admitting(obj: Mapping[str, Any]) -> bool:
     """Whether kubelet has not reported any container of the pod yet (it is still admitting it)."""
     status = obj.get("status")
@@ -343,6 +374,9 @@ class _Write:
     queued_at: float = 0.0
     pod_patched: bool = False
     annotations: dict[str, str] = field(default_factory=dict)
+    lock_possible: bool = True
+    """Whether the pod may hold HAMi's node lock (False: its bind said it took none,
+    `hami.io/bind-node-lock: none`, so the Node is not read)."""
 
 
 class PodTracker:
@@ -361,9 +395,14 @@ class PodTracker:
         write_delay_s: float = WRITE_DELAY_S,
         read_timeout_s: float = 5.0,
         resource_name: str = "nvidia.com/gpu",
+        kubelet: KubeletPodSource | None = None,
     ) -> None:
-        """`events` records the Events about pods (None: they are only logged)."""
+        """`events` records the Events about pods (None: they are only logged). `kubelet`: kubelet's
+        PodResources API (`plugin.kubelet_pods.KubeletPods`): an Allocate is then answered only with the
+        pod kubelet lists as being admitted, so pods asking as many GPUs may wait here together (None:
+        they are told apart by their GPU counts alone, and the control plane keeps them apart)."""
         self.node_name = node_name
+        self._kubelet = kubelet
         self._resource_name = resource_name
         self._write_delay_s = write_delay_s
         self._read_timeout_s = read_timeout_s
@@ -404,6 +443,10 @@ class PodTracker:
         """GETs of a pod the watch matched (`_confirm`)."""
         self.stale = 0
         """Matches the API no longer confirmed (the watch lagged behind the pod's deletion or end)."""
+        self.admitted = 0
+        """Allocates answered with the container their GetPreferredAllocation found (no second lookup)."""
+        self.kubelet_lists = 0
+        """Reads of kubelet's PodResources list (one per lookup when `kubelet` is set)."""
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -464,7 +507,6 @@ class PodTracker:
                 del self._foreign[uid]
             for uid in [u for u in self._arrival if u not in present]:
                 del self._arrival[uid]
-            self._cond.notify_all()
 
     def pod_event(self, kind: str, pod: JSONDict) -> None:
         with self._cond:
@@ -486,7 +528,6 @@ class PodTracker:
                 if isinstance(uid, str) and uid:
                     self._names[uid] = _pod_name(pod)
                 self._observe(pod, self._pending.pop(pod_key(pod), None))
-            self._cond.notify_all()
 
     def _observe(self, obj: JSONDict, before: _Entry | None) -> None:
         """Put `obj` in the table if it waits (keeping what was allocated of it); lock held."""
@@ -546,7 +587,11 @@ class PodTracker:
         self._finished[uid] = None
         while len(self._finished) > _DELETED_KEPT:
             self._finished.popitem(last=False)
-        self._writes.append(_Write(namespace, name, uid, BindPhase.SUCCESS, time.monotonic()))
+        self._writes.append(
+            _Write(
+                namespace, name, uid, BindPhase.SUCCESS, time.monotonic(), lock_possible=_lock_possible(obj)
+            )
+        )
         self._cond.notify_all()
 
     def _arrive(self, uid: str) -> None:
@@ -569,7 +614,18 @@ class PodTracker:
     def _candidates(self) -> Iterable[PendingPod]:
         return [e.pod for e in self._pending.values()]
 
-    def match(self, device_count: int) -> PodMatch:
+    def match(self, device_count: int, admitted: PodMatch | None = None) -> PodMatch:
+        if admitted is not None:
+            with self._cond:
+                entry = self._pending.get(admitted.pod.key)
+                if (
+                    entry is not None
+                    and entry.pod.uid == admitted.pod.uid
+                    and entry.pod.next_entry() == admitted.entry
+                    and len(entry.pod.allocation.containers[admitted.entry]) == device_count
+                ):
+                    self.admitted += 1
+                    return PodMatch(entry.pod, admitted.entry)
         return self._match(device_count, allocate=True)
 
     def _match(self, device_count: int, *, allocate: bool) -> PodMatch:
@@ -580,18 +636,24 @@ class PodTracker:
         fresh: set[str] = set()
         listed: list[JSONDict] | None = None
         read_error = ""
+        kubelet = self._kubelet_pods() if self._kubelet is not None else None
+        if kubelet is not None and self._unknown(kubelet):
+            # kubelet has pods the watch has not shown: it is behind kubelet's, read the API first
+            before = {p.uid for p in self.waiting()}
+            listed, read_error = self._read_node_pods()
+            fresh.update(p.uid for p in self.waiting() if p.uid not in before)
         while True:
             ambiguous: AmbiguousPodError | None = None
             found: PodMatch | NoPendingPod | None = None
             candidates: list[PendingPod] = []
             with self._cond:
                 try:
-                    found = self._resolve(device_count, allocate)
+                    found = self._resolve(device_count, allocate, kubelet)
                 except AmbiguousPodError as err:
                     ambiguous = err
                     candidates = [self._pending[k].pod for k in err.pods if k in self._pending]
                 if isinstance(found, NoPendingPod) and listed is not None:
-                    raise self._no_match_error(found, listed, read_error)
+                    raise self._no_match_error(found, listed, read_error, kubelet)
             if ambiguous is not None:
                 stale = [p for p in candidates if p.uid not in fresh]
                 confirmed = [p for p in stale if self._confirm(p)]
@@ -645,7 +707,6 @@ class PodTracker:
         log.info("Allocate: pod %s no longer waits here (%s); its watch copy dropped", pod.key, why)
         with self._cond:
             self._drop(pod, obj)
-            self._cond.notify_all()
         return False
 
     def _drop(self, pod: PendingPod, obj: Mapping[str, Any] | None) -> None:
@@ -665,21 +726,65 @@ class PodTracker:
             if obj is not None:
                 self._observe(dict(obj), None)
 
-    def _resolve(self, count: int, allocate: bool) -> PodMatch | NoPendingPod:
+    def _kubelet_pods(self) -> list[KubeletPod]:
+        """What kubelet's PodResources API lists now (`plugin.kubelet_pods`); on no answer, Allocate
+        fails: pods asking as many GPUs may wait here together, and only kubelet can say which one it
+        admits."""
+        assert self._kubelet is not None
+        self.kubelet_lists += 1
+        try:
+            return list(self._kubelet.list())
+        except KubeletPodsError as err:
+            raise NoPendingPodError(
+                f"cannot tell which pod kubelet is admitting on node {self.node_name}: {err}"
+            ) from None
+
+    def _unknown(self, kubelet: Sequence[KubeletPod]) -> bool:
+        """Whether kubelet lists a pod the watch has not shown (by namespace and name)."""
+        with self._cond:
+            known = {f"{n.namespace or 'default'}/{n.name}" for n in self._names.values()}
+        return any(p.key not in known for p in kubelet)
+
+    def _admitted_by_kubelet(
+        self, pod: PendingPod, obj: Mapping[str, Any], kubelet: Sequence[KubeletPod]
+    ) -> bool:
+        """Whether kubelet can be admitting `pod`'s next container now (`plugin.kubelet_pods.admitting`)."""
+        entry = pod.next_entry()
+        names = pod_container_names(obj)
+        if entry is None or entry >= len(names):
+            return False
+        gpu = [names[i] for i, c in enumerate(pod.allocation.containers) if c.devices and i < len(names)]
+        return kubelet_admitting(kubelet, pod.key, names[entry], gpu)
+
+    def _resolve(
+        self, count: int, allocate: bool, kubelet: Sequence[KubeletPod] | None = None
+    ) -> PodMatch | NoPendingPod:
         """The waiting pod kubelet's request for `count` devices is for; lock held.
 
-        Kubelet admits the pods bound to its node one at a time, in the order it sees them arrive,
-        which is the order this daemon's watch sees them arrive too. A GPU pod the HAMi scheduler did
-        not place (`foreign_gpu_counts`) that arrived before the waiting pod asking as many is the one
-        kubelet admits: `ForeignPodError` (nothing to give it; the waiting pod keeps waiting), and from
-        an Allocate (`allocate`), that pod is taken out of the running, as kubelet now rejects it."""
-        found = match_pending_pod(self._candidates(), count)
+        With kubelet's PodResources list (`kubelet`), only the pod kubelet lists as being admitted is a
+        candidate (`_admitted_by_kubelet`): a foreign GPU pod it lists so is the one kubelet admits.
+        Without it: kubelet admits the pods bound to its node one at a time, in the order it sees them
+        arrive, which is the order this daemon's watch sees them arrive too. A GPU pod the HAMi
+        scheduler did not place (`foreign_gpu_counts`) that arrived before the waiting pod asking as
+        many is the one kubelet admits: `ForeignPodError` (nothing to give it; the waiting pod keeps
+        waiting), and from an Allocate (`allocate`), that pod is taken out of the running, as kubelet
+        now rejects it."""
+        if kubelet is None:
+            candidates = self._candidates()
+        else:
+            candidates = [
+                e.pod for e in self._pending.values() if self._admitted_by_kubelet(e.pod, e.obj, kubelet)
+            ]
+        found = match_pending_pod(candidates, count)
         never = 1 << 62
         ahead = [
             (self._arrival.get(uid, 0), key, uid)
             for uid, (key, counts) in self._foreign.items()
             if count in counts
+            and (kubelet is None or any(p.key == key and not any(p.devices.values()) for p in kubelet))
         ]
+        if kubelet is not None and isinstance(found, PodMatch):
+            return found
         if not ahead:
             return found
         arrived, key, uid = min(ahead)
@@ -713,15 +818,29 @@ class PodTracker:
             for obj in pods:
                 uid = _meta(obj).get("uid")
                 if uid not in known and uid not in self._deleted:
+                    if isinstance(uid, str) and uid and uid not in self._names:
+                        self._names[uid] = _pod_name(obj)
                     self._observe(obj, None)
-            self._cond.notify_all()
         return pods, ""
 
     def _no_match_error(
-        self, found: NoPendingPod, listed: Sequence[JSONDict] = (), read_error: str = ""
+        self,
+        found: NoPendingPod,
+        listed: Sequence[JSONDict] = (),
+        read_error: str = "",
+        kubelet: Sequence[KubeletPod] | None = None,
     ) -> AllocationError:
         error = found.error(self.node_name)
         extra: list[str] = []
+        if kubelet is not None:
+            shown = sorted(p.key for p in kubelet if not any(p.devices.values()))
+            extra.append(
+                "kubelet's PodResources API lists as not yet given devices: "
+                + (
+                    ", ".join(shown[:5]) + (f" (and {len(shown) - 5} more)" if len(shown) > 5 else "")
+                    or "none"
+                )
+            )
         if self._rejected:
             extra.append(
                 "pods skipped for unusable annotations: "
@@ -734,21 +853,20 @@ class PodTracker:
             if pod_key(obj) not in rejected and (why := not_waiting_reason(obj, self.node_name)) is not None
         )
         if others:
-            shown = "; ".join(f"{key}: {why}" for key, why in others[:5])
+            listed_why = "; ".join(f"{key}: {why}" for key, why in others[:5])
             more = f" (and {len(others) - 5} more)" if len(others) > 5 else ""
-            extra.append(f"pods bound here that do not wait for GPUs: {shown}{more}")
+            extra.append(f"pods bound here that do not wait for GPUs: {listed_why}{more}")
         if read_error:
             extra.append(f"the API server could not be asked for this node's pods: {read_error}")
         if not extra:
             return error
         return type(error)(f"{error.message}; {'; '.join(extra)}", error.pod)
 
-    def steering_gpus(self, device_count: int) -> tuple[str, ...]:
+    def admitting(self, device_count: int) -> PodMatch | None:
         try:
-            found = self._match(device_count, allocate=False)
+            return self._match(device_count, allocate=False)
         except (AllocationError, ValueError):
-            return ()
-        return found.container.uuids
+            return None
 
     def pod_object(self, pod: PendingPod) -> dict[str, object]:
         with self._cond:
@@ -777,7 +895,6 @@ class PodTracker:
             if updated.next_entry() is not None:
                 if entry is not None and entry.pod.uid == match.pod.uid:
                     entry.pod = updated
-                self._cond.notify_all()
                 return
             self._finish(updated, BindPhase.SUCCESS)
         log.info("pod %s: every GPU container allocated on %s", match.pod.key, self.node_name)
@@ -802,8 +919,10 @@ class PodTracker:
     def _finish(self, pod: PendingPod, phase: BindPhase) -> None:
         """Take `pod` out of the table and queue its outcome; lock held."""
         entry = self._pending.get(pod.key)
+        lock_possible = True
         if entry is not None and entry.pod.uid == pod.uid:
             del self._pending[pod.key]
+            lock_possible = _lock_possible(entry.obj)
         if pod.uid:
             self._finished[pod.uid] = None
             while len(self._finished) > _DELETED_KEPT:
@@ -813,7 +932,15 @@ class PodTracker:
             text = ann.encode_pod_allocation(pod.granted)
             extra = {ann.DEVICES_ALLOCATED: text, ann.DEVICES_TO_ALLOCATE: text}
         self._writes.append(
-            _Write(pod.namespace, pod.name, pod.uid, phase, time.monotonic(), annotations=extra)
+            _Write(
+                pod.namespace,
+                pod.name,
+                pod.uid,
+                phase,
+                time.monotonic(),
+                annotations=extra,
+                lock_possible=lock_possible,
+            )
         )
         self._cond.notify_all()
 
@@ -881,6 +1008,8 @@ class PodTracker:
                 self.patches_sent += 1
                 log.info("pod %s: %s=%s", key, ann.BIND_PHASE, write.phase)
             write.pod_patched = True
+        if not write.lock_possible:
+            return True
         return self._release_node_lock(write, level)
 
     def _release_node_lock(self, write: _Write, level: int) -> bool:

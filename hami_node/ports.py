@@ -25,17 +25,21 @@ class PodSource(Protocol):
 
     Thread-safe: the gRPC server calls it from its worker threads."""
 
-    def match(self, device_count: int) -> PodMatch:
+    def match(self, device_count: int, admitted: PodMatch | None = None) -> PodMatch:
         """The pending pod whose next unallocated device container asks for exactly `device_count`
         GPUs (`allocation.match_pending_pod`). When the watch shows none, the node's pods are read from
         the API server once (kubelet only admits pods it saw bound here, so the API server has them).
-        Raises `AllocationError` (`NoPendingPodError`, `CountMismatchError`, `AmbiguousPodError`) saying
-        which pods wait with which counts, and why pods bound here do not."""
+        `admitted`: what `admitting` found for the GetPreferredAllocation kubelet sent just before,
+        for the same devices; taken as it is (no second lookup, no API call) while the pod still waits
+        here with that container next. Raises `AllocationError` (`NoPendingPodError`,
+        `CountMismatchError`, `AmbiguousPodError`) saying which pods wait with which counts, and why
+        pods bound here do not."""
         ...
 
-    def steering_gpus(self, device_count: int) -> tuple[str, ...]:
-        """GPU UUIDs chosen for the container a GetPreferredAllocation of `device_count` is for, or ()
-        (looked up like `match`, never failing)."""
+    def admitting(self, device_count: int) -> PodMatch | None:
+        """The container a GetPreferredAllocation of `device_count` devices is for (looked up and
+        confirmed as `match` does), or None when it cannot be told (never raises): its GPUs steer
+        kubelet's choice, and the Allocate that follows for the devices chosen takes it as `admitted`."""
         ...
 
     def pod_object(self, pod: PendingPod) -> dict[str, object]:

@@ -20,6 +20,9 @@ the inventory, `hami.io/node-nvidia-register`, and the GPU pair scores, `hami.io
   writes it on its own and never holds up the annotations; a recorder that raises is tried again at
   the next check. With the option off nothing is written and an existing score
   annotation is left as it is (HAMi does the same).
+- Fixed annotations (`fixed`): kept as given beside the inventory, written or removed with it (None:
+  kept absent): `hami.io/node-pod-identification` says whether this daemon tells the pods kubelet
+  admits apart through kubelet's PodResources API (`hami_node.plugin.kubelet_pods`).
 - `hami.io/node-handshake`: not written. HAMi v2.10's device plugin no longer writes it: its scheduler
   writes `Requesting_<time>` itself and judges the node by its allocatable `nvidia.com/gpu` and by this
   register annotation (HAMi pkg/scheduler/scheduler.go, node registration). Writing the legacy
@@ -94,6 +97,7 @@ class NodeReporter:
         retry: RetryPolicy = DEFAULT_RETRY,
         topology: TopologyReader | None = None,
         events: NodeEvents | None = None,
+        fixed: Mapping[str, str | None] | None = None,
     ) -> None:
         if check_interval_s <= 0 or coalesce_s < 0:
             raise ValueError(
@@ -106,6 +110,9 @@ class NodeReporter:
         self._retry = retry
         self._topology = topology
         self._events = events
+        self._fixed = dict(fixed or {})
+        """Annotations kept as given with the inventory (None: kept absent), e.g. whether this daemon
+        tells pods apart through kubelet's PodResources API (`hami.io/node-pod-identification`)."""
         self._cond = threading.Condition()
         self._desired: str | None = None
         self._uuids: tuple[str, ...] = ()
@@ -272,7 +279,7 @@ class NodeReporter:
         annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
         current: Mapping[str, Any] = annotations if isinstance(annotations, Mapping) else {}
         with self._cond:
-            wanted = {ann.NODE_REGISTER: text}
+            wanted: dict[str, str | None] = {**self._fixed, ann.NODE_REGISTER: text}
             if self._scores is not None:
                 wanted[ann.NODE_PAIR_SCORE] = self._scores
             asymmetric = self._asymmetric
@@ -282,6 +289,9 @@ class NodeReporter:
             with self._cond:
                 self.writes += 1
             for key, value in changes.items():
+                if value is None:
+                    log.info("node %s: removed %s", self.node_name, key)
+                    continue
                 verb = "wrote" if current.get(key) is None else "updated"
                 log.info("node %s: %s %s (%d bytes)", self.node_name, verb, key, len(value))
         if asymmetric != self._reported:

@@ -184,6 +184,8 @@ class HostSpec:
 def daemon_argv(node: HostedNode, kubeconfig: Path) -> list[str]:
     """The `hami-node` command line of one node: what a separate process gets, and what the host
     passes to `load_config`."""
+    from hami_sim.kubelet.config import POD_RESOURCES_DIR, POD_RESOURCES_SOCKET
+
     return [
         "--node-name",
         node.name,
@@ -191,6 +193,9 @@ def daemon_argv(node: HostedNode, kubeconfig: Path) -> list[str]:
         str(node.kubelet_dir),
         "--kubeconfig",
         str(kubeconfig),
+        # where the kubelet stand-in serves its PodResources API (`KubeletConfig.pod_resources_socket`)
+        "--pod-resources-socket",
+        str(node.kubelet_dir / POD_RESOURCES_DIR / POD_RESOURCES_SOCKET),
         *node.node_args,
     ]
 

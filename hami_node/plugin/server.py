@@ -5,16 +5,18 @@
   `<GPU-UUID>-<i>`, NUMA when enabled), then the full list again on every change of it. The stream
   ends when the client goes away or the server stops (`PluginServer.stop` ends it before the gRPC
   server shuts down, so kubelet sees the old stream end before we register again).
-- GetPreferredAllocation: steers kubelet to IDs on the GPUs the scheduler chose for the pending pod
-  (`PodSource.steering_gpus`), else spreads (`allocation.preferred_allocation`).
-- Allocate: per container request, the pending pod from `PodSource.match` (the watch's cache; on a
+- GetPreferredAllocation: steers kubelet to IDs on the GPUs the scheduler chose for the container kubelet
+  is admitting (`PodSource.admitting`), else spreads (`allocation.preferred_allocation`); what it found
+  is kept for the Allocate kubelet sends next for the devices it answered (`_remember`).
+- Allocate: per container request, the pending pod from `PodSource.match` (what the GetPreferredAllocation
+  just before found, else a lookup: the watch's cache, kubelet's PodResources list when read; on a
   miss one read of the node's pods, never a wait), the GPUs the container really gets from
   `allocation.grant_container` (kubelet's devices must be on the GPUs the scheduler accounted, or on
   other GPUs of the pod within its footprint), HAMi's response from `allocation.container_allocate_
-  response` with a fresh uuid4 cache id, the container's cache directory created on the host, then
-  `PodSource.allocated`. Any failure: `PodSource.failed(pod, reason)` (a GPU mismatch also gets a
-  Warning Event `AllocateGPUMismatch`) and the RPC fails with UNKNOWN and a message naming what went
-  wrong and the pod (kubelet shows it in the pod's status).
+  response` with a fresh random (version 4) UUID as its cache id, the container's cache directory
+  created on the host, then `PodSource.allocated`. Any failure: `PodSource.failed(pod, reason)` (a GPU
+  mismatch also gets a Warning Event `AllocateGPUMismatch`) and the RPC fails with UNKNOWN and a
+  message naming what went wrong and the pod (kubelet shows it in the pod's status).
   In operating mode mig (HAMi v2.10's dynamic MIG, `MigSupport`), the container's reservations in
   `hami.io/vgpu-mig-allocations` are created as MIG instances (`mig_manager.MigManager`), their
   runtime identity patched onto the pod, and the answer is `NVIDIA_VISIBLE_DEVICES=MIG-...` with no
@@ -30,6 +32,8 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
+import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -50,6 +54,7 @@ from hami_node.allocation import (
     ContainerResponse,
     DeviceMismatchError,
     PendingPod,
+    PodMatch,
     PreferredAllocationError,
     container_allocate_response,
     container_cache_dir,
@@ -77,9 +82,22 @@ from hami_node.unixgrpc import SocketIdentity, UnixServerError, remove_own_socke
 
 log = logging.getLogger(__name__)
 
+ADMISSION_TTL_S = 5.0
+"""How long what a GetPreferredAllocation found waits for its Allocate (kubelet sends it at once)."""
+
 TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
 """HAMi-core's priority variable, which the webhook sets from `nvidia.com/priority` (HAMi's
 `MutateAdmission`)."""
+
+
+_IDS = random.Random()
+"""Seeded from the OS once: a cache id needs to be unique on the node, not unguessable (HAMi's uuid.New
+reads the OS's random source for each; here that read cost a syscall per Allocate)."""
+
+
+def new_cache_id() -> str:
+    """A random (version 4) UUID string, HAMi-core's `<id>.cache` name."""
+    return str(uuid.UUID(int=_IDS.getrandbits(128), version=4))
 
 
 def plugin_options() -> api_pb2.DevicePluginOptions:
@@ -111,7 +129,7 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         pods: PodSource,
         config: NodeConfig,
         *,
-        new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        new_id: Callable[[], str] = new_cache_id,
         observer: PluginObserver | None = None,
         mig: MigSupport | None = None,
     ) -> None:
@@ -123,6 +141,9 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         self._observer = observer
         self.streams = StateStreams(state)
         """The ListAndWatch streams."""
+        self._admission_lock = threading.Lock()
+        self._admission: tuple[frozenset[str], PodMatch, float] | None = None
+        """(devices answered, the container found, when) of the last GetPreferredAllocation."""
 
     def shutdown(self) -> None:
         """End every ListAndWatch stream now (they return normally) and refuse new ones."""
@@ -157,10 +178,11 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         for container in request.container_requests:
             size = container.allocation_size
             try:
-                desired = self._pods.steering_gpus(size)
+                admitting = self._pods.admitting(size)
             except Exception:  # steering is a preference: without it, spread
                 log.exception("GetPreferredAllocation: finding the pending pod's GPUs failed")
-                desired = ()
+                admitting = None
+            desired = admitting.container.uuids if admitting is not None else ()
             try:
                 chosen = preferred_allocation(
                     list(container.available_deviceIDs),
@@ -171,8 +193,30 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
                 )
             except PreferredAllocationError as err:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"GetPreferredAllocation: {err}")
+            if len(request.container_requests) == 1:
+                self._remember(chosen, admitting)
             responses.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=chosen))
         return api_pb2.PreferredAllocationResponse(container_responses=responses)
+
+    def _remember(self, chosen: Sequence[str], admitting: PodMatch | None) -> None:
+        """Keep what a GetPreferredAllocation found for the Allocate kubelet sends next: kubelet's
+        devicesToAllocate asks for the preference and then calls Allocate with the devices it chose,
+        nothing in between (pkg/kubelet/cm/devicemanager/manager.go `allocateContainerResources`)."""
+        with self._admission_lock:
+            self._admission = None if admitting is None else (frozenset(chosen), admitting, time.monotonic())
+
+    def _admitted(self, ids: Sequence[str]) -> PodMatch | None:
+        """The container the last GetPreferredAllocation found, when kubelet now allocates exactly the
+        devices it answered (in any order: kubelet sends a Go set's keys) within `ADMISSION_TTL_S`;
+        taken once."""
+        with self._admission_lock:
+            admission, self._admission = self._admission, None
+        if admission is None:
+            return None
+        chosen, match, at = admission
+        if chosen != frozenset(ids) or time.monotonic() - at > ADMISSION_TTL_S:
+            return None
+        return match
 
     def Allocate(
         self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext
@@ -201,7 +245,8 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
                 log.warning("Allocate: MIG device IDs %s: plain NVIDIA response (as HAMi)", ids)
                 responses.append(api_pb2.ContainerAllocateResponse(envs={VISIBLE_DEVICES_ENV: ",".join(ids)}))
                 continue
-            result = self._allocate_container(ids)
+            admitted = self._admitted(ids) if len(request.container_requests) == 1 else None
+            result = self._allocate_container(ids, admitted)
             if isinstance(result, str):
                 context.abort(grpc.StatusCode.UNKNOWN, result)
             responses.append(result)
@@ -214,12 +259,15 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
 
     # --- Allocate, one container -------------------------------------------------------------------
 
-    def _allocate_container(self, ids: Sequence[str]) -> api_pb2.ContainerAllocateResponse | str:
-        """The container's response, or the message to fail Allocate with (the pod is reported)."""
+    def _allocate_container(
+        self, ids: Sequence[str], admitted: PodMatch | None = None
+    ) -> api_pb2.ContainerAllocateResponse | str:
+        """The container's response, or the message to fail Allocate with (the pod is reported).
+        `admitted`: the container its GetPreferredAllocation found (`PodSource.match`)."""
         pod: PendingPod | None = None
         event_reason = ""
         try:
-            match = self._pods.match(len(ids))
+            match = self._pods.match(len(ids), admitted)
             pod = match.pod
             pod_object = self._pods.pod_object(pod)
             license_file = posixpath.join(self._config.hook_path, "vgpu", "license")
@@ -330,7 +378,12 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         uid = meta.get("uid") if isinstance(meta, dict) else None
         name = pod_container_names(pod_object)[entry]
         path = container_cache_dir(self._config, uid if isinstance(uid, str) else "", name)
-        os.makedirs(path, exist_ok=True)
+        try:
+            os.mkdir(path)  # its parent is there but for the node's first container
+        except FileNotFoundError:
+            os.makedirs(path, exist_ok=True)
+        except FileExistsError:
+            pass
         os.chmod(path, 0o777)
         return path
 
@@ -359,7 +412,7 @@ class PluginServer:
         pods: PodSource,
         *,
         max_workers: int = 8,
-        new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        new_id: Callable[[], str] = new_cache_id,
         observer: PluginObserver | None = None,
         mig: MigSupport | None = None,
     ) -> None:
@@ -409,4 +462,11 @@ class PluginServer:
         remove_own_socket(self._socket_path, self._identity)
 
 
-__all__ = ["DevicePluginServicer", "MigSupport", "PluginServer", "PluginServerError", "plugin_options"]
+__all__ = [
+    "DevicePluginServicer",
+    "MigSupport",
+    "PluginServer",
+    "PluginServerError",
+    "new_cache_id",
+    "plugin_options",
+]

@@ -27,10 +27,10 @@ import pytest
 from hami_api.annotations import decode_pod_allocation
 from hami_api.types import ContainerAllocation
 from hami_node.allocation import (
+    AllocationError,
     PendingPod,
     PodMatch,
     match_pending_pod,
-    steering_gpus,
 )
 from hami_node.config import NodeConfig
 from hami_node.devices import DeviceState
@@ -70,6 +70,8 @@ class MemoryPods:
         self.completed: list[str] = []
         self.failures: list[tuple[str | None, str, str]] = []
         self.misses = 0
+        self.admitted: list[PodMatch | None] = []
+        """What each `match` call was handed as `admitted`."""
 
     def add(
         self,
@@ -98,8 +100,9 @@ class MemoryPods:
     def _pending(self) -> list[PendingPod]:
         return [pod for pod, _ in self._pods.values()]
 
-    def match(self, device_count: int) -> PodMatch:
+    def match(self, device_count: int, admitted: PodMatch | None = None) -> PodMatch:
         with self._cond:
+            self.admitted.append(admitted)
             found = match_pending_pod(self._pending(), device_count)
             if isinstance(found, PodMatch):
                 return found
@@ -111,9 +114,13 @@ class MemoryPods:
                 return found
             raise found.error(self.node)
 
-    def steering_gpus(self, device_count: int) -> tuple[str, ...]:
+    def admitting(self, device_count: int) -> PodMatch | None:
         with self._cond:
-            return steering_gpus(self._pending(), device_count)
+            try:
+                found = match_pending_pod(self._pending(), device_count)
+            except AllocationError:
+                return None
+            return found if isinstance(found, PodMatch) else None
 
     def pod_object(self, pod: PendingPod) -> dict[str, object]:
         with self._cond:
@@ -635,6 +642,44 @@ def test_prestart_and_preferred_allocation(node: Node) -> None:
                 timeout=TIMEOUT,
             )
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_the_allocate_of_the_devices_a_preferred_allocation_answered_gets_what_it_found(node: Node) -> None:
+    """kubelet's order (devicesToAllocate, then Allocate of the devices chosen): the container the
+    preference found is handed to the lookup once, for exactly those devices (in any order)."""
+    node.pods.add("two", f"{B},NVIDIA,1000,10:;{A},NVIDIA,1000,10:;", ["c0", "c1"])
+    everything = ids(A) + ids(B)
+
+    def prefer(stub: api_pb2_grpc.DevicePluginStub) -> list[str]:
+        answer = stub.GetPreferredAllocation(
+            api_pb2.PreferredAllocationRequest(
+                container_requests=[
+                    api_pb2.ContainerPreferredAllocationRequest(
+                        available_deviceIDs=everything, allocation_size=1
+                    )
+                ]
+            ),
+            timeout=TIMEOUT,
+        )
+        return list(answer.container_responses[0].deviceIDs)
+
+    def allocate(stub: api_pb2_grpc.DevicePluginStub, devices: list[str]) -> None:
+        request = api_pb2.AllocateRequest()
+        request.container_requests.add(devices_ids=devices)
+        stub.Allocate(request, timeout=TIMEOUT)
+
+    with node.channel() as channel:
+        stub = api_pb2_grpc.DevicePluginStub(channel)
+        chosen = prefer(stub)
+        assert chosen == [f"{B}-0"]
+        allocate(stub, chosen)
+        first = node.pods.admitted[-1]
+        assert first is not None and (first.pod.name, first.entry) == ("two", 0)
+        chosen = prefer(stub)
+        assert chosen == [f"{A}-0"]
+        allocate(stub, [f"{A}-1"])  # not what it answered: looked up afresh
+        assert node.pods.admitted[-1] is None
+    assert node.pods.completed == ["team/two"]
 
 
 # --- kubelet restarts, SIGHUP, stop --------------------------------------------------------------------

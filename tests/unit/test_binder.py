@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hami_api.annotations import (
+    BIND_NODE_LOCK,
     BIND_PHASE,
     BIND_TIME,
     DEVICES_ALLOCATED,
@@ -356,7 +357,16 @@ def test_success_writes_one_binding_with_the_allocation_and_assumes_it() -> None
     call = w.writer.calls[0]
     assert (call.namespace, call.name, call.uid, call.node) == ("default", "p", "uid-p", "n1")
     ann = call.annotations
-    assert set(ann) == {DEVICES_TO_ALLOCATE, DEVICES_ALLOCATED, VGPU_NODE, VGPU_TIME, BIND_PHASE, BIND_TIME}
+    assert set(ann) == {
+        DEVICES_TO_ALLOCATE,
+        DEVICES_ALLOCATED,
+        VGPU_NODE,
+        VGPU_TIME,
+        BIND_PHASE,
+        BIND_TIME,
+        BIND_NODE_LOCK,
+    }
+    assert ann[BIND_NODE_LOCK] == "none"  # no hami.io/mutex.lock taken: the node daemon reads no Node
     assert ann[DEVICES_TO_ALLOCATE] == ann[DEVICES_ALLOCATED]
     allocation = decode_pod_allocation(ann[DEVICES_TO_ALLOCATE])
     assert [len(c) for c in allocation] == [1, 2]

@@ -549,6 +549,11 @@ def test_node_daemonset() -> None:
     volumes = {v["name"]: v for v in spec["volumes"]}
     mounts = {m["mountPath"]: volumes[m["name"]] for m in daemon["volumeMounts"]}
     assert mounts[str(config.kubelet_dir)]["hostPath"]["path"] == "/var/lib/kubelet/device-plugins"
+    # kubelet's PodResources socket where --pod-resources-socket auto looks for it
+    assert config.pod_resources_socket == "auto"
+    assert mounts[str(config.pod_resources_auto_path.parent)]["hostPath"]["path"] == (
+        "/var/lib/kubelet/pod-resources"
+    )
     assert mounts[f"{config.hook_path}/vgpu"]["hostPath"]["path"] == "/usr/local/vgpu"
     assert mounts["/tmp/vgpulock"]["hostPath"] == {"path": "/tmp/vgpulock", "type": "DirectoryOrCreate"}
     assert mounts[str(config.cdi_spec_dir)]["hostPath"] == {
@@ -1159,8 +1164,10 @@ def test_the_dra_daemonset_is_the_device_plugin_one_in_dra_mode() -> None:
     mounts = {m["mountPath"]: volumes[m["name"]] for m in daemon["volumeMounts"]}
     base_volumes = {v["name"]: v for v in base["volumes"]}
     base_mounts = {m["mountPath"]: base_volumes[m["name"]] for m in plugin_daemon["volumeMounts"]}
-    # kubelet's device-plugin directory gives way to its plugin watcher and plugins directories.
+    # kubelet's device-plugin directory gives way to its plugin watcher and plugins directories; its
+    # PodResources API (which pod kubelet admits at Allocate) is the device plugin's alone.
     del base_mounts["/var/lib/kubelet/device-plugins"]
+    del base_mounts["/var/lib/kubelet/pod-resources"]
     assert {p: m for p, m in mounts.items() if p not in DRA_KUBELET_DIRS} == base_mounts
     assert {p: mounts[p]["hostPath"]["path"] for p in DRA_KUBELET_DIRS} == {p: p for p in DRA_KUBELET_DIRS}
     # Its flags, environment and config file parse with hami-node's own loader, in DRA mode, with the

@@ -17,6 +17,7 @@ from hami_kube.backoff import RetryPolicy
 from hami_kube.errors import KubeApiError
 from hami_kube.events import ObjectRef, new_event
 from hami_node.allocation import (
+    AllocationError,
     AmbiguousPodError,
     CountMismatchError,
     ForeignPodError,
@@ -24,6 +25,7 @@ from hami_node.allocation import (
     PendingPod,
 )
 from hami_node.kubeapi import event_source
+from hami_node.plugin.kubelet_pods import KubeletPod, KubeletPodsError
 from hami_node.pods import PodTracker, Rejected, foreign_gpu_counts, waiting_pod
 from hami_node.ports import PodName
 from tests.builders import allocation_annotations, container, pod
@@ -277,8 +279,9 @@ def test_pod_object_and_steering(tracker: PodTracker) -> None:
     match = tracker.match(2)
     obj = tracker.pod_object(match.pod)
     assert obj["metadata"]["name"] == "p"
-    assert tracker.steering_gpus(2) == (GPU_A, GPU_B)
-    assert tracker.steering_gpus(1) == ()
+    admitting = tracker.admitting(2)
+    assert admitting is not None and admitting.container.uuids == (GPU_A, GPU_B)
+    assert tracker.admitting(1) is None
     tracker.pod_event("DELETED", scheduled_pod("p", alloc((GPU_A, GPU_B))))
     with pytest.raises(KeyError, match="default/p"):
         tracker.pod_object(match.pod)
@@ -354,8 +357,9 @@ def test_steering_reads_the_api_server_for_a_pod_the_watch_has_not_shown(
     tracker: PodTracker, patcher: FakePatcher
 ) -> None:
     patcher.api_pods = [scheduled_pod("late", alloc((GPU_B,)))]
-    assert tracker.steering_gpus(1) == (GPU_B,)
-    assert tracker.steering_gpus(2) == ()
+    admitting = tracker.admitting(1)
+    assert admitting is not None and admitting.container.uuids == (GPU_B,)
+    assert tracker.admitting(2) is None
 
 
 def test_ambiguous_fails_without_waiting_out_the_match_timeout(tracker: PodTracker) -> None:
@@ -366,7 +370,7 @@ def test_ambiguous_fails_without_waiting_out_the_match_timeout(tracker: PodTrack
         tracker.match(1)
     assert time.monotonic() - started < 5
     assert err.value.pods == ("default/a", "default/b")
-    assert tracker.steering_gpus(1) == ()
+    assert tracker.admitting(1) is None
 
 
 # --- writes ----------------------------------------------------------------------------------------------
@@ -502,6 +506,22 @@ def test_node_lock_released_only_when_it_names_the_pod(tracker: PodTracker, patc
     assert tracker.locks_released == 1
 
 
+def test_a_pod_whose_bind_took_no_node_lock_is_answered_without_reading_the_node(
+    tracker: PodTracker, patcher: FakePatcher
+) -> None:
+    """hami-control's binder writes `hami.io/bind-node-lock: none` when it took no `hami.io/mutex.lock`:
+    one pod patch, no Node read (a lock there is someone else's, left alone)."""
+    patcher.node_annotations[ann.NODE_LOCK] = "2026-01-01T00:00:00Z,default,p"
+    obj = scheduled_pod("p", alloc((GPU_A,)))
+    obj["metadata"]["annotations"][ann.BIND_NODE_LOCK] = ann.BIND_NODE_LOCK_NONE
+    tracker.pod_event("ADDED", obj)
+    tracker.allocated(tracker.match(1))
+    assert tracker.flush(5.0)
+    assert [c[0] for c in patcher.calls] == ["get-pod", "patch-pod"]
+    assert patcher.node_annotations[ann.NODE_LOCK] == "2026-01-01T00:00:00Z,default,p"
+    assert tracker.locks_released == 0
+
+
 def test_bad_annotation_is_skipped_with_a_logged_reason(
     tracker: PodTracker, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -632,7 +652,7 @@ def foreign(name: str, gpus: int = 1, **status: Any) -> dict[str, Any]:
 def test_a_foreign_gpu_pod_bound_before_a_waiting_pod_is_the_one_kubelet_admits(tracker: PodTracker) -> None:
     tracker.pod_event("ADDED", foreign("stray"))
     tracker.pod_event("ADDED", scheduled_pod("ours", alloc((GPU_A,))))
-    assert tracker.steering_gpus(1) == ()  # steering does not take the stray pod out of the running
+    assert tracker.admitting(1) is None  # steering does not take the stray pod out of the running
     with pytest.raises(ForeignPodError) as err:
         tracker.match(1)
     assert err.value.pod == ""  # no pod of ours to mark failed
@@ -718,9 +738,30 @@ def test_a_pod_the_watch_still_shows_waiting_but_the_api_does_not_never_takes_th
 def test_a_confirmed_match_costs_one_get_and_no_list(tracker: PodTracker, patcher: FakePatcher) -> None:
     tracker.pod_event("ADDED", scheduled_pod("a", alloc((GPU_A,))))
     assert tracker.match(1).pod.name == "a"
-    assert tracker.steering_gpus(1) == (GPU_A,)
+    admitting = tracker.admitting(1)
+    assert admitting is not None and admitting.container.uuids == (GPU_A,)
     assert [c[:3] for c in patcher.calls] == [("get-pod", "default", "a")] * 2
     assert (tracker.confirms, tracker.stale, tracker.misses) == (2, 0, 0)
+
+
+def test_the_allocate_after_its_preferred_allocation_takes_that_match_without_a_second_get(
+    tracker: PodTracker, patcher: FakePatcher
+) -> None:
+    tracker.pod_event("ADDED", scheduled_pod("a", alloc((GPU_A,), (GPU_B,)), containers=2))
+    admitting = tracker.admitting(1)
+    assert admitting is not None and admitting.entry == 0
+    match = tracker.match(1, admitting)
+    assert (match.pod.name, match.entry) == ("a", 0)
+    assert (tracker.confirms, tracker.admitted) == (1, 1)
+    tracker.allocated(match)
+    # once its container is allocated, the same match is stale: a fresh lookup (and GET) follows
+    again = tracker.match(1, admitting)
+    assert (again.pod.name, again.entry) == ("a", 1)
+    assert (tracker.confirms, tracker.admitted) == (2, 1)
+    # a pod gone from the watch since its GetPreferredAllocation is looked up again too
+    tracker.pod_event("DELETED", scheduled_pod("a", None))
+    with pytest.raises(AllocationError):
+        tracker.match(1, admitting)
 
 
 def test_two_matches_of_which_one_is_gone_are_not_ambiguous(
@@ -745,3 +786,156 @@ def test_when_the_api_server_cannot_confirm_the_watch_answers(
     assert any(
         "confirming pod default/a failed, answering from the watch" in r.getMessage() for r in caplog.records
     )
+
+
+# --- kubelet's PodResources list (`kubelet`): which pod kubelet admits ----------------------------------
+
+
+class KubeletList:
+    """kubelet's PodResources List as the tracker reads it: the pods kubelet lists now, each with its
+    containers' devices (`listed`), or an error."""
+
+    def __init__(self) -> None:
+        self.listed: list[KubeletPod] = []
+        self.error: KubeletPodsError | None = None
+        self.calls = 0
+
+    def admits(self, name: str, *held: str, containers: Sequence[str] = ("c0",)) -> None:
+        """kubelet lists pod `name`, its containers in `held` with a device, the others without."""
+        devices = {c: frozenset({f"{GPU_A}-0"}) if c in held else frozenset() for c in containers}
+        self.listed.append(KubeletPod("default", name, devices))
+
+    def list(self) -> Sequence[KubeletPod]:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        return list(self.listed)
+
+
+@pytest.fixture
+def kubelet() -> KubeletList:
+    return KubeletList()
+
+
+@pytest.fixture
+def identifying(patcher: FakePatcher, kubelet: KubeletList) -> Iterator[PodTracker]:
+    t = PodTracker(NODE, patcher, events=patcher, retry=FAST, kubelet=kubelet)
+    t.start()
+    yield t
+    t.stop()
+
+
+def watched(tracker: PodTracker, patcher: FakePatcher, obj: dict[str, Any]) -> None:
+    """The watch shows `obj` (and the API server has it)."""
+    patcher.saw("ADDED", obj)
+    tracker.pod_event("ADDED", obj)
+
+
+def test_two_pods_asking_as_many_gpus_are_told_apart_by_the_pod_kubelet_lists_without_devices(
+    identifying: PodTracker, patcher: FakePatcher, kubelet: KubeletList
+) -> None:
+    watched(identifying, patcher, scheduled_pod("a", alloc((GPU_A,))))
+    watched(identifying, patcher, scheduled_pod("b", alloc((GPU_B,))))
+    kubelet.admits("b")  # kubelet admits b first: a is not in its pod manager yet
+    admitting = identifying.admitting(1)
+    assert admitting is not None and admitting.pod.name == "b"
+    match = identifying.match(1, admitting)
+    identifying.allocated(match)
+    kubelet.listed = []
+    kubelet.admits("b", "c0")  # b holds its device now
+    kubelet.admits("a")
+    assert identifying.match(1).pod.name == "a"
+    assert (kubelet.calls, identifying.kubelet_lists) == (2, 2)  # one List per lookup, none for b's Allocate
+    assert identifying.confirms == 2  # the GET stays: List names no pod UID
+
+
+def test_a_pod_kubelet_admits_that_the_watch_has_not_shown_is_read_from_the_api(
+    identifying: PodTracker, patcher: FakePatcher, kubelet: KubeletList
+) -> None:
+    watched(identifying, patcher, scheduled_pod("a", alloc((GPU_A,))))
+    patcher.api_pods = [scheduled_pod("a", alloc((GPU_A,))), scheduled_pod("late", alloc((GPU_B,)))]
+    kubelet.admits("late")  # a waits too, but kubelet admits the pod the watch has not shown
+    match = identifying.match(1)
+    assert match.pod.name == "late" and match.container.uuids == (GPU_B,)
+    assert identifying.misses == 1
+
+
+def test_the_next_container_of_the_pod_kubelet_admits_is_the_one_without_devices(
+    identifying: PodTracker, patcher: FakePatcher, kubelet: KubeletList
+) -> None:
+    watched(identifying, patcher, scheduled_pod("p", alloc((GPU_A,), (GPU_B,)), containers=2))
+    kubelet.admits("p", containers=("c0", "c1"))
+    first = identifying.match(1)
+    assert first.entry == 0
+    identifying.allocated(first)
+    kubelet.listed = []
+    kubelet.admits("p", "c0", containers=("c0", "c1"))
+    assert identifying.match(1).entry == 1
+    kubelet.listed = []
+    kubelet.admits("p", "c0", "c1", containers=("c0", "c1"))  # admitted already: not this Allocate's
+    with pytest.raises(NoPendingPodError) as err:
+        identifying.match(1)
+    assert "kubelet's PodResources API lists as not yet given devices: none" in err.value.message
+
+
+def test_without_an_answer_from_kubelet_allocate_fails_saying_why(
+    identifying: PodTracker, patcher: FakePatcher, kubelet: KubeletList
+) -> None:
+    watched(identifying, patcher, scheduled_pod("a", alloc((GPU_A,))))
+    kubelet.error = KubeletPodsError("kubelet's PodResources API at /x: UNAVAILABLE: connection refused")
+    with pytest.raises(NoPendingPodError) as err:
+        identifying.match(1)
+    assert err.value.message == (
+        f"cannot tell which pod kubelet is admitting on node {NODE}: kubelet's PodResources API at /x: "
+        "UNAVAILABLE: connection refused"
+    )
+    assert identifying.admitting(1) is None  # GetPreferredAllocation spreads
+    assert names(identifying) == ["a"]  # still waiting
+
+
+def test_a_foreign_gpu_pod_kubelet_lists_without_devices_is_the_one_it_admits(
+    identifying: PodTracker, patcher: FakePatcher, kubelet: KubeletList
+) -> None:
+    watched(identifying, patcher, scheduled_pod("ours", alloc((GPU_A,))))
+    watched(identifying, patcher, foreign("stray"))
+    kubelet.admits("stray")
+    with pytest.raises(ForeignPodError) as err:
+        identifying.match(1)
+    assert "for pod default/stray, which is bound to node" in err.value.message
+    kubelet.listed = []
+    kubelet.admits("ours")
+    assert identifying.match(1).pod.name == "ours"
+
+
+def test_a_pod_created_again_under_the_name_kubelet_lists_is_told_apart_by_the_get(
+    identifying: PodTracker, patcher: FakePatcher, kubelet: KubeletList
+) -> None:
+    """List names no UID: the watch still shows the deleted a, kubelet admits the new a (same name);
+    the GET shows another UID, so the watch's a is replaced by what the GET showed (confirmed in turn)."""
+    watched(identifying, patcher, scheduled_pod("a", alloc((GPU_A,))))
+    gone_from_api(patcher, "a")
+    again = scheduled_pod("a", alloc((GPU_B,)), uid="uid-again")
+    patcher.api_pods = [again]
+    kubelet.admits("a")
+    match = identifying.match(1)
+    assert (match.pod.uid, match.container.uuids) == ("uid-again", (GPU_B,))
+    assert (identifying.stale, identifying.misses, identifying.confirms) == (1, 0, 2)
+
+
+def test_an_old_kubelet_listing_a_pod_it_rejected_never_gets_that_pods_gpus_for_another(
+    identifying: PodTracker, patcher: FakePatcher, kubelet: KubeletList
+) -> None:
+    """kubelets before 1.29 list the pods they rejected too (no devices). The watch still shows a
+    waiting; kubelet admits b, which the watch has not shown: kubelet lists a pod the watch does not
+    know, so the API is read first; then a and b both qualify, and the GETs decide. While a's Failed
+    status is not written yet, the answer is an ambiguity error, never a's GPUs for b."""
+    watched(identifying, patcher, scheduled_pod("a", alloc((GPU_A,))))
+    b = scheduled_pod("b", alloc((GPU_B,)))
+    patcher.api_pods = [scheduled_pod("a", alloc((GPU_A,))), b]
+    kubelet.admits("a")
+    kubelet.admits("b")
+    with pytest.raises(AmbiguousPodError):
+        identifying.match(1)
+    assert identifying.misses == 1
+    patcher.api_pods = [scheduled_pod("a", alloc((GPU_A,)), phase="Failed"), b]
+    assert identifying.match(1).pod.name == "b"

@@ -325,6 +325,7 @@ def test_a_dcu_pods_bind_takes_hamis_node_lock_naming_the_pod_before_the_binding
     ((target, annotation, value),) = locker.locks
     assert (target, annotation) == ("d", "hami.io/mutex.lock")
     assert value.endswith(",ns,p") and len(writer.calls) == 1
+    assert "hami.io/bind-node-lock" not in writer.calls[0][2]  # the lock is there to read and release
 
 
 def test_a_refused_node_lock_fails_the_bind_and_frees_what_it_reserved() -> None:
