@@ -20,6 +20,10 @@ Per size N (`--sizes 500,5000`), from scratch:
      request on the same server in the same run. (Its answer is small; the real one carries every node.)
    - `/echo-filter`: the same, answering every candidate as fitting (`NodeNames` echoed, orjson dumps):
      the floor of any filter that has to name the nodes back, i.e. what is left for the GPU logic.
+   - `/echo-failed-filter`: the same, answering the first candidate as fitting and every other one in
+     FailedNodes with the hard pod's reason (written once per candidate list): the floor of the hard
+     pod's answer, whose size (~60 bytes a failed node) a filter cannot shrink while every failed node
+     keeps its reason.
    - `/filter` and `/prioritize` with a typical pod (1 GPU x 8,000 MiB, fits nearly every node) and a
      hard one (2 GPUs x 70,000 MiB: most nodes fail with `CardInsufficientMemory`, so the answer carries
      thousands of reason texts).
@@ -131,6 +135,8 @@ SPLIT = 10
 DEVMEM = 81920
 PODS_PER_NODE = 10
 SEED_CONCURRENCY = 32
+ECHO_FAILED_REASON = "8/8 CardInsufficientMemory"
+"""The reason `/echo-failed-filter` gives every node but the first (the hard pod's)."""
 NOOP_FILTER_ANSWER = (
     b'{"Nodes":null,"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
 )
@@ -404,6 +410,29 @@ def serve_child(argv: list[str]) -> int:
             }
         )
 
+    failed_answers: dict[bytes, bytes] = {}
+
+    async def echo_failed_filter(request: web.BaseRequest) -> web.StreamResponse:
+        body = await read_body(request, EXTENDER_MAX_BODY)
+        if isinstance(body, web.Response):
+            return body
+        names = orjson.loads(body).get("NodeNames") or []
+        key = orjson.dumps(names[:1] + names[-1:]) + str(len(names)).encode()
+        answer = failed_answers.get(key)
+        if answer is None:  # written once per candidate list: the floor is the transport's
+            failed = dict.fromkeys(names[1:], ECHO_FAILED_REASON)
+            answer = orjson.dumps(
+                {
+                    "Nodes": None,
+                    "NodeNames": names[:1],
+                    "FailedNodes": failed,
+                    "FailedAndUnresolvableNodes": {},
+                    "Error": "",
+                }
+            )
+            failed_answers[key] = answer
+        return web.Response(body=answer, content_type="application/json")
+
     async def profile_start(_request: web.BaseRequest) -> web.StreamResponse:
         profiler.enable()
         return web.Response(text="profiling\n")
@@ -419,6 +448,7 @@ def serve_child(argv: list[str]) -> int:
         plane = ControlPlane(config)
         plane.routes.add("POST", "/noop-filter", noop_filter)
         plane.routes.add("POST", "/echo-filter", echo_filter)
+        plane.routes.add("POST", "/echo-failed-filter", echo_failed_filter)
         plane.routes.add("POST", "/profile-start", profile_start)
         plane.routes.add("POST", "/profile-stop", profile_stop)
         await plane.start()
@@ -665,6 +695,7 @@ async def post(http: aiohttp.ClientSession, path: str, body: bytes) -> tuple[int
 ENDPOINTS: tuple[tuple[str, str, tuple[int, int]], ...] = (
     ("floor: constant answer", "/noop-filter", TYPICAL),
     ("floor: names echoed", "/echo-filter", TYPICAL),
+    ("floor: names echoed as failed", "/echo-failed-filter", TYPICAL),
     ("filter, 1 GPU x 8000 MiB", "/filter", TYPICAL),
     ("filter, 2 GPUs x 70000 MiB", "/filter", HARD),
     ("prioritize, 1 GPU x 8000 MiB", "/prioritize", TYPICAL),
@@ -1262,6 +1293,14 @@ def report(results: list[SizeResult]) -> str:
             f"{'met' if met else 'NOT met'}; {ratio:.1f}x the floor's p99 ({floor.p99_ms:.2f} ms), "
             f"goal <= {FLOOR_FACTOR_GOAL:g}x {'met' if ratio <= FLOOR_FACTOR_GOAL else 'NOT met'} "
             f"(p50 {r.p50_ms / floor.p50_ms if floor.p50_ms else float('inf'):.1f}x the floor's)"
+        )
+    failed_floor = next((r for r in largest.latency if r.path == "/echo-failed-filter"), None)
+    hard = next((r for r in largest.latency if r.path == "/filter" and r.name.startswith("filter, 2")), None)
+    if failed_floor is not None and hard is not None and failed_floor.p99_ms and failed_floor.p50_ms:
+        out.append(
+            f"- {hard.name}: p99 {hard.p99_ms / failed_floor.p99_ms:.1f}x, p50 "
+            f"{hard.p50_ms / failed_floor.p50_ms:.1f}x the floor of an answer naming every failed node "
+            f"(`/echo-failed-filter`: p50 / p99 {failed_floor.p50_ms:.2f} / {failed_floor.p99_ms:.2f} ms)"
         )
     for d in largest.decisions:
         met = d.per_second >= DECISIONS_GOAL

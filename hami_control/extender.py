@@ -939,12 +939,19 @@ class FilterAnswer:
             table, text_json = self.table, self.texts.json
             rows, _ = self.candidates.rows(table)
             at = rows[positions]
-            order = np.argsort(ids, kind="stable")
-            sorted_ids = ids[order]
-            bounds = np.flatnonzero(np.diff(sorted_ids)) + 1
-            for group in np.split(order, bounds):
-                text = b":" + text_json[int(ids[group[0]])]
-                parts.append((text + b",").join(table.name_json[at[group]].tolist()) + text)
+            if int(ids.min()) == int(ids.max()):  # one text (most often)
+                groups = [(int(ids[0]), at)]
+            else:
+                order = np.argsort(ids, kind="stable")
+                split = np.split(order, np.flatnonzero(np.diff(ids[order])) + 1)
+                groups = [(int(ids[group[0]]), at[group]) for group in split]
+            for text_id, group_rows in groups:
+                value = text_json[text_id]
+                written = table.members_json(group_rows, value)
+                if written is None:
+                    text = b":" + value
+                    written = (text + b",").join(table.name_json[group_rows].tolist()) + text
+                parts.append(written)
         return b",".join(parts)
 
 
