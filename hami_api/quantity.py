@@ -22,6 +22,7 @@ all) and a value to below 1e1001 (so the canonical text of every accepted value 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -83,7 +84,13 @@ def parse_quantity(text: str | int | float) -> Fraction:
         if abs(text) >= _TOO_LARGE:
             raise QuantityError(f"<{text.bit_length()}-bit integer>", f"is 1e{_MAX_EXPONENT + 1} or more")
         return Fraction(text)
-    text = _text(text)
+    return _parse_text(_text(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_text(text: str) -> Fraction:
+    """`parse_quantity` of a text, kept for the texts seen last: a cluster's pods repeat a few ("4",
+    "16Gi", "8000"), and the pods watch reads each (a Fraction is a value, so sharing one is safe)."""
     match = _match(text)
     int_part, frac_part = match["int"], match["frac"] or ""
     mantissa = Fraction(
