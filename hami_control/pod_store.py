@@ -58,12 +58,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import orjson
+
 from hami_api import annotations as ann
 from hami_api.containers import ContainerKind, container_kind, footprint_slices
 from hami_api.errors import QuantityError, RequestError, WireFormatError
 from hami_api.mig_alloc import MIG_ALLOCATIONS, MigAllocation, decode_mig_allocations
 from hami_api.quantity import parse_quantity
-from hami_api.resources import ContainerRequest, container_request, pod_containers
+from hami_api.resources import (
+    ContainerRequest,
+    RequestDefaults,
+    ResourceNames,
+    container_request,
+    pod_containers,
+)
 from hami_api.types import GPUSlice, PodAllocation
 from hami_control.cache import TERMINAL_PHASES, ClusterCache, Held, PodHolding
 from hami_control.config import ControlConfig
@@ -212,6 +220,32 @@ class _Containers:
     """`read_pod_ask`'s message when the GPU resources cannot be read."""
 
 
+_REQUESTS_KEPT = 4096
+_requests_read: dict[tuple[bytes, bool, ResourceNames, RequestDefaults], ContainerRequest | None] = {}
+"""`container_request` by the container's resources as JSON: a cluster's pods repeat a few container
+shapes (the same template), and the pods watch reads every pod (150,000 in its list at 15,000 nodes). A
+request reads nothing of the container but its resources (its name only for an error, which is never
+kept)."""
+
+
+def _container_request(
+    container: Mapping[str, Any], names: ResourceNames, defaults: RequestDefaults, init: bool
+) -> ContainerRequest | None:
+    """`container_request`, kept by the container's resources (see `_requests_read`)."""
+    resources = container.get("resources")
+    try:
+        key = (orjson.dumps(resources, option=orjson.OPT_SORT_KEYS), init, names, defaults)
+    except (orjson.JSONEncodeError, TypeError):
+        return container_request(container, names, defaults, init)
+    if key in _requests_read:
+        return _requests_read[key]
+    request = container_request(container, names, defaults, init)
+    if len(_requests_read) >= _REQUESTS_KEPT:
+        _requests_read.clear()
+    _requests_read[key] = request
+    return request
+
+
 def _containers(pod: Mapping[str, Any], config: ControlConfig) -> _Containers:
     names, defaults = config.requests.names, config.requests.defaults
     try:
@@ -220,7 +254,7 @@ def _containers(pod: Mapping[str, Any], config: ControlConfig) -> _Containers:
         return _Containers(kinds_error=str(err), request_error=_ask_error(pod, config))
     kinds = tuple(container_kind(c, init) for c, init in containers)
     try:
-        requests = tuple((container_request(c, names, defaults, init), init) for c, init in containers)
+        requests = tuple((_container_request(c, names, defaults, init), init) for c, init in containers)
     except _BAD_INPUT:
         return _Containers(kinds=kinds, request_error=_ask_error(pod, config))
     sidecars = frozenset(i for i, kind in enumerate(kinds) if kind is ContainerKind.SIDECAR)

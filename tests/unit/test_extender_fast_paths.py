@@ -10,7 +10,8 @@
   others joined) decode to the objects (prioritize byte for byte);
 - the candidate lists read once and kept by the JSON of their names (`CandidateLists`) give what
   decoding the whole body gives, for bodies of every shape;
-- the table's change log lists each row written, removed or touched.
+- the table's change log lists each row written, removed or touched;
+- the pods watch's container requests kept by their resources equal reading each container.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hami_api.errors import QuantityError, RequestError, WireFormatError
+from hami_api.resources import container_request
 from hami_api.types import GPUInfo, GPUSlice
 from hami_control.config import ControlConfig, load_config
 from hami_control.extender import (
@@ -41,6 +44,7 @@ from hami_control.extender import (
 )
 from hami_control.frag import MILLI, TaskMix, TaskShape
 from hami_control.gputable import GPUTable, RowCache
+from hami_control.pod_store import _container_request
 from hami_control.quota import QuotaLimits, QuotaUsage
 from hami_control.usage import NodeGPUs
 from tests.builders import FixedQuota, container, gpu_info, node_gpus, pod
@@ -312,3 +316,40 @@ def test_change_log_lists_each_row_written_removed_or_touched_and_gives_up_past_
         table.touch(["n1"])
     assert table.changed_since(start) is None
     assert table.changed_since(table.version - 10) is not None
+
+
+QUANTITIES = st.sampled_from(("1", "2", "0", "8000", "16Gi", "1.5", "-1", "x", "", 3, 2.5, None, True))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(("limits", "requests", "claims")),
+        st.dictionaries(
+            st.sampled_from(("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores", "cpu")),
+            QUANTITIES,
+            max_size=4,
+        )
+        | st.just([1]),
+        max_size=3,
+    )
+    | st.just("not resources"),
+    st.booleans(),
+)
+def test_the_pod_stores_kept_container_requests_equal_reading_each_container(
+    resources: Any, init: bool
+) -> None:
+    """The pods watch's requests kept by the container's resources (`pod_store._container_request`),
+    read twice (the second time kept), equal `container_request` of the container, errors included."""
+    c = {"name": "c", "resources": resources}
+    names, defaults = CONFIG.requests.names, CONFIG.requests.defaults
+    try:
+        expected: Any = container_request(c, names, defaults, init)
+    except (RequestError, WireFormatError, QuantityError) as err:
+        expected = (type(err), str(err))
+    for _ in range(2):
+        try:
+            got: Any = _container_request(c, names, defaults, init)
+        except (RequestError, WireFormatError, QuantityError) as err:
+            got = (type(err), str(err))
+        assert got == expected
