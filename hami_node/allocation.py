@@ -26,6 +26,7 @@ Model: the lookup is modelled in `hami_control/protocol_model.py` (`ProtocolMode
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections import Counter
@@ -777,8 +778,10 @@ def container_cache_dir(config: NodeConfig, pod_uid: str, container_name: str) -
 # --- GetPreferredAllocation --------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
 def _gpu_of(device_id: str) -> str:
-    """The GPU of a `<GPU-UUID>-<n>` or `<GPU-UUID>::<n>` ID (an ID of neither form is its own GPU)."""
+    """The GPU of a `<GPU-UUID>-<n>` or `<GPU-UUID>::<n>` ID (an ID of neither form is its own GPU).
+    Cached: every GetPreferredAllocation names the node's IDs again (80 with 8 GPUs split 10)."""
     parts = split_virtual_device_id(device_id)
     return device_id if parts is None else parts[0]
 
