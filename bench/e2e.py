@@ -768,6 +768,7 @@ def run_path(args: argparse.Namespace, path: str, limits: str, floor: bool = Fal
         control_args=lifted,
         scheduler_args=lifted,
         controller_manager_args=lifted,
+        node_args=tuple(args.node_arg),
     ).with_mode(path)
     mode = (
         f"scale mode ({'--scale' if args.scale else f'above {SCALE_THRESHOLD} nodes'})"
@@ -858,6 +859,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--idle-seconds", type=float, default=5.0)
     parser.add_argument("--timeout", type=float, default=0.0, help="seconds to wait for Running (0: auto)")
     parser.add_argument("--json", type=Path, help="the results, a list with one object per mode")
+    parser.add_argument(
+        "--node-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more hami-node argument for every node, repeated for each "
+        "(--node-arg=--fake-container-usage --node-arg=false)",
+    )
     parser.add_argument(
         "--floor",
         action="store_true",
