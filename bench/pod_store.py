@@ -17,11 +17,16 @@ candidate window, prioritize when more than one node fits, bind to the best scor
 yet), request bodies as bytes; the Binding writer hands the bound pod straight back to the pods sink as
 its MODIFIED event. CPU per decision (`process_time`, mean and median).
 
+Every node named (`--every-node`, since issue 29): each verb's own CPU (`thread_time` around the call, the
+answer written as the route sends it) with all N nodes in each request, first over an unchanged cluster
+(a typical and a hard pod, as `bench/extender.py`'s latency rounds), then in decisions where each bind
+changes a node (the hard pods, then the typical ones; prioritize gets the nodes that fit).
+
 At commits before the pod store (4468d84 and earlier) the same script measures what was wired then
 (`FanoutSink(PodCache, GPUPodSink)`, the extender's bind LRU and the binder's `AskSource`), so before
 and after can be run from one copy of it.
 
-    python bench/pod_store.py [--nodes 5000] [--repeat 3] [--decisions 300]
+    python bench/pod_store.py [--nodes 5000] [--repeat 3] [--decisions 300] [--every-node 200]
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from extender import (  # the same cluster and pods as the extender benchmark
     node_name,
     node_object,
     pending_pod,
+    scheduler_pod,
     seeded_pods,
 )
 
@@ -216,7 +222,78 @@ async def decide(
     return rows
 
 
-def decisions(nodes: int, pages: list[bytes], count: int) -> list[tuple[str, ...]]:
+def _answer(extender: Any, verb: str, body: bytes) -> bytes:
+    """The verb's answer as the route sends it (`<verb>_json` since issue 29; the object encoded before)."""
+    written = getattr(extender, f"{verb}_json", None)
+    if written is not None:
+        return bytes(written(body))
+    return orjson.dumps(getattr(extender, verb)(body))
+
+
+async def every_node(
+    extender: Any, sink: Any, writer: _Writer, names: list[str], count: int
+) -> list[tuple[str, ...]]:
+    """With every node named in each call: each verb's own CPU (`thread_time` around the call, the answer
+    written as the route sends it), first for the same pod kind again and again over an unchanged cluster
+    (the latency rounds), then in decisions (filter, prioritize of the nodes that fit, bind to the best
+    scored node not bound to yet), where each bind changes a node."""
+    names_json = orjson.dumps(names)
+    rows: list[tuple[str, ...]] = []
+    for kind, ask in (("typical", TYPICAL), ("hard", HARD)):
+        cpu: dict[str, list[float]] = {"filter": [], "prioritize": []}
+        for i in range(count):
+            body = extender_args(scheduler_pod(700_000 + i, ask), names_json)
+            for verb in ("filter", "prioritize"):
+                began = time.thread_time()
+                _answer(extender, verb, body)
+                cpu[verb].append(time.thread_time() - began)
+        rows += [
+            (f"{verb}, {kind}, cluster unchanged", f"{statistics.median(values) * 1e6:,.0f} µs")
+            for verb, values in cpu.items()
+        ]
+    used: set[str] = set()
+    for kind, ask in (("hard", HARD), ("typical", TYPICAL)):
+        cpu = {"filter": [], "prioritize": [], "bind": []}
+        for i in range(count):
+            pod = pending_pod(f"every-{kind}-{i:05d}", "bench-bind", ask)
+            writer.version += 1
+            pod["metadata"].update(uid=f"every-{kind}-uid-{i:05d}", resourceVersion=str(writer.version))
+            pod["status"] = {"phase": "Pending"}
+            sink.apply("ADDED", pod)
+            writer.pods[pod["metadata"]["uid"]] = pod
+            began = time.thread_time()
+            answer = _answer(extender, "filter", extender_args(pod, names_json))
+            cpu["filter"].append(time.thread_time() - began)
+            fitting = orjson.loads(answer)["NodeNames"] or []
+            scores = [(name, 0) for name in fitting]
+            if len(fitting) > 1:
+                body = extender_args(pod, orjson.dumps(fitting))
+                began = time.thread_time()
+                answer = _answer(extender, "prioritize", body)
+                cpu["prioritize"].append(time.thread_time() - began)
+                scores = [(entry["Host"], entry["Score"]) for entry in orjson.loads(answer)]
+            target, best = None, -1
+            for host, score in scores:
+                if score > best and host not in used:
+                    target, best = host, score
+            if target is None:
+                raise SystemExit(f"{pod['metadata']['name']}: no node left that fits")
+            meta = pod["metadata"]
+            args = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"]}
+            began = time.thread_time()
+            result = await extender.bind(orjson.dumps({**args, "Node": target}))
+            cpu["bind"].append(time.thread_time() - began)
+            if result["Error"]:
+                raise SystemExit(f"bind of {meta['name']}: {result['Error']}")
+            used.add(target)
+        rows += [
+            (f"{verb}, {kind}, in decisions", f"{statistics.median(values) * 1e6:,.0f} µs")
+            for verb, values in cpu.items()
+        ]
+    return rows
+
+
+def decisions(nodes: int, pages: list[bytes], count: int, *, every: bool = False) -> list[tuple[str, ...]]:
     config = ControlConfig()
     cache = ClusterCache()  # the default resource names, at every commit
     GPUNodeSink(cache).replace([node_object(i) for i in range(nodes)])
@@ -229,6 +306,8 @@ def decisions(nodes: int, pages: list[bytes], count: int) -> list[tuple[str, ...
     gc.collect()
     gc.freeze()  # as hami-control does once synced
     names = [node_name(i) for i in range(nodes)]
+    if every:
+        return asyncio.run(every_node(extender, sink, writer, names, count))
     return asyncio.run(decide(extender, sink, writer, names, count))
 
 
@@ -237,6 +316,12 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--decisions", type=int, default=300, help="pods decided per kind (0: none)")
+    parser.add_argument(
+        "--every-node",
+        type=int,
+        default=200,
+        help="requests per verb and pod kind with every node named (0: none)",
+    )
     args = parser.parse_args()
     pages = pod_pages(args.nodes)
     runs = [feed(args.nodes, pages, memory=False) for _ in range(args.repeat)]
@@ -263,6 +348,10 @@ def main() -> int:
         print()
         header = ("decisions (pod)", "pods", "candidates", "CPU per decision, mean", "median")
         print("\n".join(markdown_table(header, "lrrrr", decisions(args.nodes, pages, args.decisions))))
+    if args.every_node > 0:
+        print()
+        every = decisions(args.nodes, pages, args.every_node, every=True)
+        print("\n".join(markdown_table(("every node named: verb, pod, when", "CPU, median"), "lr", every)))
     return 0
 
 
