@@ -421,6 +421,8 @@ class PodTracker:
         self._arrivals = 0
         self._consumed: collections.OrderedDict[str, None] = collections.OrderedDict()
         """Foreign pods an Allocate was refused for (kubelet rejects them now; their status follows)."""
+        self._gone_keys: collections.OrderedDict[str, None] = collections.OrderedDict()
+        """namespace/name of the last pods the watch showed deleted (`_unknown`)."""
         self._deleted: collections.OrderedDict[str, None] = collections.OrderedDict()
         """UIDs of the last pods the watch saw deleted: a read of the node's pods that raced with the
         deletion must not bring them back."""
@@ -523,6 +525,9 @@ class PodTracker:
                     self._deleted[uid] = None
                     while len(self._deleted) > _DELETED_KEPT:
                         self._deleted.popitem(last=False)
+                self._gone_keys[key] = None
+                while len(self._gone_keys) > _DELETED_KEPT:
+                    self._gone_keys.popitem(last=False)
             else:
                 uid = _meta(pod).get("uid")
                 if isinstance(uid, str) and uid:
@@ -740,10 +745,12 @@ class PodTracker:
             ) from None
 
     def _unknown(self, kubelet: Sequence[KubeletPod]) -> bool:
-        """Whether kubelet lists a pod the watch has not shown (by namespace and name)."""
+        """Whether kubelet lists a pod the watch has not shown (by namespace and name): the watch is
+        behind kubelet's. A pod the watch showed deleted is not one (kubelet lists it until it has
+        stopped it: the watch is ahead there)."""
         with self._cond:
             known = {f"{n.namespace or 'default'}/{n.name}" for n in self._names.values()}
-        return any(p.key not in known for p in kubelet)
+            return any(p.key not in known and p.key not in self._gone_keys for p in kubelet)
 
     def _admitted_by_kubelet(
         self, pod: PendingPod, obj: Mapping[str, Any], kubelet: Sequence[KubeletPod]

@@ -939,3 +939,16 @@ def test_an_old_kubelet_listing_a_pod_it_rejected_never_gets_that_pods_gpus_for_
     assert identifying.misses == 1
     patcher.api_pods = [scheduled_pod("a", alloc((GPU_A,)), phase="Failed"), b]
     assert identifying.match(1).pod.name == "b"
+
+
+def test_a_deleted_pod_kubelet_still_lists_costs_no_read_of_the_node_pods(
+    identifying: PodTracker, patcher: FakePatcher, kubelet: KubeletList
+) -> None:
+    """kubelet lists a pod until it has stopped it; the watch showing it deleted is ahead, not behind."""
+    watched(identifying, patcher, scheduled_pod("gone", alloc((GPU_A,))))
+    identifying.pod_event("DELETED", scheduled_pod("gone", alloc((GPU_A,))))
+    watched(identifying, patcher, scheduled_pod("b", alloc((GPU_B,))))
+    kubelet.admits("gone")
+    kubelet.admits("b")
+    assert identifying.match(1).pod.name == "b"
+    assert identifying.misses == 0
