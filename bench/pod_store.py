@@ -27,6 +27,7 @@ At commits before the pod store (4468d84 and earlier) the same script measures w
 and after can be run from one copy of it.
 
     python bench/pod_store.py [--nodes 5000] [--repeat 3] [--decisions 300] [--every-node 200]
+                              [--control-args FLAGS]
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import statistics
 import sys
 import time
 import tracemalloc
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -54,7 +56,7 @@ from extender import (  # the same cluster and pods as the extender benchmark
 )
 
 from hami_control.cache import ClusterCache
-from hami_control.config import ControlConfig
+from hami_control.config import ControlConfig, load_config
 from hami_control.gpu_sinks import GPUNodeSink
 from hami_sim.scheduler.fit import num_feasible_nodes_to_find
 
@@ -293,8 +295,13 @@ async def every_node(
     return rows
 
 
-def decisions(nodes: int, pages: list[bytes], count: int, *, every: bool = False) -> list[tuple[str, ...]]:
-    config = ControlConfig()
+def decisions(
+    nodes: int, pages: list[bytes], count: int, *, every: bool = False, flags: Sequence[str] = ()
+) -> list[tuple[str, ...]]:
+    """`flags`: hami-control's flags for its configuration (e.g. the fragmentation component's)."""
+    config = (
+        load_config(["--insecure-http", *flags], {}, lambda p: p.read_text()) if flags else ControlConfig()
+    )
     cache = ClusterCache()  # the default resource names, at every commit
     GPUNodeSink(cache).replace([node_object(i) for i in range(nodes)])
     writer = _Writer()
@@ -316,6 +323,9 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--decisions", type=int, default=300, help="pods decided per kind (0: none)")
+    parser.add_argument(
+        "--control-args", default="", help="hami-control flags for the --every-node table, space-separated"
+    )
     parser.add_argument(
         "--every-node",
         type=int,
@@ -350,7 +360,7 @@ def main() -> int:
         print("\n".join(markdown_table(header, "lrrrr", decisions(args.nodes, pages, args.decisions))))
     if args.every_node > 0:
         print()
-        every = decisions(args.nodes, pages, args.every_node, every=True)
+        every = decisions(args.nodes, pages, args.every_node, every=True, flags=args.control_args.split())
         print("\n".join(markdown_table(("every node named: verb, pod, when", "CPU, median"), "lr", every)))
     return 0
 
