@@ -291,6 +291,7 @@ async def every_node(
         rows += [
             (f"{verb}, {kind}, in decisions", f"{statistics.median(values) * 1e6:,.0f} µs")
             for verb, values in cpu.items()
+            if values  # no /prioritize when one node is answered
         ]
     return rows
 
