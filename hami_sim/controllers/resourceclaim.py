@@ -346,6 +346,8 @@ class ResourceClaimController:
         namespace = pod["metadata"].get("namespace", "default")
         if name:
             existing = self.claims.get(f"{namespace}/{name}")
+            if existing is None:
+                existing = await self._read_claim(namespace, name)
             if existing is not None and (not must_own or is_for_pod(pod, existing)):
                 return None
         template_name = pod_claim.get("resourceClaimTemplateName")
@@ -361,6 +363,23 @@ class ResourceClaimController:
             self.claims[_key(claim)] = claim
             self.created += 1
         return str(claim["metadata"]["name"])
+
+    async def _read_claim(self, namespace: str, name: str) -> JSON | None:
+        """The claim a pod's status names but the cache lacks, read from the API server (None: 404).
+        kube's handleClaim trusts its lister here and re-creates the claim ("perhaps it was deleted
+        accidentally"; pkg/controller/resourceclaim/controller.go). A real lister lags etcd by the watch
+        cache's delay; the local API server's stale-list fault repeats a list answer seconds old, and after
+        a restart the controller then made a second claim for a pod already bound with the first one
+        reserved: kubelet refused the pod for good (issue 31, the e2e chaos run of seed 11). One
+        consistent read before a duplicate is made keeps that fault from doing what no real cache does."""
+        try:
+            claim = await self.api.get(f"{GROUP_PATH}/namespaces/{namespace}/resourceclaims/{name}")
+        except KubeApiError as err:
+            if err.status == 404:
+                return None
+            raise
+        self.claims.setdefault(_key(claim), claim)
+        return claim
 
     def _find_orphan(self, pod: Mapping[str, Any], pod_claim: str) -> JSON | None:
         uid = pod["metadata"].get("uid")
