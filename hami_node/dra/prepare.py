@@ -1,24 +1,43 @@
 """NodePrepareResources and NodeUnprepareResources, the I/O around the pure core (`claims`): reading the
-claims and their pods, the serialization lock, the checkpoint, the claims' CDI specs and directories.
+claims and their pods, the serialization lock, the checkpoint (`checkpoint`: a journal), the claims' CDI
+specs and directories.
 
 Prepare, as the upstream helper does it (k8s.io/dynamic-resource-allocation kubeletplugin/draplugin.go
 `NodePrepareResources`, `getResourceClaims`): every claim is read from the API server *before* the
 serialization lock is taken (slow calls never hold it), must have the UID kubelet names ("got replaced")
 and be allocated ("not allocated"); the pods in its `status.reservedFor` are read too, for the
-container-visible GPU order (`claims.assign_indices`). Then, under the lock: the checkpoint is read; a
-claim already in it answers with what it got then (its CDI spec written again if it went missing, its
-directory kept: Prepare never wipes a prepared claim's shared cache, which the pods already using it
-hold); the others are prepared: their spec written (`hami_node.cdi`, atomic), their directory
-`<hook>/vgpu/claims/<uid>` created (mode 0777, as HAMi's cache directories), and the checkpoint saved.
-Every failure is the claim's own error; the call itself never fails for one claim.
+container-visible GPU order (`claims.assign_indices`: a container naming several claims sees their GPUs in
+one order, and a claim private to its pod takes the indices its containers see; kubelet's Prepare request
+names no container, so the pod is where that is read). Then, under the lock: the checkpoint is brought up
+to date (below); a claim already in it answers with what it got then (its CDI spec written again if it
+went missing, its directory kept: Prepare never wipes a prepared claim's shared cache, which the pods
+already using it hold); the others are prepared: their spec written (`hami_node.cdi`, atomic), their
+directory `<hook>/vgpu/claims/<uid>` created (mode 0777, as HAMi's cache directories), and one journal
+record per claim appended and synced before the answer. Every failure is the claim's own error; the call
+itself never fails for one claim.
 
 Unprepare, under the lock: the claim's spec file and directory are removed by its UID (so a claim the
 checkpoint does not know, e.g. after a lost checkpoint, is cleaned up too, and an unknown one is
-simply done) and its entry dropped.
+simply done) and a `del` record appended for a claim the checkpoint knew.
 
-The lock is a mutex plus `flock` on `<plugin dir>/serialize.lock`, and the checkpoint is read at the start
-of each call: two daemon instances during a rolling update (the upstream helper's RollingUpdate, whose
-instances "must be entirely stateless across method calls") share the state through the file.
+The lock is a mutex plus `flock` on `<plugin dir>/serialize.lock` (the file kept open: opening it on
+every call was two inotify events for the daemon's socket watch). Every call stats the journal under
+the lock and trusts the claims it holds in memory only while the file is the one it last read or wrote
+(device, inode, size, mtime): records another instance appended are read from where it left off, a
+file written anew is read whole. So two daemon instances during a rolling update (the upstream helper's
+RollingUpdate, whose instances "must be entirely stateless across method calls") share the state
+through the file, and a call's cost does not grow with the claims prepared before it.
+
+What each sync protects (`hami_node.durable`; a crash or power cut at any point):
+- the journal's `fdatasync` after each append: a claim answered prepared (or unprepared) is in the
+  journal after a restart, so Prepare again answers the same and Unprepare finds its MIG devices;
+- the journal written whole (first start, compaction, a version 1 file taken over): `write_atomic`'s
+  file fsync (the new file is whole before it replaces the old) and directory fsync (the rename holds);
+- a torn tail is cut off (`ftruncate` + `fsync`) before the next append, so no good record ever follows
+  a bad one;
+- a claim's CDI spec: `write_atomic` (file, then directory), so the spec the runtime reads is never
+  empty or short: `_keep` writes a spec again only when it is missing;
+- the version 1 file is removed (`remove_durably`) only after the journal holding its claims is synced.
 """
 
 from __future__ import annotations
@@ -30,6 +49,7 @@ import os
 import re
 import shutil
 import threading
+from collections import ChainMap
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +73,7 @@ from hami_node.dra.claims import (
     ClaimGpu,
     ClaimPlan,
     ClaimRef,
+    ContainerUse,
     Indices,
     MigRecord,
     PreparedClaim,
@@ -73,7 +94,7 @@ from hami_node.dra.claims import (
     prepare_claim,
     reserved_pods,
 )
-from hami_node.durable import write_atomic
+from hami_node.durable import is_temporary, remove_durably, write_atomic
 from hami_node.gpu import GPUBackend, GPUBackendError, MigDevice, MigInstanceNotFound
 
 log = logging.getLogger(__name__)
@@ -124,6 +145,18 @@ class ClaimPreparer:
         self._dir = config.dra_plugin_dir
         self._cdi_dir = config.cdi_spec_dir
         self._mutex = threading.Lock()
+        self._lock_fd: int | None = None
+        self._lock_identity: tuple[int, int] | None = None
+        self._claims: dict[str, PreparedClaim] = {}
+        """The journal's claims, as of `_identity`."""
+        self._names: dict[str, dict[str, str]] = {}
+        """Namespace -> claim name -> UID of the claims of GPU shares in `_claims` (for `_indices`)."""
+        self._identity: tuple[int, int, int, int] | None = None
+        """(device, inode, size, mtime ns) of the journal when last read or written; None: read it."""
+        self._length = 0
+        """Bytes of valid records in the journal (where the next append goes)."""
+        self._records = 0
+        """Records after the header."""
         self.prepared = 0
         """Claims prepared (newly) since start."""
         self._forbidden_logged = False
@@ -131,18 +164,42 @@ class ClaimPreparer:
 
     @property
     def checkpoint_path(self) -> Path:
+        """The journal (`checkpoint`, version 2)."""
+        return self._dir / ckpt.STATE_DIR / ckpt.JOURNAL_FILE
+
+    @property
+    def legacy_checkpoint_path(self) -> Path:
+        """Where hami-nodes before the journal kept their checkpoint (version 1), read at start-up."""
         return self._dir / ckpt.FILE_NAME
 
     def start(self) -> None:
-        """Create the plugin directory, remove the temporary files of interrupted spec writes, and check
-        the checkpoint once (a bad one is moved aside now, with an error in the log). Raises OSError."""
+        """Create the plugin directory, remove the temporary files of interrupted spec and journal
+        writes, take over a version 1 checkpoint, and read the journal once (a bad file is moved aside
+        now, with an error in the log). Raises OSError."""
         self._dir.mkdir(parents=True, exist_ok=True)
         for path in remove_stale_claim_temps(self._cdi_dir):
             log.info("removed %s, left by an interrupted write", path)
+        state = self.checkpoint_path.parent
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(state):
+                if is_temporary(name, ckpt.JOURNAL_FILE):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(state / name)
+                    log.info("removed %s, left by an interrupted write", state / name)
         with self._serialized():
-            claims = self._load().claims
+            self._take_over_legacy()
+            self._sync()
+            claims = len(self._claims)
         if claims:
-            log.info("DRA checkpoint %s: %d prepared claims", self.checkpoint_path, len(claims))
+            log.info("DRA checkpoint %s: %d prepared claims", self.checkpoint_path, claims)
+
+    def close(self) -> None:
+        """Close the lock file and forget the state (a later call reads the journal again)."""
+        with self._mutex:
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = self._lock_identity = None
+            self._identity = None
 
     # --- prepare ----------------------------------------------------------------------------------------
 
@@ -214,13 +271,14 @@ class ClaimPreparer:
         self, fetched: Mapping[str, tuple[ClaimRef, Mapping[str, Any]]], pods: Sequence[Mapping[str, Any]]
     ) -> dict[str, Outcome]:
         out: dict[str, Outcome] = {}
-        checkpoint = self._load()
+        self._sync()
+        stored_claims = self._claims
         gpus = claim_gpus(self._gpus(), self._config)
         pool = self._config.node_name
         new: dict[str, tuple[ClaimRef, tuple[Share, ...], bool]] = {}
         mig_new: dict[str, tuple[ClaimRef, tuple[Share, ...], bool]] = {}
         for uid, (ref, claim) in fetched.items():
-            stored = checkpoint.claims.get(uid)
+            stored = stored_claims.get(uid)
             if stored is not None:
                 out[uid] = self._keep(stored)
                 continue
@@ -235,15 +293,12 @@ class ClaimPreparer:
                 continue
             new[uid] = (ref, shares, is_pod_private(claim))
         for uid, (ref, shares, private) in mig_new.items():
-            outcome = self._prepare_mig(ref, pool, shares, private)
-            out[uid] = outcome
-            if outcome.claim is not None:
-                checkpoint = checkpoint.with_claim(outcome.claim)
+            out[uid] = self._prepare_mig(ref, pool, shares, private)
         if not new:
             if mig_new:
-                return self._save_prepared(checkpoint, mig_new, out)
+                return self._save_prepared(mig_new, out)
             return out
-        indices = self._indices(new, checkpoint, pods, gpus)
+        indices = self._indices(new, pods, gpus)
         for uid, (ref, shares, private) in new.items():
             if uid in indices.errors:
                 out[uid] = Outcome(error=f"claim {ref.key}: {indices.errors[uid]}")
@@ -259,20 +314,18 @@ class ClaimPreparer:
             except OSError as err:
                 out[uid] = Outcome(error=f"claim {ref.key}: cannot write its CDI spec or directory: {err}")
                 continue
-            checkpoint = checkpoint.with_claim(prepared)
             out[uid] = Outcome(prepared)
-        return self._save_prepared(checkpoint, {**new, **mig_new}, out)
+        return self._save_prepared({**new, **mig_new}, out)
 
     def _save_prepared(
-        self,
-        checkpoint: ckpt.Checkpoint,
-        new: Mapping[str, tuple[ClaimRef, tuple[Share, ...], bool]],
-        out: dict[str, Outcome],
+        self, new: Mapping[str, tuple[ClaimRef, tuple[Share, ...], bool]], out: dict[str, Outcome]
     ) -> dict[str, Outcome]:
-        """Save the checkpoint with the newly prepared claims; if it cannot be saved, each of them fails
-        (and the MIG devices made for them are destroyed: nothing would know them)."""
+        """Record the newly prepared claims in the journal; if that fails, each of them fails (and the
+        MIG devices made for them are destroyed: nothing would know them)."""
+        ready = [claim for uid in new if (claim := out[uid].claim) is not None]
         try:
-            self._save(checkpoint)
+            if ready:
+                self._commit(put=ready)
         except OSError as err:
             message = f"cannot save the DRA checkpoint {self.checkpoint_path}: {err}"
             log.error("%s", message)
@@ -301,32 +354,32 @@ class ClaimPreparer:
     def _indices(
         self,
         new: Mapping[str, tuple[ClaimRef, tuple[Share, ...], bool]],
-        checkpoint: ckpt.Checkpoint,
         pods: Sequence[Mapping[str, Any]],
         gpus: Mapping[str, ClaimGpu],
     ) -> Indices:
+        """The new claims' indices, checked against the containers of their pods: the plans are the new
+        claims and the prepared ones those containers name (their indices fixed), never every claim
+        prepared on the node. MIG partitions carry no HAMi-core indices and are in neither."""
         plans: dict[str, ClaimPlan] = {}
-        by_name: dict[str, dict[str, str]] = {}
-        for uid, stored in checkpoint.claims.items():
-            if stored.mig:
-                continue  # MIG partitions carry no HAMi-core indices
-            plans[uid] = ClaimPlan(
-                stored.key,
-                tuple((d.request, d.device) for d in stored.devices),
-                stored.private,
-                stored.indices(),
-            )
-            by_name.setdefault(stored.namespace, {})[stored.name] = uid
+        new_names: dict[str, dict[str, str]] = {}
         for uid, (ref, shares, private) in new.items():
             plans[uid] = ClaimPlan(ref.key, tuple((s.request, s.device) for s in shares), private)
-            by_name.setdefault(ref.namespace, {})[ref.name] = uid
-        uses = [
-            use
-            for pod in pods
-            for use in container_uses(
-                pod, by_name.get((pod.get("metadata") or {}).get("namespace") or "default", {})
-            )
-        ]
+            new_names.setdefault(ref.namespace, {})[ref.name] = uid
+        uses: list[ContainerUse] = []
+        for pod in pods:
+            namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+            names = ChainMap(new_names.get(namespace, {}), self._names.get(namespace, {}))
+            uses.extend(container_uses(pod, names))
+        for use in uses:
+            for uid, _ in use.claims:
+                stored = self._claims.get(uid) if uid not in plans else None
+                if stored is not None:
+                    plans[uid] = ClaimPlan(
+                        stored.key,
+                        tuple((d.request, d.device) for d in stored.devices),
+                        stored.private,
+                        stored.indices(),
+                    )
         order = {name: gpu_order(gpu) for name, gpu in gpus.items()}
         for plan in plans.values():  # a prepared claim's GPU may be gone since: it sorts last
             for _, device in plan.devices:
@@ -417,14 +470,15 @@ class ClaimPreparer:
         """Per claim UID: "" when done (also for a claim never prepared here), else the error."""
         out: dict[str, str] = {}
         with self._serialized():
-            checkpoint = self._load()
-            before = checkpoint
+            self._sync()
+            checkpoint = self._claims
+            gone: list[str] = []
             for ref in refs:
                 error = _bad_uid(ref)
                 if error:
                     out[ref.uid] = error
                     continue
-                stored = checkpoint.claims.get(ref.uid)
+                stored = checkpoint.get(ref.uid)
                 if stored is not None and stored.mig:
                     errors = self._release_mig(stored)
                     if errors:
@@ -439,14 +493,15 @@ class ClaimPreparer:
                     out[ref.uid] = f"claim {ref.key}: cannot remove its CDI spec or directory: {err}"
                     continue
                 out[ref.uid] = ""
-                known = ref.uid in checkpoint.claims
-                checkpoint = checkpoint.without(ref.uid)
+                known = ref.uid in checkpoint and ref.uid not in gone
+                if known:
+                    gone.append(ref.uid)
                 if known or removed:
                     self.unprepared += 1
                     log.info("unprepared claim %s (%s)", ref.key, ref.uid)
-            if checkpoint != before:
+            if gone:
                 try:
-                    self._save(checkpoint)
+                    self._commit(delete=gone)
                 except OSError as err:
                     message = f"cannot save the DRA checkpoint {self.checkpoint_path}: {err}"
                     log.error("%s", message)
@@ -467,38 +522,182 @@ class ClaimPreparer:
     @contextlib.contextmanager
     def _serialized(self) -> Iterator[None]:
         with self._mutex:
-            self._dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self._dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = self._lock_file()
+            fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
             finally:
-                os.close(fd)  # releases the flock
+                fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def _load(self) -> ckpt.Checkpoint:
-        """The checkpoint (empty when there is none); a bad one is moved aside to `<file>.bad`."""
+    def _lock_file(self) -> int:
+        """The open lock file; opened again when the file at its path is another one (removed, or the
+        directory made anew), so that every instance locks the same file."""
+        path = self._dir / LOCK_FILE
+        try:
+            st = os.stat(path)
+            identity: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            identity = None
+        if self._lock_fd is not None and identity == self._lock_identity:
+            return self._lock_fd
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        self._dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        st = os.fstat(fd)
+        self._lock_fd, self._lock_identity = fd, (st.st_dev, st.st_ino)
+        return fd
+
+    def _sync(self) -> None:
+        """Bring `_claims` up to the journal (under the lock): nothing to do while the file is the one
+        last read or written; records appended since (by another instance) are read from where they
+        start; a file written anew, or changed otherwise, is read whole. A bad file is moved aside to
+        `<file>.bad` (the claims start empty); a torn last record is cut off, its reason logged."""
         path = self.checkpoint_path
         try:
-            data = path.read_bytes()
+            st = os.stat(path)
         except FileNotFoundError:
-            return ckpt.Checkpoint()
+            if self._identity is not None or self._claims:
+                log.warning("DRA checkpoint %s is gone; starting without it", path)
+            self._set_state({}, None, 0, 0)
+            return
+        identity = _identity(st)
+        if identity == self._identity:
+            return
+        known = self._identity
+        grown = known is not None and identity[:2] == known[:2] and st.st_size > self._length
         try:
-            return ckpt.decode(data)
+            with open(path, "rb") as f:
+                if grown:
+                    f.seek(self._length)
+                data = f.read()
+            if grown:
+                journal = ckpt.decode_journal(data, self._claims, offset=self._length)
+                journal.records += self._records
+            else:
+                journal = ckpt.decode_journal(data)
         except ckpt.CheckpointError as err:
-            aside = path.with_name(f"{path.name}.bad")
-            log.error(
-                "DRA checkpoint %s cannot be used (%s): moved to %s, starting without it (claims prepared "
-                "again get the same answer; Unprepare finds a claim's files by its UID)",
+            self._move_aside(path, str(err))
+            self._set_state({}, None, 0, 0)
+            return
+        if journal.torn:
+            log.warning(
+                "DRA checkpoint %s: the last record was not written whole (%s; a write a crash or a full "
+                "disk interrupted, never answered): ignored, the file cut back to %d bytes",
                 path,
-                err,
-                aside,
+                journal.torn,
+                journal.length,
             )
-            with contextlib.suppress(OSError):
-                os.replace(path, aside)
-            return ckpt.Checkpoint()
+            with open(path, "r+b") as f:
+                f.truncate(journal.length)
+                os.fsync(f.fileno())
+            identity = _identity(os.stat(path))
+        self._set_state(journal.claims, identity, journal.length, journal.records)
 
-    def _save(self, checkpoint: ckpt.Checkpoint) -> None:
-        write_atomic(self.checkpoint_path, ckpt.encode(checkpoint), mode=0o600)
+    def _set_state(
+        self,
+        claims: dict[str, PreparedClaim],
+        identity: tuple[int, int, int, int] | None,
+        length: int,
+        records: int,
+    ) -> None:
+        self._claims = claims
+        self._names = {}
+        for uid, claim in claims.items():
+            if not claim.mig:
+                self._names.setdefault(claim.namespace, {})[claim.name] = uid
+        self._identity, self._length, self._records = identity, length, records
+
+    def _move_aside(self, path: Path, reason: str) -> None:
+        aside = path.with_name(f"{path.name}.bad")
+        log.error(
+            "DRA checkpoint %s cannot be used (%s): moved to %s, starting without it (claims prepared "
+            "again get the same answer; Unprepare finds a claim's files by its UID)",
+            path,
+            reason,
+            aside,
+        )
+        with contextlib.suppress(OSError):
+            os.replace(path, aside)
+
+    def _take_over_legacy(self) -> None:
+        """A version 1 checkpoint (an earlier hami-node's): its claims become the journal's (it is the
+        newest state: this version removes it once taken over, so one there was written after), then
+        it is removed. A bad one is moved aside."""
+        legacy = self.legacy_checkpoint_path
+        try:
+            data = legacy.read_bytes()
+        except FileNotFoundError:
+            return
+        try:
+            claims = dict(ckpt.decode(data).claims)
+        except ckpt.CheckpointError as err:
+            self._move_aside(legacy, str(err))
+            return
+        self._rewrite(claims)
+        remove_durably(legacy)
+        log.info(
+            "DRA checkpoint: took over %d prepared claims from %s (version %d) into %s",
+            len(claims),
+            legacy,
+            ckpt.VERSION,
+            self.checkpoint_path,
+        )
+
+    def _rewrite(self, claims: dict[str, PreparedClaim]) -> None:
+        """Write the journal whole, holding `claims` (atomically and durably)."""
+        data = ckpt.encode_journal(claims)
+        write_atomic(self.checkpoint_path, data, mode=0o600)
+        self._set_state(claims, _identity(os.stat(self.checkpoint_path)), len(data), len(claims))
+
+    def _commit(self, *, put: Sequence[PreparedClaim] = (), delete: Sequence[str] = ()) -> None:
+        """Append the records of prepared (`put`) and unprepared (`delete`) claims and sync them; then
+        the claims in memory follow. Written whole again when the records outnumber twice the live
+        claims. Raises OSError (the journal is cut back to its valid records, the claims unchanged)."""
+        claims = dict(self._claims)
+        for claim in put:
+            claims[claim.uid] = claim
+        for uid in delete:
+            claims.pop(uid, None)
+        records = self._records + len(put) + len(delete)
+        if self._identity is None or records > max(ckpt.COMPACT_MIN_RECORDS, 2 * len(claims)):
+            self._rewrite(claims)  # no journal yet (or it was moved aside), or time to compact
+            return
+        data = b"".join(ckpt.encode_put(c) for c in put) + b"".join(ckpt.encode_del(u) for u in delete)
+        path = self.checkpoint_path
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fdatasync(fd)
+            except OSError:
+                self._identity = None  # read again next time, whatever is there
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self._length)
+                    os.fsync(fd)
+                raise
+            identity = _identity(os.fstat(fd))
+        finally:
+            os.close(fd)
+        if identity[:2] != self._identity[:2]:
+            self._identity = None  # another file took the path meanwhile (not under our lock): reread
+            return
+        added = [c for c in put if not c.mig]
+        for claim in added:
+            self._names.setdefault(claim.namespace, {})[claim.name] = claim.uid
+        for uid in delete:
+            old = self._claims.get(uid)
+            if old is not None and self._names.get(old.namespace, {}).get(old.name) == uid:
+                del self._names[old.namespace][old.name]
+        self._claims = claims
+        self._identity, self._length, self._records = identity, self._length + len(data), records
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _bad_uid(ref: ClaimRef) -> str:

@@ -46,7 +46,15 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
@@ -546,7 +554,8 @@ class DraPluginServers:
                 if identity is None:
                     continue
                 try:
-                    self._watches[key] = (observer.schedule(handler, key), identity)
+                    watch = observer.schedule(handler, key, event_filter=list(_WATCHED_EVENTS))
+                    self._watches[key] = (watch, identity)
                 except OSError as err:
                     log.warning("cannot watch %s: %s", directory, err)
 
@@ -559,6 +568,12 @@ def _dir_identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino)
+
+
+_WATCHED_EVENTS = (FileDeletedEvent, DirDeletedEvent, FileMovedEvent, DirMovedEvent, DirCreatedEvent)
+"""What `_SocketDirHandler` acts on. Passed to the observer, which asks inotify for these alone
+(IN_DELETE, IN_MOVE, IN_CREATE): the opens, closes, writes and attribute changes of the files in the
+plugin directory (the lock file, a spec written by another plugin) no longer wake watchdog's threads."""
 
 
 class _SocketDirHandler(FileSystemEventHandler):

@@ -138,7 +138,7 @@ def test_unprepare_destroys_the_mig_device_and_forgets_the_claim(
     assert restarted.unprepare([A]) == {UID_A: ""}
     assert layout(backend) == []
     assert not (config.cdi_spec_dir / claim_spec_file_name(UID_A)).exists()
-    assert ckpt.decode(restarted.checkpoint_path.read_bytes()).claims == {}
+    assert ckpt.decode_journal(restarted.checkpoint_path.read_bytes()).claims == {}
 
 
 def test_unprepare_of_a_mig_device_in_use_fails_and_keeps_the_claim_until_it_is_free(
@@ -152,7 +152,7 @@ def test_unprepare_of_a_mig_device_in_use_fails_and_keeps_the_claim_until_it_is_
     backend.set_mig_in_use("GPU-a", mig.gpu_instance_id, True)
     error = preparer.unprepare([A])[UID_A]
     assert error.startswith("claim default/a: cannot destroy its MIG devices: GPU GPU-a instance")
-    assert UID_A in ckpt.decode(preparer.checkpoint_path.read_bytes()).claims
+    assert UID_A in ckpt.decode_journal(preparer.checkpoint_path.read_bytes()).claims
     backend.set_mig_in_use("GPU-a", mig.gpu_instance_id, False)
     assert preparer.unprepare([A]) == {UID_A: ""} and layout(backend) == []
 
@@ -168,7 +168,7 @@ def test_a_failed_create_leaves_nothing_of_the_claim_behind(config: NodeConfig, 
     assert not (config.cdi_spec_dir / claim_spec_file_name(UID_A)).exists()
     assert (
         not preparer.checkpoint_path.exists()
-        or ckpt.decode(preparer.checkpoint_path.read_bytes()).claims == {}
+        or ckpt.decode_journal(preparer.checkpoint_path.read_bytes()).claims == {}
     )
 
 

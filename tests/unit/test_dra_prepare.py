@@ -6,7 +6,9 @@ succeeds for a claim it does not know."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,7 +20,8 @@ from hami_kube.errors import KubeApiError
 from hami_node.cdi import claim_spec_file_name
 from hami_node.config import NodeConfig, load_config
 from hami_node.devices import GPUStatus
-from hami_node.dra.checkpoint import FILE_NAME as CHECKPOINT
+from hami_node.dra import checkpoint as ckpt
+from hami_node.dra.checkpoint import FILE_NAME as LEGACY_CHECKPOINT
 from hami_node.dra.claims import ClaimRef
 from hami_node.dra.prepare import LOCK_FILE, ClaimPreparer
 from tests.builders import claim_refs, container, dra_result, physical_gpu, pod, resource_claim
@@ -130,7 +133,8 @@ def test_prepare_writes_the_spec_the_directory_and_the_checkpoint(config: NodeCo
     assert spec["devices"][0]["containerEdits"]["env"][0] == "CUDA_DEVICE_MEMORY_LIMIT_0=4000m"
     directory = Path(config.hook_path) / "vgpu" / "claims" / UID_A
     assert directory.is_dir() and (directory.stat().st_mode & 0o777) == 0o777
-    assert UID_A in json.loads((config.dra_plugin_dir / CHECKPOINT).read_text())["claims"]
+    assert UID_A in ckpt.decode_journal(preparer.checkpoint_path.read_bytes()).claims
+    assert preparer.checkpoint_path == config.dra_plugin_dir / "state" / "claims.journal"
     assert (config.dra_plugin_dir / LOCK_FILE).exists()
     assert api.reads == ["ResourceClaim default/a", "Pod default/p"]
 
@@ -261,7 +265,7 @@ def test_unprepare_removes_the_spec_the_directory_and_the_entry(config: NodeConf
     assert preparer.unprepare([A]) == {UID_A: ""}
     assert not (config.cdi_spec_dir / claim_spec_file_name(UID_A)).exists()
     assert not (Path(config.hook_path) / "vgpu" / "claims" / UID_A).exists()
-    assert json.loads((config.dra_plugin_dir / CHECKPOINT).read_text())["claims"] == {}
+    assert ckpt.decode_journal(preparer.checkpoint_path.read_bytes()).claims == {}
     assert preparer.unprepared == 1
 
 
@@ -281,28 +285,115 @@ def test_a_corrupt_checkpoint_is_moved_aside_and_prepare_still_works(
     config: NodeConfig, api: Api, caplog: pytest.LogCaptureFixture
 ) -> None:
     config.dra_plugin_dir.mkdir(parents=True)
-    (config.dra_plugin_dir / CHECKPOINT).write_text('{"kind": "HamiDraCheckpoint", "version": 1, "claims": {')
+    legacy = config.dra_plugin_dir / LEGACY_CHECKPOINT
+    legacy.write_text('{"kind": "HamiDraCheckpoint", "version": 1, "claims": {')
     preparer = preparer_for(config, api)
-    assert (config.dra_plugin_dir / f"{CHECKPOINT}.bad").exists()
+    assert (config.dra_plugin_dir / f"{LEGACY_CHECKPOINT}.bad").exists() and not legacy.exists()
     assert "cannot be used (not JSON" in caplog.text
     assert preparer.prepare([A])[UID_A].claim is not None
 
 
-def test_a_corrupt_checkpoint_is_reported_with_its_path_and_rebuilt_from_the_claims(
+def test_a_journal_changed_before_its_last_record_is_reported_with_its_path_and_rebuilt_from_the_claims(
     config: NodeConfig, api: Api, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A checkpoint cut short (or edited) is never trusted: the error names the file and the reason, and
-    the claim prepared again is read from the API server and gets what it got before, back in a new
-    checkpoint."""
-    first = preparer_for(config, api).prepare([A])[UID_A].claim
-    assert first is not None
-    path = config.dra_plugin_dir / CHECKPOINT
-    good = path.read_bytes()
-    path.write_bytes(good[: len(good) // 2])
+    """A journal with a bad record followed by good ones was changed, not torn by a crash: it is never
+    trusted; the error names the file and the reason, and the claim prepared again is read from the API
+    server and gets what it got before, in a new journal."""
+    preparer = preparer_for(config, api)
+    first = preparer.prepare([A])[UID_A].claim
+    assert first is not None and preparer.unprepare([A]) == {UID_A: ""}
+    path = preparer.checkpoint_path
+    header, put, delete = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(header + put.replace(b"hami-gpu-1", b"hami-gpu-0") + delete)
     again = preparer_for(config, api)
-    assert f"DRA checkpoint {path} cannot be used (not JSON" in caplog.text
+    assert (
+        f"DRA checkpoint {path} cannot be used (record 1 at byte {len(header)}: CRC mismatch" in caplog.text
+    )
+    assert "with 1 more lines after it: the file was changed" in caplog.text
+    assert path.with_name("claims.journal.bad").exists()
     assert again.prepare([A])[UID_A].claim == first
-    assert json.loads(path.read_text())["claims"].keys() == {UID_A}
+    assert ckpt.decode_journal(path.read_bytes()).claims.keys() == {UID_A}
+
+
+def test_a_torn_last_record_is_ignored_with_its_reason_and_the_next_records_follow_the_good_ones(
+    config: NodeConfig, api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A crash during an append leaves part of a record (never answered: the answer waits for the sync):
+    it is dropped with a warning, never a traceback, and cut off so the next record is readable."""
+    preparer = preparer_for(config, api)
+    prepared = preparer.prepare([A])[UID_A].claim
+    assert prepared is not None
+    path = preparer.checkpoint_path
+    whole = path.read_bytes()
+    torn = ckpt.encode_del(UID_A)
+    path.write_bytes(whole + torn[: len(torn) // 2])
+    restarted = preparer_for(config, api)
+    assert "the last record was not written whole (record 2 at byte" in caplog.text
+    assert "no end of line: the write was cut short" in caplog.text and "Traceback" not in caplog.text
+    assert path.read_bytes() == whole and not path.with_name("claims.journal.bad").exists()
+    assert restarted.prepare([A])[UID_A].claim == prepared  # still prepared: the del never completed
+    assert restarted.unprepare([A]) == {UID_A: ""}
+    assert preparer_for(config, api).prepare([B])[UID_B].error  # B is not allocated in this API
+    assert ckpt.decode_journal(path.read_bytes()) == ckpt.Journal({}, len(path.read_bytes()), 2)
+
+
+def test_a_version_1_checkpoint_left_by_an_earlier_hami_node_is_taken_over_at_start(
+    config: NodeConfig, api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    prepared = preparer_for(config, api).prepare([A])[UID_A].claim
+    assert prepared is not None
+    shutil.rmtree(config.dra_plugin_dir / "state")
+    legacy = config.dra_plugin_dir / LEGACY_CHECKPOINT
+    legacy.write_bytes(ckpt.encode(ckpt.Checkpoint({UID_A: prepared})))
+    caplog.set_level(logging.INFO)
+    api.reads.clear()
+    preparer = preparer_for(config, api)
+    assert f"took over 1 prepared claims from {legacy} (version 1)" in caplog.text
+    assert not legacy.exists()
+    assert ckpt.decode_journal(preparer.checkpoint_path.read_bytes()).claims == {UID_A: prepared}
+    assert preparer.prepare([A])[UID_A].claim == prepared  # answered from the checkpoint
+    assert preparer.unprepare([A]) == {UID_A: ""}
+    assert not (config.cdi_spec_dir / claim_spec_file_name(UID_A)).exists()
+
+
+def test_two_instances_share_the_journal_each_reading_what_the_other_appended_or_rewrote(
+    config: NodeConfig, api: Api
+) -> None:
+    """A rolling update's two daemons: each call sees the other's records (read from where they start)
+    and a journal the other wrote anew (read whole)."""
+    old, new = preparer_for(config, api), preparer_for(config, api)
+    prepared = old.prepare([A])[UID_A].claim
+    assert prepared is not None
+    api.reads.clear()
+    assert new.prepare([A])[UID_A].claim == prepared and new.prepared == 0
+    assert new.unprepare([A]) == {UID_A: ""}
+    assert old.unprepare([A]) == {UID_A: ""} and old.unprepared == 0  # it knew the claim was gone
+    for _ in range(ckpt.COMPACT_MIN_RECORDS // 2 + 1):  # old writes the journal anew once
+        assert old.prepare([A])[UID_A].claim == prepared
+        assert old.unprepare([A]) == {UID_A: ""}
+    inode = old.checkpoint_path.stat().st_ino
+    assert old.prepare([A])[UID_A].claim == prepared
+    assert new.prepare([A])[UID_A].claim == prepared and new.prepared == 0
+    assert old.checkpoint_path.stat().st_ino == inode
+    old.close()
+    new.close()
+
+
+def test_the_journal_is_written_again_whole_once_its_records_outnumber_twice_the_claims(
+    config: NodeConfig, api: Api
+) -> None:
+    preparer = preparer_for(config, api)
+    path = preparer.checkpoint_path
+    sizes = []
+    for _ in range(ckpt.COMPACT_MIN_RECORDS):
+        assert preparer.prepare([A])[UID_A].claim is not None
+        assert preparer.unprepare([A]) == {UID_A: ""}
+        sizes.append(path.stat().st_size)
+    round_bytes = sizes[1] - sizes[0]  # A's put and its del
+    assert max(sizes) == sizes[0] + (ckpt.COMPACT_MIN_RECORDS // 2 - 1) * round_bytes
+    shrunk = [i for i in range(1, len(sizes)) if sizes[i] < sizes[i - 1]]
+    assert shrunk == [ckpt.COMPACT_MIN_RECORDS // 2]  # the put past 64 records wrote it anew
+    assert ckpt.decode_journal(path.read_bytes()).records <= ckpt.COMPACT_MIN_RECORDS
 
 
 def test_interrupted_spec_writes_are_cleaned_at_start(config: NodeConfig, api: Api) -> None:
