@@ -8,14 +8,22 @@ With DRA translation on, the ResourceClaimTemplates hami-control keeps (label
 `app.kubernetes.io/managed-by=hami-control`) are watched into `dra_templates.TemplateStore` too. That
 watch is not part of readiness: until it has listed, the webhook creates the templates a pod needs and
 takes 409 AlreadyExists as success, so the device-plugin path never waits for a DRA API (a cluster that
-does not serve resource.k8s.io/v1 only fails the pods that would be translated, with the API's error)."""
+does not serve resource.k8s.io/v1 only fails the pods that would be translated, with the API's error).
+
+The garbage collector is paused while the caches list (`collector_paused`): a list of 150,000 pods
+creates millions of objects that live on, and each of the collector's full passes walks them all (a
+fifth of the list's CPU at 3,000 nodes: 2.9 against 2.35 s). The pages and records are not cyclic
+(reference counting frees what is dropped); the collection after the sync (main.py's freeze) catches
+what cycles there were."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig, DRATranslation
@@ -28,6 +36,41 @@ from hami_kube.backoff import DEFAULT_RETRY, RetryPolicy
 from hami_kube.reflector import Lister, Reflector
 
 log = logging.getLogger(__name__)
+
+
+class _CollectorPause:
+    """The garbage collector off while any holder pauses it, back on after the last one resumes (if it
+    was on when the first paused)."""
+
+    def __init__(self) -> None:
+        self.holders = 0
+        self.was_enabled = False
+
+    def pause(self) -> None:
+        if self.holders == 0:
+            self.was_enabled = gc.isenabled()
+            gc.disable()
+        self.holders += 1
+
+    def resume(self) -> None:
+        if self.holders == 0:
+            return
+        self.holders -= 1
+        if self.holders == 0 and self.was_enabled:
+            gc.enable()
+
+
+_COLLECTOR = _CollectorPause()
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The garbage collector paused for the block (see the module docstring); nests."""
+    _COLLECTOR.pause()
+    try:
+        yield
+    finally:
+        _COLLECTOR.resume()
 
 
 class ClusterCaches:
@@ -79,11 +122,13 @@ class ClusterCaches:
                 params={"labelSelector": TEMPLATE_SELECTOR},
             )
         self._tasks: list[asyncio.Task[None]] = []
+        self._collector_paused = False
 
     def start(self) -> None:
         if self._tasks:
             return
         started = time.monotonic()
+        self._pause_collector()
         for reflector in self.reflectors:
             self._tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.name}"))
         if self.template_reflector is not None:
@@ -91,8 +136,19 @@ class ClusterCaches:
             self._tasks.append(asyncio.create_task(self.template_reflector.run(), name=name))
         self._tasks.append(asyncio.create_task(self._report_synced(started), name="watch-synced"))
 
+    def _pause_collector(self) -> None:
+        if not self._collector_paused:
+            self._collector_paused = True
+            _COLLECTOR.pause()
+
+    def _resume_collector(self) -> None:
+        if self._collector_paused:
+            self._collector_paused = False
+            _COLLECTOR.resume()
+
     async def _report_synced(self, started: float) -> None:
         await self.wait_synced()
+        self._resume_collector()
         quotas = f", {len(self.quotas)} ResourceQuotas" if self.quotas is not None else ""
         log.info(
             "caches synced in %.0f ms: %d pods, %d GPU nodes%s",
@@ -119,7 +175,8 @@ class ClusterCaches:
             reflector.resource_version = None
             reflector.synced.clear()
             self._tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.name}"))
-        await asyncio.gather(*(r.synced.wait() for r in self.reflectors if r.name in names))
+        with collector_paused():
+            await asyncio.gather(*(r.synced.wait() for r in self.reflectors if r.name in names))
 
     @property
     def synced(self) -> bool:
@@ -129,6 +186,7 @@ class ClusterCaches:
         return {r.name: r.synced.is_set() for r in self.reflectors}
 
     async def stop(self) -> None:
+        self._resume_collector()
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()

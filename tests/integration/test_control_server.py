@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import ssl
@@ -374,14 +375,23 @@ def cache_rig(tmp_path: Path) -> Iterator[CacheRig]:
             loop.close()
 
 
-def test_readyz_turns_ready_when_the_caches_have_synced(cache_rig: CacheRig) -> None:
+def test_readyz_turns_ready_and_the_collector_runs_again_when_the_caches_have_synced(
+    cache_rig: CacheRig,
+) -> None:
     cache_rig.core_v1.create_namespaced_pod("default", gpu_pod("before", gpumem=4000))
+    assert gc.isenabled()
     with KeepAliveClient(cache_rig.port, None) as c:
         status, body = c.request("GET", "/readyz")
         assert (status, body) == (503, b"not ready: waiting for nodes, pods, resourcequotas\n")
-        cache_rig.loop.run_sync(cache_rig.caches.start)
+
+        def start() -> bool:
+            cache_rig.caches.start()
+            return gc.isenabled()
+
+        assert cache_rig.loop.run_sync(start) is False  # paused while the caches list
         wait_for(lambda: c.request("GET", "/readyz")[0] == 200, what="/readyz to answer 200")
         assert c.request("GET", "/healthz")[0] == 200
+        wait_for(gc.isenabled, what="the garbage collector to run again after the sync")
     assert cache_rig.pods() == 1
     assert cache_rig.used() == QuotaUsage(memory=4000, cores=0)
 
