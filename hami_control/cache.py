@@ -40,13 +40,21 @@ vendors' devices alike (a slice names its device).
 Every change replaces the affected node's `NodeGPUs` value, so `node_gpus` is a dict lookup, and gives
 the node a new `generation` (never reused, even across a delete and re-add), so a GPU choice fitted on
 one generation can be reused exactly while the generation holds; a node event rebuilds only that node
-(and only when its annotations or allocatable changed). Usage never goes negative: slices are removed
+(and only when its annotations or allocatable changed).
+
+*Batches* (`batch()`, the pod store's list): inside one, holdings are recorded but their nodes'
+`NodeGPUs` are rebuilt once each when it ends, from the node's inventory and everything held on it
+(`_with_held`, what a node event does), instead of once per pod placed (a list brings ten pods a node
+at once); the cache after a batch is the cache after the same calls one by one
+(`tests/unit/test_cache_batch.py`). Nothing reads `node_gpus` inside a batch (the pod store's
+listeners do not). Usage never goes negative: slices are removed
 only from the node they were added to, under the same inventory, and releasing what was never added is
 a no-op.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
@@ -249,6 +257,8 @@ class ClusterCache:
         self._cpu_changed: set[str] = set()
         """Nodes whose `cpu_allocatable` may differ since the last `drain_cpu_changed`."""
         """node -> its `status.allocatable.cpu` in milli-cores (nodes that publish one that parses)."""
+        self._batch: set[str] | None = None
+        """Inside `batch()`: the nodes whose holdings changed, rebuilt when it ends."""
 
     # --- reads -----------------------------------------------------------------------------------------
 
@@ -561,6 +571,24 @@ class ClusterCache:
 
     # --- holdings (from the pod store) ------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Holdings changed inside the block rebuild each node they touch once, when it ends (see the
+        module docstring). Nests: the outermost block rebuilds."""
+        if self._batch is not None:
+            yield
+            return
+        touched: set[str] = set()
+        self._batch = touched
+        try:
+            yield
+        finally:
+            self._batch = None
+            for name in touched:
+                entry = self._nodes.get(name)
+                if entry is not None and entry.gpus is not None:
+                    self._set_gpus(name, self._with_held(entry.gpus, name))
+
     def hold(self, uid: str, holding: PodHolding | None) -> None:
         """What pod `uid` holds from now on (None: nothing), in place of what it held before."""
         old = self._holdings.get(uid)
@@ -578,6 +606,7 @@ class ClusterCache:
                 and old.mig == holding.mig
             ):
                 return  # the same slices (an assumption confirmed): usage unchanged
+        batch = self._batch
         if old is not None:
             on_node = self._on_node.get(old.node, {})
             if on_node.pop(uid, None) is not None:
@@ -586,17 +615,23 @@ class ClusterCache:
                 mig_on_node = self._mig_on_node.get(old.node, {})
                 if mig_on_node.pop(uid, None) is not None and not mig_on_node:
                     self._mig_on_node.pop(old.node, None)
-                gpus = self._registered.get(old.node)
-                if gpus is not None:
-                    self._set_gpus(old.node, without_slices(gpus, old.slices, old.mig))
+                if batch is not None:
+                    batch.add(old.node)
+                else:
+                    gpus = self._registered.get(old.node)
+                    if gpus is not None:
+                        self._set_gpus(old.node, without_slices(gpus, old.slices, old.mig))
                 self._vendor_hold(old.node, old.slices, -1)
         if holding is not None:
             self._on_node.setdefault(holding.node, {})[uid] = holding.slices
             if holding.mig:
                 self._mig_on_node.setdefault(holding.node, {})[uid] = holding.mig
-            gpus = self._registered.get(holding.node)
-            if gpus is not None:
-                self._set_gpus(holding.node, with_slices(gpus, holding.slices, holding.mig))
+            if batch is not None:
+                batch.add(holding.node)
+            else:
+                gpus = self._registered.get(holding.node)
+                if gpus is not None:
+                    self._set_gpus(holding.node, with_slices(gpus, holding.slices, holding.mig))
             self._vendor_hold(holding.node, holding.slices, 1)
 
     def _vendor_hold(self, node: str, slices: tuple[GPUSlice, ...], sign: int) -> None:

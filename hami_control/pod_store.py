@@ -802,16 +802,17 @@ class PodStore:
         self._node_cpu = {}
         for record in fresh.values():
             self._add_usage(record)
-        for uid, old in old_pods.items():
-            if uid not in fresh:
-                self._bound.pop(uid, None)
-                self._settle(uid)
-                self._notify(old, None)
-        for uid, new in fresh.items():
-            old_record = old_pods.get(uid)
-            self._confirm(new, old_record)
-            if old_record is None or old_record.resource_version != new.resource_version:
-                self._notify(old_record, new)
+        with self.gpus.batch():  # each node's GPUs rebuilt once, not once per pod on it
+            for uid, old in old_pods.items():
+                if uid not in fresh:
+                    self._bound.pop(uid, None)
+                    self._settle(uid)
+                    self._notify(old, None)
+            for uid, new in fresh.items():
+                old_record = old_pods.get(uid)
+                self._confirm(new, old_record)
+                if old_record is None or old_record.resource_version != new.resource_version:
+                    self._notify(old_record, new)
 
     def apply(self, kind: str, obj: JSONDict) -> None:
         if kind == "DELETED":
