@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
+import orjson
+
 from hami_api._wire import (
     INT32,
     INT64,
@@ -282,6 +284,45 @@ def _decode_gpu_legacy(where: Where, segment: str) -> GPUInfo:
     )
 
 
+_FAST_GPU_INTS = (("index", UINT64), ("count", INT32), ("devmem", INT32), ("devcore", INT32), ("numa", INT64))
+_FAST_GPU_KEYS = frozenset(("id", "type", "mode", "health", "migProfiles", *(k for k, _ in _FAST_GPU_INTS)))
+
+
+def _decode_register_fast(text: str) -> tuple[GPUInfo, ...] | None:
+    """The JSON register as HAMi's device plugin writes it (exact-case keys, no MIG profiles or custom
+    info, nothing null, every number an int in range, distinct ids), decoded without the strict path's
+    per-field bookkeeping (a node list decodes thousands); None for anything else, which the strict
+    decoder then reads or refuses with its reason. Both give the same GPUs for every text this accepts
+    (`tests/unit/test_annotations_fast_paths.py`)."""
+    try:
+        items = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if type(items) is not list:
+        return None
+    gpus: list[GPUInfo] = []
+    seen: set[str] = set()
+    for item in items:
+        if type(item) is not dict or not item.keys() <= _FAST_GPU_KEYS:
+            return None
+        gpu_id, gpu_type, mode = item.get("id"), item.get("type", ""), item.get("mode", "")
+        health, profiles = item.get("health", False), item.get("migProfiles", [])
+        if type(gpu_id) is not str or not gpu_id or gpu_id in seen or type(gpu_type) is not str:
+            return None
+        if type(mode) is not str or type(health) is not bool or profiles != []:
+            return None
+        numbers: list[int] = []
+        for key, (low, high) in _FAST_GPU_INTS:
+            value = item.get(key, 0)
+            if type(value) is not int or not low <= value <= high:
+                return None
+            numbers.append(value)
+        seen.add(gpu_id)
+        index, count, devmem, devcore, numa = numbers
+        gpus.append(GPUInfo(gpu_id, index, count, devmem, devcore, gpu_type, numa, mode, health))
+    return tuple(gpus)
+
+
 def decode_node_register(
     text: str, annotation: str = NODE_REGISTER, form: Literal["any", "json", "legacy"] = "any"
 ) -> tuple[GPUInfo, ...]:
@@ -294,6 +335,9 @@ def decode_node_register(
         where.fail(text, "is not a JSON array of devices")
     if form == "legacy" and looks_json:
         where.fail(text, "is not the legacy 'id,count,devmem,devcore,type,numa,health[,index,mode]:' form")
+    fast = _decode_register_fast(text) if looks_json else None
+    if fast is not None:
+        return fast
     if looks_json:
         items = json_list(where, "", load_json(where, text))
         gpus = tuple(_decode_gpu_json(where.at(f"device {i}"), item) for i, item in enumerate(items))
@@ -422,6 +466,47 @@ def _decode_container(where: Where, piece: str) -> ContainerAllocation:
     )
 
 
+_INT32_DIGITS = len(str(INT32[1]))
+
+
+def _decode_pod_allocation_fast(text: str) -> PodAllocation | None:
+    """Either allocation annotation in its well-formed shape (every device `uuid,vendor,mem,cores:` with
+    plain decimal numbers in range), decoded without the strict path's per-entry bookkeeping (a pod
+    list decodes one a pod); None for anything else, which the strict decoder then reads or refuses with
+    its reason. Both give the same allocation for every text this accepts
+    (`tests/unit/test_annotations_fast_paths.py`)."""
+    if not text.endswith(";"):
+        return None
+    containers: list[ContainerAllocation] = []
+    for piece in text[:-1].split(";"):
+        if not piece:
+            containers.append(_EMPTY_CONTAINER)
+            continue
+        if not piece.endswith(":"):
+            return None
+        devices: list[GPUSlice] = []
+        for entry in piece[:-1].split(":"):
+            fields = entry.split(",")
+            if len(fields) != 4:
+                return None
+            uuid, vendor, mem, cores = fields
+            if not uuid or not vendor:
+                return None
+            if not (mem.isascii() and mem.isdigit() and cores.isascii() and cores.isdigit()):
+                return None
+            if len(mem) > _INT32_DIGITS or len(cores) > _INT32_DIGITS:
+                return None
+            usedmem, usedcores = int(mem), int(cores)
+            if usedmem > INT32[1] or usedcores > INT32[1]:
+                return None
+            devices.append(GPUSlice(uuid, usedmem, usedcores, vendor))
+        containers.append(ContainerAllocation(tuple(devices)))
+    return PodAllocation(tuple(containers))
+
+
+_EMPTY_CONTAINER = ContainerAllocation()
+
+
 def decode_pod_allocation(text: str, annotation: str = DEVICES_TO_ALLOCATE) -> PodAllocation:
     """Decode either allocation annotation (pass `annotation` so errors name the right key), including
     the blanked forms the plugin writes after consuming entries (`;GPU-b,NVIDIA,5000,0:;`, `;;`).
@@ -429,6 +514,9 @@ def decode_pod_allocation(text: str, annotation: str = DEVICES_TO_ALLOCATE) -> P
     where = Where(annotation)
     if not text:
         return PodAllocation()
+    fast = _decode_pod_allocation_fast(text)
+    if fast is not None:
+        return fast
     if not text.endswith(";"):
         where.fail(text[-40:], "does not end with ';' (each container's entry is closed by ';')")
     pieces = text[:-1].split(";")

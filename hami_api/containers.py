@@ -155,6 +155,8 @@ def footprint_slices(allocation: PodAllocation, kinds: Sequence[ContainerKind]) 
     """The footprint as slices, one per slot held, for usage bookkeeping: per GPU (in order of first
     appearance) the app phase's slices (sidecars, then apps) as they are, with any larger init phase's
     extra memory and cores on the first of them and any extra slots as empty slices."""
+    if all(kind is ContainerKind.APP for kind in kinds):  # no init phase, no sidecars
+        return _app_slices(allocation)
     held = footprint(allocation, kinds)
     by_gpu: dict[str, list[GPUSlice]] = {}
     vendor: dict[str, str] = {}
@@ -192,6 +194,18 @@ def footprint_slices(allocation: PodAllocation, kinds: Sequence[ContainerKind]) 
             out.append(GPUSlice(uuid, extra_mem, extra_cores, vendor[uuid]))
         out.extend(GPUSlice(uuid, 0, 0, vendor[uuid]) for _ in range(slots - max(len(base), 1)))
     return tuple(out)
+
+
+def _app_slices(allocation: PodAllocation) -> tuple[GPUSlice, ...]:
+    """`footprint_slices` of a pod whose containers all run together (the one phase: every slice as it
+    is), grouped by GPU in order of first appearance."""
+    slices = [s for container in allocation for s in container.devices]
+    if len({s.uuid for s in slices}) == len(slices):
+        return tuple(slices)
+    by_gpu: dict[str, list[GPUSlice]] = {}
+    for s in slices:
+        by_gpu.setdefault(s.uuid, []).append(s)
+    return tuple(s for group in by_gpu.values() for s in group)
 
 
 def footprint_growth(
