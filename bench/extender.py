@@ -124,7 +124,6 @@ from hami_api.annotations import (
     encode_pod_allocation,
 )
 from hami_api.types import ContainerAllocation, GPUInfo, GPUSlice, PodAllocation
-from hami_sim.scheduler.fit import num_feasible_nodes_to_find
 
 NAMESPACE = "bench"
 BIND_NAMESPACE = "bench-bind"
@@ -893,6 +892,10 @@ async def decision_phase(  # noqa: PLR0917
     nodes of `used` passed over only when choosing where to bind. Nodes bound to are added to `used`."""
     control_pid, api_pid = pids
     free = [n for n in names if n not in used]
+    # imported here: the hami-control child (`--serve`) loads this module too, and its list + sync is
+    # timed from its start (the simulator's imports are no part of hami-control's)
+    from hami_sim.scheduler.fit import num_feasible_nodes_to_find
+
     window = len(names) if every_node else num_feasible_nodes_to_find(None, len(free))
     every_json = orjson.dumps(names) if every_node else b""
     start = 0
