@@ -25,10 +25,12 @@ What it does, as `pkg/controller/resourceclaim/controller.go` (kubernetes/kubern
   has not seen).
 
 One asyncio task per worker on the caller's loop, fed by two reflectors (pods, claims) through one
-de-duplicating queue, as the upstream controller's workqueue. A third reflector keeps the templates, which
-upstream reads from its informer's lister (`templateLister`): a claim costs no read of its template. A
-template the watch has not delivered yet (the webhook creates one just before the pod that needs it, on
-another watch) is read from the API server instead, so that this race is no failure.
+queue with client-go's workqueue guarantees (`hami_kube.workqueue`): a key waits at most once and is
+never synced by two workers at once (two workers syncing one pod made two claims for it, issue 31).
+A third reflector keeps the templates, which upstream reads from its informer's lister
+(`templateLister`): a claim costs no read of its template. A template the watch has not delivered yet
+(the webhook creates one just before the pod that needs it, on another watch) is read from the API
+server instead, so that this race is no failure.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from hami_kube.client import KubeApi, PatchType
 from hami_kube.errors import KubeApiError
 from hami_kube.events import EventRecorder, EventSource
 from hami_kube.reflector import ListSink, Reflector
+from hami_kube.workqueue import WorkQueue
 from hami_sim.controllers import WORKERS
 
 log = logging.getLogger(__name__)
@@ -156,8 +159,7 @@ class ResourceClaimController:
         self.deleted = 0
         self.deallocated = 0
         self._rng = rng or random.Random()
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
+        self._queue: WorkQueue[str] = WorkQueue()
         self._failures: dict[str, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._events = EventRecorder(api, EventSource("resourceclaim-controller"))
@@ -191,6 +193,7 @@ class ResourceClaimController:
         log.info("resourceclaim controller started: %d pods, %d claims", len(self.pods), len(self.claims))
 
     async def stop(self) -> None:
+        self._queue.shut_down()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -202,9 +205,7 @@ class ResourceClaimController:
     # -- informers ------------------------------------------------------------------------------
 
     def _enqueue(self, key: str) -> None:
-        if key not in self._queued:
-            self._queued.add(key)
-            self._queue.put_nowait(key)
+        self._queue.add(key)
 
     def _enqueue_pod_claims(self, pod: Mapping[str, Any], *, owned: bool = False) -> None:
         """The claims the pod's status names; with `owned`, every claim the pod controls as well (what
@@ -277,7 +278,6 @@ class ResourceClaimController:
     async def _worker(self) -> None:
         while True:
             key = await self._queue.get()
-            self._queued.discard(key)
             try:
                 if key.startswith("pod:"):
                     await self.sync_pod(key[4:])
@@ -289,6 +289,8 @@ class ResourceClaimController:
             except Exception:
                 log.exception("resourceclaim controller: syncing %s failed", key)
                 self._retry_later(key, None)
+            finally:
+                self._queue.done(key)
 
     def _retry_later(self, key: str, err: KubeApiError | None) -> None:
         failures = self._failures.get(key, 0) + 1
@@ -296,7 +298,7 @@ class ResourceClaimController:
         delay = RETRY.delay(failures, self._rng)
         if err is not None:
             log.info("resourceclaim controller: %s: %s (retry in %.2fs)", key, err, delay)
-        asyncio.get_running_loop().call_later(delay, self._enqueue, key)
+        self._queue.add_after(key, delay)
 
     async def sync_pod(self, key: str) -> None:
         """Create the pod's missing claims and reserve its allocated claims once it is scheduled; a pod
@@ -332,6 +334,7 @@ class ResourceClaimController:
             }
             existing.update(new_statuses)
             statuses = [{"name": n, "resourceClaimName": c} for n, c in existing.items()]
+            log.info("pod %s: resourceClaimStatuses %s", key, statuses)
             self.pods[key] = await self.api.patch(
                 f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/status",
                 {"status": {"resourceClaimStatuses": statuses}},
@@ -362,16 +365,27 @@ class ResourceClaimController:
             )
             self.claims[_key(claim)] = claim
             self.created += 1
+            log.info(
+                "created ResourceClaim %s/%s for pod %s/%s (%s), pod claim %s",
+                namespace,
+                claim["metadata"]["name"],
+                namespace,
+                pod["metadata"].get("name"),
+                pod["metadata"].get("uid"),
+                pod_claim.get("name"),
+            )
         return str(claim["metadata"]["name"])
 
     async def _read_claim(self, namespace: str, name: str) -> JSON | None:
         """The claim a pod's status names but the cache lacks, read from the API server (None: 404).
         kube's handleClaim trusts its lister here and re-creates the claim ("perhaps it was deleted
         accidentally"; pkg/controller/resourceclaim/controller.go). A real lister lags etcd by the watch
-        cache's delay; the local API server's stale-list fault repeats a list answer seconds old, and after
-        a restart the controller then made a second claim for a pod already bound with the first one
-        reserved: kubelet refused the pod for good (issue 31, the e2e chaos run of seed 11). One
-        consistent read before a duplicate is made keeps that fault from doing what no real cache does."""
+        cache's delay; the local API server's stale-list fault repeats a list answer seconds old, after
+        which a restarted controller would make a second claim for a pod already bound with the first
+        one reserved, and kubelet would refuse the pod for good. One consistent read before a duplicate
+        is made keeps that fault from doing what no real cache does. (The duplicate claims the e2e
+        chaos run of seed 11 showed had another cause: two workers syncing one pod, see the module
+        docstring.)"""
         try:
             claim = await self.api.get(f"{GROUP_PATH}/namespaces/{namespace}/resourceclaims/{name}")
         except KubeApiError as err:
@@ -455,6 +469,12 @@ class ResourceClaimController:
         valid = await self._valid_reservations(claim)
         finalizers = list(claim["metadata"].get("finalizers") or [])
         if len(valid) < len(reserved):
+            log.info(
+                "ResourceClaim %s: reservedFor %s -> %s",
+                key,
+                [r.get("name") for r in reserved],
+                [r.get("name") for r in valid],
+            )
             new_status = {**status, "reservedFor": valid or None}
             if not valid and FINALIZER in finalizers:
                 new_status["allocation"] = None

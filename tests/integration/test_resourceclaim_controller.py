@@ -349,3 +349,57 @@ def test_claims_are_made_from_the_watched_template_without_reading_it_per_pod(
         wait_for(lambda name=name: claim_of(core_v1, name), what=f"pod {name}'s claim")
     assert apiserver.runner.counters().get(("get", "resourceclaimtemplates", ""), 0) == before
     assert controller.created == 3
+
+
+def test_a_pod_added_again_while_its_sync_creates_the_claim_gets_one_claim(
+    apiserver: ApiServerHandle, core_v1: client.CoreV1Api, resource_v1: client.ResourceV1Api
+) -> None:
+    # Issue 31: after a restart a relist re-added a pod key while a worker was still creating the pod's
+    # claim; a second worker synced the same pod from the same copy (no claim named yet), made a second
+    # claim and pointed the pod at it, while the scheduler had allocated and reserved the first: kubelet
+    # refused the pod for good. client-go's workqueue never hands a key to two workers at once.
+    resource_v1.create_namespaced_resource_claim_template(NS, template())
+    runner = ControllerThread(str(apiserver.kubeconfig))
+    try:
+        ctrl = runner.start()
+        assert runner.api is not None
+        api = runner.api
+        wait_for(lambda: f"{NS}/vgpu-4g" in ctrl.templates, what="the template in the controller's watch")
+        gate = asyncio.Event()
+        posts: list[str] = []
+        made: list[str] = []
+        real_request = api.request
+
+        async def held_request(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+            if not (method == "POST" and path.endswith("/resourceclaims")):
+                return await real_request(method, path, *args, **kwargs)
+            posts.append(path)
+            await gate.wait()
+            answer = await real_request(method, path, *args, **kwargs)
+            made.append(answer["metadata"]["name"])
+            return answer
+
+        api.request = held_request  # type: ignore[method-assign]
+        core_v1.create_namespaced_pod(NS, dra_pod("twice"))
+        wait_for(lambda: len(posts) == 1, what="the first sync's claim create, held")
+
+        async def add_again_and_release() -> None:
+            ctrl._enqueue(f"pod:{NS}/twice")
+            for _ in range(100):  # every worker free to take the key reaches the create in a few turns
+                await asyncio.sleep(0)
+            gate.set()
+
+        runner.call(add_again_and_release())
+        wait_for(
+            lambda: len(made) == len(posts) and claim_of(core_v1, "twice") in made,
+            what="the creates done and the pod's status naming one of their claims",
+        )
+        claims = [
+            c.metadata.name
+            for c in resource_v1.list_namespaced_resource_claim(NS).items
+            if c.metadata.owner_references and c.metadata.owner_references[0].name == "twice"
+        ]
+        assert claims == [claim_of(core_v1, "twice")]
+        assert len(posts) == 1 and ctrl.created == 1
+    finally:
+        runner.stop()
