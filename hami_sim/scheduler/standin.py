@@ -703,13 +703,17 @@ class SchedulerStandIn:
                 self._decide(Decision(key, "scheduled", host, "", qp.attempts, self._clock()))
                 self._said.pop(key, None)
                 log.info(
-                    "scheduled %s -> %s (feasible %d/%d, attempt %d, %.1f ms)",
+                    "scheduled %s -> %s (feasible %d/%d, attempt %d, %.1f ms)%s",
                     key,
                     host,
                     feasible,
                     total,
                     qp.attempts,
                     (time.perf_counter() - started) * 1000,
+                    ""
+                    if claims is None
+                    else " claims "
+                    + ",".join(str((c.get("metadata") or {}).get("name")) for c in claims.claims),
                 )
                 return
             self.counters.bind_failures += 1
