@@ -59,7 +59,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -255,40 +255,16 @@ async def latency_rounds(
     http: aiohttp.ClientSession, pid: int, nodes: int, rounds: int, warmup: int
 ) -> list[ext.Latency]:
     names_json = orjson.dumps([ext.node_name(i) for i in range(nodes)])
-    latencies: dict[int, list[float]] = {k: [] for k in range(len(ENDPOINTS))}
-    cpu: dict[int, list[float]] = {k: [] for k in range(len(ENDPOINTS))}
-    errors = dict.fromkeys(range(len(ENDPOINTS)), 0)
-    sizes: dict[int, tuple[int, int]] = {}
-    answers: dict[int, str] = {}
-    for r in range(warmup + rounds):
-        bodies = {
+
+    def bodies(r: int) -> Mapping[Hashable, bytes]:
+        return {
             "cpu": ext.extender_args(cpu_scheduler_pod(r), names_json),
             "gpu": ext.extender_args(ext.scheduler_pod(r, GPU_ASK), names_json),
         }
-        for k, (_, path, kind) in enumerate(ENDPOINTS):
-            body = bodies[kind]
-            cpu_before = ext.server_cpu(pid)
-            started = time.perf_counter()
-            status, answer = await ext.post(http, path, body)
-            elapsed = time.perf_counter() - started
-            cpu_after = ext.server_cpu(pid)
-            if r < warmup:
-                continue
-            latencies[k].append(elapsed)
-            cpu[k].append(cpu_after - cpu_before)
-            if k not in answers:
-                text, ok = describe(path, answer) if status == 200 else (f"HTTP {status}", False)
-                answers[k] = text
-                sizes[k] = (len(body), len(answer))
-                errors[k] += not ok
-            elif status != 200:
-                errors[k] += 1
-        if r >= warmup and (r - warmup + 1) % 50 == 0:
-            log(f"  {r - warmup + 1}/{rounds} rounds")
-    return [
-        ext.summarise_latency(nodes, name, path, latencies[k], cpu[k], *sizes[k], answers[k], errors[k])
-        for k, (name, path, _) in enumerate(ENDPOINTS)
-    ]
+
+    return await ext.timed_rounds(
+        http, pid, nodes, endpoints=ENDPOINTS, bodies=bodies, describe=describe, rounds=rounds, warmup=warmup
+    )
 
 
 async def create_pending(base: str, count: int, cpu_only_every: int) -> list[dict[str, Any]]:

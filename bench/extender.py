@@ -89,7 +89,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -707,20 +707,30 @@ ENDPOINTS: tuple[tuple[str, str, tuple[int, int]], ...] = (
 )
 
 
-async def latency_rounds(
-    http: aiohttp.ClientSession, pid: int, nodes: int, rounds: int, *, warmup: int, first_round: int
+async def timed_rounds(
+    http: aiohttp.ClientSession,
+    pid: int,
+    nodes: int,
+    *,
+    endpoints: Sequence[tuple[str, str, Hashable]],
+    bodies: Callable[[int], Mapping[Hashable, bytes]],
+    describe: Callable[[str, bytes], tuple[str, bool]],
+    rounds: int,
+    warmup: int,
+    first_round: int = 0,
 ) -> list[Latency]:
-    """`rounds` rounds (after `warmup` untimed ones), each one request per endpoint, one at a time."""
-    names_json = orjson.dumps([node_name(i) for i in range(nodes)])
-    latencies: dict[int, list[float]] = {k: [] for k in range(len(ENDPOINTS))}
-    cpu: dict[int, list[float]] = {k: [] for k in range(len(ENDPOINTS))}
-    errors = dict.fromkeys(range(len(ENDPOINTS)), 0)
+    """`rounds` rounds (after `warmup` untimed ones), each one request per endpoint, one at a time: an
+    endpoint is (name, path, kind) and `bodies(r)` the request body per kind in round r; the wall time
+    and hami-control's CPU (pid) per request, the first answer of each described and checked."""
+    latencies: dict[int, list[float]] = {k: [] for k in range(len(endpoints))}
+    cpu: dict[int, list[float]] = {k: [] for k in range(len(endpoints))}
+    errors = dict.fromkeys(range(len(endpoints)), 0)
     sizes: dict[int, tuple[int, int]] = {}
     answers: dict[int, str] = {}
     for r in range(first_round, first_round + warmup + rounds):
-        bodies = {ask: extender_args(scheduler_pod(r, ask), names_json) for ask in (TYPICAL, HARD)}
-        for k, (_, path, ask) in enumerate(ENDPOINTS):
-            body = bodies[ask]
+        round_bodies = bodies(r)
+        for k, (_, path, kind) in enumerate(endpoints):
+            body = round_bodies[kind]
             cpu_before = server_cpu(pid)
             started = time.perf_counter()
             status, answer = await post(http, path, body)
@@ -731,7 +741,7 @@ async def latency_rounds(
             latencies[k].append(elapsed)
             cpu[k].append(cpu_after - cpu_before)
             if k not in answers:
-                text, ok = describe_answer(path, answer) if status == 200 else (f"HTTP {status}", False)
+                text, ok = describe(path, answer) if status == 200 else (f"HTTP {status}", False)
                 answers[k] = text
                 sizes[k] = (len(body), len(answer))
                 errors[k] += not ok
@@ -742,8 +752,30 @@ async def latency_rounds(
             log(f"  {done}/{rounds} rounds")
     return [
         summarise_latency(nodes, name, path, latencies[k], cpu[k], *sizes[k], answers[k], errors[k])
-        for k, (name, path, _) in enumerate(ENDPOINTS)
+        for k, (name, path, _) in enumerate(endpoints)
     ]
+
+
+async def latency_rounds(
+    http: aiohttp.ClientSession, pid: int, nodes: int, rounds: int, *, warmup: int, first_round: int
+) -> list[Latency]:
+    """`rounds` rounds (after `warmup` untimed ones), each one request per endpoint, one at a time."""
+    names_json = orjson.dumps([node_name(i) for i in range(nodes)])
+
+    def bodies(r: int) -> Mapping[Hashable, bytes]:
+        return {ask: extender_args(scheduler_pod(r, ask), names_json) for ask in (TYPICAL, HARD)}
+
+    return await timed_rounds(
+        http,
+        pid,
+        nodes,
+        endpoints=ENDPOINTS,
+        bodies=bodies,
+        describe=describe_answer,
+        rounds=rounds,
+        warmup=warmup,
+        first_round=first_round,
+    )
 
 
 async def profile_rounds(http: aiohttp.ClientSession, nodes: int, rounds: int, output: Path) -> None:
@@ -892,6 +924,11 @@ async def decision_phase(  # noqa: PLR0917
     nodes of `used` passed over only when choosing where to bind. Nodes bound to are added to `used`."""
     control_pid, api_pid = pids
     free = [n for n in names if n not in used]
+    if not free:
+        raise SystemExit(
+            f"bench/extender.py: {nodes} nodes: the bind phases bound a pod to every node, none is left "
+            "for the decisions: give --bind-pods at most a third of the nodes"
+        )
     # imported here: the hami-control child (`--serve`) loads this module too, and its list + sync is
     # timed from its start (the simulator's imports are no part of hami-control's)
     from hami_sim.scheduler.fit import num_feasible_nodes_to_find
