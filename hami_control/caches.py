@@ -13,8 +13,11 @@ does not serve resource.k8s.io/v1 only fails the pods that would be translated, 
 The garbage collector is paused while the caches list (`collector_paused`): a list of 150,000 pods
 creates millions of objects that live on, and each of the collector's full passes walks them all (a
 fifth of the list's CPU at 3,000 nodes: 2.9 against 2.35 s). The pages and records are not cyclic
-(reference counting frees what is dropped); the collection after the sync (main.py's freeze) catches
-what cycles there were."""
+(reference counting frees what is dropped: a full collection after the first sync at 3,000 nodes found
+no garbage among 290,000 objects, in 0.14 s). With `freeze_when_synced` (hami-control's process) what
+the first sync kept is then frozen (`gc.freeze`: out of the collector's reach for good, so that no full
+collection over it pauses the loop in the middle of a filter) before the collector runs again, with no
+collection first: one would walk all of it once more."""
 
 from __future__ import annotations
 
@@ -84,8 +87,10 @@ class ClusterCaches:
         *,
         retry: RetryPolicy = DEFAULT_RETRY,
         watch_timeout_s: int = 300,
+        freeze_when_synced: bool = False,
     ) -> None:
         self.config = config
+        self.freeze_when_synced = freeze_when_synced
         self.gpus = ClusterCache(config.requests.names, config.registry.vendors)
         self.pods = PodStore(config, self.gpus)
         self.quotas = QuotaCache(config) if config.quota.enforce else None
@@ -141,14 +146,16 @@ class ClusterCaches:
             self._collector_paused = True
             _COLLECTOR.pause()
 
-    def _resume_collector(self) -> None:
+    def _resume_collector(self, *, freeze: bool = False) -> None:
         if self._collector_paused:
             self._collector_paused = False
+            if freeze:
+                gc.freeze()
             _COLLECTOR.resume()
 
     async def _report_synced(self, started: float) -> None:
         await self.wait_synced()
-        self._resume_collector()
+        self._resume_collector(freeze=self.freeze_when_synced)
         quotas = f", {len(self.quotas)} ResourceQuotas" if self.quotas is not None else ""
         log.info(
             "caches synced in %.0f ms: %d pods, %d GPU nodes%s",

@@ -122,7 +122,7 @@ class ControlPlane:
             )
         except KubeConfigError as exc:
             raise StartupError(str(exc)) from None
-        self.caches = caches = ClusterCaches(self.api, config)
+        self.caches = caches = ClusterCaches(self.api, config, freeze_when_synced=True)
         self._wire_extender(self.api, caches)
         if self.reloader is not None and self.metrics is not None:
             reloader = self.reloader
@@ -179,16 +179,9 @@ class ControlPlane:
         # Everything loaded so far (the kubernetes package alone is ~700 modules) lives as long as the
         # process: move it out of the garbage collector's reach so full collections, which pause the
         # loop, only walk what was allocated since (not measured to matter on the noisy dev VM).
-        gc.freeze()
-        self._tasks.append(asyncio.create_task(self._freeze_after_sync(self.caches), name="gc-freeze"))
-
-    @staticmethod
-    async def _freeze_after_sync(caches: ClusterCaches) -> None:
-        """Once the first lists are in, the cached objects (hundreds of thousands at 50,000 pods) live
-        long: move them out of the collector's reach too, so a full collection (~220 ms over them) never
-        pauses the loop in the middle of a filter."""
-        await caches.wait_synced()
-        gc.collect()
+        # Once the first lists are in, the cached objects (hundreds of thousands at 50,000 pods) live long:
+        # the caches freeze them too when they have synced (`freeze_when_synced`), so a full collection
+        # (~220 ms over them) never pauses the loop in the middle of a filter.
         gc.freeze()
 
     def _wire_extender(self, api: KubeApi, caches: ClusterCaches) -> None:
