@@ -221,7 +221,7 @@ def dra_room(pod: JSON, snapshot: Snapshot, device_classes: Sequence[JSON]) -> R
             outcome = allocator.allocate(node, labels.get(node, {}))
         except AllocationError as err:
             return Room(True, f"not a matter of room: {err}")
-        if outcome.allocations is not None:
+        if outcome.fits:
             return Room(True, f"{node} had room for its claims")
         reason = outcome.reason
     return Room(False, f"no node had room for its claims ({reason})")

@@ -16,6 +16,7 @@ from hami_sim.scheduler.dra.plugin import (
     FINALIZER,
     REASON_NOT_AVAILABLE,
     ClaimGate,
+    CycleState,
     DynamicResources,
 )
 from hami_sim.scheduler.fit import NodeInfo
@@ -63,6 +64,13 @@ def info(name: str, **labels: str) -> NodeInfo:
     node_info = NodeInfo(name)
     node_info.set_node(node(name, labels=labels or None))
     return node_info
+
+
+def allocation_on(state: CycleState, node_name: str) -> Json:
+    """The allocation Filter found for the pod's first claim on `node_name`."""
+    allocations = state.node_allocations[node_name].allocations
+    assert allocations is not None
+    return allocations[0]
 
 
 def versioned(claim: Json, version: int) -> Json:
@@ -117,7 +125,7 @@ def test_filter_allocates_per_node_and_rejects_nodes_without_room() -> None:
     assert state is not None
     assert plugin.filter(state, info("n2")) == [REASON_CANNOT_ALLOCATE]
     assert plugin.filter(state, info("n1")) == []
-    results = state.node_allocations["n1"][0]["devices"]["results"]
+    results = allocation_on(state, "n1")["devices"]["results"]
     assert [(r["device"], r["consumedCapacity"]) for r in results] == [
         (dra.device_name(0), {"memory": "4Gi", "cores": "30"})
     ]
@@ -128,7 +136,7 @@ def test_an_allocated_claim_keeps_the_pod_on_the_allocation_node() -> None:
     state = plugin.pre_filter(claim_pod())
     assert state is not None
     plugin.filter(state, info("n1"))
-    allocated = dra_claim("c", gpu_share(), allocation=state.node_allocations["n1"][0])
+    allocated = dra_claim("c", gpu_share(), allocation=allocation_on(state, "n1"))
     plugin = plugin_with(allocated)
     second = plugin.pre_filter(claim_pod("q", uid="uid-q"))
     assert second is not None and second.allocator is None
@@ -142,7 +150,7 @@ def test_a_claim_reserved_for_256_other_consumers_is_in_use() -> None:
     assert state is not None
     plugin.filter(state, info("n1"))
     others = [{"resource": "pods", "name": f"o{i}", "uid": f"u{i}"} for i in range(256)]
-    full = dra_claim("c", gpu_share(), allocation=state.node_allocations["n1"][0], reserved_for=others)
+    full = dra_claim("c", gpu_share(), allocation=allocation_on(state, "n1"), reserved_for=others)
     with pytest.raises(ClaimGate, match=r"^resourceclaim in use$"):
         plugin_with(full).pre_filter(claim_pod())
     assert plugin_with(full).pre_filter(claim_pod("o7", uid="u7")) is not None  # already reserved
@@ -161,6 +169,20 @@ def test_score_prefers_nodes_where_a_better_ranked_sub_request_fits() -> None:
     assert state is not None
     assert plugin.filter(state, info("big")) == [] and plugin.filter(state, info("small")) == []
     assert plugin.scores(state, ["big", "small"]) == {"big": 100, "small": 87}
+
+
+def test_filter_builds_the_allocation_of_the_reserved_node_only_and_as_an_immediate_build_would() -> None:
+    slices = tuple(resource_slice(f"n{i}", hami_gpu_device(0, memory_mib=10240)) for i in range(1, 4))
+    plugin = plugin_with(dra_claim("c", gpu_share("4Gi", "30")), slices=slices)
+    state = plugin.pre_filter(claim_pod())
+    assert state is not None
+    assert [plugin.filter(state, info(f"n{i}")) for i in range(1, 4)] == [[], [], []]
+    assert plugin.scores(state, ["n1", "n2", "n3"]) == {"n1": 0, "n2": 0, "n3": 0}
+    plugin.reserve(state, "n2")
+    results = state.allocations[0]["devices"]["results"]
+    # one share ID drawn: the reserved node's (the counter starts at 0), none for n1 and n3
+    assert [(r["pool"], r["shareID"]) for r in results] == [("n2", "share-0")]
+    assert state.allocations[0]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["n2"]
 
 
 # --- Reserve, PreBind's bookkeeping, Unreserve ---------------------------------------------------------
@@ -214,7 +236,7 @@ def test_a_deleted_claim_frees_its_capacity() -> None:
     state = plugin.pre_filter(claim_pod())
     assert state is not None
     plugin.filter(state, info("n1"))
-    allocated = dra_claim("c", gpu_share(), allocation=state.node_allocations["n1"][0])
+    allocated = dra_claim("c", gpu_share(), allocation=allocation_on(state, "n1"))
     plugin.set_claim(allocated)
     assert plugin.allocated.capacity != {}
     plugin.delete_claim(allocated)

@@ -350,14 +350,55 @@ def taint_prevents(device: Device, request: Request) -> bool:
 # --- the allocator --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
 class NodeAllocation:
     """The outcome on one node: `allocations` (one `status.allocation` per claim, in claim order), or
-    `reason` why the node cannot take the claims."""
+    `reason` why the node cannot take the claims.
 
-    allocations: list[Json] | None
-    reason: str = ""
-    steps: int = 0
+    The allocations are built when first read: Filter runs the search on every candidate node and only
+    the chosen node's allocation is ever written, so building the others (node selector, share IDs,
+    configs: 29 % of the scheduler stand-in's CPU at 500 nodes, docs/benchmarks.md) was waste. The
+    search's picks are the node's own (fresh claims and picks per `Allocator.allocate` call), so a
+    later build gives what an immediate one would; Score reads only `chosen_requests`."""
+
+    __slots__ = ("_allocations", "_build", "_chosen", "reason", "steps")
+
+    def __init__(
+        self,
+        allocations: list[Json] | None,
+        reason: str = "",
+        steps: int = 0,
+        *,
+        build: Callable[[], list[Json]] | None = None,
+        chosen: list[frozenset[str]] | None = None,
+    ) -> None:
+        self._allocations = allocations
+        self._build = build
+        self._chosen = chosen
+        self.reason = reason
+        self.steps = steps
+
+    @property
+    def fits(self) -> bool:
+        return self._allocations is not None or self._build is not None
+
+    @property
+    def allocations(self) -> list[Json] | None:
+        if self._allocations is None and self._build is not None:
+            self._allocations = self._build()
+            self._build = None
+        return self._allocations
+
+    def chosen_requests(self) -> list[frozenset[str]]:
+        """Per claim, the result names (`request` or `request/sub`) of the devices picked."""
+        if self._chosen is not None:
+            return self._chosen
+        return [
+            frozenset(str(r.get("request")) for r in (a.get("devices") or {}).get("results") or ())
+            for a in self.allocations or ()
+        ]
+
+    def __repr__(self) -> str:
+        return f"NodeAllocation(fits={self.fits}, reason={self.reason!r}, steps={self.steps})"
 
 
 class _MaxSize(Exception):
@@ -595,9 +636,16 @@ class Allocator:
         if not done:
             reason = REASON_INVALID_POOLS if any(p.invalid for p in pools) else REASON_CANNOT_ALLOCATE
             return NodeAllocation(None, reason, search.steps)
+        picked = search.picks
+
+        def build() -> list[Json]:
+            return [self._result(claim, picks, node) for claim, picks in zip(claims, picked, strict=True)]
+
         return NodeAllocation(
-            [self._result(claim, picks, node) for claim, picks in zip(claims, search.picks, strict=True)],
+            None,
             steps=search.steps,
+            build=build,
+            chosen=[frozenset(p.request.result_name for p in picks) for picks in picked],
         )
 
     # --- results ----------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from hami_sim.scheduler.dra.allocator import (
     AllocatedState,
     AllocationError,
     Allocator,
+    NodeAllocation,
     claim_ref,
     new_share_id,
 )
@@ -109,7 +110,7 @@ class CycleState:
     to_allocate: list[int]
     """Indices (in `claims`) of the claims the scheduler allocates."""
     allocator: Allocator | None
-    node_allocations: dict[str, list[Json]] = field(default_factory=dict)
+    node_allocations: dict[str, NodeAllocation] = field(default_factory=dict)
     allocations: dict[int, Json] = field(default_factory=dict)
     """Set by Reserve: claim index -> the allocation to write."""
 
@@ -312,9 +313,9 @@ class DynamicResources:
         cycle."""
         if state.allocator is not None:
             outcome = state.allocator.allocate(node.name, node.labels)
-            if outcome.allocations is None:
+            if not outcome.fits:
                 return [outcome.reason]
-            state.node_allocations[node.name] = outcome.allocations
+            state.node_allocations[node.name] = outcome
         for selector in state.available_on:
             if selector is not None and not node_selector_matches(selector, node.name, node.labels):
                 return [REASON_NOT_AVAILABLE]
@@ -324,11 +325,11 @@ class DynamicResources:
         """1.35's Score + NormalizeScore: per node the rank of the firstAvailable sub-requests chosen."""
         raw: dict[str, int] = {}
         for node in nodes:
-            allocations = state.node_allocations.get(node)
+            outcome = state.node_allocations.get(node)
             score = 0
-            if allocations is not None:
-                for index, allocation in zip(state.to_allocate, allocations, strict=True):
-                    score += _sub_request_score(state.claims[index], allocation)
+            if outcome is not None:
+                for index, chosen in zip(state.to_allocate, outcome.chosen_requests(), strict=True):
+                    score += _sub_request_score(state.claims[index], chosen)
             raw[node] = score
         best = max(raw.values(), default=0)
         if best == 0:
@@ -339,7 +340,8 @@ class DynamicResources:
 
     def reserve(self, state: CycleState, node: str) -> None:
         """Keep the allocations chosen for `node` as in flight (counted as allocated from now on)."""
-        allocations = state.node_allocations.get(node, [])
+        outcome = state.node_allocations.get(node)
+        allocations = (outcome.allocations if outcome is not None else None) or []
         if len(allocations) != len(state.to_allocate):
             raise AllocationError(
                 f"internal error, have {len(allocations)} allocations, "
@@ -386,12 +388,9 @@ def _controlled_by(claim: Mapping[str, Any], pod_uid: str) -> bool:
     )
 
 
-def _sub_request_score(claim: Mapping[str, Any], allocation: Mapping[str, Any]) -> int:
-    chosen = {
-        str(r.get("request"))
-        for r in (allocation.get("devices") or {}).get("results") or ()
-        if "/" in str(r.get("request"))
-    }
+def _sub_request_score(claim: Mapping[str, Any], chosen: frozenset[str]) -> int:
+    """The claim's score from the result names of its picked devices (`request/sub` for a
+    firstAvailable sub-request)."""
     score = 0
     for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ():
         for i, sub in enumerate(request.get("firstAvailable") or ()):
