@@ -25,6 +25,11 @@ between two pods' Prepares):
    reads, the answer from the checkpoint, the spec checked to be there;
 4. NodeUnprepareResources: spec, directory and checkpoint entry removed (no API read).
 
+With `--held N`, N more claims are prepared before the timed phases (untimed, 100 at a time, each
+in its own request) and stay prepared throughout: every timed call then finds N to N + `--live` claims
+in the daemon's checkpoint, which shows how a call's cost grows with the claims prepared on the node
+(`--held 0` against `--held 720`: 80 against 800).
+
 With `--mig-gpus M`, the node's GPUs are A100-SXM4-40GBs and the first M are in MIG mode (no MIG device
 at start): hami-node publishes their partitions (KEP-4815 counters), and the same three phases run again
 for claims of one `1g.5gb` partition each (7 per MIG GPU live at a time, one per placement), so that
@@ -36,8 +41,8 @@ and gone after Unprepare). The daemon's VmRSS is read after start-up and at the 
 per call and the CPU of other processes on the machine are reported with the load average. Progress goes
 to stderr, a markdown table to stdout. Usage:
 
-    python bench/dra_prepare.py [--claims 1000] [--live 80] [--pace-ms 10] [--gpus 8] [--mig-gpus 0]
-                                [--kube-api-qps Q] [--json FILE] [--py-spy FILE] [--keep]
+    python bench/dra_prepare.py [--claims 1000] [--live 80] [--held 0] [--pace-ms 10] [--gpus 8]
+                                [--mig-gpus 0] [--kube-api-qps Q] [--json FILE] [--py-spy FILE] [--keep]
 """
 
 from __future__ import annotations
@@ -382,6 +387,26 @@ def floor_phase(node: Node, calls: int, report: Report) -> None:
     report.stats.append(stat)
 
 
+def hold_claims(node: Node, count: int, devices: Sequence[str], report: Report) -> None:
+    """Prepare `count` claims that stay prepared (untimed; pods p90000...), checking each answer."""
+    rng = random.Random(count)
+    stat = Stat("held")
+    with grpc.insecure_channel(f"unix://{node.dra_socket}") as channel:
+        stub = v1_grpc.DRAPluginStub(channel)
+        for start in range(0, count, 100):
+            claims = [
+                make_claim(node.api, 90000 + i, devices[i % len(devices)], rng)
+                for i in range(start, min(count, start + 100))
+            ]
+            for claim in claims:
+                request = v1_pb2.NodePrepareResourcesRequest(claims=[claim.ref()])
+                check_prepared(node, claim, stub.NodePrepareResources(request, timeout=45), stat)
+            log(f"  {start + len(claims)}/{count} claims held prepared")
+    if stat.errors:
+        raise SystemExit(f"{stat.errors} of the held claims were not prepared")
+    report.extra["claims held prepared during the phases"] = count
+
+
 def prepare_phases(
     node: Node, args: argparse.Namespace, report: Report, devices: Sequence[str], *, mig: bool = False
 ) -> None:
@@ -470,6 +495,8 @@ def run(args: argparse.Namespace) -> Report:
         machine_0, wall_0 = machine_busy_seconds(), time.monotonic()
         ours_0 = own_cpu(node)
         floor_phase(node, args.floor_calls, report)
+        if args.held and devices:
+            hold_claims(node, args.held, devices, report)
         with py_spy(node.daemon.pid, args.py_spy, "the daemon during the Prepare phases"):
             if devices:
                 prepare_phases(node, args, report, devices)
@@ -539,6 +566,9 @@ def main() -> int:
         "--claims", type=int, default=1000, help="claims timed (each prepared twice, unprepared)"
     )
     parser.add_argument("--live", type=int, default=80, help="claims prepared at a time (a round)")
+    parser.add_argument(
+        "--held", type=int, default=0, help="claims prepared before the phases and kept prepared (untimed)"
+    )
     parser.add_argument("--pace-ms", type=float, default=10.0, help="pause after each call (0: back to back)")
     parser.add_argument("--floor-calls", type=int, default=1000, help="no-op RPCs for the floor")
     parser.add_argument("--gpus", type=int, default=8, help="fake GPUs of the node")
@@ -554,6 +584,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.claims < 1 or args.live < 1 or not 1 <= args.gpus <= 16 or args.floor_calls < 1:
         parser.error("--claims, --live and --floor-calls must be at least 1, --gpus 1..16")
+    if not 0 <= args.held <= 9999:
+        parser.error(f"--held: expected 0..9999, got {args.held}")
     if not 0 <= args.mig_gpus <= args.gpus:
         parser.error(f"--mig-gpus: expected 0..{args.gpus} (--gpus), got {args.mig_gpus}")
     started = time.monotonic()
