@@ -223,9 +223,21 @@ class ClaimPreparer:
                 out[ref.uid] = Outcome(error=str(err))
             else:
                 fetched[ref.uid] = (ref, claim)
-        pods = self._read_pods(fetched, out)
+        # A claim prepared before answers from the checkpoint: its pods are not read. The claims in
+        # memory are a glance without the lock (the dict is replaced, never changed in place); one
+        # unprepared meanwhile is sent back by `_prepare_locked`, and prepared after its pods are read.
+        glance = self._claims
+        unread = {uid: f for uid, f in fetched.items() if uid in glance}
+        to_read = {uid: f for uid, f in fetched.items() if uid not in glance}
+        pods = self._read_pods(to_read, out)
         with self._serialized():
-            out.update(self._prepare_locked(fetched, pods))
+            done, retry = self._prepare_locked({**unread, **to_read}, pods, set(unread))
+        out.update(done)
+        if retry:
+            pods = self._read_pods(retry, out)
+            with self._serialized():
+                done, _ = self._prepare_locked(retry, pods, set())
+            out.update(done)
         return out
 
     def _read_pods(
@@ -268,9 +280,15 @@ class ClaimPreparer:
             )
 
     def _prepare_locked(
-        self, fetched: Mapping[str, tuple[ClaimRef, Mapping[str, Any]]], pods: Sequence[Mapping[str, Any]]
-    ) -> dict[str, Outcome]:
+        self,
+        fetched: Mapping[str, tuple[ClaimRef, Mapping[str, Any]]],
+        pods: Sequence[Mapping[str, Any]],
+        unread: set[str],
+    ) -> tuple[dict[str, Outcome], dict[str, tuple[ClaimRef, Mapping[str, Any]]]]:
+        """The outcomes, and the claims of `unread` (whose pods were not read) that turn out to be new:
+        to be prepared again once their pods are read."""
         out: dict[str, Outcome] = {}
+        retry: dict[str, tuple[ClaimRef, Mapping[str, Any]]] = {}
         self._sync()
         stored_claims = self._claims
         gpus = claim_gpus(self._gpus(), self._config)
@@ -281,6 +299,9 @@ class ClaimPreparer:
             stored = stored_claims.get(uid)
             if stored is not None:
                 out[uid] = self._keep(stored)
+                continue
+            if uid in unread:
+                retry[uid] = (ref, claim)
                 continue
             try:
                 shares = allocation_shares(claim, ref.key, driver=self._config.dra_driver_name, pool=pool)
@@ -296,8 +317,8 @@ class ClaimPreparer:
             out[uid] = self._prepare_mig(ref, pool, shares, private)
         if not new:
             if mig_new:
-                return self._save_prepared(mig_new, out)
-            return out
+                return self._save_prepared(mig_new, out), retry
+            return out, retry
         indices = self._indices(new, pods, gpus)
         for uid, (ref, shares, private) in new.items():
             if uid in indices.errors:
@@ -315,7 +336,7 @@ class ClaimPreparer:
                 out[uid] = Outcome(error=f"claim {ref.key}: cannot write its CDI spec or directory: {err}")
                 continue
             out[uid] = Outcome(prepared)
-        return self._save_prepared({**new, **mig_new}, out)
+        return self._save_prepared({**new, **mig_new}, out), retry
 
     def _save_prepared(
         self, new: Mapping[str, tuple[ClaimRef, tuple[Share, ...], bool]], out: dict[str, Outcome]

@@ -152,6 +152,24 @@ def test_prepare_again_answers_the_same_and_keeps_the_shared_cache(config: NodeC
     assert restarted.prepared == 0
 
 
+def test_a_claim_prepared_before_is_read_but_not_its_pods_and_one_unprepared_meanwhile_reads_them(
+    config: NodeConfig, api: Api
+) -> None:
+    """Prepare again answers from the checkpoint, so it reads the claim (its UID checked) and not its
+    pods; a claim this instance still thought prepared, which another instance unprepared meanwhile, is
+    prepared anew once its pods are read."""
+    ours, other = preparer_for(config, api), preparer_for(config, api)
+    first = ours.prepare([A])[UID_A].claim
+    api.reads.clear()
+    assert ours.prepare([A])[UID_A].claim == first
+    assert api.reads == ["ResourceClaim default/a"]
+    assert other.unprepare([A]) == {UID_A: ""}
+    api.reads.clear()
+    assert ours.prepare([A])[UID_A].claim == first and ours.prepared == 2
+    assert api.reads == ["ResourceClaim default/a", "Pod default/p"]
+    assert (config.cdi_spec_dir / claim_spec_file_name(UID_A)).exists()
+
+
 def test_a_prepared_claim_whose_spec_went_missing_gets_it_written_again(config: NodeConfig, api: Api) -> None:
     preparer = preparer_for(config, api)
     preparer.prepare([A])
