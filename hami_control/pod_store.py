@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import functools
 import logging
 import math
 import time
@@ -204,7 +203,39 @@ class PodRecord:
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
+    if type(value) is dict:  # what JSON decodes to: no ABC check (~0.2 us, eight times a pod)
+        return value
     return value if isinstance(value, Mapping) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class _Vendors:
+    """What the pods watch reads of the vendor registry, for one configuration."""
+
+    config: ControlConfig
+    registry: Registry
+    others: tuple[Vendor, ...]
+    resources: frozenset[str]
+    """Every resource name of the other vendors."""
+    annotations: frozenset[str]
+    """Every allocation annotation of the other vendors."""
+
+
+_vendors_read: list[_Vendors] = []
+
+
+def _vendors(config: ControlConfig) -> _Vendors:
+    """The registry's parts the pods watch reads, kept for the last configuration (the property builds
+    the registry's key from the settings on every call: ~4 us, twice a pod)."""
+    kept = _vendors_read[0] if _vendors_read else None
+    if kept is not None and kept.config is config:
+        return kept
+    registry = config.registry
+    others = registry.others
+    keys = frozenset(k for v in others for k in (v.names.allocated, v.names.to_allocate) if k)
+    kept = _Vendors(config, registry, others, frozenset(r for v in others for r in v.names.resources), keys)
+    _vendors_read[:] = [kept]
+    return kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +252,7 @@ class _Containers:
 
 
 _REQUESTS_KEPT = 4096
+_UNREAD = object()
 _requests_read: dict[tuple[bytes, bool, ResourceNames, RequestDefaults], ContainerRequest | None] = {}
 """`container_request` by the container's resources as JSON: a cluster's pods repeat a few container
 shapes (the same template), and the pods watch reads every pod (150,000 in its list at 15,000 nodes). A
@@ -237,8 +269,9 @@ def _container_request(
         key = (orjson.dumps(resources, option=orjson.OPT_SORT_KEYS), init, names, defaults)
     except (orjson.JSONEncodeError, TypeError):
         return container_request(container, names, defaults, init)
-    if key in _requests_read:
-        return _requests_read[key]
+    request = _requests_read.get(key, _UNREAD)
+    if request is not _UNREAD:
+        return request  # type: ignore[return-value]
     request = container_request(container, names, defaults, init)
     if len(_requests_read) >= _REQUESTS_KEPT:
         _requests_read.clear()
@@ -317,10 +350,12 @@ def _held(
     allocated: PodAllocation | WireFormatError | None,
     containers: _Containers,
     vendors: Sequence[Vendor] = (),
+    vendor_keys: frozenset[str] | None = None,
 ) -> tuple[Held | None, str]:
     """What a non-terminal pod holds: (held, why not when its annotations do not decode). The allocation
     is `hami.io/vgpu-devices-allocated`, or `hami.io/vgpu-devices-to-allocate` when that is missing;
-    the other vendors' devices come from each vendor's allocated (else to-allocate) annotation."""
+    the other vendors' devices come from each vendor's allocated (else to-allocate) annotation
+    (`vendor_keys`: every such annotation, when known: none of them on the pod, no vendor is read)."""
     node_text = annotations.get(ann.VGPU_NODE)
     if not isinstance(node_text, str):
         return None, ""
@@ -337,7 +372,7 @@ def _held(
     if containers.kinds is None:
         return None, containers.kinds_error
     slices = footprint_slices(allocated, containers.kinds)
-    for vendor in vendors:
+    for vendor in vendors if vendor_keys is None or not vendor_keys.isdisjoint(annotations) else ():
         names = vendor.names
         for key in (names.allocated, names.to_allocate):
             value = annotations.get(key) if key else None
@@ -419,10 +454,11 @@ def pod_record(
     held_error = ""
     usage = _ZERO
     old = previous
-    vendor_ask = _vendor_ask(pod, config, old)
+    vendors = _vendors(config)
+    vendor_ask = _vendor_ask(pod, config, old, vendors)
     if phase not in TERMINAL_PHASES:
         allocated = _allocated(raw)
-        held, held_error = _held(raw, allocated, containers, config.registry.others)
+        held, held_error = _held(raw, allocated, containers, vendors.others, vendors.annotations)
         usage = _usage(allocated, containers.requests, init_containers, raw, f"{namespace}/{name}")
         if vendor_ask is not None:
             usage += _vendor_quota_usage(raw, vendor_ask, init_containers)
@@ -477,10 +513,13 @@ def _device_pod_annotations(record: PodRecord) -> tuple[tuple[str, str], ...]:
     return ask.annotations if ask is not None and ask.uses_device_pods else ()
 
 
-def _vendor_ask(pod: Mapping[str, Any], config: ControlConfig, old: PodRecord | None) -> VendorAsk | None:
+def _vendor_ask(
+    pod: Mapping[str, Any], config: ControlConfig, old: PodRecord | None, vendors: _Vendors | None = None
+) -> VendorAsk | None:
     """The pod's other-vendor ask, read only when a container names one of their resources."""
-    registry = config.registry
-    if len(registry.vendors) <= 1 or not _names_any(pod, _vendor_resources(registry)):
+    vendors = vendors or _vendors(config)
+    registry = vendors.registry
+    if len(registry.vendors) <= 1 or not _names_any(pod, vendors.resources):
         return None
     try:
         ask = read_vendor_ask(pod, registry.vendors)
@@ -488,11 +527,6 @@ def _vendor_ask(pod: Mapping[str, Any], config: ControlConfig, old: PodRecord | 
         log.debug("pod %s: %s; counted as asking no device", _mapping(pod.get("metadata")).get("name"), err)
         return None
     return _same(old.vendor_ask if old else None, ask) if ask is not None else None
-
-
-@functools.cache
-def _vendor_resources(registry: Registry) -> frozenset[str]:
-    return frozenset(r for v in registry.others for r in v.names.resources)
 
 
 def _names_any(pod: Mapping[str, Any], resources: frozenset[str]) -> bool:

@@ -237,6 +237,13 @@ def requests_quota_usage(requests: Iterable[tuple[ContainerRequest | None, bool]
 def allocation_quota_usage(allocation: PodAllocation, init_containers: int) -> QuotaUsage:
     """What a pod holds once its GPUs are chosen, from its allocation annotation (init containers' entries
     first, `init_containers` of them): the real MiB, percentages included."""
+    if not init_containers:  # every container counts (the pods watch reads one a pod)
+        memory = cores = 0
+        for container in allocation:
+            for s in container.devices:
+                memory += s.usedmem
+                cores += s.usedcores
+        return QuotaUsage(memory, cores)
     regular = QuotaUsage()
     inits: list[QuotaUsage] = []
     for index, container in enumerate(allocation):
