@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
@@ -536,7 +537,9 @@ class MemorySource:
 
 
 def in_process(args: argparse.Namespace) -> Report:
-    """The `--in-process` mode (the module docstring)."""
+    """The `--in-process` mode (the module docstring): two preparers, each with its own directories, one
+    with no claim held and one with `--held`, timed in alternate rounds so that the machine's load
+    weighs on both alike."""
     from hami_api.dra import device_name
     from hami_node.config import load_config
     from hami_node.devices import GPUStatus
@@ -545,73 +548,87 @@ def in_process(args: argparse.Namespace) -> Report:
     from hami_node.gpu.backend import PhysicalGPU
 
     report = Report()
-    tmp = Path(tempfile.mkdtemp(prefix="hbd-", dir="/tmp"))
-    make_cdi_dir(tmp, args.cdi_tmpfs)
-    try:
-        config = load_config(
-            [
-                "--node-name", NODE, "--mode", "dra",
-                "--kubelet-plugins-dir", str(tmp / "plugins"),
-                "--cdi-spec-dir", str(tmp / "cdi"),
-                "--hook-path", str(tmp / "hook"),
-            ],
-            {},
-            lambda _: "",
-        )  # fmt: skip
-        gpus = tuple(
-            GPUStatus(
-                PhysicalGPU(i, f"GPU-{i}", "NVIDIA A100-SXM4-80GB", 81920, i, 0, f"00000000:{i + 1:02x}:00.0")
-            )
-            for i in range(args.gpus)
+    gpus = tuple(
+        GPUStatus(
+            PhysicalGPU(i, f"GPU-{i}", "NVIDIA A100-SXM4-80GB", 81920, i, 0, f"00000000:{i + 1:02x}:00.0")
         )
-        devices = [device_name(i) for i in range(args.gpus)]
-        source = MemorySource()
-        preparer = ClaimPreparer(config, lambda: gpus, source, common_nodes=lambda: ("/dev/nvidiactl",))
-        preparer.start()
-        rng = random.Random(args.claims)
-        made = 0
+        for i in range(args.gpus)
+    )
+    devices = [device_name(i) for i in range(args.gpus)]
+    source = MemorySource()
+    rng = random.Random(args.claims)
+    made = 0
+    tmps: list[Path] = []
 
-        def ref(c: Claim) -> ClaimRef:
-            return ClaimRef(NAMESPACE, c.name, c.uid)
+    def ref(c: Claim) -> ClaimRef:
+        return ClaimRef(NAMESPACE, c.name, c.uid)
 
-        def timed(stat: Stat, claims: Sequence[Claim], call: Callable[[Claim], bool]) -> None:
-            cpu = time.process_time()
-            for claim in claims:
-                t0 = time.perf_counter()
-                ok = call(claim)
-                stat.samples.append(time.perf_counter() - t0)
-                stat.errors += 0 if ok else 1
-            stat.cpu_s += time.process_time() - cpu
+    def new_claims(count: int) -> list[Claim]:
+        nonlocal made
+        out = [source.add(made + i, devices[(made + i) % len(devices)], rng) for i in range(count)]
+        made += count
+        return out
 
-        held: list[Claim] = []
+    def prepared(preparer: ClaimPreparer, claim: Claim) -> bool:
+        return preparer.prepare([ref(claim)])[claim.uid].claim is not None
+
+    def unprepared(preparer: ClaimPreparer, claim: Claim) -> bool:
+        return preparer.unprepare([ref(claim)])[claim.uid] == ""
+
+    def timed(stat: Stat, claims: Sequence[Claim], call: Callable[[Claim], bool]) -> None:
+        cpu = time.process_time()
+        for claim in claims:
+            t0 = time.perf_counter()
+            ok = call(claim)
+            stat.samples.append(time.perf_counter() - t0)
+            stat.errors += 0 if ok else 1
+        stat.cpu_s += time.process_time() - cpu
+
+    try:
+        levels: list[tuple[ClaimPreparer, tuple[Stat, Stat, Stat]]] = []
         for level in sorted({0, args.held}):
-            while len(held) < level:
-                held.append(source.add(made, devices[made % len(devices)], rng))
-                made += 1
-                if preparer.prepare([ref(held[-1])])[held[-1].uid].claim is None:
-                    raise SystemExit(f"held claim {held[-1].name} was not prepared")
-            prepare = Stat(f"in-process, {level} claims held: Prepare, a new claim")
-            again = Stat(f"in-process, {level} claims held: Prepare, the same claim again")
-            unprepare = Stat(f"in-process, {level} claims held: Unprepare")
-            rounds = 1 + math.ceil(args.claims / args.live)
-            for r in range(rounds):
-                claims = [
-                    source.add(made + i, devices[(made + i) % len(devices)], rng) for i in range(args.live)
-                ]
-                made += args.live
-                stats = (
-                    (prepare, again, unprepare) if r else (Stat("warm-up"), Stat("warm-up"), Stat("warm-up"))
-                )
+            tmp = Path(tempfile.mkdtemp(prefix="hbd-", dir="/tmp"))
+            tmps.append(tmp)
+            make_cdi_dir(tmp, args.cdi_tmpfs)
+            config = load_config(
+                [
+                    "--node-name", NODE, "--mode", "dra",
+                    "--kubelet-plugins-dir", str(tmp / "plugins"),
+                    "--cdi-spec-dir", str(tmp / "cdi"),
+                    "--hook-path", str(tmp / "hook"),
+                ],
+                {},
+                lambda _: "",
+            )  # fmt: skip
+            preparer = ClaimPreparer(config, lambda: gpus, source, common_nodes=lambda: ("/dev/nvidiactl",))
+            preparer.start()
+            for claim in new_claims(level):
+                if preparer.prepare([ref(claim)])[claim.uid].claim is None:
+                    raise SystemExit(f"held claim {claim.name} was not prepared")
+            stats = (
+                Stat(f"in-process, {level} claims held: Prepare, a new claim"),
+                Stat(f"in-process, {level} claims held: Prepare, the same claim again"),
+                Stat(f"in-process, {level} claims held: Unprepare"),
+            )
+            levels.append((preparer, stats))
+        rounds = 1 + math.ceil(args.claims / args.live)
+        for r in range(rounds):
+            for preparer, timed_stats in levels:
+                claims = new_claims(args.live)
+                stats = timed_stats if r else (Stat("warm-up"), Stat("warm-up"), Stat("warm-up"))
                 for stat in stats[:2]:
-                    timed(stat, claims, lambda c: preparer.prepare([ref(c)])[c.uid].claim is not None)
-                timed(stats[2], claims, lambda c: preparer.unprepare([ref(c)])[c.uid] == "")
-            report.stats += [prepare, again, unprepare]
-            log(f"{level} claims held: {len(prepare.samples)} claims timed")
+                    timed(stat, claims, functools.partial(prepared, preparer))
+                timed(stats[2], claims, functools.partial(unprepared, preparer))
+            if r % 5 == 0:
+                log(f"  round {r}/{rounds - 1}")
+        for preparer, timed_stats in levels:
+            report.stats += timed_stats
+            getattr(preparer, "close", lambda: None)()  # the preparer before the journal had no close
         report.extra["claims prepared (held, warm-up and timed)"] = made
-        getattr(preparer, "close", lambda: None)()  # the preparer before the journal had no close
     finally:
-        remove_cdi_dir(tmp)
-        shutil.rmtree(tmp, ignore_errors=True)
+        for tmp in tmps:
+            remove_cdi_dir(tmp)
+            shutil.rmtree(tmp, ignore_errors=True)
     return report
 
 
@@ -692,8 +709,8 @@ def print_report(report: Report, args: argparse.Namespace) -> None:
              f"{d['daemon_cpu_ms_per_call']:.3f}")
             for d in (s.summary() for s in report.stats)
         ]  # fmt: skip
-        header = ("measure", "calls", "errors", "p50 ms", "p99 ms", "mean ms", "CPU ms per call")
-        print("\n".join(markdown_table(header, "lrrrrrr", rows)))
+        columns = ("measure", "calls", "errors", "p50 ms", "p99 ms", "mean ms", "CPU ms per call")
+        print("\n".join(markdown_table(columns, "lrrrrrr", rows)))
         print()
         print("\n".join(markdown_table(("other", "value"), "lr", report.extra.items())))
         return
