@@ -11,7 +11,9 @@
 - the candidate lists read once and kept by the JSON of their names (`CandidateLists`) give what
   decoding the whole body gives, for bodies of every shape;
 - the table's change log lists each row written, removed or touched;
-- the pods watch's container requests kept by their resources equal reading each container.
+- the pods watch's container requests kept by their resources equal reading each container;
+- the pods watch's containers kept by the pod's containers as JSON give the records reading each pod
+  afresh gives.
 """
 
 from __future__ import annotations
@@ -353,3 +355,57 @@ def test_the_pod_stores_kept_container_requests_equal_reading_each_container(
         except (RequestError, WireFormatError, QuantityError) as err:
             got = (type(err), str(err))
         assert got == expected
+
+
+CONTAINER_SPECS = st.sampled_from(
+    (
+        {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}}},
+        {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "2"}, "requests": {"cpu": "4"}}},
+        {"name": "b", "resources": {"limits": {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000"}}},
+        {"name": "c", "resources": {"limits": {"cambricon.com/vmlu": "1", "nvidia.com/gpu": "1"}}},
+        {"name": "s", "restartPolicy": "Always", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+        {"name": "d", "resources": {"limits": {"nvidia.com/gpu": "x"}}},
+        {"name": "e", "resources": "not resources"},
+        {"name": "f"},
+        "not a container",
+    )
+)
+
+
+@st.composite
+def watched_pods(draw: st.DrawFn, index: int) -> dict[str, Any]:
+    """A pod the watch may show: containers from a few shapes (pods of one workload repeat theirs), some
+    malformed, init containers and sidecars among them, with or without its allocation annotations."""
+    inits = draw(st.lists(CONTAINER_SPECS, max_size=2))
+    regular = draw(st.lists(CONTAINER_SPECS, max_size=3))
+    obj = pod(f"p{index}", *(c for c in regular if isinstance(c, dict)), uid=f"u{index}", init=[])
+    spec: Any = obj["spec"]
+    spec["containers"] = regular
+    if inits:
+        spec["initContainers"] = inits
+    if draw(st.integers(0, 9)) == 0:
+        obj["spec"] = draw(st.sampled_from([None, "not a spec", {}]))
+    if draw(st.booleans()):
+        obj["metadata"]["annotations"] = {
+            "hami.io/vgpu-node": "n1",
+            "hami.io/vgpu-devices-allocated": "GPU-a,NVIDIA,8000,0:;",
+        }
+    return obj
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_the_pod_stores_kept_containers_give_the_records_reading_each_pod_gives(data: st.DataObject) -> None:
+    """The pods watch's containers kept by their JSON (`pod_store._pod_containers`: the requests, kinds,
+    sidecars and whether another vendor is named) give every pod of a list the record reading it afresh
+    gives."""
+    from hami_control import pod_store
+
+    pods = [data.draw(watched_pods(i)) for i in range(data.draw(st.integers(1, 12)))]
+    pod_store._vendors_read.clear()
+    kept = [pod_store.pod_record(obj, CONFIG) for obj in pods]
+    fresh = []
+    for obj in pods:
+        pod_store._vendors_read.clear()  # a fresh table: nothing kept
+        fresh.append(pod_store.pod_record(obj, CONFIG))
+    assert kept == fresh
