@@ -10,7 +10,9 @@ watch is not part of readiness: until it has listed, the webhook creates the tem
 takes 409 AlreadyExists as success, so the device-plugin path never waits for a DRA API (a cluster that
 does not serve resource.k8s.io/v1 only fails the pods that would be translated, with the API's error).
 
-The garbage collector is paused while the caches list (`collector_paused`): a list of 150,000 pods
+The garbage collector is paused while the caches list (the first lists and a leader's relist, for at
+most `collector_pause_limit_s`: an API server that does not answer must not keep it off for good, since
+failed requests leave cycles behind): a list of 150,000 pods
 creates millions of objects that live on, and each of the collector's full passes walks them all (a
 fifth of the list's CPU at 3,000 nodes: 2.9 against 2.35 s). The pages and records are not cyclic
 (reference counting frees what is dropped: a full collection after the first sync at 3,000 nodes found
@@ -22,11 +24,10 @@ collection first: one would walk all of it once more."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from hami_control.cache import ClusterCache
 from hami_control.config import ControlConfig, DRATranslation
@@ -66,16 +67,6 @@ class _CollectorPause:
 _COLLECTOR = _CollectorPause()
 
 
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """The garbage collector paused for the block (see the module docstring); nests."""
-    _COLLECTOR.pause()
-    try:
-        yield
-    finally:
-        _COLLECTOR.resume()
-
-
 class ClusterCaches:
     """The reflectors and caches hami-control runs: pods always, ResourceQuotas when quotas are enforced.
     `start()` launches them on the running loop; `readiness()` is what /readyz reports."""
@@ -88,9 +79,11 @@ class ClusterCaches:
         retry: RetryPolicy = DEFAULT_RETRY,
         watch_timeout_s: int = 300,
         freeze_when_synced: bool = False,
+        collector_pause_limit_s: float = 120.0,
     ) -> None:
         self.config = config
         self.freeze_when_synced = freeze_when_synced
+        self.collector_pause_limit_s = collector_pause_limit_s
         self.gpus = ClusterCache(config.requests.names, config.registry.vendors)
         self.pods = PodStore(config, self.gpus)
         self.quotas = QuotaCache(config) if config.quota.enforce else None
@@ -128,6 +121,7 @@ class ClusterCaches:
             )
         self._tasks: list[asyncio.Task[None]] = []
         self._collector_paused = False
+        self._collector_timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
         if self._tasks:
@@ -142,11 +136,17 @@ class ClusterCaches:
         self._tasks.append(asyncio.create_task(self._report_synced(started), name="watch-synced"))
 
     def _pause_collector(self) -> None:
+        """Off until the lists are in, or `collector_pause_limit_s` at most (on the running loop)."""
         if not self._collector_paused:
             self._collector_paused = True
             _COLLECTOR.pause()
+            loop = asyncio.get_running_loop()
+            self._collector_timer = loop.call_later(self.collector_pause_limit_s, self._resume_collector)
 
     def _resume_collector(self, *, freeze: bool = False) -> None:
+        if self._collector_timer is not None:
+            self._collector_timer.cancel()
+            self._collector_timer = None
         if self._collector_paused:
             self._collector_paused = False
             if freeze:
@@ -155,7 +155,11 @@ class ClusterCaches:
 
     async def _report_synced(self, started: float) -> None:
         await self.wait_synced()
-        self._resume_collector(freeze=self.freeze_when_synced)
+        if self._collector_paused:
+            self._resume_collector(freeze=self.freeze_when_synced)
+        elif self.freeze_when_synced:  # the pause ran out before the lists were in
+            gc.collect()
+            gc.freeze()
         quotas = f", {len(self.quotas)} ResourceQuotas" if self.quotas is not None else ""
         log.info(
             "caches synced in %.0f ms: %d pods, %d GPU nodes%s",
@@ -182,8 +186,11 @@ class ClusterCaches:
             reflector.resource_version = None
             reflector.synced.clear()
             self._tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.name}"))
-        with collector_paused():
+        self._pause_collector()
+        try:
             await asyncio.gather(*(r.synced.wait() for r in self.reflectors if r.name in names))
+        finally:
+            self._resume_collector()
 
     @property
     def synced(self) -> bool:
