@@ -136,6 +136,21 @@ def fake_mig_uuid(parent_uuid: str, gpu_instance_id: int, serial: int) -> str:
 # files. Elsewhere there is no close event, so "modified" is all we get.
 _CLOSE_EVENTS = sys.platform.startswith("linux")
 
+_PARENT_EVENTS: tuple[type[FileSystemEvent], ...] = (DirCreatedEvent, DirDeletedEvent, DirMovedEvent)
+"""What the inventory watcher takes from the parent directory's watch (the directory made, removed,
+moved), asked of inotify alone: in the local cluster every node's inventory directory sits in one parent
+that every daemon watched, and each open and close of any node's directory reached them all (issue 29)."""
+
+_DIR_EVENTS: tuple[type[FileSystemEvent], ...] = (
+    *_PARENT_EVENTS,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    FileClosedEvent,
+    *(() if _CLOSE_EVENTS else (FileModifiedEvent,)),
+)
+"""What `_DirWatcher._handle` acts on in the file's directory (no opens, no reads' closes)."""
+
 
 class FakeBackend:
     """The `GPUBackend` of a node without GPUs (tests, the local cluster, demos).
@@ -833,7 +848,7 @@ class _DirWatcher(FileSystemEventHandler):
 
     def start(self) -> None:
         if self._parent != self._dir:
-            self._observer.schedule(self, self._parent)
+            self._observer.schedule(self, self._parent, event_filter=list(_PARENT_EVENTS))
         self._schedule_dir()
         self._observer.start()
 
@@ -850,7 +865,7 @@ class _DirWatcher(FileSystemEventHandler):
                 self._dir_watch = None
             if os.path.isdir(self._dir):
                 try:
-                    self._dir_watch = self._observer.schedule(self, self._dir)
+                    self._dir_watch = self._observer.schedule(self, self._dir, event_filter=list(_DIR_EVENTS))
                 except OSError as exc:
                     log.warning("fake inventory: cannot watch %s: %s", self._dir, exc)
 

@@ -380,7 +380,9 @@ class PluginManager:
             return
         if self._parent_watch is None and self._parent != self._dir and self._parent.is_dir():
             try:
-                self._parent_watch = observer.schedule(self._handler, str(self._parent))
+                self._parent_watch = observer.schedule(
+                    self._handler, str(self._parent), event_filter=list(PARENT_EVENTS)
+                )
             except OSError as err:
                 log.warning("cannot watch %s: %s", self._parent, err)
         if only_missing and self._dir_watch is not None:
@@ -391,9 +393,29 @@ class PluginManager:
             self._dir_watch = None
         if self._dir.is_dir():
             try:
-                self._dir_watch = observer.schedule(self._handler, str(self._dir))
+                self._dir_watch = observer.schedule(
+                    self._handler, str(self._dir), event_filter=list(DIR_EVENTS)
+                )
             except OSError as err:
                 log.warning("cannot watch %s: %s", self._dir, err)
+
+
+PARENT_EVENTS: tuple[type[FileSystemEvent], ...] = (DirCreatedEvent, DirDeletedEvent, DirMovedEvent)
+"""What the watch of the kubelet directory's parent acts on: the directory made, removed or moved. Given
+to the observer, which asks inotify for these alone (IN_CREATE, IN_DELETE, IN_MOVE): the parent
+(`/var/lib/kubelet`; in the local cluster's scale mode one directory holding every node's) also sees an
+open and a close each time anything lists or reads one of its entries, and with every daemon of a
+scale-mode process watching the same parent those reached every daemon: O(nodes) events for each, O(nodes
+squared) in all (issue 29: 500 nodes did not run)."""
+
+DIR_EVENTS: tuple[type[FileSystemEvent], ...] = (
+    *PARENT_EVENTS,
+    FileCreatedEvent,
+    FileMovedEvent,
+    FileModifiedEvent,
+    FileDeletedEvent,
+)
+"""What the watch of the kubelet directory acts on (`_KubeletDirHandler._handle`): no opens and closes."""
 
 
 class _KubeletDirHandler(FileSystemEventHandler):

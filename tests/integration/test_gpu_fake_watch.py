@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,6 +43,8 @@ from hami_node.gpu.inventory import (
     render_inventory,
     write_inventory,
 )
+from tests.inotify_masks import IN_CLOSE_WRITE, READS_AND_CLOSES, inotify_masks
+from tests.waiting import wait_for
 
 DEADLINE = 10.0
 Edit = Callable[[Inventory], Inventory]
@@ -398,3 +401,20 @@ def test_an_edit_of_the_links_applies(harness: Harness) -> None:
 def test_wait_event_times_out(in_process: FakeBackend) -> None:
     assert in_process.wait_event(0.01) is None
     assert in_process.wait_event(-1) is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads inotify watches from /proc")
+def test_the_inventory_watches_ask_inotify_for_no_reads_opens_or_closes_of_other_files(
+    harness: Harness,
+) -> None:
+    # Issue 29: every node's inventory directory sits in one parent in the local cluster, which every
+    # daemon watched; each open and close of any node's directory then woke them all. The file's own
+    # directory still asks for IN_CLOSE_WRITE (a write ends with it), never for opens or reads.
+    directory = harness.path.parent
+    for watched, allowed in ((directory, IN_CLOSE_WRITE), (directory.parent, 0)):
+        masks = wait_for(lambda d=watched: inotify_masks(d), what=f"a watch on {watched}")
+        unwanted = [hex(mask) for mask in masks if mask & READS_AND_CLOSES & ~allowed]
+        assert not unwanted, (watched, unwanted)
+    lost = harness.uuids[1]
+    harness.edit(lambda inv: with_gpu(inv, 1, lost=True), "in-place")  # a write is still seen
+    assert harness.backend.wait_event(DEADLINE) == GPUEvent(lost, GPUEventKind.DEVICE_LOST)

@@ -12,6 +12,7 @@ import shutil
 import signal
 import socket
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -42,6 +43,8 @@ from hami_node.plugin.manager import PluginManager, SignalHandlers, install_sign
 from hami_node.plugin.registration import CHANNEL_OPTIONS, RegistrationError, check_serving, register
 from hami_node.plugin.server import PluginServer, PluginServerError, plugin_options
 from tests.builders import container, pod
+from tests.inotify_masks import READS_AND_CLOSES, inotify_masks
+from tests.waiting import wait_for
 
 TIMEOUT = 10.0
 PROMPT_S = 5.0
@@ -789,6 +792,24 @@ def test_kubelet_directory_absent_at_start(node_config: NodeConfig, kubelet_dir:
         stop_node(n)
         kubelet.stop()
     assert not node_config.socket_path.exists()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads inotify watches from /proc")
+def test_the_kubelet_directory_watches_ask_inotify_for_no_reads_opens_or_closes(
+    node_config: NodeConfig, kubelet_dir: Path
+) -> None:
+    # Issue 29: every daemon watches the kubelet directory's parent; with opens and closes asked for, each
+    # listing of any entry woke them all (a scale-mode process of 250 daemons timed Allocates out).
+    kubelet = FakeKubelet(kubelet_dir).start()
+    n = start_node(node_config, fallback_poll_s=60.0)
+    try:
+        kubelet.registrations.get(timeout=TIMEOUT)
+        for directory in (kubelet_dir, kubelet_dir.parent):
+            masks = wait_for(lambda d=directory: inotify_masks(d), what=f"a watch on {directory}")
+            assert all(mask & READS_AND_CLOSES == 0 for mask in masks), (directory, [hex(m) for m in masks])
+    finally:
+        stop_node(n)
+        kubelet.stop()
 
 
 def test_kubelet_directory_removed_and_created_again(node_config: NodeConfig, kubelet_dir: Path) -> None:
