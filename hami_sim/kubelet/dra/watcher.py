@@ -131,7 +131,7 @@ class PluginWatcher:
         self.directory.mkdir(mode=0o755, parents=True, exist_ok=True)
         observer = self._observer_factory()
         observer.daemon = True
-        observer.schedule(_Events(self), str(self.directory), recursive=True)
+        observer.schedule(_Events(self), str(self.directory), recursive=True, event_filter=list(EVENTS))
         observer.start()
         self._observer = observer
         self._walk(self.directory)
@@ -275,6 +275,18 @@ def _stop_observer(observer: BaseObserver) -> None:
     observer.stop()
     if observer.is_alive():
         observer.join(OBSERVER_STOP_SECONDS)
+
+
+EVENTS: tuple[type[FileSystemEvent], ...] = (
+    DirCreatedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+)
+"""What `_Events` acts on, asked of inotify alone. Kubelet's plugin watcher acts on fsnotify's Create and
+Remove only (pkg/kubelet/pluginmanager/pluginwatcher/plugin_watcher.go), and fsnotify's inotify backend
+never asks for opens or closes (backend_inotify.go): neither does the stand-in, whose kubelets share one
+process in scale mode."""
 
 
 class _Events(FileSystemEventHandler):
