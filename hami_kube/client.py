@@ -417,6 +417,15 @@ class KubeApi:
         """GET `path` (e.g. /api/v1/pods) as a JSON object; raises `KubeApiError`."""
         return await self.request("GET", path, params=params)
 
+    async def get_if_exists(self, path: str) -> JSONDict | None:
+        """GET `path`, or None when the object does not exist (404); other errors raise `KubeApiError`."""
+        try:
+            return await self.request("GET", path)
+        except KubeApiError as err:
+            if err.not_found:
+                return None
+            raise
+
     @contextlib.asynccontextmanager
     async def watch(
         self, path: str, resource_version: str, timeout_s: int, params: Mapping[str, str] | None = None

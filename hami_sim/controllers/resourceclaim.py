@@ -386,13 +386,9 @@ class ResourceClaimController:
         is made keeps that fault from doing what no real cache does. (The duplicate claims the e2e
         chaos run of seed 11 showed had another cause: two workers syncing one pod, see the module
         docstring.)"""
-        try:
-            claim = await self.api.get(f"{GROUP_PATH}/namespaces/{namespace}/resourceclaims/{name}")
-        except KubeApiError as err:
-            if err.status == 404:
-                return None
-            raise
-        self.claims.setdefault(_key(claim), claim)
+        claim = await self.api.get_if_exists(f"{GROUP_PATH}/namespaces/{namespace}/resourceclaims/{name}")
+        if claim is not None:
+            self.claims.setdefault(_key(claim), claim)
         return claim
 
     def _find_orphan(self, pod: Mapping[str, Any], pod_claim: str) -> JSON | None:
@@ -437,13 +433,8 @@ class ResourceClaimController:
         cached = self.pods.get(f"{namespace}/{name}")
         if cached is not None:
             return str(cached["metadata"].get("uid", "")) != uid
-        try:
-            pod = await self.api.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
-        except KubeApiError as err:
-            if err.status == 404:
-                return True
-            raise
-        return str(pod["metadata"].get("uid", "")) != uid
+        pod = await self.api.get_if_exists(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        return pod is None or str(pod["metadata"].get("uid", "")) != uid
 
     async def _valid_reservations(self, claim: JSON) -> list[JSON]:
         namespace = claim["metadata"]["namespace"]

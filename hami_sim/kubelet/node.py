@@ -27,12 +27,7 @@ _RNG = random.Random()
 
 async def read_node(api: KubeApi, name: str) -> JSON | None:
     """The Node, or None when it does not exist."""
-    try:
-        return await api.get(f"/api/v1/nodes/{name}")
-    except KubeApiError as exc:
-        if exc.status == 404:
-            return None
-        raise
+    return await api.get_if_exists(f"/api/v1/nodes/{name}")
 
 
 async def patch_node_status(api: KubeApi, name: str, patch: JSON) -> None:

@@ -155,6 +155,14 @@ def test_request_answers_json_objects_and_errors_carry_status_reason_and_message
     assert (info.value.status, info.value.reason) == (409, "AlreadyExists")
 
 
+def test_get_if_exists_answers_the_object_or_none_when_it_does_not_exist(rig: Rig) -> None:
+    path = "/api/v1/namespaces/default/configmaps"
+    rig.loop.call(lambda: rig.api.request("POST", path, config_map("here")))
+    found = rig.loop.call(lambda: rig.api.get_if_exists(f"{path}/here"))
+    assert found is not None and found["data"] == {"v": "1"}
+    assert rig.loop.call(lambda: rig.api.get_if_exists(f"{path}/missing")) is None
+
+
 def test_no_answer_is_status_0_with_the_transport_error(rig: Rig) -> None:
     async def refused() -> None:
         async with KubeApi("http://127.0.0.1:1", None, connect_timeout_s=1.0) as api:
