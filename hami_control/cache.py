@@ -58,7 +58,7 @@ import contextlib
 import itertools
 import logging
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -615,24 +615,27 @@ class ClusterCache:
                 mig_on_node = self._mig_on_node.get(old.node, {})
                 if mig_on_node.pop(uid, None) is not None and not mig_on_node:
                     self._mig_on_node.pop(old.node, None)
-                if batch is not None:
-                    batch.add(old.node)
-                else:
-                    gpus = self._registered.get(old.node)
-                    if gpus is not None:
-                        self._set_gpus(old.node, without_slices(gpus, old.slices, old.mig))
+                self._change_usage(old.node, batch, lambda gpus: without_slices(gpus, old.slices, old.mig))
                 self._vendor_hold(old.node, old.slices, -1)
         if holding is not None:
             self._on_node.setdefault(holding.node, {})[uid] = holding.slices
             if holding.mig:
                 self._mig_on_node.setdefault(holding.node, {})[uid] = holding.mig
-            if batch is not None:
-                batch.add(holding.node)
-            else:
-                gpus = self._registered.get(holding.node)
-                if gpus is not None:
-                    self._set_gpus(holding.node, with_slices(gpus, holding.slices, holding.mig))
+            self._change_usage(
+                holding.node, batch, lambda gpus: with_slices(gpus, holding.slices, holding.mig)
+            )
             self._vendor_hold(holding.node, holding.slices, 1)
+
+    def _change_usage(
+        self, node: str, batch: set[str] | None, change: Callable[[NodeGPUs], NodeGPUs]
+    ) -> None:
+        """Apply `change` to the node's usage now, or inside a batch mark the node for its rebuild."""
+        if batch is not None:
+            batch.add(node)
+            return
+        gpus = self._registered.get(node)
+        if gpus is not None:
+            self._set_gpus(node, change(gpus))
 
     def _vendor_hold(self, node: str, slices: tuple[GPUSlice, ...], sign: int) -> None:
         devices = self._vendor_devices.get(node)
