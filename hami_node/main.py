@@ -8,8 +8,9 @@ from HAMi-core's shared regions, the daemon's health). The container monitor (`h
 runs HAMi's priority feedback on the shared regions and, with fake GPUs, the simulated containers.
 
 With `--mode dra` (`hami_node.dra`) the same backend, device state and health loop feed the DRA side
-instead: the claim preparer, the ResourceSlice publisher (with the watch of the node's slices) and the
-DRA plugin's registration and DRA sockets. Neither the device plugin, the pod watch nor the inventory
+instead: the claim preparer (with the watch of the node's pods, whose pods it takes instead of reading
+those of a new claim), the ResourceSlice publisher (with the watch of the node's slices) and the DRA
+plugin's registration and DRA sockets. Neither the device plugin, the pod tracker nor the inventory
 annotations run, and the publisher removes inventory annotations a device-plugin run left on the Node,
 so the HAMi scheduler extender never counts a DRA node's GPUs (it only places pods on nodes carrying
 `hami.io/node-nvidia-register`). /healthz: both DRA sockets serve; /readyz: kubelet registered the
@@ -53,6 +54,7 @@ from hami_node.dra.claims import ClaimRef
 from hami_node.dra.prepare import ClaimPreparer, Outcome
 from hami_node.dra.publisher import SlicePublisher
 from hami_node.dra.server import DraPluginServers, DraServerError
+from hami_node.dra.watched import WatchedPods
 from hami_node.gpu import BackendConfigError, GPUBackend, GPUBackendKind, open_backend
 from hami_node.gpu.inventory import InventoryError
 from hami_node.gpu.select import device_node_exists
@@ -391,6 +393,9 @@ def _dra_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
     observer_factory = parts.observer_factory
     cdi_spec_writer(state, config.cdi_spec_dir, exists, enabled=False)
     license_file = os.path.join(config.hook_path, "vgpu", "license")
+    pods = WatchedPods()
+    pod_watch = kubeapi.watch_node_pods(kube.bridge, config.node_name, pods, start=False)
+    pods.healthy = lambda: pod_watch.reflector.failures == 0
     preparer = CountedPreparer(
         config,
         state.gpus,
@@ -398,6 +403,7 @@ def _dra_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
         common_nodes=lambda: common_device_nodes(exists),
         license_present=lambda: os.path.exists(license_file),
         backend=parts.backend,
+        watched=pods,
     )
     publisher = SlicePublisher(
         config,
@@ -421,10 +427,16 @@ def _dra_steps(parts: _Common) -> tuple[NodeDaemon, list[Step]]:
     if config.health_bind is not None:
         pages: dict[str, Page] = {"/metrics": parts.metrics.render}
         daemon.health_endpoint = _dra_health_endpoint(config, servers, publisher, pages)
+
+    def stop_pod_watch() -> None:
+        pod_watch.stop()
+        pods.forget()
+
     steps: list[Step] = [
         ("kubernetes client", lambda: None, kube.close),
         ("health monitor", parts.health.start, parts.health.stop),
         ("claim preparer", preparer.start, lambda: None),
+        ("pod watch", pod_watch.start, stop_pod_watch),
         ("ResourceSlice publisher", publisher.start, publisher.stop),
         ("ResourceSlice watch", watch.start, watch.stop),
         ("DRA plugin", servers.start, servers.stop),

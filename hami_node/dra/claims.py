@@ -381,6 +381,24 @@ def _pod_claim_names(pod: Mapping[str, Any]) -> dict[str, str]:
     return names
 
 
+def claim_names_resolved(pod: Mapping[str, Any]) -> bool:
+    """Whether every claim the pod asks through a template has its entry in
+    `status.resourceClaimStatuses` (the claim controller writes it once it made the claim; the scheduler
+    waits for it). The pod's other claim references are immutable (`spec.resourceClaims`, the
+    containers' `resources.claims`), so a copy of the pod with this UID that has these entries names
+    the same claims as the pod read now."""
+    statuses = {
+        s.get("name")
+        for s in _list(_map(pod.get("status")).get("resourceClaimStatuses"))
+        if isinstance(s, Mapping)
+    }
+    return all(
+        entry.get("name") in statuses
+        for entry in _list(_map(pod.get("spec")).get("resourceClaims"))
+        if isinstance(entry, Mapping) and entry.get("resourceClaimTemplateName")
+    )
+
+
 def container_uses(pod: Mapping[str, Any], claims_by_name: Mapping[str, str]) -> tuple[ContainerUse, ...]:
     """The pod's init and app containers that name claims of `claims_by_name` (object name -> UID, the
     pod's namespace's claims of ours), with the claims they name."""
@@ -654,6 +672,7 @@ __all__ = [
     "check_devices",
     "claim_dir",
     "claim_gpus",
+    "claim_names_resolved",
     "claim_spec",
     "container_uses",
     "gpu_limits",

@@ -5,16 +5,17 @@ specs and directories.
 Prepare, as the upstream helper does it (k8s.io/dynamic-resource-allocation kubeletplugin/draplugin.go
 `NodePrepareResources`, `getResourceClaims`): every claim is read from the API server *before* the
 serialization lock is taken (slow calls never hold it), must have the UID kubelet names ("got replaced")
-and be allocated ("not allocated"); the pods in its `status.reservedFor` are read too, for the
+and be allocated ("not allocated"); the pods in its `status.reservedFor` are needed too, for the
 container-visible GPU order (`claims.assign_indices`: a container naming several claims sees their GPUs in
 one order, and a claim private to its pod takes the indices its containers see; kubelet's Prepare request
-names no container, so the pod is where that is read). Then, under the lock: the checkpoint is brought up
-to date (below); a claim already in it answers with what it got then (its CDI spec written again if it
-went missing, its directory kept: Prepare never wipes a prepared claim's shared cache, which the pods
-already using it hold); the others are prepared: their spec written (`hami_node.cdi`, atomic), their
-directory `<hook>/vgpu/claims/<uid>` created (mode 0777, as HAMi's cache directories), and one journal
-record per claim appended and synced before the answer. Every failure is the claim's own error; the call
-itself never fails for one claim.
+names no container, so the pod is where that is read): taken from the node's pod watch when it holds the
+pod with the reserved UID (`watched.WatchedPods`; no API call), read otherwise. Then, under the lock: the
+checkpoint is brought up to date (below); a claim already in it answers with what it got then (its CDI
+spec written again if it went missing, its directory kept: Prepare never wipes a prepared claim's shared
+cache, which the pods already using it hold); the others are prepared: their spec written
+(`hami_node.cdi`, atomic), their directory `<hook>/vgpu/claims/<uid>` created (mode 0777, as HAMi's cache
+directories), and one journal record per claim appended and synced before the answer. Every failure is
+the claim's own error; the call itself never fails for one claim.
 
 Unprepare, under the lock: the claim's spec file and directory are removed by its UID (so a claim the
 checkpoint does not know, e.g. after a lost checkpoint, is cleaned up too, and an unknown one is
@@ -112,6 +113,13 @@ class ClaimSource(Protocol):
     def get_pod(self, namespace: str, name: str) -> Mapping[str, Any]: ...
 
 
+class PodLookup(Protocol):
+    """Pods from memory (`watched.WatchedPods`, fed by the node's pod watch): the pod with that UID when
+    it can stand for the pod read now, else None (never waits)."""
+
+    def pod(self, namespace: str, name: str, uid: str) -> Mapping[str, Any] | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """One claim's answer: prepared, or the error kubelet shows."""
@@ -134,8 +142,11 @@ class ClaimPreparer:
         common_nodes: Callable[[], Sequence[str]] = lambda: (),
         license_present: Callable[[], bool] = lambda: False,
         backend: GPUBackend | None = None,
+        watched: PodLookup | None = None,
     ) -> None:
         self._config = config
+        self._watched = watched
+        """The node's pods from its pod watch, asked before a pod is read (None: always read)."""
         self._backend = backend
         """Creates and destroys the MIG devices of claims of MIG partitions (None: such claims fail)."""
         self._gpus = gpus
@@ -159,8 +170,17 @@ class ClaimPreparer:
         """Records after the header."""
         self.prepared = 0
         """Claims prepared (newly) since start."""
+        self.pods_read = 0
+        """Pods read from the API server for new claims since start."""
+        self.pods_watched = 0
+        """Pods of new claims taken from the pod watch instead (`watched`) since start."""
         self._forbidden_logged = False
         self.unprepared = 0
+
+    @property
+    def watched(self) -> PodLookup | None:
+        """The pods from the node's pod watch that Prepare asks before reading a pod."""
+        return self._watched
 
     @property
     def checkpoint_path(self) -> Path:
@@ -243,13 +263,20 @@ class ClaimPreparer:
     def _read_pods(
         self, fetched: dict[str, tuple[ClaimRef, Mapping[str, Any]]], out: dict[str, Outcome]
     ) -> list[Mapping[str, Any]]:
-        """The pods the claims are reserved for (each read once); a claim whose pod cannot be read
-        fails (kubelet retries), a pod that is gone or was replaced is left out."""
+        """The pods the claims are reserved for (each once): from the pod watch when it has the pod
+        with the reserved UID (`watched`), else read; a claim whose pod cannot be read fails (kubelet
+        retries), a pod that is gone or was replaced is left out."""
         pods: dict[tuple[str, str], Mapping[str, Any] | None] = {}
         for uid, (ref, claim) in list(fetched.items()):
             for name, pod_uid in reserved_pods(claim):
                 key = (ref.namespace, name)
+                if key not in pods and self._watched is not None:
+                    seen = self._watched.pod(ref.namespace, name, pod_uid)
+                    if seen is not None:
+                        self.pods_watched += 1
+                        pods[key] = seen
                 if key not in pods:
+                    self.pods_read += 1
                     try:
                         pod = self._source.get_pod(ref.namespace, name)
                     except KubeApiError as err:
@@ -728,7 +755,7 @@ def _bad_uid(ref: ClaimRef) -> str:
     return f"claim {ref.key}: UID {ref.uid!r} is not a Kubernetes UID"
 
 
-__all__ = ["LOCK_FILE", "ClaimPreparer", "ClaimSource", "Outcome"]
+__all__ = ["LOCK_FILE", "ClaimPreparer", "ClaimSource", "Outcome", "PodLookup"]
 
 
 # --- MIG partitions: the instance behind an allocated partition ------------------------------------------

@@ -362,6 +362,7 @@ class DraPluginServers:
         stop_grace_s: float = 0.5,
         partitions: Partitions | None = None,
     ) -> None:
+        self.preparer = preparer
         self.registration_socket = registration_socket(config)
         self.dra_socket = dra_socket(config)
         self.health = HealthServicer(state, config.node_name, resend_s=health_resend_s, partitions=partitions)

@@ -29,7 +29,7 @@ from hami_node.unixgrpc import socket_identity
 from hami_sim.apiserver.resource_v1 import FeatureGates
 from hami_sim.apiserver.runner import ApiServerRunner
 from tests.apiserver_util import http
-from tests.builders import dra_result, resource_claim
+from tests.builders import claim_refs, container, dra_result, pod, resource_claim
 from tests.conftest import ApiServerHandle
 from tests.dra_node_util import SLICES, TIMEOUT, DraRig, make_dra_rig
 from tests.node_daemon_util import REPO_ROOT, NodeDaemonProcess, run_daemon_once
@@ -380,6 +380,65 @@ def test_a_claim_prepared_before_a_restart_is_prepared_again_with_the_same_answe
         after = rig.plugin_v1(channel).NodePrepareResources(request, timeout=45.0)
     assert after == before and after.claims[uid].error == ""
     assert cache.read_bytes() == b"HAMi-core region"
+
+
+def test_a_new_claims_pod_the_pod_watch_shows_is_not_read_and_one_it_does_not_show_is(
+    rig: DraRig, apiserver: ApiServerHandle
+) -> None:
+    """Issue 29: the pods bound to the node are watched (spec.nodeName), so Prepare of a new claim whose
+    pod the watch has shown makes no pod GET; a pod the watch never shows (bound elsewhere) is read."""
+    rig.start()
+    preparer = rig.servers.preparer
+    watched = preparer.watched
+    assert watched is not None
+    device = dra.device_name(INVENTORY.gpus[0].minor)
+
+    def reserved_claim(claim: str, pod_name: str, node_name: str) -> tuple[v1_pb2.Claim, str]:
+        body = pod(
+            pod_name,
+            container("main", resources=claim_refs("gpu")),
+            namespace="default",
+            node_name=node_name,
+            resourceClaims=[{"name": "gpu", "resourceClaimName": claim}],
+        )
+        code, made = http(rig.base_url, "POST", "/api/v1/namespaces/default/pods", body)
+        assert code == 201, made
+        pod_uid: str = made["metadata"]["uid"]
+        code, created = http(
+            rig.base_url,
+            "POST",
+            "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims",
+            resource_claim(claim, namespace="default", node=NODE),
+        )
+        assert code == 201, created
+        status = resource_claim(
+            claim,
+            results=[dra_result(device, pool=NODE, share_id=claim, memory="1Gi", cores="10")],
+            reserved_for=[(pod_name, pod_uid)],
+            node=NODE,
+        )["status"]
+        path = f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{claim}/status"
+        code, done = http(
+            rig.base_url, "PATCH", path, {"status": status}, content_type="application/merge-patch+json"
+        )
+        assert code == 200, done
+        return v1_pb2.Claim(namespace="default", name=claim, uid=created["metadata"]["uid"]), pod_uid
+
+    here, here_pod = reserved_claim("cw", "pw", NODE)
+    elsewhere, _ = reserved_claim("ce", "pe", "dra-other-node")
+    wait_for(lambda: watched.pod("default", "pw", here_pod) is not None, TIMEOUT, "the pod watch to show pw")
+    with rig.channel(rig.dra_socket) as channel:
+        stub = rig.plugin_v1(channel)
+        for claim, pod_gets, counts in ((here, 0, (1, 0)), (elsewhere, 1, (1, 1))):
+            apiserver.runner.reset_counters()
+            response = stub.NodePrepareResources(
+                v1_pb2.NodePrepareResourcesRequest(claims=[claim]), timeout=45.0
+            )
+            assert response.claims[claim.uid].error == "", claim.name
+            counters = apiserver.runner.counters()
+            assert counters.get(("get", "pods", ""), 0) == pod_gets, (claim.name, counters)
+            assert counters.get(("get", "resourceclaims", ""), 0) == 1, (claim.name, counters)
+            assert (preparer.pods_watched, preparer.pods_read) == counts
 
 
 # --- as a process --------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from hami_node.dra import checkpoint as ckpt
 from hami_node.dra.checkpoint import FILE_NAME as LEGACY_CHECKPOINT
 from hami_node.dra.claims import ClaimRef
 from hami_node.dra.prepare import LOCK_FILE, ClaimPreparer
+from hami_node.dra.watched import WatchedPods
 from tests.builders import claim_refs, container, dra_result, physical_gpu, pod, resource_claim
 from tests.cdi_util import spec_problems
 from tests.waiting import wait_for
@@ -432,4 +433,81 @@ def test_without_rights_on_pods_claims_keep_their_own_indices_and_it_is_said_onc
     assert preparer.prepare([A])[UID_A].claim is not None
     api.add(resource_claim("b", uid=UID_B, reserved_for=[("p", POD_UID)], results=[dra_result("hami-gpu-0")]))
     assert preparer.prepare([B])[UID_B].claim is not None
+    assert caplog.text.count("grant get on pods to hami-node") == 1
+
+
+# --- the pods of new claims from the node's pod watch (issue 29) -------------------------------------
+
+
+def watched_preparer(config: NodeConfig, api: Api, pods: WatchedPods) -> ClaimPreparer:
+    preparer = ClaimPreparer(config, lambda: GPUS, api, common_nodes=lambda: (), watched=pods)
+    preparer.start()
+    return preparer
+
+
+def test_a_new_claims_pod_held_by_the_watch_with_the_reserved_uid_is_not_read(
+    config: NodeConfig, api: Api
+) -> None:
+    """The pod from the watch is the one the indices come from: two claims in one container agree, as
+    when the pod is read (test_two_claims_in_one_container_from_templates_get_agreeing_indices)."""
+    api.add(
+        resource_claim(
+            "b", uid=UID_B, owner_pod=("p", POD_UID), reserved_for=[("p", POD_UID)],
+            results=[dra_result("hami-gpu-0", share_id="s0", memory="1Gi", cores="10")],
+        )
+    )  # fmt: skip
+    templates = [
+        {"name": "gpu", "resourceClaimTemplateName": "t"},
+        {"name": "more", "resourceClaimTemplateName": "u"},
+    ]
+    both = pod(
+        "p",
+        container("main", resources=claim_refs("gpu", "more")),
+        namespace="default",
+        uid=POD_UID,
+        resourceClaims=templates,
+        claim_statuses={"gpu": "a", "more": "b"},
+    )
+    del api.objects[("Pod", "default", "p")]  # a read would find it gone: its claims' own indices
+    pods = WatchedPods()
+    pods.pods_listed([both])
+    preparer = watched_preparer(config, api, pods)
+    out = preparer.prepare([A, B])
+    assert out[UID_A].claim is not None and out[UID_B].claim is not None
+    assert (out[UID_B].claim.devices[0].index, out[UID_A].claim.devices[0].index) == (0, 1)
+    assert api.reads == ["ResourceClaim default/a", "ResourceClaim default/b"]
+    assert (preparer.pods_watched, preparer.pods_read) == (1, 0)
+
+
+def test_a_pod_the_watch_lacks_has_under_another_uid_or_has_not_listed_yet_is_read_as_without_it(
+    config: NodeConfig, api: Api
+) -> None:
+    the_pod = api.objects[("Pod", "default", "p")]
+    replaced = {**the_pod, "metadata": {**the_pod["metadata"], "uid": "77777777-0000-4000-8000-000000000007"}}
+    cases = {
+        "not listed yet": lambda pods: pods.pod_event("ADDED", the_pod),
+        "absent": lambda pods: pods.pods_listed([]),
+        "another uid": lambda pods: pods.pods_listed([replaced]),
+    }
+    for case, feed in cases.items():
+        pods = WatchedPods()
+        feed(pods)
+        preparer = watched_preparer(config, api, pods)
+        api.reads.clear()
+        assert preparer.prepare([A])[UID_A].claim is not None, case
+        assert api.reads == ["ResourceClaim default/a", "Pod default/p"], case
+        assert (preparer.pods_watched, preparer.pods_read) == (0, 1), case
+        assert preparer.unprepare([A]) == {UID_A: ""}
+
+
+def test_a_pod_the_watch_lacks_fails_or_is_left_out_on_the_read_as_before(
+    config: NodeConfig, api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    pods = WatchedPods()
+    pods.pods_listed([])
+    preparer = watched_preparer(config, api, pods)
+    api.fail["Pod"] = KubeApiError(503, "ServiceUnavailable", "try later")
+    assert preparer.prepare([A])[UID_A].error.startswith("claim default/a: cannot read pod default/p: 503")
+    api.fail["Pod"] = KubeApiError(403, "Forbidden", "pods is forbidden")
+    assert preparer.prepare([A])[UID_A].claim is not None
     assert caplog.text.count("grant get on pods to hami-node") == 1
