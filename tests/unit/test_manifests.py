@@ -1058,12 +1058,13 @@ def test_every_base_file_is_listed() -> None:
 
 DRA_ROLES: dict[tuple[str, str], frozenset[Grant]] = {
     **ALLOWED_ROLES,
-    # The node daemon in DRA mode: its node's ResourceSlice, the claims it prepares, its Node (the
-    # slice's owner reference) and Events; nothing it could use to look like a device-plugin node.
+    # The node daemon in DRA mode: its node's ResourceSlice, the claims it prepares, the pods bound to
+    # its node (watched: a new claim's pod from memory), its Node (the slice's owner reference) and
+    # Events; nothing it could use to look like a device-plugin node.
     ("ClusterRole", "hami-node-dra"): _grants(
         ("resource.k8s.io", "resourceslices", "create update delete list watch", None),
         ("resource.k8s.io", "resourceclaims", "get", None),
-        ("", "pods", "get", None),
+        ("", "pods", "get list watch", None),
         ("", "nodes", "get patch", None),
         ("", "events", "create patch", None),
     ),
