@@ -176,8 +176,12 @@ def parse_text(
 
 
 def parse_path(value: object) -> Path:
-    """A path on this machine (not blank, at most PATH_MAX characters)."""
-    return Path(parse_text("a path", max_len=PATH_MAX)(value))
+    """A path on this machine (not blank, at most PATH_MAX characters, no NUL: no system call takes
+    one, and Python's file functions raise ValueError on it)."""
+    text = parse_text("a path", max_len=PATH_MAX)(value)
+    if "\x00" in text:
+        raise Invalid("a path without a NUL character")
+    return Path(text)
 
 
 def parse_number(low: float, *, inclusive: bool, expected: str | None = None) -> Callable[[object], float]:

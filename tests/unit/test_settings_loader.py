@@ -399,3 +399,8 @@ def test_resource_names_and_paths() -> None:
     for bad in ("", "  ", "x" * 5000, 3):
         with pytest.raises(Invalid, match="a path"):
             parse_path(bad)
+
+
+def test_a_path_with_a_nul_character_is_refused_with_the_reason() -> None:
+    with pytest.raises(Invalid, match="without a NUL character"):
+        parse_path("/etc/hami\x00/device-config.yaml")
