@@ -18,11 +18,14 @@ between two pods' Prepares):
 
 1. floor: GetInfo on the registration socket (the same process and gRPC server code, no work in the
    handler), back to back;
-2. NodePrepareResources of the new claim: the daemon reads the claim and its pod from the API server,
-   then, under its lock, the checkpoint, the claim's CDI spec (written atomically) and directory, and the
-   checkpoint again;
-3. NodePrepareResources of the same claim again (kubelet repeats it after its own restart): the same two
-   reads, the answer from the checkpoint, the spec checked to be there;
+2. NodePrepareResources of the new claim: the daemon reads the claim from the API server and takes its
+   pod from its watch of the node's pods (the pods are made before the round's first Prepare, as kubelet
+   sees a pod before it prepares its claims; with `--unwatched-pods` they are bound to another node, so
+   the watch never shows them and the daemon reads each pod, as before it had the watch), then, under its
+   lock, the checkpoint, the claim's CDI spec (written atomically) and directory, and the checkpoint
+   again; the API server's count of pod GETs per new claim is reported;
+3. NodePrepareResources of the same claim again (kubelet repeats it after its own restart): the claim's
+   read, the answer from the checkpoint, the spec checked to be there;
 4. NodeUnprepareResources: spec, directory and checkpoint entry removed (no API read).
 
 With `--held N`, N more claims are prepared before the timed phases (untimed, 100 at a time, each
@@ -42,7 +45,8 @@ per call and the CPU of other processes on the machine are reported with the loa
 to stderr, a markdown table to stdout. Usage:
 
     python bench/dra_prepare.py [--claims 1000] [--live 80] [--held 0] [--pace-ms 10] [--gpus 8]
-                                [--mig-gpus 0] [--kube-api-qps Q] [--json FILE] [--py-spy FILE] [--keep]
+                                [--mig-gpus 0] [--unwatched-pods] [--kube-api-qps Q] [--json FILE]
+                                [--py-spy FILE] [--keep]
     python bench/dra_prepare.py --in-process [--claims 1000] [--live 80] [--held 720] [--gpus 8]
 
 `--in-process` times the daemon's own work alone: the real `ClaimPreparer` (the class the daemon
@@ -99,6 +103,8 @@ from hami_node.dra.api.v1 import api_pb2_grpc as v1_grpc
 from hami_node.gpu.inventory import generate_inventory, write_inventory
 
 NODE = "bench-dra-node"
+OTHER_NODE = "bench-other-node"
+"""Where `--unwatched-pods` binds the claims' pods: outside the daemon's pod watch (spec.nodeName)."""
 NAMESPACE = "default"
 GROUP = "/apis/resource.k8s.io/v1"
 CDI_KIND = "k8s.gpu.hami.io/claim"
@@ -159,14 +165,14 @@ class Claim:
         return v1_pb2.Claim(namespace=NAMESPACE, name=self.name, uid=self.uid)
 
 
-def pod_body(pod_name: str) -> dict[str, Any]:
-    """A pod bound to the node asking one claim from a template."""
+def pod_body(pod_name: str, node: str = NODE) -> dict[str, Any]:
+    """A pod bound to `node` asking one claim from a template."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": pod_name, "namespace": NAMESPACE, "labels": {"app": "bench-dra"}},
         "spec": {
-            "nodeName": NODE,
+            "nodeName": node,
             "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "bench-gpu"}],
             "containers": [{"name": "main", "image": "cuda:12", "resources": {"claims": [{"name": "gpu"}]}}],
         },
@@ -223,11 +229,13 @@ def allocated_status(
     }
 
 
-def make_claim(api: Api, i: int, device: str, rng: random.Random, *, mig: bool = False) -> Claim:
-    """A pod bound to the node with a claim from a template, allocated and reserved as the local cluster
-    does it (claim controller, then the scheduler's PreBind). Untimed."""
+def make_claim(
+    api: Api, i: int, device: str, rng: random.Random, *, mig: bool = False, pod_node: str = NODE
+) -> Claim:
+    """A pod bound to `pod_node` with a claim from a template, allocated on the node and reserved as the
+    local cluster does it (claim controller, then the scheduler's PreBind). Untimed."""
     pod_name = f"p{i:05d}"
-    created = api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod_body(pod_name))
+    created = api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod_body(pod_name, pod_node))
     pod_uid = created["metadata"]["uid"]
     made = api.call("POST", f"{GROUP}/namespaces/{NAMESPACE}/resourceclaims", claim_body(pod_name, pod_uid))
     name, uid = made["metadata"]["name"], made["metadata"]["uid"]
@@ -456,7 +464,9 @@ def prepare_phases(
     pace = args.pace_ms / 1000
     paced = f"calls {args.pace_ms:g} ms apart" if pace > 0 else "back to back"
     what = "MIG partition 1g.5gb, " if mig else ""
-    prepare = Stat(f"NodePrepareResources, a new claim ({what}{paced})")
+    pod_node = OTHER_NODE if args.unwatched_pods else NODE
+    where = "its pod bound elsewhere, not in the watch" if args.unwatched_pods else "its pod bound here"
+    prepare = Stat(f"NodePrepareResources, a new claim ({what}{where}, {paced})")
     again = Stat(f"NodePrepareResources, the same claim again ({what}{paced})")
     unprepare = Stat(f"NodeUnprepareResources ({what}{paced})")
     rng = random.Random(args.claims)
@@ -466,6 +476,7 @@ def prepare_phases(
         f"{rounds - 1} rounds of {live} claims (+1 warm-up), {len(devices)} {'partitions' if mig else 'GPUs'}"
     )
     made = 0
+    pod_gets_0 = pod_gets(node.api)
     with grpc.insecure_channel(f"unix://{node.dra_socket}") as channel:
         stub = v1_grpc.DRAPluginStub(channel)
 
@@ -485,7 +496,9 @@ def prepare_phases(
 
         for r in range(rounds):
             claims = [
-                make_claim(node.api, made + i, devices[(made + i) % len(devices)], rng, mig=mig)
+                make_claim(
+                    node.api, made + i, devices[(made + i) % len(devices)], rng, mig=mig, pod_node=pod_node
+                )
                 for i in range(live)
             ]
             made += live
@@ -508,6 +521,17 @@ def prepare_phases(
     report.stats += [prepare, again, unprepare]
     key = "MIG claims" if mig else "claims"
     report.extra[f"{key} prepared and unprepared (warm-up included)"] = made
+    report.extra[f"pod GETs per new claim ({key}; the API server's count)"] = round(
+        (pod_gets(node.api) - pod_gets_0) / made, 3
+    )
+
+
+def pod_gets(api: Api) -> int:
+    """GETs of single pods the API server has answered (only the daemon reads pods one by one here)."""
+    counters = api.call("GET", "/hami-sim/counters")["counters"]
+    return sum(
+        c["count"] for c in counters if (c["verb"], c["resource"], c["subresource"]) == ("get", "pods", "")
+    )
 
 
 class MemorySource:
@@ -755,6 +779,11 @@ def main() -> int:
         action="store_true",
         help="CDI specs in /dev/shm (tmpfs, as a node's /var/run/cdi), not the temporary directory on disk",
     )
+    parser.add_argument(
+        "--unwatched-pods",
+        action="store_true",
+        help="bind the claims' pods to another node: the daemon's pod watch never shows them (each is read)",
+    )
     parser.add_argument("--pace-ms", type=float, default=10.0, help="pause after each call (0: back to back)")
     parser.add_argument("--floor-calls", type=int, default=1000, help="no-op RPCs for the floor")
     parser.add_argument("--gpus", type=int, default=8, help="fake GPUs of the node")
@@ -763,8 +792,9 @@ def main() -> int:
     )
     add_daemon_options(
         parser,
-        qps_help="the daemon's --kube-api-qps (default: the daemon's, 50; each Prepare reads the claim "
-        "and its pod, so calls 10 ms apart outrun it once its burst is spent; 0: no limit)",
+        qps_help="the daemon's --kube-api-qps (default: the daemon's, 50; each Prepare reads the claim, "
+        "and its pod when the watch lacks it, so calls 10 ms apart outrun it once its burst is spent; "
+        "0: no limit)",
         py_spy_help="sample the daemon with py-spy during the Prepare phases",
     )
     args = parser.parse_args()
