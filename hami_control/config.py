@@ -200,6 +200,24 @@ class FragmentationFilter(StrEnum):
         return self is not FragmentationFilter.ALL
 
 
+class FailedNodes(StrEnum):
+    """Which failed nodes /filter names (in `FailedNodes` / `FailedAndUnresolvableNodes`, each with its
+    reason) when the pod fits somewhere (docs/extender.md, "Failed nodes").
+
+    - `when-none-fit` (the default): only when no candidate fits. kube-scheduler reads an extender's
+      failed nodes into the pod's node statuses (`findNodesThatPassExtenders`,
+      pkg/scheduler/schedule_one.go), which only a pod left with no feasible node uses (its FitError,
+      the FailedScheduling event's "0/N nodes are available", and preemption); with a feasible node
+      `schedulePod` only counts them in a log line's `evaluatedNodes`. A hard pod's answer at 5,000
+      nodes shrinks from ~300 KB to the fitting nodes' names.
+    - `always`: every failed node with its reason, as HAMi answers. Set it when another filtering
+      extender comes after hami-control's in kube-scheduler's list and may leave the pod no node: the
+      event and preemption then see hami-control's reasons too."""
+
+    ALWAYS = "always"
+    WHEN_NONE_FIT = "when-none-fit"
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulingSettings:
     """The extender's default policies (a pod's `hami.io/node-scheduler-policy` and
@@ -219,6 +237,8 @@ class SchedulingSettings:
     """Learned mix: seconds between two recomputations, at least."""
     fragmentation_filter: FragmentationFilter = FragmentationFilter.ALL
     """`best`: /filter keeps only the least fragmenting nodes (`FragmentationFilter`)."""
+    failed_nodes: FailedNodes = FailedNodes.WHEN_NONE_FIT
+    """Whether /filter names the failed nodes of a pod that fits somewhere (`FailedNodes`)."""
 
     @property
     def configured_mix(self) -> TaskMix:
@@ -426,7 +446,7 @@ _GROUPS: dict[str, tuple[type, dict[str, str]]] = {
         "fragmentation_mix": "fragmentation_mix", "fragmentation_mix_window": "fragmentation_mix_window",
         "fragmentation_mix_min_tasks": "fragmentation_mix_min_tasks",
         "fragmentation_mix_interval_s": "fragmentation_mix_interval_s",
-        "fragmentation_filter": "fragmentation_filter"}),
+        "fragmentation_filter": "fragmentation_filter", "filter_failed_nodes": "failed_nodes"}),
     "binder": (BinderSettings, {"allocate_timeout_s": "allocate_timeout_s", "bind_wait_s": "bind_wait_s"}),
     "election": (ElectionSettings, {
         "leader_elect": "enabled", "leader_elect_namespace": "namespace", "leader_elect_lease": "lease",
@@ -652,6 +672,10 @@ _SETTINGS: tuple[Setting, ...] = (
             "fragmentationFilter", _enum(FragmentationFilter),
             "fragmentation node policy: /filter answers all fitting nodes, or best: only the least "
             "fragmenting ones, node CPU in the measure", "FILTER", default_text="all"),
+    Setting("filter_failed_nodes", "--filter-failed-nodes", "HAMI_FILTER_FAILED_NODES", "filterFailedNodes",
+            _enum(FailedNodes),
+            "which failed nodes /filter names with their reasons: when-none-fit (only for a pod that fits "
+            "nowhere: all kube-scheduler reads) or always (as HAMi)", "WHEN", default_text="when-none-fit"),
     Setting("kubeconfig", "--kubeconfig", "KUBECONFIG", "kubeconfig", _path, "kubeconfig file", "FILE",
             default_text="in-cluster config", relative_to_file=True),
     Setting("kube_api_qps", "--kube-api-qps", "HAMI_KUBE_API_QPS", "kubeAPIQPS", parse_qps,

@@ -28,7 +28,9 @@ Filter (`filter_pod`):
   event's "0/N nodes are available") or preemption reads. With one node kept the pod has a feasible
   node, so a user loses nothing; the answer loses ~80 bytes a node (405 KB at 5,000 nodes, ~3 ms to
   build, send and parse: bench/cpu_extender.py).
-- A node that does not fit gets a reason in `FailedNodes`, HAMi's text (its `GenReason`): per reason,
+- A node that does not fit gets a reason in `FailedNodes` (the service writes them only for a pod that
+  fits no candidate unless `--filter-failed-nodes always`: `config.FailedNodes`), HAMi's text (its
+  `GenReason`): per reason,
   `<GPUs that failed for it>/<GPUs of the node> <Reason>`, sorted as text (Go's sort.Strings, so "10/16"
   sorts before "2/16") and joined by ", ", e.g. `"3/8 CardInsufficientMemory, 5/8 CardTypeMismatch"`;
   GPUs that passed on a node short of them count as `AllocatedCardsInsufficientRequest`, and a node
@@ -857,6 +859,13 @@ class FilterAnswer:
     @property
     def fits_any(self) -> bool:
         return len(self.fitting) > 0
+
+    def without_failed(self) -> None:
+        """Name no failed node (`--filter-failed-nodes when-none-fit`, for a pod that fits somewhere):
+        `as_dict` and `as_json` then write empty FailedNodes and FailedAndUnresolvableNodes."""
+        self.failed, self.unresolvable = {}, {}
+        self.failing = self.failing_text = _NO_POSITIONS
+        self.failing_unresolvable = None
 
     def answered(self) -> Candidates | None:
         """The nodes answered as fitting as candidates (in NodeNames' order, with the JSON NodeNames is

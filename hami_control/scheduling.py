@@ -41,7 +41,7 @@ from hami_api.errors import WireFormatError
 from hami_api.types import NodeLock, NodePolicy
 from hami_control.binder import Binder, BindingArgs, EventRecorder, read_binding_args
 from hami_control.cache import ClusterCache
-from hami_control.config import ControlConfig, FragmentationFilter
+from hami_control.config import ControlConfig, FailedNodes, FragmentationFilter
 from hami_control.cycle import CycleStates, PodCycle, pod_identity
 from hami_control.extender import (
     UNKNOWN_CPU,
@@ -271,8 +271,11 @@ class Extender:
             narrow=narrow,
             cache=self.rows_cache,
         )
-        if self.events is not None and not result.fits_any:
-            self._filtering_failed(pod, result.as_dict())
+        if not result.fits_any:
+            if self.events is not None:
+                self._filtering_failed(pod, result.as_dict())
+        elif self.config.scheduling.failed_nodes is FailedNodes.WHEN_NONE_FIT:
+            result.without_failed()
         return result
 
     @property

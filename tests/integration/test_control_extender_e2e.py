@@ -85,6 +85,11 @@ def test_filter_prioritize_bind_through_https(control: ControlProcess, core_v1: 
 
         result = wait_for(filtered, what="both nodes in the extender's cache")
         assert result["Error"] == ""
+        # A pod that fits somewhere: no failed node named (--filter-failed-nodes when-none-fit).
+        assert result["FailedNodes"] == {} and result["FailedAndUnresolvableNodes"] == {}
+        too_big = create_gpu_pod(core_v1, "three", gpus=3, mem=4000)
+        result = call(c, "filter", {"Pod": too_big, "NodeNames": names})
+        assert result["NodeNames"] == [] and result["Error"] == ""
         assert result["FailedAndUnresolvableNodes"]["gpu-b"] == "NodeInsufficientDevice"
         assert result["FailedAndUnresolvableNodes"]["ghost"].startswith("node unregistered")
         scores = call(c, "prioritize", {"Pod": p, "NodeNames": ["gpu-a", "gpu-b"]})

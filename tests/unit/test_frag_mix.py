@@ -364,6 +364,8 @@ def test_fragmentation_filter_best_learns_shapes_with_cpu_and_keeps_the_node_who
             "fragmentation",
             "--fragmentation-filter",
             "best",
+            "--filter-failed-nodes",
+            "always",
             "--fragmentation-mix-min-tasks",
             "3",
             "--fragmentation-mix-interval",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,7 +27,7 @@ from hami_api.types import ContainerAllocation, GPUSlice, NodeLock, PodAllocatio
 from hami_control import scheduling
 from hami_control.binder import Binder, BindRejected
 from hami_control.cache import ClusterCache
-from hami_control.config import ControlConfig
+from hami_control.config import ControlConfig, FailedNodes
 from hami_control.cycle import CycleStates
 from hami_control.extender import PodAsk
 from hami_control.fit import Fit
@@ -394,3 +394,31 @@ def test_cycles_are_bounded_and_keep_only_the_best_scored_choices() -> None:
     assert len(cycle.choices) == 2
     older = ext.cycles.get("u-b")
     assert older is not None and older.choices == {}  # never scored, and no longer the latest
+
+
+@pytest.mark.parametrize("named", [FailedNodes.WHEN_NONE_FIT, FailedNodes.ALWAYS])
+def test_failed_nodes_are_named_always_or_only_when_no_node_fits_and_both_writers_agree(
+    named: FailedNodes,
+) -> None:
+    config = replace(CONFIG, scheduling=replace(CONFIG.scheduling, failed_nodes=named))
+    small = [registered_node(f"s{i:02}", devmem=2000) for i in range(30)]
+    big = [registered_node(f"b{i:02}", gpus=2) for i in range(10)]
+    cache = ClusterCache()
+    for n in small + big:
+        cache.node_upserted(n)
+    ext = Extender(config, cache, PodStore(config, cache))
+    names = [n["metadata"]["name"] for n in small + big]
+    fits = ext.filter(body(ns_pod(), names))
+    assert fits == orjson.loads(ext.filter_json(body(ns_pod(), names)))
+    assert fits["NodeNames"] == [f"b{i:02}" for i in range(10)]
+    if named is FailedNodes.ALWAYS:
+        assert fits["FailedNodes"] == {f"s{i:02}": "1/1 CardInsufficientMemory" for i in range(30)}
+    else:
+        assert fits["FailedNodes"] == {} and fits["FailedAndUnresolvableNodes"] == {}
+    # A pod that fits nowhere gets every node's reason in both settings.
+    huge = ns_pod("huge", "u-huge", mem=20000)
+    none = ext.filter(body(huge, names))
+    assert none == orjson.loads(ext.filter_json(body(huge, names)))
+    assert none["NodeNames"] == [] and len(none["FailedNodes"]) == 40
+    assert none["FailedNodes"]["s00"] == "1/1 CardInsufficientMemory"
+    assert none["FailedNodes"]["b00"] == "2/2 CardInsufficientMemory"

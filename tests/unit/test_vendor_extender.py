@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -16,7 +16,7 @@ import orjson
 from hami_api.annotations import DEVICES_TO_ALLOCATE, VGPU_NODE
 from hami_control.binder import Binder, BindRejected
 from hami_control.cache import ClusterCache
-from hami_control.config import ControlConfig, DeviceSettings
+from hami_control.config import ControlConfig, DeviceSettings, FailedNodes
 from hami_control.gpu_sinks import InventoryProblems
 from hami_control.pod_store import PodStore
 from hami_control.quota import QuotaLimits, QuotaUsage, limits_from_resource_quota
@@ -77,11 +77,11 @@ class Events:
         self.recorded.append((namespace, name, uid, type_, reason, message))
 
 
-def service(*nodes: Json) -> tuple[Extender, Writer]:
-    cache = ClusterCache(CONFIG.requests.names, CONFIG.registry.vendors)
+def service(*nodes: Json, config: ControlConfig = CONFIG) -> tuple[Extender, Writer]:
+    cache = ClusterCache(config.requests.names, config.registry.vendors)
     for n in nodes:
         cache.node_upserted(n)
-    ext = Extender(CONFIG, cache, PodStore(CONFIG, cache))
+    ext = Extender(config, cache, PodStore(config, cache))
     writer = Writer()
     ext.binder = Binder(ext.cache, ext.pods, writer, Events(), node_lock=lambda _node: None)
     return ext, writer
@@ -123,11 +123,16 @@ def test_a_vendor_whose_plugin_is_not_registered_with_the_kubelet_has_no_devices
     assert "status.allocatable['hygon.com/dcunum'] is missing or 0" in cache.vendor_problems("d")[0]
 
 
-def test_a_dcu_pod_fits_only_the_dcu_node_with_hamis_reason_elsewhere() -> None:
-    ext, _ = service(dcu_node("d"), nvidia_node("n"))
+def test_a_dcu_pod_fits_only_the_dcu_node_with_hamis_reason_elsewhere_when_failed_nodes_are_named() -> None:
+    always = replace(CONFIG, scheduling=replace(CONFIG.scheduling, failed_nodes=FailedNodes.ALWAYS))
+    ext, _ = service(dcu_node("d"), nvidia_node("n"), config=always)
     result = ext.filter(body(dcu_pod(), ["d", "n"]))
     assert result["NodeNames"] == ["d"]
     assert result["FailedAndUnresolvableNodes"] == {"n": "NodeInsufficientDevice"}
+    ext, _ = service(dcu_node("d"), nvidia_node("n"))
+    result = ext.filter(body(dcu_pod(), ["d", "n"]))
+    assert result["NodeNames"] == ["d"]
+    assert result["FailedAndUnresolvableNodes"] == {} and result["FailedNodes"] == {}
 
 
 def test_a_dcu_pod_too_big_for_every_dcu_gets_the_common_fits_text() -> None:
