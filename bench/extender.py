@@ -39,7 +39,7 @@ Per size N (`--sizes 500,5000`), from scratch:
    The second set asks 2 GPUs, the first 1, so the pending window (pods with the same GPU count wait
    for the node daemon) never holds one behind the other. Afterwards every pod is read back: it must be
    on its node with `hami.io/vgpu-node`, `hami.io/vgpu-devices-allocated` and `hami.io/bind-phase`.
-5. Decisions, closed loop, one pod at a time, as kube-scheduler makes them: D pending pods
+5. Decisions, one pod's filter and prioritize at a time, as kube-scheduler makes them: D pending pods
    (`--decisions`, 300) of the hard then of the typical kind, each sent to `/filter` with the
    candidates kube-scheduler would pick (`numFeasibleNodesToFind`, kubernetes
    pkg/scheduler/schedule_one.go, as `hami_sim.scheduler` does: 14 % of the 4,500 nodes the bind
@@ -47,9 +47,12 @@ Per size N (`--sizes 500,5000`), from scratch:
    then, when more than one node fits, to `/prioritize` with the nodes that fit, then to `/bind` with the
    best scored node (ties: the first). The nodes of the bind phases are left out, and within a phase a
    node already bound to is passed over, so the pending window (nobody plays the node daemon here)
-   never makes a bind wait; the two kinds ask different GPU counts. Decisions per second = pods / wall
-   time of the loop; per decision, the three calls' latency, /filter + /prioritize together, and the CPU
-   hami-control and the API server spent. Every pod is read back bound.
+   never makes a bind wait; the two kinds ask different GPU counts. As kube-scheduler, the loop does not
+   wait for a pod's `/bind` before the next pod's `/filter` (its binding cycle runs in a goroutine,
+   `ScheduleOne` in schedule_one.go; on up to `--concurrency` connections); `--binds serial` waits for
+   it, as this bench did before 2026-11-29. Decisions per second = pods / wall time of the loop, the
+   last bind's answer included; per decision, the three calls' latency, /filter + /prioritize together,
+   and the CPU hami-control and the API server spent. Every pod is read back bound.
    `--decision-modes window,every` (the default) runs this twice: over kube-scheduler's candidate window
    as above, then with every node named in each call (`percentageOfNodesToScore: 100`, as the
    fragmentation component sets it and as an independent harness measures: all N nodes to `/filter`,
@@ -544,6 +547,9 @@ class DecisionResult:
     errors: int
     bound_ok: int
     first_error: str = ""
+    generator_cpu_us: float = 0.0
+    """This process's CPU per decision (playing kube-scheduler: writing the requests, decoding the
+    answers, choosing the node), on the same cores as hami-control and the API server."""
 
 
 @dataclass
@@ -917,11 +923,17 @@ async def decision_phase(  # noqa: PLR0917
     used: set[str],
     *,
     every_node: bool = False,
+    bind_http: aiohttp.ClientSession | None = None,
 ) -> DecisionResult:
     """/filter, /prioritize (when more than one node fits), /bind for one pod after the other, as
     kube-scheduler makes its decisions (see the module docstring): over kube-scheduler's candidate window
     of the nodes `names` not in `used`, or (`every_node`) over every node of `names` in each call, the
-    nodes of `used` passed over only when choosing where to bind. Nodes bound to are added to `used`."""
+    nodes of `used` passed over only when choosing where to bind. Nodes chosen are added to `used`.
+
+    With `bind_http`, each /bind is sent on it without waiting, and the next pod's /filter follows at
+    once, as kube-scheduler does: its scheduling cycle assumes the pod on the chosen node and runs the
+    binding cycle in a goroutine (`ScheduleOne`, pkg/scheduler/schedule_one.go); the phase ends when the
+    last bind has answered. Without it the three calls of a pod are made one after the other."""
     control_pid, api_pid = pids
     free = [n for n in names if n not in used]
     if not free:
@@ -948,13 +960,25 @@ async def decision_phase(  # noqa: PLR0917
         errors += 1
         first_error = first_error or text
 
-    async def timed(path: str, body: bytes) -> tuple[int, bytes]:
+    async def timed(path: str, body: bytes, on: aiohttp.ClientSession = http) -> tuple[int, bytes]:
         began = time.perf_counter()
-        answer = await post(http, path, body)
+        answer = await post(on, path, body)
         per_verb[path].append(time.perf_counter() - began)
         return answer
 
+    async def bind(name: str, target: str, body: bytes, began: float) -> None:
+        status, answer = await timed("/bind", body, bind_http or http)
+        latencies.append(time.perf_counter() - began)
+        error = orjson.loads(answer).get("Error") if status == 200 else f"HTTP {status}"
+        if error:
+            failed(str(error))
+            return
+        chosen[name] = target
+
+    binding: list[asyncio.Task[None]] = []
+
     control_before, api_before = server_cpu(control_pid), server_cpu(api_pid)
+    generator_before = time.process_time()
     started = time.monotonic()
     for pod in pods:
         if every_node:
@@ -985,15 +1009,15 @@ async def decision_phase(  # noqa: PLR0917
             "PodUID": meta["uid"],
             "Node": target,
         }
-        status, answer = await timed("/bind", orjson.dumps(args))
-        latencies.append(time.perf_counter() - began)
-        error = orjson.loads(answer).get("Error") if status == 200 else f"HTTP {status}"
-        if error:
-            failed(str(error))
-            continue
-        used.add(target)
-        chosen[meta["name"]] = target
+        used.add(target)  # kube-scheduler's assume: the next cycle sees the node taken
+        if bind_http is None:
+            await bind(meta["name"], target, orjson.dumps(args), began)
+        else:
+            binding.append(asyncio.create_task(bind(meta["name"], target, orjson.dumps(args), began)))
+    if binding:
+        await asyncio.gather(*binding)
     seconds = time.monotonic() - started
+    generator_cpu = time.process_time() - generator_before
     control_cpu = server_cpu(control_pid) - control_before
     api_cpu = server_cpu(api_pid) - api_before
     async with (
@@ -1036,6 +1060,7 @@ async def decision_phase(  # noqa: PLR0917
         errors=errors,
         bound_ok=bound_ok,
         first_error=first_error,
+        generator_cpu_us=round(generator_cpu * 1e6 / n, 1),
     )
 
 
@@ -1108,13 +1133,26 @@ async def measure_size(  # noqa: PLR0917
             label = f"{name}, {ask[0]} GPU x {ask[1]} MiB{', every node named' if every else ''}"
             phases.append((what, label, pods, used[ask], every))
     spy = args.py_spy_decisions if profile else None
-    async with extender_session(port, ca, 1) as http:
+    async with (
+        extender_session(port, ca, 1) as http,
+        extender_session(port, ca, args.concurrency) as bind_http,
+    ):
         with py_spy(control_pid, spy, "hami-control during the decisions"):
             for what, label, pods, used_nodes, every in phases:
-                log(f"{what}: {args.decisions} pods, filter + prioritize + bind, one at a time")
+                how = "binds not awaited" if args.binds == "async" else "one call after the other"
+                log(f"{what}: {args.decisions} pods, filter + prioritize + bind, {how}")
                 result.decisions.append(
                     await decision_phase(
-                        http, base, pids, nodes, label, pods, names, used_nodes, every_node=every
+                        http,
+                        base,
+                        pids,
+                        nodes,
+                        label,
+                        pods,
+                        names,
+                        used_nodes,
+                        every_node=every,
+                        bind_http=bind_http if args.binds == "async" else None,
                     )
                 )
     result.rss_mb["after the decisions"] = proc_status_mb(control_pid, "VmRSS")
@@ -1209,6 +1247,7 @@ DECISION_TABLE = (
     "hami-control CPU per decision",
     "decisions/s its CPU allows",
     "API server CPU per decision",
+    "load generator CPU per decision",
     "bound",
     "errors",
 )
@@ -1307,7 +1346,7 @@ def report(results: list[SizeResult]) -> str:
             "",
             *markdown_table(
                 DECISION_TABLE,
-                "rlrrrrrllrrrrrr",
+                "rlrrrrrllrrrrrrr",
                 (
                     (
                         f"{s.nodes:,}",
@@ -1323,6 +1362,7 @@ def report(results: list[SizeResult]) -> str:
                         f"{d.control_cpu_us:,.0f} µs",
                         f"{1e6 / d.control_cpu_us:,.0f}" if d.control_cpu_us else "-",
                         f"{d.apiserver_cpu_us:,.0f} µs",
+                        f"{d.generator_cpu_us:,.0f} µs",
                         f"{d.bound_ok}/{d.decisions}",
                         _errors(d.errors, d.first_error),
                     )
@@ -1382,6 +1422,13 @@ def build_parser(doc: str | None) -> argparse.ArgumentParser:
         default="window,every",
         help="decision phases: 'window' (kube-scheduler's candidate window of the nodes the bind phases "
         "left alone), 'every' (every node named in each call), comma-separated",
+    )
+    parser.add_argument(
+        "--binds",
+        choices=("async", "serial"),
+        default="async",
+        help="decisions: async (kube-scheduler's: the next pod's /filter does not wait for a /bind, which "
+        "runs in its binding cycle's goroutine, schedule_one.go) or serial (each pod's three calls in a row)",
     )
     parser.add_argument("--concurrency", type=int, default=16, help="concurrent /bind clients")
     parser.add_argument(
