@@ -1406,15 +1406,22 @@ class PrioritizeAnswer:
             return orjson.dumps(self.as_list())
         if int(scores.min()) < 0 or int(scores.max()) > MAX_SCORE:
             return orjson.dumps(self.as_list())
-        starts = table.host_json[np.maximum(rows, 0)]
+        if int(rows.min()) >= 0:
+            written = table.priorities_json(rows, scores)
+            if written is not None:
+                return written
+        starts = table.host_json[np.maximum(rows, 0)].tolist()
         if int(rows.min()) < 0:
             for pos in np.flatnonzero(rows < 0).tolist():
                 starts[pos] = b'{"Host":' + orjson.dumps(self.hosts[pos]) + b',"Score":'
-        return b"[" + b",".join(np.add(starts, _SCORE_ENDS[scores]).tolist()) + b"]"
+        parts: list[bytes] = [b""] * (2 * len(starts))
+        parts[0::2] = starts
+        parts[1::2] = map(_SCORE_ENDS.__getitem__, scores.tolist())
+        return b"[" + b"".join(parts)[:-1] + b"]"
 
 
-_SCORE_ENDS = np.array([b"%d}" % score for score in range(MAX_SCORE + 1)], dtype=object)
-"""The end of a HostPriority entry per score: `<score>}`."""
+_SCORE_ENDS = [b"%d}," % score for score in range(MAX_SCORE + 1)]
+"""The end of a HostPriority entry per score, with the comma before the next: `<score>},`."""
 
 
 def prioritize_answer(

@@ -300,6 +300,38 @@ class GPUTable:
         out[:, width:] = np.frombuffer(value + b",", dtype=np.uint8)
         return out.reshape(-1)[:-1].tobytes()
 
+    def priorities_json(self, rows: IntArray, scores: IntArray) -> bytes | None:
+        """The HostPriorityList `[{"Host":"<name>","Score":<score>},...]` of the nodes of `rows` (each
+        >= 0) with their `scores` (0..99), written from `key_json` in a few array operations: each name
+        padded with spaces before its comma, each score written in two characters (JSON's whitespace,
+        nothing to a decoder). None when the padding would make it more than 5 % longer (names of very
+        different lengths): the caller joins `host_json` instead."""
+        k = len(rows)
+        if not k:
+            return b"[]"
+        width = self.key_width
+        lengths = self.key_len[rows]
+        exact = int(lengths.sum()) + k * (len(_HOST) + len(_SCORE) + 2 + 2)
+        size = len(_HOST) + width + len(_SCORE) + 2 + 2
+        if (size * k - exact) * 20 > exact:
+            return None
+        out = np.empty((k, size), dtype=np.uint8)
+        at = len(_HOST)
+        out[:, :at] = np.frombuffer(_HOST, dtype=np.uint8)
+        keys = self.key_json.view(f"V{width}").ravel()  # a row as one item: a faster gather
+        out[:, at : at + width] = keys[rows].view(np.uint8).reshape(k, width)
+        out[np.arange(k), at + lengths - 1] = _SPACE  # the key's colon
+        at += width
+        out[:, at : at + len(_SCORE)] = np.frombuffer(_SCORE, dtype=np.uint8)
+        at += len(_SCORE)
+        tens = scores // 10
+        out[:, at] = np.where(tens > 0, tens + _ZERO, _SPACE)
+        out[:, at + 1] = scores % 10 + _ZERO
+        out[:, at + 2 :] = np.frombuffer(b"},", dtype=np.uint8)
+        flat = out.reshape(-1)
+        flat[-1] = _CLOSE
+        return b"[" + flat.tobytes()
+
     def _changed(self, row: int) -> None:
         self.version += 1
         log = self._log
@@ -388,6 +420,10 @@ def json_string(text: str) -> bytes:
 
 _SPACE = ord(" ")
 _COMMA = ord(",")
+_ZERO = ord("0")
+_CLOSE = ord("]")
+_HOST = b'{"Host":'
+_SCORE = b',"Score":'
 _LOG_MIN = 4096
 """`GPUTable`'s change log keeps at least this many versions (and twice its rows)."""
 

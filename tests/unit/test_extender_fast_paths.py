@@ -6,8 +6,8 @@
   removed, added and their free CPU changes, equal the node-by-node `fit_pod` answers (filter and
   prioritize, reasons counted included) and the table's fresh evaluation;
 - the answers written as JSON without building the objects (`FilterAnswer.as_json`,
-  `PrioritizeAnswer.as_json`; failed nodes of names alike in length from the table's padded keys,
-  others joined) decode to the objects (prioritize byte for byte);
+  `PrioritizeAnswer.as_json`; failed nodes and host priorities of names alike in length from the
+  table's padded keys, others joined) decode to the objects, in the same order;
 - the candidate lists read once and kept by the JSON of their names (`CandidateLists`) give what
   decoding the whole body gives, for bodies of every shape;
 - the table's change log lists each row written, removed or touched;
@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -37,6 +38,7 @@ from hami_control.extender import (
     Candidates,
     ExtenderArgsError,
     HostCPU,
+    PrioritizeAnswer,
     filter_answer,
     filter_pod,
     prioritize_answer,
@@ -48,6 +50,7 @@ from hami_control.frag import MILLI, TaskMix, TaskShape
 from hami_control.gputable import GPUTable, RowCache
 from hami_control.pod_store import _container_request
 from hami_control.quota import QuotaLimits, QuotaUsage
+from hami_control.score import MAX_SCORE
 from hami_control.usage import NodeGPUs
 from tests.builders import FixedQuota, container, gpu_info, node_gpus, pod
 
@@ -162,7 +165,7 @@ def _apply(view: View, table: GPUTable, cpu: dict[str, int], step: tuple[str, st
 
 def _encoded_equal(filtered: Any, prioritized: Any) -> None:
     assert orjson.loads(filtered.as_json()) == filtered.as_dict()
-    assert prioritized.as_json() == orjson.dumps(prioritized.as_list())
+    assert orjson.loads(prioritized.as_json()) == prioritized.as_list()
 
 
 @settings(max_examples=60, deadline=None)
@@ -409,3 +412,31 @@ def test_the_pod_stores_kept_containers_give_the_records_reading_each_pod_gives(
         pod_store._vendors_read.clear()  # a fresh table: nothing kept
         fresh.append(pod_store.pod_record(obj, CONFIG))
     assert kept == fresh
+
+
+_NAMES = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=24)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    names=st.lists(_NAMES, min_size=1, max_size=40, unique=True),
+    data=st.data(),
+)
+def test_host_priorities_written_from_the_padded_keys_decode_to_the_list_in_order(
+    names: list[str], data: st.DataObject
+) -> None:
+    table = GPUTable()
+    for name in names:
+        table.set_node(node_gpus(gpu_info(0, id=f"{name}-g0"), name=name))
+    # any subset in any order, some names twice, some not in the table
+    hosts = data.draw(st.lists(st.sampled_from([*names, "not-a-node"]), max_size=60))
+    scores = data.draw(st.lists(st.integers(0, MAX_SCORE), min_size=len(hosts), max_size=len(hosts)))
+    rows = table.rows(hosts)
+    answer = PrioritizeAnswer(hosts, np.array(scores, dtype=np.int64), rows, table)
+    expected = [{"Host": h, "Score": v} for h, v in zip(hosts, scores, strict=True)]
+    assert orjson.loads(answer.as_json()) == expected
+    known = rows[rows >= 0]
+    written = table.priorities_json(known, np.array(scores, dtype=np.int64)[rows >= 0])
+    if written is not None:  # padded: one array copy (names alike in length)
+        kept = [e for e, row in zip(expected, rows.tolist(), strict=True) if row >= 0]
+        assert orjson.loads(written) == kept
