@@ -25,7 +25,7 @@ from hami_node.dra.checkpoint import FILE_NAME as LEGACY_CHECKPOINT
 from hami_node.dra.claims import ClaimRef
 from hami_node.dra.prepare import LOCK_FILE, ClaimPreparer
 from hami_node.dra.watched import WatchedPods
-from tests.builders import claim_refs, container, dra_result, physical_gpu, pod, resource_claim
+from tests.builders import Json, claim_refs, container, dra_result, physical_gpu, pod, resource_claim
 from tests.cdi_util import spec_problems
 from tests.waiting import wait_for
 
@@ -235,9 +235,9 @@ def test_claims_are_read_before_the_lock_is_taken(config: NodeConfig, api: Api) 
         second.join(10.0)
 
 
-def test_two_claims_in_one_container_from_templates_get_agreeing_indices(
-    config: NodeConfig, api: Api
-) -> None:
+def second_claim_in_the_pods_container(api: Api) -> Json:
+    """Claim `b` (on hami-gpu-0) beside `a`, both from templates and both used by the pod's one container:
+    the pod that says so (not added to `api`)."""
     api.add(
         resource_claim(
             "b", uid=UID_B, owner_pod=("p", POD_UID), reserved_for=[("p", POD_UID)],
@@ -248,16 +248,20 @@ def test_two_claims_in_one_container_from_templates_get_agreeing_indices(
         {"name": "gpu", "resourceClaimTemplateName": "t"},
         {"name": "more", "resourceClaimTemplateName": "u"},
     ]
-    api.add(
-        pod(
-            "p",
-            container("main", resources=claim_refs("gpu", "more")),
-            namespace="default",
-            uid=POD_UID,
-            resourceClaims=templates,
-            claim_statuses={"gpu": "a", "more": "b"},
-        )
+    return pod(
+        "p",
+        container("main", resources=claim_refs("gpu", "more")),
+        namespace="default",
+        uid=POD_UID,
+        resourceClaims=templates,
+        claim_statuses={"gpu": "a", "more": "b"},
     )
+
+
+def test_two_claims_in_one_container_from_templates_get_agreeing_indices(
+    config: NodeConfig, api: Api
+) -> None:
+    api.add(second_claim_in_the_pods_container(api))
     out = preparer_for(config, api).prepare([A, B])
     assert out[UID_A].claim is not None and out[UID_B].claim is not None
     assert out[UID_B].claim.devices[0].index == 0  # hami-gpu-0 first in PCI order
@@ -450,24 +454,7 @@ def test_a_new_claims_pod_held_by_the_watch_with_the_reserved_uid_is_not_read(
 ) -> None:
     """The pod from the watch is the one the indices come from: two claims in one container agree, as
     when the pod is read (test_two_claims_in_one_container_from_templates_get_agreeing_indices)."""
-    api.add(
-        resource_claim(
-            "b", uid=UID_B, owner_pod=("p", POD_UID), reserved_for=[("p", POD_UID)],
-            results=[dra_result("hami-gpu-0", share_id="s0", memory="1Gi", cores="10")],
-        )
-    )  # fmt: skip
-    templates = [
-        {"name": "gpu", "resourceClaimTemplateName": "t"},
-        {"name": "more", "resourceClaimTemplateName": "u"},
-    ]
-    both = pod(
-        "p",
-        container("main", resources=claim_refs("gpu", "more")),
-        namespace="default",
-        uid=POD_UID,
-        resourceClaims=templates,
-        claim_statuses={"gpu": "a", "more": "b"},
-    )
+    both = second_claim_in_the_pods_container(api)
     del api.objects[("Pod", "default", "p")]  # a read would find it gone: its claims' own indices
     pods = WatchedPods()
     pods.pods_listed([both])
