@@ -14,7 +14,9 @@ Cases, each the median of `--repeat` timings of `--loops` calls, in this process
 - 1 claim of 2 GPUs with `distinctAttribute` on the uuid;
 - 1 claim that does not fit (every GPU's cores taken): the whole search fails;
 - per pod over `--nodes` nodes: PreFilter (the allocator) plus Filter on every node, and the chosen
-  node's allocation built (what Reserve writes; the other nodes' are never built).
+  node's allocation built (what Reserve writes; the other nodes' are never built);
+- the same through the plugin's `AllocationMemo`, a pod of the same spec having been scheduled over the
+  same unchanged nodes before (each node's outcome kept: the stand-in's shortcut, not upstream's).
 
 CEL: one `compile_selector` of HAMi-DRA's class selector, the first evaluation on a device (its variable
 and context built) and later ones (the evaluation only, no verdict cache).
@@ -32,7 +34,7 @@ from typing import Any
 from benchlib import add_json_option, arg_parser, write_json
 
 from hami_api import dra
-from hami_sim.scheduler.dra.allocator import AllocatedState, Allocator
+from hami_sim.scheduler.dra.allocator import AllocatedState, AllocationMemo, Allocator
 from hami_sim.scheduler.dra.inventory import Inventory, Slice
 from hami_sim.scheduler.dra.selector import compile_selector
 
@@ -182,6 +184,19 @@ def run(repeat: int, loops: int, nodes: int) -> dict[str, float]:
     pod_over_nodes()  # warm the verdict caches, as after the first pod
     results[f"1 pod over {nodes} nodes (PreFilter + Filter on each), warm"] = timed(
         pod_over_nodes, max(loops // nodes, 1), repeat
+    )
+    memo = AllocationMemo()
+
+    def pod_over_unchanged_nodes() -> None:
+        per_pod = Allocator(
+            [claim("p")], many, {dra.DEVICE_CLASS: CLASS}, many_state, share_id=lambda: "share", memo=memo
+        )
+        outcomes = [per_pod.allocate(n) for n in names]
+        assert outcomes[-1].allocations is not None
+
+    pod_over_unchanged_nodes()  # the first pod of this spec searches every node
+    results[f"1 pod over {nodes} nodes, the memo (a pod of the same spec before, nodes unchanged)"] = timed(
+        pod_over_unchanged_nodes, max(loops // nodes, 1), repeat
     )
 
     selector = compile_selector(dra.DEVICE_CLASS_SELECTOR)

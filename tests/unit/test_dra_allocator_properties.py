@@ -6,7 +6,7 @@ claim's constraints; and for a one-device request the first fit is the first dev
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from hami_api import dra
 from hami_api.quantity import parse_quantity
-from hami_sim.scheduler.dra.allocator import AllocatedState, Allocator
+from hami_sim.scheduler.dra.allocator import AllocatedState, AllocationMemo, Allocator
 from hami_sim.scheduler.dra.inventory import Inventory
 from tests.builders import (
     device_class,
@@ -237,3 +237,67 @@ def test_a_single_device_request_takes_the_first_device_that_fits_alone(
     outcome = allocator_for([probe], inventory, allocated).allocate("n1")
     got = None if outcome.allocations is None else outcome.allocations[0]["devices"]["results"][0]["device"]
     assert got == expected
+
+
+@st.composite
+def memo_runs(draw: st.DrawFn) -> tuple[list[list[Json]], list[Json], list[tuple[str, int]]]:
+    """Two nodes' devices, claim specs, and steps: a pod of one spec scheduled over both nodes, the
+    release of an allocated claim, or a node's slice written anew (other devices)."""
+    nodes = [[draw(gpus(i)) for i in range(draw(st.integers(1, 3)))] for _ in range(2)]
+    specs = [draw(claims(f"c{i}")) for i in range(draw(st.integers(1, 3)))]
+    steps = draw(
+        st.lists(
+            st.one_of(
+                st.tuples(st.just("pod"), st.integers(0, len(specs) - 1)),
+                st.tuples(st.just("release"), st.integers(0, 20)),
+                st.tuples(st.just("slice"), st.integers(0, 1)),
+            ),
+            min_size=1,
+            max_size=12,
+        )
+    )
+    return nodes, specs, steps
+
+
+def share_ids() -> Callable[[], str]:
+    """Share IDs s0, s1, ... (two allocators building alike draw alike)."""
+    counter = itertools.count()
+    return lambda: f"s{next(counter)}"
+
+
+@settings(max_examples=150, deadline=None)
+@given(memo_runs(), st.data())
+def test_the_memo_answers_what_a_fresh_search_answers_through_allocations_releases_and_slice_changes(
+    run: tuple[list[list[Json]], list[Json], list[tuple[str, int]]], data: st.DataObject
+) -> None:
+    nodes, specs, steps = run
+    names = ["n1", "n2"]
+    inventory = Inventory([resource_slice(n, *devices) for n, devices in zip(names, nodes, strict=True)])
+    state = AllocatedState()
+    memo = AllocationMemo()
+    allocated: list[Json] = []
+    for number, (kind, index) in enumerate(steps):
+        if kind == "release":
+            if allocated:
+                state.remove(allocated.pop(index % len(allocated)))
+            continue
+        if kind == "slice":
+            fresh = [data.draw(gpus(i)) for i in range(data.draw(st.integers(1, 3)))]
+            inventory.set_slice(resource_slice(names[index], *fresh))
+            continue
+        pod = {**specs[index], "metadata": {"name": f"p{number}", "namespace": "default"}}
+        classes = {dra.DEVICE_CLASS: CLASS}
+        kept = Allocator([pod], inventory, classes, state, share_id=share_ids(), memo=memo)
+        fresh_allocator = Allocator([pod], inventory, classes, state, share_id=share_ids())
+        chosen = None
+        for node in names:
+            a, b = kept.allocate(node), fresh_allocator.allocate(node)
+            assert (a.fits, a.reason, a.steps) == (b.fits, b.reason, b.steps)
+            assert a.allocations == b.allocations
+            if a.allocations is not None and chosen is None:
+                chosen = a.allocations[0]
+        if chosen is not None:
+            claim = {**pod, "status": {"allocation": chosen}}
+            state.add(claim)
+            allocated.append(claim)
+    assert memo.hits + memo.misses > 0 or all(kind != "pod" for kind, _ in steps)

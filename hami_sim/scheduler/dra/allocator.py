@@ -57,6 +57,8 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Final
 
+import orjson
+
 from hami_sim.scheduler.dra.inventory import NANO, Capacity, Device, DeviceID, Inventory, Pool, Qty, Taint
 from hami_sim.scheduler.dra.selector import Selector, SelectorCache, SelectorError
 
@@ -103,6 +105,9 @@ class AllocatedState:
     devices: dict[DeviceID, int] = field(default_factory=dict)
     capacity: dict[DeviceID, dict[str, int]] = field(default_factory=dict)
     """Per shared device, the consumed capacity in nano-units (`Qty.nano`)."""
+    versions: dict[str, int] = field(default_factory=dict)
+    """Per pool (`Pool.id`, `driver/pool`): how many times what its devices hold changed (not upstream's:
+    the stand-in's `AllocationMemo` keys a node's search outcome by it)."""
 
     @classmethod
     def of(cls, claims: Iterable[Mapping[str, Any]]) -> AllocatedState:
@@ -119,6 +124,8 @@ class AllocatedState:
             if not isinstance(result, Mapping) or result.get("adminAccess") is True:
                 continue
             key: DeviceID = (str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
+            pool = f"{key[0]}/{key[1]}"
+            self.versions[pool] = self.versions.get(pool, 0) + 1
             if result.get("shareID"):
                 consumed = self.capacity.setdefault(key, {})
                 for name, raw in (result.get("consumedCapacity") or {}).items():
@@ -416,6 +423,52 @@ class _Pick:
     consumed: dict[str, Qty] | None
 
 
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """A search's outcome on a node: the claims as searched and their picks, or the reason."""
+
+    claims: list[_Claim] | None
+    picked: list[list[_Pick]] | None
+    steps: int
+    reason: str = ""
+
+
+class AllocationMemo:
+    """The stand-in's shortcut, not upstream's (kube-scheduler runs the search on every candidate node
+    of every pod, in Go): a node's search outcome kept by everything it reads, so that the next pod with
+    claims of the same spec does not search a node that did not change. The key: the claims' specs and
+    the device classes they name (as JSON), the node, its pools with the version of what their devices
+    hold (`AllocatedState.versions`: every allocation or release in a pool changes it) and the
+    inventory's version (any slice changed), and the search's step limit. The search reads nothing else
+    (no clock, no randomness; the allocation's share IDs are drawn when it is built, per pod), so a kept
+    outcome is what a new search would find: `tests/unit/test_dra_allocator_properties.py` checks it
+    through allocations, releases and slice changes. Outcomes with `All` requests, and searches that
+    raise, are not kept. Cleared when the inventory changes or past `limit` entries."""
+
+    def __init__(self, limit: int = 50_000) -> None:
+        self.limit = limit
+        self._entries: dict[tuple[object, ...], _Found] = {}
+        self._inventory_version = -1
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple[object, ...], inventory_version: int) -> _Found | None:
+        if inventory_version != self._inventory_version:
+            self._entries.clear()
+            self._inventory_version = inventory_version
+        found = self._entries.get(key)
+        if found is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return found
+
+    def put(self, key: tuple[object, ...], found: _Found) -> None:
+        if len(self._entries) >= self.limit:
+            self._entries.clear()
+        self._entries[key] = found
+
+
 class Allocator:
     """Allocates a pod's unallocated claims on one node at a time. Build it once per pod (scheduling
     cycle: PreFilter), call `allocate(node)` per candidate node (Filter). The inventory, the classes and
@@ -431,7 +484,10 @@ class Allocator:
         selectors: SelectorCache | None = None,
         share_id: Callable[[], str] = new_share_id,
         max_steps: int = DEFAULT_MAX_STEPS,
+        memo: AllocationMemo | None = None,
     ) -> None:
+        self.memo = memo
+        self._signature: bytes | None = None
         self.raw_claims = list(claims)
         self.inventory = inventory
         self.classes = classes
@@ -626,27 +682,68 @@ class Allocator:
         claim, class or selector."""
         pools = self.inventory.pools(node, labels)
         claims = self._prepare(pools)
+        key = self._memo_key(node, pools)
+        if key is not None:
+            assert self.memo is not None
+            kept = self.memo.get(key, self.inventory.version)
+            if kept is not None:
+                return self._outcome(node, kept)
+        found = self._search(claims, pools)
+        if key is not None:
+            assert self.memo is not None
+            self.memo.put(key, found)
+        return self._outcome(node, found)
+
+    def _search(self, claims: list[_Claim], pools: list[Pool]) -> _Found:
         search = _Search(self, claims, pools)
         try:
             done = search.one(0, 0, 0, 0, False)
         except _MaxSize:
             done = False
         except _OutOfSteps:
-            return NodeAllocation(None, REASON_TIMED_OUT, search.steps)
+            return _Found(None, None, search.steps, REASON_TIMED_OUT)
         if not done:
             reason = REASON_INVALID_POOLS if any(p.invalid for p in pools) else REASON_CANNOT_ALLOCATE
-            return NodeAllocation(None, reason, search.steps)
-        picked = search.picks
+            return _Found(None, None, search.steps, reason)
+        return _Found(claims, search.picks, search.steps)
+
+    def _outcome(self, node: str, found: _Found) -> NodeAllocation:
+        claims, picked = found.claims, found.picked
+        if claims is None or picked is None:
+            return NodeAllocation(None, found.reason, found.steps)
 
         def build() -> list[Json]:
             return [self._result(claim, picks, node) for claim, picks in zip(claims, picked, strict=True)]
 
         return NodeAllocation(
             None,
-            steps=search.steps,
+            steps=found.steps,
             build=build,
             chosen=[frozenset(p.request.result_name for p in picks) for picks in picked],
         )
+
+    def _memo_key(self, node: str, pools: list[Pool]) -> tuple[object, ...] | None:
+        """The key of this node's outcome in `memo` (None: not kept; see `AllocationMemo`)."""
+        if self.memo is None or not isinstance(self._template, list):
+            return None
+        signature = self._signature
+        if signature is None:
+            if any(t.has_all for t in self._template):
+                return None
+            classes = sorted(
+                {r.class_name: r.class_ for t in self._template for subs in t.requests for r in subs}.items()
+            )
+            specs = [(raw.get("spec") or {}).get("devices") for raw in self.raw_claims]
+            try:
+                signature = orjson.dumps(
+                    [specs, classes, self.max_steps], option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+                )
+            except TypeError:  # not JSON: never kept
+                self.memo = None
+                return None
+            self._signature = signature
+        versions = self.allocated.versions
+        return (signature, node, tuple((p.id, versions.get(p.id, 0)) for p in pools))
 
     # --- results ----------------------------------------------------------------------------------
 

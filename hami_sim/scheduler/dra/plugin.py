@@ -36,6 +36,7 @@ from hami_sim.scheduler.dra.allocator import (
     DEFAULT_MAX_STEPS,
     AllocatedState,
     AllocationError,
+    AllocationMemo,
     Allocator,
     NodeAllocation,
     claim_ref,
@@ -139,6 +140,9 @@ class DynamicResources:
         self.in_flight: dict[str, Json] = {}
         """Claims between Reserve and the end of PreBind, by key, with the allocation they will get."""
         self.allocated = AllocatedState()
+        self.memo = AllocationMemo()
+        """Each node's search outcome for the claims' specs while nothing it reads changed (the stand-in's
+        shortcut: `AllocationMemo`)."""
         self.selectors = SelectorCache()
         self.share_id = share_id
         self.max_steps = max_steps
@@ -286,6 +290,7 @@ class DynamicResources:
                 selectors=self.selectors,
                 share_id=self.share_id,
                 max_steps=self.max_steps,
+                memo=self.memo,
             )
         return CycleState(dict(pod), claims, available_on, to_allocate, allocator)
 
