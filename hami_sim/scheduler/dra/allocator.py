@@ -445,7 +445,7 @@ class AllocationMemo:
     through allocations, releases and slice changes. Outcomes with `All` requests, and searches that
     raise, are not kept. Cleared when the inventory changes or past `limit` entries."""
 
-    def __init__(self, limit: int = 50_000) -> None:
+    def __init__(self, limit: int = 20_000) -> None:
         self.limit = limit
         self._entries: dict[tuple[object, ...], _Found] = {}
         self._inventory_version = -1
