@@ -223,7 +223,19 @@ class ResourceClaimController:
                     self._enqueue(f"claim:{key}")
 
     def _replace_pods(self, items: Sequence[JSON]) -> None:
+        """A (re)list. The pods it no longer has (deleted, or replaced under their name, while the watch
+        was down) are deletions, as client-go's `DeltaFIFO.Replace` delivers them
+        (`DeletedFinalStateUnknown`, tools/cache/delta_fifo.go) and the controller's delete handler
+        takes them: their claims are synced again, each reservation checked by a GET of its pod (not
+        marked deleted: a list may lag behind). Without this a claim reserved for a pod deleted in a
+        watch gap stayed reserved for good (a 10,000-pod chaos run, four claims)."""
+        old = self.pods
         self.pods = {_key(p): p for p in items}
+        for key, pod in old.items():
+            now = self.pods.get(key)
+            vanished = now is None or now["metadata"].get("uid") != pod["metadata"].get("uid")
+            if vanished and (pod.get("spec") or {}).get("resourceClaims"):
+                self._enqueue_pod_claims(pod, owned=True)
         for pod in items:
             if (pod.get("spec") or {}).get("resourceClaims"):
                 if not is_pod_done(pod):
