@@ -105,9 +105,9 @@ class AllocatedState:
     devices: dict[DeviceID, int] = field(default_factory=dict)
     capacity: dict[DeviceID, dict[str, int]] = field(default_factory=dict)
     """Per shared device, the consumed capacity in nano-units (`Qty.nano`)."""
-    versions: dict[str, int] = field(default_factory=dict)
-    """Per pool (`Pool.id`, `driver/pool`): how many times what its devices hold changed (not upstream's:
-    the stand-in's `AllocationMemo` keys a node's search outcome by it)."""
+    versions: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Per pool (driver, pool name): how many times what its devices hold changed (not upstream's: the
+    stand-in's `AllocationMemo` keys a node's search outcome by it)."""
 
     @classmethod
     def of(cls, claims: Iterable[Mapping[str, Any]]) -> AllocatedState:
@@ -124,7 +124,7 @@ class AllocatedState:
             if not isinstance(result, Mapping) or result.get("adminAccess") is True:
                 continue
             key: DeviceID = (str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
-            pool = f"{key[0]}/{key[1]}"
+            pool = (key[0], key[1])
             self.versions[pool] = self.versions.get(pool, 0) + 1
             if result.get("shareID"):
                 consumed = self.capacity.setdefault(key, {})
@@ -431,6 +431,8 @@ class _Found:
     picked: list[list[_Pick]] | None
     steps: int
     reason: str = ""
+    chosen: list[frozenset[str]] | None = None
+    """Per claim, the names of the requests its picks serve (Score reads them)."""
 
 
 class AllocationMemo:
@@ -681,14 +683,13 @@ class Allocator:
         """Allocate every claim on `node`: the allocations, or why not. AllocationError for a broken
         claim, class or selector."""
         pools = self.inventory.pools(node, labels)
-        claims = self._prepare(pools)
         key = self._memo_key(node, pools)
         if key is not None:
             assert self.memo is not None
             kept = self.memo.get(key, self.inventory.version)
             if kept is not None:
                 return self._outcome(node, kept)
-        found = self._search(claims, pools)
+        found = self._search(self._prepare(pools), pools)
         if key is not None:
             assert self.memo is not None
             self.memo.put(key, found)
@@ -705,7 +706,9 @@ class Allocator:
         if not done:
             reason = REASON_INVALID_POOLS if any(p.invalid for p in pools) else REASON_CANNOT_ALLOCATE
             return _Found(None, None, search.steps, reason)
-        return _Found(claims, search.picks, search.steps)
+        picked = search.picks
+        chosen = [frozenset(p.request.result_name for p in picks) for picks in picked]
+        return _Found(claims, picked, search.steps, chosen=chosen)
 
     def _outcome(self, node: str, found: _Found) -> NodeAllocation:
         claims, picked = found.claims, found.picked
@@ -715,17 +718,20 @@ class Allocator:
         def build() -> list[Json]:
             return [self._result(claim, picks, node) for claim, picks in zip(claims, picked, strict=True)]
 
-        return NodeAllocation(
-            None,
-            steps=found.steps,
-            build=build,
-            chosen=[frozenset(p.request.result_name for p in picks) for picks in picked],
-        )
+        return NodeAllocation(None, steps=found.steps, build=build, chosen=found.chosen)
 
     def _memo_key(self, node: str, pools: list[Pool]) -> tuple[object, ...] | None:
-        """The key of this node's outcome in `memo` (None: not kept; see `AllocationMemo`)."""
-        if self.memo is None or not isinstance(self._template, list):
+        """The key of this node's outcome in `memo` (None: not kept; see `AllocationMemo`). Builds the
+        claims' template first (an AllocationError for a broken claim, as `_prepare` raises it)."""
+        if self.memo is None:
             return None
+        if self._template is None:
+            try:
+                self._template = [self._claim(raw) for raw in self.raw_claims]
+            except AllocationError as err:
+                self._template = err
+        if not isinstance(self._template, list):
+            return None  # `_prepare` raises the error
         signature = self._signature
         if signature is None:
             if any(t.has_all for t in self._template):
@@ -743,7 +749,11 @@ class Allocator:
                 return None
             self._signature = signature
         versions = self.allocated.versions
-        return (signature, node, tuple((p.id, versions.get(p.id, 0)) for p in pools))
+        return (
+            signature,
+            node,
+            tuple([(p.driver, p.name, versions.get((p.driver, p.name), 0)) for p in pools]),
+        )
 
     # --- results ----------------------------------------------------------------------------------
 
