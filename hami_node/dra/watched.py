@@ -23,17 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hami_node.dra.claims import claim_names_resolved
-
-
-def _key(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    meta = pod.get("metadata")
-    if not isinstance(meta, Mapping):
-        return None
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        return None
-    namespace = meta.get("namespace")
-    return (namespace if isinstance(namespace, str) and namespace else "default", name)
+from hami_node.pods import pod_key
 
 
 def _names_claims(pod: Mapping[str, Any]) -> bool:
@@ -48,7 +38,8 @@ class WatchedPods:
     def __init__(self, healthy: Callable[[], bool] = lambda: True) -> None:
         self.healthy = healthy
         self._lock = threading.Lock()
-        self._pods: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._pods: dict[str, Mapping[str, Any]] = {}
+        """By `pods.pod_key` (`namespace/name`)."""
         self._synced = False
 
     @property
@@ -59,19 +50,13 @@ class WatchedPods:
     # --- kubeapi.PodEventHandler (the loop's thread) ---------------------------------------------------
 
     def pods_listed(self, pods: Sequence[Mapping[str, Any]]) -> None:
-        table: dict[tuple[str, str], Mapping[str, Any]] = {}
-        for pod in pods:
-            key = _key(pod)
-            if key is not None and _names_claims(pod):
-                table[key] = pod
+        table = {pod_key(pod): pod for pod in pods if _names_claims(pod)}
         with self._lock:
             self._pods = table
             self._synced = True
 
     def pod_event(self, kind: str, pod: Mapping[str, Any]) -> None:
-        key = _key(pod)
-        if key is None:
-            return
+        key = pod_key(pod)
         with self._lock:
             if kind != "DELETED" and _names_claims(pod):
                 self._pods[key] = pod
@@ -95,7 +80,7 @@ class WatchedPods:
         with self._lock:
             if not self._synced:
                 return None
-            pod = self._pods.get((namespace, name))
+            pod = self._pods.get(f"{namespace}/{name}")
         if pod is None or _uid(pod) != uid or not claim_names_resolved(pod) or not self.healthy():
             return None
         return pod
