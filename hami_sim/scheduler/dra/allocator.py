@@ -526,9 +526,9 @@ class Allocator:
 
     # --- preparation (upstream: the start of Allocate, validateDeviceRequest) -----------------------
 
-    def _prepare(self, pools: list[Pool]) -> list[_Claim]:
-        """The claims ready to search on a node: what does not depend on the node is built on the first
-        call and kept (an error too); `All` requests get the node's devices; constraints are fresh."""
+    def _templates(self) -> list[_Claim]:
+        """What of the claims does not depend on the node, built on the first call and kept (an
+        AllocationError too, raised again on every call)."""
         if self._template is None:
             try:
                 self._template = [self._claim(raw) for raw in self.raw_claims]
@@ -536,8 +536,13 @@ class Allocator:
                 self._template = err
         if isinstance(self._template, AllocationError):
             raise self._template
+        return self._template
+
+    def _prepare(self, pools: list[Pool]) -> list[_Claim]:
+        """The claims ready to search on a node (`_templates`): `All` requests get the node's devices;
+        constraints are fresh."""
         prepared: list[_Claim] = []
-        for template in self._template:
+        for template in self._templates():
             requests = template.requests
             if template.has_all:
                 requests = [[self._for_node(template.raw, r, pools) for r in subs] for subs in requests]
@@ -721,23 +726,18 @@ class Allocator:
         return NodeAllocation(None, steps=found.steps, build=build, chosen=found.chosen)
 
     def _memo_key(self, node: str, pools: list[Pool]) -> tuple[object, ...] | None:
-        """The key of this node's outcome in `memo` (None: not kept; see `AllocationMemo`). Builds the
-        claims' template first (an AllocationError for a broken claim, as `_prepare` raises it)."""
+        """The key of this node's outcome in `memo` (None: not kept; see `AllocationMemo`).
+        AllocationError for a broken claim (`_templates`)."""
         if self.memo is None:
             return None
-        if self._template is None:
-            try:
-                self._template = [self._claim(raw) for raw in self.raw_claims]
-            except AllocationError as err:
-                self._template = err
-        if not isinstance(self._template, list):
-            return None  # `_prepare` raises the error
         signature = self._signature
         if signature is None:
-            if any(t.has_all for t in self._template):
+            templates = self._templates()
+            if any(t.has_all for t in templates):
+                self.memo = None  # `All` requests take the node's devices: never kept
                 return None
             classes = sorted(
-                {r.class_name: r.class_ for t in self._template for subs in t.requests for r in subs}.items()
+                {r.class_name: r.class_ for t in templates for subs in t.requests for r in subs}.items()
             )
             specs = [(raw.get("spec") or {}).get("devices") for raw in self.raw_claims]
             try:
