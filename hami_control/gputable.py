@@ -289,16 +289,26 @@ class GPUTable:
         k = len(rows)
         if not k:
             return b""
-        width = self.key_width
-        exact = int(self.key_len[rows].sum()) + k * (len(value) + 1)
-        if (width * k + k * (len(value) + 1) - exact) * 20 > exact:
+        keys = self._padded_keys(rows, len(value) + 1)
+        if keys is None:
             return None
-        size = width + len(value) + 1
-        out = np.empty((k, size), dtype=np.uint8)
-        keys = self.key_json.view(f"V{width}").ravel()  # a row as one item: a faster gather
-        out[:, :width] = keys[rows].view(np.uint8).reshape(k, width)
+        width = self.key_width
+        out = np.empty((k, width + len(value) + 1), dtype=np.uint8)
+        out[:, :width] = keys
         out[:, width:] = np.frombuffer(value + b",", dtype=np.uint8)
         return out.reshape(-1)[:-1].tobytes()
+
+    def _padded_keys(self, rows: IntArray, per_row: int) -> npt.NDArray[np.uint8] | None:
+        """The `key_json` rows of `rows` (k x `key_width` bytes, each key padded with spaces), or None
+        when, with `per_row` more bytes a row, the padding would make the text more than 5 % longer
+        than the keys written exactly (names of very different lengths)."""
+        k, width = len(rows), self.key_width
+        exact = int(self.key_len[rows].sum()) + k * per_row
+        if ((width + per_row) * k - exact) * 20 > exact:
+            return None
+        keys = self.key_json.view(f"V{width}").ravel()  # a row as one item: a faster gather
+        gathered: npt.NDArray[np.uint8] = keys[rows].view(np.uint8).reshape(k, width)
+        return gathered
 
     def priorities_json(self, rows: IntArray, scores: IntArray) -> bytes | None:
         """The HostPriorityList `[{"Host":"<name>","Score":<score>},...]` of the nodes of `rows` (each
@@ -309,18 +319,16 @@ class GPUTable:
         k = len(rows)
         if not k:
             return b"[]"
-        width = self.key_width
-        lengths = self.key_len[rows]
-        exact = int(lengths.sum()) + k * (len(_HOST) + len(_SCORE) + 2 + 2)
-        size = len(_HOST) + width + len(_SCORE) + 2 + 2
-        if (size * k - exact) * 20 > exact:
+        per_row = len(_HOST) + len(_SCORE) + 2 + 2  # two characters of score, then `},`
+        keys = self._padded_keys(rows, per_row)
+        if keys is None:
             return None
-        out = np.empty((k, size), dtype=np.uint8)
+        width = self.key_width
+        out = np.empty((k, width + per_row), dtype=np.uint8)
         at = len(_HOST)
         out[:, :at] = np.frombuffer(_HOST, dtype=np.uint8)
-        keys = self.key_json.view(f"V{width}").ravel()  # a row as one item: a faster gather
-        out[:, at : at + width] = keys[rows].view(np.uint8).reshape(k, width)
-        out[np.arange(k), at + lengths - 1] = _SPACE  # the key's colon
+        out[:, at : at + width] = keys
+        out[np.arange(k), at + self.key_len[rows] - 1] = _SPACE  # the key's colon
         at += width
         out[:, at : at + len(_SCORE)] = np.frombuffer(_SCORE, dtype=np.uint8)
         at += len(_SCORE)
